@@ -1,0 +1,398 @@
+//! The loop every controller runs in: wake on a store change, a requeue timer, a periodic resync
+//! or shutdown; run one reconcile pass per key with dedup (one running + one pending per key),
+//! exponential backoff with jitter per key (reset on success) and a bound on concurrent passes.
+//!
+//! The reconciler is level-triggered: it is never told why it woke, it reads the store and takes
+//! one idempotent step. A store change runs a key at once even while it backs off (the change may
+//! be the fix); the backoff timer and the resync respect the backoff.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::sync::Arc;
+use std::time::Duration;
+
+use std::panic::AssertUnwindSafe;
+
+use futures::future::{self, FutureExt};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::store::Trigger;
+
+/// When to look at a key again after a successful pass.
+pub type Requeue = Option<Duration>;
+
+/// One controller: a set of keys and a reconcile step per key.
+pub trait Reconciler: Send + Sync + 'static {
+    type Key: Clone + Eq + Hash + Debug + Send + Sync + 'static;
+    type Error: std::fmt::Display + Send + 'static;
+
+    /// Controller name: span name suffix and metric label.
+    fn name(&self) -> &'static str;
+
+    /// The keys that should exist now (read from the store on every wake).
+    fn keys(&self) -> Vec<Self::Key>;
+
+    /// One idempotent step towards the desired state of `key`.
+    fn reconcile(
+        self: Arc<Self>,
+        key: Self::Key,
+    ) -> impl Future<Output = Result<Requeue, Self::Error>> + Send + 'static;
+
+    /// A bounded metric label for an error.
+    fn error_reason(&self, error: &Self::Error) -> &'static str;
+}
+
+/// Exponential backoff with jitter: `initial * factor^(failures-1)`, capped at `max`, then
+/// shortened by up to `jitter` (a fraction) so that many failing keys do not retry in lockstep.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+    pub factor: f64,
+    pub jitter: f64,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            // A first retry within a second keeps a transient failure short.
+            initial: Duration::from_secs(1),
+            // Five minutes bounds the wait for a fix that needs no new event to be seen.
+            max: Duration::from_secs(300),
+            factor: 2.0,
+            jitter: 0.25,
+        }
+    }
+}
+
+impl Backoff {
+    /// The delay before retry number `failures` (1 for the first retry).
+    pub fn delay(&self, failures: u32, rng: &mut impl Rng) -> Duration {
+        let exp = self.factor.powi(failures.saturating_sub(1).min(64) as i32);
+        let base = self.initial.as_secs_f64() * exp;
+        let capped = base.min(self.max.as_secs_f64());
+        let cut = if self.jitter > 0.0 {
+            rng.random::<f64>() * self.jitter
+        } else {
+            0.0
+        };
+        Duration::from_secs_f64(capped * (1.0 - cut))
+    }
+}
+
+/// How a driver runs its reconciler.
+#[derive(Debug, Clone)]
+pub struct DriverConfig {
+    /// Every key is looked at this often even without a change (a missed event costs at most
+    /// one resync period).
+    pub resync: Duration,
+    pub backoff: Backoff,
+    /// Passes running at once across keys.
+    pub max_concurrent: usize,
+    /// How long shutdown waits for running passes before aborting them.
+    pub shutdown_grace: Duration,
+    /// Seed of the jitter generator (fixed in tests for reproducible delays).
+    pub seed: u64,
+}
+
+impl Default for DriverConfig {
+    fn default() -> Self {
+        DriverConfig {
+            resync: Duration::from_secs(60),
+            backoff: Backoff::default(),
+            max_concurrent: 4,
+            // Long enough for a scheduler run or a render command to finish cleanly.
+            shutdown_grace: Duration::from_secs(5),
+            seed: rand::random(),
+        }
+    }
+}
+
+/// Receives per-pass outcomes and queue state (the daemon turns them into metrics).
+pub trait DriverObserver: Send + Sync + 'static {
+    /// A pass finished; `failure` is the error reason when it failed.
+    fn pass(&self, controller: &'static str, failure: Option<&'static str>, duration: Duration);
+    /// Queue state after every change: passes running, keys waiting, keys backing off.
+    fn queue(&self, controller: &'static str, running: usize, waiting: usize, backing_off: usize);
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl DriverObserver for NoObserver {
+    fn pass(&self, _: &'static str, _: Option<&'static str>, _: Duration) {}
+    fn queue(&self, _: &'static str, _: usize, _: usize, _: usize) {}
+}
+
+/// A pass's result; `Err(())` when the pass panicked.
+type PassResult<R> = Result<Result<Requeue, <R as Reconciler>::Error>, ()>;
+
+enum Event<T> {
+    Shutdown,
+    Done(Result<T, tokio::task::JoinError>),
+    Changed,
+    Timer,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    running: bool,
+    /// A wake arrived while running: run again when the pass ends.
+    pending: bool,
+    /// Waiting for a free concurrency slot.
+    queued: bool,
+    failures: u32,
+    backoff_until: Option<Instant>,
+    /// Next timed look: a requeue or the end of a backoff.
+    due: Option<Instant>,
+}
+
+/// Runs a [`Reconciler`] until shutdown.
+pub struct Driver<R: Reconciler> {
+    reconciler: Arc<R>,
+    config: DriverConfig,
+    triggers: Vec<Box<dyn Trigger>>,
+    observer: Arc<dyn DriverObserver>,
+    keys: HashMap<R::Key, KeyState>,
+    waiting: VecDeque<R::Key>,
+    running: usize,
+    tasks: JoinSet<(R::Key, PassResult<R>, Duration)>,
+    rng: SmallRng,
+}
+
+impl<R: Reconciler> Driver<R> {
+    pub fn new(reconciler: Arc<R>, config: DriverConfig) -> Driver<R> {
+        let rng = SmallRng::seed_from_u64(config.seed);
+        Driver {
+            reconciler,
+            config,
+            triggers: Vec::new(),
+            observer: Arc::new(NoObserver),
+            keys: HashMap::new(),
+            waiting: VecDeque::new(),
+            running: 0,
+            tasks: JoinSet::new(),
+            rng,
+        }
+    }
+
+    /// Wake on changes of this store field.
+    pub fn trigger(mut self, trigger: Box<dyn Trigger>) -> Self {
+        self.triggers.push(trigger);
+        self
+    }
+
+    pub fn observer(mut self, observer: Arc<dyn DriverObserver>) -> Self {
+        self.observer = observer;
+        self
+    }
+
+    /// Runs until `shutdown` is cancelled, then lets running passes finish within the grace
+    /// period.
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let name = self.reconciler.name();
+        let mut next_resync = Instant::now() + self.config.resync;
+        // The first pass looks at every key, as after a change.
+        self.scan(true);
+        loop {
+            self.report();
+            let timer = self
+                .next_timer()
+                .map_or(next_resync, |t| t.min(next_resync));
+            let mut triggers = std::mem::take(&mut self.triggers);
+            let event = {
+                let changed = async {
+                    if triggers.is_empty() {
+                        future::pending::<()>().await;
+                    } else {
+                        future::select_all(triggers.iter_mut().map(|t| t.changed())).await;
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    _ = shutdown.cancelled() => Event::Shutdown,
+                    Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => Event::Done(done),
+                    _ = changed => Event::Changed,
+                    _ = tokio::time::sleep_until(timer) => Event::Timer,
+                }
+            };
+            self.triggers = triggers;
+            match event {
+                Event::Shutdown => break,
+                Event::Done(Ok((key, result, elapsed))) => self.finished(key, result, elapsed),
+                Event::Done(Err(e)) => {
+                    // Panics are caught inside the task; this is an abort, which only shutdown does.
+                    tracing::debug!(controller = name, error = %e, "Reconcile task ended abnormally.");
+                }
+                Event::Changed => self.scan(true),
+                Event::Timer => {
+                    let now = Instant::now();
+                    if now >= next_resync {
+                        next_resync = now + self.config.resync;
+                        self.scan(false);
+                    }
+                    self.fire_due(now);
+                }
+            }
+        }
+        let grace = tokio::time::sleep(self.config.shutdown_grace);
+        tokio::pin!(grace);
+        while !self.tasks.is_empty() {
+            tokio::select! {
+                _ = &mut grace => {
+                    tracing::warn!(controller = name, running = self.tasks.len(), "Aborting passes still running at shutdown.");
+                    self.tasks.abort_all();
+                    break;
+                }
+                _ = self.tasks.join_next() => {}
+            }
+        }
+    }
+
+    /// Looks at every current key; drops state of keys that are gone.
+    fn scan(&mut self, bypass_backoff: bool) {
+        let keys = self.reconciler.keys();
+        let wanted: std::collections::HashSet<&R::Key> = keys.iter().collect();
+        self.keys.retain(|k, s| s.running || wanted.contains(k));
+        self.waiting.retain(|k| wanted.contains(k));
+        for key in keys {
+            self.want(key, bypass_backoff);
+        }
+    }
+
+    fn fire_due(&mut self, now: Instant) {
+        let due: Vec<R::Key> = self
+            .keys
+            .iter()
+            .filter(|(_, s)| !s.running && s.due.is_some_and(|d| d <= now))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if let Some(state) = self.keys.get_mut(&key) {
+                state.due = None;
+            }
+            self.want(key, true);
+        }
+    }
+
+    fn want(&mut self, key: R::Key, bypass_backoff: bool) {
+        let now = Instant::now();
+        let state = self.keys.entry(key.clone()).or_default();
+        if state.running {
+            state.pending = true;
+            return;
+        }
+        if state.queued {
+            return;
+        }
+        if !bypass_backoff && state.backoff_until.is_some_and(|until| until > now) {
+            state.due = state.backoff_until;
+            return;
+        }
+        if self.running >= self.config.max_concurrent.max(1) {
+            state.queued = true;
+            self.waiting.push_back(key);
+            return;
+        }
+        self.start(key);
+    }
+
+    fn start(&mut self, key: R::Key) {
+        let state = self.keys.entry(key.clone()).or_default();
+        state.running = true;
+        state.queued = false;
+        state.due = None;
+        self.running += 1;
+        let reconciler = self.reconciler.clone();
+        let span = tracing::info_span!("reconcile", controller = reconciler.name(), key = ?key);
+        self.tasks.spawn(
+            async move {
+                let started = Instant::now();
+                let result = AssertUnwindSafe(reconciler.reconcile(key.clone()))
+                    .catch_unwind()
+                    .await
+                    .map_err(|_| ());
+                (key, result, started.elapsed())
+            }
+            .instrument(span),
+        );
+    }
+
+    fn finished(&mut self, key: R::Key, result: PassResult<R>, elapsed: Duration) {
+        let name = self.reconciler.name();
+        self.running -= 1;
+        let now = Instant::now();
+        let result = result.map_err(|()| {
+            tracing::error!(controller = name, key = ?key, "Reconcile pass panicked.");
+        });
+        let failure = match &result {
+            Ok(Ok(_)) => None,
+            Ok(Err(e)) => Some(self.reconciler.error_reason(e)),
+            Err(()) => Some("panic"),
+        };
+        self.observer.pass(name, failure, elapsed);
+        let backoff = self.config.backoff;
+        let delay = failure.is_some().then(|| {
+            let failures = self.keys.get(&key).map_or(0, |s| s.failures) + 1;
+            backoff.delay(failures, &mut self.rng)
+        });
+        let state = self.keys.entry(key.clone()).or_default();
+        state.running = false;
+        match result {
+            Ok(Ok(requeue)) => {
+                state.failures = 0;
+                state.backoff_until = None;
+                state.due = requeue.map(|d| now + d);
+            }
+            failed => {
+                state.failures += 1;
+                let delay = delay.unwrap_or_default();
+                if let Ok(Err(error)) = failed {
+                    tracing::warn!(controller = name, key = ?key, failures = state.failures,
+                        retry_in_ms = delay.as_millis() as u64, %error, "Reconcile failed.");
+                }
+                state.backoff_until = Some(now + delay);
+                state.due = state.backoff_until;
+            }
+        }
+        let pending = std::mem::take(&mut state.pending);
+        if pending {
+            self.want(key, true);
+        }
+        while self.running < self.config.max_concurrent.max(1) {
+            let Some(next) = self.waiting.pop_front() else {
+                break;
+            };
+            self.start(next);
+        }
+    }
+
+    fn next_timer(&self) -> Option<Instant> {
+        self.keys
+            .values()
+            .filter(|s| !s.running)
+            .filter_map(|s| s.due)
+            .min()
+    }
+
+    fn report(&self) {
+        let backing_off = self
+            .keys
+            .values()
+            .filter(|s| !s.running && s.backoff_until.is_some())
+            .count();
+        let waiting = self.waiting.len() + self.keys.values().filter(|s| s.pending).count();
+        self.observer
+            .queue(self.reconciler.name(), self.running, waiting, backing_off);
+    }
+}
+
+#[cfg(test)]
+mod tests;

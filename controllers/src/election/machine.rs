@@ -1,0 +1,318 @@
+//! The election state machine of verwalter 0.13, sans IO: time and messages in, state and
+//! actions out. States, transitions and the minimum-votes rule follow the reference (§4.1–§4.3);
+//! the randomised timeouts come from a seeded generator so simulations replay exactly.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tokio::time::Instant;
+
+use crate::state::NodeId;
+
+/// Election timings. The defaults are verwalter 0.13's.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timings {
+    /// Fixed part of the wait before a starting node nominates itself.
+    pub start_timeout: Duration,
+    /// Random follower/voter timeout range (also added to the start timeout), so that nodes
+    /// rarely time out together.
+    pub message_timeout_min: Duration,
+    pub message_timeout_max: Duration,
+    /// Leader ping period and the length of one election round.
+    pub heartbeat: Duration,
+}
+
+impl Default for Timings {
+    fn default() -> Self {
+        Timings {
+            start_timeout: Duration::from_millis(5000),
+            message_timeout_min: Duration::from_millis(1600),
+            message_timeout_max: Duration::from_millis(4000),
+            heartbeat: Duration::from_millis(500),
+        }
+    }
+}
+
+/// The machine's state (reference §4.1). `Starting` has epoch 0.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    Starting {
+        deadline: Instant,
+    },
+    Electing {
+        epoch: u64,
+        votes: BTreeSet<NodeId>,
+        needed: usize,
+        deadline: Instant,
+    },
+    Voted {
+        epoch: u64,
+        peer: NodeId,
+        deadline: Instant,
+    },
+    Leader {
+        epoch: u64,
+        next_ping: Instant,
+    },
+    Follower {
+        leader: NodeId,
+        epoch: u64,
+        deadline: Instant,
+    },
+}
+
+/// What a peer said.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    Ping,
+    Pong,
+    Vote(NodeId),
+}
+
+/// What the machine asks its transport to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    /// Ping every peer (leader heartbeat).
+    PingAll,
+    /// Broadcast a vote for this node.
+    Vote,
+    /// Send a `Vote(candidate)` back to the candidate only.
+    ConfirmVote(NodeId),
+    /// Answer a leader's ping.
+    Pong(NodeId),
+}
+
+/// The election state machine of one node.
+#[derive(Debug)]
+pub struct Machine {
+    id: NodeId,
+    state: State,
+    timings: Timings,
+    force_leader: bool,
+    rng: SmallRng,
+    /// When the node last became leader or follower.
+    stable_since: Option<Instant>,
+}
+
+/// Votes needed to lead when `peers` other nodes count (reference §4.3): everyone for one or
+/// two nodes, a strict majority from three on.
+pub fn minimum_votes(peers: usize) -> usize {
+    match peers + 1 {
+        0 | 1 => 1,
+        2 => 2,
+        n => n / 2 + 1,
+    }
+}
+
+impl Machine {
+    pub fn new(id: NodeId, now: Instant, timings: Timings, seed: u64) -> Machine {
+        let mut machine = Machine {
+            id,
+            state: State::Starting { deadline: now },
+            timings,
+            force_leader: false,
+            rng: SmallRng::seed_from_u64(seed),
+            stable_since: None,
+        };
+        let deadline = now + machine.timings.start_timeout + machine.message_timeout();
+        machine.state = State::Starting { deadline };
+        machine
+    }
+
+    /// `--debug-force-leader`: lead on the first timeout without votes.
+    pub fn force_leader(mut self, force: bool) -> Machine {
+        self.force_leader = force;
+        self
+    }
+
+    /// Start immediately instead of waiting for the start timeout (a node that cannot have peers).
+    pub fn start_now(mut self, now: Instant) -> Machine {
+        self.state = State::Starting { deadline: now };
+        self
+    }
+
+    pub fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    pub fn state(&self) -> &State {
+        &self.state
+    }
+
+    pub fn stable_since(&self) -> Option<Instant> {
+        self.stable_since
+    }
+
+    pub fn epoch(&self) -> u64 {
+        match &self.state {
+            State::Starting { .. } => 0,
+            State::Electing { epoch, .. }
+            | State::Voted { epoch, .. }
+            | State::Leader { epoch, .. }
+            | State::Follower { epoch, .. } => *epoch,
+        }
+    }
+
+    /// When the machine next wants [`Machine::time_passed`].
+    pub fn deadline(&self) -> Instant {
+        match &self.state {
+            State::Starting { deadline }
+            | State::Electing { deadline, .. }
+            | State::Voted { deadline, .. }
+            | State::Follower { deadline, .. } => *deadline,
+            State::Leader { next_ping, .. } => *next_ping,
+        }
+    }
+
+    fn message_timeout(&mut self) -> Duration {
+        let min = self.timings.message_timeout_min;
+        let max = self.timings.message_timeout_max.max(min);
+        if max == min {
+            min
+        } else {
+            self.rng.random_range(min..max)
+        }
+    }
+
+    /// Time moved on. `peers` is how many other nodes count for the vote; `hosts_fresh` is false
+    /// when the peer list is stale, which sends the node back to `Starting` (reference §4.3).
+    pub fn time_passed(&mut self, now: Instant, peers: usize, hosts_fresh: bool) -> Vec<Action> {
+        if now < self.deadline() {
+            return Vec::new();
+        }
+        if !hosts_fresh {
+            let deadline = now + self.timings.start_timeout + self.message_timeout();
+            self.state = State::Starting { deadline };
+            self.stable_since = None;
+            return Vec::new();
+        }
+        match &self.state {
+            State::Starting { .. } => {
+                if peers == 0 || self.force_leader {
+                    self.become_leader(now, 1)
+                } else {
+                    self.start_election(now, 1, peers)
+                }
+            }
+            State::Electing { epoch, .. }
+            | State::Voted { epoch, .. }
+            | State::Follower { epoch, .. } => {
+                let next = epoch + 1;
+                self.start_election(now, next, peers)
+            }
+            State::Leader { epoch, .. } => {
+                let epoch = *epoch;
+                self.state = State::Leader {
+                    epoch,
+                    next_ping: now + self.timings.heartbeat,
+                };
+                vec![Action::PingAll]
+            }
+        }
+    }
+
+    /// A message from `from` at `epoch` arrived.
+    pub fn message(
+        &mut self,
+        now: Instant,
+        from: &NodeId,
+        epoch: u64,
+        message: Message,
+        peers: usize,
+    ) -> Vec<Action> {
+        if from == &self.id {
+            return Vec::new();
+        }
+        let own = self.epoch();
+        if epoch < own {
+            return Vec::new();
+        }
+        let newer = epoch > own;
+        match message {
+            Message::Ping => {
+                if !newer && matches!(self.state, State::Leader { .. }) {
+                    // Two leaders of one epoch: partitions joined. Elect anew.
+                    return self.start_election(now, own + 1, peers);
+                }
+                self.become_follower(now, from.clone(), epoch);
+                vec![Action::Pong(from.clone())]
+            }
+            Message::Pong => {
+                if !newer && matches!(self.state, State::Leader { .. }) {
+                    Vec::new()
+                } else {
+                    self.start_election(now, epoch + 1, peers)
+                }
+            }
+            Message::Vote(candidate) => {
+                if newer || matches!(self.state, State::Starting { .. }) {
+                    let deadline = now + self.message_timeout();
+                    self.state = State::Voted {
+                        epoch,
+                        peer: candidate.clone(),
+                        deadline,
+                    };
+                    return vec![Action::ConfirmVote(candidate)];
+                }
+                let State::Electing { votes, needed, .. } = &mut self.state else {
+                    return Vec::new(); // a late vote
+                };
+                if candidate != self.id {
+                    return Vec::new();
+                }
+                votes.insert(from.clone());
+                if votes.len() >= minimum_votes(peers).max(*needed) {
+                    self.become_leader(now, epoch)
+                } else {
+                    Vec::new()
+                }
+            }
+        }
+    }
+
+    fn start_election(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Action> {
+        let votes = BTreeSet::from([self.id.clone()]);
+        let needed = minimum_votes(peers);
+        self.stable_since = None;
+        if votes.len() >= needed {
+            return self.become_leader(now, epoch);
+        }
+        let deadline = now + self.timings.heartbeat;
+        self.state = State::Electing {
+            epoch,
+            votes,
+            needed,
+            deadline,
+        };
+        vec![Action::Vote]
+    }
+
+    fn become_leader(&mut self, now: Instant, epoch: u64) -> Vec<Action> {
+        self.state = State::Leader {
+            epoch,
+            next_ping: now + self.timings.heartbeat,
+        };
+        self.stable_since = Some(now);
+        vec![Action::PingAll]
+    }
+
+    fn become_follower(&mut self, now: Instant, leader: NodeId, epoch: u64) {
+        let same_leader = matches!(&self.state,
+            State::Follower { leader: l, epoch: e, .. } if *l == leader && *e == epoch);
+        if !same_leader {
+            self.stable_since = Some(now);
+        }
+        let deadline = now + self.message_timeout();
+        self.state = State::Follower {
+            leader,
+            epoch,
+            deadline,
+        };
+    }
+}
+
+#[cfg(test)]
+#[path = "machine_tests.rs"]
+mod tests;

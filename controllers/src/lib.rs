@@ -1,0 +1,22 @@
+//! The reconcile core of verwalter: what the daemon decides, with no IO of its own.
+//!
+//! A tour of the modules:
+//! - [`state`]: typed observed and desired state (inputs, peers, schedule, scheduler status).
+//! - [`store`]: the shared store; readers get `Arc` snapshots and wake on change, one writer per
+//!   field, and a write that changes nothing wakes no one.
+//! - [`ports`]: traits for every side effect (scheduler, schedule persistence, clock).
+//! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
+//!   per-key dedup and backoff, graceful shutdown).
+//! - [`election`]: the sans-IO leader election state machine and its controller.
+//! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
+//! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
+//! - [`testing`]: fakes and fixtures for tests.
+
+pub mod driver;
+pub mod election;
+pub mod hash;
+pub mod ports;
+pub mod schedule;
+pub mod state;
+pub mod store;
+pub mod testing;

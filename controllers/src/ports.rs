@@ -1,0 +1,81 @@
+//! Traits for every side effect the controllers need; `src/` implements them, `testing` fakes them.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+
+use crate::state::{Schedule, SchedulerInput, SchedulerOutput};
+
+/// Why a scheduler run failed; each kind is a bounded metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerFailure {
+    /// `main.lua` or a module failed to load.
+    Load,
+    /// The script raised an error.
+    Runtime,
+    /// The script ran past its time budget.
+    Timeout,
+    /// The script used more memory than its cap.
+    Memory,
+    /// The script returned something that is not a schedule.
+    BadOutput,
+    /// The scheduler host itself failed (thread gone).
+    Internal,
+}
+
+impl SchedulerFailure {
+    pub fn label(self) -> &'static str {
+        match self {
+            SchedulerFailure::Load => "load",
+            SchedulerFailure::Runtime => "runtime",
+            SchedulerFailure::Timeout => "timeout",
+            SchedulerFailure::Memory => "memory",
+            SchedulerFailure::BadOutput => "bad_output",
+            SchedulerFailure::Internal => "internal",
+        }
+    }
+}
+
+/// A failed scheduler run: the kind, a message with file and line where known, and the log the
+/// script wrote before failing.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct SchedulerError {
+    pub kind: SchedulerFailure,
+    pub message: String,
+    pub log: String,
+}
+
+/// Runs the user's scheduler. Implementations run it off the async runtime.
+pub trait Scheduler: Send + Sync + 'static {
+    /// Runs the scheduler once. `code_version` is the content hash of the scheduler sources: an
+    /// implementation reloads its code when it differs from the loaded one.
+    fn run(
+        &self,
+        code_version: &str,
+        input: Arc<SchedulerInput>,
+    ) -> BoxFuture<'static, Result<SchedulerOutput, SchedulerError>>;
+}
+
+/// Persists the schedule in force so a restarted node starts from it.
+pub trait ScheduleStore: Send + Sync + 'static {
+    fn save(&self, schedule: &Schedule) -> Result<(), String>;
+}
+
+/// Wall-clock time, as milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}

@@ -1,0 +1,215 @@
+//! The leader's schedule controller: when the inputs, peers, actions or parents change (or the
+//! period passes), run the scheduler and make its output the schedule in force.
+//!
+//! A failed run keeps the last good schedule and records the error; the driver retries with
+//! backoff, and any input change retries at once.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::time::Instant;
+
+use crate::driver::{Reconciler, Requeue};
+use crate::ports::{Clock, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure};
+use crate::state::{Actions, Inputs, NodeId, Peers, Schedule, SchedulerInput, SchedulerStatus};
+use crate::store::{Field, Store};
+
+/// Scheduler outcomes for metrics.
+pub trait ScheduleObserver: Send + Sync + 'static {
+    fn run(&self, failure: Option<SchedulerFailure>, duration: Duration);
+}
+
+/// Who this node is, as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub id: NodeId,
+    pub hostname: String,
+}
+
+/// The snapshots a run used; a run is due when any of them is replaced (the store only replaces
+/// a snapshot when its content changed, so pointer identity is content identity).
+struct LastRun {
+    inputs: Arc<Inputs>,
+    peers: Arc<Peers>,
+    actions: Arc<Actions>,
+    parents: Arc<Vec<Schedule>>,
+    epoch: u64,
+    at: Instant,
+    /// A failed run is retried even when nothing changed.
+    ok: bool,
+}
+
+impl LastRun {
+    fn same_inputs(&self, other: &LastRun) -> bool {
+        Arc::ptr_eq(&self.inputs, &other.inputs)
+            && Arc::ptr_eq(&self.peers, &other.peers)
+            && Arc::ptr_eq(&self.actions, &other.actions)
+            && Arc::ptr_eq(&self.parents, &other.parents)
+            && self.epoch == other.epoch
+    }
+}
+
+/// Writers the schedule controller owns.
+pub struct ScheduleOutputs {
+    pub schedule: Field<Option<Schedule>>,
+    pub status: Field<SchedulerStatus>,
+    pub parents: Field<Vec<Schedule>>,
+}
+
+pub struct ScheduleController {
+    store: Store,
+    out: ScheduleOutputs,
+    scheduler: Arc<dyn Scheduler>,
+    persist: Arc<dyn ScheduleStore>,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn ScheduleObserver>,
+    identity: Identity,
+    period: Duration,
+    last: Mutex<Option<LastRun>>,
+}
+
+impl ScheduleController {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        store: Store,
+        out: ScheduleOutputs,
+        scheduler: Arc<dyn Scheduler>,
+        persist: Arc<dyn ScheduleStore>,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn ScheduleObserver>,
+        identity: Identity,
+        period: Duration,
+    ) -> ScheduleController {
+        ScheduleController {
+            store,
+            out,
+            scheduler,
+            persist,
+            clock,
+            observer,
+            identity,
+            period,
+            last: Mutex::new(None),
+        }
+    }
+
+    fn snapshot(&self) -> LastRun {
+        LastRun {
+            inputs: self.store.inputs.peek(),
+            peers: self.store.peers.peek(),
+            actions: self.store.actions.peek(),
+            parents: self.store.parents.peek(),
+            epoch: self.store.election.peek().epoch,
+            at: Instant::now(),
+            ok: false,
+        }
+    }
+
+    /// Builds the scheduler input from a snapshot.
+    fn input(&self, snap: &LastRun) -> SchedulerInput {
+        SchedulerInput {
+            now: self.clock.now_ms(),
+            current_host: self.identity.hostname.clone(),
+            current_id: self.identity.id.clone(),
+            parents: snap.parents.iter().map(|s| s.data.clone()).collect(),
+            actions: (*snap.actions).clone(),
+            runtime: snap.inputs.runtime.clone(),
+            peers: snap.peers.peers.clone(),
+            metrics: json!({}),
+        }
+    }
+
+    async fn pass(&self) -> Result<Requeue, SchedulerError> {
+        let mut snap = self.snapshot();
+        if snap.inputs.hash.is_empty() {
+            return Ok(None); // inputs not read yet; their first write wakes us
+        }
+        if let Some(last) = &*self.last.lock().unwrap() {
+            let elapsed = snap.at.saturating_duration_since(last.at);
+            if last.ok && last.same_inputs(&snap) && elapsed < self.period {
+                return Ok(Some(self.period - elapsed));
+            }
+        }
+        let input = Arc::new(self.input(&snap));
+        let started = Instant::now();
+        let result = self
+            .scheduler
+            .run(&snap.inputs.scheduler_hash, input.clone())
+            .await;
+        self.observer
+            .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
+        match result {
+            Ok(output) => {
+                let schedule = Schedule::new(output.data, input.now, self.identity.id.clone());
+                let current = self.out.schedule.get();
+                if current.as_ref().as_ref().map(|s| &s.hash) != Some(&schedule.hash) {
+                    if let Err(error) = self.persist.save(&schedule) {
+                        tracing::error!(%error, "Cannot persist the schedule; it is in force but will not survive a restart.");
+                    }
+                    tracing::info!(hash = %schedule.hash, "New schedule.");
+                    self.out.parents.set(vec![schedule.clone()]);
+                    self.out.schedule.set(Some(schedule));
+                    // Our own parents update must not count as a new input.
+                    snap.parents = self.store.parents.peek();
+                }
+                self.out.status.set(SchedulerStatus {
+                    last_input: Some(input.clone()),
+                    debug_info: Some(output.log),
+                    error: None,
+                    failure: None,
+                    last_success: Some(input.now),
+                });
+                snap.ok = true;
+                *self.last.lock().unwrap() = Some(snap);
+                Ok(Some(self.period))
+            }
+            Err(error) => {
+                let previous = self.out.status.get().last_success;
+                self.out.status.set(SchedulerStatus {
+                    last_input: Some(input),
+                    debug_info: Some(format!(
+                        "{}\n\n--- scheduler log ---\n{}",
+                        error.message, error.log
+                    )),
+                    error: Some(error.message.clone()),
+                    failure: Some(error.kind),
+                    last_success: previous,
+                });
+                *self.last.lock().unwrap() = Some(snap);
+                Err(error)
+            }
+        }
+    }
+}
+
+impl Reconciler for ScheduleController {
+    type Key = ();
+    type Error = SchedulerError;
+
+    fn name(&self) -> &'static str {
+        "schedule"
+    }
+
+    fn keys(&self) -> Vec<()> {
+        if self.store.election.peek().is_leader {
+            vec![()]
+        } else {
+            Vec::new()
+        }
+    }
+
+    fn reconcile(
+        self: Arc<Self>,
+        _key: (),
+    ) -> impl Future<Output = Result<Requeue, SchedulerError>> + Send {
+        async move { self.pass().await }
+    }
+
+    fn error_reason(&self, error: &SchedulerError) -> &'static str {
+        error.kind.label()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,185 @@
+//! The schedule controller under paused time with a fake scheduler.
+
+use std::sync::atomic::Ordering;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::driver::{Backoff, Driver, DriverConfig};
+use crate::election::ElectionState;
+use crate::store::StoreWriter;
+use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};
+
+struct Rig {
+    inputs: Field<Inputs>,
+    election: Field<ElectionState>,
+    store: Store,
+    scheduler: Arc<FakeScheduler>,
+    saved: Arc<MemoryScheduleStore>,
+    observer: Arc<CountingObserver>,
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+fn rig(leader: bool) -> Rig {
+    let writer = StoreWriter::new(None);
+    let store = writer.store();
+    let StoreWriter {
+        inputs: inputs_field,
+        election,
+        schedule,
+        scheduler: status,
+        parents,
+        ..
+    } = writer;
+    election.set(ElectionState {
+        is_leader: leader,
+        epoch: 1,
+        ..Default::default()
+    });
+    inputs_field.set(inputs(json!({"app": {"v1": {}}})));
+    let scheduler = Arc::new(FakeScheduler::default());
+    let saved = Arc::new(MemoryScheduleStore::default());
+    let observer = Arc::new(CountingObserver::default());
+    let controller = Arc::new(ScheduleController::new(
+        store.clone(),
+        ScheduleOutputs {
+            schedule,
+            status,
+            parents,
+        },
+        scheduler.clone(),
+        saved.clone(),
+        FakeClock::at(1_000),
+        observer.clone(),
+        Identity {
+            id: "aa".repeat(16),
+            hostname: "alpha".into(),
+        },
+        Duration::from_secs(10),
+    ));
+    let config = DriverConfig {
+        resync: Duration::from_secs(3600),
+        backoff: Backoff {
+            jitter: 0.0,
+            ..Backoff::default()
+        },
+        seed: 1,
+        ..DriverConfig::default()
+    };
+    let driver = Driver::new(controller, config)
+        .trigger(store.inputs.trigger())
+        .trigger(store.election.trigger())
+        .trigger(store.parents.trigger());
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(driver.run(stop.clone()));
+    Rig {
+        inputs: inputs_field,
+        election,
+        store,
+        scheduler,
+        saved,
+        observer,
+        stop,
+        handle,
+    }
+}
+
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(5)).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn leader_runs_the_scheduler_and_publishes_and_persists() {
+    let rig = rig(true);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    let schedule = rig.store.schedule.peek();
+    let schedule = schedule.as_ref().as_ref().expect("a schedule");
+    assert_eq!(*schedule.data, json!({"echo": {"app": {"v1": {}}}}));
+    assert_eq!(schedule.origin, "aa".repeat(16));
+    schedule.verify().unwrap();
+    assert_eq!(rig.saved.saved.lock().unwrap().len(), 1);
+    let input = &rig.scheduler.inputs.lock().unwrap()[0];
+    assert_eq!(input.current_host, "alpha");
+    assert!(input.parents.is_empty(), "a brand-new node has no parents");
+    rig.stop.cancel();
+    rig.handle.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn input_change_reruns_and_same_output_changes_nothing() {
+    let rig = rig(true);
+    settle().await;
+    let first = rig.store.schedule.peek();
+    // The period passes: a rerun with the same output keeps the same schedule snapshot.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    assert!(
+        Arc::ptr_eq(&first, &rig.store.schedule.peek()),
+        "same hash keeps the schedule"
+    );
+    assert_eq!(rig.saved.saved.lock().unwrap().len(), 1);
+    // The second run got the first schedule as its parent.
+    assert_eq!(rig.scheduler.inputs.lock().unwrap()[1].parents.len(), 1);
+    rig.inputs.set(inputs(json!({"app": {"v2": {}}})));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 3);
+    let schedule = rig.store.schedule.peek();
+    assert_eq!(
+        schedule.as_ref().as_ref().unwrap().data["echo"]["app"]["v2"],
+        json!({})
+    );
+    // No rerun before the period without a change.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(rig.scheduler.runs(), 3);
+    rig.stop.cancel();
+    rig.handle.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn failure_keeps_the_last_good_schedule_and_retries() {
+    let rig = rig(true);
+    settle().await;
+    let good = rig.store.schedule.peek();
+    rig.scheduler.fail_next("main.lua:3: boom");
+    rig.inputs.set(inputs(json!({"app": {"v3": {}}})));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    assert!(
+        Arc::ptr_eq(&good, &rig.store.schedule.peek()),
+        "old schedule kept"
+    );
+    let status = rig.store.scheduler.peek();
+    assert_eq!(status.error.as_deref(), Some("main.lua:3: boom"));
+    assert!(status.last_input.is_some());
+    assert_eq!(rig.observer.failures.load(Ordering::SeqCst), 1);
+    // Backoff retry after 1 s succeeds and clears the error.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(rig.scheduler.runs(), 3);
+    assert!(rig.store.scheduler.peek().error.is_none());
+    let schedule = rig.store.schedule.peek();
+    assert_eq!(
+        schedule.as_ref().as_ref().unwrap().data["echo"]["app"]["v3"],
+        json!({})
+    );
+    rig.stop.cancel();
+    rig.handle.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn follower_does_not_schedule_until_it_leads() {
+    let rig = rig(false);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 0);
+    rig.election.set(ElectionState {
+        is_leader: true,
+        epoch: 2,
+        ..Default::default()
+    });
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    rig.stop.cancel();
+    rig.handle.await.unwrap();
+}

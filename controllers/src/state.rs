@@ -1,0 +1,178 @@
+//! Typed observed and desired state shared by the controllers and the HTTP API.
+//!
+//! `serde_json::Value` appears only where the data really is user-defined JSON: the runtime
+//! tree, schedule `data` and action bodies.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::hash::schedule_hash;
+
+/// A machine id: 32 lowercase hex characters (16 bytes on the wire).
+pub type NodeId = String;
+
+/// The schedule envelope, as stored on disk and served at `/v1/schedule` (verwalter 0.13 shape).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Schedule {
+    /// Wall-clock milliseconds when the leader produced it.
+    pub timestamp: u64,
+    /// [`schedule_hash`] of `data`.
+    pub hash: String,
+    /// The scheduler's output: a JSON object.
+    pub data: Arc<Value>,
+    /// Machine id of the leader that produced it.
+    pub origin: NodeId,
+}
+
+/// What peers tell each other about a schedule (timestamp, hash, origin).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScheduleStamp {
+    pub timestamp: u64,
+    pub hash: String,
+    pub origin: NodeId,
+}
+
+/// A schedule whose `hash` does not match its `data`.
+#[derive(Debug, thiserror::Error)]
+#[error("schedule hash mismatch: envelope says {claimed}, data hashes to {actual}")]
+pub struct HashMismatch {
+    pub claimed: String,
+    pub actual: String,
+}
+
+impl Schedule {
+    /// Wraps scheduler output into an envelope, computing its hash.
+    pub fn new(data: Value, timestamp: u64, origin: NodeId) -> Schedule {
+        let hash = schedule_hash(&data);
+        Schedule {
+            timestamp,
+            hash,
+            data: Arc::new(data),
+            origin,
+        }
+    }
+
+    /// Checks that `hash` matches `data` (schedules read from disk or from peers).
+    pub fn verify(&self) -> Result<(), HashMismatch> {
+        let actual = schedule_hash(&self.data);
+        if actual == self.hash {
+            Ok(())
+        } else {
+            Err(HashMismatch {
+                claimed: self.hash.clone(),
+                actual,
+            })
+        }
+    }
+
+    pub fn stamp(&self) -> ScheduleStamp {
+        ScheduleStamp {
+            timestamp: self.timestamp,
+            hash: self.hash.clone(),
+            origin: self.origin.clone(),
+        }
+    }
+}
+
+/// A problem with one input file; the rest of the inputs are still used.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputError {
+    /// Path relative to the config dir, e.g. `runtime/app/v1.yaml`.
+    pub path: String,
+    /// 1-based line, where the parser knows it.
+    pub line: Option<u64>,
+    pub message: String,
+}
+
+impl std::fmt::Display for InputError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: {}", self.path, line, self.message),
+            None => write!(f, "{}: {}", self.path, self.message),
+        }
+    }
+}
+
+/// The config dir as last read: runtime tree, scheduler sources and their content hashes.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Inputs {
+    /// The runtime tree (`runtime/**`), a JSON object.
+    pub runtime: Arc<Value>,
+    /// Content hash of `scheduler/v1/**`; the Lua sandbox reloads when it changes.
+    pub scheduler_hash: String,
+    /// Content hash over runtime and scheduler files together.
+    pub hash: String,
+    /// Unreadable or invalid files, sorted by path.
+    pub errors: Vec<InputError>,
+}
+
+/// A peer as the scheduler and `/v1/peers` see it (verwalter 0.13 shape).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Peer {
+    pub id: NodeId,
+    /// `ip:port` of the peer's verwalter, when known.
+    pub addr: Option<String>,
+    pub name: String,
+    pub hostname: String,
+    /// The last schedule stamp the peer reported.
+    pub schedule: Option<ScheduleStamp>,
+    pub known_since: u64,
+    pub last_report_direct: Option<u64>,
+    /// Failing roles and error domains the peer reported.
+    pub errors: u64,
+}
+
+/// The peer list and when it was last refreshed.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Peers {
+    /// Other nodes, keyed by id; never includes this node.
+    pub peers: BTreeMap<NodeId, Peer>,
+    /// Wall-clock ms of the last refresh, `None` before the first one.
+    pub timestamp: Option<u64>,
+}
+
+/// Pending operator actions, keyed by action id (`unix_seconds * 1000 + n`).
+pub type Actions = BTreeMap<u64, Value>;
+
+/// Everything the scheduler gets, in verwalter 0.13's shape (`/v1/scheduler_input`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SchedulerInput {
+    pub now: u64,
+    pub current_host: String,
+    pub current_id: NodeId,
+    /// The `data` of each parent schedule.
+    pub parents: Vec<Arc<Value>>,
+    pub actions: Actions,
+    pub runtime: Arc<Value>,
+    /// Other nodes (never this one), keyed by id.
+    pub peers: BTreeMap<NodeId, Peer>,
+    /// Always an empty object, as in verwalter 0.13.
+    pub metrics: Value,
+}
+
+/// What a successful scheduler run returned.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedulerOutput {
+    /// The schedule data: a JSON object.
+    pub data: Value,
+    /// The scheduler's log text.
+    pub log: String,
+}
+
+/// The scheduler as the API and metrics see it: last input, log, error.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SchedulerStatus {
+    /// The input of the last run (kept after a failed run, for debugging).
+    pub last_input: Option<Arc<SchedulerInput>>,
+    /// Log text of the last run, or the error and log of a failed one.
+    pub debug_info: Option<String>,
+    /// The error of the last run; `None` after a success.
+    pub error: Option<String>,
+    /// What kind of failure `error` is.
+    pub failure: Option<crate::ports::SchedulerFailure>,
+    /// Wall-clock ms of the last successful run.
+    pub last_success: Option<u64>,
+}

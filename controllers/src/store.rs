@@ -1,0 +1,200 @@
+//! The shared store: typed fields, cheap `Arc` snapshots for readers, one writer per field.
+//!
+//! Every field is a `tokio::sync::watch` channel holding an `Arc<T>`. A [`Field`] is the only
+//! writer of its value and is not `Clone`; [`Reader`]s are cloned freely. A write that leaves the
+//! value equal to what it was wakes no one, so controllers that wake on changes never spin on
+//! no-op updates, and a changed `Arc` pointer always means changed content.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use tokio::sync::watch;
+
+use crate::election::ElectionState;
+use crate::state::{Actions, Inputs, Peers, Schedule, SchedulerStatus};
+
+/// The single writer of one store field.
+#[derive(Debug)]
+pub struct Field<T> {
+    tx: watch::Sender<Arc<T>>,
+}
+
+/// A reader of one store field: snapshots and change notifications.
+#[derive(Debug)]
+pub struct Reader<T> {
+    rx: watch::Receiver<Arc<T>>,
+}
+
+impl<T> Clone for Reader<T> {
+    fn clone(&self) -> Self {
+        Reader {
+            rx: self.rx.clone(),
+        }
+    }
+}
+
+impl<T: PartialEq + Send + Sync + 'static> Field<T> {
+    pub fn new(initial: T) -> Field<T> {
+        let (tx, _rx) = watch::channel(Arc::new(initial));
+        Field { tx }
+    }
+
+    /// Replaces the value; returns whether it changed (and so whether readers were woken).
+    pub fn set(&self, value: T) -> bool {
+        self.tx.send_if_modified(|current| {
+            if **current == value {
+                false
+            } else {
+                *current = Arc::new(value);
+                true
+            }
+        })
+    }
+
+    /// Edits a copy of the value and stores it if it differs.
+    pub fn update(&self, edit: impl FnOnce(&mut T)) -> bool
+    where
+        T: Clone,
+    {
+        let mut value = T::clone(&self.get());
+        edit(&mut value);
+        self.set(value)
+    }
+
+    pub fn get(&self) -> Arc<T> {
+        self.tx.borrow().clone()
+    }
+
+    pub fn reader(&self) -> Reader<T> {
+        Reader {
+            rx: self.tx.subscribe(),
+        }
+    }
+}
+
+impl<T: Send + Sync + 'static> Reader<T> {
+    /// The current snapshot; marks it as seen for [`Reader::changed`].
+    pub fn get(&mut self) -> Arc<T> {
+        self.rx.borrow_and_update().clone()
+    }
+
+    /// The current snapshot without touching the seen mark (for shared readers).
+    pub fn peek(&self) -> Arc<T> {
+        self.rx.borrow().clone()
+    }
+
+    /// Waits until the value changes after the last [`Reader::get`]. Never returns once the
+    /// writer is gone (the daemon is shutting down; the shutdown signal wakes controllers).
+    pub async fn changed(&mut self) {
+        if self.rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// A boxed wake source for the controller [`Driver`](crate::driver::Driver).
+    pub fn trigger(&self) -> Box<dyn Trigger> {
+        Box::new(self.clone())
+    }
+}
+
+/// Something a controller wakes on: resolves when a watched value changed.
+pub trait Trigger: Send {
+    fn changed(&mut self) -> BoxFuture<'_, ()>;
+}
+
+impl<T: Send + Sync + 'static> Trigger for Reader<T> {
+    fn changed(&mut self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            Reader::changed(self).await;
+            // Mark the new value seen so the next call waits for the next change.
+            self.rx.borrow_and_update();
+        })
+    }
+}
+
+/// Read access to every field of the store; cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Store {
+    /// Observed: the config dir (runtime tree, scheduler sources).
+    pub inputs: Reader<Inputs>,
+    /// Observed: other nodes.
+    pub peers: Reader<Peers>,
+    /// Observed: this node's election state.
+    pub election: Reader<ElectionState>,
+    /// Desired: operator actions waiting for a scheduler run.
+    pub actions: Reader<Actions>,
+    /// Observed: schedules the next scheduler run gets as `parents`.
+    pub parents: Reader<Vec<Schedule>>,
+    /// Desired: the schedule in force on this node.
+    pub schedule: Reader<Option<Schedule>>,
+    /// Observed: the scheduler's last input, log and error.
+    pub scheduler: Reader<SchedulerStatus>,
+}
+
+/// The writers of every field; the daemon's wiring hands each to the one task that owns it.
+#[derive(Debug)]
+pub struct StoreWriter {
+    pub inputs: Field<Inputs>,
+    pub peers: Field<Peers>,
+    pub election: Field<ElectionState>,
+    pub actions: Field<Actions>,
+    pub parents: Field<Vec<Schedule>>,
+    pub schedule: Field<Option<Schedule>>,
+    pub scheduler: Field<SchedulerStatus>,
+}
+
+impl StoreWriter {
+    /// A store with empty defaults, except the schedule loaded from disk (if any).
+    pub fn new(schedule: Option<Schedule>) -> StoreWriter {
+        StoreWriter {
+            inputs: Field::new(Inputs::default()),
+            peers: Field::new(Peers::default()),
+            election: Field::new(ElectionState::default()),
+            actions: Field::new(Actions::new()),
+            parents: Field::new(schedule.iter().cloned().collect()),
+            schedule: Field::new(schedule),
+            scheduler: Field::new(SchedulerStatus::default()),
+        }
+    }
+
+    pub fn store(&self) -> Store {
+        Store {
+            inputs: self.inputs.reader(),
+            peers: self.peers.reader(),
+            election: self.election.reader(),
+            actions: self.actions.reader(),
+            parents: self.parents.reader(),
+            schedule: self.schedule.reader(),
+            scheduler: self.scheduler.reader(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_write_that_changes_nothing_wakes_no_one() {
+        let field = Field::new(1u32);
+        let mut reader = field.reader();
+        assert_eq!(*reader.get(), 1);
+        assert!(!field.set(1));
+        let woke =
+            tokio::time::timeout(std::time::Duration::from_millis(20), reader.changed()).await;
+        assert!(woke.is_err(), "an equal write must not wake readers");
+        assert!(field.set(2));
+        reader.changed().await;
+        assert_eq!(*reader.get(), 2);
+    }
+
+    #[tokio::test]
+    async fn update_edits_a_copy_and_keeps_old_snapshots_intact() {
+        let field = Field::new(vec![1, 2]);
+        let before = field.reader().get();
+        assert!(field.update(|v| v.push(3)));
+        assert_eq!(*before, vec![1, 2]);
+        assert_eq!(*field.get(), vec![1, 2, 3]);
+        assert!(!field.update(|_| {}));
+    }
+}

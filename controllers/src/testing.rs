@@ -1,0 +1,152 @@
+//! Fakes of the ports and fixtures, for tests here and in the daemon crate.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+
+use crate::ports::{Clock, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure};
+use crate::schedule::ScheduleObserver;
+use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
+
+/// A scheduler that returns queued results (or echoes `runtime` as the schedule) and records
+/// every input it got.
+#[derive(Default)]
+pub struct FakeScheduler {
+    pub inputs: Mutex<Vec<Arc<SchedulerInput>>>,
+    pub results: Mutex<VecDeque<Result<Value, SchedulerError>>>,
+}
+
+impl FakeScheduler {
+    pub fn runs(&self) -> usize {
+        self.inputs.lock().unwrap().len()
+    }
+
+    /// The next run fails with this message.
+    pub fn fail_next(&self, message: &str) {
+        self.results.lock().unwrap().push_back(Err(SchedulerError {
+            kind: SchedulerFailure::Runtime,
+            message: message.into(),
+            log: String::new(),
+        }));
+    }
+}
+
+impl Scheduler for FakeScheduler {
+    fn run(
+        &self,
+        _code_version: &str,
+        input: Arc<SchedulerInput>,
+    ) -> BoxFuture<'static, Result<SchedulerOutput, SchedulerError>> {
+        self.inputs.lock().unwrap().push(input.clone());
+        let queued = self.results.lock().unwrap().pop_front();
+        let result = match queued {
+            Some(result) => result,
+            None => Ok(json!({"echo": *input.runtime})),
+        };
+        Box::pin(async move {
+            result.map(|data| SchedulerOutput {
+                data,
+                log: "fake log".into(),
+            })
+        })
+    }
+}
+
+/// Records saved schedules.
+#[derive(Default)]
+pub struct MemoryScheduleStore {
+    pub saved: Mutex<Vec<Schedule>>,
+}
+
+impl ScheduleStore for MemoryScheduleStore {
+    fn save(&self, schedule: &Schedule) -> Result<(), String> {
+        self.saved.lock().unwrap().push(schedule.clone());
+        Ok(())
+    }
+}
+
+/// A settable wall clock.
+#[derive(Debug, Default)]
+pub struct FakeClock(pub AtomicU64);
+
+impl FakeClock {
+    pub fn at(ms: u64) -> Arc<FakeClock> {
+        Arc::new(FakeClock(AtomicU64::new(ms)))
+    }
+    pub fn advance(&self, d: Duration) {
+        self.0.fetch_add(d.as_millis() as u64, Ordering::SeqCst);
+    }
+}
+
+impl Clock for FakeClock {
+    fn now_ms(&self) -> u64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// Counts scheduler outcomes.
+#[derive(Debug, Default)]
+pub struct CountingObserver {
+    pub runs: AtomicU64,
+    pub failures: AtomicU64,
+}
+
+impl ScheduleObserver for CountingObserver {
+    fn run(&self, failure: Option<SchedulerFailure>, _duration: Duration) {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if failure.is_some() {
+            self.failures.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Builder for test schedules: `Schedule::test().with_role("web", "v2").build()`.
+#[derive(Debug, Clone)]
+pub struct ScheduleBuilder {
+    data: Value,
+    timestamp: u64,
+    origin: String,
+}
+
+impl Schedule {
+    pub fn test() -> ScheduleBuilder {
+        ScheduleBuilder {
+            data: json!({"roles": {}, "nodes": {}, "vars": {}}),
+            timestamp: 1_500_000_000_000,
+            origin: "0123456789abcdef0123456789abcdef".into(),
+        }
+    }
+}
+
+impl ScheduleBuilder {
+    pub fn with_role(mut self, role: &str, version: &str) -> Self {
+        self.data["roles"][role] = json!({"version": version});
+        self
+    }
+    pub fn with_node_role(mut self, node: &str, role: &str, vars: Value) -> Self {
+        self.data["nodes"][node]["roles"][role] = vars;
+        self
+    }
+    pub fn at(mut self, timestamp: u64) -> Self {
+        self.timestamp = timestamp;
+        self
+    }
+    pub fn build(self) -> Schedule {
+        Schedule::new(self.data, self.timestamp, self.origin)
+    }
+}
+
+/// Inputs with a runtime tree and hashes derived from it.
+pub fn inputs(runtime: Value) -> Inputs {
+    let hash = crate::hash::schedule_hash(&runtime);
+    Inputs {
+        runtime: Arc::new(runtime),
+        scheduler_hash: "code-1".into(),
+        hash,
+        errors: Vec::new(),
+    }
+}
