@@ -1,1 +1,19 @@
+//! verwalter: the node daemon that keeps a cluster's services configured.
+//!
+//! This crate holds the adapters that touch the world and the binary; the decisions live in
+//! `verwalter-controllers`. A tour:
+//! - [`config`]: daemon settings from the command line and an optional settings file.
+//! - [`inputs`]: reads `/etc/verwalter` (runtime tree, scheduler sources) and watches it.
+//! - [`lua`]: the sandboxed Lua scheduler.
+//! - [`state_dir`]: `/var/lib/verwalter`, where the schedule in force is persisted.
+//! - [`http`]: the HTTP API and `/metrics`.
+//! - [`metrics`]: the Prometheus families.
+//! - [`daemon`]: wires it all together under one shutdown signal.
 
+pub mod config;
+pub mod daemon;
+pub mod http;
+pub mod inputs;
+pub mod lua;
+pub mod metrics;
+pub mod state_dir;

@@ -1,1 +1,258 @@
-fn main() {}
+//! The `verwalter` command: the daemon (`run`) and the offline tools (`check`, `schedule`).
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+use tracing_subscriber::EnvFilter;
+use verwalter::config::{Config, RunArgs, parse_machine_id};
+use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
+use verwalter::lua::{Limits, Sandbox};
+use verwalter_controllers::ports::{Clock, SystemClock};
+use verwalter_controllers::state::{Schedule, SchedulerInput};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "verwalter",
+    version,
+    about = "Keeps a cluster's services configured.",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    /// Without a subcommand, the daemon runs with these flags (as verwalter 0.13 did).
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the daemon.
+    Run(RunArgs),
+    /// Validate a config dir: every runtime file parses and the scheduler runs once.
+    Check(OfflineArgs),
+    /// Run the scheduler once and print the schedule (stdout) and its log (stderr).
+    Schedule(ScheduleArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct OfflineArgs {
+    /// Config dir to use
+    #[arg(long, value_name = "DIR", default_value = "/etc/verwalter")]
+    config_dir: PathBuf,
+    /// `current_host` for the scheduler [default: the system's host name]
+    #[arg(long)]
+    hostname: Option<String>,
+    /// `current_id` for the scheduler [default: /etc/machine-id, or zeros]
+    #[arg(long, value_name = "HEX")]
+    override_machine_id: Option<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ScheduleArgs {
+    #[command(flatten)]
+    offline: OfflineArgs,
+    /// Scheduler input as served by `/v1/scheduler_input` (replaces runtime, peers, parents...)
+    #[arg(long, value_name = "FILE")]
+    input: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Run(args)) => run(&args),
+        None => run(&cli.run),
+        Some(Command::Check(args)) => {
+            init_logs("warn");
+            check(&args)
+        }
+        Some(Command::Schedule(args)) => {
+            init_logs("warn");
+            schedule(&args)
+        }
+    }
+}
+
+fn init_logs(default: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn run(args: &RunArgs) -> ExitCode {
+    init_logs("info");
+    let config = match Config::load(args) {
+        Ok(config) => config,
+        Err(error) => {
+            eprintln!("verwalter: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("verwalter: cannot start the async runtime: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("Shutting down.");
+            signals.cancel();
+        });
+        match verwalter::daemon::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(%error, "Cannot start.");
+                eprintln!("verwalter: {error}");
+                ExitCode::from(3)
+            }
+        }
+    })
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+}
+
+/// The scheduler input an offline run uses: the config dir's runtime, no peers, no parents.
+fn offline_input(args: &OfflineArgs, runtime: Arc<serde_json::Value>) -> SchedulerInput {
+    let current_id = args
+        .override_machine_id
+        .as_deref()
+        .and_then(|id| parse_machine_id(id).ok())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/machine-id")
+                .ok()
+                .and_then(|t| parse_machine_id(&t).ok())
+        })
+        .unwrap_or_else(|| "0".repeat(32));
+    let current_host = args
+        .hostname
+        .clone()
+        .or_else(|| {
+            nix::unistd::gethostname()
+                .ok()
+                .and_then(|h| h.into_string().ok())
+        })
+        .unwrap_or_default();
+    SchedulerInput {
+        now: SystemClock.now_ms(),
+        current_host,
+        current_id,
+        parents: Vec::new(),
+        actions: Default::default(),
+        runtime,
+        peers: Default::default(),
+        metrics: serde_json::json!({}),
+    }
+}
+
+fn check(args: &OfflineArgs) -> ExitCode {
+    let dir = &args.config_dir;
+    let inputs = read_inputs(dir);
+    let mut problems: Vec<String> = inputs
+        .errors
+        .iter()
+        .map(|e| format!("{}: {e}", dir.display()))
+        .collect();
+    if scheduler_dir(dir).join("main.lua").is_file() {
+        let input = offline_input(args, inputs.runtime.clone());
+        match Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())
+            .and_then(|s| s.run(&input))
+        {
+            Ok(output) => {
+                let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+                if problems.is_empty() {
+                    println!(
+                        "{}: ok; the scheduler returned a schedule with hash {}",
+                        dir.display(),
+                        schedule.hash
+                    );
+                }
+            }
+            Err(error) => problems.push(format!(
+                "{}: scheduler ({}): {}",
+                dir.display(),
+                error.kind.label(),
+                error.message
+            )),
+        }
+    }
+    if problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        for problem in &problems {
+            eprintln!("{problem}");
+        }
+        eprintln!("{} problem(s) found", problems.len());
+        ExitCode::from(1)
+    }
+}
+
+fn read_input_file(path: &Path) -> Result<SchedulerInput, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{}:{}: {e}", path.display(), e.line()))
+}
+
+fn schedule(args: &ScheduleArgs) -> ExitCode {
+    let dir = &args.offline.config_dir;
+    let input = match &args.input {
+        Some(path) => match read_input_file(path) {
+            Ok(input) => input,
+            Err(problem) => {
+                eprintln!("{problem}");
+                return ExitCode::from(1);
+            }
+        },
+        None => {
+            let inputs = read_inputs(dir);
+            for error in &inputs.errors {
+                eprintln!("warning: {}: {error}", dir.display());
+            }
+            offline_input(&args.offline, inputs.runtime.clone())
+        }
+    };
+    let result = Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())
+        .and_then(|s| s.run(&input));
+    match result {
+        Ok(output) => {
+            let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&schedule).expect("a schedule serializes")
+            );
+            eprintln!("--- scheduler log ---\n{}", output.log);
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("--- scheduler log ---\n{}", error.log);
+            eprintln!(
+                "{}: scheduler ({}): {}",
+                dir.display(),
+                error.kind.label(),
+                error.message
+            );
+            ExitCode::from(1)
+        }
+    }
+}

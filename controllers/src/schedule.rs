@@ -199,11 +199,8 @@ impl Reconciler for ScheduleController {
         }
     }
 
-    fn reconcile(
-        self: Arc<Self>,
-        _key: (),
-    ) -> impl Future<Output = Result<Requeue, SchedulerError>> + Send {
-        async move { self.pass().await }
+    async fn reconcile(self: Arc<Self>, _key: ()) -> Result<Requeue, SchedulerError> {
+        self.pass().await
     }
 
     fn error_reason(&self, error: &SchedulerError) -> &'static str {

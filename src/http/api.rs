@@ -1,0 +1,297 @@
+//! Handlers of the `/v1/` routes, `/metrics` and the index page.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{Html, IntoResponse, Response};
+use serde::Serialize;
+use serde_json::{Value, json};
+use verwalter_controllers::election::ElectionState;
+use verwalter_controllers::ports::SchedulerFailure;
+
+use super::{ApiError, AppState};
+
+/// `/v1/status`, verwalter 0.13's shape.
+#[derive(Debug, Serialize)]
+pub struct Status {
+    pub version: String,
+    pub id: String,
+    pub name: String,
+    pub hostname: String,
+    pub peers: usize,
+    pub peers_timestamp: Option<u64>,
+    pub leader: Option<LeaderInfo>,
+    pub roles: usize,
+    pub last_stable_timestamp: Option<u64>,
+    pub num_errors: usize,
+    pub errors: BTreeMap<String, String>,
+    pub failed_roles: Vec<String>,
+    pub debug_force_leader: bool,
+    pub metrics: BTreeMap<&'static str, u64>,
+    pub fetch_state: Value,
+    pub election_state: ElectionState,
+    pub schedule_id: Option<String>,
+    pub schedule_status: &'static str,
+    pub default_frontend: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LeaderInfo {
+    pub id: String,
+    pub name: String,
+    pub hostname: String,
+    pub addr: Option<String>,
+    pub schedule: Option<String>,
+}
+
+/// The version string peers and tools see, `v` + the package version as in 0.13.
+pub fn version() -> String {
+    format!("v{}", env!("CARGO_PKG_VERSION"))
+}
+
+/// Role names a schedule mentions: keys of `roles` and of every node's `roles`.
+fn all_roles(data: &Value) -> std::collections::BTreeSet<&str> {
+    let mut roles: std::collections::BTreeSet<&str> = data
+        .get("roles")
+        .and_then(Value::as_object)
+        .into_iter()
+        .flat_map(|m| m.keys().map(String::as_str))
+        .collect();
+    if let Some(nodes) = data.get("nodes").and_then(Value::as_object) {
+        for node in nodes.values() {
+            if let Some(node_roles) = node.get("roles").and_then(Value::as_object) {
+                roles.extend(node_roles.keys().map(String::as_str));
+            }
+        }
+    }
+    roles
+}
+
+pub fn build_status(state: &AppState) -> Status {
+    let store = &state.store;
+    let node = &state.node;
+    let election = store.election.peek();
+    let peers = store.peers.peek();
+    let schedule = store.schedule.peek();
+    let schedule = schedule.as_ref().as_ref();
+    let scheduler = store.scheduler.peek();
+    let inputs = store.inputs.peek();
+
+    let mut errors = BTreeMap::new();
+    for error in &inputs.errors {
+        let message = match error.line {
+            Some(line) => format!("line {line}: {}", error.message),
+            None => error.message.clone(),
+        };
+        errors.insert(error.path.clone(), message);
+    }
+    if let Some(message) = &scheduler.error {
+        let domain = if scheduler.failure == Some(SchedulerFailure::Load) {
+            "scheduler_load"
+        } else {
+            "scheduler"
+        };
+        errors.insert(domain.into(), message.clone());
+    }
+    let leader = if election.is_leader {
+        Some(LeaderInfo {
+            id: node.id.clone(),
+            name: node.name.clone(),
+            hostname: node.hostname.clone(),
+            addr: Some(node.addr.clone()),
+            schedule: schedule.map(|s| s.hash.clone()),
+        })
+    } else {
+        election
+            .leader
+            .as_ref()
+            .and_then(|id| peers.peers.get(id))
+            .map(|peer| LeaderInfo {
+                id: peer.id.clone(),
+                name: peer.name.clone(),
+                hostname: peer.hostname.clone(),
+                addr: peer.addr.clone(),
+                schedule: peer.schedule.as_ref().map(|s| s.hash.clone()),
+            })
+    };
+    let (fetch_state, schedule_status) = match (election.is_leader, election.is_stable, schedule) {
+        (true, _, Some(_)) => (json!({"state": "StableLeader"}), "ok"),
+        (true, _, None) => (json!({"state": "StableLeader"}), "waiting"),
+        (false, true, Some(_)) => (
+            json!({"state": "Replicating", "leader": election.leader, "schedule": null}),
+            "ok",
+        ),
+        (false, true, None) => (
+            json!({"state": "Replicating", "leader": election.leader, "schedule": null}),
+            "fetching",
+        ),
+        (false, false, _) => (json!({"state": "Unstable"}), "unstable"),
+    };
+    let failed_roles: Vec<String> = Vec::new();
+    let metrics = BTreeMap::from([
+        (
+            "scheduler_succeeded",
+            state
+                .metrics
+                .scheduler_runs
+                .get()
+                .saturating_sub(failures(state)),
+        ),
+        ("scheduler_failed", failures(state)),
+        ("input_errors", inputs.errors.len() as u64),
+    ]);
+    Status {
+        version: version(),
+        id: node.id.clone(),
+        name: node.name.clone(),
+        hostname: node.hostname.clone(),
+        peers: peers.peers.len(),
+        peers_timestamp: peers.timestamp,
+        leader,
+        roles: schedule.map_or(0, |s| all_roles(&s.data).len()),
+        last_stable_timestamp: election.last_stable_timestamp,
+        num_errors: errors.len() + failed_roles.len(),
+        errors,
+        failed_roles,
+        debug_force_leader: node.debug_force_leader,
+        metrics,
+        fetch_state,
+        election_state: (*election).clone(),
+        schedule_id: schedule.map(|s| s.hash.clone()),
+        schedule_status,
+        default_frontend: node.default_frontend.clone(),
+    }
+}
+
+fn failures(state: &AppState) -> u64 {
+    let family = &state.metrics.scheduler_failures;
+    [
+        "load",
+        "runtime",
+        "timeout",
+        "memory",
+        "bad_output",
+        "internal",
+    ]
+    .iter()
+    .map(|reason| family.with_label_values(&[*reason]).get())
+    .sum()
+}
+
+pub async fn status(State(state): State<AppState>) -> Json<Status> {
+    Json(build_status(&state))
+}
+
+pub async fn schedule(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let schedule = state.store.schedule.peek();
+    match schedule.as_ref() {
+        Some(schedule) => Ok(Json(schedule).into_response()),
+        None => Err(ApiError::NotFound("no schedule yet".into())),
+    }
+}
+
+pub async fn scheduler_input(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let status = state.store.scheduler.peek();
+    match &status.last_input {
+        Some(input) => Ok(Json(&**input).into_response()),
+        None => Err(ApiError::NotFound(
+            "the scheduler has not run on this node".into(),
+        )),
+    }
+}
+
+pub async fn scheduler_debug_info(State(state): State<AppState>) -> Result<Response, ApiError> {
+    let status = state.store.scheduler.peek();
+    match &status.debug_info {
+        Some(text) => Ok((
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            text.clone(),
+        )
+            .into_response()),
+        None => Err(ApiError::NotFound(
+            "the scheduler has not run on this node".into(),
+        )),
+    }
+}
+
+pub async fn election(State(state): State<AppState>) -> Json<ElectionState> {
+    Json((*state.store.election.peek()).clone())
+}
+
+pub async fn peers(State(state): State<AppState>) -> Json<Value> {
+    let peers = state.store.peers.peek();
+    let list: Vec<Value> = peers
+        .peers
+        .values()
+        .map(|p| {
+            json!({
+                "id": p.id, "primary_addr": p.addr, "name": p.name, "hostname": p.hostname,
+                "known_since": p.known_since, "last_report_direct": p.last_report_direct, "errors": p.errors,
+            })
+        })
+        .collect();
+    Json(Value::Array(list))
+}
+
+pub async fn metrics(State(state): State<AppState>) -> Response {
+    let text = state.metrics.render(&state.store);
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        text,
+    )
+        .into_response()
+}
+
+/// A plain page with links to the API until the web frontend lands.
+pub async fn index(State(state): State<AppState>) -> Html<String> {
+    let status = build_status(&state);
+    let links: String = [
+        "status",
+        "schedule",
+        "scheduler_input",
+        "scheduler_debug_info",
+        "election",
+        "peers",
+    ]
+    .iter()
+    .map(|n| format!("<li><a href=\"/v1/{n}.pretty\">/v1/{n}</a></li>"))
+    .collect();
+    Html(format!(
+        "<!doctype html><meta charset=utf-8><title>verwalter {name}</title>\
+         <h1>verwalter {version} on {name}</h1>\
+         <p>Leader: {leader}. Schedule: {schedule}. Errors: {errors}.</p>\
+         <ul>{links}<li><a href=\"/metrics\">/metrics</a></li></ul>",
+        name = html_escape(&status.name),
+        version = status.version,
+        leader = status
+            .leader
+            .as_ref()
+            .map_or("none".to_string(), |l| html_escape(&l.name)),
+        schedule = status.schedule_id.as_deref().unwrap_or("none yet"),
+        errors = status.num_errors,
+    ))
+}
+
+fn html_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+pub async fn unknown_api(uri: Uri) -> ApiError {
+    ApiError::NotFound(format!("no API route {}", uri.path()))
+}
+
+pub async fn not_found(uri: Uri) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        format!("404 Not Found: {}\n", uri.path()),
+    )
+        .into_response()
+}

@@ -1,0 +1,111 @@
+//! The HTTP API (verwalter 0.13's routes and shapes) and `/metrics`.
+//!
+//! [`router`] builds the whole app from its state, apart from serving, so tests call it without
+//! a socket. Every `/v1/<name>` route also answers as `/v1/<name>.json` (the same) and
+//! `/v1/<name>.pretty` (indented JSON).
+
+mod api;
+mod error;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::{HeaderValue, header};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{MethodRouter, get};
+use verwalter_controllers::store::Store;
+
+pub use error::ApiError;
+
+use crate::metrics::Metrics;
+
+/// Who this node is, for `/v1/status` and friends.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: String,
+    pub name: String,
+    pub hostname: String,
+    /// `host:port` the API listens on.
+    pub addr: String,
+    pub debug_force_leader: bool,
+    pub default_frontend: String,
+}
+
+/// What every handler gets.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub store: Store,
+    pub metrics: Arc<Metrics>,
+    pub node: Arc<NodeInfo>,
+}
+
+/// Largest body the `.pretty` formatter re-reads; far above any schedule we serve.
+const PRETTY_LIMIT: usize = 256 << 20;
+
+/// The whole HTTP app.
+pub fn router(state: AppState) -> Router {
+    let mut app = Router::new();
+    for (name, route) in [
+        ("status", get(api::status)),
+        ("schedule", get(api::schedule)),
+        ("scheduler_input", get(api::scheduler_input)),
+        ("scheduler_debug_info", get(api::scheduler_debug_info)),
+        ("election", get(api::election)),
+        ("peers", get(api::peers)),
+    ] {
+        app = with_formats(app, name, route);
+    }
+    app.route("/metrics", get(api::metrics))
+        .route("/", get(api::index))
+        .route("/v1/{*rest}", axum::routing::any(api::unknown_api))
+        .fallback(api::not_found)
+        .layer(middleware::from_fn(pretty))
+        .with_state(state)
+}
+
+fn with_formats(
+    app: Router<AppState>,
+    name: &str,
+    route: MethodRouter<AppState>,
+) -> Router<AppState> {
+    app.route(&format!("/v1/{name}"), route.clone())
+        .route(&format!("/v1/{name}.json"), route.clone())
+        .route(&format!("/v1/{name}.pretty"), route)
+}
+
+/// Re-indents JSON responses of `.pretty` routes.
+async fn pretty(request: Request, next: Next) -> Response {
+    let wants_pretty = request.uri().path().ends_with(".pretty");
+    let response = next.run(request).await;
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !wants_pretty || !is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, PRETTY_LIMIT).await else {
+        return ApiError::Internal("response too large to indent".into()).into_response_owned();
+    };
+    let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(value) => {
+            let mut text = serde_json::to_vec_pretty(&value).expect("a JSON value serializes");
+            text.push(b'\n');
+            text
+        }
+        Err(_) => bytes.to_vec(),
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    Response::from_parts(parts, Body::from(body))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,127 @@
+//! The config dir reader (`/etc/verwalter`): runtime tree and scheduler sources, their content
+//! hashes and errors, and a watcher that re-reads them after changes.
+
+pub mod runtime;
+pub mod watcher;
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha1::{Digest, Sha1};
+use verwalter_controllers::state::{InputError, Inputs};
+
+/// The scheduler directory inside the config dir (verwalter 0.13 hard-codes `v1`).
+pub const SCHEDULER_DIR: &str = "scheduler/v1";
+
+/// Where the scheduler of a config dir lives.
+pub fn scheduler_dir(config_dir: &Path) -> PathBuf {
+    config_dir.join(SCHEDULER_DIR)
+}
+
+/// Reads the runtime tree and hashes the scheduler sources. Never fails: problems become
+/// [`InputError`]s naming the file.
+pub fn read_inputs(config_dir: &Path) -> Inputs {
+    let mut errors = Vec::new();
+    let mut all = Sha1::new();
+    let runtime = runtime::read_tree(
+        &config_dir.join("runtime"),
+        "runtime",
+        &mut errors,
+        &mut |f| {
+            feed(&mut all, f.rel, f.bytes);
+        },
+    );
+
+    let mut code = Sha1::new();
+    let sched = scheduler_dir(config_dir);
+    if !sched.join("main.lua").is_file() {
+        errors.push(InputError {
+            path: format!("{SCHEDULER_DIR}/main.lua"),
+            line: None,
+            message: "missing: the scheduler entry point must exist".into(),
+        });
+    }
+    hash_dir(&sched, SCHEDULER_DIR, &mut code, &mut errors);
+    let scheduler_hash = hex::encode(code.finalize());
+    feed(&mut all, "scheduler", scheduler_hash.as_bytes());
+    errors.sort_by(|a, b| a.path.cmp(&b.path));
+    Inputs {
+        runtime: Arc::new(runtime),
+        scheduler_hash,
+        hash: hex::encode(all.finalize()),
+        errors,
+    }
+}
+
+fn feed(hasher: &mut Sha1, rel: &str, bytes: &[u8]) {
+    // Length-prefixed, so that moving bytes between name and content changes the hash.
+    hasher.update((rel.len() as u64).to_le_bytes());
+    hasher.update(rel.as_bytes());
+    hasher.update((bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+/// Hashes every file under `dir` (sorted, hidden and backup files skipped).
+fn hash_dir(dir: &Path, rel: &str, hasher: &mut Sha1, errors: &mut Vec<InputError>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| !runtime::is_skipped(n))
+        .collect();
+    names.sort();
+    for name in names {
+        let path = dir.join(&name);
+        let rel_path = format!("{rel}/{name}");
+        if path.is_dir() {
+            hash_dir(&path, &rel_path, hasher, errors);
+        } else {
+            match fs::read(&path) {
+                Ok(bytes) => feed(hasher, &rel_path, &bytes),
+                Err(e) => errors.push(InputError {
+                    path: rel_path,
+                    line: None,
+                    message: format!("cannot read: {e}"),
+                }),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hashes_follow_content_and_missing_main_is_reported() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let first = read_inputs(root);
+        assert_eq!(first.errors.len(), 1);
+        assert_eq!(first.errors[0].path, "scheduler/v1/main.lua");
+
+        fs::create_dir_all(root.join("scheduler/v1")).unwrap();
+        fs::write(root.join("scheduler/v1/main.lua"), "return {}").unwrap();
+        fs::create_dir_all(root.join("runtime")).unwrap();
+        fs::write(root.join("runtime/a.yaml"), "x: 1").unwrap();
+        let second = read_inputs(root);
+        assert!(second.errors.is_empty());
+        assert_eq!(
+            read_inputs(root),
+            second,
+            "same content, same inputs and hashes"
+        );
+
+        fs::write(root.join("runtime/a.yaml"), "x: 2").unwrap();
+        let third = read_inputs(root);
+        assert_ne!(third.hash, second.hash);
+        assert_eq!(third.scheduler_hash, second.scheduler_hash);
+
+        fs::write(root.join("scheduler/v1/lib.lua"), "return 1").unwrap();
+        let fourth = read_inputs(root);
+        assert_ne!(fourth.scheduler_hash, third.scheduler_hash);
+        assert_ne!(fourth.hash, third.hash);
+    }
+}

@@ -1,0 +1,506 @@
+//! One loaded scheduler in a sandboxed Lua 5.4 state.
+//!
+//! The state has only `base` (without `dofile` and `loadfile`; `load` accepts text chunks
+//! only), `table`, `string` (without `dump`), `math`, `utf8` and `debug.traceback`; no `io`, `os`,
+//! `package`, `coroutine` or C modules. `require` loads `<scheduler dir>/<name>.lua` (the name's
+//! own extension replaced, as verwalter 0.13 did) and never leaves the scheduler dir. A memory cap
+//! and a time budget stop a runaway script; the budget cannot be caught with `pcall`.
+
+use std::cell::{Cell, RefCell};
+use std::path::{Component, Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+use mlua::{
+    ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table,
+    Value as LuaValue, VmState,
+};
+use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
+use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
+
+use super::convert::{input_to_lua, lua_to_json};
+
+/// Resource limits of one scheduler run (and of loading the code).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Memory the Lua state may hold, code and data together.
+    pub memory: usize,
+    /// Wall-clock time one run (or the load of `main.lua`) may take.
+    pub time: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            // Far above what a scheduler for thousands of nodes needs, far below the machine.
+            memory: 256 * 1024 * 1024,
+            // A placement over 1,000 nodes takes tens of ms; 2 s is a clear runaway.
+            time: Duration::from_secs(2),
+        }
+    }
+}
+
+/// Instructions between two checks of the time budget: frequent enough to stop a loop within
+/// microseconds of its deadline, rare enough to cost nothing measurable.
+const HOOK_EVERY: u32 = 10_000;
+
+/// Text of the error raised when the time budget runs out.
+const TIMEOUT_MARK: &str = "scheduler exceeded its time budget";
+
+/// A scheduler loaded from a directory, ready to run.
+pub struct Sandbox {
+    lua: Lua,
+    scheduler: Function,
+    limits: Limits,
+    deadline: Rc<Cell<Instant>>,
+    log: Rc<RefCell<String>>,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("limits", &self.limits)
+            .finish()
+    }
+}
+
+fn load_error(message: impl Into<String>) -> SchedulerError {
+    SchedulerError {
+        kind: SchedulerFailure::Load,
+        message: message.into(),
+        log: String::new(),
+    }
+}
+
+impl Sandbox {
+    /// Loads `main.lua` from `dir` (the `scheduler/v1` directory). `display_dir` is how error
+    /// messages name that directory (e.g. `scheduler/v1`).
+    pub fn load(dir: &Path, display_dir: &str, limits: Limits) -> Result<Sandbox, SchedulerError> {
+        let lua = Lua::new_with(
+            StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8,
+            LuaOptions::default(),
+        )
+        .map_err(|e| load_error(format!("cannot create the Lua state: {e}")))?;
+        let deadline = Rc::new(Cell::new(Instant::now() + limits.time));
+        let log = Rc::new(RefCell::new(String::new()));
+        setup(&lua, dir, display_dir, &deadline, &log, limits)
+            .map_err(|e| load_error(format!("cannot set up the sandbox: {e}")))?;
+
+        let main_path = dir.join("main.lua");
+        let source = std::fs::read(&main_path)
+            .map_err(|e| load_error(format!("{display_dir}/main.lua: cannot read: {e}")))?;
+        deadline.set(Instant::now() + limits.time);
+        let returned: LuaValue = lua
+            .load(source)
+            .set_name(format!("@{display_dir}/main.lua"))
+            .set_mode(ChunkMode::Text)
+            .call(())
+            .map_err(|e| {
+                let (kind, message) = classify(&e);
+                SchedulerError {
+                    kind: if kind == SchedulerFailure::Runtime {
+                        SchedulerFailure::Load
+                    } else {
+                        kind
+                    },
+                    message,
+                    log: log.take(),
+                }
+            })?;
+        let scheduler = match returned {
+            LuaValue::Table(t) => match t.get::<LuaValue>("scheduler") {
+                Ok(LuaValue::Function(f)) => f,
+                _ => {
+                    return Err(load_error(format!(
+                        "{display_dir}/main.lua: the returned table has no `scheduler` function"
+                    )));
+                }
+            },
+            other => {
+                return Err(load_error(format!(
+                    "{display_dir}/main.lua: must return a table with a `scheduler` function, returned {}",
+                    other.type_name()
+                )));
+            }
+        };
+        log.borrow_mut().clear();
+        Ok(Sandbox {
+            lua,
+            scheduler,
+            limits,
+            deadline,
+            log,
+        })
+    }
+
+    /// Builds the `state` table for `input`.
+    pub fn input_table(&self, input: &SchedulerInput) -> Result<Table, SchedulerError> {
+        input_to_lua(&self.lua, input).map_err(|e| SchedulerError {
+            kind: if matches!(e, mlua::Error::MemoryError(_)) {
+                SchedulerFailure::Memory
+            } else {
+                SchedulerFailure::Internal
+            },
+            message: format!("cannot build the scheduler input: {e}"),
+            log: String::new(),
+        })
+    }
+
+    /// Calls `scheduler(state)` and returns its raw results (benchmarks time this alone).
+    pub fn call(&self, state: Table) -> Result<MultiValue, SchedulerError> {
+        self.log.borrow_mut().clear();
+        self.deadline.set(Instant::now() + self.limits.time);
+        self.scheduler.call::<MultiValue>(state).map_err(|e| {
+            let (kind, message) = classify(&e);
+            SchedulerError {
+                kind,
+                message,
+                log: self.log.take(),
+            }
+        })
+    }
+
+    /// Turns the raw results into a schedule and log.
+    pub fn output(&self, results: MultiValue) -> Result<SchedulerOutput, SchedulerError> {
+        let printed = self.log.take();
+        let bad = |message: String, log: &str| SchedulerError {
+            kind: SchedulerFailure::BadOutput,
+            message,
+            log: log.to_string(),
+        };
+        let mut values = results.into_iter();
+        let first = values.next().unwrap_or(LuaValue::Nil);
+        let second = values.next().unwrap_or(LuaValue::Nil);
+        let mut log = match &second {
+            LuaValue::Nil => String::new(),
+            LuaValue::String(s) => s.to_string_lossy(),
+            other => {
+                return Err(bad(
+                    format!(
+                        "the scheduler's second return value (the log) must be a string, got {}",
+                        other.type_name()
+                    ),
+                    &printed,
+                ));
+            }
+        };
+        if !printed.is_empty() {
+            // `print` output comes first: it was written while the scheduler ran.
+            log = if log.is_empty() {
+                printed
+            } else {
+                format!("{printed}{log}")
+            };
+        }
+        let data = match &first {
+            LuaValue::String(s) => {
+                let text = s.to_str().map_err(|_| {
+                    bad(
+                        "the scheduler returned a string that is not valid UTF-8".into(),
+                        &log,
+                    )
+                })?;
+                serde_json::from_str(&text)
+                    .map_err(|e| bad(format!("the scheduler returned invalid JSON: {e}"), &log))?
+            }
+            LuaValue::Table(_) => lua_to_json(&first)
+                .map_err(|e| bad(format!("cannot convert the returned table: {e}"), &log))?,
+            LuaValue::Nil => {
+                return Err(bad(
+                    "the scheduler returned nil (an error inside a wrapper that swallowed it?)"
+                        .into(),
+                    &log,
+                ));
+            }
+            other => {
+                return Err(bad(
+                    format!(
+                        "the scheduler returned a {}, expected a JSON string or a table",
+                        other.type_name()
+                    ),
+                    &log,
+                ));
+            }
+        };
+        if !data.is_object() {
+            return Err(bad(
+                format!(
+                    "the schedule must be a JSON object, got {}",
+                    json_type(&data)
+                ),
+                &log,
+            ));
+        }
+        Ok(SchedulerOutput { data, log })
+    }
+
+    /// One full run: input table, call, output.
+    pub fn run(&self, input: &SchedulerInput) -> Result<SchedulerOutput, SchedulerError> {
+        let state = self.input_table(input)?;
+        let results = self.call(state)?;
+        self.output(results)
+    }
+
+    /// Frees garbage left by the last run (between runs, off the critical path).
+    pub fn collect_garbage(&self) {
+        let _ = self.lua.gc_collect();
+    }
+
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+}
+
+fn json_type(value: &serde_json::Value) -> &'static str {
+    match value {
+        serde_json::Value::Null => "null",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) => "an array",
+        serde_json::Value::Object(_) => "an object",
+    }
+}
+
+/// Sorts an mlua error into a failure kind and a message that keeps Lua's `file:line:`.
+fn classify(error: &mlua::Error) -> (SchedulerFailure, String) {
+    match error {
+        mlua::Error::MemoryError(_) => (
+            SchedulerFailure::Memory,
+            "scheduler ran out of its memory limit".into(),
+        ),
+        mlua::Error::CallbackError { cause, .. } => classify(cause),
+        mlua::Error::WithContext { cause, .. } => classify(cause),
+        mlua::Error::SyntaxError { message, .. } => (SchedulerFailure::Load, message.clone()),
+        mlua::Error::RuntimeError(message) => {
+            if message.contains(TIMEOUT_MARK) {
+                (
+                    SchedulerFailure::Timeout,
+                    first_line_with(message, TIMEOUT_MARK),
+                )
+            } else if message.contains("not enough memory") {
+                (
+                    SchedulerFailure::Memory,
+                    "scheduler ran out of its memory limit".into(),
+                )
+            } else {
+                (SchedulerFailure::Runtime, message.clone())
+            }
+        }
+        other => {
+            let text = other.to_string();
+            if text.contains(TIMEOUT_MARK) {
+                (
+                    SchedulerFailure::Timeout,
+                    first_line_with(&text, TIMEOUT_MARK),
+                )
+            } else if text.contains("not enough memory") {
+                (
+                    SchedulerFailure::Memory,
+                    "scheduler ran out of its memory limit".into(),
+                )
+            } else {
+                (SchedulerFailure::Runtime, text)
+            }
+        }
+    }
+}
+
+fn first_line_with(text: &str, needle: &str) -> String {
+    text.lines()
+        .find(|l| l.contains(needle))
+        .unwrap_or(needle)
+        .trim()
+        .to_string()
+}
+
+/// Resolves a module name to a file inside `dir`, as verwalter 0.13 did: the name is a relative
+/// path whose extension is replaced by `.lua`; `..`, absolute paths and empty names are refused.
+pub fn module_path(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    let rel = Path::new(name);
+    if name.is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
+        return Err(format!(
+            "module name {name:?} must be a relative path inside the scheduler directory"
+        ));
+    }
+    let mut path = dir.join(rel);
+    path.set_extension("lua");
+    Ok(path)
+}
+
+/// `file:line: ` of the Lua code that called the running Rust function, for error messages.
+fn caller(lua: &Lua) -> String {
+    lua.inspect_stack(1, |debug| {
+        let source = debug
+            .source()
+            .short_src
+            .map(|s| s.into_owned())
+            .unwrap_or_default();
+        match debug.current_line() {
+            Some(line) => format!("{source}:{line}: "),
+            None => String::new(),
+        }
+    })
+    .unwrap_or_default()
+}
+
+fn setup(
+    lua: &Lua,
+    dir: &Path,
+    display_dir: &str,
+    deadline: &Rc<Cell<Instant>>,
+    log: &Rc<RefCell<String>>,
+    limits: Limits,
+) -> mlua::Result<()> {
+    let globals = lua.globals();
+    for name in ["dofile", "loadfile"] {
+        globals.raw_set(name, LuaValue::Nil)?;
+    }
+    let string: Table = globals.get("string")?;
+    string.raw_set("dump", LuaValue::Nil)?;
+
+    // debug.traceback only.
+    let debug = lua.create_table()?;
+    debug.raw_set(
+        "traceback",
+        lua.create_function(|lua, (msg, level): (LuaValue, Option<usize>)| {
+            let level = level.unwrap_or(1);
+            match msg {
+                LuaValue::Nil => Ok(LuaValue::String(lua.traceback(None, level)?)),
+                LuaValue::String(s) => {
+                    let text = s.to_string_lossy();
+                    Ok(LuaValue::String(lua.traceback(Some(&text), level)?))
+                }
+                other => Ok(other),
+            }
+        })?,
+    )?;
+    globals.raw_set("debug", debug)?;
+
+    // print goes to the scheduler log.
+    let sink = log.clone();
+    globals.raw_set(
+        "print",
+        lua.create_function(move |lua, args: MultiValue| {
+            let tostring: Function = lua.globals().get("tostring")?;
+            let mut line = String::new();
+            for (i, arg) in args.into_iter().enumerate() {
+                if i > 0 {
+                    line.push('\t');
+                }
+                line.push_str(&tostring.call::<mlua::String>(arg)?.to_string_lossy());
+            }
+            line.push('\n');
+            sink.borrow_mut().push_str(&line);
+            Ok(())
+        })?,
+    )?;
+
+    // require: modules from the scheduler dir only, called with their name as `...`.
+    let loaded = lua.create_table()?;
+    let base = dir.to_path_buf();
+    let display = display_dir.to_string();
+    globals.raw_set(
+        "require",
+        lua.create_function(move |lua, name: String| {
+            match loaded.raw_get::<LuaValue>(name.as_str())? {
+                LuaValue::Nil => {}
+                LuaValue::LightUserData(_) => {
+                    return Err(mlua::Error::runtime(format!(
+                        "circular require of module {name:?}"
+                    )));
+                }
+                value => return Ok(value),
+            }
+            let at = caller(lua);
+            let path =
+                module_path(&base, &name).map_err(|e| mlua::Error::runtime(format!("{at}{e}")))?;
+            let rel = path
+                .strip_prefix(&base)
+                .unwrap_or(&path)
+                .display()
+                .to_string();
+            let source = std::fs::read(&path).map_err(|e| {
+                mlua::Error::runtime(format!(
+                    "{at}module {name:?} not found: {display}/{rel}: {e}"
+                ))
+            })?;
+            loaded.raw_set(
+                name.as_str(),
+                LuaValue::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
+            )?;
+            let chunk = lua
+                .load(source)
+                .set_name(format!("@{display}/{rel}"))
+                .set_mode(ChunkMode::Text)
+                .into_function();
+            let result = chunk.and_then(|f| f.call::<LuaValue>(name.as_str()));
+            let value = match result {
+                Ok(LuaValue::Nil) => LuaValue::Boolean(true),
+                Ok(value) => value,
+                Err(e) => {
+                    loaded.raw_set(name.as_str(), LuaValue::Nil)?;
+                    return Err(e);
+                }
+            };
+            loaded.raw_set(name.as_str(), value.clone())?;
+            Ok(value)
+        })?,
+    )?;
+
+    // The time budget: checked every HOOK_EVERY instructions.
+    let hook_deadline = deadline.clone();
+    let budget = limits.time;
+    lua.set_global_hook(
+        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
+        move |_lua, _debug| {
+            if Instant::now() > hook_deadline.get() {
+                Err(mlua::Error::runtime(format!(
+                    "{TIMEOUT_MARK} of {budget:?}"
+                )))
+            } else {
+                Ok(VmState::Continue)
+            }
+        },
+    )?;
+    let expired_deadline = deadline.clone();
+    globals.raw_set(
+        "__verwalter_expired",
+        lua.create_function(move |_, ()| Ok(Instant::now() > expired_deadline.get()))?,
+    )?;
+    // Text-only `load`, and `pcall`/`xpcall` that cannot swallow an expired budget.
+    lua.load(
+        r#"
+        local raw_load, raw_pcall, raw_xpcall = load, pcall, xpcall
+        local expired, pack, unpack, select, error = __verwalter_expired, table.pack, table.unpack, select, error
+        __verwalter_expired = nil
+        load = function(chunk, name, mode, ...)
+            if select('#', ...) > 0 then return raw_load(chunk, name, "t", (...)) end
+            return raw_load(chunk, name, "t")
+        end
+        local function rethrow(r)
+            if not r[1] and expired() then error(r[2], 0) end
+            return unpack(r, 1, r.n)
+        end
+        pcall = function(...) return rethrow(pack(raw_pcall(...))) end
+        -- A message handler runs with hooks off when the budget error came from the hook, so
+        -- it is skipped once the budget is spent.
+        xpcall = function(f, handler, ...)
+            local guarded = function(m) if expired() then return m end return handler(m) end
+            return rethrow(pack(raw_xpcall(f, guarded, ...)))
+        end
+        -- Finalizers also run with hooks off: an endless `__gc` could not be stopped.
+        local raw_setmetatable, rawget, type = setmetatable, rawget, type
+        setmetatable = function(t, mt)
+            if type(mt) == "table" and rawget(mt, "__gc") ~= nil then
+                error("__gc metamethods are not allowed in the scheduler sandbox", 2)
+            end
+            return raw_setmetatable(t, mt)
+        end
+        "#,
+    )
+    .set_name("=sandbox")
+    .exec()?;
+    lua.set_memory_limit(limits.memory)?;
+    Ok(())
+}

@@ -1,0 +1,331 @@
+//! The scheduler contract and the sandbox, on real files in a temp dir.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use verwalter_controllers::state::{Peer, ScheduleStamp};
+
+use super::*;
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let path = dir.join(rel);
+    fs::create_dir_all(path.parent().unwrap()).unwrap();
+    fs::write(path, text).unwrap();
+}
+
+fn input() -> SchedulerInput {
+    let peer = Peer {
+        id: "77985419c732412ea38b94db00000002".into(),
+        addr: None,
+        name: "beta.example.com".into(),
+        hostname: "beta".into(),
+        schedule: Some(ScheduleStamp {
+            timestamp: 5,
+            hash: "ab".into(),
+            origin: "cd".into(),
+        }),
+        known_since: 1,
+        last_report_direct: None,
+        errors: 0,
+    };
+    SchedulerInput {
+        now: 1_533_912_710_123,
+        current_host: "alpha".into(),
+        current_id: "77985419c732412ea38b94db00000001".into(),
+        parents: vec![Arc::new(json!({"state": {"x": 1}}))],
+        actions: BTreeMap::from([(1_533_912_710_000, json!({"button": {"role": "app"}}))]),
+        runtime: Arc::new(json!({"app": {"v1": {"n": 2, "gone": null}}})),
+        peers: BTreeMap::from([(peer.id.clone(), peer)]),
+        metrics: json!({}),
+    }
+}
+
+fn small() -> Limits {
+    Limits {
+        memory: 32 * 1024 * 1024,
+        time: Duration::from_millis(300),
+    }
+}
+
+/// Loads `main` (plus extra files) and runs it once.
+fn run_main(main: &str, extra: &[(&str, &str)]) -> Result<SchedulerOutput, SchedulerError> {
+    let tmp = tempfile::tempdir().unwrap();
+    write(tmp.path(), "main.lua", main);
+    for (rel, text) in extra {
+        write(tmp.path(), rel, text);
+    }
+    Sandbox::load(tmp.path(), "scheduler/v1", small())?.run(&input())
+}
+
+fn run_body(body: &str) -> Result<SchedulerOutput, SchedulerError> {
+    run_main(
+        &format!("return {{ scheduler = function(state)\n{body}\nend }}"),
+        &[],
+    )
+}
+
+fn err(body: &str) -> SchedulerError {
+    eprintln!("case: {body}");
+    run_body(body).expect_err("the run must fail")
+}
+
+#[test]
+fn string_return_is_parsed_json_and_log() {
+    let out = run_body(r#"return '{"roles": {"web": {"n": 1}}}', "made a schedule""#).unwrap();
+    assert_eq!(out.data, json!({"roles": {"web": {"n": 1}}}));
+    assert_eq!(out.log, "made a schedule");
+}
+
+#[test]
+fn table_return_is_converted() {
+    let out = run_body(
+        r#"print("hello", 1)
+           return {roles = {web = {n = 1, list = {1, 2.5, "x"}, empty = {}}}, nodes = {["a-b"] = {[1] = true, [3] = false}}}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        out.data,
+        json!({"roles": {"web": {"n": 1, "list": [1, 2.5, "x"], "empty": {}}}, "nodes": {"a-b": {"1": true, "3": false}}})
+    );
+    assert_eq!(out.log, "hello\t1\n", "print goes to the scheduler log");
+}
+
+#[test]
+fn nested_require_passes_the_module_name() {
+    let out = run_main(
+        r#"local a = require "lib/a"
+           local again = require "lib/a"
+           return { scheduler = function(s) return {a = a, same = (a == again), dotted = require "b.lua"} end }"#,
+        &[
+            ("lib/a.lua", "local name = ...\nlocal b = require 'lib/b'\nreturn {name = name, b = b}"),
+            ("lib/b.lua", "return (...) .. '!'"),
+            ("b.lua", "return 'by extension'"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        out.data,
+        json!({"a": {"name": "lib/a", "b": "lib/b!"}, "same": true, "dotted": "by extension"})
+    );
+}
+
+#[test]
+fn require_stays_inside_the_scheduler_dir() {
+    let e = run_main("require '../../etc/passwd'\nreturn {}", &[]).unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Load);
+    assert!(
+        e.message
+            .contains("relative path inside the scheduler directory"),
+        "{}",
+        e.message
+    );
+    let e = run_main("require '/etc/passwd'\nreturn {}", &[]).unwrap_err();
+    assert!(e.message.contains("relative path inside"), "{}", e.message);
+    let e = run_main("require 'missing'\nreturn {}", &[]).unwrap_err();
+    assert!(
+        e.message.contains("module \"missing\" not found"),
+        "{}",
+        e.message
+    );
+    assert!(
+        e.message.contains("scheduler/v1/main.lua:1"),
+        "names the requiring line: {}",
+        e.message
+    );
+}
+
+#[test]
+fn state_fields_and_types() {
+    let out = run_body(
+        r#"local t = {}
+           t.now = math.type(state.now)
+           t.host = state.current_host
+           t.id = state.current_id
+           t.parents = #state.parents
+           t.parent_x = state.parents[1].state.x
+           for id, action in pairs(state.actions) do t.action_key = math.type(id); t.action_id = id; t.role = action.button.role end
+           t.runtime_n = state.runtime.app.v1.n
+           t.null_is_nil = state.runtime.app.v1.gone == nil
+           local n = 0
+           for id, peer in pairs(state.peers) do n = n + 1; t.peer_host = peer.hostname; t.peer_addr_nil = peer.addr == nil; t.stamp = peer.schedule.hash end
+           t.peers = n
+           t.metrics = type(state.metrics)
+           return t"#,
+    )
+    .unwrap();
+    assert_eq!(
+        out.data,
+        json!({
+            "now": "integer", "host": "alpha", "id": "77985419c732412ea38b94db00000001",
+            "parents": 1, "parent_x": 1,
+            "action_key": "integer", "action_id": 1_533_912_710_000u64, "role": "app",
+            "runtime_n": 2, "null_is_nil": true,
+            "peer_host": "beta", "peer_addr_nil": true, "stamp": "ab", "peers": 1,
+            "metrics": "table",
+        })
+    );
+}
+
+#[test]
+fn bad_outputs_are_reported() {
+    assert_eq!(err("return nil").kind, SchedulerFailure::BadOutput);
+    assert!(
+        err("return '[1,2]', ''")
+            .message
+            .contains("must be a JSON object, got an array")
+    );
+    assert!(err("return '{bad', ''").message.contains("invalid JSON"));
+    assert!(
+        err("return {}, {}")
+            .message
+            .contains("(the log) must be a string")
+    );
+    assert!(
+        err("return {f = print}")
+            .message
+            .contains("f is a function")
+    );
+    let e = err("local t = {}; t.self = t; return t");
+    assert!(e.message.contains("nested too deep"), "{}", e.message);
+    let e = run_main("return 42", &[]).unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Load);
+    assert!(
+        e.message
+            .contains("must return a table with a `scheduler` function")
+    );
+}
+
+#[test]
+fn lua_errors_name_file_and_line() {
+    let e = err("local x = 1\nerror('no nodes for role web')");
+    assert_eq!(e.kind, SchedulerFailure::Runtime);
+    assert!(
+        e.message
+            .contains("scheduler/v1/main.lua:3: no nodes for role web"),
+        "{}",
+        e.message
+    );
+    let e = run_main("return {scheduler = function( end}", &[]).unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Load);
+    assert!(
+        e.message.contains("scheduler/v1/main.lua:1"),
+        "{}",
+        e.message
+    );
+    let e = run_main(
+        "return {scheduler = function() return require('m').f() end}",
+        &[("m.lua", "return {f = function()\n  return nil + 1\nend}")],
+    )
+    .unwrap_err();
+    assert!(e.message.contains("scheduler/v1/m.lua:2"), "{}", e.message);
+}
+
+#[test]
+fn sandbox_has_no_way_out() {
+    for (body, expected) in [
+        ("os.execute('touch /tmp/pwned')", "global 'os'"),
+        ("io.open('/etc/passwd')", "global 'io'"),
+        ("dofile('/etc/passwd')", "global 'dofile'"),
+        ("loadfile('/etc/passwd')", "global 'loadfile'"),
+        ("package.loadlib('libc.so.6', 'system')", "global 'package'"),
+        ("debug.sethook(print, '', 1)", "field 'sethook'"),
+        ("debug.getregistry()", "field 'getregistry'"),
+        ("string.dump(function() end)", "field 'dump'"),
+        ("(''):dump()", "method 'dump'"),
+        ("coroutine.wrap(print)", "global 'coroutine'"),
+    ] {
+        let e = err(body);
+        assert_eq!(e.kind, SchedulerFailure::Runtime, "{body}");
+        assert!(e.message.contains(expected), "{body}: {}", e.message);
+    }
+    // Binary chunks cannot be loaded, even handed over as text.
+    let e = err(r#"local f, msg = load("\27Lua\84\0\25\147\13\10\26\10", "x", "b"); error(msg)"#);
+    assert!(
+        e.message.contains("attempt to load a binary chunk"),
+        "{}",
+        e.message
+    );
+    // Text chunks still load, with or without an environment.
+    let out = run_body("local f = load('return 1 + 1'); local g = load('return x', 'c', 't', {x = 5}); return {a = f(), b = g()}").unwrap();
+    assert_eq!(out.data, json!({"a": 2, "b": 5}));
+    // traceback is there.
+    let out = run_body("return {tb = debug.traceback('here')}").unwrap();
+    assert!(
+        out.data["tb"]
+            .as_str()
+            .unwrap()
+            .starts_with("here\nstack traceback:")
+    );
+    assert!(!Path::new("/tmp/pwned").exists());
+}
+
+#[test]
+fn endless_loop_hits_the_time_budget_even_under_pcall() {
+    let e = err("while true do end");
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    assert!(e.message.contains("time budget"), "{}", e.message);
+    let e = err("while true do pcall(function() while true do end end) end");
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    let e = err(
+        "while true do xpcall(function() while true do end end, function(m) while true do end end) end",
+    );
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    // Finalizers run with hooks off, so the sandbox refuses them.
+    let e = err("setmetatable({}, {__gc = function() while true do end end}); collectgarbage()");
+    assert!(e.message.contains("__gc"), "{}", e.message);
+    let e = run_main("while true do end", &[]).unwrap_err();
+    assert_eq!(
+        e.kind,
+        SchedulerFailure::Timeout,
+        "the budget applies to loading main.lua too"
+    );
+}
+
+#[test]
+fn memory_bomb_hits_the_cap() {
+    let e = err("local t = {} for i = 1, 1e9 do t[i] = i end");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+    let e = err("local s = 'x' while true do s = s .. s end");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+    let e = err("return string.rep('x', 1 << 30)");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+}
+
+#[tokio::test]
+async fn the_thread_survives_failures_and_reloads_on_code_change() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("scheduler/v1");
+    write(
+        &dir,
+        "main.lua",
+        "return {scheduler = function() while true do end end}",
+    );
+    let scheduler = LuaScheduler::start(tmp.path().to_path_buf(), small()).unwrap();
+    let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    write(
+        &dir,
+        "main.lua",
+        "return {scheduler = function(s) return {host = s.current_host} end}",
+    );
+    // Same version string: the poisoned state was dropped, so the new code is loaded anyway.
+    let out = scheduler.run("v1", Arc::new(input())).await.unwrap();
+    assert_eq!(out.data, json!({"host": "alpha"}));
+    write(
+        &dir,
+        "main.lua",
+        "return {scheduler = function(s) return {v = 2} end}",
+    );
+    let out = scheduler.run("v1", Arc::new(input())).await.unwrap();
+    assert_eq!(
+        out.data,
+        json!({"host": "alpha"}),
+        "same version: the loaded code is kept"
+    );
+    let out = scheduler.run("v2", Arc::new(input())).await.unwrap();
+    assert_eq!(out.data, json!({"v": 2}));
+    let _: Value = out.data;
+}

@@ -1,0 +1,223 @@
+//! The Prometheus registry and every metric family, created once and passed in context.
+//!
+//! Names are `verwalter_<what>_<unit>[_total]`; labels are bounded (controller names and failure
+//! reasons are fixed sets).
+
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+use verwalter_controllers::driver::DriverObserver;
+use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::schedule::ScheduleObserver;
+use verwalter_controllers::store::Store;
+
+/// Buckets for pass and scheduler durations: 1 ms to 10 s.
+const DURATION_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    pub controller_passes: IntCounterVec,
+    pub controller_failures: IntCounterVec,
+    pub controller_pass_duration: HistogramVec,
+    pub controller_running: IntGaugeVec,
+    pub controller_waiting: IntGaugeVec,
+    pub controller_backing_off: IntGaugeVec,
+    pub scheduler_runs: IntCounter,
+    pub scheduler_failures: IntCounterVec,
+    pub scheduler_duration: prometheus::Histogram,
+    pub scheduler_last_success: IntGauge,
+    pub input_reads: IntCounter,
+    pub input_errors: IntGauge,
+    pub leader: IntGauge,
+    pub election_epoch: IntGauge,
+    pub schedule_timestamp: IntGauge,
+    pub peers: IntGauge,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Metrics")
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
+            r.register(Box::new(c.clone()))
+                .expect("metric names are unique");
+            c
+        }
+        let counter_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &registry,
+                IntCounterVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
+        let gauge_vec = |name: &str, help: &str, labels: &[&str]| {
+            reg(
+                &registry,
+                IntGaugeVec::new(Opts::new(name, help), labels).expect("valid metric"),
+            )
+        };
+        let gauge = |name: &str, help: &str| {
+            reg(&registry, IntGauge::new(name, help).expect("valid metric"))
+        };
+        let counter = |name: &str, help: &str| {
+            reg(
+                &registry,
+                IntCounter::new(name, help).expect("valid metric"),
+            )
+        };
+        Metrics {
+            controller_passes: counter_vec(
+                "verwalter_controller_passes_total",
+                "Reconcile passes finished, by controller.",
+                &["controller"],
+            ),
+            controller_failures: counter_vec(
+                "verwalter_controller_failures_total",
+                "Reconcile passes that failed, by controller and reason.",
+                &["controller", "reason"],
+            ),
+            controller_pass_duration: reg(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "verwalter_controller_pass_duration_seconds",
+                        "Duration of reconcile passes.",
+                    )
+                    .buckets(DURATION_BUCKETS.to_vec()),
+                    &["controller"],
+                )
+                .expect("valid metric"),
+            ),
+            controller_running: gauge_vec(
+                "verwalter_controller_running",
+                "Reconcile passes running now.",
+                &["controller"],
+            ),
+            controller_waiting: gauge_vec(
+                "verwalter_controller_waiting",
+                "Keys waiting for a pass (pending behind a running pass or for a free slot).",
+                &["controller"],
+            ),
+            controller_backing_off: gauge_vec(
+                "verwalter_controller_backing_off",
+                "Keys waiting out a backoff after a failure.",
+                &["controller"],
+            ),
+            scheduler_runs: counter(
+                "verwalter_scheduler_runs_total",
+                "Scheduler runs, successful or not.",
+            ),
+            scheduler_failures: counter_vec(
+                "verwalter_scheduler_failures_total",
+                "Failed scheduler runs by reason (load, runtime, timeout, memory, bad_output, internal).",
+                &["reason"],
+            ),
+            scheduler_duration: reg(
+                &registry,
+                prometheus::Histogram::with_opts(
+                    HistogramOpts::new(
+                        "verwalter_scheduler_duration_seconds",
+                        "Duration of scheduler runs.",
+                    )
+                    .buckets(DURATION_BUCKETS.to_vec()),
+                )
+                .expect("valid metric"),
+            ),
+            scheduler_last_success: gauge(
+                "verwalter_scheduler_last_success_timestamp_seconds",
+                "Unix time of the last successful scheduler run (0: none yet).",
+            ),
+            input_reads: counter("verwalter_input_reads_total", "Reads of the config dir."),
+            input_errors: gauge(
+                "verwalter_input_errors",
+                "Input files that could not be read or parsed.",
+            ),
+            leader: gauge("verwalter_leader", "1 when this node is the leader."),
+            election_epoch: gauge("verwalter_election_epoch", "Current election epoch."),
+            schedule_timestamp: gauge(
+                "verwalter_schedule_timestamp_seconds",
+                "Unix time the schedule in force was produced (0: none).",
+            ),
+            peers: gauge("verwalter_peers", "Other nodes known."),
+            registry,
+        }
+    }
+
+    /// Prometheus text format, with the store-derived gauges refreshed first.
+    pub fn render(&self, store: &Store) -> String {
+        let election = store.election.peek();
+        self.leader.set(i64::from(election.is_leader));
+        self.election_epoch.set(election.epoch as i64);
+        let schedule = store.schedule.peek();
+        self.schedule_timestamp.set(
+            schedule
+                .as_ref()
+                .as_ref()
+                .map_or(0, |s| (s.timestamp / 1000) as i64),
+        );
+        self.peers.set(store.peers.peek().peers.len() as i64);
+        if let Some(ms) = store.scheduler.peek().last_success {
+            self.scheduler_last_success.set((ms / 1000) as i64);
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding of metrics");
+        String::from_utf8(out).expect("metrics text is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl DriverObserver for Metrics {
+    fn pass(&self, controller: &'static str, failure: Option<&'static str>, duration: Duration) {
+        self.controller_passes
+            .with_label_values(&[controller])
+            .inc();
+        if let Some(reason) = failure {
+            self.controller_failures
+                .with_label_values(&[controller, reason])
+                .inc();
+        }
+        self.controller_pass_duration
+            .with_label_values(&[controller])
+            .observe(duration.as_secs_f64());
+    }
+
+    fn queue(&self, controller: &'static str, running: usize, waiting: usize, backing_off: usize) {
+        self.controller_running
+            .with_label_values(&[controller])
+            .set(running as i64);
+        self.controller_waiting
+            .with_label_values(&[controller])
+            .set(waiting as i64);
+        self.controller_backing_off
+            .with_label_values(&[controller])
+            .set(backing_off as i64);
+    }
+}
+
+impl ScheduleObserver for Metrics {
+    fn run(&self, failure: Option<SchedulerFailure>, duration: Duration) {
+        self.scheduler_runs.inc();
+        if let Some(kind) = failure {
+            self.scheduler_failures
+                .with_label_values(&[kind.label()])
+                .inc();
+        }
+        self.scheduler_duration.observe(duration.as_secs_f64());
+    }
+}

@@ -1,0 +1,148 @@
+//! The storage dir (`/var/lib/verwalter`): the schedule in force, written atomically, read at
+//! start so a restarted node begins from it.
+
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use verwalter_controllers::ports::ScheduleStore;
+use verwalter_controllers::state::Schedule;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StateDirError {
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{path}: not a schedule envelope: {source}")]
+    Parse {
+        path: PathBuf,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{path}: {source}")]
+    Hash {
+        path: PathBuf,
+        #[source]
+        source: verwalter_controllers::state::HashMismatch,
+    },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// The storage dir of one node.
+#[derive(Debug, Clone)]
+pub struct StateDir {
+    root: PathBuf,
+}
+
+impl StateDir {
+    pub fn new(root: impl Into<PathBuf>) -> StateDir {
+        StateDir { root: root.into() }
+    }
+
+    /// `<storage>/schedule/schedule.json`, as in verwalter 0.13.
+    pub fn schedule_path(&self) -> PathBuf {
+        self.root.join("schedule").join("schedule.json")
+    }
+
+    /// The persisted schedule, `None` when there is none yet. A file that does not parse or
+    /// whose hash does not match is an error (the caller logs it and starts without).
+    pub fn load_schedule(&self) -> Result<Option<Schedule>, StateDirError> {
+        let path = self.schedule_path();
+        let bytes = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(StateDirError::Read { path, source }),
+        };
+        let schedule: Schedule =
+            serde_json::from_slice(&bytes).map_err(|source| StateDirError::Parse {
+                path: path.clone(),
+                source,
+            })?;
+        schedule
+            .verify()
+            .map_err(|source| StateDirError::Hash { path, source })?;
+        Ok(Some(schedule))
+    }
+
+    pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StateDirError> {
+        let path = self.schedule_path();
+        let mut bytes = serde_json::to_vec_pretty(schedule).expect("a schedule serializes");
+        bytes.push(b'\n');
+        write_atomic(&path, &bytes).map_err(|source| StateDirError::Write { path, source })
+    }
+}
+
+impl ScheduleStore for StateDir {
+    fn save(&self, schedule: &Schedule) -> Result<(), String> {
+        self.save_schedule(schedule).map_err(|e| e.to_string())
+    }
+}
+
+/// Writes `bytes` to `path` so that readers see the old or the new file, never a part: a temp
+/// file in the same directory, fsync, rename over the target, fsync of the directory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".tmp.{name}.{}", std::process::id()));
+    let result = (|| {
+        let mut file = fs::File::create(&tmp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        fs::rename(&tmp, path)?;
+        fs::File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedule_round_trips_and_tampering_is_caught() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        assert!(dir.load_schedule().unwrap().is_none());
+        let schedule = Schedule::test().with_role("web", "v2").build();
+        dir.save_schedule(&schedule).unwrap();
+        assert_eq!(dir.load_schedule().unwrap(), Some(schedule));
+        let text = fs::read_to_string(dir.schedule_path()).unwrap();
+        fs::write(dir.schedule_path(), text.replace("v2", "v3")).unwrap();
+        let err = dir.load_schedule().unwrap_err().to_string();
+        assert!(
+            err.contains("schedule.json") && err.contains("hash mismatch"),
+            "{err}"
+        );
+        fs::write(dir.schedule_path(), "{").unwrap();
+        assert!(
+            dir.load_schedule()
+                .unwrap_err()
+                .to_string()
+                .contains("not a schedule envelope")
+        );
+        let leftovers: Vec<_> = fs::read_dir(dir.schedule_path().parent().unwrap())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .filter(|n| n.starts_with(".tmp"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}

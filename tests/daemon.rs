@@ -1,0 +1,126 @@
+//! A single node on a temp copy of `examples/minimal`, driven over HTTP.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const SOON: Duration = Duration::from_secs(10);
+
+#[test]
+fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    let storage = tmp.path().join("storage");
+    copy_tree(&example("minimal"), &config);
+    let port = free_port();
+    let daemon = Daemon::start(&config, &storage, port);
+
+    // A node without peers leads itself and schedules.
+    let first = wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    assert_eq!(
+        first["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
+        2
+    );
+    assert_eq!(first["origin"], MACHINE_ID);
+    let status = daemon.json("/v1/status").unwrap();
+    assert_eq!(status["election_state"]["is_leader"], true);
+    assert_eq!(status["leader"]["name"], "alpha.test");
+    assert_eq!(status["schedule_id"], first["hash"]);
+    assert_eq!(status["num_errors"], 0);
+    let input = daemon.json("/v1/scheduler_input").unwrap();
+    assert_eq!(input["current_host"], "alpha");
+    assert_eq!(input["runtime"]["web"]["v2"]["instances"], 2);
+
+    // A new runtime file gives a new schedule without a restart.
+    std::fs::write(
+        config.join("runtime/web/v3.yaml"),
+        "image: web.v3\ninstances: 3\n",
+    )
+    .unwrap();
+    let second = wait_for(SOON, || {
+        daemon
+            .json("/v1/schedule")
+            .filter(|s| s["data"]["roles"]["web"]["version"] == "v3")
+    })
+    .unwrap_or_else(|| panic!("edit not picked up:\n{}", daemon.logs()));
+    assert_eq!(
+        second["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
+        3
+    );
+
+    // A bad runtime file is reported with its path; the rest is still used.
+    std::fs::write(config.join("runtime/cache/v2.yaml"), "image: [oops\n").unwrap();
+    let status = wait_for(SOON, || {
+        daemon
+            .json("/v1/status")
+            .filter(|s| s["errors"].get("runtime/cache/v2.yaml").is_some())
+    })
+    .unwrap_or_else(|| panic!("bad file not reported:\n{}", daemon.logs()));
+    assert!(
+        status["errors"]["runtime/cache/v2.yaml"]
+            .as_str()
+            .unwrap()
+            .starts_with("line ")
+    );
+    std::fs::remove_file(config.join("runtime/cache/v2.yaml")).unwrap();
+
+    // A broken scheduler: the error shows, the last good schedule stays.
+    std::fs::write(
+        config.join("scheduler/v1/main.lua"),
+        "return {scheduler = function(state)\n  error('no capacity for web')\nend}\n",
+    )
+    .unwrap();
+    let status = wait_for(SOON, || {
+        daemon
+            .json("/v1/status")
+            .filter(|s| s["errors"].get("scheduler").is_some())
+    })
+    .unwrap_or_else(|| panic!("scheduler error not shown:\n{}", daemon.logs()));
+    let message = status["errors"]["scheduler"].as_str().unwrap();
+    assert!(
+        message.contains("scheduler/v1/main.lua:2: no capacity for web"),
+        "{message}"
+    );
+    assert_eq!(status["schedule_id"], second["hash"]);
+    assert_eq!(daemon.json("/v1/schedule").unwrap()["hash"], second["hash"]);
+    let (code, debug) = daemon.get("/v1/scheduler_debug_info").unwrap();
+    assert_eq!(code, 200);
+    assert!(debug.contains("no capacity for web"));
+    let (_, metrics) = daemon.get("/metrics").unwrap();
+    assert!(
+        metrics.contains("verwalter_scheduler_failures_total{reason=\"runtime\"}"),
+        "{metrics}"
+    );
+
+    // The HTTP API answers while a runaway script burns its whole time budget.
+    std::fs::write(
+        config.join("scheduler/v1/main.lua"),
+        "return {scheduler = function() while true do end end}\n",
+    )
+    .unwrap();
+    let status = wait_for(SOON, || {
+        daemon.json("/v1/status").filter(|s| {
+            s["errors"]["scheduler"]
+                .as_str()
+                .is_some_and(|m| m.contains("time budget"))
+        })
+    })
+    .unwrap_or_else(|| panic!("timeout not reported:\n{}", daemon.logs()));
+    assert_eq!(status["schedule_id"], second["hash"]);
+
+    // SIGTERM stops it cleanly; a restart serves the persisted schedule even though the
+    // scheduler is still broken.
+    assert!(daemon.terminate().success());
+    let saved: Value = serde_json::from_str(
+        &std::fs::read_to_string(storage.join("schedule/schedule.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(saved["hash"], second["hash"]);
+    let daemon = Daemon::start(&config, &storage, port);
+    let restored = wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule after restart:\n{}", daemon.logs()));
+    assert_eq!(restored["hash"], second["hash"]);
+}

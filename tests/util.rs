@@ -1,0 +1,139 @@
+//! Helpers: temp copies of examples, a child daemon that is killed on drop, a tiny HTTP client.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_verwalter");
+pub const MACHINE_ID: &str = "77985419c732412ea38b94db00000001";
+
+pub fn example(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples")
+        .join(name)
+}
+
+/// Copies a directory tree (examples are copied so tests can edit them).
+pub fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A running daemon; killed when dropped.
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    pub log: PathBuf,
+}
+
+impl Daemon {
+    pub fn start(config_dir: &Path, storage_dir: &Path, port: u16) -> Daemon {
+        let log = storage_dir.with_extension("log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(BIN)
+            .args([
+                "run",
+                "--hostname",
+                "alpha",
+                "--name",
+                "alpha.test",
+                "--host",
+                "127.0.0.1",
+            ])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--override-machine-id",
+                MACHINE_ID,
+            ])
+            .arg("--config-dir")
+            .arg(config_dir)
+            .arg("--storage-dir")
+            .arg(storage_dir)
+            .arg("--log-dir")
+            .arg(storage_dir.join("log"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Daemon { child, port, log }
+    }
+
+    pub fn get(&self, path: &str) -> Option<(u16, String)> {
+        http_get(self.port, path)
+    }
+
+    pub fn json(&self, path: &str) -> Option<serde_json::Value> {
+        match self.get(path) {
+            Some((200, body)) => serde_json::from_str(&body).ok(),
+            _ => None,
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    pub fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+        let status = wait_for(Duration::from_secs(10), || self.child.try_wait().unwrap())
+            .expect("daemon exits on SIGTERM");
+        std::mem::forget(self);
+        status
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// HTTP/1.0 GET on 127.0.0.1; `None` when nothing answers.
+pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: verwalter\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_string()))
+}
+
+/// Polls `probe` until it returns `Some` or `timeout` passes.
+pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = probe() {
+            return Some(value);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
