@@ -1,1 +1,219 @@
-fn main() {}
+//! Scheduler round benchmark: 1,000 peers, 100 roles with 3 versions each, and a Lua placement
+//! scheduler (`benches/placement`).
+//!
+//! - `lua_only`: the scheduler function alone, called on a pre-built `state` table;
+//! - `full_round`: state built -> Lua -> schedule JSON -> hashed -> persisted with fsync.
+//!
+//! After criterion, a same-run summary prints medians (min, max) of both and their ratio.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, criterion_group};
+use serde_json::{Value, json};
+use verwalter::lua::{Limits, Sandbox};
+use verwalter::state_dir::StateDir;
+use verwalter_controllers::state::{Peer, Schedule, ScheduleStamp, SchedulerInput};
+
+const PEERS: usize = 1000;
+const ROLES: usize = 100;
+
+fn input() -> SchedulerInput {
+    let mut runtime = serde_json::Map::new();
+    for r in 0..ROLES {
+        let mut versions = serde_json::Map::new();
+        for v in 1..=3 {
+            versions.insert(
+                format!("v{v}"),
+                json!({"image": format!("role-{r:03}.v{v}"), "instances": 5 + r % 11, "cpu": 1 + r % 4, "memory": 2 + r % 8}),
+            );
+        }
+        runtime.insert(format!("role-{r:03}"), Value::Object(versions));
+    }
+    let peers = (1..=PEERS)
+        .map(|i| {
+            let id = format!("77985419c732412ea38b94db{i:08x}");
+            let peer = Peer {
+                id: id.clone(),
+                addr: Some(format!("10.0.{}.{}:8379", i / 250, i % 250)),
+                name: format!("node-{i:04}.example.com"),
+                hostname: format!("node-{i:04}"),
+                schedule: Some(ScheduleStamp {
+                    timestamp: 1_700_000_000_000,
+                    hash: "a".repeat(40),
+                    origin: "77985419c732412ea38b94db00000000".into(),
+                }),
+                known_since: 1_700_000_000_000,
+                last_report_direct: Some(1_700_000_000_500),
+                errors: 0,
+            };
+            (id, peer)
+        })
+        .collect();
+    SchedulerInput {
+        now: 1_700_000_001_000,
+        current_host: "node-0000".into(),
+        current_id: "77985419c732412ea38b94db00000000".into(),
+        parents: vec![Arc::new(json!({"roles": {}, "nodes": {}}))],
+        actions: BTreeMap::new(),
+        runtime: Arc::new(Value::Object(runtime)),
+        peers,
+        metrics: json!({}),
+    }
+}
+
+fn sandbox() -> Sandbox {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/placement/scheduler/v1");
+    Sandbox::load(&dir, "scheduler/v1", Limits::default()).expect("bench scheduler loads")
+}
+
+fn lua_only(sandbox: &Sandbox, input: &SchedulerInput) {
+    // The state table is built outside the timed part: the benchmark times the Lua alone.
+    let state = sandbox.input_table(input).unwrap();
+    let started = Instant::now();
+    let results = sandbox.call(state).unwrap();
+    LAST.with(|c| c.set(started.elapsed()));
+    drop(results);
+}
+
+thread_local! {
+    static LAST: std::cell::Cell<Duration> = const { std::cell::Cell::new(Duration::ZERO) };
+}
+
+fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Schedule {
+    let output = sandbox.run(input).unwrap();
+    let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+    store.save_schedule(&schedule).unwrap();
+    schedule
+}
+
+fn bench(c: &mut Criterion) {
+    let sandbox = sandbox();
+    let input = input();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = StateDir::new(tmp.path());
+    let check = full_round(&sandbox, &input, &store);
+    let placed: usize = check.data["nodes"].as_object().map_or(0, |n| {
+        n.values()
+            .map(|v| v["roles"].as_object().unwrap().len())
+            .sum()
+    });
+    eprintln!(
+        "bench schedule: {placed} instances over {} nodes, hash {}",
+        check.data["nodes"].as_object().unwrap().len(),
+        check.hash
+    );
+
+    let mut group = c.benchmark_group("scheduler");
+    group
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(8));
+    group.bench_function("lua_only", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                lua_only(&sandbox, &input);
+                total += LAST.with(|c| c.get());
+                sandbox.collect_garbage();
+            }
+            total
+        })
+    });
+    group.bench_function("full_round", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let started = Instant::now();
+                full_round(&sandbox, &input, &store);
+                total += started.elapsed();
+                sandbox.collect_garbage();
+            }
+            total
+        })
+    });
+    group.finish();
+
+    // Same-run summary, interleaved so machine drift hits both alike.
+    let (mut a, mut b) = (Vec::new(), Vec::new());
+    for _ in 0..40 {
+        lua_only(&sandbox, &input);
+        a.push(LAST.with(|c| c.get()));
+        sandbox.collect_garbage();
+        let started = Instant::now();
+        full_round(&sandbox, &input, &store);
+        b.push(started.elapsed());
+        sandbox.collect_garbage();
+    }
+    let stats = |v: &mut Vec<Duration>| {
+        v.sort();
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (am, amin, amax) = stats(&mut a);
+    let (bm, bmin, bmax) = stats(&mut b);
+    println!("summary (40 interleaved rounds):");
+    println!(
+        "  (a) lua_only   median {:>7.2} ms  (min {:.2}, max {:.2})",
+        ms(am),
+        ms(amin),
+        ms(amax)
+    );
+    println!(
+        "  (b) full_round median {:>7.2} ms  (min {:.2}, max {:.2})",
+        ms(bm),
+        ms(bmin),
+        ms(bmax)
+    );
+    println!(
+        "  ratio (b)/(a) of medians: {:.3}",
+        bm.as_secs_f64() / am.as_secs_f64()
+    );
+    breakdown(&sandbox, &input, &store);
+}
+
+/// Median time of each step of the full round, to see where time beyond the Lua goes.
+fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
+    let mut steps: [Vec<Duration>; 5] = Default::default();
+    for _ in 0..21 {
+        let t = Instant::now();
+        let state = sandbox.input_table(input).unwrap();
+        steps[0].push(t.elapsed());
+        let t = Instant::now();
+        let raw = sandbox.call(state).unwrap();
+        steps[1].push(t.elapsed());
+        let t = Instant::now();
+        let output = sandbox.output(raw).unwrap();
+        steps[2].push(t.elapsed());
+        let t = Instant::now();
+        let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+        steps[3].push(t.elapsed());
+        let t = Instant::now();
+        store.save_schedule(&schedule).unwrap();
+        steps[4].push(t.elapsed());
+        sandbox.collect_garbage();
+    }
+    let names = [
+        "build state table",
+        "Lua call",
+        "Lua -> JSON",
+        "hash",
+        "persist (fsync)",
+    ];
+    println!("  breakdown of the full round (medians of 21):");
+    for (name, v) in names.iter().zip(steps.iter_mut()) {
+        v.sort();
+        println!("    {name:<18} {:>7.3} ms", ms(v[v.len() / 2]));
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+criterion_group!(benches, bench);
+
+fn main() {
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+}

@@ -18,7 +18,7 @@ pub struct RunArgs {
     /// Persistent storage: the schedule in force and its backups [default: /var/lib/verwalter]
     #[arg(long, value_name = "DIR")]
     pub storage_dir: Option<PathBuf>,
-    /// Deployment logs [default: /var/log/verwalter]
+    /// Deployment logs [default: /var/log/verwalter] (nothing is written there yet: rendering is not implemented)
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
     /// Short host name: `current_host` for the scheduler, the key into `nodes` [default: the system's]
@@ -36,7 +36,7 @@ pub struct RunArgs {
     /// Use this 32-hex-digit machine id instead of /etc/machine-id (tests, several nodes on one machine)
     #[arg(long, value_name = "HEX")]
     pub override_machine_id: Option<String>,
-    /// Render templates but run no commands
+    /// Render templates but run no commands (no effect yet: rendering is not implemented)
     #[arg(short = 'n', long)]
     pub dry_run: bool,
     /// YAML settings file; flags override it
@@ -123,9 +123,14 @@ impl Config {
             },
             None => SettingsFile::default(),
         };
-        let machine_id = match args.override_machine_id.clone().or(file.machine_id.clone()) {
-            Some(id) => parse_machine_id(&id).map_err(|e| format!("--override-machine-id: {e}")),
-            None => read_machine_id(Path::new(MACHINE_ID_FILE)),
+        let machine_id = match (&args.override_machine_id, &file.machine_id) {
+            (Some(id), _) => {
+                parse_machine_id(id).map_err(|e| format!("--override-machine-id: {e}"))
+            }
+            (None, Some(id)) => {
+                parse_machine_id(id).map_err(|e| format!("machine-id in the settings file: {e}"))
+            }
+            (None, None) => read_machine_id(Path::new(MACHINE_ID_FILE)),
         };
         let machine_id = machine_id.unwrap_or_else(|problem| {
             problems.push(problem);

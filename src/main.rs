@@ -117,7 +117,6 @@ fn run(args: &RunArgs) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 tracing::error!(%error, "Cannot start.");
-                eprintln!("verwalter: {error}");
                 ExitCode::from(3)
             }
         }
@@ -134,17 +133,17 @@ async fn wait_for_signal() {
 }
 
 /// The scheduler input an offline run uses: the config dir's runtime, no peers, no parents.
-fn offline_input(args: &OfflineArgs, runtime: Arc<serde_json::Value>) -> SchedulerInput {
-    let current_id = args
-        .override_machine_id
-        .as_deref()
-        .and_then(|id| parse_machine_id(id).ok())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/machine-id")
-                .ok()
-                .and_then(|t| parse_machine_id(&t).ok())
-        })
-        .unwrap_or_else(|| "0".repeat(32));
+fn offline_input(
+    args: &OfflineArgs,
+    runtime: Arc<serde_json::Value>,
+) -> Result<SchedulerInput, String> {
+    let current_id = match &args.override_machine_id {
+        Some(id) => parse_machine_id(id).map_err(|e| format!("--override-machine-id: {e}"))?,
+        None => std::fs::read_to_string("/etc/machine-id")
+            .ok()
+            .and_then(|t| parse_machine_id(&t).ok())
+            .unwrap_or_else(|| "0".repeat(32)),
+    };
     let current_host = args
         .hostname
         .clone()
@@ -154,7 +153,7 @@ fn offline_input(args: &OfflineArgs, runtime: Arc<serde_json::Value>) -> Schedul
                 .and_then(|h| h.into_string().ok())
         })
         .unwrap_or_default();
-    SchedulerInput {
+    Ok(SchedulerInput {
         now: SystemClock.now_ms(),
         current_host,
         current_id,
@@ -163,7 +162,7 @@ fn offline_input(args: &OfflineArgs, runtime: Arc<serde_json::Value>) -> Schedul
         runtime,
         peers: Default::default(),
         metrics: serde_json::json!({}),
-    }
+    })
 }
 
 fn check(args: &OfflineArgs) -> ExitCode {
@@ -174,8 +173,11 @@ fn check(args: &OfflineArgs) -> ExitCode {
         .iter()
         .map(|e| format!("{}: {e}", dir.display()))
         .collect();
-    if scheduler_dir(dir).join("main.lua").is_file() {
-        let input = offline_input(args, inputs.runtime.clone());
+    let input = offline_input(args, inputs.runtime.clone());
+    if let Err(problem) = &input {
+        problems.push(problem.clone());
+    }
+    if let (Ok(input), true) = (input, scheduler_dir(dir).join("main.lua").is_file()) {
         match Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())
             .and_then(|s| s.run(&input))
         {
@@ -229,7 +231,13 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
             for error in &inputs.errors {
                 eprintln!("warning: {}: {error}", dir.display());
             }
-            offline_input(&args.offline, inputs.runtime.clone())
+            match offline_input(&args.offline, inputs.runtime.clone()) {
+                Ok(input) => input,
+                Err(problem) => {
+                    eprintln!("{problem}");
+                    return ExitCode::from(1);
+                }
+            }
         }
     };
     let result = Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())

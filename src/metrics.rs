@@ -74,7 +74,7 @@ impl Metrics {
                 IntCounter::new(name, help).expect("valid metric"),
             )
         };
-        Metrics {
+        let metrics = Metrics {
             controller_passes: counter_vec(
                 "verwalter_controller_passes_total",
                 "Reconcile passes finished, by controller.",
@@ -149,7 +149,14 @@ impl Metrics {
             ),
             peers: gauge("verwalter_peers", "Other nodes known."),
             registry,
+        };
+        // Every failure reason is a series from the start, so rate() and alerts see zeros.
+        for kind in SchedulerFailure::ALL {
+            metrics
+                .scheduler_failures
+                .with_label_values(&[kind.label()]);
         }
+        metrics
     }
 
     /// Prometheus text format, with the store-derived gauges refreshed first.

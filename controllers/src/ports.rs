@@ -24,6 +24,15 @@ pub enum SchedulerFailure {
 }
 
 impl SchedulerFailure {
+    pub const ALL: [SchedulerFailure; 6] = [
+        SchedulerFailure::Load,
+        SchedulerFailure::Runtime,
+        SchedulerFailure::Timeout,
+        SchedulerFailure::Memory,
+        SchedulerFailure::BadOutput,
+        SchedulerFailure::Internal,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             SchedulerFailure::Load => "load",

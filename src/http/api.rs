@@ -85,7 +85,14 @@ pub fn build_status(state: &AppState) -> Status {
             Some(line) => format!("line {line}: {}", error.message),
             None => error.message.clone(),
         };
-        errors.insert(error.path.clone(), message);
+        // Several problems in one file share its entry.
+        errors
+            .entry(error.path.clone())
+            .and_modify(|all: &mut String| {
+                all.push_str("; ");
+                all.push_str(&message);
+            })
+            .or_insert(message);
     }
     if let Some(message) = &scheduler.error {
         let domain = if scheduler.failure == Some(SchedulerFailure::Load) {
@@ -152,7 +159,9 @@ pub fn build_status(state: &AppState) -> Status {
         leader,
         roles: schedule.map_or(0, |s| all_roles(&s.data).len()),
         last_stable_timestamp: election.last_stable_timestamp,
-        num_errors: errors.len() + failed_roles.len(),
+        num_errors: inputs.errors.len()
+            + usize::from(scheduler.error.is_some())
+            + failed_roles.len(),
         errors,
         failed_roles,
         debug_force_leader: node.debug_force_leader,

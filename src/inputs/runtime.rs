@@ -9,6 +9,7 @@
 //! - a file that cannot be read or parsed is reported with its path (and line) and left out;
 //!   the rest of the tree is still built.
 
+use std::collections::HashSet;
 use std::fs;
 use std::path::Path;
 
@@ -106,6 +107,7 @@ fn read_dir_into(
         }
     }
     names.sort();
+    let mut file_keys = HashSet::new();
     for name in names {
         let path = dir.join(&name);
         let rel_path = format!("{rel}/{name}");
@@ -125,7 +127,14 @@ fn read_dir_into(
         if meta.is_dir() {
             let mut sub = Map::new();
             read_dir_into(&path, &rel_path, depth + 1, &mut sub, errors, visit);
-            place(into, key, Value::Object(sub), &rel_path, errors);
+            place(
+                into,
+                key,
+                Value::Object(sub),
+                Source::Dir(&rel_path),
+                errors,
+                &mut file_keys,
+            );
         } else if meta.is_file() {
             let Some((_, ext)) = name.rsplit_once('.') else {
                 continue;
@@ -149,7 +158,14 @@ fn read_dir_into(
                 bytes: &bytes,
             });
             match parse_file(ext, &bytes) {
-                Ok(value) => place(into, key, value, &rel_path, errors),
+                Ok(value) => place(
+                    into,
+                    key,
+                    value,
+                    Source::File(&rel_path),
+                    errors,
+                    &mut file_keys,
+                ),
                 Err((line, message)) => errors.push(InputError {
                     path: rel_path,
                     line,
@@ -161,19 +177,29 @@ fn read_dir_into(
 }
 
 /// Puts `value` at `key`. A file and a directory of the same key (`app.yaml` and `app/`) merge
-/// when both are objects; any other clash is an error and the first value stays.
+/// when both are objects; any other clash (two files, or a non-object) is an error and the first
+/// value stays. `file_keys` remembers which keys of this directory came from files.
 fn place(
     into: &mut Map<String, Value>,
     key: String,
     value: Value,
-    rel: &str,
+    source: Source<'_>,
     errors: &mut Vec<InputError>,
+    file_keys: &mut HashSet<String>,
 ) {
+    let (rel, is_file) = match source {
+        Source::File(rel) => (rel, true),
+        Source::Dir(rel) => (rel, false),
+    };
+    let two_files = is_file && file_keys.contains(&key);
+    if is_file {
+        file_keys.insert(key.clone());
+    }
     match into.get_mut(&key) {
         None => {
             into.insert(key, value);
         }
-        Some(Value::Object(existing)) if value.is_object() => {
+        Some(Value::Object(existing)) if value.is_object() && !two_files => {
             let Value::Object(new) = value else {
                 unreachable!()
             };
@@ -197,6 +223,12 @@ fn place(
             message: format!("key `{key}` is already defined by another file; this one is ignored"),
         }),
     }
+}
+
+/// Where a value placed into the tree came from.
+enum Source<'a> {
+    File(&'a str),
+    Dir(&'a str),
 }
 
 /// Parses one file's bytes by extension. Errors carry the 1-based line where known.

@@ -116,7 +116,7 @@ pub fn publish(out: &Field<Inputs>, inputs: Inputs, metrics: &Metrics) {
     let previous = out.get();
     for error in &inputs.errors {
         if !previous.errors.contains(error) {
-            tracing::warn!(file = %error.path, line = error.line, message = %error.message, "Bad input file; it is left out.");
+            tracing::warn!(file = %error.path, line = error.line, message = %error.message, "Bad input file.");
         }
     }
     let hash = inputs.hash.clone();

@@ -8,6 +8,7 @@
 
 pub mod convert;
 pub mod sandbox;
+mod watchdog;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, mpsc};

@@ -11,14 +11,12 @@ use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
-use mlua::{
-    ChunkMode, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Table,
-    Value as LuaValue, VmState,
-};
+use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue};
 use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 
-use super::convert::{input_to_lua, lua_to_json};
+use super::convert::{input_to_lua, lua_to_json, with_article};
+use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
 /// Resource limits of one scheduler run (and of loading the code).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,13 +38,6 @@ impl Default for Limits {
     }
 }
 
-/// Instructions between two checks of the time budget: frequent enough to stop a loop within
-/// microseconds of its deadline, rare enough to cost nothing measurable.
-const HOOK_EVERY: u32 = 10_000;
-
-/// Text of the error raised when the time budget runs out.
-const TIMEOUT_MARK: &str = "scheduler exceeded its time budget";
-
 /// A scheduler loaded from a directory, ready to run.
 pub struct Sandbox {
     lua: Lua,
@@ -54,6 +45,7 @@ pub struct Sandbox {
     limits: Limits,
     deadline: Rc<Cell<Instant>>,
     log: Rc<RefCell<String>>,
+    watchdog: Watchdog,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -83,30 +75,36 @@ impl Sandbox {
         .map_err(|e| load_error(format!("cannot create the Lua state: {e}")))?;
         let deadline = Rc::new(Cell::new(Instant::now() + limits.time));
         let log = Rc::new(RefCell::new(String::new()));
-        setup(&lua, dir, display_dir, &deadline, &log, limits)
+        setup(&lua, dir, display_dir, &deadline, &log)
             .map_err(|e| load_error(format!("cannot set up the sandbox: {e}")))?;
+        lua.set_memory_limit(limits.memory)
+            .map_err(|e| load_error(format!("cannot set the memory limit: {e}")))?;
+        let watchdog = Watchdog::start()
+            .map_err(|e| load_error(format!("cannot start the watchdog thread: {e}")))?;
 
         let main_path = dir.join("main.lua");
         let source = std::fs::read(&main_path)
             .map_err(|e| load_error(format!("{display_dir}/main.lua: cannot read: {e}")))?;
         deadline.set(Instant::now() + limits.time);
-        let returned: LuaValue = lua
+        watchdog.arm(&lua, deadline.get());
+        let returned = lua
             .load(source)
             .set_name(format!("@{display_dir}/main.lua"))
             .set_mode(ChunkMode::Text)
-            .call(())
-            .map_err(|e| {
-                let (kind, message) = classify(&e);
-                SchedulerError {
-                    kind: if kind == SchedulerFailure::Runtime {
-                        SchedulerFailure::Load
-                    } else {
-                        kind
-                    },
-                    message,
-                    log: log.take(),
-                }
-            })?;
+            .call::<LuaValue>(());
+        let fired = watchdog.disarm();
+        let returned = returned.map_err(|e| {
+            let (kind, message) = classify(&e, fired, limits);
+            SchedulerError {
+                kind: if kind == SchedulerFailure::Runtime {
+                    SchedulerFailure::Load
+                } else {
+                    kind
+                },
+                message,
+                log: log.take(),
+            }
+        })?;
         let scheduler = match returned {
             LuaValue::Table(t) => match t.get::<LuaValue>("scheduler") {
                 Ok(LuaValue::Function(f)) => f,
@@ -130,12 +128,18 @@ impl Sandbox {
             limits,
             deadline,
             log,
+            watchdog,
         })
     }
 
     /// Builds the `state` table for `input`.
     pub fn input_table(&self, input: &SchedulerInput) -> Result<Table, SchedulerError> {
-        input_to_lua(&self.lua, input).map_err(|e| SchedulerError {
+        // Everything built here stays reachable, so collector steps during the build would be
+        // wasted work; the collector runs again for the scheduler itself.
+        self.lua.gc_stop();
+        let table = input_to_lua(&self.lua, input);
+        self.lua.gc_restart();
+        table.map_err(|e| SchedulerError {
             kind: if matches!(e, mlua::Error::MemoryError(_)) {
                 SchedulerFailure::Memory
             } else {
@@ -150,8 +154,11 @@ impl Sandbox {
     pub fn call(&self, state: Table) -> Result<MultiValue, SchedulerError> {
         self.log.borrow_mut().clear();
         self.deadline.set(Instant::now() + self.limits.time);
-        self.scheduler.call::<MultiValue>(state).map_err(|e| {
-            let (kind, message) = classify(&e);
+        self.watchdog.arm(&self.lua, self.deadline.get());
+        let result = self.scheduler.call::<MultiValue>(state);
+        let fired = self.watchdog.disarm();
+        result.map_err(|e| {
+            let (kind, message) = classify(&e, fired, self.limits);
             SchedulerError {
                 kind,
                 message,
@@ -203,7 +210,7 @@ impl Sandbox {
                 serde_json::from_str(&text)
                     .map_err(|e| bad(format!("the scheduler returned invalid JSON: {e}"), &log))?
             }
-            LuaValue::Table(_) => lua_to_json(&first)
+            LuaValue::Table(_) => lua_to_json(&self.lua, &first)
                 .map_err(|e| bad(format!("cannot convert the returned table: {e}"), &log))?,
             LuaValue::Nil => {
                 return Err(bad(
@@ -215,8 +222,8 @@ impl Sandbox {
             other => {
                 return Err(bad(
                     format!(
-                        "the scheduler returned a {}, expected a JSON string or a table",
-                        other.type_name()
+                        "the scheduler returned {}, expected a JSON string or a table",
+                        with_article(other.type_name())
                     ),
                     &log,
                 ));
@@ -262,15 +269,30 @@ fn json_type(value: &serde_json::Value) -> &'static str {
     }
 }
 
-/// Sorts an mlua error into a failure kind and a message that keeps Lua's `file:line:`.
-fn classify(error: &mlua::Error) -> (SchedulerFailure, String) {
+/// Sorts an mlua error into a failure kind and a message that keeps Lua's `file:line:`. An error
+/// in a call whose deadline passed is a timeout, whatever the script made of it.
+fn classify(
+    error: &mlua::Error,
+    deadline_passed: bool,
+    limits: Limits,
+) -> (SchedulerFailure, String) {
+    if deadline_passed {
+        return (
+            SchedulerFailure::Timeout,
+            format!("{TIMEOUT_MARK} of {:?}", limits.time),
+        );
+    }
+    classify_error(error)
+}
+
+fn classify_error(error: &mlua::Error) -> (SchedulerFailure, String) {
     match error {
         mlua::Error::MemoryError(_) => (
             SchedulerFailure::Memory,
             "scheduler ran out of its memory limit".into(),
         ),
-        mlua::Error::CallbackError { cause, .. } => classify(cause),
-        mlua::Error::WithContext { cause, .. } => classify(cause),
+        mlua::Error::CallbackError { cause, .. } => classify_error(cause),
+        mlua::Error::WithContext { cause, .. } => classify_error(cause),
         mlua::Error::SyntaxError { message, .. } => (SchedulerFailure::Load, message.clone()),
         mlua::Error::RuntimeError(message) => {
             if message.contains(TIMEOUT_MARK) {
@@ -350,7 +372,6 @@ fn setup(
     display_dir: &str,
     deadline: &Rc<Cell<Instant>>,
     log: &Rc<RefCell<String>>,
-    limits: Limits,
 ) -> mlua::Result<()> {
     let globals = lua.globals();
     for name in ["dofile", "loadfile"] {
@@ -399,6 +420,7 @@ fn setup(
     // require: modules from the scheduler dir only, called with their name as `...`.
     let loaded = lua.create_table()?;
     let base = dir.to_path_buf();
+    let real_base = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let display = display_dir.to_string();
     globals.raw_set(
         "require",
@@ -420,11 +442,17 @@ fn setup(
                 .unwrap_or(&path)
                 .display()
                 .to_string();
-            let source = std::fs::read(&path).map_err(|e| {
-                mlua::Error::runtime(format!(
-                    "{at}module {name:?} not found: {display}/{rel}: {e}"
-                ))
-            })?;
+            let not_found = |e: std::io::Error| {
+                mlua::Error::runtime(format!("{at}module {name:?} not found: {display}/{rel}: {e}"))
+            };
+            // A symlink must not lead out of the scheduler dir.
+            let real = path.canonicalize().map_err(not_found)?;
+            if !real.starts_with(&real_base) {
+                return Err(mlua::Error::runtime(format!(
+                    "{at}module {name:?} resolves outside the scheduler directory ({display}/{rel} is a symlink)"
+                )));
+            }
+            let source = std::fs::read(&real).map_err(not_found)?;
             loaded.raw_set(
                 name.as_str(),
                 LuaValue::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
@@ -448,21 +476,6 @@ fn setup(
         })?,
     )?;
 
-    // The time budget: checked every HOOK_EVERY instructions.
-    let hook_deadline = deadline.clone();
-    let budget = limits.time;
-    lua.set_global_hook(
-        HookTriggers::new().every_nth_instruction(HOOK_EVERY),
-        move |_lua, _debug| {
-            if Instant::now() > hook_deadline.get() {
-                Err(mlua::Error::runtime(format!(
-                    "{TIMEOUT_MARK} of {budget:?}"
-                )))
-            } else {
-                Ok(VmState::Continue)
-            }
-        },
-    )?;
     let expired_deadline = deadline.clone();
     globals.raw_set(
         "__verwalter_expired",
@@ -501,6 +514,5 @@ fn setup(
     )
     .set_name("=sandbox")
     .exec()?;
-    lua.set_memory_limit(limits.memory)?;
     Ok(())
 }

@@ -124,6 +124,29 @@ fn require_stays_inside_the_scheduler_dir() {
     );
     let e = run_main("require '/etc/passwd'\nreturn {}", &[]).unwrap_err();
     assert!(e.message.contains("relative path inside"), "{}", e.message);
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.lua", "return 'leaked'");
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "main.lua",
+        "return {scheduler = function() return {v = require 'link'} end}",
+    );
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.lua"),
+        tmp.path().join("link.lua"),
+    )
+    .unwrap();
+    let e = Sandbox::load(tmp.path(), "scheduler/v1", small())
+        .unwrap()
+        .run(&input())
+        .unwrap_err();
+    assert!(
+        e.message
+            .contains("resolves outside the scheduler directory"),
+        "{}",
+        e.message
+    );
     let e = run_main("require 'missing'\nreturn {}", &[]).unwrap_err();
     assert!(
         e.message.contains("module \"missing\" not found"),

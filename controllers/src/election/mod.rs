@@ -15,6 +15,8 @@ use tokio_util::sync::CancellationToken;
 use crate::ports::Clock;
 use crate::state::{NodeId, Peers};
 use crate::store::{Field, Reader};
+#[cfg(test)]
+use machine::Timings;
 use machine::{Machine, State};
 
 /// This node's election state in verwalter 0.13's shape (`/v1/election`).
@@ -33,9 +35,22 @@ pub struct ElectionState {
     pub last_stable_timestamp: Option<u64>,
 }
 
+/// Remembers the wall-clock time of the machine's `stable_since` instant, so that the published
+/// `last_stable_timestamp` does not move by a rounding millisecond on every conversion (which
+/// would rewrite the election state, and wake its readers, on every heartbeat).
+#[derive(Debug, Default)]
+pub struct StableWall {
+    mapped: Option<(Instant, u64)>,
+}
+
 /// Converts the machine's state to the published view. `now`/`now_ms` map monotonic instants to
 /// wall-clock milliseconds.
-pub fn view(machine: &Machine, now: Instant, now_ms: u64) -> ElectionState {
+pub fn view(
+    machine: &Machine,
+    now: Instant,
+    now_ms: u64,
+    stable: &mut StableWall,
+) -> ElectionState {
     let wall = |at: Instant| -> u64 {
         if at >= now {
             now_ms + (at - now).as_millis() as u64
@@ -43,10 +58,18 @@ pub fn view(machine: &Machine, now: Instant, now_ms: u64) -> ElectionState {
             now_ms.saturating_sub((now - at).as_millis() as u64)
         }
     };
+    let last_stable_timestamp = machine.stable_since().map(|since| match stable.mapped {
+        Some((at, ms)) if at == since => ms,
+        _ => {
+            let ms = wall(since);
+            stable.mapped = Some((since, ms));
+            ms
+        }
+    });
     let mut view = ElectionState {
         epoch: machine.epoch(),
         deadline: wall(machine.deadline()),
-        last_stable_timestamp: machine.stable_since().map(wall),
+        last_stable_timestamp,
         ..ElectionState::default()
     };
     match machine.state() {
@@ -101,6 +124,7 @@ pub async fn run_local(
     peer_source: bool,
     shutdown: CancellationToken,
 ) {
+    let mut stable = StableWall::default();
     loop {
         let now = Instant::now();
         let snapshot = peers.get();
@@ -117,11 +141,51 @@ pub async fn run_local(
                 "Election actions without a transport are dropped."
             );
         }
-        publish(&out, view(&machine, now, now_ms));
+        publish(&out, view(&machine, now, now_ms, &mut stable));
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = tokio::time::sleep_until(machine.deadline()) => {}
             _ = peers.changed() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::FakeClock;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lone_node_leads_and_heartbeats_do_not_rewrite_the_state() {
+        let peers = Field::new(Peers::default());
+        let out = Field::new(ElectionState::default());
+        let mut reader = out.reader();
+        reader.get();
+        let now = Instant::now();
+        let machine = Machine::new("ab".repeat(16), now, Timings::default(), 1).start_now(now);
+        let stop = CancellationToken::new();
+        let clock = FakeClock::at(1_000_000);
+        let task = tokio::spawn(run_local(
+            machine,
+            peers.reader(),
+            out,
+            clock,
+            false,
+            stop.clone(),
+        ));
+        reader.changed().await;
+        let state = reader.get();
+        assert!(state.is_leader && state.is_stable);
+        assert_eq!(state.epoch, 1);
+        assert_eq!(state.leader.as_deref(), Some("ab".repeat(16).as_str()));
+        // Twenty heartbeats later nothing was rewritten.
+        let woke = tokio::time::timeout(Duration::from_secs(10), reader.changed()).await;
+        assert!(
+            woke.is_err(),
+            "heartbeats rewrote the election state: {:?}",
+            reader.get()
+        );
+        stop.cancel();
+        task.await.unwrap();
     }
 }

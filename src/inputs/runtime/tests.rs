@@ -55,6 +55,9 @@ fn golden_runtime_tree() {
     // Two files for one key: the first (by name) is kept, the clash is reported.
     write(&rt, "dup/x.json", "1");
     write(&rt, "dup/x.txt", "two");
+    // Two object files of one key do not merge either.
+    write(&rt, "twice/k.json", r#"{"a": 1}"#);
+    write(&rt, "twice/k.yaml", "b: 2\n");
 
     let mut errors = Vec::new();
     let mut seen = Vec::new();
@@ -76,10 +79,11 @@ fn golden_runtime_tree() {
             "svc": {"port": 80, "tls": {"on": true}},
             "broken": {"fine": {"still": "here"}},
             "dup": {"x": 1},
+            "twice": {"k": {"a": 1}},
         })
     );
     let described: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-    assert_eq!(errors.len(), 4, "{described:#?}");
+    assert_eq!(errors.len(), 5, "{described:#?}");
     let find = |p: &str| {
         errors
             .iter()

@@ -1,0 +1,40 @@
+# The command index. `.ci/run` calls `make ci`.
+
+CARGO ?= cargo
+DEMO_ID ?= 0000000000000000000000000000d3e0
+
+.PHONY: all build run fmt fmt-check lint test ci bench bench-rss
+
+all: build
+
+build:
+	$(CARGO) build --release
+
+## Run one node on examples/minimal; API on http://127.0.0.1:8379/
+run:
+	$(CARGO) run --release -- run --config-dir examples/minimal \
+		--storage-dir target/demo/storage --log-dir target/demo/log \
+		--override-machine-id $(DEMO_ID)
+
+fmt:
+	$(CARGO) fmt --all
+
+fmt-check:
+	$(CARGO) fmt --all -- --check
+
+lint:
+	$(CARGO) clippy --all-targets -- -D warnings
+
+## Everything CI checks: formatting, lints with warnings denied, all tests.
+test: fmt-check lint
+	$(CARGO) test --all
+
+ci: test
+
+## Criterion benchmarks (scheduler round) and the idle memory figure.
+bench:
+	$(CARGO) bench --bench scheduler
+	benches/idle_rss.sh
+
+bench-rss:
+	benches/idle_rss.sh
