@@ -6,7 +6,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::driver::{Driver, DriverConfig};
+use verwalter_controllers::driver::DriverConfig;
 use verwalter_controllers::election::{self, machine::Machine, machine::Timings};
 use verwalter_controllers::ports::{Clock, SystemClock};
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
@@ -118,19 +118,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         },
         config.scheduler_period,
     ));
-    let driver = Driver::new(
-        controller,
-        DriverConfig {
-            max_concurrent: 1,
-            ..DriverConfig::default()
-        },
-    )
-    .trigger(store.inputs.trigger())
-    .trigger(store.election.trigger())
-    .trigger(store.peers.trigger())
-    .trigger(store.actions.trigger())
-    .trigger(store.parents.trigger())
-    .observer(metrics.clone());
+    let driver = controller
+        .driver(DriverConfig::default())
+        .observer(metrics.clone());
     tasks.spawn(driver.run(shutdown.clone()));
 
     let app = http::router(AppState {

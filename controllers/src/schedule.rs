@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::time::Instant;
 
-use crate::driver::{Reconciler, Requeue};
+use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::ports::{Clock, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure};
 use crate::state::{Actions, Inputs, NodeId, Peers, Schedule, SchedulerInput, SchedulerStatus};
 use crate::store::{Field, Store};
@@ -92,6 +92,23 @@ impl ScheduleController {
             period,
             last: Mutex::new(None),
         }
+    }
+
+    /// A driver for this controller, woken by every store field a scheduler run reads.
+    pub fn driver(self: Arc<Self>, config: DriverConfig) -> Driver<ScheduleController> {
+        let store = self.store.clone();
+        Driver::new(
+            self,
+            DriverConfig {
+                max_concurrent: 1,
+                ..config
+            },
+        )
+        .trigger(store.inputs.trigger())
+        .trigger(store.election.trigger())
+        .trigger(store.peers.trigger())
+        .trigger(store.actions.trigger())
+        .trigger(store.parents.trigger())
     }
 
     fn snapshot(&self) -> LastRun {

@@ -6,7 +6,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::driver::{Backoff, Driver, DriverConfig};
+use crate::driver::{Backoff, DriverConfig};
 use crate::election::ElectionState;
 use crate::store::StoreWriter;
 use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};
@@ -68,10 +68,7 @@ fn rig(leader: bool) -> Rig {
         seed: 1,
         ..DriverConfig::default()
     };
-    let driver = Driver::new(controller, config)
-        .trigger(store.inputs.trigger())
-        .trigger(store.election.trigger())
-        .trigger(store.parents.trigger());
+    let driver = controller.driver(config);
     let stop = CancellationToken::new();
     let handle = tokio::spawn(driver.run(stop.clone()));
     Rig {
