@@ -90,6 +90,8 @@ fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Sc
 }
 
 fn bench(c: &mut Criterion) {
+    // As the daemon does at start.
+    verwalter::allocator::tune();
     let sandbox = sandbox();
     let input = input();
     let tmp = tempfile::tempdir().unwrap();
@@ -116,7 +118,7 @@ fn bench(c: &mut Criterion) {
             for _ in 0..iters {
                 lua_only(&sandbox, &input);
                 total += LAST.with(|c| c.get());
-                sandbox.collect_garbage();
+                sandbox.after_run();
             }
             total
         })
@@ -128,7 +130,7 @@ fn bench(c: &mut Criterion) {
                 let started = Instant::now();
                 full_round(&sandbox, &input, &store);
                 total += started.elapsed();
-                sandbox.collect_garbage();
+                sandbox.after_run();
             }
             total
         })
@@ -140,11 +142,11 @@ fn bench(c: &mut Criterion) {
     for _ in 0..40 {
         lua_only(&sandbox, &input);
         a.push(LAST.with(|c| c.get()));
-        sandbox.collect_garbage();
+        sandbox.after_run();
         let started = Instant::now();
         full_round(&sandbox, &input, &store);
         b.push(started.elapsed());
-        sandbox.collect_garbage();
+        sandbox.after_run();
     }
     let stats = |v: &mut Vec<Duration>| {
         v.sort();
@@ -191,7 +193,7 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
         let t = Instant::now();
         store.save_schedule(&schedule).unwrap();
         steps[4].push(t.elapsed());
-        sandbox.collect_garbage();
+        sandbox.after_run();
     }
     let names = [
         "build state table",

@@ -2,6 +2,7 @@
 //!
 //! This crate holds the adapters that touch the world and the binary; the decisions live in
 //! `verwalter-controllers`. A tour:
+//! - [`allocator`]: glibc malloc tuning for the Lua VM.
 //! - [`config`]: daemon settings from the command line and an optional settings file.
 //! - [`inputs`]: reads `/etc/verwalter` (runtime tree, scheduler sources) and watches it.
 //! - [`lua`]: the sandboxed Lua scheduler.
@@ -10,6 +11,7 @@
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
 
+pub mod allocator;
 pub mod config;
 pub mod daemon;
 pub mod http;

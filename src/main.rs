@@ -61,6 +61,7 @@ struct ScheduleArgs {
 }
 
 fn main() -> ExitCode {
+    verwalter::allocator::tune();
     let cli = Cli::parse();
     match cli.command {
         Some(Command::Run(args)) => run(&args),

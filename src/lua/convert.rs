@@ -17,7 +17,9 @@ use std::ffi::{CStr, c_char, c_int};
 
 use mlua::{Lua, Table, ffi};
 use serde_json::{Map, Number, Value};
-use verwalter_controllers::state::{Peer, SchedulerInput};
+use std::collections::BTreeMap;
+
+use verwalter_controllers::state::{NodeId, Peer, SchedulerInput};
 
 /// Nesting deeper than this is refused on the way back (self-referencing tables).
 const MAX_DEPTH: usize = 200;
@@ -130,23 +132,51 @@ unsafe fn push_input(state: *mut ffi::lua_State, input: &SchedulerInput) {
         set(state, c"actions");
         push_json(state, &input.runtime);
         set(state, c"runtime");
-        ffi::lua_createtable(state, 0, input.peers.len() as c_int);
-        for (id, peer) in &input.peers {
-            push_str(state, id);
-            push_peer(state, peer);
-            ffi::lua_rawset(state, -3);
-        }
+        // The peers table was built (or reused) by the caller and is the call's argument 1.
+        ffi::lua_pushvalue(state, 1);
         set(state, c"peers");
         push_json(state, &input.metrics);
         set(state, c"metrics");
     }
 }
 
-/// The `state` table the scheduler function gets.
-pub fn input_to_lua(lua: &Lua, input: &SchedulerInput) -> mlua::Result<Table> {
-    // SAFETY: `exec_raw` runs the closure in a protected call on a valid state; `push_input`
-    // leaves exactly one value (the table) on the stack, which becomes the result.
-    unsafe { lua.exec_raw((), |state| push_input(state, input)) }
+/// The `state` table the scheduler function gets; `peers` is the table from [`peers_to_lua`].
+pub fn input_to_lua(lua: &Lua, input: &SchedulerInput, peers: &Table) -> mlua::Result<Table> {
+    // SAFETY: `exec_raw` runs the closure in a protected call on a valid state, with `peers` as
+    // argument 1; `push_input` leaves the state table above it: the results are (peers, state).
+    let (_, state): (Table, Table) =
+        unsafe { lua.exec_raw(peers.clone(), |state| push_input(state, input))? };
+    Ok(state)
+}
+
+/// The `state.peers` table: peer id -> peer.
+pub fn peers_to_lua(lua: &Lua, peers: &BTreeMap<NodeId, Peer>) -> mlua::Result<Table> {
+    // SAFETY: as in `input_to_lua`; the closure leaves exactly the new table on the stack.
+    unsafe {
+        lua.exec_raw((), |state| {
+            ffi::luaL_checkstack(state, 4, c"peers".as_ptr());
+            ffi::lua_createtable(state, 0, peers.len().min(c_int::MAX as usize) as c_int);
+            for (id, peer) in peers {
+                push_str(state, id);
+                push_peer(state, peer);
+                ffi::lua_rawset(state, -3);
+            }
+        })
+    }
+}
+
+/// The JSON form of `peers` as the scheduler sees it (no `null` fields), to check a reused
+/// peers table against.
+pub fn peers_as_seen(peers: &BTreeMap<NodeId, Peer>) -> Value {
+    let mut out = Map::new();
+    for (id, peer) in peers {
+        let mut value = serde_json::to_value(peer).expect("a peer serializes");
+        if let Value::Object(fields) = &mut value {
+            fields.retain(|_, v| !v.is_null());
+        }
+        out.insert(id.clone(), value);
+    }
+    Value::Object(out)
 }
 
 /// Converts a Lua value to JSON; the error names the path of the bad value (`roles.web[2]`).

@@ -111,7 +111,7 @@ fn worker(dir: PathBuf, limits: Limits, jobs: mpsc::Receiver<Job>) {
         if poisoned {
             loaded = None;
         } else {
-            sandbox.collect_garbage();
+            sandbox.after_run();
         }
     }
 }

@@ -7,15 +7,16 @@
 //! and a time budget stop a runaway script; the budget cannot be caught with `pcall`.
 
 use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue};
 use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
-use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
+use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
-use super::convert::{input_to_lua, lua_to_json, with_article};
+use super::convert::{input_to_lua, lua_to_json, peers_as_seen, peers_to_lua, with_article};
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
 /// Resource limits of one scheduler run (and of loading the code).
@@ -46,6 +47,17 @@ pub struct Sandbox {
     deadline: Rc<Cell<Instant>>,
     log: Rc<RefCell<String>>,
     watchdog: Watchdog,
+    /// The last `state.peers` table and what it was built from. Building 1,000 peer tables costs
+    /// more than a millisecond and the peer list rarely changes, so the table is reused while the
+    /// peers are the same and [`Sandbox::after_run`] found it unmodified by the script.
+    peers_cache: RefCell<Option<PeersCache>>,
+}
+
+struct PeersCache {
+    source: BTreeMap<NodeId, Peer>,
+    table: Table,
+    /// Checked unmodified since its last use; only a checked table is used again.
+    clean: bool,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -129,6 +141,7 @@ impl Sandbox {
             deadline,
             log,
             watchdog,
+            peers_cache: RefCell::new(None),
         })
     }
 
@@ -137,7 +150,7 @@ impl Sandbox {
         // Everything built here stays reachable, so collector steps during the build would be
         // wasted work; the collector runs again for the scheduler itself.
         self.lua.gc_stop();
-        let table = input_to_lua(&self.lua, input);
+        let table = self.build_input(input);
         self.lua.gc_restart();
         table.map_err(|e| SchedulerError {
             kind: if matches!(e, mlua::Error::MemoryError(_)) {
@@ -148,6 +161,35 @@ impl Sandbox {
             message: format!("cannot build the scheduler input: {e}"),
             log: String::new(),
         })
+    }
+
+    fn build_input(&self, input: &SchedulerInput) -> mlua::Result<Table> {
+        let mut cache = self.peers_cache.borrow_mut();
+        let reusable = cache
+            .as_ref()
+            .is_some_and(|c| c.clean && c.source == input.peers);
+        if !reusable {
+            let table = peers_to_lua(&self.lua, &input.peers)?;
+            *cache = Some(PeersCache {
+                source: input.peers.clone(),
+                table,
+                clean: false,
+            });
+        }
+        let cache = cache.as_mut().expect("filled above");
+        cache.clean = false; // the script may change it; `after_run` checks
+        input_to_lua(&self.lua, input, &cache.table)
+    }
+
+    /// Work between runs, off the critical path: checks that the script left the reused peers
+    /// table as it was built (else it is rebuilt next time), and frees the run's garbage.
+    pub fn after_run(&self) {
+        if let Some(cache) = &mut *self.peers_cache.borrow_mut() {
+            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
+            cache.clean = seen.ok() == Some(peers_as_seen(&cache.source))
+                && cache.table.metatable().is_none();
+        }
+        let _ = self.lua.gc_collect();
     }
 
     /// Calls `scheduler(state)` and returns its raw results (benchmarks time this alone).
@@ -246,11 +288,6 @@ impl Sandbox {
         let state = self.input_table(input)?;
         let results = self.call(state)?;
         self.output(results)
-    }
-
-    /// Frees garbage left by the last run (between runs, off the critical path).
-    pub fn collect_garbage(&self) {
-        let _ = self.lua.gc_collect();
     }
 
     pub fn used_memory(&self) -> usize {

@@ -193,6 +193,61 @@ fn state_fields_and_types() {
 }
 
 #[test]
+fn a_script_that_changes_its_peers_cannot_affect_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "main.lua",
+        r#"return {scheduler = function(state)
+               local seen
+               for id, peer in pairs(state.peers) do seen = peer.hostname; peer.hostname = "changed"; peer.extra = {1} end
+               state.peers["new"] = {hostname = "injected"}
+               return {seen = seen}
+           end}"#,
+    );
+    let sandbox = Sandbox::load(tmp.path(), "scheduler/v1", small()).unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            sandbox.run(&input()).unwrap().data,
+            json!({"seen": "beta"}),
+            "without a check in between"
+        );
+    }
+    for _ in 0..3 {
+        assert_eq!(
+            sandbox.run(&input()).unwrap().data,
+            json!({"seen": "beta"}),
+            "with checks in between"
+        );
+        sandbox.after_run();
+    }
+    // An unchanged table is reused and still gives the same input.
+    write(
+        tmp.path(),
+        "main.lua",
+        "return {scheduler = function(state) local n = 0 for _ in pairs(state.peers) do n = n + 1 end return {n = n, h = state.peers['77985419c732412ea38b94db00000002'].hostname} end}",
+    );
+    let sandbox = Sandbox::load(tmp.path(), "scheduler/v1", small()).unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            sandbox.run(&input()).unwrap().data,
+            json!({"n": 1, "h": "beta"})
+        );
+        sandbox.after_run();
+    }
+    let mut other = input();
+    other
+        .peers
+        .values_mut()
+        .for_each(|p| p.hostname = "gamma".into());
+    assert_eq!(
+        sandbox.run(&other).unwrap().data,
+        json!({"n": 1, "h": "gamma"}),
+        "new peers, new table"
+    );
+}
+
+#[test]
 fn bad_outputs_are_reported() {
     assert_eq!(err("return nil").kind, SchedulerFailure::BadOutput);
     assert!(
