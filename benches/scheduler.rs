@@ -19,6 +19,8 @@ use verwalter_controllers::state::{Peer, Schedule, ScheduleStamp, SchedulerInput
 
 const PEERS: usize = 1000;
 const ROLES: usize = 100;
+/// Interleaved rounds of the same-run summary.
+const ROUNDS: usize = 100;
 
 fn input() -> SchedulerInput {
     let mut runtime = serde_json::Map::new();
@@ -84,8 +86,8 @@ thread_local! {
 
 fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Schedule {
     let output = sandbox.run(input).unwrap();
-    let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
-    store.save_schedule(&schedule).unwrap();
+    let (schedule, canonical) = Schedule::encode(output.data, input.now, input.current_id.clone());
+    store.save_encoded(&schedule, &canonical).unwrap();
     schedule
 }
 
@@ -139,7 +141,7 @@ fn bench(c: &mut Criterion) {
 
     // Same-run summary, interleaved so machine drift hits both alike.
     let (mut a, mut b) = (Vec::new(), Vec::new());
-    for _ in 0..40 {
+    for _ in 0..ROUNDS {
         lua_only(&sandbox, &input);
         a.push(LAST.with(|c| c.get()));
         sandbox.after_run();
@@ -152,9 +154,17 @@ fn bench(c: &mut Criterion) {
         v.sort();
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
+    // Each (a, b) pair runs back to back, so it sees the same machine speed; the median of the
+    // pair ratios is robust to the machine switching speed during the run.
+    let mut pair_ratios: Vec<f64> = a
+        .iter()
+        .zip(&b)
+        .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
+        .collect();
+    pair_ratios.sort_by(f64::total_cmp);
     let (am, amin, amax) = stats(&mut a);
     let (bm, bmin, bmax) = stats(&mut b);
-    println!("summary (40 interleaved rounds):");
+    println!("summary ({ROUNDS} interleaved rounds):");
     println!(
         "  (a) lua_only   median {:>7.2} ms  (min {:.2}, max {:.2})",
         ms(am),
@@ -170,6 +180,12 @@ fn bench(c: &mut Criterion) {
     println!(
         "  ratio (b)/(a) of medians: {:.3}",
         bm.as_secs_f64() / am.as_secs_f64()
+    );
+    println!(
+        "  ratio (b)/(a) per back-to-back pair: median {:.3} (quartiles {:.3}, {:.3})",
+        pair_ratios[pair_ratios.len() / 2],
+        pair_ratios[pair_ratios.len() / 4],
+        pair_ratios[pair_ratios.len() * 3 / 4]
     );
     breakdown(&sandbox, &input, &store);
 }
@@ -188,10 +204,11 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
         let output = sandbox.output(raw).unwrap();
         steps[2].push(t.elapsed());
         let t = Instant::now();
-        let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+        let (schedule, canonical) =
+            Schedule::encode(output.data, input.now, input.current_id.clone());
         steps[3].push(t.elapsed());
         let t = Instant::now();
-        store.save_schedule(&schedule).unwrap();
+        store.save_encoded(&schedule, &canonical).unwrap();
         steps[4].push(t.elapsed());
         sandbox.after_run();
     }

@@ -73,18 +73,40 @@ impl StateDir {
     }
 
     pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StateDirError> {
+        self.save_encoded(
+            schedule,
+            &verwalter_controllers::hash::canonical_json(&schedule.data),
+        )
+    }
+
+    /// Writes the envelope around `canonical_data` (the canonical JSON of `schedule.data`), so
+    /// the file is compact, key-sorted, and costs no second serialisation of the data.
+    pub fn save_encoded(
+        &self,
+        schedule: &Schedule,
+        canonical_data: &[u8],
+    ) -> Result<(), StateDirError> {
         let path = self.schedule_path();
         // Compact JSON: half the bytes of indented JSON for large schedules, and the file is read
-        // by programs (`jq .` shows it indented).
-        let mut bytes = serde_json::to_vec(schedule).expect("a schedule serializes");
-        bytes.push(b'\n');
+        // by programs (`jq .` shows it indented). Same field order as the envelope type.
+        let mut bytes = Vec::with_capacity(canonical_data.len() + 160);
+        bytes.extend_from_slice(
+            format!("{{\"timestamp\":{},\"hash\":", schedule.timestamp).as_bytes(),
+        );
+        serde_json::to_writer(&mut bytes, &schedule.hash).expect("a string serializes");
+        bytes.extend_from_slice(b",\"data\":");
+        bytes.extend_from_slice(canonical_data);
+        bytes.extend_from_slice(b",\"origin\":");
+        serde_json::to_writer(&mut bytes, &schedule.origin).expect("a string serializes");
+        bytes.extend_from_slice(b"}\n");
         write_atomic(&path, &bytes).map_err(|source| StateDirError::Write { path, source })
     }
 }
 
 impl ScheduleStore for StateDir {
-    fn save(&self, schedule: &Schedule) -> Result<(), String> {
-        self.save_schedule(schedule).map_err(|e| e.to_string())
+    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), String> {
+        self.save_encoded(schedule, canonical_data)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -125,7 +147,19 @@ mod tests {
         assert!(dir.load_schedule().unwrap().is_none());
         let schedule = Schedule::test().with_role("web", "v2").build();
         dir.save_schedule(&schedule).unwrap();
-        assert_eq!(dir.load_schedule().unwrap(), Some(schedule));
+        assert_eq!(dir.load_schedule().unwrap(), Some(schedule.clone()));
+        let stored = fs::read_to_string(dir.schedule_path()).unwrap();
+        assert_eq!(
+            stored,
+            format!(
+                "{{\"timestamp\":{},\"hash\":\"{}\",\"data\":{},\"origin\":\"{}\"}}\n",
+                schedule.timestamp,
+                schedule.hash,
+                serde_json::to_string(&*schedule.data).unwrap(),
+                schedule.origin
+            ),
+            "compact envelope around the canonical data"
+        );
         let text = fs::read_to_string(dir.schedule_path()).unwrap();
         fs::write(dir.schedule_path(), text.replace("v2", "v3")).unwrap();
         let err = dir.load_schedule().unwrap_err().to_string();

@@ -11,9 +11,20 @@ use sha1::{Digest, Sha1};
 
 /// SHA-1 hex (40 lowercase characters) of the canonical form of `data`.
 pub fn schedule_hash(data: &Value) -> String {
+    hash_canonical(&canonical_json(data))
+}
+
+/// The canonical form of `data` (compact, keys sorted): what the hash covers, and what the
+/// storage dir writes, so a schedule is serialised once.
+pub fn canonical_json(data: &Value) -> Vec<u8> {
     let mut buf = Vec::with_capacity(4096);
     write_canonical(data, &mut buf);
-    hex::encode(Sha1::digest(&buf))
+    buf
+}
+
+/// SHA-1 hex of bytes produced by [`canonical_json`].
+pub fn hash_canonical(canonical: &[u8]) -> String {
+    hex::encode(Sha1::digest(canonical))
 }
 
 /// Compact JSON with object keys in byte order, as serde_json wrote it for verwalter 0.13.
@@ -21,18 +32,14 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             out.push(b'{');
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            // Already sorted unless serde_json keeps insertion order; sorting a sorted list is cheap.
-            if !entries.is_sorted_by(|a, b| a.0 <= b.0) {
+            // serde_json's default map iterates in key order; only a build with
+            // `preserve_order` needs the sort (and the allocation it takes).
+            if map.keys().is_sorted() {
+                write_entries(map.iter(), out);
+            } else {
+                let mut entries: Vec<(&String, &Value)> = map.iter().collect();
                 entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
-            }
-            for (i, (key, item)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                write_scalar(&Value::String(key.clone()), out);
-                out.push(b':');
-                write_canonical(item, out);
+                write_entries(entries.into_iter(), out);
             }
             out.push(b'}');
         }
@@ -47,6 +54,17 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
             out.push(b']');
         }
         scalar => write_scalar(scalar, out),
+    }
+}
+
+fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
+    for (i, (key, item)) in entries.enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        serde_json::to_writer(&mut *out, key.as_str()).expect("a string serializes");
+        out.push(b':');
+        write_canonical(item, out);
     }
 }
 

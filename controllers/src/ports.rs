@@ -68,7 +68,8 @@ pub trait Scheduler: Send + Sync + 'static {
 
 /// Persists the schedule in force so a restarted node starts from it.
 pub trait ScheduleStore: Send + Sync + 'static {
-    fn save(&self, schedule: &Schedule) -> Result<(), String>;
+    /// `canonical_data` is the canonical JSON of `schedule.data`, from [`Schedule::encode`].
+    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), String>;
 }
 
 /// Wall-clock time, as milliseconds since the Unix epoch.

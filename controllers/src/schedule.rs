@@ -158,10 +158,11 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
-                let schedule = Schedule::new(output.data, input.now, self.identity.id.clone());
+                let (schedule, canonical) =
+                    Schedule::encode(output.data, input.now, self.identity.id.clone());
                 let current = self.out.schedule.get();
                 if current.as_ref().as_ref().map(|s| &s.hash) != Some(&schedule.hash) {
-                    if let Err(error) = self.persist.save(&schedule) {
+                    if let Err(error) = self.persist.save(&schedule, &canonical) {
                         tracing::error!(%error, "Cannot persist the schedule; it is in force but will not survive a restart.");
                     }
                     tracing::info!(hash = %schedule.hash, "New schedule.");

@@ -46,13 +46,21 @@ pub struct HashMismatch {
 impl Schedule {
     /// Wraps scheduler output into an envelope, computing its hash.
     pub fn new(data: Value, timestamp: u64, origin: NodeId) -> Schedule {
-        let hash = schedule_hash(&data);
-        Schedule {
+        Schedule::encode(data, timestamp, origin).0
+    }
+
+    /// Like [`Schedule::new`], also returning the canonical JSON of `data` the hash was taken
+    /// over, so the schedule can be written without serialising it again.
+    pub fn encode(data: Value, timestamp: u64, origin: NodeId) -> (Schedule, Vec<u8>) {
+        let canonical = crate::hash::canonical_json(&data);
+        let hash = crate::hash::hash_canonical(&canonical);
+        let schedule = Schedule {
             timestamp,
             hash,
             data: Arc::new(data),
             origin,
-        }
+        };
+        (schedule, canonical)
     }
 
     /// Checks that `hash` matches `data` (schedules read from disk or from peers).

@@ -63,7 +63,7 @@ pub struct MemoryScheduleStore {
 }
 
 impl ScheduleStore for MemoryScheduleStore {
-    fn save(&self, schedule: &Schedule) -> Result<(), String> {
+    fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), String> {
         self.saved.lock().unwrap().push(schedule.clone());
         Ok(())
     }

@@ -20,10 +20,6 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
-
-    pub fn into_response_owned(self) -> Response {
-        self.into_response()
-    }
 }
 
 impl IntoResponse for ApiError {

@@ -14,7 +14,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get};
 use verwalter_controllers::store::Store;
 
@@ -89,7 +89,7 @@ async fn pretty(request: Request, next: Next) -> Response {
     }
     let (mut parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, PRETTY_LIMIT).await else {
-        return ApiError::Internal("response too large to indent".into()).into_response_owned();
+        return ApiError::Internal("response too large to indent".into()).into_response();
     };
     let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(value) => {
