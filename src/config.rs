@@ -60,6 +60,28 @@ pub struct SettingsFile {
     pub scheduler: SchedulerSettings,
     #[serde(default)]
     pub inputs: InputSettings,
+    #[serde(default)]
+    pub render: RenderSettings,
+    #[serde(default)]
+    pub logs: LogSettings,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct RenderSettings {
+    /// Time limit of one apply command, in seconds [default: 180].
+    pub command_timeout_secs: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct LogSettings {
+    /// A log file is continued in a new segment past this size [default: 10].
+    pub segment_mib: Option<u64>,
+    /// Deployment log files older than this are deleted [default: 30].
+    pub max_age_days: Option<u64>,
+    /// The oldest deployment log files go while all together exceed this [default: 1024].
+    pub max_total_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -95,6 +117,8 @@ pub struct Config {
     pub scheduler_period: Duration,
     pub limits: Limits,
     pub debounce: Duration,
+    pub command_timeout: Duration,
+    pub log_limits: crate::logs::LogLimits,
 }
 
 /// Every problem found while loading the settings.
@@ -203,6 +227,12 @@ impl Config {
                 time: Duration::from_millis(time_ms),
             },
             debounce: Duration::from_millis(file.inputs.debounce_ms.unwrap_or(100)),
+            command_timeout: Duration::from_secs(file.render.command_timeout_secs.unwrap_or(180)),
+            log_limits: crate::logs::LogLimits {
+                segment_size: file.logs.segment_mib.unwrap_or(10) << 20,
+                max_age: Duration::from_secs(file.logs.max_age_days.unwrap_or(30) * 86_400),
+                max_total: file.logs.max_total_mib.unwrap_or(1024) << 20,
+            },
         })
     }
 }

@@ -2,21 +2,29 @@
 //! shutdown signal.
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
 
 use tokio::net::TcpListener;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::cleanup::{CleanupController, Sweeper};
 use verwalter_controllers::driver::DriverConfig;
 use verwalter_controllers::election::{self, machine::Machine, machine::Timings};
 use verwalter_controllers::ports::{Clock, SystemClock};
+use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
 
+use crate::backups;
 use crate::config::Config;
 use crate::http::{self, AppState, NodeInfo};
 use crate::inputs::watcher::{self, WatchConfig};
+use crate::logs::LogDir;
 use crate::lua::LuaScheduler;
 use crate::metrics::Metrics;
+use crate::render::{self, Applier, ApplierConfig};
 use crate::state_dir::StateDir;
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
@@ -30,6 +38,14 @@ pub enum StartError {
     },
     #[error("cannot start the scheduler thread: {0}")]
     SchedulerThread(#[source] std::io::Error),
+    #[error("log dir {path}: {source}")]
+    LogDir {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Sandbox(String),
 }
 
 /// Runs the daemon until `shutdown` is cancelled.
@@ -64,6 +80,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         parents,
         schedule,
         scheduler: status,
+        templates,
+        force_render,
+        roles,
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -75,7 +94,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     };
     tasks.spawn(watcher::run(
         config.config_dir.clone(),
-        inputs,
+        watcher::Outputs { inputs, templates },
         metrics.clone(),
         watch,
         shutdown.clone(),
@@ -109,8 +128,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             parents,
         },
         Arc::new(scheduler),
-        Arc::new(state_dir),
-        clock,
+        Arc::new(state_dir.clone()),
+        clock.clone(),
         metrics.clone(),
         Identity {
             id: config.machine_id.clone(),
@@ -123,8 +142,62 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         .observer(metrics.clone());
     tasks.spawn(driver.run(shutdown.clone()));
 
+    // Render and apply the roles of this node; clean up after them.
+    let logs =
+        LogDir::open(&config.log_dir, config.log_limits).map_err(|source| StartError::LogDir {
+            path: config.log_dir.display().to_string(),
+            source,
+        })?;
+    let log_dirs = render::read_log_dirs(&config.config_dir).map_err(StartError::Sandbox)?;
+    let applier = Applier::new(
+        ApplierConfig {
+            config_dir: config.config_dir.clone(),
+            staging_dir: state_dir.staging_dir(),
+            command_timeout: config.command_timeout,
+            dry_run: config.dry_run,
+            log_dirs,
+        },
+        logs.clone(),
+        store.templates.clone(),
+    );
+    if let Err(error) = applier.clean_staging() {
+        tracing::warn!(%error, "Cannot remove old staging files.");
+    }
+    let render = Arc::new(RenderController::new(
+        store.clone(),
+        config.hostname.clone(),
+        roles,
+        Arc::new(applier),
+        Arc::new(state_dir.clone()),
+        logs.clone(),
+        clock,
+    ));
+    tasks.spawn(
+        render
+            .clone()
+            .driver(DriverConfig::default())
+            .observer(metrics.clone())
+            .run(shutdown.clone()),
+    );
+    let cleanup = Arc::new(CleanupController::new(
+        store.clone(),
+        config.hostname.clone(),
+        render,
+        Arc::new(Sweep {
+            logs,
+            state_dir: state_dir.clone(),
+        }),
+    ));
+    tasks.spawn(
+        cleanup
+            .driver(DriverConfig::default(), Duration::from_secs(3600))
+            .observer(metrics.clone())
+            .run(shutdown.clone()),
+    );
+
     let app = http::router(AppState {
         store,
+        force_render: Arc::new(force_render),
         metrics,
         node: Arc::new(NodeInfo {
             id: config.machine_id.clone(),
@@ -150,4 +223,31 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let _keep = (peers, actions);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Housekeeping for the cleanup controller: log retention and schedule backups.
+struct Sweep {
+    logs: Arc<LogDir>,
+    state_dir: StateDir,
+}
+
+impl Sweeper for Sweep {
+    fn sweep(&self) -> BoxFuture<'static, Result<(), String>> {
+        let logs = self.logs.clone();
+        let state_dir = self.state_dir.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let deleted = logs.retain().map_err(|e| format!("log retention: {e}"))?;
+                if deleted > 0 {
+                    tracing::info!(deleted, "Deleted deployment log files past retention.");
+                }
+                let now = time::OffsetDateTime::now_utc();
+                backups::maintain(&state_dir.schedule_path(), &state_dir.backups_dir(), now)
+                    .map_err(|e| format!("schedule backups: {e}"))?;
+                Ok(())
+            })
+            .await
+            .map_err(|e| format!("sweep: {e}"))?
+        })
+    }
 }

@@ -6,16 +6,24 @@
 //! - [`config`]: daemon settings from the command line and an optional settings file.
 //! - [`inputs`]: reads `/etc/verwalter` (runtime tree, scheduler sources) and watches it.
 //! - [`lua`]: the sandboxed Lua scheduler.
+//! - [`render`]: template dirs (Handlebars, Tera, `*.render.yaml`) and the role applier.
+//! - [`apply`]: the apply commands (`!Cmd`, `!Copy`, ...).
+//! - [`logs`]: the deployment log (index, global, changes, per role), rotation, retention.
+//! - [`backups`]: hourly, daily and weekly gzipped copies of the schedule.
 //! - [`state_dir`]: `/var/lib/verwalter`, where the schedule in force is persisted.
 //! - [`http`]: the HTTP API and `/metrics`.
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
 
 pub mod allocator;
+pub mod apply;
+pub mod backups;
 pub mod config;
 pub mod daemon;
 pub mod http;
 pub mod inputs;
+pub mod logs;
 pub mod lua;
 pub mod metrics;
+pub mod render;
 pub mod state_dir;

@@ -36,6 +36,37 @@ enum Command {
     Check(OfflineArgs),
     /// Run the scheduler once and print the schedule (stdout) and its log (stderr).
     Schedule(ScheduleArgs),
+    /// Render one role as the daemon would: print its files and run (or show) its commands.
+    Render(RenderCliArgs),
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("source").args(["vars", "schedule", "check_dir"]).required(true)))]
+struct RenderCliArgs {
+    /// Config dir to use
+    #[arg(long, value_name = "DIR", default_value = "/etc/verwalter")]
+    config_dir: PathBuf,
+    /// Role to render
+    #[arg(long, required_unless_present = "check_dir")]
+    role: Option<String>,
+    /// The role's variables (JSON or YAML object with `template`)
+    #[arg(long, value_name = "FILE")]
+    vars: Option<PathBuf>,
+    /// A schedule (as served by /v1/schedule) to take the role's variables from
+    #[arg(long, value_name = "FILE", requires = "hostname")]
+    schedule: Option<PathBuf>,
+    /// The node to render for (with --schedule)
+    #[arg(long)]
+    hostname: Option<String>,
+    /// Show the commands instead of running them
+    #[arg(short = 'n', long)]
+    dry_run: bool,
+    /// Parse a template dir and render each template with --vars (or no variables)
+    #[arg(short = 'C', long, value_name = "DIR")]
+    check_dir: Option<PathBuf>,
+    /// Time limit of each command, in seconds
+    #[arg(long, default_value_t = 180)]
+    command_timeout: u64,
 }
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +104,77 @@ fn main() -> ExitCode {
         Some(Command::Schedule(args)) => {
             init_logs("warn");
             schedule(&args)
+        }
+        Some(Command::Render(args)) => {
+            init_logs("warn");
+            render(args)
+        }
+    }
+}
+
+fn render(args: RenderCliArgs) -> ExitCode {
+    use verwalter::render::cli;
+    if let Some(dir) = &args.check_dir {
+        let sample = match &args.vars {
+            Some(path) => match cli::role_vars(&cli::RenderArgs {
+                config_dir: args.config_dir.clone(),
+                role: args.role.clone().unwrap_or_else(|| "check".into()),
+                vars: cli::VarsSource::File(path.clone()),
+                dry_run: true,
+                timeout: std::time::Duration::from_secs(args.command_timeout),
+            }) {
+                Ok(v) => v,
+                Err(e) => {
+                    eprintln!("verwalter render: {e}");
+                    return ExitCode::FAILURE;
+                }
+            },
+            None => serde_json::Map::new(),
+        };
+        let problems = cli::check_dir(dir, sample);
+        for p in &problems {
+            eprintln!("{p}");
+        }
+        return if problems.is_empty() {
+            println!("{}: ok", dir.display());
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        };
+    }
+    let vars = match (&args.vars, &args.schedule, &args.hostname) {
+        (Some(path), _, _) => cli::VarsSource::File(path.clone()),
+        (None, Some(file), Some(hostname)) => cli::VarsSource::Schedule {
+            file: file.clone(),
+            hostname: hostname.clone(),
+        },
+        _ => {
+            eprintln!("verwalter render: give --vars FILE, or --schedule FILE with --hostname");
+            return ExitCode::from(2);
+        }
+    };
+    let render_args = cli::RenderArgs {
+        config_dir: args.config_dir,
+        role: args.role.unwrap_or_default(),
+        vars,
+        dry_run: args.dry_run,
+        timeout: std::time::Duration::from_secs(args.command_timeout),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("verwalter render: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli::render(&render_args)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("verwalter render: {e}");
+            ExitCode::FAILURE
         }
     }
 }

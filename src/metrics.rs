@@ -37,7 +37,15 @@ pub struct Metrics {
     pub election_epoch: IntGauge,
     pub schedule_timestamp: IntGauge,
     pub peers: IntGauge,
+    pub roles_failing: IntGauge,
+    pub role_failed_attempts: IntGaugeVec,
+    pub last_deployment: IntGauge,
+    /// Roles with a `role_failed_attempts` series now (to drop series of recovered roles).
+    failing_series: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
+
+/// At most this many roles get a `verwalter_role_failed_attempts` series (labels stay bounded).
+pub const MAX_ROLE_SERIES: usize = 100;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -148,6 +156,20 @@ impl Metrics {
                 "Unix time the schedule in force was produced (0: none).",
             ),
             peers: gauge("verwalter_peers", "Other nodes known."),
+            roles_failing: gauge(
+                "verwalter_roles_failing",
+                "Roles of this node whose last render or apply failed.",
+            ),
+            role_failed_attempts: gauge_vec(
+                "verwalter_role_failed_attempts",
+                "Failed attempts in a row of each failing role (first 100 roles by name).",
+                &["role"],
+            ),
+            last_deployment: gauge(
+                "verwalter_last_deployment_timestamp_seconds",
+                "Unix time the latest render pass started (0: none since start).",
+            ),
+            failing_series: Default::default(),
             registry,
         };
         // Every failure reason is a series from the start, so rate() and alerts see zeros.
@@ -174,6 +196,26 @@ impl Metrics {
         self.peers.set(store.peers.peek().peers.len() as i64);
         if let Some(ms) = store.scheduler.peek().last_success {
             self.scheduler_last_success.set((ms / 1000) as i64);
+        }
+        let roles = store.roles.peek();
+        self.roles_failing.set(roles.failed.len() as i64);
+        if let Some(d) = &roles.last_deployment {
+            self.last_deployment.set((d.started / 1000) as i64);
+        }
+        {
+            let mut series = self.failing_series.lock().unwrap();
+            for role in series.iter() {
+                if !roles.failed.contains_key(role) {
+                    let _ = self.role_failed_attempts.remove_label_values(&[role]);
+                }
+            }
+            series.clear();
+            for (role, failure) in roles.failed.iter().take(MAX_ROLE_SERIES) {
+                self.role_failed_attempts
+                    .with_label_values(&[role])
+                    .set(i64::from(failure.attempts));
+                series.insert(role.clone());
+            }
         }
         let mut out = Vec::new();
         TextEncoder::new()

@@ -5,7 +5,9 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use verwalter_controllers::ports::ScheduleStore;
+use std::collections::HashMap;
+
+use verwalter_controllers::ports::{AppliedStore, ScheduleStore};
 use verwalter_controllers::state::Schedule;
 
 #[derive(Debug, thiserror::Error)]
@@ -100,6 +102,63 @@ impl StateDir {
         serde_json::to_writer(&mut bytes, &schedule.origin).expect("a string serializes");
         bytes.extend_from_slice(b"}\n");
         write_atomic(&path, &bytes).map_err(|source| StateDirError::Write { path, source })
+    }
+}
+
+impl StateDir {
+    /// `<storage>/roles/`: one `<role>.applied` file per role with the hash last applied.
+    pub fn roles_dir(&self) -> PathBuf {
+        self.root.join("roles")
+    }
+
+    /// `<storage>/staging/`: rendered files waiting for their commands.
+    pub fn staging_dir(&self) -> PathBuf {
+        self.root.join("staging")
+    }
+
+    /// `<storage>/backups/`: gzipped schedules, hourly, daily and weekly.
+    pub fn backups_dir(&self) -> PathBuf {
+        self.root.join("backups")
+    }
+}
+
+impl AppliedStore for StateDir {
+    fn load(&self) -> HashMap<String, String> {
+        let mut applied = HashMap::new();
+        let Ok(entries) = fs::read_dir(self.roles_dir()) else {
+            return applied;
+        };
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let Some(role) = name.to_str().and_then(|n| n.strip_suffix(".applied")) else {
+                continue;
+            };
+            match fs::read_to_string(entry.path()) {
+                Ok(hash) => {
+                    applied.insert(role.to_string(), hash.trim().to_string());
+                }
+                Err(e) => {
+                    tracing::warn!(role, error = %e, "Cannot read an applied hash; the role renders again.");
+                }
+            }
+        }
+        applied
+    }
+
+    fn save(&self, role: &str, hash: &str) -> Result<(), String> {
+        let path = self.roles_dir().join(format!("{role}.applied"));
+        write_atomic(&path, format!("{hash}\n").as_bytes())
+            .map_err(|e| format!("{}: cannot write: {e}", path.display()))
+    }
+
+    fn remove(&self, role: &str) -> Result<(), String> {
+        let path = self.roles_dir().join(format!("{role}.applied"));
+        match fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(format!("{}: cannot remove: {e}", path.display()))
+            }
+            _ => Ok(()),
+        }
     }
 }
 

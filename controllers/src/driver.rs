@@ -199,7 +199,11 @@ impl<R: Reconciler> Driver<R> {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let name = self.reconciler.name();
         let mut next_resync = Instant::now() + self.config.resync;
-        // The first pass looks at every key, as after a change.
+        // The first pass looks at every key, as after a change; changes made before it are
+        // covered by it.
+        for trigger in &mut self.triggers {
+            trigger.mark_seen();
+        }
         self.scan(true);
         loop {
             self.report();

@@ -5,18 +5,24 @@
 //! - [`store`]: the shared store; readers get `Arc` snapshots and wake on change, one writer per
 //!   field, and a write that changes nothing wakes no one.
 //! - [`ports`]: traits for every side effect (scheduler, schedule persistence, clock).
+//! - [`cleanup`]: forgets roles gone from the schedule; log and backup retention.
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
 //! - [`election`]: the sans-IO leader election state machine and its controller.
+//! - [`render`]: renders and applies each role of this node (one deployment id a pass).
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
+//! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`testing`]: fakes and fixtures for tests.
 
+pub mod cleanup;
 pub mod driver;
 pub mod election;
 pub mod hash;
 pub mod ports;
+pub mod render;
 pub mod schedule;
 pub mod state;
 pub mod store;
 pub mod testing;
+pub mod vars;

@@ -89,3 +89,33 @@ impl Clock for SystemClock {
             .unwrap_or(0)
     }
 }
+
+/// One role to render and apply: what the render controller hands to the [`RoleApplier`].
+#[derive(Debug, Clone)]
+pub struct RoleJob {
+    pub role: String,
+    /// Template dir relative to `templates/` (already checked to be a plain relative path).
+    pub template: String,
+    pub deployment_id: String,
+    /// Every variable the templates see.
+    pub vars: Arc<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// Renders a role's templates and runs its commands (`src/render`, `src/apply`).
+pub trait RoleApplier: Send + Sync + 'static {
+    /// Err is a message naming the file, line or command that failed.
+    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>>;
+}
+
+/// The applied hash of every role, kept across restarts (the storage dir).
+pub trait AppliedStore: Send + Sync + 'static {
+    fn load(&self) -> std::collections::HashMap<String, String>;
+    fn save(&self, role: &str, hash: &str) -> Result<(), String>;
+    fn remove(&self, role: &str) -> Result<(), String>;
+}
+
+/// Deployment-level entries of the deployment log (role entries are the applier's).
+pub trait DeploymentLog: Send + Sync + 'static {
+    fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String]);
+    fn deployment_finish(&self, id: &str, failed: &[String]);
+}

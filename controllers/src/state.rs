@@ -184,3 +184,64 @@ pub struct SchedulerStatus {
     /// Wall-clock ms of the last successful run.
     pub last_success: Option<u64>,
 }
+
+/// One file under `templates/`, as the watcher last read it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct TemplateFile {
+    /// Content hash.
+    pub hash: String,
+    /// The text mentions `full_schedule`: roles using this template dir re-render whenever the
+    /// schedule changes, not only when their own variables do.
+    pub mentions_full_schedule: bool,
+}
+
+/// Every file under `templates/` by path relative to it (`web/v1/nginx.conf.hbs`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Templates {
+    pub files: Arc<BTreeMap<String, TemplateFile>>,
+}
+
+impl Templates {
+    /// The files of template dir `dir` (relative to `templates/`), in path order.
+    pub fn dir<'a>(&'a self, dir: &str) -> impl Iterator<Item = (&'a String, &'a TemplateFile)> {
+        let prefix = format!("{dir}/");
+        self.files
+            .range(prefix.clone()..)
+            .take_while(move |(path, _)| path.starts_with(&prefix))
+    }
+}
+
+/// Why a role on this node is not in its desired state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoleFailure {
+    /// What failed, with file, line or command where known.
+    pub message: String,
+    /// Wall-clock ms of the first failure in this run of failures.
+    pub since: u64,
+    /// Failed attempts in a row.
+    pub attempts: u32,
+    /// The deployment of the last attempt (for the deployment log), if it got that far.
+    pub deployment_id: Option<String>,
+}
+
+/// A render pass: one deployment id over the roles that needed rendering.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Deployment {
+    pub id: String,
+    /// Hash of the schedule the pass rendered.
+    pub schedule: String,
+    pub started: u64,
+    /// Set when every role of the pass had its attempt.
+    pub finished: Option<u64>,
+    pub roles: Vec<String>,
+    pub failed: Vec<String>,
+}
+
+/// Observed: the roles of this node and how their rendering went.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct RolesStatus {
+    /// Roles that are failing now, by name.
+    pub failed: BTreeMap<String, RoleFailure>,
+    /// The latest render pass.
+    pub last_deployment: Option<Deployment>,
+}

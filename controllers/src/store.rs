@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::election::ElectionState;
-use crate::state::{Actions, Inputs, Peers, Schedule, SchedulerStatus};
+use crate::state::{Actions, Inputs, Peers, RolesStatus, Schedule, SchedulerStatus, Templates};
 
 /// The single writer of one store field.
 #[derive(Debug)]
@@ -100,6 +100,8 @@ impl<T: Send + Sync + 'static> Reader<T> {
 /// Something a controller wakes on: resolves when a watched value changed.
 pub trait Trigger: Send {
     fn changed(&mut self) -> BoxFuture<'_, ()>;
+    /// Forgets changes made so far (the driver looks at everything when it starts).
+    fn mark_seen(&mut self);
 }
 
 impl<T: Send + Sync + 'static> Trigger for Reader<T> {
@@ -109,6 +111,10 @@ impl<T: Send + Sync + 'static> Trigger for Reader<T> {
             // Mark the new value seen so the next call waits for the next change.
             self.rx.borrow_and_update();
         })
+    }
+
+    fn mark_seen(&mut self) {
+        self.rx.borrow_and_update();
     }
 }
 
@@ -129,6 +135,12 @@ pub struct Store {
     pub schedule: Reader<Option<Schedule>>,
     /// Observed: the scheduler's last input, log and error.
     pub scheduler: Reader<SchedulerStatus>,
+    /// Observed: the files under `templates/`.
+    pub templates: Reader<Templates>,
+    /// Desired: bumped by `force_render_all`; every role renders again once per bump.
+    pub force_render: Reader<u64>,
+    /// Observed: failing roles and the latest render pass.
+    pub roles: Reader<RolesStatus>,
 }
 
 /// The writers of every field; the daemon's wiring hands each to the one task that owns it.
@@ -141,6 +153,9 @@ pub struct StoreWriter {
     pub parents: Field<Vec<Schedule>>,
     pub schedule: Field<Option<Schedule>>,
     pub scheduler: Field<SchedulerStatus>,
+    pub templates: Field<Templates>,
+    pub force_render: Field<u64>,
+    pub roles: Field<RolesStatus>,
 }
 
 impl StoreWriter {
@@ -154,6 +169,9 @@ impl StoreWriter {
             parents: Field::new(schedule.iter().cloned().collect()),
             schedule: Field::new(schedule),
             scheduler: Field::new(SchedulerStatus::default()),
+            templates: Field::new(Templates::default()),
+            force_render: Field::new(0),
+            roles: Field::new(RolesStatus::default()),
         }
     }
 
@@ -166,6 +184,9 @@ impl StoreWriter {
             parents: self.parents.reader(),
             schedule: self.schedule.reader(),
             scheduler: self.scheduler.reader(),
+            templates: self.templates.reader(),
+            force_render: self.force_render.reader(),
+            roles: self.roles.reader(),
         }
     }
 }

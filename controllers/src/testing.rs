@@ -8,7 +8,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::ports::{Clock, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure};
+use crate::ports::{
+    AppliedStore, Clock, DeploymentLog, RoleApplier, RoleJob, ScheduleStore, Scheduler,
+    SchedulerError, SchedulerFailure,
+};
 use crate::schedule::ScheduleObserver;
 use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
 
@@ -148,5 +151,102 @@ pub fn inputs(runtime: Value) -> Inputs {
         scheduler_hash: "code-1".into(),
         hash,
         errors: Vec::new(),
+    }
+}
+
+/// A role applier that records every job and fails the roles told to.
+#[derive(Default)]
+pub struct FakeApplier {
+    pub jobs: Mutex<Vec<RoleJob>>,
+    /// Role -> error message for its next attempts.
+    pub failing: Mutex<std::collections::HashMap<String, String>>,
+}
+
+impl FakeApplier {
+    /// The roles applied so far, in order.
+    pub fn roles(&self) -> Vec<String> {
+        self.jobs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|j| j.role.clone())
+            .collect()
+    }
+    pub fn fail(&self, role: &str, message: &str) {
+        self.failing
+            .lock()
+            .unwrap()
+            .insert(role.into(), message.into());
+    }
+    pub fn heal(&self, role: &str) {
+        self.failing.lock().unwrap().remove(role);
+    }
+}
+
+impl RoleApplier for FakeApplier {
+    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>> {
+        let failure = self.failing.lock().unwrap().get(&job.role).cloned();
+        self.jobs.lock().unwrap().push(job);
+        Box::pin(async move { failure.map_or(Ok(()), Err) })
+    }
+}
+
+/// Applied hashes in memory.
+#[derive(Default)]
+pub struct MemoryAppliedStore(pub Mutex<std::collections::HashMap<String, String>>);
+
+impl AppliedStore for MemoryAppliedStore {
+    fn load(&self) -> std::collections::HashMap<String, String> {
+        self.0.lock().unwrap().clone()
+    }
+    fn save(&self, role: &str, hash: &str) -> Result<(), String> {
+        self.0.lock().unwrap().insert(role.into(), hash.into());
+        Ok(())
+    }
+    fn remove(&self, role: &str) -> Result<(), String> {
+        self.0.lock().unwrap().remove(role);
+        Ok(())
+    }
+}
+
+/// A deployment log that records starts `(id, roles)` and finishes `(id, failed)`.
+#[derive(Default)]
+pub struct RecordingDeploymentLog {
+    pub started: Mutex<Vec<(String, Vec<String>)>>,
+    pub finished: Mutex<Vec<(String, Vec<String>)>>,
+}
+
+impl DeploymentLog for RecordingDeploymentLog {
+    fn deployment_start(&self, id: &str, _schedule_hash: &str, roles: &[String]) {
+        self.started
+            .lock()
+            .unwrap()
+            .push((id.into(), roles.to_vec()));
+    }
+    fn deployment_finish(&self, id: &str, failed: &[String]) {
+        self.finished
+            .lock()
+            .unwrap()
+            .push((id.into(), failed.to_vec()));
+    }
+}
+
+/// Templates with the given files (path -> content hash).
+pub fn templates(files: &[(&str, &str)]) -> crate::state::Templates {
+    crate::state::Templates {
+        files: Arc::new(
+            files
+                .iter()
+                .map(|(path, hash)| {
+                    (
+                        path.to_string(),
+                        crate::state::TemplateFile {
+                            hash: hash.to_string(),
+                            mentions_full_schedule: false,
+                        },
+                    )
+                })
+                .collect(),
+        ),
     }
 }

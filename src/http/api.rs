@@ -10,6 +10,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use verwalter_controllers::election::ElectionState;
 use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::render::{deployment_id, rfc3339};
+use verwalter_controllers::vars;
 
 use super::{ApiError, AppState};
 
@@ -52,23 +54,6 @@ pub fn version() -> String {
 }
 
 /// Role names a schedule mentions: keys of `roles` and of every node's `roles`.
-fn all_roles(data: &Value) -> std::collections::BTreeSet<&str> {
-    let mut roles: std::collections::BTreeSet<&str> = data
-        .get("roles")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flat_map(|m| m.keys().map(String::as_str))
-        .collect();
-    if let Some(nodes) = data.get("nodes").and_then(Value::as_object) {
-        for node in nodes.values() {
-            if let Some(node_roles) = node.get("roles").and_then(Value::as_object) {
-                roles.extend(node_roles.keys().map(String::as_str));
-            }
-        }
-    }
-    roles
-}
-
 pub fn build_status(state: &AppState) -> Status {
     let store = &state.store;
     let node = &state.node;
@@ -136,7 +121,11 @@ pub fn build_status(state: &AppState) -> Status {
         ),
         (false, false, _) => (json!({"state": "Unstable"}), "unstable"),
     };
-    let failed_roles: Vec<String> = Vec::new();
+    let roles = store.roles.peek();
+    for (role, failure) in &roles.failed {
+        errors.insert(format!("role {role}"), failure.message.clone());
+    }
+    let failed_roles: Vec<String> = roles.failed.keys().cloned().collect();
     let metrics = BTreeMap::from([
         (
             "scheduler_succeeded",
@@ -157,7 +146,7 @@ pub fn build_status(state: &AppState) -> Status {
         peers: peers.peers.len(),
         peers_timestamp: peers.timestamp,
         leader,
-        roles: schedule.map_or(0, |s| all_roles(&s.data).len()),
+        roles: schedule.map_or(0, |s| vars::all_roles(&s.data).len()),
         last_stable_timestamp: election.last_stable_timestamp,
         num_errors: inputs.errors.len()
             + usize::from(scheduler.error.is_some())
@@ -303,4 +292,45 @@ pub async fn not_found(uri: Uri) -> Response {
         format!("404 Not Found: {}\n", uri.path()),
     )
         .into_response()
+}
+
+/// `{to_render: {role: vars}, all_roles: [...]}`: what this node would render now, each role's
+/// variables as its templates would see them (a fresh deployment id; `full_schedule` left out).
+/// A role that cannot be rendered shows `{"error": "..."}` instead.
+pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+    let schedule = state.store.schedule.peek();
+    let Some(schedule) = schedule.as_ref() else {
+        return Err(ApiError::Internal("no schedule yet".into()));
+    };
+    let id = deployment_id();
+    let now = rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    );
+    let mut to_render = serde_json::Map::new();
+    for role in vars::node_roles(&schedule.data, &state.node.hostname) {
+        let value = match vars::role_vars(&schedule.data, &state.node.hostname, &role) {
+            Ok(v) => {
+                let mut all = vars::with_pass(v, &id, &now, &Value::Null);
+                all.remove("full_schedule");
+                Value::Object(all)
+            }
+            Err(e) => json!({"error": e.message}),
+        };
+        to_render.insert(role, value);
+    }
+    Ok(Json(json!({
+        "to_render": to_render,
+        "all_roles": vars::all_roles(&schedule.data),
+        "failed": state.store.roles.peek().failed,
+        "last_deployment": state.store.roles.peek().last_deployment,
+    })))
+}
+
+/// Renders every role of this node again under a new deployment id.
+pub async fn force_render_all(State(state): State<AppState>) -> Json<&'static str> {
+    state.force_render.update(|generation| *generation += 1);
+    tracing::info!("Re-rendering all roles (force_render_all).");
+    Json("ok")
 }

@@ -15,8 +15,8 @@ use axum::extract::Request;
 use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{MethodRouter, get};
-use verwalter_controllers::store::Store;
+use axum::routing::{MethodRouter, get, post};
+use verwalter_controllers::store::{Field, Store};
 
 pub use error::ApiError;
 
@@ -38,6 +38,8 @@ pub struct NodeInfo {
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Store,
+    /// `POST /v1/force_render_all` bumps it.
+    pub force_render: Arc<Field<u64>>,
     pub metrics: Arc<Metrics>,
     pub node: Arc<NodeInfo>,
 }
@@ -55,6 +57,10 @@ pub fn router(state: AppState) -> Router {
         ("scheduler_debug_info", get(api::scheduler_debug_info)),
         ("election", get(api::election)),
         ("peers", get(api::peers)),
+        ("roles_data", get(api::roles_data)),
+        // POST only: 0.13 took any method, but a GET that re-renders everything is one
+        // prefetching browser away from an accident.
+        ("force_render_all", post(api::force_render_all)),
     ] {
         app = with_formats(app, name, route);
     }

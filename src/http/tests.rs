@@ -15,6 +15,7 @@ use super::*;
 fn app(writer: &StoreWriter) -> Router {
     router(AppState {
         store: writer.store(),
+        force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
         metrics: Arc::new(Metrics::new()),
         node: Arc::new(NodeInfo {
             id: "77985419c732412ea38b94db00000001".into(),

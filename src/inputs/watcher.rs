@@ -15,7 +15,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::state::Inputs;
+use verwalter_controllers::state::{Inputs, Templates};
 use verwalter_controllers::store::Field;
 
 use crate::metrics::Metrics;
@@ -44,7 +44,7 @@ impl Default for WatchConfig {
 /// Reads the inputs once now, then after every change until shutdown.
 pub async fn run(
     config_dir: PathBuf,
-    out: Field<Inputs>,
+    out: Outputs,
     metrics: Arc<Metrics>,
     config: WatchConfig,
     shutdown: CancellationToken,
@@ -100,13 +100,28 @@ pub async fn run(
 }
 
 /// Reads the inputs off the async runtime and publishes them if anything changed.
-pub async fn refresh(config_dir: &std::path::Path, out: &Field<Inputs>, metrics: &Metrics) {
+pub async fn refresh(config_dir: &std::path::Path, out: &Outputs, metrics: &Metrics) {
     let dir = config_dir.to_path_buf();
-    let Ok(inputs) = tokio::task::spawn_blocking(move || super::read_inputs(&dir)).await else {
+    let read = tokio::task::spawn_blocking(move || {
+        let mut inputs = super::read_inputs(&dir);
+        let templates = crate::render::read_templates(&dir, &mut inputs.errors);
+        inputs.errors.sort_by(|a, b| a.path.cmp(&b.path));
+        (inputs, templates)
+    });
+    let Ok((inputs, templates)) = read.await else {
         tracing::error!("Reading the inputs panicked.");
         return;
     };
-    publish(out, inputs, metrics);
+    if out.templates.set(templates) {
+        tracing::info!("Templates changed.");
+    }
+    publish(&out.inputs, inputs, metrics);
+}
+
+/// The store fields the watcher writes.
+pub struct Outputs {
+    pub inputs: Field<Inputs>,
+    pub templates: Field<Templates>,
 }
 
 /// Stores new inputs, logging what changed and each error once.

@@ -6,7 +6,7 @@ local versions = require "lib/versions"
 local function scheduler(state)
     local host = state.current_host
     local schedule = {
-        vars = {cluster = "demo"},
+        vars = {cluster = "demo", template = "minimal/v1"},
         roles = {},
         nodes = {[host] = {roles = {}}},
     }

@@ -1,0 +1,89 @@
+//! The cleanup controller: removes what no longer belongs. On every new schedule and at the
+//! resync period (hourly by default): roles gone from this node's schedule lose their failure
+//! state and applied hash; then the [`Sweeper`] port deletes logs and schedule backups past
+//! retention (and takes this period's schedule backup).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+
+use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::render::RenderController;
+use crate::store::Store;
+use crate::vars;
+
+/// Housekeeping with IO: log retention, schedule backups, stale staging files.
+pub trait Sweeper: Send + Sync + 'static {
+    fn sweep(&self) -> BoxFuture<'static, Result<(), String>>;
+}
+
+pub struct CleanupController {
+    store: Store,
+    host: String,
+    render: Arc<RenderController>,
+    sweeper: Arc<dyn Sweeper>,
+}
+
+impl CleanupController {
+    pub fn new(
+        store: Store,
+        host: String,
+        render: Arc<RenderController>,
+        sweeper: Arc<dyn Sweeper>,
+    ) -> CleanupController {
+        CleanupController {
+            store,
+            host,
+            render,
+            sweeper,
+        }
+    }
+
+    /// A driver that wakes on a new schedule and every `period`.
+    pub fn driver(self: Arc<Self>, config: DriverConfig, period: Duration) -> Driver<Self> {
+        let store = self.store.clone();
+        Driver::new(
+            self,
+            DriverConfig {
+                resync: period,
+                max_concurrent: 1,
+                ..config
+            },
+        )
+        .trigger(store.schedule.trigger())
+    }
+}
+
+impl Reconciler for CleanupController {
+    type Key = ();
+    type Error = String;
+
+    fn name(&self) -> &'static str {
+        "cleanup"
+    }
+
+    fn keys(&self) -> Vec<()> {
+        vec![()]
+    }
+
+    async fn reconcile(self: Arc<Self>, _key: ()) -> Result<Requeue, String> {
+        // Without a schedule nothing is known to be gone.
+        if let Some(schedule) = self.store.schedule.peek().as_ref() {
+            let keep: BTreeSet<String> = vars::node_roles(&schedule.data, &self.host)
+                .into_iter()
+                .collect();
+            let gone = self.render.retain_roles(&keep);
+            if !gone.is_empty() {
+                tracing::info!(roles = ?gone, "Forgot roles no longer assigned to this node.");
+            }
+        }
+        self.sweeper.sweep().await?;
+        Ok(Requeue::None)
+    }
+
+    fn error_reason(&self, _error: &String) -> &'static str {
+        "sweep"
+    }
+}

@@ -1,0 +1,310 @@
+use std::time::Duration;
+
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use crate::store::StoreWriter;
+use crate::testing::{
+    FakeApplier, FakeClock, MemoryAppliedStore, RecordingDeploymentLog, templates,
+};
+
+const HOST: &str = "alpha";
+
+struct Rig {
+    schedule: Field<Option<Schedule>>,
+    templates: Field<Templates>,
+    force: Field<u64>,
+    store: Store,
+    controller: Arc<RenderController>,
+    applier: Arc<FakeApplier>,
+    applied: Arc<MemoryAppliedStore>,
+    log: Arc<RecordingDeploymentLog>,
+}
+
+fn schedule(roles: Value) -> Option<Schedule> {
+    Some(Schedule::new(
+        json!({"vars": {"template": "app/v1"}, "nodes": {HOST: {"roles": roles}}}),
+        1_500_000_000_000,
+        "0123456789abcdef0123456789abcdef".into(),
+    ))
+}
+
+fn rig_with(applied: Arc<MemoryAppliedStore>) -> Rig {
+    let writer = StoreWriter::new(None);
+    let store = writer.store();
+    let StoreWriter {
+        schedule,
+        templates: templates_field,
+        force_render,
+        roles,
+        ..
+    } = writer;
+    templates_field.set(templates(&[
+        ("app/v1/a.hbs", "h1"),
+        ("other/v1/b.tera", "h2"),
+    ]));
+    let applier = Arc::new(FakeApplier::default());
+    let log = Arc::new(RecordingDeploymentLog::default());
+    let controller = Arc::new(RenderController::new(
+        store.clone(),
+        HOST.into(),
+        roles,
+        applier.clone(),
+        applied.clone(),
+        log.clone(),
+        FakeClock::at(1_600_000_000_000),
+    ));
+    Rig {
+        schedule,
+        templates: templates_field,
+        force: force_render,
+        store,
+        controller,
+        applier,
+        applied,
+        log,
+    }
+}
+
+fn rig() -> Rig {
+    rig_with(Arc::new(MemoryAppliedStore::default()))
+}
+
+impl Rig {
+    /// One reconcile of every role, as the driver's scan would do.
+    async fn pass_all(&self) -> Vec<(String, Result<Requeue, RenderError>)> {
+        let mut out = Vec::new();
+        for role in self.controller.keys() {
+            let r = self.controller.clone().reconcile(role.clone()).await;
+            out.push((role, r));
+        }
+        out
+    }
+    fn failed(&self) -> Vec<String> {
+        self.store.roles.peek().failed.keys().cloned().collect()
+    }
+}
+
+#[tokio::test]
+async fn renders_each_role_once_under_one_deployment_id() {
+    let rig = rig();
+    rig.schedule
+        .set(schedule(json!({"web": {"v": 1}, "db": {"v": 1}})));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["db", "web"]);
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    assert_eq!(jobs[0].deployment_id, jobs[1].deployment_id);
+    assert_eq!(jobs[0].deployment_id.len(), DEPLOYMENT_ID_LEN);
+    assert!(
+        jobs[0]
+            .deployment_id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric())
+    );
+    assert_eq!(jobs[0].template, "app/v1");
+    assert_eq!(jobs[1].vars["v"], json!(1));
+    assert_eq!(jobs[1].vars["deployment_id"], json!(jobs[1].deployment_id));
+    assert_eq!(jobs[1].vars["timestamp"], json!("2020-09-13T12:26:40Z"));
+    let started = rig.log.started.lock().unwrap().clone();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].1, vec!["db", "web"]);
+    let finished = rig.log.finished.lock().unwrap().clone();
+    assert_eq!(finished, vec![(jobs[0].deployment_id.clone(), vec![])]);
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert_eq!(last.roles, vec!["db", "web"]);
+    assert!(last.finished.is_some());
+
+    // Nothing changed: nothing rendered, no new pass.
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles().len(), 2);
+    assert_eq!(rig.log.started.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_change_rerenders_only_the_changed_role() {
+    let rig = rig();
+    rig.schedule
+        .set(schedule(json!({"web": {"v": 1}, "db": {"v": 1}})));
+    rig.pass_all().await;
+    rig.schedule
+        .set(schedule(json!({"web": {"v": 2}, "db": {"v": 1}})));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["db", "web", "web"]);
+    let started = rig.log.started.lock().unwrap().clone();
+    assert_eq!(started.len(), 2);
+    assert_eq!(started[1].1, vec!["web"]);
+}
+
+#[tokio::test]
+async fn a_new_timestamp_alone_renders_nothing() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({"web": {}})));
+    rig.pass_all().await;
+    let mut later = schedule(json!({"web": {}})).unwrap();
+    later.timestamp += 10_000;
+    rig.schedule.set(Some(later));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["web"]);
+}
+
+#[tokio::test]
+async fn a_template_change_rerenders_the_roles_using_it() {
+    let rig = rig();
+    rig.schedule
+        .set(schedule(json!({"web": {}, "db": {"template": "other/v1"}})));
+    rig.pass_all().await;
+    rig.templates.set(templates(&[
+        ("app/v1/a.hbs", "h1"),
+        ("other/v1/b.tera", "CHANGED"),
+    ]));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["db", "web", "db"]);
+}
+
+#[tokio::test]
+async fn full_schedule_users_follow_every_schedule_change() {
+    let rig = rig();
+    let mut files = templates(&[("app/v1/a.hbs", "h1")]);
+    Arc::make_mut(&mut files.files)
+        .get_mut("app/v1/a.hbs")
+        .unwrap()
+        .mentions_full_schedule = true;
+    rig.templates.set(files);
+    rig.schedule.set(schedule(json!({"web": {}})));
+    rig.pass_all().await;
+    rig.schedule
+        .set(schedule(json!({"web": {}, "x": {"template": "none/v1"}})));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["web", "web"]);
+}
+
+#[tokio::test]
+async fn applied_hashes_survive_a_restart() {
+    let applied = Arc::new(MemoryAppliedStore::default());
+    let first = rig_with(applied.clone());
+    first.schedule.set(schedule(json!({"web": {}})));
+    first.pass_all().await;
+    assert_eq!(applied.0.lock().unwrap().len(), 1);
+    let second = rig_with(applied);
+    second.schedule.set(schedule(json!({"web": {}})));
+    second.pass_all().await;
+    assert!(
+        second.applier.roles().is_empty(),
+        "already applied before the restart"
+    );
+}
+
+#[tokio::test]
+async fn a_failing_role_is_reported_and_others_go_on() {
+    let rig = rig();
+    rig.applier
+        .fail("db", "command 1 (!Cmd) exited with status 3");
+    rig.schedule.set(schedule(json!({"web": {}, "db": {}})));
+    let results = rig.pass_all().await;
+    assert!(matches!(&results[0].1, Err(RenderError::Apply(m)) if m.contains("status 3")));
+    assert!(results[1].1.is_ok());
+    assert_eq!(rig.failed(), vec!["db"]);
+    let failure = rig.store.roles.peek().failed["db"].clone();
+    assert_eq!(failure.attempts, 1);
+    assert!(failure.deployment_id.is_some());
+    assert!(rig.applied.0.lock().unwrap().get("db").is_none());
+    let finished = rig.log.finished.lock().unwrap().clone();
+    assert_eq!(finished[0].1, vec!["db"]);
+
+    // Retried without a new schedule; fixed, it recovers and the failure is gone.
+    rig.pass_all().await;
+    assert_eq!(rig.store.roles.peek().failed["db"].attempts, 2);
+    rig.applier.heal("db");
+    rig.pass_all().await;
+    assert!(rig.failed().is_empty());
+    assert_eq!(rig.applier.roles(), vec!["db", "web", "db", "db"]);
+}
+
+#[tokio::test]
+async fn bad_vars_fail_that_role_only_with_a_clear_message() {
+    let rig = rig();
+    rig.schedule.set(schedule(
+        json!({"web": {}, "../evil": {}, "nodir": {"template": "missing/v9"}}),
+    ));
+    let results = rig.pass_all().await;
+    let by_role: HashMap<_, _> = results.into_iter().collect();
+    assert!(matches!(&by_role["../evil"], Err(RenderError::Vars(m)) if m.contains("role name")));
+    assert!(
+        matches!(&by_role["nodir"], Err(RenderError::Templates(m)) if m.contains("templates/missing/v9"))
+    );
+    assert!(by_role["web"].is_ok());
+    assert_eq!(rig.applier.roles(), vec!["web"]);
+    assert_eq!(rig.failed(), vec!["../evil", "nodir"]);
+}
+
+#[tokio::test]
+async fn force_render_all_renders_every_role_again_once() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({"web": {}, "db": {}})));
+    rig.pass_all().await;
+    rig.force.set(1);
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["db", "web", "db", "web"]);
+    assert_eq!(rig.log.started.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn retain_roles_forgets_roles_gone_from_the_schedule() {
+    let rig = rig();
+    rig.applier.fail("db", "boom");
+    rig.schedule.set(schedule(json!({"web": {}, "db": {}})));
+    rig.pass_all().await;
+    rig.schedule.set(schedule(json!({"web": {}})));
+    let gone = rig
+        .controller
+        .retain_roles(&["web".to_string()].into_iter().collect());
+    assert!(gone.is_empty(), "db was never applied");
+    assert!(rig.failed().is_empty());
+    let gone = rig.controller.retain_roles(&BTreeSet::new());
+    assert_eq!(gone, vec!["web"]);
+    assert!(rig.applied.0.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_driver_retries_a_failing_role_with_backoff_until_it_recovers() {
+    let rig = rig();
+    rig.applier.fail("db", "boom");
+    rig.schedule.set(schedule(json!({"web": {}, "db": {}})));
+    let shutdown = CancellationToken::new();
+    let driver = rig.controller.clone().driver(DriverConfig {
+        seed: 7,
+        ..DriverConfig::default()
+    });
+    let task = tokio::spawn(driver.run(shutdown.clone()));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(rig.applier.roles().iter().filter(|r| *r == "db").count(), 1);
+    // First retry within a second, then further apart.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(rig.applier.roles().iter().filter(|r| *r == "db").count(), 2);
+    rig.applier.heal("db");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(rig.failed().is_empty());
+    let db_runs = rig.applier.roles().iter().filter(|r| *r == "db").count();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        rig.applier.roles().iter().filter(|r| *r == "db").count(),
+        db_runs,
+        "no more attempts once it succeeded"
+    );
+    assert_eq!(
+        rig.applier.roles().iter().filter(|r| *r == "web").count(),
+        1,
+        "{:?}",
+        rig.applier
+            .jobs
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|j| (j.role.clone(), j.deployment_id.clone()))
+            .collect::<Vec<_>>()
+    );
+    shutdown.cancel();
+    task.await.unwrap();
+}

@@ -1,0 +1,225 @@
+//! Role variables: what a node renders for each of its roles, derived from the schedule.
+//!
+//! Four sources, later wins: `vars` < `roles[r]` < `nodes[host].vars` < `nodes[host].roles[r]`.
+//! When the values of a key are objects in both, their keys are merged (later wins per inner key);
+//! values one level further down are replaced whole. This is the rule verwalter documents; 0.13's
+//! code let the order of other keys decide, this one is deterministic.
+//!
+//! The roles rendered on a node are the keys of `nodes[host].roles` (0.13's behaviour: a role
+//! only under `roles` is not rendered anywhere).
+
+use std::collections::BTreeSet;
+
+use serde_json::{Map, Value};
+
+/// Version string templates see as `verwalter_version`.
+pub const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
+
+/// Variables that change on every pass or with any part of the schedule; they are left out of a
+/// role's desired hash (see [`hashed_vars`]).
+pub const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedule"];
+
+/// A role that cannot be rendered as the schedule stands.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("role {role:?}: {message}")]
+pub struct VarsError {
+    pub role: String,
+    pub message: String,
+}
+
+impl VarsError {
+    fn new(role: &str, message: impl Into<String>) -> VarsError {
+        VarsError {
+            role: role.to_string(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The roles assigned to `host` by the schedule `data`, sorted: the keys of
+/// `nodes[host].roles`. Empty when the node or its roles are missing.
+pub fn node_roles(data: &Value, host: &str) -> Vec<String> {
+    match data.pointer_get(&["nodes", host, "roles"]) {
+        Some(Value::Object(roles)) => roles.keys().cloned().collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every role the schedule mentions: keys of `roles` and of every node's `roles`.
+pub fn all_roles(data: &Value) -> BTreeSet<String> {
+    let mut all = BTreeSet::new();
+    if let Some(Value::Object(roles)) = data.get("roles") {
+        all.extend(roles.keys().cloned());
+    }
+    if let Some(Value::Object(nodes)) = data.get("nodes") {
+        for node in nodes.values() {
+            if let Some(Value::Object(roles)) = node.get("roles") {
+                all.extend(roles.keys().cloned());
+            }
+        }
+    }
+    all
+}
+
+/// Why `role` is not usable as a file name (it names the role's log dir and staging dir), or
+/// `None` when it is.
+pub fn unsafe_role_name(role: &str) -> Option<&'static str> {
+    if role.is_empty() {
+        Some("a role name must not be empty")
+    } else if role.starts_with('.') {
+        Some("a role name must not start with `.` (the log dir keeps `.index`, `.global` there)")
+    } else if role.contains(['/', '\\']) {
+        Some("a role name must not contain `/` or `\\`")
+    } else if role.chars().any(char::is_control) {
+        Some("a role name must not contain control characters")
+    } else if role.len() > 200 {
+        Some("a role name must be at most 200 bytes")
+    } else {
+        None
+    }
+}
+
+/// Merged variables of `role` on `host`, without the per-pass additions (see [`with_pass`]):
+/// the four sources merged, plus `role` and `node` (`node` only when the sources set none).
+pub fn role_vars(data: &Value, host: &str, role: &str) -> Result<Map<String, Value>, VarsError> {
+    if let Some(why) = unsafe_role_name(role) {
+        return Err(VarsError::new(role, why));
+    }
+    let sources: [(&[&str], String); 4] = [
+        (&["vars"], "vars".to_string()),
+        (&["roles", role], format!("roles.{role}")),
+        (&["nodes", host, "vars"], format!("nodes.{host}.vars")),
+        (
+            &["nodes", host, "roles", role],
+            format!("nodes.{host}.roles.{role}"),
+        ),
+    ];
+    let mut merged = Map::new();
+    for (path, name) in &sources {
+        match data.pointer_get(path) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(source)) => merge_into(&mut merged, source),
+            Some(other) => {
+                return Err(VarsError::new(
+                    role,
+                    format!(
+                        "schedule field `{name}` must be an object, got {}",
+                        type_name(other)
+                    ),
+                ));
+            }
+        }
+    }
+    merged.insert("role".into(), Value::String(role.into()));
+    merged
+        .entry("node")
+        .or_insert_with(|| Value::String(host.into()));
+    match merged.get("template") {
+        Some(Value::String(t)) => {
+            if let Some(why) = unsafe_template_name(t) {
+                return Err(VarsError::new(role, format!("`template` {t:?}: {why}")));
+            }
+        }
+        Some(other) => {
+            return Err(VarsError::new(
+                role,
+                format!("`template` must be a string, got {}", type_name(other)),
+            ));
+        }
+        None => {
+            return Err(VarsError::new(
+                role,
+                "no `template` variable: set it in the schedule to a dir under templates/",
+            ));
+        }
+    }
+    Ok(merged)
+}
+
+/// The variables templates see: `vars` plus this pass's `deployment_id`, `timestamp` (RFC 3339),
+/// `verwalter_version` and `full_schedule`.
+pub fn with_pass(
+    mut vars: Map<String, Value>,
+    deployment_id: &str,
+    timestamp: &str,
+    full_schedule: &Value,
+) -> Map<String, Value> {
+    vars.insert("deployment_id".into(), deployment_id.into());
+    vars.insert("timestamp".into(), timestamp.into());
+    vars.insert("verwalter_version".into(), VERWALTER_VERSION.into());
+    vars.insert("full_schedule".into(), full_schedule.clone());
+    vars
+}
+
+/// `vars` without the keys in [`UNHASHED_VARS`]: what a role's desired hash covers.
+pub fn hashed_vars(vars: &Map<String, Value>) -> Value {
+    Value::Object(
+        vars.iter()
+            .filter(|(k, _)| !UNHASHED_VARS.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect(),
+    )
+}
+
+/// Why a `template` value cannot name a dir under `templates/`, or `None` when it can: it must be
+/// a relative path of plain components (it comes from the schedule and becomes a path).
+pub fn unsafe_template_name(template: &str) -> Option<&'static str> {
+    if template.is_empty() {
+        return Some("must not be empty");
+    }
+    if template.starts_with('/') {
+        return Some("must be a path relative to templates/");
+    }
+    if template.chars().any(char::is_control) || template.contains('\\') {
+        return Some("must not contain control characters or `\\`");
+    }
+    if template
+        .split('/')
+        .any(|c| c.is_empty() || c == "." || c == ".." || c.starts_with('.'))
+    {
+        return Some("must consist of plain path components (no `.`, `..`, hidden or empty ones)");
+    }
+    None
+}
+
+/// Later wins; two objects merge one level deep.
+fn merge_into(merged: &mut Map<String, Value>, source: &Map<String, Value>) {
+    for (key, value) in source {
+        match (merged.get_mut(key), value) {
+            (Some(Value::Object(existing)), Value::Object(inner)) => {
+                for (k, v) in inner {
+                    existing.insert(k.clone(), v.clone());
+                }
+            }
+            _ => {
+                merged.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
+fn type_name(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+trait PointerGet {
+    fn pointer_get(&self, path: &[&str]) -> Option<&Value>;
+}
+
+impl PointerGet for Value {
+    /// Like `Value::pointer`, with keys taken literally (a host or role may contain `/` or `~`).
+    fn pointer_get(&self, path: &[&str]) -> Option<&Value> {
+        path.iter()
+            .try_fold(self, |v, key| v.as_object()?.get(*key))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,139 @@
+//! Runs one process for `!Cmd`, `!Sh` and `!RootCommand`: output into the log, a time limit,
+//! and on timeout the end of its whole process group.
+
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use tokio::io::AsyncReadExt;
+use tokio::time::{Instant, sleep_until, timeout};
+
+use super::expand::show_argv;
+use super::{ApplyError, ApplyLog, At};
+
+/// After the process exits, how long its output pipes may stay open before we stop reading. A
+/// background process it started (a daemon that kept our stdout) must not hold the deployment
+/// until the timeout; whatever the exited process wrote is in the pipe by then.
+const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
+
+/// Between SIGTERM and SIGKILL on timeout. SIGTERM first because `sudo` passes it on to the root
+/// command it runs, which we are not allowed to signal ourselves; SIGKILL would leave that one.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// Runs `argv` (not empty), its output going to `log`, within `limit`.
+pub(crate) async fn run(
+    argv: &[String],
+    at: At,
+    limit: Duration,
+    log: &mut dyn ApplyLog,
+) -> Result<(), ApplyError> {
+    let program = argv[0].clone();
+    log.line(&format!("running: {}", show_argv(argv)));
+    let started = std::time::Instant::now();
+    let mut child = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // Its own group, so that on timeout the processes it started go with it.
+        .process_group(0)
+        // Should the deployment be dropped midway, the process does not outlive it.
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|source| ApplyError::Spawn {
+            at,
+            program: program.clone(),
+            source,
+        })?;
+    let pid = child.id().expect("not waited for yet");
+    let mut stdout = child.stdout.take().expect("piped");
+    let mut stderr = child.stderr.take().expect("piped");
+    let mut out_buf = vec![0u8; 8192];
+    let mut err_buf = vec![0u8; 8192];
+    let (mut out_open, mut err_open) = (true, true);
+    let deadline = Instant::now() + limit;
+    let mut status: Option<ExitStatus> = None;
+    let mut drain_until = deadline;
+    loop {
+        if status.is_some() && !out_open && !err_open {
+            break;
+        }
+        tokio::select! {
+            read = stdout.read(&mut out_buf), if out_open => match read {
+                Ok(0) | Err(_) => out_open = false,
+                Ok(n) => log.output(&out_buf[..n]),
+            },
+            read = stderr.read(&mut err_buf), if err_open => match read {
+                Ok(0) | Err(_) => err_open = false,
+                Ok(n) => log.output(&err_buf[..n]),
+            },
+            exit = child.wait(), if status.is_none() => {
+                let exit = exit.map_err(|source| ApplyError::Io {
+                    at,
+                    path: program.clone().into(),
+                    action: "wait for the process",
+                    source,
+                })?;
+                status = Some(exit);
+                drain_until = deadline.min(Instant::now() + DRAIN_AFTER_EXIT);
+            },
+            () = sleep_until(drain_until) => break,
+        }
+    }
+    let Some(status) = status else {
+        end_group(pid, &mut child).await;
+        log.line(&format!("killed after timeout of {limit:?}"));
+        return Err(ApplyError::Timeout {
+            at,
+            program,
+            timeout: limit,
+        });
+    };
+    if out_open || err_open {
+        log.line("output still open after exit (held by a background process); not waiting for it");
+    }
+    log.line(&format!(
+        "{} after {:.3?}",
+        describe(status),
+        started.elapsed()
+    ));
+    if status.success() {
+        Ok(())
+    } else {
+        Err(ApplyError::Failed {
+            at,
+            program,
+            status,
+        })
+    }
+}
+
+/// Ends the group the child leads: SIGTERM, a grace period for the child, then SIGKILL for any
+/// member still there, and the child reaped.
+async fn end_group(pid: u32, child: &mut tokio::process::Child) {
+    let group = Pid::from_raw(pid as i32);
+    // Errors: ESRCH when the group is gone already, which is what we want.
+    let _ = killpg(group, Signal::SIGTERM);
+    let _ = timeout(TERM_GRACE, child.wait()).await;
+    // The group id stays reserved while any member lives, so this reaches no stranger unless
+    // all members are gone and the id was reused within these microseconds.
+    let _ = killpg(group, Signal::SIGKILL);
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+}
+
+/// `exited with status 3`, `killed by signal 9 (SIGKILL)`.
+pub(crate) fn describe(status: ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    match status.signal() {
+        Some(signal) => match Signal::try_from(signal) {
+            Ok(name) => format!("killed by signal {signal} ({name})"),
+            Err(_) => format!("killed by signal {signal}"),
+        },
+        None => format!("ended with {status}"),
+    }
+}

@@ -1,0 +1,139 @@
+//! Backups of the schedule in force, as verwalter 0.13 keeps them: gzipped copies of
+//! `schedule.json` named `hourly-YYYYmmddTHH`, `daily-YYYYmmdd` and `weekly-YYYYwWW` (UTC, week
+//! of the year starting on Monday), at most 36 hourly, 14 daily and 12 weekly.
+
+use std::fs;
+use std::io::{self, Write};
+use std::path::Path;
+
+use time::OffsetDateTime;
+
+/// How many backups of each kind are kept.
+pub const KEEP: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
+
+/// The names the backups of the period containing `now` have.
+pub fn names_for(now: OffsetDateTime) -> [String; 3] {
+    let (year, month, day, hour) = (now.year(), now.month() as u8, now.day(), now.hour());
+    [
+        format!("hourly-{year:04}{month:02}{day:02}T{hour:02}"),
+        format!("daily-{year:04}{month:02}{day:02}"),
+        format!("weekly-{year:04}w{:02}", now.monday_based_week()),
+    ]
+}
+
+/// Takes the backups of the current periods that do not exist yet from `schedule` (the stored
+/// schedule file), then deletes the oldest past [`KEEP`]. Returns the names created.
+pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<Vec<String>> {
+    if !schedule.exists() {
+        return Ok(Vec::new());
+    }
+    fs::create_dir_all(dir)?;
+    let missing: Vec<String> = names_for(now)
+        .into_iter()
+        .filter(|n| !dir.join(n).exists())
+        .collect();
+    if !missing.is_empty() {
+        let data = fs::read(schedule)?;
+        let tmp = dir.join("backup.tmp");
+        let mut gz =
+            flate2::write::GzEncoder::new(fs::File::create(&tmp)?, flate2::Compression::best());
+        gz.write_all(&data)?;
+        gz.finish()?.sync_all()?;
+        for name in &missing {
+            fs::hard_link(&tmp, dir.join(name))?;
+        }
+        fs::remove_file(&tmp)?;
+    }
+    for (kind, keep) in KEEP {
+        let mut names = list_kind(dir, kind)?;
+        names.sort();
+        let excess = names.len().saturating_sub(keep);
+        for name in &names[..excess] {
+            fs::remove_file(dir.join(name))?;
+        }
+    }
+    Ok(missing)
+}
+
+/// Every backup name, sorted (the `/v1/backups` list).
+pub fn list(dir: &Path) -> io::Result<Vec<String>> {
+    let mut all = Vec::new();
+    for (kind, _) in KEEP {
+        all.extend(list_kind(dir, kind)?);
+    }
+    all.sort();
+    Ok(all)
+}
+
+fn list_kind(dir: &Path, kind: &str) -> io::Result<Vec<String>> {
+    let prefix = format!("{kind}-");
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e),
+    };
+    Ok(entries
+        .flatten()
+        .filter_map(|e| e.file_name().into_string().ok())
+        .filter(|n| n.starts_with(&prefix))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use time::macros::datetime;
+
+    use super::*;
+
+    #[test]
+    fn names_follow_0_13() {
+        let names = names_for(datetime!(2018-08-10 15:11:50 UTC));
+        assert_eq!(
+            names,
+            ["hourly-20180810T15", "daily-20180810", "weekly-2018w32"]
+        );
+    }
+
+    #[test]
+    fn backups_are_gzipped_copies_and_pruned_per_kind() {
+        let tmp = tempfile::tempdir().unwrap();
+        let schedule = tmp.path().join("schedule.json");
+        let dir = tmp.path().join("backups");
+        assert!(
+            maintain(&schedule, &dir, datetime!(2026-01-01 00:00 UTC))
+                .unwrap()
+                .is_empty()
+        );
+        fs::write(&schedule, b"{\"hash\":\"x\"}").unwrap();
+        let start = datetime!(2026-01-01 00:00 UTC);
+        let created = maintain(&schedule, &dir, start).unwrap();
+        assert_eq!(created.len(), 3);
+        assert!(
+            maintain(&schedule, &dir, start).unwrap().is_empty(),
+            "same period"
+        );
+        let mut text = String::new();
+        flate2::read::GzDecoder::new(fs::File::open(dir.join("daily-20260101")).unwrap())
+            .read_to_string(&mut text)
+            .unwrap();
+        assert_eq!(text, "{\"hash\":\"x\"}");
+        for hour in 1..100 {
+            maintain(&schedule, &dir, start + time::Duration::hours(hour)).unwrap();
+        }
+        let all = list(&dir).unwrap();
+        let count = |k: &str| all.iter().filter(|n| n.starts_with(k)).count();
+        assert_eq!(count("hourly-"), 36);
+        assert_eq!(count("daily-"), 5);
+        assert_eq!(count("weekly-"), 2, "2026w00 and 2026w01");
+        assert!(
+            all.contains(&"hourly-20260105T03".to_string()),
+            "the newest is kept"
+        );
+        assert!(
+            !all.contains(&"hourly-20260101T00".to_string()),
+            "the oldest went"
+        );
+    }
+}

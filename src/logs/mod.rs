@@ -1,0 +1,396 @@
+//! The deployment log under `--log-dir`, in verwalter 0.13's layout:
+//!
+//! ```text
+//! .index/index.YYYYMMDD.json   one JSON line per event, a file per UTC day; `latest` links the newest
+//! .global/log.<seg>.txt        deployment-level text; `latest`
+//! .changes/log.<seg>.txt       `<time>: <hash8>: <change>` lines; `latest`
+//! <role>/log.<seg>.txt         per role: variables (secrets masked), files written, command output
+//! ```
+//!
+//! An index line is `[time, deployment_id, pointer, marker]` where the pointer says which file and
+//! offset the event's text starts at (`{"variant":"Role","fields":[role, seg, offset]}`) and the
+//! marker is `"DeploymentStart"`, `"RoleStart"`, `{"variant":"ActionStart","fields":[name]}`, ...
+//! A segment `<seg>` is named by its UTC creation time (`20261122045549`); a new one starts when
+//! the current one reaches the size limit. [`LogDir::retain`] deletes segments and index files
+//! past the age and total size limits.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use serde_json::{Value, json};
+use verwalter_controllers::ports::DeploymentLog;
+
+mod role;
+#[cfg(test)]
+mod tests;
+
+pub use role::{RoleLog, mask_secrets};
+
+/// Limits of the deployment log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogLimits {
+    /// A new segment starts when the current one is at least this big.
+    pub segment_size: u64,
+    /// Segments and index files older than this are deleted.
+    pub max_age: Duration,
+    /// The oldest segments go when all of them together exceed this.
+    pub max_total: u64,
+}
+
+impl Default for LogLimits {
+    fn default() -> Self {
+        LogLimits {
+            segment_size: 10 << 20,
+            max_age: Duration::from_secs(30 * 86_400),
+            max_total: 1 << 30,
+        }
+    }
+}
+
+/// The deployment log directory. Cheap to share; every write is one `write(2)` of whole lines
+/// under a lock, so readers never see half a line.
+#[derive(Debug)]
+pub struct LogDir {
+    dir: PathBuf,
+    limits: LogLimits,
+    files: Mutex<Files>,
+}
+
+#[derive(Debug, Default)]
+struct Files {
+    index: Option<(String, File)>,
+    global: Option<Segment>,
+    changes: Option<Segment>,
+}
+
+/// An open segment file of one stream (global, changes or a role).
+#[derive(Debug)]
+pub(crate) struct Segment {
+    pub(crate) name: String,
+    pub(crate) file: File,
+    pub(crate) len: u64,
+}
+
+/// Where an event's text starts.
+#[derive(Debug, Clone)]
+pub enum Pointer {
+    Global(String, u64),
+    Changes(String, u64),
+    Role(String, String, u64),
+    External(String, u64),
+}
+
+impl Pointer {
+    fn to_json(&self) -> Value {
+        match self {
+            Pointer::Global(seg, off) => json!({"variant": "Global", "fields": [seg, off]}),
+            Pointer::Changes(seg, off) => json!({"variant": "Changes", "fields": [seg, off]}),
+            Pointer::Role(role, seg, off) => {
+                json!({"variant": "Role", "fields": [role, seg, off]})
+            }
+            Pointer::External(path, off) => json!({"variant": "External", "fields": [path, off]}),
+        }
+    }
+}
+
+/// What happened at a pointer.
+#[derive(Debug, Clone)]
+pub enum Marker {
+    DeploymentStart,
+    DeploymentChanges,
+    RoleStart,
+    ActionStart(String),
+    ActionFinish(String),
+    ExternalLog,
+    RoleFinish,
+    DeploymentFinish,
+    DeploymentError,
+}
+
+impl Marker {
+    fn to_json(&self) -> Value {
+        match self {
+            Marker::ActionStart(name) => json!({"variant": "ActionStart", "fields": [name]}),
+            Marker::ActionFinish(name) => json!({"variant": "ActionFinish", "fields": [name]}),
+            other => Value::String(other.label().into()),
+        }
+    }
+
+    fn label(&self) -> &'static str {
+        match self {
+            Marker::DeploymentStart => "DeploymentStart",
+            Marker::DeploymentChanges => "DeploymentChanges",
+            Marker::RoleStart => "RoleStart",
+            Marker::ActionStart(_) => "ActionStart",
+            Marker::ActionFinish(_) => "ActionFinish",
+            Marker::ExternalLog => "ExternalLog",
+            Marker::RoleFinish => "RoleFinish",
+            Marker::DeploymentFinish => "DeploymentFinish",
+            Marker::DeploymentError => "DeploymentError",
+        }
+    }
+}
+
+impl LogDir {
+    /// Creates the directory if needed.
+    pub fn open(dir: &Path, limits: LogLimits) -> io::Result<Arc<LogDir>> {
+        for sub in [".index", ".global", ".changes"] {
+            fs::create_dir_all(dir.join(sub))?;
+        }
+        Ok(Arc::new(LogDir {
+            dir: dir.to_path_buf(),
+            limits,
+            files: Mutex::new(Files::default()),
+        }))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Appends one index line.
+    pub fn index(&self, deployment_id: &str, pointer: &Pointer, marker: &Marker) {
+        let now = SystemTime::now();
+        let line = json!([
+            rfc3339(now),
+            deployment_id,
+            pointer.to_json(),
+            marker.to_json()
+        ]);
+        let mut text = line.to_string();
+        text.push('\n');
+        let day = format_utc(now, DAY);
+        let mut files = self.files.lock().unwrap();
+        let result = (|| -> io::Result<()> {
+            if files.index.as_ref().is_none_or(|(d, _)| *d != day) {
+                let name = format!("index.{day}.json");
+                let file = append(&self.dir.join(".index").join(&name))?;
+                relink(&self.dir.join(".index"), &name)?;
+                files.index = Some((day, file));
+            }
+            let (_, file) = files.index.as_mut().unwrap();
+            file.write_all(text.as_bytes())
+        })();
+        if let Err(e) = result {
+            files.index = None;
+            tracing::error!(dir = %self.dir.display(), error = %e, "Cannot write the deployment log index.");
+        }
+    }
+
+    /// Appends `text` to the global log with a marker line, and indexes it.
+    pub fn global(&self, deployment_id: &str, marker: Marker, text: &str) {
+        let header = marker_line(deployment_id, None, &marker);
+        let pointer = {
+            let mut files = self.files.lock().unwrap();
+            let dir = self.dir.join(".global");
+            let bytes = format!("{header}{text}");
+            write_segment(
+                &mut files.global,
+                &dir,
+                self.limits.segment_size,
+                bytes.as_bytes(),
+            )
+            .map(|(seg, off)| Pointer::Global(seg, off))
+        };
+        match pointer {
+            Ok(p) => self.index(deployment_id, &p, &marker),
+            Err(e) => tracing::error!(error = %e, "Cannot write the global deployment log."),
+        }
+    }
+
+    /// Appends change lines (`<time>: <hash8>: <change>`) and indexes them.
+    pub fn changes(&self, deployment_id: &str, schedule_hash: &str, changes: &[String]) {
+        if changes.is_empty() {
+            return;
+        }
+        let now = rfc3339(SystemTime::now());
+        let short = &schedule_hash[..schedule_hash.len().min(8)];
+        let text: String = changes
+            .iter()
+            .map(|c| format!("{now}: {short}: {c}\n"))
+            .collect();
+        let pointer = {
+            let mut files = self.files.lock().unwrap();
+            let dir = self.dir.join(".changes");
+            write_segment(
+                &mut files.changes,
+                &dir,
+                self.limits.segment_size,
+                text.as_bytes(),
+            )
+            .map(|(seg, off)| Pointer::Changes(seg, off))
+        };
+        match pointer {
+            Ok(p) => self.index(deployment_id, &p, &Marker::DeploymentChanges),
+            Err(e) => tracing::error!(error = %e, "Cannot write the changes log."),
+        }
+    }
+
+    /// The log of one role's attempt in deployment `deployment_id` (starts with `RoleStart`).
+    pub fn role(self: &Arc<Self>, role: &str, deployment_id: &str) -> io::Result<RoleLog> {
+        RoleLog::start(self.clone(), role, deployment_id)
+    }
+
+    /// Deletes segments and index files older than the age limit, then the oldest ones while
+    /// the total is over the size limit. The `latest` segment of each stream is kept. Returns the
+    /// number of files deleted.
+    pub fn retain(&self) -> io::Result<usize> {
+        let cutoff = SystemTime::now()
+            .checked_sub(self.limits.max_age)
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let mut all = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let stream = entry.path();
+            let current = fs::read_link(stream.join("latest")).ok();
+            for file in fs::read_dir(&stream)? {
+                let file = file?;
+                let name = file.file_name();
+                let name = name.to_string_lossy();
+                let is_log = (name.starts_with("log.") && name.ends_with(".txt"))
+                    || (name.starts_with("index.") && name.ends_with(".json"));
+                if !is_log || current.as_deref() == Some(Path::new(&*name)) {
+                    continue;
+                }
+                let meta = file.metadata()?;
+                all.push((meta.modified()?, meta.len(), file.path()));
+            }
+        }
+        all.sort();
+        let mut total: u64 = all.iter().map(|(_, len, _)| len).sum();
+        let mut deleted = 0;
+        for (modified, len, path) in all {
+            if modified < cutoff || total > self.limits.max_total {
+                fs::remove_file(&path)?;
+                total -= len;
+                deleted += 1;
+            }
+        }
+        Ok(deleted)
+    }
+}
+
+impl DeploymentLog for LogDir {
+    fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String]) {
+        self.global(
+            id,
+            Marker::DeploymentStart,
+            &format!(
+                "schedule-hash: {schedule_hash}\nroles: {}\n",
+                roles.join(", ")
+            ),
+        );
+    }
+
+    fn deployment_finish(&self, id: &str, failed: &[String]) {
+        let text = if failed.is_empty() {
+            "all roles applied\n".to_string()
+        } else {
+            format!("failed roles: {}\n", failed.join(", "))
+        };
+        self.global(id, Marker::DeploymentFinish, &text);
+    }
+}
+
+/// `<time> <id> ------------ [<role>: ]<Marker> -----------` and a newline.
+fn marker_line(deployment_id: &str, role: Option<&str>, marker: &Marker) -> String {
+    let what = match marker {
+        Marker::ActionStart(n) | Marker::ActionFinish(n) => format!("{} {n}", marker.label()),
+        other => other.label().to_string(),
+    };
+    let role = role.map(|r| format!("{r}: ")).unwrap_or_default();
+    format!(
+        "{} {deployment_id} ------------ {role}{what} -----------\n",
+        rfc3339(SystemTime::now())
+    )
+}
+
+/// Writes to the stream's current segment (opening or rotating as needed); returns the segment
+/// name and the offset the text starts at.
+pub(crate) fn write_segment(
+    current: &mut Option<Segment>,
+    dir: &Path,
+    limit: u64,
+    bytes: &[u8],
+) -> io::Result<(String, u64)> {
+    if current.as_ref().is_none_or(|s| s.len >= limit) {
+        *current = Some(open_segment(dir, limit)?);
+    }
+    let seg = current.as_mut().unwrap();
+    let offset = seg.len;
+    if let Err(e) = seg.file.write_all(bytes) {
+        *current = None;
+        return Err(e);
+    }
+    seg.len += bytes.len() as u64;
+    Ok((seg.name.clone(), offset))
+}
+
+/// Opens the stream's `latest` segment if it is under the limit, else starts a new one.
+pub(crate) fn open_segment(dir: &Path, limit: u64) -> io::Result<Segment> {
+    fs::create_dir_all(dir)?;
+    if let Ok(target) = fs::read_link(dir.join("latest"))
+        && let Some(name) = target
+            .to_str()
+            .and_then(|t| t.strip_prefix("log."))
+            .and_then(|t| t.strip_suffix(".txt"))
+    {
+        let path = dir.join(&target);
+        if let Ok(meta) = fs::metadata(&path)
+            && meta.len() < limit
+        {
+            return Ok(Segment {
+                name: name.to_string(),
+                file: append(&path)?,
+                len: meta.len(),
+            });
+        }
+    }
+    let mut name = format_utc(SystemTime::now(), SECOND);
+    // Two rotations within a second get distinct names.
+    let mut n = 1;
+    while dir.join(format!("log.{name}.txt")).exists() {
+        n += 1;
+        name = format!("{}-{n}", format_utc(SystemTime::now(), SECOND));
+    }
+    let file_name = format!("log.{name}.txt");
+    let file = append(&dir.join(&file_name))?;
+    relink(dir, &file_name)?;
+    Ok(Segment { name, file, len: 0 })
+}
+
+fn append(path: &Path) -> io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Points `dir/latest` at `target` atomically (a new link renamed over the old one).
+fn relink(dir: &Path, target: &str) -> io::Result<()> {
+    let tmp = dir.join(".latest.tmp");
+    let _ = fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp)?;
+    fs::rename(&tmp, dir.join("latest"))
+}
+
+const DAY: &[time::format_description::FormatItem<'static>] =
+    time::macros::format_description!("[year][month][day]");
+const SECOND: &[time::format_description::FormatItem<'static>] =
+    time::macros::format_description!("[year][month][day][hour][minute][second]");
+
+fn format_utc(t: SystemTime, format: &[time::format_description::FormatItem<'static>]) -> String {
+    time::OffsetDateTime::from(t)
+        .format(format)
+        .unwrap_or_default()
+}
+
+/// `2026-11-22T04:55:49Z`.
+pub fn rfc3339(t: SystemTime) -> String {
+    const F: &[time::format_description::FormatItem<'static>] =
+        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    format_utc(t, F)
+}

@@ -1,0 +1,149 @@
+//! The log of one role's attempt: variables, files written, command output, result.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::{Map, Value};
+
+use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
+use crate::apply::ApplyLog;
+
+/// Words that mark a key as holding a secret (matched case-insensitively within the key).
+const SECRET_WORDS: &[&str] = &["password", "secret", "token", "key"];
+
+/// A copy of `value` where the value of every key that looks like a secret (contains
+/// `password`, `secret`, `token` or `key`, any case) is `"***"`, at any depth.
+pub fn mask_secrets(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let lower = k.to_ascii_lowercase();
+                    if SECRET_WORDS.iter().any(|w| lower.contains(w)) {
+                        (k.clone(), Value::String("***".into()))
+                    } else {
+                        (k.clone(), mask_secrets(v))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(mask_secrets).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Writer of one role's entries; every entry is indexed under the deployment id.
+#[derive(Debug)]
+pub struct RoleLog {
+    dir: Arc<LogDir>,
+    role: String,
+    deployment_id: String,
+    segment: Option<Segment>,
+}
+
+impl RoleLog {
+    pub(super) fn start(dir: Arc<LogDir>, role: &str, deployment_id: &str) -> io::Result<RoleLog> {
+        let segment = open_segment(&dir.dir.join(role), dir.limits.segment_size)?;
+        let mut log = RoleLog {
+            dir,
+            role: role.to_string(),
+            deployment_id: deployment_id.to_string(),
+            segment: Some(segment),
+        };
+        log.marker(Marker::RoleStart, "");
+        Ok(log)
+    }
+
+    /// The variables the templates see, secrets masked; `full_schedule` is summarised.
+    pub fn vars(&mut self, vars: &Map<String, Value>) {
+        let mut shown: Map<String, Value> = vars
+            .iter()
+            .filter(|(k, _)| *k != "full_schedule")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if vars.contains_key("full_schedule") {
+            shown.insert(
+                "full_schedule".into(),
+                Value::String("(the whole schedule; see /v1/schedule)".into()),
+            );
+        }
+        let text =
+            serde_json::to_string_pretty(&mask_secrets(&Value::Object(shown))).unwrap_or_default();
+        self.write(format!("Template variables: {text}\n").as_bytes());
+    }
+
+    pub fn action_start(&mut self, name: &str) {
+        self.marker(Marker::ActionStart(name.to_string()), "");
+    }
+
+    pub fn action_finish(&mut self, name: &str) {
+        self.marker(Marker::ActionFinish(name.to_string()), "");
+    }
+
+    /// Free text (one or more whole lines).
+    pub fn text(&mut self, text: &str) {
+        self.write(text.as_bytes());
+    }
+
+    /// Writes the result and the `RoleFinish` marker.
+    pub fn finish(mut self, result: &Result<(), String>) {
+        let text = match result {
+            Ok(()) => "result: ok\n".to_string(),
+            Err(e) => format!("result: error: {e}\n"),
+        };
+        self.marker(Marker::RoleFinish, &text);
+    }
+
+    fn marker(&mut self, marker: Marker, text: &str) {
+        let header = marker_line(&self.deployment_id, Some(&self.role), &marker);
+        if let Some(offset) = self.write(format!("{header}{text}").as_bytes()) {
+            let seg = self
+                .segment
+                .as_ref()
+                .map(|s| s.name.clone())
+                .unwrap_or_default();
+            self.dir.index(
+                &self.deployment_id,
+                &Pointer::Role(self.role.clone(), seg, offset),
+                &marker,
+            );
+        }
+    }
+
+    /// Appends bytes; returns the offset they start at.
+    fn write(&mut self, bytes: &[u8]) -> Option<u64> {
+        let seg = self.segment.as_mut()?;
+        let offset = seg.len;
+        match seg.file.write_all(bytes) {
+            Ok(()) => {
+                seg.len += bytes.len() as u64;
+                Some(offset)
+            }
+            Err(e) => {
+                tracing::error!(role = %self.role, error = %e, "Cannot write the role log; its further entries are lost.");
+                self.segment = None;
+                None
+            }
+        }
+    }
+}
+
+impl ApplyLog for RoleLog {
+    fn line(&mut self, text: &str) {
+        let stamped = format!("{} {text}\n", super::rfc3339(SystemTime::now()));
+        self.write(stamped.as_bytes());
+    }
+
+    fn output(&mut self, bytes: &[u8]) {
+        self.write(bytes);
+    }
+
+    fn external_log(&mut self, path: &str, offset: u64) {
+        self.dir.index(
+            &self.deployment_id,
+            &Pointer::External(path.to_string(), offset),
+            &Marker::ExternalLog,
+        );
+    }
+}

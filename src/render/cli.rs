@@ -1,0 +1,177 @@
+//! `verwalter render`: render one role offline, the way the daemon would, and show the result.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use verwalter_controllers::state::Schedule;
+use verwalter_controllers::vars;
+
+use super::{TemplateSet, Vars, read_log_dirs};
+use crate::apply::{self, ApplyLog};
+
+/// Where the variables come from.
+#[derive(Debug, Clone)]
+pub enum VarsSource {
+    /// A JSON or YAML object: the role's variables as they are (plus `role`, `deployment_id`...).
+    File(PathBuf),
+    /// A schedule (envelope as in `/v1/schedule`, or its `data`) and the node to render for.
+    Schedule { file: PathBuf, hostname: String },
+}
+
+#[derive(Debug, Clone)]
+pub struct RenderArgs {
+    pub config_dir: PathBuf,
+    pub role: String,
+    pub vars: VarsSource,
+    pub dry_run: bool,
+    pub timeout: std::time::Duration,
+}
+
+/// An `ApplyLog` that writes to stdout.
+struct Stdout;
+
+impl ApplyLog for Stdout {
+    fn line(&mut self, text: &str) {
+        println!("{text}");
+    }
+    fn output(&mut self, bytes: &[u8]) {
+        let _ = std::io::stdout().write_all(bytes);
+    }
+    fn external_log(&mut self, path: &str, offset: u64) {
+        println!("external log {path} at offset {offset}");
+    }
+}
+
+fn read_object(path: &Path) -> Result<Map<String, Value>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let value: Value = if path.extension().is_some_and(|e| e == "json") {
+        serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+    } else {
+        serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?
+    };
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(format!("{}: expected an object", path.display())),
+    }
+}
+
+/// The variables `role` gets, as the daemon would compute them.
+pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
+    let id = verwalter_controllers::render::deployment_id();
+    let now = verwalter_controllers::render::rfc3339(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64),
+    );
+    match &args.vars {
+        VarsSource::File(path) => {
+            let mut vars = read_object(path)?;
+            vars.insert("role".into(), Value::String(args.role.clone()));
+            Ok(vars::with_pass(vars, &id, &now, &Value::Null))
+        }
+        VarsSource::Schedule { file, hostname } => {
+            let object = read_object(file)?;
+            // An envelope has `data` and `hash`; otherwise the file is the data itself.
+            let data = match (object.get("data"), object.get("hash")) {
+                (Some(data), Some(_)) => data.clone(),
+                _ => Value::Object(object),
+            };
+            let roles = vars::node_roles(&data, hostname);
+            if !roles.contains(&args.role) {
+                return Err(format!(
+                    "role {:?} is not assigned to {hostname:?} in {} (its roles: {})",
+                    args.role,
+                    file.display(),
+                    if roles.is_empty() {
+                        "none".into()
+                    } else {
+                        roles.join(", ")
+                    }
+                ));
+            }
+            let merged = vars::role_vars(&data, hostname, &args.role).map_err(|e| e.to_string())?;
+            let schedule = Schedule::new(data, 0, String::new());
+            Ok(vars::with_pass(merged, &id, &now, &schedule.data))
+        }
+    }
+}
+
+/// Renders the role's templates, prints them, and runs (or with `dry_run`, shows) its commands.
+/// Returns the process exit status.
+pub async fn render(args: &RenderArgs) -> Result<(), String> {
+    let vars = role_vars(args)?;
+    let template = match vars.get("template") {
+        Some(Value::String(t)) => t.clone(),
+        _ => return Err("the variables have no `template` (a dir under templates/)".into()),
+    };
+    if let Some(why) = vars::unsafe_role_name(&args.role) {
+        return Err(format!("role {:?}: {why}", args.role));
+    }
+    let set = TemplateSet::load(&args.config_dir.join("templates"), &template)?;
+    let log_dirs = read_log_dirs(&args.config_dir)?;
+    let staging = tempfile::Builder::new()
+        .prefix("verwalter-render.")
+        .tempdir()
+        .map_err(|e| format!("staging dir: {e}"))?;
+    let shared = Vars::new(Arc::new(vars));
+    for (index, renderer) in set.renderers.iter().enumerate() {
+        println!("=== templates/{}/{} ===", set.name, renderer.name);
+        let mut files = BTreeMap::new();
+        for (name, template) in &renderer.templates {
+            let text = set.render(template, &shared)?;
+            let path = staging.path().join(format!("{index}.{name}"));
+            std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
+            println!("--- files.{name} = templates/{}/{template} ---", set.name);
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            files.insert(name.clone(), path);
+        }
+        println!(
+            "--- commands ({}) ---",
+            if args.dry_run { "dry run" } else { "running" }
+        );
+        let ctx = apply::Context {
+            role: &args.role,
+            files: &files,
+            log_dirs: &log_dirs,
+            timeout: args.timeout,
+            dry_run: args.dry_run,
+        };
+        apply::run_commands(&renderer.commands, &ctx, &mut Stdout)
+            .await
+            .map_err(|e| format!("templates/{}/{}: {e}", set.name, renderer.name))?;
+    }
+    Ok(())
+}
+
+/// `--check-dir DIR`: parses every template and render file of DIR and renders each template
+/// with `sample` vars. Returns the problems found (empty: all good).
+pub fn check_dir(dir: &Path, sample: Map<String, Value>) -> Vec<String> {
+    let (Some(root), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str())) else {
+        return vec![format!("{}: not a directory name", dir.display())];
+    };
+    let root = if root.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        root
+    };
+    let set = match TemplateSet::load(root, name) {
+        Ok(set) => set,
+        Err(e) => return vec![e],
+    };
+    let vars = Vars::new(Arc::new(sample));
+    let mut problems = Vec::new();
+    for renderer in &set.renderers {
+        for template in renderer.templates.values() {
+            if let Err(e) = set.render(template, &vars) {
+                problems.push(e);
+            }
+        }
+    }
+    problems
+}

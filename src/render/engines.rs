@@ -1,0 +1,124 @@
+//! Template engines behind one trait, chosen by file extension.
+//!
+//! - Handlebars (`.hbs`, `.handlebars`): non-strict (a missing variable renders empty) and without
+//!   HTML escaping, as verwalter used it.
+//! - Tera (`.tera`): autoescaping off. Built without Tera's optional "builtins" (date, slugify,
+//!   filesizeformat, urlencode filters; now/get_random functions).
+
+use std::sync::{Arc, OnceLock};
+
+use serde_json::{Map, Value};
+
+/// The variables of one role's render, shared by all its templates; each engine converts them
+/// at most once.
+pub struct Vars {
+    pub value: Arc<Map<String, Value>>,
+    tera: OnceLock<Result<tera::Context, String>>,
+}
+
+impl Vars {
+    pub fn new(value: Arc<Map<String, Value>>) -> Vars {
+        Vars {
+            value,
+            tera: OnceLock::new(),
+        }
+    }
+}
+
+/// A set of templates of one engine, registered by their path relative to the template dir.
+pub trait Engine: Send + Sync {
+    /// Parses and registers a template. Err names the line where the engine knows it.
+    fn add(&mut self, name: &str, source: &str) -> Result<(), String>;
+    /// Renders a registered template.
+    fn render(&self, name: &str, vars: &Vars) -> Result<String, String>;
+}
+
+/// The engine for a file name, if it is a template.
+pub fn kind_of(name: &str) -> Option<EngineKind> {
+    if name.ends_with(".hbs") || name.ends_with(".handlebars") {
+        Some(EngineKind::Handlebars)
+    } else if name.ends_with(".tera") {
+        Some(EngineKind::Tera)
+    } else {
+        None
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Handlebars,
+    Tera,
+}
+
+pub struct HandlebarsEngine(handlebars::Handlebars<'static>);
+
+impl Default for HandlebarsEngine {
+    fn default() -> Self {
+        let mut hb = handlebars::Handlebars::new();
+        hb.register_escape_fn(handlebars::no_escape);
+        hb.set_strict_mode(false);
+        HandlebarsEngine(hb)
+    }
+}
+
+impl Engine for HandlebarsEngine {
+    fn add(&mut self, name: &str, source: &str) -> Result<(), String> {
+        self.0
+            .register_template_string(name, source)
+            .map_err(|e| match e.pos() {
+                Some((line, col)) => format!("line {line}, column {col}: {}", e.reason()),
+                None => e.reason().to_string(),
+            })
+    }
+
+    fn render(&self, name: &str, vars: &Vars) -> Result<String, String> {
+        self.0
+            .render(name, &*vars.value)
+            .map_err(|e| match e.line_no {
+                Some(line) => format!("line {line}: {}", e.reason()),
+                None => e.reason().to_string(),
+            })
+    }
+}
+
+pub struct TeraEngine(tera::Tera);
+
+impl Default for TeraEngine {
+    fn default() -> Self {
+        let mut tera = tera::Tera::default();
+        tera.autoescape_on(Vec::new());
+        TeraEngine(tera)
+    }
+}
+
+/// Tera's error with its causes (the line is in the parser's cause).
+fn tera_message(e: &tera::Error) -> String {
+    let mut message = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(cause.to_string().trim());
+        source = cause.source();
+    }
+    message
+}
+
+impl Engine for TeraEngine {
+    fn add(&mut self, name: &str, source: &str) -> Result<(), String> {
+        self.0
+            .add_raw_template(name, source)
+            .map_err(|e| tera_message(&e))
+    }
+
+    fn render(&self, name: &str, vars: &Vars) -> Result<String, String> {
+        let context = vars
+            .tera
+            .get_or_init(|| {
+                tera::Context::from_value(Value::Object(Map::clone(&vars.value)))
+                    .map_err(|e| tera_message(&e))
+            })
+            .as_ref()
+            .map_err(Clone::clone)?;
+        self.0.render(name, context).map_err(|e| tera_message(&e))
+    }
+}

@@ -1,0 +1,295 @@
+//! Rendering a role: its template dir loaded and parsed, each `*.render.yaml`'s templates rendered
+//! into the role's staging dir, then its commands run (`crate::apply`), everything written to the
+//! role's deployment log.
+
+pub mod cli;
+pub mod engines;
+pub mod template_set;
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use sha1::{Digest, Sha1};
+use verwalter_controllers::ports::{RoleApplier, RoleJob};
+use verwalter_controllers::state::{InputError, TemplateFile, Templates};
+use verwalter_controllers::store::Reader;
+
+use crate::apply;
+use crate::logs::LogDir;
+pub use engines::Vars;
+pub use template_set::TemplateSet;
+
+/// Reads every file under `<config>/templates` (hidden files skipped) into a [`Templates`]
+/// snapshot: content hashes, and whether a file mentions `full_schedule`.
+pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templates {
+    let mut files = BTreeMap::new();
+    let root = config_dir.join("templates");
+    if root.is_dir() {
+        read_dir_into(&root, "", &mut files, errors);
+    }
+    Templates {
+        files: Arc::new(files),
+    }
+}
+
+fn read_dir_into(
+    dir: &Path,
+    prefix: &str,
+    files: &mut BTreeMap<String, TemplateFile>,
+    errors: &mut Vec<InputError>,
+) {
+    let shown = |rel: &str| format!("templates/{rel}");
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            errors.push(InputError {
+                path: shown(prefix),
+                line: None,
+                message: e.to_string(),
+            });
+            return;
+        }
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.starts_with('.') {
+            continue;
+        }
+        let rel = if prefix.is_empty() {
+            name.to_string()
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let path = entry.path();
+        if path.is_dir() {
+            read_dir_into(&path, &rel, files, errors);
+        } else if path.is_file() {
+            match fs::read(&path) {
+                Ok(bytes) => {
+                    let hash = hex::encode(Sha1::digest(&bytes));
+                    let mentions_full_schedule = bytes.windows(13).any(|w| w == b"full_schedule");
+                    files.insert(
+                        rel,
+                        TemplateFile {
+                            hash,
+                            mentions_full_schedule,
+                        },
+                    );
+                }
+                Err(e) => errors.push(InputError {
+                    path: shown(&rel),
+                    line: None,
+                    message: e.to_string(),
+                }),
+            }
+        }
+    }
+}
+
+/// Settings of the applier.
+#[derive(Debug, Clone)]
+pub struct ApplierConfig {
+    pub config_dir: PathBuf,
+    /// Rendered files wait here (`<storage>/staging/<role>/`) while the commands run.
+    pub staging_dir: PathBuf,
+    /// Per command.
+    pub command_timeout: Duration,
+    /// Render and log, but run no command and write nothing outside the staging dir.
+    pub dry_run: bool,
+    /// `sandbox/*.yaml` `log-dirs`, for `!PeekLog`.
+    pub log_dirs: BTreeMap<String, PathBuf>,
+}
+
+/// Renders and applies roles for the render controller.
+#[derive(Clone)]
+pub struct Applier(Arc<Inner>);
+
+struct Inner {
+    config: ApplierConfig,
+    logs: Arc<LogDir>,
+    templates: Reader<Templates>,
+    /// Parsed template dirs by name, with the fingerprint they were parsed at.
+    cache: Mutex<HashMap<String, (String, Arc<TemplateSet>)>>,
+}
+
+impl Applier {
+    pub fn new(config: ApplierConfig, logs: Arc<LogDir>, templates: Reader<Templates>) -> Applier {
+        Applier(Arc::new(Inner {
+            config,
+            logs,
+            templates,
+            cache: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Removes what a previous run left in the staging dir.
+    pub fn clean_staging(&self) -> std::io::Result<()> {
+        match fs::remove_dir_all(&self.0.config.staging_dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+impl Inner {
+    /// The parsed template dir, reparsed only when one of its files changed.
+    fn template_set(&self, name: &str) -> Result<Arc<TemplateSet>, String> {
+        let fingerprint = {
+            let snapshot = self.templates.peek();
+            let mut h = Sha1::new();
+            for (path, file) in snapshot.dir(name) {
+                h.update(path.as_bytes());
+                h.update(file.hash.as_bytes());
+            }
+            hex::encode(h.finalize())
+        };
+        if let Some((f, set)) = self.cache.lock().unwrap().get(name)
+            && *f == fingerprint
+        {
+            return Ok(set.clone());
+        }
+        let set = Arc::new(TemplateSet::load(
+            &self.config.config_dir.join("templates"),
+            name,
+        )?);
+        self.cache
+            .lock()
+            .unwrap()
+            .insert(name.to_string(), (fingerprint, set.clone()));
+        Ok(set)
+    }
+
+    async fn run(self: Arc<Self>, job: RoleJob) -> Result<(), String> {
+        let mut log = self
+            .logs
+            .role(&job.role, &job.deployment_id)
+            .map_err(|e| format!("cannot open the role log: {e}"))?;
+        log.vars(&job.vars);
+        let result = self.clone().render_and_apply(&job, &mut log).await;
+        log.finish(&result);
+        let _ = fs::remove_dir_all(self.config.staging_dir.join(&job.role));
+        result
+    }
+
+    async fn render_and_apply(
+        self: Arc<Self>,
+        job: &RoleJob,
+        log: &mut crate::logs::RoleLog,
+    ) -> Result<(), String> {
+        let this = self.clone();
+        let template = job.template.clone();
+        let set = tokio::task::spawn_blocking(move || this.template_set(&template))
+            .await
+            .map_err(|e| format!("loading templates: {e}"))??;
+        let staging = self.config.staging_dir.join(&job.role);
+        let _ = fs::remove_dir_all(&staging);
+        fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&staging)
+            .map_err(|e| format!("{}: {e}", staging.display()))?;
+        let vars = Vars::new(job.vars.clone());
+        for (index, renderer) in set.renderers.iter().enumerate() {
+            log.action_start(&renderer.name);
+            let result = self
+                .apply_renderer(&set, index, renderer, &vars, &staging, job, log)
+                .await;
+            log.action_finish(&renderer.name);
+            result.map_err(|e| format!("templates/{}/{}: {e}", set.name, renderer.name))?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn apply_renderer(
+        &self,
+        set: &TemplateSet,
+        index: usize,
+        renderer: &template_set::Renderer,
+        vars: &Vars,
+        staging: &Path,
+        job: &RoleJob,
+        log: &mut crate::logs::RoleLog,
+    ) -> Result<(), String> {
+        let mut files = BTreeMap::new();
+        for (name, template) in &renderer.templates {
+            let text = set.render(template, vars)?;
+            let file_name = format!("{index}.{}", name.replace(['/', '\\'], "_"));
+            let path = staging.join(file_name);
+            write_private(&path, text.as_bytes())
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            log.text(&format!(
+                "rendered {template} -> {} ({} bytes)\n",
+                path.display(),
+                text.len()
+            ));
+            files.insert(name.clone(), path);
+        }
+        let ctx = apply::Context {
+            role: &job.role,
+            files: &files,
+            log_dirs: &self.config.log_dirs,
+            timeout: self.config.command_timeout,
+            dry_run: self.config.dry_run,
+        };
+        apply::run_commands(&renderer.commands, &ctx, log)
+            .await
+            .map_err(|e| e.to_string())
+    }
+}
+
+impl RoleApplier for Applier {
+    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>> {
+        Box::pin(self.0.clone().run(job))
+    }
+}
+
+/// A staging file, readable by its owner only (rendered files may hold secrets).
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    file.write_all(bytes)
+}
+
+/// `log-dirs` of every `<config>/sandbox/*.yaml` (name -> dir).
+pub fn read_log_dirs(config_dir: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "kebab-case")]
+    struct Sandbox {
+        #[serde(default, alias = "log_dirs")]
+        log_dirs: BTreeMap<String, PathBuf>,
+    }
+    let mut dirs = BTreeMap::new();
+    let dir = config_dir.join("sandbox");
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(dirs);
+    };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        if !matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            continue;
+        }
+        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let sandbox: Sandbox =
+            serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        dirs.extend(sandbox.log_dirs);
+    }
+    Ok(dirs)
+}

@@ -1,0 +1,231 @@
+use std::fs;
+use std::sync::Arc;
+
+use serde_json::{Map, Value, json};
+
+use super::*;
+
+fn vars(v: Value) -> Vars {
+    Vars::new(Arc::new(v.as_object().cloned().unwrap_or_else(Map::new)))
+}
+
+/// A config dir with `templates/<name>/` holding `files`.
+fn template_dir(name: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    for (path, text) in files {
+        let p = tmp.path().join("templates").join(name).join(path);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, text).unwrap();
+    }
+    tmp
+}
+
+fn load(tmp: &tempfile::TempDir, name: &str) -> Result<TemplateSet, String> {
+    TemplateSet::load(&tmp.path().join("templates"), name)
+}
+
+const RENDER: &str = "templates:\n  conf: app.conf.hbs\ncommands:\n- !Cmd [true]\n";
+
+#[test]
+fn handlebars_is_non_strict_and_does_not_escape() {
+    let tmp = template_dir(
+        "app/v1",
+        &[
+            ("app.render.yaml", RENDER),
+            (
+                "app.conf.hbs",
+                "name={{name}} missing=[{{nope.deeper}}] html={{html}}\n",
+            ),
+        ],
+    );
+    let set = load(&tmp, "app/v1").unwrap();
+    let out = set
+        .render(
+            "app.conf.hbs",
+            &vars(json!({"name": "web", "html": "<a&b>"})),
+        )
+        .unwrap();
+    assert_eq!(out, "name=web missing=[] html=<a&b>\n");
+    assert_eq!(set.renderers.len(), 1);
+    assert_eq!(set.renderers[0].name, "app.render.yaml");
+    assert_eq!(set.renderers[0].templates["conf"], "app.conf.hbs");
+}
+
+#[test]
+fn tera_renders_without_autoescape() {
+    let tmp = template_dir(
+        "app/v1",
+        &[
+            (
+                "app.render.yaml",
+                "templates:\n  conf: sub/app.yaml.tera\ncommands: []\n",
+            ),
+            (
+                "sub/app.yaml.tera",
+                "{% for d in daemons %}{{ d.name }}: {{ d.n * 2 }} {{ html }}\n{% endfor %}",
+            ),
+        ],
+    );
+    let set = load(&tmp, "app/v1").unwrap();
+    let out = set
+        .render(
+            "sub/app.yaml.tera",
+            &vars(
+                json!({"daemons": [{"name": "a", "n": 1}, {"name": "b", "n": 2}], "html": "<x>"}),
+            ),
+        )
+        .unwrap();
+    assert_eq!(out, "a: 2 <x>\nb: 4 <x>\n");
+}
+
+#[test]
+fn template_errors_name_the_file_and_line() {
+    let tmp = template_dir(
+        "app/v1",
+        &[
+            ("app.render.yaml", RENDER),
+            ("app.conf.hbs", "line one\nline two {{#if}}\n"),
+        ],
+    );
+    let err = load(&tmp, "app/v1").unwrap_err();
+    assert!(
+        err.starts_with("templates/app/v1/app.conf.hbs: line "),
+        "{err}"
+    );
+    assert!(err.contains(", column "), "{err}");
+
+    let tmp = template_dir(
+        "app/v1",
+        &[
+            ("app.render.yaml", "templates:\n  conf: a.tera\n"),
+            ("a.tera", "ok\n{% if %}\n"),
+        ],
+    );
+    let err = load(&tmp, "app/v1").unwrap_err();
+    assert!(err.starts_with("templates/app/v1/a.tera"), "{err}");
+    assert!(err.contains("2:"), "the line is named: {err}");
+
+    // A render-time error (tera: unknown variable) names the template too.
+    let tmp = template_dir(
+        "app/v1",
+        &[
+            ("app.render.yaml", "templates:\n  conf: a.tera\n"),
+            ("a.tera", "{{ missing_var }}"),
+        ],
+    );
+    let set = load(&tmp, "app/v1").unwrap();
+    let err = set.render("a.tera", &vars(json!({}))).unwrap_err();
+    assert!(err.starts_with("templates/app/v1/a.tera"), "{err}");
+    assert!(err.contains("missing_var"), "{err}");
+}
+
+#[test]
+fn render_yaml_accepts_dashes_or_underscores_and_names_unknown_keys() {
+    let parts = template_set::parse_render_file(
+        "_anchors: &x [a]\ntemplates: {a: a.hbs}\ncommands:\n\
+         - !CleanFiles {pattern: '/tmp/(*).conf', keep_list: '{{ files.a }}'}\n\
+         - !CleanFiles {pattern: '/tmp/(*).conf', keep-list: '{{ files.a }}'}\n",
+    )
+    .unwrap();
+    assert_eq!(parts.commands.len(), 2);
+    assert_eq!(parts.commands[0], parts.commands[1]);
+
+    let err = template_set::parse_render_file("templates: {}\ncommand: []\n").unwrap_err();
+    assert!(err.contains("command"), "{err}");
+    assert!(err.contains("line 2"), "{err}");
+    let err = template_set::parse_render_file("commands:\n- !Bogus [x]\n").unwrap_err();
+    assert!(err.contains("Bogus"), "{err}");
+}
+
+#[test]
+fn a_render_yaml_must_point_at_real_templates_inside_the_dir() {
+    for (render, expect) in [
+        ("templates: {a: nope.hbs}\n", "is not a template"),
+        (
+            "templates: {a: ../other/x.hbs}\n",
+            "leaves the template dir",
+        ),
+        ("templates: {a: sub/../nope.hbs}\n", "is not a template"),
+        (
+            "templates: {a: ../../../etc/passwd}\n",
+            "leaves the template dir",
+        ),
+        (
+            "templates: {a: x.hbs}\ncommands:\n- !Cmd [echo, '{{ files.b }}']\n",
+            "files.b",
+        ),
+    ] {
+        let tmp = template_dir("app/v1", &[("app.render.yaml", render), ("x.hbs", "x")]);
+        let err = load(&tmp, "app/v1").unwrap_err();
+        assert!(err.starts_with("templates/app/v1/app.render.yaml"), "{err}");
+        assert!(err.contains(expect), "{render}: {err}");
+    }
+    let tmp = template_dir("app/v1", &[("x.hbs", "x")]);
+    assert!(
+        load(&tmp, "app/v1")
+            .unwrap_err()
+            .contains("no *.render.yaml")
+    );
+    let tmp = template_dir("app/v1", &[("app.render.yaml", RENDER), ("x.trm", "x")]);
+    assert!(load(&tmp, "app/v1").unwrap_err().contains("trimmer"));
+}
+
+#[test]
+fn a_symlink_cannot_lead_a_template_dir_outside_templates() {
+    let tmp = template_dir(
+        "app/v1",
+        &[("app.render.yaml", RENDER), ("app.conf.hbs", "x")],
+    );
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("app.render.yaml"), RENDER).unwrap();
+    std::os::unix::fs::symlink(outside.path(), tmp.path().join("templates/evil")).unwrap();
+    assert!(
+        load(&tmp, "evil")
+            .unwrap_err()
+            .contains("outside templates/")
+    );
+}
+
+#[test]
+fn read_templates_hashes_every_file_and_spots_full_schedule() {
+    let tmp = template_dir(
+        "app/v1",
+        &[
+            ("a.hbs", "{{ full_schedule.roles }}"),
+            ("b.tera", "plain"),
+            (".hidden", "skipped"),
+        ],
+    );
+    let mut errors = Vec::new();
+    let t = read_templates(tmp.path(), &mut errors);
+    assert!(errors.is_empty());
+    let files: Vec<_> = t
+        .dir("app/v1")
+        .map(|(p, f)| (p.clone(), f.clone()))
+        .collect();
+    assert_eq!(files.len(), 2);
+    assert_eq!(files[0].0, "app/v1/a.hbs");
+    assert!(files[0].1.mentions_full_schedule);
+    assert!(!files[1].1.mentions_full_schedule);
+    let before = files[1].1.hash.clone();
+    fs::write(tmp.path().join("templates/app/v1/b.tera"), "changed").unwrap();
+    let t = read_templates(tmp.path(), &mut errors);
+    assert_ne!(t.files["app/v1/b.tera"].hash, before);
+    assert_eq!(t.dir("app").count(), 2, "a dir holds its subdirs' files");
+    assert_eq!(t.dir("ap").count(), 0, "a dir prefix is a whole component");
+}
+
+#[test]
+fn log_dirs_come_from_sandbox_yaml() {
+    let tmp = tempfile::tempdir().unwrap();
+    fs::create_dir_all(tmp.path().join("sandbox")).unwrap();
+    fs::write(
+        tmp.path().join("sandbox/global.yaml"),
+        "log-dirs:\n  vw: /tmp/logs\n",
+    )
+    .unwrap();
+    let dirs = read_log_dirs(tmp.path()).unwrap();
+    assert_eq!(dirs["vw"], PathBuf::from("/tmp/logs"));
+    fs::write(tmp.path().join("sandbox/bad.yaml"), "log-dirs: [1, 2]\n").unwrap();
+    assert!(read_log_dirs(tmp.path()).unwrap_err().contains("bad.yaml"));
+}
