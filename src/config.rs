@@ -197,21 +197,24 @@ impl Config {
             return Err(ConfigError { problems });
         }
         Ok(Config {
-            config_dir: args
-                .config_dir
-                .clone()
-                .or(file.config_dir)
-                .unwrap_or_else(|| "/etc/verwalter".into()),
-            storage_dir: args
-                .storage_dir
-                .clone()
-                .or(file.storage_dir)
-                .unwrap_or_else(|| "/var/lib/verwalter".into()),
-            log_dir: args
-                .log_dir
-                .clone()
-                .or(file.log_dir)
-                .unwrap_or_else(|| "/var/log/verwalter".into()),
+            config_dir: absolute(
+                args.config_dir
+                    .clone()
+                    .or(file.config_dir)
+                    .unwrap_or_else(|| "/etc/verwalter".into()),
+            ),
+            storage_dir: absolute(
+                args.storage_dir
+                    .clone()
+                    .or(file.storage_dir)
+                    .unwrap_or_else(|| "/var/lib/verwalter".into()),
+            ),
+            log_dir: absolute(
+                args.log_dir
+                    .clone()
+                    .or(file.log_dir)
+                    .unwrap_or_else(|| "/var/log/verwalter".into()),
+            ),
             hostname,
             name,
             host: args
@@ -235,6 +238,12 @@ impl Config {
             },
         })
     }
+}
+
+/// Directories are made absolute at start: paths handed to apply commands (`{{ files.NAME }}`)
+/// must not depend on the working directory a command runs in.
+fn absolute(path: PathBuf) -> PathBuf {
+    std::path::absolute(&path).unwrap_or(path)
 }
 
 fn read_settings(path: &Path) -> Result<SettingsFile, String> {

@@ -1,6 +1,7 @@
 //! Wiring of the daemon: build the ports, spawn the controllers and the HTTP server under one
 //! shutdown signal.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -232,11 +233,14 @@ struct Sweep {
 }
 
 impl Sweeper for Sweep {
-    fn sweep(&self) -> BoxFuture<'static, Result<(), String>> {
+    fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), String>> {
         let logs = self.logs.clone();
         let state_dir = self.state_dir.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
+                if let Some(keep) = &roles {
+                    render::retain_staging(&state_dir.staging_dir(), keep);
+                }
                 let deleted = logs.retain().map_err(|e| format!("log retention: {e}"))?;
                 if deleted > 0 {
                     tracing::info!(deleted, "Deleted deployment log files past retention.");

@@ -145,9 +145,13 @@ impl AppliedStore for StateDir {
         applied
     }
 
+    /// Rewritten in place, without fsync: after a crash the file may be old, empty or torn, and
+    /// each only makes the role render once more (a hash that matches nothing counts as not
+    /// applied). In place, because creating a new inode per apply costs more than the write.
     fn save(&self, role: &str, hash: &str) -> Result<(), String> {
         let path = self.roles_dir().join(format!("{role}.applied"));
-        write_atomic(&path, format!("{hash}\n").as_bytes())
+        fs::create_dir_all(self.roles_dir())
+            .and_then(|()| fs::write(&path, format!("{hash}\n")))
             .map_err(|e| format!("{}: cannot write: {e}", path.display()))
     }
 

@@ -5,8 +5,14 @@
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM.
+//! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
+//!   version switches only its role, a config lithos would refuse fails that role until fixed.
+//! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
+//!   a failing role retried until it recovers, hostile schedules, atomic file replacement.
 
 mod util;
 
 mod cli;
 mod daemon;
+mod lithos;
+mod render;

@@ -79,6 +79,47 @@ impl Daemon {
         Daemon { child, port, log }
     }
 
+    /// Like [`Daemon::start`], with extra environment variables for the daemon (and so for the
+    /// commands it runs), e.g. `PATH`.
+    pub fn start_with(
+        config_dir: &Path,
+        storage_dir: &Path,
+        port: u16,
+        envs: &[(&str, &str)],
+    ) -> Daemon {
+        let log = storage_dir.with_extension("log");
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(BIN)
+            .args([
+                "run",
+                "--hostname",
+                "alpha",
+                "--name",
+                "alpha.test",
+                "--host",
+                "127.0.0.1",
+            ])
+            .args([
+                "--port",
+                &port.to_string(),
+                "--override-machine-id",
+                MACHINE_ID,
+            ])
+            .arg("--config-dir")
+            .arg(config_dir)
+            .arg("--storage-dir")
+            .arg(storage_dir)
+            .arg("--log-dir")
+            .arg(storage_dir.join("log"))
+            .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        Daemon { child, port, log }
+    }
+
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         http_get(self.port, path)
     }

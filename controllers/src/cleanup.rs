@@ -16,7 +16,8 @@ use crate::vars;
 
 /// Housekeeping with IO: log retention, schedule backups, stale staging files.
 pub trait Sweeper: Send + Sync + 'static {
-    fn sweep(&self) -> BoxFuture<'static, Result<(), String>>;
+    /// `roles`: the roles of this node now, or `None` before the first schedule.
+    fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), String>>;
 }
 
 pub struct CleanupController {
@@ -70,16 +71,24 @@ impl Reconciler for CleanupController {
 
     async fn reconcile(self: Arc<Self>, _key: ()) -> Result<Requeue, String> {
         // Without a schedule nothing is known to be gone.
-        if let Some(schedule) = self.store.schedule.peek().as_ref() {
-            let keep: BTreeSet<String> = vars::node_roles(&schedule.data, &self.host)
-                .into_iter()
-                .collect();
-            let gone = self.render.retain_roles(&keep);
+        let roles = self
+            .store
+            .schedule
+            .peek()
+            .as_ref()
+            .as_ref()
+            .map(|schedule| {
+                vars::node_roles(&schedule.data, &self.host)
+                    .into_iter()
+                    .collect::<BTreeSet<String>>()
+            });
+        if let Some(keep) = &roles {
+            let gone = self.render.retain_roles(keep);
             if !gone.is_empty() {
                 tracing::info!(roles = ?gone, "Forgot roles no longer assigned to this node.");
             }
         }
-        self.sweeper.sweep().await?;
+        self.sweeper.sweep(roles).await?;
         Ok(Requeue::None)
     }
 

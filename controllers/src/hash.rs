@@ -57,6 +57,17 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     }
 }
 
+/// A JSON object of `entries` (which must come in key order, as a serde_json map iterates), in
+/// the form of [`write_canonical`].
+pub fn write_canonical_object<'a>(
+    entries: impl Iterator<Item = (&'a String, &'a Value)>,
+    out: &mut Vec<u8>,
+) {
+    out.push(b'{');
+    write_entries(entries, out);
+    out.push(b'}');
+}
+
 fn write_entries<'a>(entries: impl Iterator<Item = (&'a String, &'a Value)>, out: &mut Vec<u8>) {
     for (i, (key, item)) in entries.enumerate() {
         if i > 0 {

@@ -14,11 +14,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use rand::Rng;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sha1::{Digest, Sha1};
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::hash::write_canonical;
 use crate::ports::{AppliedStore, Clock, DeploymentLog, RoleApplier, RoleJob};
 use crate::state::{Deployment, RoleFailure, RolesStatus, Schedule, Templates};
 use crate::store::{Field, Store};
@@ -69,7 +68,6 @@ impl RenderError {
 struct Desired {
     hash: String,
     template: String,
-    vars: Map<String, Value>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +98,9 @@ struct State {
     /// Desired state per role, cached for one (schedule, templates) snapshot pair.
     cache: HashMap<String, Cached>,
     passes: Vec<Pass>,
+    /// Digest of the sources every role shares (`vars`, `nodes[host].vars`) for one schedule
+    /// snapshot (pointer), so a pass over many roles encodes them once.
+    shared: Option<(usize, [u8; 20])>,
 }
 
 /// Renders the roles of node `host` (see the module docs).
@@ -180,23 +181,32 @@ impl RenderController {
         gone
     }
 
+    /// The desired hash covers what the merged variables are made of (the four sources, the
+    /// role and the node) rather than the merged result: the same inputs give the same result,
+    /// and the shared sources are encoded once per schedule instead of once per role.
     fn desired(
         &self,
+        shared: &[u8; 20],
         schedule: &Schedule,
         templates: &Templates,
         role: &str,
     ) -> Result<Desired, RenderError> {
-        let vars = vars::role_vars(&schedule.data, &self.host, role)
-            .map_err(|e| RenderError::Vars(e.to_string()))?;
-        let template = match vars.get("template") {
-            Some(Value::String(t)) => t.clone(),
-            _ => unreachable!("role_vars checks `template`"),
-        };
+        let vars_error = |e: vars::VarsError| RenderError::Vars(e.to_string());
+        let sources = vars::sources(&schedule.data, &self.host, role).map_err(vars_error)?;
+        let template = vars::role_template(role, &sources).map_err(vars_error)?;
         let mut hasher = Sha1::new();
+        hasher.update(shared);
         let mut bytes = Vec::with_capacity(256);
-        write_canonical(&vars::hashed_vars(&vars), &mut bytes);
-        hasher.update((bytes.len() as u64).to_le_bytes());
-        hasher.update(&bytes);
+        for source in [sources[1], sources[3]] {
+            bytes.clear();
+            vars::write_hashed_source(source, &mut bytes);
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(&bytes);
+        }
+        for text in [role, &self.host] {
+            hasher.update((text.len() as u64).to_le_bytes());
+            hasher.update(text.as_bytes());
+        }
         let mut files = 0;
         let mut full_schedule = false;
         for (path, file) in templates.dir(&template) {
@@ -217,8 +227,25 @@ impl RenderController {
         Ok(Desired {
             hash: hex::encode(hasher.finalize()),
             template,
-            vars,
         })
+    }
+
+    /// Digest of `vars` and `nodes[host].vars` of `schedule` (see [`State::shared`]).
+    fn shared_digest(&self, schedule: &Schedule) -> [u8; 20] {
+        let mut hasher = Sha1::new();
+        let mut bytes = Vec::new();
+        let data = &schedule.data;
+        let node_vars = data
+            .get("nodes")
+            .and_then(|n| n.get(&self.host))
+            .and_then(|n| n.get("vars"));
+        for source in [data.get("vars"), node_vars] {
+            bytes.clear();
+            vars::write_hashed_source(source.and_then(Value::as_object), &mut bytes);
+            hasher.update((bytes.len() as u64).to_le_bytes());
+            hasher.update(&bytes);
+        }
+        hasher.finalize().into()
     }
 
     /// Desired state of `role` for these snapshots, computed once per snapshot pair.
@@ -241,7 +268,15 @@ impl RenderController {
         let Some(sched) = schedule.as_ref() else {
             return Err(RenderError::Vars("no schedule".into()));
         };
-        let result = self.desired(sched, templates, role).map(Arc::new);
+        let shared = match st.shared {
+            Some((ptr, digest)) if ptr == key.0 => digest,
+            _ => {
+                let digest = self.shared_digest(sched);
+                st.shared = Some((key.0, digest));
+                digest
+            }
+        };
+        let result = self.desired(&shared, sched, templates, role).map(Arc::new);
         st.cache
             .insert(role.to_string(), (key.0, key.1, result.clone()));
         result
@@ -409,11 +444,18 @@ impl RenderController {
             (desired, id)
         };
         let now = self.clock.now_ms();
+        let data = schedule.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
+        // Checked by `desired` already; the schedule snapshot is the same.
+        let merged = vars::role_vars(data, &self.host, &role)
+            .map_err(|e| RenderError::Vars(e.to_string()))?;
+        let mentions_full_schedule = templates
+            .dir(&desired.template)
+            .any(|(_, f)| f.mentions_full_schedule);
         let full = vars::with_pass(
-            desired.vars.clone(),
+            merged,
             &id,
             &rfc3339(now),
-            schedule.as_ref().as_ref().map_or(&Value::Null, |s| &s.data),
+            mentions_full_schedule.then_some(data),
         );
         let job = RoleJob {
             role: role.clone(),

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 pub const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
 
 /// Variables that change on every pass or with any part of the schedule; they are left out of a
-/// role's desired hash (see [`hashed_vars`]).
+/// role's desired hash (see [`write_hashed_source`]).
 pub const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedule"];
 
 /// A role that cannot be rendered as the schedule stands.
@@ -79,86 +79,114 @@ pub fn unsafe_role_name(role: &str) -> Option<&'static str> {
     }
 }
 
-/// Merged variables of `role` on `host`, without the per-pass additions (see [`with_pass`]):
-/// the four sources merged, plus `role` and `node` (`node` only when the sources set none).
-pub fn role_vars(data: &Value, host: &str, role: &str) -> Result<Map<String, Value>, VarsError> {
+/// The four sources of `role`'s variables on `host`, lowest precedence first (missing or null
+/// ones as `None`), after checking the role name and that each source is an object.
+pub fn sources<'a>(
+    data: &'a Value,
+    host: &str,
+    role: &str,
+) -> Result<[Option<&'a Map<String, Value>>; 4], VarsError> {
     if let Some(why) = unsafe_role_name(role) {
         return Err(VarsError::new(role, why));
     }
-    let sources: [(&[&str], String); 4] = [
-        (&["vars"], "vars".to_string()),
-        (&["roles", role], format!("roles.{role}")),
-        (&["nodes", host, "vars"], format!("nodes.{host}.vars")),
-        (
-            &["nodes", host, "roles", role],
-            format!("nodes.{host}.roles.{role}"),
-        ),
+    let paths: [&[&str]; 4] = [
+        &["vars"],
+        &["roles", role],
+        &["nodes", host, "vars"],
+        &["nodes", host, "roles", role],
     ];
-    let mut merged = Map::new();
-    for (path, name) in &sources {
-        match data.pointer_get(path) {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(source)) => merge_into(&mut merged, source),
+    let mut out = [None; 4];
+    for (slot, path) in out.iter_mut().zip(paths) {
+        *slot = match data.pointer_get(path) {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(source)) => Some(source),
             Some(other) => {
                 return Err(VarsError::new(
                     role,
                     format!(
-                        "schedule field `{name}` must be an object, got {}",
+                        "schedule field `{}` must be an object, got {}",
+                        path.join("."),
                         type_name(other)
                     ),
                 ));
             }
-        }
+        };
+    }
+    Ok(out)
+}
+
+/// The template dir of `role` (the `template` variable as merged), checked to be a safe path.
+pub fn role_template(
+    role: &str,
+    sources: &[Option<&Map<String, Value>>; 4],
+) -> Result<String, VarsError> {
+    // Later sources win and a string is replaced whole: the last source with the key decides.
+    match sources
+        .iter()
+        .rev()
+        .flatten()
+        .find_map(|s| s.get("template"))
+    {
+        Some(Value::String(t)) => match unsafe_template_name(t) {
+            Some(why) => Err(VarsError::new(role, format!("`template` {t:?}: {why}"))),
+            None => Ok(t.clone()),
+        },
+        Some(other) => Err(VarsError::new(
+            role,
+            format!("`template` must be a string, got {}", type_name(other)),
+        )),
+        None => Err(VarsError::new(
+            role,
+            "no `template` variable: set it in the schedule to a dir under templates/",
+        )),
+    }
+}
+
+/// Canonical JSON of a source as a role's desired hash covers it: without [`UNHASHED_VARS`].
+pub fn write_hashed_source(source: Option<&Map<String, Value>>, out: &mut Vec<u8>) {
+    match source {
+        None => out.extend_from_slice(b"null"),
+        Some(map) => crate::hash::write_canonical_object(
+            map.iter()
+                .filter(|(k, _)| !UNHASHED_VARS.contains(&k.as_str())),
+            out,
+        ),
+    }
+}
+
+/// Merged variables of `role` on `host`, without the per-pass additions (see [`with_pass`]):
+/// the four sources merged, plus `role` and `node` (`node` only when the sources set none).
+pub fn role_vars(data: &Value, host: &str, role: &str) -> Result<Map<String, Value>, VarsError> {
+    let sources = sources(data, host, role)?;
+    role_template(role, &sources)?;
+    let mut merged = Map::new();
+    for source in sources.into_iter().flatten() {
+        merge_into(&mut merged, source);
     }
     merged.insert("role".into(), Value::String(role.into()));
     merged
         .entry("node")
         .or_insert_with(|| Value::String(host.into()));
-    match merged.get("template") {
-        Some(Value::String(t)) => {
-            if let Some(why) = unsafe_template_name(t) {
-                return Err(VarsError::new(role, format!("`template` {t:?}: {why}")));
-            }
-        }
-        Some(other) => {
-            return Err(VarsError::new(
-                role,
-                format!("`template` must be a string, got {}", type_name(other)),
-            ));
-        }
-        None => {
-            return Err(VarsError::new(
-                role,
-                "no `template` variable: set it in the schedule to a dir under templates/",
-            ));
-        }
-    }
     Ok(merged)
 }
 
 /// The variables templates see: `vars` plus this pass's `deployment_id`, `timestamp` (RFC 3339),
-/// `verwalter_version` and `full_schedule`.
+/// `verwalter_version` and, when given, `full_schedule` (the render controller gives it to
+/// template dirs that mention it: copying a large schedule into every role's variables is the
+/// most expensive part of a render otherwise).
 pub fn with_pass(
     mut vars: Map<String, Value>,
     deployment_id: &str,
     timestamp: &str,
-    full_schedule: &Value,
+    full_schedule: Option<&Value>,
 ) -> Map<String, Value> {
     vars.insert("deployment_id".into(), deployment_id.into());
     vars.insert("timestamp".into(), timestamp.into());
     vars.insert("verwalter_version".into(), VERWALTER_VERSION.into());
-    vars.insert("full_schedule".into(), full_schedule.clone());
+    if let Some(schedule) = full_schedule {
+        vars.insert("full_schedule".into(), schedule.clone());
+    }
     vars
-}
-
-/// `vars` without the keys in [`UNHASHED_VARS`]: what a role's desired hash covers.
-pub fn hashed_vars(vars: &Map<String, Value>) -> Value {
-    Value::Object(
-        vars.iter()
-            .filter(|(k, _)| !UNHASHED_VARS.contains(&k.as_str()))
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect(),
-    )
 }
 
 /// Why a `template` value cannot name a dir under `templates/`, or `None` when it can: it must be

@@ -116,11 +116,13 @@ impl Plan {
         })
     }
 
+    /// Runs the command; directories whose entries it replaced go into `dirty` (to be synced).
     pub async fn run(
         self,
         at: At,
         ctx: &Context<'_>,
         log: &mut dyn ApplyLog,
+        dirty: &mut std::collections::BTreeSet<PathBuf>,
     ) -> Result<(), ApplyError> {
         match self {
             Plan::Exec { argv } => {
@@ -139,14 +141,20 @@ impl Plan {
                     ));
                     return Ok(());
                 }
-                super::files::blocking(at, log, move |lines| {
+                let dir = super::files::blocking(at, log, move |lines| {
                     super::files::copy(&src, &dest, mode, at, lines)
                 })
-                .await
+                .await?;
+                dirty.insert(dir);
+                Ok(())
             }
             Plan::Split(plan) => {
                 let dry_run = ctx.dry_run;
-                super::files::blocking(at, log, move |lines| plan.run(at, dry_run, lines)).await
+                let dirs =
+                    super::files::blocking(at, log, move |lines| plan.run(at, dry_run, lines))
+                        .await?;
+                dirty.extend(dirs);
+                Ok(())
             }
             Plan::Clean { pattern, keep_list } => {
                 let dry_run = ctx.dry_run;

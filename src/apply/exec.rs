@@ -52,6 +52,7 @@ pub(crate) async fn run(
     let mut out_buf = vec![0u8; 8192];
     let mut err_buf = vec![0u8; 8192];
     let (mut out_open, mut err_open) = (true, true);
+    let (mut out_tail, mut err_tail) = (Vec::new(), Vec::new());
     let deadline = Instant::now() + limit;
     let mut status: Option<ExitStatus> = None;
     let mut drain_until = deadline;
@@ -62,11 +63,17 @@ pub(crate) async fn run(
         tokio::select! {
             read = stdout.read(&mut out_buf), if out_open => match read {
                 Ok(0) | Err(_) => out_open = false,
-                Ok(n) => log.output(&out_buf[..n]),
+                Ok(n) => {
+                    log.output(&out_buf[..n]);
+                    keep_tail(&mut out_tail, &out_buf[..n]);
+                }
             },
             read = stderr.read(&mut err_buf), if err_open => match read {
                 Ok(0) | Err(_) => err_open = false,
-                Ok(n) => log.output(&err_buf[..n]),
+                Ok(n) => {
+                    log.output(&err_buf[..n]);
+                    keep_tail(&mut err_tail, &err_buf[..n]);
+                }
             },
             exit = child.wait(), if status.is_none() => {
                 let exit = exit.map_err(|source| ApplyError::Io {
@@ -101,11 +108,48 @@ pub(crate) async fn run(
     if status.success() {
         Ok(())
     } else {
+        let tail = last_line(if err_tail.iter().any(|b| !b.is_ascii_whitespace()) {
+            &err_tail
+        } else {
+            &out_tail
+        });
         Err(ApplyError::Failed {
             at,
             program,
             status,
+            tail,
         })
+    }
+}
+
+/// How much of the end of each output stream is kept for the error message.
+const TAIL: usize = 1024;
+
+fn keep_tail(tail: &mut Vec<u8>, bytes: &[u8]) {
+    tail.extend_from_slice(bytes);
+    if tail.len() > TAIL {
+        tail.drain(..tail.len() - TAIL);
+    }
+}
+
+/// The last non-empty line of `bytes` that is not an `sh -x` trace (`+ cmd`), at most 300
+/// characters.
+fn last_line(bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let line = text
+        .lines()
+        .map(str::trim)
+        .rfind(|l| !l.is_empty() && !l.starts_with("+ "))
+        .unwrap_or("");
+    line.chars().take(300).collect()
+}
+
+/// `: <line>` for an error message, or nothing.
+pub(crate) fn show_tail(tail: &str) -> String {
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {tail}")
     }
 }
 

@@ -42,14 +42,15 @@ pub(crate) async fn blocking<T: Send + 'static>(
     result
 }
 
-/// `!Copy`: `dest` is replaced by a copy of `src` with `mode`.
+/// `!Copy`: `dest` is replaced by a copy of `src` with `mode`. Returns the directory whose
+/// entry changed (see [`write_atomic`]).
 pub(crate) fn copy(
     src: &Path,
     dest: &Path,
     mode: u32,
     at: At,
     lines: &mut Vec<String>,
-) -> Result<(), ApplyError> {
+) -> Result<PathBuf, ApplyError> {
     let mut input = match File::open(src) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -66,18 +67,23 @@ pub(crate) fn copy(
         src.display(),
         dest.display()
     ));
-    write_atomic(dest, mode, at, |file| io::copy(&mut input, file).map(drop))
+    // Read whole, then written: rendered files are small, and a plain write is cheaper than the
+    // copy_file_range that io::copy would use between two files.
+    let mut bytes = Vec::new();
+    io::Read::read_to_end(&mut input, &mut bytes).map_err(|e| io_error(at, src, "read", e))?;
+    write_atomic(dest, mode, at, |file| io::Write::write_all(file, &bytes))
 }
 
 /// Replaces the file `dest` so that a reader sees the old or the new file, never a part or
-/// none: `.tmp.<name>` in the same directory, filled, synced, `mode` set, renamed over `dest`,
-/// and the directory synced so the rename survives a crash.
+/// none: `.tmp.<name>` in the same directory, filled, synced, `mode` set, renamed over `dest`.
+/// Returns the directory, which the caller syncs ([`sync_dirs`]) so the rename survives a crash:
+/// once per directory at the end of a command list rather than once per file.
 pub(crate) fn write_atomic(
     dest: &Path,
     mode: u32,
     at: At,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
-) -> Result<(), ApplyError> {
+) -> Result<PathBuf, ApplyError> {
     let (dir, name) = match (dest.parent(), dest.file_name()) {
         (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => (dir, name),
         _ => {
@@ -132,9 +138,20 @@ pub(crate) fn write_atomic(
         let _ = fs::remove_file(&tmp);
         return Err(io_error(at, dest, "replace", source));
     }
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|source| io_error(at, dir, "sync", source))
+    Ok(dir.to_owned())
+}
+
+/// Syncs each directory whose entries [`write_atomic`] changed.
+pub(crate) fn sync_dirs(
+    dirs: &std::collections::BTreeSet<PathBuf>,
+    at: At,
+) -> Result<(), ApplyError> {
+    for dir in dirs {
+        File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|source| io_error(at, dir, "sync", source))?;
+    }
+    Ok(())
 }
 
 pub(crate) fn io_error(at: At, path: &Path, action: &'static str, source: io::Error) -> ApplyError {

@@ -204,11 +204,14 @@ pub enum ApplyError {
         #[source]
         source: std::io::Error,
     },
-    #[error("{at}: {program} {}", exec::describe(*status))]
+    #[error("{at}: {program} {}{}", exec::describe(*status), exec::show_tail(tail))]
     Failed {
         at: At,
         program: String,
         status: ExitStatus,
+        /// The last line the command wrote (stderr if it wrote any, else stdout), for the
+        /// error shown in the status API; the whole output is in the role log.
+        tail: String,
     },
     #[error("{at}: {program} killed after timeout of {timeout:?}")]
     Timeout {
@@ -308,10 +311,31 @@ pub async fn run_commands(
     } else {
         condition::Signatures::take(commands).await
     };
+    // Directories whose entries `!Copy` and `!SplitText` replaced: synced once each at the end
+    // (also after a failure), before the caller records the role as applied.
+    let mut dirty = BTreeSet::new();
+    let result = run_list(commands, ctx, log, &vars, &before, &mut dirty).await;
+    if dirty.is_empty() {
+        return result;
+    }
+    let last = commands.len().saturating_sub(1);
+    let at_end = at(last, None, &commands[last]);
+    let synced = files::blocking(at_end, log, move |_| files::sync_dirs(&dirty, at_end)).await;
+    result.and(synced)
+}
+
+async fn run_list(
+    commands: &[Command],
+    ctx: &Context<'_>,
+    log: &mut (dyn ApplyLog + Send),
+    vars: &Vars<'_>,
+    before: &condition::Signatures,
+    dirty: &mut BTreeSet<PathBuf>,
+) -> Result<(), ApplyError> {
     for (i, cmd) in commands.iter().enumerate() {
         let at = at(i, None, cmd);
         let Command::Condition(cond) = cmd else {
-            Plan::new(cmd, at, &vars)?.run(at, ctx, log).await?;
+            Plan::new(cmd, at, vars)?.run(at, ctx, log, dirty).await?;
             continue;
         };
         if ctx.dry_run {
@@ -338,7 +362,7 @@ pub async fn run_commands(
         }
         for (j, inner) in cond.commands.iter().enumerate() {
             let at = at_nested(at, j, inner);
-            Plan::new(inner, at, &vars)?.run(at, ctx, log).await?;
+            Plan::new(inner, at, vars)?.run(at, ctx, log, dirty).await?;
         }
     }
     Ok(())

@@ -68,7 +68,14 @@ impl SplitPlan {
         })
     }
 
-    pub fn run(self, at: At, dry_run: bool, lines: &mut Vec<String>) -> Result<(), ApplyError> {
+    /// Returns the directories whose entries changed, for the caller to sync.
+    pub fn run(
+        self,
+        at: At,
+        dry_run: bool,
+        lines: &mut Vec<String>,
+    ) -> Result<BTreeSet<PathBuf>, ApplyError> {
+        let mut dirty = BTreeSet::new();
         let text = match fs::read_to_string(&self.src) {
             Ok(text) => text,
             Err(e) if e.kind() == io::ErrorKind::NotFound && dry_run => {
@@ -77,7 +84,7 @@ impl SplitPlan {
                     self.src.display(),
                     self.dest.text()
                 ));
-                return Ok(());
+                return Ok(dirty);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 return Err(ApplyError::MissingFile {
@@ -121,9 +128,9 @@ impl SplitPlan {
                     self.mode
                 ));
             } else {
-                write_atomic(path, self.mode, at, |file| {
+                dirty.insert(write_atomic(path, self.mode, at, |file| {
                     file.write_all(section.text.as_bytes())
-                })?;
+                })?);
                 lines.push(format!("wrote {}", path.display()));
             }
         }
@@ -138,7 +145,7 @@ impl SplitPlan {
                 Err(source) => return Err(io_error(at, path, "remove", source)),
             }
         }
-        Ok(())
+        Ok(dirty)
     }
 
     /// All sections of `text`, every name checked; nothing is written yet.

@@ -383,6 +383,28 @@ async fn non_zero_exit_fails_and_stops_the_rest() {
 }
 
 #[tokio::test]
+async fn the_error_carries_the_last_line_the_command_wrote() {
+    let env = Env::new();
+    let (result, _) = env
+        .run(r#"- !Sh "echo progress; echo 'bad config: line 3' >&2; exit 1""#)
+        .await;
+    let err = result.unwrap_err().to_string();
+    assert_eq!(
+        err, "command 1 (!Sh): /bin/sh exited with status 1: bad config: line 3",
+        "the sh -x trace is skipped"
+    );
+    let (result, _) = env
+        .run(r#"- !Cmd [sh, -c, "echo only stdout; exit 2"]"#)
+        .await;
+    assert!(
+        result
+            .unwrap_err()
+            .to_string()
+            .ends_with("status 2: only stdout")
+    );
+}
+
+#[tokio::test]
 async fn a_missing_program_is_a_spawn_error() {
     let env = Env::new();
     let (result, _) = env.run("- !Cmd [no-such-program-here, x]").await;

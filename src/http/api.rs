@@ -311,11 +311,7 @@ pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, Ap
     let mut to_render = serde_json::Map::new();
     for role in vars::node_roles(&schedule.data, &state.node.hostname) {
         let value = match vars::role_vars(&schedule.data, &state.node.hostname, &role) {
-            Ok(v) => {
-                let mut all = vars::with_pass(v, &id, &now, &Value::Null);
-                all.remove("full_schedule");
-                Value::Object(all)
-            }
+            Ok(v) => Value::Object(vars::with_pass(v, &id, &now, None)),
             Err(e) => json!({"error": e.message}),
         };
         to_render.insert(role, value);

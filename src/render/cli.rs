@@ -70,7 +70,7 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
         VarsSource::File(path) => {
             let mut vars = read_object(path)?;
             vars.insert("role".into(), Value::String(args.role.clone()));
-            Ok(vars::with_pass(vars, &id, &now, &Value::Null))
+            Ok(vars::with_pass(vars, &id, &now, None))
         }
         VarsSource::Schedule { file, hostname } => {
             let object = read_object(file)?;
@@ -94,7 +94,7 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
             }
             let merged = vars::role_vars(&data, hostname, &args.role).map_err(|e| e.to_string())?;
             let schedule = Schedule::new(data, 0, String::new());
-            Ok(vars::with_pass(merged, &id, &now, &schedule.data))
+            Ok(vars::with_pass(merged, &id, &now, Some(&schedule.data)))
         }
     }
 }

@@ -13,6 +13,7 @@ use serde_json::{Map, Value};
 /// at most once.
 pub struct Vars {
     pub value: Arc<Map<String, Value>>,
+    handlebars: OnceLock<Result<handlebars::Context, String>>,
     tera: OnceLock<Result<tera::Context, String>>,
 }
 
@@ -20,6 +21,7 @@ impl Vars {
     pub fn new(value: Arc<Map<String, Value>>) -> Vars {
         Vars {
             value,
+            handlebars: OnceLock::new(),
             tera: OnceLock::new(),
         }
     }
@@ -72,8 +74,13 @@ impl Engine for HandlebarsEngine {
     }
 
     fn render(&self, name: &str, vars: &Vars) -> Result<String, String> {
+        let context = vars
+            .handlebars
+            .get_or_init(|| handlebars::Context::wraps(&*vars.value).map_err(|e| e.to_string()))
+            .as_ref()
+            .map_err(Clone::clone)?;
         self.0
-            .render(name, &*vars.value)
+            .render_with_context(name, context)
             .map_err(|e| match e.line_no {
                 Some(line) => format!("line {line}: {}", e.reason()),
                 None => e.reason().to_string(),

@@ -175,7 +175,6 @@ impl Inner {
         log.vars(&job.vars);
         let result = self.clone().render_and_apply(&job, &mut log).await;
         log.finish(&result);
-        let _ = fs::remove_dir_all(self.config.staging_dir.join(&job.role));
         result
     }
 
@@ -189,22 +188,35 @@ impl Inner {
         let set = tokio::task::spawn_blocking(move || this.template_set(&template))
             .await
             .map_err(|e| format!("loading templates: {e}"))??;
+        // The role's staging dir stays between attempts: its files are rewritten in place, which
+        // is much cheaper on ext4 than creating and deleting them each time. Files no attempt
+        // wrote are removed below; the dir goes when the role leaves the schedule.
         let staging = self.config.staging_dir.join(&job.role);
-        let _ = fs::remove_dir_all(&staging);
         fs::DirBuilder::new()
             .recursive(true)
             .mode(0o700)
             .create(&staging)
             .map_err(|e| format!("{}: {e}", staging.display()))?;
         let vars = Vars::new(job.vars.clone());
+        let mut written = Vec::new();
         for (index, renderer) in set.renderers.iter().enumerate() {
             log.action_start(&renderer.name);
             let result = self
-                .apply_renderer(&set, index, renderer, &vars, &staging, job, log)
+                .apply_renderer(
+                    &set,
+                    index,
+                    renderer,
+                    &vars,
+                    &staging,
+                    job,
+                    log,
+                    &mut written,
+                )
                 .await;
             log.action_finish(&renderer.name);
             result.map_err(|e| format!("templates/{}/{}: {e}", set.name, renderer.name))?;
         }
+        remove_others(&staging, &written);
         Ok(())
     }
 
@@ -218,12 +230,14 @@ impl Inner {
         staging: &Path,
         job: &RoleJob,
         log: &mut crate::logs::RoleLog,
+        written: &mut Vec<String>,
     ) -> Result<(), String> {
         let mut files = BTreeMap::new();
         for (name, template) in &renderer.templates {
             let text = set.render(template, vars)?;
             let file_name = format!("{index}.{}", name.replace(['/', '\\'], "_"));
-            let path = staging.join(file_name);
+            let path = staging.join(&file_name);
+            written.push(file_name);
             write_private(&path, text.as_bytes())
                 .map_err(|e| format!("{}: {e}", path.display()))?;
             log.text(&format!(
@@ -252,16 +266,44 @@ impl RoleApplier for Applier {
     }
 }
 
-/// A staging file, readable by its owner only (rendered files may hold secrets).
+/// Removes the files of `dir` not named in `keep` (staging files of renamed templates).
+fn remove_others(dir: &Path, keep: &[String]) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        if !keep.iter().any(|k| entry.file_name() == k.as_str()) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Removes the staging dirs of roles not in `keep`.
+pub fn retain_staging(staging_dir: &Path, keep: &std::collections::BTreeSet<String>) {
+    let Ok(entries) = fs::read_dir(staging_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(|n| keep.contains(n)) {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// A staging file, readable by its owner only (rendered files may hold secrets). Rewritten in
+/// place and then cut to length: truncating to zero first makes ext4 free and reallocate the
+/// blocks, which costs more than the write.
 fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write;
     let mut file = fs::OpenOptions::new()
         .write(true)
         .create(true)
-        .truncate(true)
+        .truncate(false)
         .mode(0o600)
         .open(path)?;
-    file.write_all(bytes)
+    file.write_all(bytes)?;
+    file.set_len(bytes.len() as u64)
 }
 
 /// `log-dirs` of every `<config>/sandbox/*.yaml` (name -> dir).

@@ -1,0 +1,363 @@
+//! Rendering end to end: the built daemon on a config dir whose scheduler passes
+//! `runtime/schedule.json` through as the schedule, so each test says exactly which schedule is
+//! in force. Templates copy their output into an `out/` dir and record each apply in
+//! `out/calls.log`, so a test sees what ran.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const SOON: Duration = Duration::from_secs(15);
+
+struct Site {
+    _tmp: tempfile::TempDir,
+    config: PathBuf,
+    out: PathBuf,
+    log_dir: PathBuf,
+    daemon: Daemon,
+}
+
+/// The scheduler: the schedule is whatever `runtime/schedule.json` says.
+const PASSTHROUGH: &str = "return {scheduler = function(state)\n  \
+    return state.runtime.schedule or {}, 'passthrough'\nend}\n";
+
+impl Site {
+    fn start() -> Site {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("config");
+        let out = tmp.path().join("out");
+        std::fs::create_dir_all(config.join("scheduler/v1")).unwrap();
+        std::fs::create_dir_all(config.join("runtime")).unwrap();
+        std::fs::create_dir_all(&out).unwrap();
+        std::fs::write(config.join("scheduler/v1/main.lua"), PASSTHROUGH).unwrap();
+        let o = out.display();
+        // `app`: copy the rendered file into out/<role>.conf, then record the call.
+        write(
+            &config.join("templates/app/v1/app.render.yaml"),
+            &format!(
+                "templates:\n  conf: app.conf.hbs\ncommands:\n\
+                 - !Copy {{src: '{{{{ files.conf }}}}', dest: '{o}/{{{{ role }}}}.conf'}}\n\
+                 - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
+            ),
+        );
+        write(
+            &config.join("templates/app/v1/app.conf.hbs"),
+            "BEGIN {{role}}\nvalue: {{value}}\n{{filler}}\nEND\n",
+        );
+        // `flaky`: fails until out/fixed exists.
+        write(
+            &config.join("templates/flaky/v1/flaky.render.yaml"),
+            &format!(
+                "templates:\n  conf: flaky.conf.tera\ncommands:\n\
+                 - !Sh 'test -e {o}/fixed'\n\
+                 - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
+            ),
+        );
+        write(
+            &config.join("templates/flaky/v1/flaky.conf.tera"),
+            "{{ role }} {{ value }}\n",
+        );
+        let storage = tmp.path().join("storage");
+        let log_dir = storage.join("log");
+        let daemon = Daemon::start(&config, &storage, free_port());
+        Site {
+            _tmp: tmp,
+            config,
+            out,
+            log_dir,
+            daemon,
+        }
+    }
+
+    /// Puts `nodes.alpha.roles` = `roles` (and `vars`) in force.
+    fn schedule(&self, vars: Value, roles: Value) {
+        self.schedule_data(json!({"vars": vars, "nodes": {"alpha": {"roles": roles}}}));
+    }
+
+    fn schedule_data(&self, data: Value) {
+        write(
+            &self.config.join("runtime/schedule.json"),
+            &data.to_string(),
+        );
+        let hash = wait_for(SOON, || {
+            let s = self.daemon.json("/v1/schedule")?;
+            (s["data"] == data).then(|| s["hash"].as_str().unwrap().to_string())
+        });
+        assert!(
+            hash.is_some(),
+            "schedule not taken:\n{}",
+            self.daemon.logs()
+        );
+    }
+
+    fn calls(&self) -> Vec<String> {
+        std::fs::read_to_string(self.out.join("calls.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect()
+    }
+
+    fn wait_calls(&self, n: usize) -> Vec<String> {
+        wait_for(SOON, || {
+            let calls = self.calls();
+            (calls.len() >= n).then_some(calls)
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "expected {n} calls, got {:?}\n{}",
+                self.calls(),
+                self.daemon.logs()
+            )
+        })
+    }
+
+    fn status(&self) -> Value {
+        self.daemon.json("/v1/status").unwrap()
+    }
+
+    /// Index lines of the deployment log.
+    fn index(&self) -> Vec<Value> {
+        std::fs::read_to_string(self.log_dir.join(".index/latest"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let tmp = path.with_extension("tmp~");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
+fn post(port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    write!(
+        stream,
+        "POST {path} HTTP/1.0\r\nHost: verwalter\r\nContent-Length: 0\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    Some((head.split_whitespace().nth(1)?.parse().ok()?, body.into()))
+}
+
+#[test]
+fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
+    let site = Site::start();
+    let app = json!({"template": "app/v1", "value": 1});
+    site.schedule(json!({}), json!({"web": app, "db": app}));
+    let mut calls = site.wait_calls(2);
+    calls.sort();
+    assert_eq!(calls, vec!["db", "web"], "each role applied once");
+    let web = std::fs::read_to_string(site.out.join("web.conf")).unwrap();
+    assert!(web.starts_with("BEGIN web\nvalue: 1\n"), "{web}");
+    let first_ids: Vec<String> = site
+        .index()
+        .iter()
+        .filter(|l| l[3] == "RoleStart")
+        .map(|l| l[1].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(first_ids.len(), 2);
+    assert_eq!(first_ids[0], first_ids[1], "one deployment id for the pass");
+
+    // Only web's variables change: only web renders, under a new deployment id.
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 2}, "db": app}),
+    );
+    let calls = site.wait_calls(3);
+    assert_eq!(calls.len(), 3, "{calls:?}");
+    assert_eq!(calls[2], "web", "only web rendered again: {calls:?}");
+    let web = std::fs::read_to_string(site.out.join("web.conf")).unwrap();
+    assert!(web.contains("value: 2"), "{web}");
+    let role_starts: Vec<Value> = site
+        .index()
+        .into_iter()
+        .filter(|l| l[3] == "RoleStart")
+        .collect();
+    assert_eq!(role_starts.len(), 3);
+    assert_eq!(role_starts[2][2]["fields"][0], "web");
+    assert_ne!(role_starts[2][1], json!(first_ids[0]));
+    let web_log = std::fs::read_to_string(site.log_dir.join("web/latest")).unwrap();
+    assert!(
+        web_log.contains("\"value\": 2"),
+        "variables are logged: {web_log}"
+    );
+
+    // A new schedule that changes nothing for this node renders nothing here.
+    site.schedule_data(json!({"vars": {}, "nodes": {
+        "alpha": {"roles": {"web": {"template": "app/v1", "value": 2}, "db": app}},
+        "beta": {"roles": {"other": app}},
+    }}));
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(site.calls().len(), 3, "{:?}", site.calls());
+
+    // force_render_all renders every role again.
+    let before = site.calls().len();
+    let (code, body) = post(site.daemon.port, "/v1/force_render_all").unwrap();
+    assert_eq!((code, body.as_str()), (200, "\"ok\""));
+    let calls = site.wait_calls(before + 2);
+    let mut last_two = calls[before..].to_vec();
+    last_two.sort();
+    assert!(last_two.contains(&"db".to_string()) && last_two.contains(&"web".to_string()));
+    assert_eq!(site.status()["failed_roles"], json!([]));
+}
+
+#[test]
+fn a_failing_role_is_shown_retried_and_recovers_without_a_new_schedule() {
+    let site = Site::start();
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 1}, "flaky": {"template": "flaky/v1", "value": 1}}),
+    );
+    site.wait_calls(1);
+    let status = wait_for(SOON, || {
+        let s = site.status();
+        (s["failed_roles"] == json!(["flaky"])).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("flaky never failed: {}", site.status()));
+    let error = status["errors"]["role flaky"].as_str().unwrap();
+    assert!(
+        error.contains("flaky.render.yaml") && error.contains("exited with status 1"),
+        "{error}"
+    );
+    assert!(status["num_errors"].as_u64().unwrap() >= 1);
+    assert_eq!(site.calls(), vec!["web"], "the other role went on");
+    let metrics = site.daemon.get("/metrics").unwrap().1;
+    assert!(metrics.contains("verwalter_roles_failing 1"), "{metrics}");
+    assert!(metrics.contains("verwalter_role_failed_attempts{role=\"flaky\"}"));
+
+    // Fixing the cause is enough: the backoff retry picks it up.
+    std::fs::write(site.out.join("fixed"), "").unwrap();
+    let calls = site.wait_calls(2);
+    assert_eq!(calls, vec!["web", "flaky"]);
+    wait_for(SOON, || {
+        (site.status()["failed_roles"] == json!([])).then_some(())
+    })
+    .expect("failure cleared");
+    let flaky_log = std::fs::read_to_string(site.log_dir.join("flaky/latest")).unwrap();
+    assert!(flaky_log.contains("result: error"), "{flaky_log}");
+    assert!(flaky_log.trim_end().ends_with("result: ok"), "{flaky_log}");
+}
+
+#[test]
+fn hostile_schedules_run_nothing_and_write_nothing_outside_the_roles_files() {
+    let site = Site::start();
+    let pwned = site.out.join("pwned");
+    let p = pwned.display();
+    let evil_value = format!("$(touch {p}1) `touch {p}2` ; touch {p}3 ' \" \n");
+    let roles = json!({
+        // Unsafe as file names: refused with a clear error.
+        format!("../../{p}4"): {"template": "app/v1"},
+        "..": {"template": "app/v1"},
+        ".index": {"template": "app/v1"},
+        // Safe as file names, hostile in a shell: quoted, never run.
+        format!("$(touch {p}5)x").replace('/', "_"): {"template": "app/v1", "value": evil_value},
+        "`touch pwned6`": {"template": "app/v1", "value": evil_value},
+        "a;touch pwned7": {"template": "app/v1", "value": evil_value},
+        // A template path out of templates/.
+        "escape": {"template": "../../../etc"},
+        "abs": {"template": "/etc"},
+    });
+    site.schedule(json!({"filler": "$(touch /tmp/verwalter-pwned)"}), roles);
+    let calls = site.wait_calls(3);
+    let mut calls = calls;
+    calls.sort();
+    assert_eq!(
+        calls,
+        vec![
+            format!("$(touch {p}5)x").replace('/', "_"),
+            "`touch pwned6`".into(),
+            "a;touch pwned7".into()
+        ],
+        "the role name reaches the command as one quoted word"
+    );
+    let failed = wait_for(SOON, || {
+        let s = site.status();
+        (s["failed_roles"].as_array()?.len() == 5).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}", site.status()));
+    let errors = failed["errors"].to_string();
+    assert!(errors.contains("role name"), "{errors}");
+    assert!(errors.contains("template"), "{errors}");
+    for i in 1..=7 {
+        assert!(!site.out.join(format!("pwned{i}")).exists(), "pwned{i}");
+    }
+    assert!(!Path::new("/tmp/verwalter-pwned").exists());
+    // Everything written is inside out/: the conf files and calls.log.
+    let mut written: Vec<String> = std::fs::read_dir(&site.out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    written.sort();
+    assert_eq!(written.len(), 4, "{written:?}");
+    let conf = std::fs::read_to_string(site.out.join("a;touch pwned7.conf")).unwrap();
+    assert!(
+        conf.contains(&evil_value),
+        "values are rendered verbatim: {conf}"
+    );
+    let parent: Vec<_> = std::fs::read_dir(site.out.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        parent
+            .iter()
+            .all(|n| ["config", "out", "storage", "storage.log"].contains(&n.as_str())),
+        "{parent:?}"
+    );
+}
+
+#[test]
+fn a_reader_never_sees_a_partial_or_missing_file_during_renders() {
+    let site = Site::start();
+    let filler = "x".repeat(200_000);
+    site.schedule(
+        json!({"filler": filler}),
+        json!({"web": {"template": "app/v1", "value": 0}}),
+    );
+    site.wait_calls(1);
+    let path = site.out.join("web.conf");
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let stop = stop.clone();
+        let path = path.clone();
+        std::thread::spawn(move || {
+            let mut reads = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let text = std::fs::read_to_string(&path).expect("the file is always there");
+                assert!(
+                    text.starts_with("BEGIN web\n") && text.ends_with("END\n"),
+                    "a partial file: {} bytes",
+                    text.len()
+                );
+                reads += 1;
+            }
+            reads
+        })
+    };
+    for i in 1..=15 {
+        site.schedule(
+            json!({"filler": filler}),
+            json!({"web": {"template": "app/v1", "value": i}}),
+        );
+        site.wait_calls(1 + i);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let reads = reader.join().expect("the reader saw only whole files");
+    assert!(reads > 15, "the reader kept reading ({reads} reads)");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(text.contains("value: 15"));
+}
