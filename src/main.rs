@@ -12,6 +12,7 @@ use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
 use verwalter::lua::{Limits, Sandbox};
 use verwalter_controllers::ports::{Clock, SystemClock};
 use verwalter_controllers::state::{Schedule, SchedulerInput};
+use verwalter_controllers::vars;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -32,7 +33,8 @@ struct Cli {
 enum Command {
     /// Run the daemon.
     Run(RunArgs),
-    /// Validate a config dir: every runtime file parses and the scheduler runs once.
+    /// Validate a config dir: runtime files and template dirs parse, the scheduler runs once and
+    /// gives this node's roles usable variables.
     Check(OfflineArgs),
     /// Run the scheduler once and print the schedule (stdout) and its log (stderr).
     Schedule(ScheduleArgs),
@@ -280,12 +282,23 @@ fn check(args: &OfflineArgs) -> ExitCode {
     if let Err(problem) = &input {
         problems.push(problem.clone());
     }
+    problems.extend(
+        verwalter::render::check_template_dirs(dir)
+            .into_iter()
+            .map(|p| format!("{}: {p}", dir.display())),
+    );
     if let (Ok(input), true) = (input, scheduler_dir(dir).join("main.lua").is_file()) {
         match Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())
             .and_then(|s| s.run(&input))
         {
             Ok(output) => {
                 let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+                // Every role this node would render must have usable variables.
+                for role in vars::node_roles(&schedule.data, &input.current_host) {
+                    if let Err(e) = vars::role_vars(&schedule.data, &input.current_host, &role) {
+                        problems.push(format!("{}: schedule: {e}", dir.display()));
+                    }
+                }
                 if problems.is_empty() {
                     println!(
                         "{}: ok; the scheduler returned a schedule with hash {}",

@@ -118,3 +118,126 @@ fn bad_settings_exit_3_with_every_problem() {
     assert_eq!(code, 0);
     assert!(stdout.contains(env!("CARGO_PKG_VERSION")));
 }
+
+#[test]
+fn check_names_a_broken_template_and_a_role_without_a_template() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&example("minimal"), tmp.path());
+    std::fs::write(
+        tmp.path().join("templates/minimal/v1/role.conf.hbs"),
+        "ok\n{{#if}}\n",
+    )
+    .unwrap();
+    let main = tmp.path().join("scheduler/v1/main.lua");
+    let lua = std::fs::read_to_string(&main).unwrap();
+    std::fs::write(
+        &main,
+        lua.replace("template = \"minimal/v1\"", "template = \"../outside\""),
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&["check", "--config-dir", tmp.path().to_str().unwrap()]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("templates/minimal/v1/role.conf.hbs: line "),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("role \"web\": `template` \"../outside\""),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn render_shows_files_and_commands_from_vars_or_a_schedule() {
+    let dir = example("minimal");
+    let tmp = tempfile::tempdir().unwrap();
+    let vars = tmp.path().join("vars.yaml");
+    std::fs::write(
+        &vars,
+        "template: minimal/v1\nnode: alpha\ncluster: demo\nversion: v7\ninstances: 3\n",
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run(&[
+        "render",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--role",
+        "web",
+        "--vars",
+        vars.to_str().unwrap(),
+        "--dry-run",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("--- files.conf = templates/minimal/v1/role.conf.hbs ---"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("# web on alpha (cluster demo)"), "{stdout}");
+    assert!(stdout.contains("version: v7\ninstances: 3\n"), "{stdout}");
+    assert!(stdout.contains("would run: cat "), "{stdout}");
+
+    // Without --dry-run the command runs: `cat` prints the rendered file.
+    let (code, stdout, _) = run(&[
+        "render",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--role",
+        "web",
+        "--vars",
+        vars.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(stdout.matches("version: v7").count(), 2, "{stdout}");
+
+    // From a schedule envelope as /v1/schedule serves it.
+    let schedule = tmp.path().join("schedule.json");
+    std::fs::write(
+        &schedule,
+        r#"{"timestamp": 1, "hash": "x", "origin": "o", "data": {
+            "vars": {"template": "minimal/v1", "cluster": "prod"},
+            "roles": {"web": {"version": "v2"}},
+            "nodes": {"alpha": {"roles": {"web": {"instances": 5}}}}}}"#,
+    )
+    .unwrap();
+    let base = [
+        "render",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--schedule",
+        schedule.to_str().unwrap(),
+        "--dry-run",
+    ];
+    let (code, stdout, stderr) =
+        run(&[&base[..], &["--role", "web", "--hostname", "alpha"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("(cluster prod)") && stdout.contains("instances: 5"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run(&[&base[..], &["--role", "web", "--hostname", "beta"]].concat());
+    assert_eq!(code, 1);
+    assert!(stderr.contains("not assigned to \"beta\""), "{stderr}");
+}
+
+#[test]
+fn render_check_dir_parses_and_renders_a_template_dir() {
+    let dir = example("minimal").join("templates/minimal/v1");
+    let (code, stdout, stderr) = run(&["render", "-C", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.ends_with("ok\n"), "{stdout}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let broken = tmp.path().join("app");
+    copy_tree(&dir, &broken);
+    std::fs::write(
+        broken.join("role.render.yaml"),
+        "templates: {conf: nope.hbs}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = run(&["render", "--check-dir", broken.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("role.render.yaml") && stderr.contains("nope.hbs"),
+        "{stderr}"
+    );
+}

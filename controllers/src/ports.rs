@@ -116,6 +116,8 @@ pub trait AppliedStore: Send + Sync + 'static {
 
 /// Deployment-level entries of the deployment log (role entries are the applier's).
 pub trait DeploymentLog: Send + Sync + 'static {
-    fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String]);
+    /// `changes`: the schedule's `changes` list (the toolbox's scheduler wrapper writes one),
+    /// given on the first pass of each schedule, empty otherwise.
+    fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String], changes: &[String]);
     fn deployment_finish(&self, id: &str, failed: &[String]);
 }

@@ -101,6 +101,8 @@ struct State {
     /// Digest of the sources every role shares (`vars`, `nodes[host].vars`) for one schedule
     /// snapshot (pointer), so a pass over many roles encodes them once.
     shared: Option<(usize, [u8; 20])>,
+    /// The schedule whose `changes` went into the log last (each schedule's once).
+    changes_logged: Option<String>,
 }
 
 /// Renders the roles of node `host` (see the module docs).
@@ -333,7 +335,14 @@ impl RenderController {
             old.pending.retain(|r| !roles.contains(r));
         }
         let roles_list: Vec<String> = roles.iter().cloned().collect();
-        self.log.deployment_start(&id, &sched_hash, &roles_list);
+        let changes = if st.changes_logged.as_deref() == Some(sched_hash.as_str()) {
+            Vec::new()
+        } else {
+            st.changes_logged = Some(sched_hash.clone());
+            schedule_changes(schedule.as_ref().as_ref())
+        };
+        self.log
+            .deployment_start(&id, &sched_hash, &roles_list, &changes);
         let pass = Pass {
             id: id.clone(),
             schedule: sched_hash,
@@ -515,6 +524,20 @@ impl Reconciler for RenderController {
 
     fn error_reason(&self, error: &RenderError) -> &'static str {
         error.reason()
+    }
+}
+
+/// The strings of the schedule's `changes` list (other items are shown as JSON).
+fn schedule_changes(schedule: Option<&Schedule>) -> Vec<String> {
+    match schedule.and_then(|s| s.data.get("changes")) {
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|item| match item {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 

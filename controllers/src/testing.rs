@@ -213,15 +213,23 @@ impl AppliedStore for MemoryAppliedStore {
 #[derive(Default)]
 pub struct RecordingDeploymentLog {
     pub started: Mutex<Vec<(String, Vec<String>)>>,
+    pub changes: Mutex<Vec<String>>,
     pub finished: Mutex<Vec<(String, Vec<String>)>>,
 }
 
 impl DeploymentLog for RecordingDeploymentLog {
-    fn deployment_start(&self, id: &str, _schedule_hash: &str, roles: &[String]) {
+    fn deployment_start(
+        &self,
+        id: &str,
+        _schedule_hash: &str,
+        roles: &[String],
+        changes: &[String],
+    ) {
         self.started
             .lock()
             .unwrap()
             .push((id.into(), roles.to_vec()));
+        self.changes.lock().unwrap().extend(changes.iter().cloned());
     }
     fn deployment_finish(&self, id: &str, failed: &[String]) {
         self.finished

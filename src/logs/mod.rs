@@ -277,7 +277,13 @@ impl LogDir {
 }
 
 impl DeploymentLog for LogDir {
-    fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String]) {
+    fn deployment_start(
+        &self,
+        id: &str,
+        schedule_hash: &str,
+        roles: &[String],
+        changes: &[String],
+    ) {
         self.global(
             id,
             Marker::DeploymentStart,
@@ -286,6 +292,7 @@ impl DeploymentLog for LogDir {
                 roles.join(", ")
             ),
         );
+        self.changes(id, schedule_hash, changes);
     }
 
     fn deployment_finish(&self, id: &str, failed: &[String]) {

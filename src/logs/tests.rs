@@ -17,7 +17,12 @@ fn index_lines(dir: &Path) -> Vec<Value> {
 fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
     let tmp = tempfile::tempdir().unwrap();
     let log = LogDir::open(tmp.path(), LogLimits::default()).unwrap();
-    log.deployment_start("dep1", "0123456789abcdef", &["web".into()]);
+    log.deployment_start(
+        "dep1",
+        "0123456789abcdef",
+        &["web".into()],
+        &["web: v1 -> v2".into()],
+    );
     let mut role = log.role("web", "dep1").unwrap();
     role.vars(
         json!({"role": "web", "db_password": "hunter2", "nested": {"api_token": "t0k"}, "port": 80})
@@ -38,6 +43,7 @@ fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
         markers,
         vec![
             json!("DeploymentStart"),
+            json!("DeploymentChanges"),
             json!("RoleStart"),
             json!({"variant": "ActionStart", "fields": ["nginx.render.yaml"]}),
             json!("ExternalLog"),
@@ -48,6 +54,9 @@ fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
     );
     assert!(lines.iter().all(|l| l[1] == "dep1"));
     assert_eq!(lines[0][2]["variant"], "Global");
+    assert_eq!(lines[1][2]["variant"], "Changes");
+    let mut lines = lines;
+    lines.remove(1);
     assert_eq!(lines[1][2]["variant"], "Role");
     assert_eq!(lines[1][2]["fields"][0], "web");
     assert_eq!(
@@ -67,6 +76,11 @@ fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
     assert!(!text.contains("hunter2") && !text.contains("t0k"), "{text}");
     assert!(text.contains("\"db_password\": \"***\""));
     assert!(text.contains("\"port\": 80"));
+    let changes = fs::read_to_string(tmp.path().join(".changes/latest")).unwrap();
+    assert!(
+        changes.ends_with(": 01234567: web: v1 -> v2\n"),
+        "{changes}"
+    );
     let global = fs::read_to_string(tmp.path().join(".global/latest")).unwrap();
     assert!(global.contains("schedule-hash: 0123456789abcdef"));
     assert!(global.contains("DeploymentFinish"));

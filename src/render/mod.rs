@@ -94,6 +94,46 @@ fn read_dir_into(
     }
 }
 
+/// Loads every template dir under `<config>/templates` (each dir holding a `*.render.yaml`) the
+/// way a render would, and returns the problems (for `verwalter check`).
+pub fn check_template_dirs(config_dir: &Path) -> Vec<String> {
+    fn find(dir: &Path, rel: &str, out: &mut Vec<String>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        let mut is_template_dir = false;
+        for entry in entries {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') {
+                continue;
+            }
+            let path = entry.path();
+            if path.is_dir() {
+                let sub = if rel.is_empty() {
+                    name
+                } else {
+                    format!("{rel}/{name}")
+                };
+                find(&path, &sub, out);
+            } else if name.ends_with(".render.yaml") || name.ends_with(".render.yml") {
+                is_template_dir = true;
+            }
+        }
+        if is_template_dir && !rel.is_empty() {
+            out.push(rel.to_string());
+        }
+    }
+    let root = config_dir.join("templates");
+    let mut dirs = Vec::new();
+    find(&root, "", &mut dirs);
+    dirs.sort();
+    dirs.iter()
+        .filter_map(|name| TemplateSet::load(&root, name).err())
+        .collect()
+}
+
 /// Settings of the applier.
 #[derive(Debug, Clone)]
 pub struct ApplierConfig {

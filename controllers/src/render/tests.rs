@@ -122,6 +122,23 @@ async fn renders_each_role_once_under_one_deployment_id() {
 }
 
 #[tokio::test]
+async fn each_schedules_changes_are_logged_once() {
+    let rig = rig();
+    let mut s = schedule(json!({"web": {"v": 1}})).unwrap();
+    Arc::make_mut(&mut s.data)["changes"] = json!(["web: v0 -> v1", {"odd": true}]);
+    let s = Schedule::new((*s.data).clone(), s.timestamp, s.origin);
+    rig.schedule.set(Some(s));
+    rig.applier.fail("web", "boom");
+    rig.pass_all().await;
+    rig.pass_all().await; // a retry: same schedule, no second copy of its changes
+    assert_eq!(
+        *rig.log.changes.lock().unwrap(),
+        vec!["web: v0 -> v1".to_string(), "{\"odd\":true}".to_string()]
+    );
+    assert_eq!(rig.log.started.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
 async fn a_change_rerenders_only_the_changed_role() {
     let rig = rig();
     rig.schedule
