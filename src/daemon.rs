@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, Sweeper};
 use verwalter_controllers::driver::DriverConfig;
 use verwalter_controllers::election::{self, machine::Machine, machine::Timings};
-use verwalter_controllers::ports::{Clock, SystemClock};
+use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
@@ -164,12 +164,18 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     if let Err(error) = applier.clean_staging() {
         tracing::warn!(%error, "Cannot remove old staging files.");
     }
+    // A dry run applies nothing, so it must not record anything as applied either.
+    let applied: Arc<dyn AppliedStore> = if config.dry_run {
+        Arc::new(Forgetful)
+    } else {
+        Arc::new(state_dir.clone())
+    };
     let render = Arc::new(RenderController::new(
         store.clone(),
         config.hostname.clone(),
         roles,
         Arc::new(applier),
-        Arc::new(state_dir.clone()),
+        applied,
         logs.clone(),
         clock,
     ));
@@ -224,6 +230,23 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let _keep = (peers, actions);
     while tasks.join_next().await.is_some() {}
     Ok(())
+}
+
+/// Stores no applied hash (`--dry-run`): the render controller still remembers them in memory
+/// for the run, and a later real run renders every role.
+#[derive(Default)]
+struct Forgetful;
+
+impl AppliedStore for Forgetful {
+    fn load(&self) -> std::collections::HashMap<String, String> {
+        std::collections::HashMap::new()
+    }
+    fn save(&self, _role: &str, _hash: &str) -> Result<(), String> {
+        Ok(())
+    }
+    fn remove(&self, _role: &str) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 /// Housekeeping for the cleanup controller: log retention and schedule backups.

@@ -30,6 +30,10 @@ const PASSTHROUGH: &str = "return {scheduler = function(state)\n  \
 
 impl Site {
     fn start() -> Site {
+        Site::start_args(&[])
+    }
+
+    fn start_args(args: &[&str]) -> Site {
         let tmp = tempfile::tempdir().unwrap();
         let config = tmp.path().join("config");
         let out = tmp.path().join("out");
@@ -66,7 +70,7 @@ impl Site {
         );
         let storage = tmp.path().join("storage");
         let log_dir = storage.join("log");
-        let daemon = Daemon::start(&config, &storage, free_port());
+        let daemon = Daemon::launch(&config, &storage, free_port(), args, &[]);
         Site {
             _tmp: tmp,
             config,
@@ -213,6 +217,32 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     last_two.sort();
     assert!(last_two.contains(&"db".to_string()) && last_two.contains(&"web".to_string()));
     assert_eq!(site.status()["failed_roles"], json!([]));
+}
+
+#[test]
+fn dry_run_renders_and_logs_but_runs_and_records_nothing() {
+    let mut site = Site::start_args(&["--dry-run"]);
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 1}}),
+    );
+    let log = wait_for(SOON, || {
+        let text = std::fs::read_to_string(site.log_dir.join("web/latest")).ok()?;
+        text.contains("RoleFinish").then_some(text)
+    })
+    .unwrap_or_else(|| panic!("no role log:\n{}", site.daemon.logs()));
+    assert!(log.contains("would copy"), "{log}");
+    assert!(log.contains("would run: "), "{log}");
+    assert!(site.calls().is_empty(), "nothing ran");
+    assert!(!site.out.join("web.conf").exists(), "nothing written");
+
+    // The same storage dir without --dry-run: the role was never applied, so it renders now.
+    let storage = site.log_dir.parent().unwrap().to_path_buf();
+    site.daemon.child.kill().unwrap();
+    site.daemon.child.wait().unwrap();
+    site.daemon = Daemon::launch(&site.config, &storage, free_port(), &[], &[]);
+    assert_eq!(site.wait_calls(1), vec!["web"]);
+    assert!(site.out.join("web.conf").exists());
 }
 
 #[test]

@@ -47,36 +47,7 @@ pub struct Daemon {
 
 impl Daemon {
     pub fn start(config_dir: &Path, storage_dir: &Path, port: u16) -> Daemon {
-        let log = storage_dir.with_extension("log");
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(BIN)
-            .args([
-                "run",
-                "--hostname",
-                "alpha",
-                "--name",
-                "alpha.test",
-                "--host",
-                "127.0.0.1",
-            ])
-            .args([
-                "--port",
-                &port.to_string(),
-                "--override-machine-id",
-                MACHINE_ID,
-            ])
-            .arg("--config-dir")
-            .arg(config_dir)
-            .arg("--storage-dir")
-            .arg(storage_dir)
-            .arg("--log-dir")
-            .arg(storage_dir.join("log"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        Daemon { child, port, log }
+        Daemon::launch(config_dir, storage_dir, port, &[], &[])
     }
 
     /// Like [`Daemon::start`], with extra environment variables for the daemon (and so for the
@@ -85,6 +56,18 @@ impl Daemon {
         config_dir: &Path,
         storage_dir: &Path,
         port: u16,
+        envs: &[(&str, &str)],
+    ) -> Daemon {
+        Daemon::launch(config_dir, storage_dir, port, &[], envs)
+    }
+
+    /// `verwalter run` as node `alpha` on 127.0.0.1:`port`, logs under `storage_dir`, with extra
+    /// flags and environment variables.
+    pub fn launch(
+        config_dir: &Path,
+        storage_dir: &Path,
+        port: u16,
+        args: &[&str],
         envs: &[(&str, &str)],
     ) -> Daemon {
         let log = storage_dir.with_extension("log");
@@ -111,6 +94,7 @@ impl Daemon {
             .arg(storage_dir)
             .arg("--log-dir")
             .arg(storage_dir.join("log"))
+            .args(args)
             .env("RUST_LOG", "info")
             .envs(envs.iter().copied())
             .stdout(Stdio::null())
