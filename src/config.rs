@@ -18,7 +18,7 @@ pub struct RunArgs {
     /// Persistent storage: the schedule in force and its backups [default: /var/lib/verwalter]
     #[arg(long, value_name = "DIR")]
     pub storage_dir: Option<PathBuf>,
-    /// Deployment logs [default: /var/log/verwalter] (nothing is written there yet: rendering is not implemented)
+    /// Deployment logs: index, global, changes and per-role logs [default: /var/log/verwalter]
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
     /// Short host name: `current_host` for the scheduler, the key into `nodes` [default: the system's]
@@ -36,7 +36,7 @@ pub struct RunArgs {
     /// Use this 32-hex-digit machine id instead of /etc/machine-id (tests, several nodes on one machine)
     #[arg(long, value_name = "HEX")]
     pub override_machine_id: Option<String>,
-    /// Render templates but run no commands (no effect yet: rendering is not implemented)
+    /// Render templates and log what would be done, but run no command and record nothing as applied
     #[arg(short = 'n', long)]
     pub dry_run: bool,
     /// YAML settings file; flags override it
@@ -192,6 +192,19 @@ impl Config {
             problems.push(format!(
                 "scheduler.period-ms: {period_ms} is too short (at least 100)"
             ));
+        }
+        for (name, value) in [
+            (
+                "render.command-timeout-secs",
+                file.render.command_timeout_secs,
+            ),
+            ("logs.segment-mib", file.logs.segment_mib),
+            ("logs.max-age-days", file.logs.max_age_days),
+            ("logs.max-total-mib", file.logs.max_total_mib),
+        ] {
+            if value == Some(0) {
+                problems.push(format!("{name}: must be above 0"));
+            }
         }
         if !problems.is_empty() {
             return Err(ConfigError { problems });

@@ -43,7 +43,12 @@ enum Command {
 }
 
 #[derive(Debug, clap::Args)]
-#[command(group(clap::ArgGroup::new("source").args(["vars", "schedule", "check_dir"]).required(true)))]
+#[command(group(
+    clap::ArgGroup::new("source")
+        .args(["vars", "schedule", "check_dir"])
+        .multiple(true)
+        .required(true)
+))]
 struct RenderCliArgs {
     /// Config dir to use
     #[arg(long, value_name = "DIR", default_value = "/etc/verwalter")]
@@ -55,7 +60,7 @@ struct RenderCliArgs {
     #[arg(long, value_name = "FILE")]
     vars: Option<PathBuf>,
     /// A schedule (as served by /v1/schedule) to take the role's variables from
-    #[arg(long, value_name = "FILE", requires = "hostname")]
+    #[arg(long, value_name = "FILE", requires = "hostname", conflicts_with_all = ["vars", "check_dir"])]
     schedule: Option<PathBuf>,
     /// The node to render for (with --schedule)
     #[arg(long)]

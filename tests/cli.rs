@@ -103,7 +103,11 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
 fn bad_settings_exit_3_with_every_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let settings = tmp.path().join("verwalter.yaml");
-    std::fs::write(&settings, "port: 1\nscheduler:\n  period-ms: 5\n").unwrap();
+    std::fs::write(
+        &settings,
+        "port: 1\nscheduler:\n  period-ms: 5\nrender:\n  command-timeout-secs: 0\n",
+    )
+    .unwrap();
     let (code, _, stderr) = run(&[
         "run",
         "--settings",
@@ -114,6 +118,10 @@ fn bad_settings_exit_3_with_every_problem() {
     assert_eq!(code, 3);
     assert!(stderr.contains("32 hex digits"), "{stderr}");
     assert!(stderr.contains("period-ms: 5 is too short"), "{stderr}");
+    assert!(
+        stderr.contains("render.command-timeout-secs: must be above 0"),
+        "{stderr}"
+    );
     let (code, stdout, _) = run(&["--version"]);
     assert_eq!(code, 0);
     assert!(stdout.contains(env!("CARGO_PKG_VERSION")));

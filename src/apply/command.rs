@@ -246,12 +246,17 @@ pub(crate) fn deserialize_mode<'de, D: Deserializer<'de>>(d: D) -> Result<Option
         type Value = u32;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str("a file mode such as 0o644, 420 or \"0644\" (at most 0o7777)")
+            f.write_str("a file mode such as 0o644, 420 or \"0644\" (at most 0o777)")
         }
 
         fn visit_u64<E: de::Error>(self, v: u64) -> Result<u32, E> {
-            if v > 0o7777 {
-                return Err(E::invalid_value(de::Unexpected::Unsigned(v), &self));
+            // Setuid, setgid and sticky bits make no sense on a rendered file, and refusing them
+            // catches the common slip `mode: 644` (decimal 644 is 0o1204).
+            if v > 0o777 {
+                return Err(E::custom(format!(
+                    "mode {v} is 0o{v:o}, which is more than 0o777; \
+                     if you meant octal, write 0{v} or 0o{v}"
+                )));
             }
             Ok(v as u32)
         }

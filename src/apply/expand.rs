@@ -13,7 +13,7 @@ use regex::{Captures, Regex};
 use super::{ApplyError, At};
 
 static PLACEHOLDER: LazyLock<Regex> =
-    LazyLock::new(|| Regex::new(r"\{\{\s*([\w.]+)\s*\}\}").expect("a valid regex"));
+    LazyLock::new(|| Regex::new(r"\{\{\s*([\w.-]+)\s*\}\}").expect("a valid regex"));
 
 /// The values substitution can insert.
 #[derive(Debug, Clone, Copy)]

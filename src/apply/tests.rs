@@ -255,7 +255,13 @@ fn mode_is_read_as_octal_where_meant() {
         Ok(Some(0o640)),
         "chmod style, as in 0.13 configs"
     );
-    assert!(mode("0o17777").unwrap_err().contains("0o7777"));
+    assert!(mode("0o17777").unwrap_err().contains("more than 0o777"));
+    let slip = mode("644").unwrap_err();
+    assert!(
+        slip.contains("mode 644 is 0o1204") && slip.contains("write 0644 or 0o644"),
+        "{slip}"
+    );
+    assert!(mode("0o4755").is_err(), "no setuid on rendered files");
     assert!(
         mode("\"640\"").is_err(),
         "a string without a leading 0 is not a mode"

@@ -235,12 +235,14 @@ impl LogDir {
     }
 
     /// Deletes segments and index files older than the age limit, then the oldest ones while
-    /// the total is over the size limit. The `latest` segment of each stream is kept. Returns the
-    /// number of files deleted.
+    /// the total is over the size limit. The `latest` file of each stream is spared the size
+    /// limit, not the age limit: a role gone from the node for longer than the age limit loses
+    /// its whole log dir. Returns the number of files deleted.
     pub fn retain(&self) -> io::Result<usize> {
         let cutoff = SystemTime::now()
             .checked_sub(self.limits.max_age)
             .unwrap_or(SystemTime::UNIX_EPOCH);
+        // (modified, len, path, is the stream's latest)
         let mut all = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -255,23 +257,37 @@ impl LogDir {
                 let name = name.to_string_lossy();
                 let is_log = (name.starts_with("log.") && name.ends_with(".txt"))
                     || (name.starts_with("index.") && name.ends_with(".json"));
-                if !is_log || current.as_deref() == Some(Path::new(&*name)) {
+                if !is_log {
                     continue;
                 }
+                let latest = current.as_deref() == Some(Path::new(&*name));
                 let meta = file.metadata()?;
-                all.push((meta.modified()?, meta.len(), file.path()));
+                all.push((meta.modified()?, meta.len(), file.path(), latest));
             }
         }
         all.sort();
-        let mut total: u64 = all.iter().map(|(_, len, _)| len).sum();
+        let mut total: u64 = all.iter().map(|(_, len, _, _)| len).sum();
         let mut deleted = 0;
-        for (modified, len, path) in all {
-            if modified < cutoff || total > self.limits.max_total {
+        for (modified, len, path, latest) in all {
+            let too_old = modified < cutoff;
+            if too_old || (!latest && total > self.limits.max_total) {
                 fs::remove_file(&path)?;
                 total -= len;
                 deleted += 1;
+                if latest && let Some(stream) = path.parent() {
+                    let _ = fs::remove_file(stream.join("latest"));
+                    let is_role = stream
+                        .file_name()
+                        .is_some_and(|n| !n.to_string_lossy().starts_with('.'));
+                    if is_role {
+                        // Only removes the dir when nothing else is in it.
+                        let _ = fs::remove_dir(stream);
+                    }
+                }
             }
         }
+        // Streams open here continue in a new segment.
+        *self.files.lock().unwrap() = Files::default();
         Ok(deleted)
     }
 }

@@ -170,3 +170,33 @@ fn retention_deletes_old_and_excess_segments_but_keeps_latest() {
     assert!(unrelated.exists());
     assert!(tmp.path().join(".index/latest").exists());
 }
+
+#[test]
+fn a_role_gone_longer_than_the_age_limit_loses_its_log_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = LogDir::open(
+        tmp.path(),
+        LogLimits {
+            max_age: Duration::from_secs(3600),
+            ..LogLimits::default()
+        },
+    )
+    .unwrap();
+    log.role("gone", "dep").unwrap().finish(&Ok(()));
+    log.role("active", "dep").unwrap().finish(&Ok(()));
+    let gone = tmp.path().join("gone");
+    let latest = gone.join(fs::read_link(gone.join("latest")).unwrap());
+    File::options()
+        .write(true)
+        .open(&latest)
+        .unwrap()
+        .set_modified(SystemTime::now() - Duration::from_secs(7200))
+        .unwrap();
+    assert_eq!(log.retain().unwrap(), 1);
+    assert!(!gone.exists(), "the whole dir of the old role went");
+    assert!(tmp.path().join("active/latest").exists());
+    // Writing goes on after a retention pass.
+    log.role("active", "dep2").unwrap().finish(&Ok(()));
+    let text = fs::read_to_string(tmp.path().join("active/latest")).unwrap();
+    assert!(text.contains("dep2"));
+}

@@ -118,13 +118,15 @@ pub async fn render(args: &RenderArgs) -> Result<(), String> {
         .map_err(|e| format!("staging dir: {e}"))?;
     let shared = Vars::new(Arc::new(vars));
     for (index, renderer) in set.renderers.iter().enumerate() {
-        println!("=== templates/{}/{} ===", set.name, renderer.name);
+        println!("=== {}/{} ===", set.shown, renderer.name);
         let mut files = BTreeMap::new();
         for (name, template) in &renderer.templates {
             let text = set.render(template, &shared)?;
-            let path = staging.path().join(format!("{index}.{name}"));
+            let path = staging
+                .path()
+                .join(format!("{index}.{}", name.replace(['/', '\\'], "_")));
             std::fs::write(&path, &text).map_err(|e| format!("{}: {e}", path.display()))?;
-            println!("--- files.{name} = templates/{}/{template} ---", set.name);
+            println!("--- files.{name} = {}/{template} ---", set.shown);
             print!("{text}");
             if !text.ends_with('\n') {
                 println!();
@@ -144,7 +146,7 @@ pub async fn render(args: &RenderArgs) -> Result<(), String> {
         };
         apply::run_commands(&renderer.commands, &ctx, &mut Stdout)
             .await
-            .map_err(|e| format!("templates/{}/{}: {e}", set.name, renderer.name))?;
+            .map_err(|e| format!("{}/{}: {e}", set.shown, renderer.name))?;
     }
     Ok(())
 }

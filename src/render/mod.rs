@@ -254,7 +254,7 @@ impl Inner {
                 )
                 .await;
             log.action_finish(&renderer.name);
-            result.map_err(|e| format!("templates/{}/{}: {e}", set.name, renderer.name))?;
+            result.map_err(|e| format!("{}/{}: {e}", set.shown, renderer.name))?;
         }
         remove_others(&staging, &written);
         Ok(())

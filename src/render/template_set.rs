@@ -34,6 +34,8 @@ struct RenderFile {
 pub struct TemplateSet {
     /// Name relative to `templates/` (`web/v1`).
     pub name: String,
+    /// How messages name the dir (`templates/web/v1`).
+    pub shown: String,
     pub dir: PathBuf,
     pub renderers: Vec<Renderer>,
     engines: BTreeMap<String, EngineKind>,
@@ -67,11 +69,18 @@ impl TemplateSet {
                 "templates/{name}: leads outside templates/ (a symlink?)"
             ));
         }
+        TemplateSet::load_dir(&real, name, &format!("templates/{name}"))
+    }
+
+    /// Loads the template dir `dir`; `shown` is how messages name it.
+    pub fn load_dir(dir: &Path, name: &str, shown: &str) -> Result<TemplateSet, String> {
+        let shown_dir = shown;
         let mut files = Vec::new();
-        walk(&real, "", &mut files).map_err(|e| format!("templates/{name}: {e}"))?;
+        walk(dir, "", &mut files).map_err(|e| format!("{shown_dir}: {e}"))?;
         let mut set = TemplateSet {
             name: name.to_string(),
-            dir: real,
+            shown: shown_dir.to_string(),
+            dir: dir.to_path_buf(),
             renderers: Vec::new(),
             engines: BTreeMap::new(),
             handlebars: HandlebarsEngine::default(),
@@ -79,7 +88,7 @@ impl TemplateSet {
         };
         let mut render_files = Vec::new();
         for rel in files {
-            let shown = format!("templates/{name}/{rel}");
+            let shown = format!("{shown_dir}/{rel}");
             if rel.ends_with(".render.yaml") || rel.ends_with(".render.yml") {
                 render_files.push(rel);
                 continue;
@@ -102,7 +111,7 @@ impl TemplateSet {
             set.engines.insert(rel, kind);
         }
         for rel in render_files {
-            let shown = format!("templates/{name}/{rel}");
+            let shown = format!("{shown_dir}/{rel}");
             let text =
                 fs::read_to_string(set.dir.join(&rel)).map_err(|e| format!("{shown}: {e}"))?;
             let file = parse_render_file(&text).map_err(|e| format!("{shown}: {e}"))?;
@@ -114,7 +123,7 @@ impl TemplateSet {
                 })?;
                 if !set.engines.contains_key(&joined) {
                     return Err(format!(
-                        "{shown}: template {tname:?}: {path:?} is not a template in templates/{name} \
+                        "{shown}: template {tname:?}: {path:?} is not a template in {shown_dir} \
                          (templates end in .hbs, .handlebars or .tera)"
                     ));
                 }
@@ -130,7 +139,7 @@ impl TemplateSet {
         }
         if set.renderers.is_empty() {
             return Err(format!(
-                "templates/{name}: no *.render.yaml: nothing says what to render and apply"
+                "{shown_dir}: no *.render.yaml: nothing says what to render and apply"
             ));
         }
         Ok(set)
@@ -138,7 +147,7 @@ impl TemplateSet {
 
     /// Renders one template (a path relative to the template dir).
     pub fn render(&self, template: &str, vars: &Vars) -> Result<String, String> {
-        let shown = format!("templates/{}/{template}", self.name);
+        let shown = format!("{}/{template}", self.shown);
         let engine: &dyn Engine = match self.engines.get(template) {
             Some(EngineKind::Handlebars) => &self.handlebars,
             Some(EngineKind::Tera) => &self.tera,
