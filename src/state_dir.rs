@@ -174,7 +174,11 @@ impl ScheduleStore for StateDir {
 }
 
 /// Writes `bytes` to `path` so that readers see the old or the new file, never a part: a temp
-/// file in the same directory, fsync, rename over the target, fsync of the directory.
+/// file in the same directory, fsync, rename over the target.
+///
+/// The directory is not synced: if a crash loses the rename, the node starts from the schedule
+/// before, which is a valid (older) schedule the leader replaces on its next run anyway. The
+/// file's own fsync stays, so the name never points at a file with missing contents.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -190,8 +194,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         let mut file = fs::File::create(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
-        fs::rename(&tmp, path)?;
-        fs::File::open(dir)?.sync_all()
+        fs::rename(&tmp, path)
     })();
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
