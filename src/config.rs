@@ -42,6 +42,15 @@ pub struct RunArgs {
     /// YAML settings file; flags override it
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
+    /// Learn peers from cantal's /all_peers.json [URL default: http://127.0.0.1:22682]
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = DEFAULT_CANTAL_URL)]
+    pub cantal_url: Option<String>,
+    /// Let a minority partition elect a leader (only peers heard from in the last 75 s count)
+    #[arg(long)]
+    pub allow_minority_cluster: bool,
+    /// Lead at once without an election (debugging; two such nodes make two leaders)
+    #[arg(long)]
+    pub debug_force_leader: bool,
 }
 
 /// The settings file. Every field is optional; unknown fields are an error.
@@ -64,6 +73,42 @@ pub struct SettingsFile {
     pub render: RenderSettings,
     #[serde(default)]
     pub logs: LogSettings,
+    /// cantal's base URL; peers come from its `/all_peers.json`.
+    pub cantal_url: Option<String>,
+    /// Peers for sites without cantal (every node lists the others, or all nodes).
+    #[serde(default)]
+    pub peers: Vec<StaticPeer>,
+    pub allow_minority_cluster: Option<bool>,
+    #[serde(default)]
+    pub election: ElectionSettings,
+}
+
+/// A peer of the static list.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct StaticPeer {
+    /// Machine id, 32 hex digits.
+    pub id: String,
+    /// `ip:port` of its verwalter.
+    pub addr: std::net::SocketAddr,
+    pub hostname: String,
+    /// [default: the host name]
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ElectionSettings {
+    /// Leader ping period and election round [default: 250].
+    pub heartbeat_ms: Option<u64>,
+    /// A follower starts an election after hearing nothing from its leader for a random time
+    /// between these [default: 750 and 1250].
+    pub leader_timeout_min_ms: Option<u64>,
+    pub leader_timeout_max_ms: Option<u64>,
+    /// A starting node waits this (plus the random part) before nominating itself [default: 1000].
+    pub start_timeout_ms: Option<u64>,
+    /// A new leader waits at most this for its peers' schedules before scheduling [default: 2000].
+    pub prefetch_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -119,6 +164,20 @@ pub struct Config {
     pub debounce: Duration,
     pub command_timeout: Duration,
     pub log_limits: crate::logs::LogLimits,
+    pub peer_source: PeerSource,
+    pub allow_minority_cluster: bool,
+    pub debug_force_leader: bool,
+    pub timings: verwalter_controllers::election::machine::Timings,
+    pub prefetch: Duration,
+}
+
+/// Where a node learns its peers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PeerSource {
+    /// Neither cantal nor a peer list: the node is alone and leads itself.
+    None,
+    Cantal(String),
+    Static(Vec<verwalter_controllers::state::Peer>),
 }
 
 /// Every problem found while loading the settings.
@@ -133,6 +192,7 @@ pub const DEFAULT_PORT: u16 = 8379;
 /// and keeps an idle leader quiet. Input changes rerun it at once anyway.
 pub const DEFAULT_SCHEDULER_PERIOD: Duration = Duration::from_secs(10);
 const MACHINE_ID_FILE: &str = "/etc/machine-id";
+pub const DEFAULT_CANTAL_URL: &str = "http://127.0.0.1:22682";
 
 impl Config {
     pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
@@ -206,6 +266,64 @@ impl Config {
                 problems.push(format!("{name}: must be above 0"));
             }
         }
+        let cantal = args.cantal_url.clone().or(file.cantal_url.clone());
+        let peer_source = match (cantal, file.peers.is_empty()) {
+            (Some(_), false) => {
+                problems.push("give either cantal-url or peers, not both".into());
+                PeerSource::None
+            }
+            (Some(url), true) => {
+                if !url.starts_with("http://") {
+                    problems.push(format!("cantal-url: {url:?} must start with http://"));
+                }
+                PeerSource::Cantal(url.trim_end_matches('/').to_string())
+            }
+            (None, false) => {
+                let mut peers = Vec::new();
+                for (i, p) in file.peers.iter().enumerate() {
+                    match parse_machine_id(&p.id) {
+                        Ok(id) if id == machine_id => {} // the list may include this node
+                        Ok(id) => peers.push(verwalter_controllers::state::Peer {
+                            id,
+                            addr: Some(p.addr.to_string()),
+                            name: p.name.clone().unwrap_or_else(|| p.hostname.clone()),
+                            hostname: p.hostname.clone(),
+                            schedule: None,
+                            known_since: 0,
+                            last_report_direct: None,
+                            errors: 0,
+                        }),
+                        Err(e) => problems.push(format!("peers[{i}].id: {e}")),
+                    }
+                }
+                PeerSource::Static(peers)
+            }
+            (None, true) => PeerSource::None,
+        };
+        let el = &file.election;
+        let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
+        let timings = verwalter_controllers::election::machine::Timings {
+            start_timeout: ms(el.start_timeout_ms, 1000),
+            message_timeout_min: ms(el.leader_timeout_min_ms, 750),
+            message_timeout_max: ms(el.leader_timeout_max_ms, 1250),
+            heartbeat: ms(el.heartbeat_ms, 250),
+        };
+        if timings.heartbeat.is_zero() {
+            problems.push("election.heartbeat-ms: must be above 0".into());
+        }
+        if timings.message_timeout_min > timings.message_timeout_max {
+            problems.push(
+                "election.leader-timeout-min-ms: must not be above leader-timeout-max-ms".into(),
+            );
+        }
+        if timings.message_timeout_min < timings.heartbeat * 2 {
+            problems.push(format!(
+                "election.leader-timeout-min-ms: {} ms is under two heartbeats ({} ms): followers \
+                 would start elections while the leader is fine",
+                timings.message_timeout_min.as_millis(),
+                (timings.heartbeat * 2).as_millis()
+            ));
+        }
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
@@ -249,6 +367,12 @@ impl Config {
                 max_age: Duration::from_secs(file.logs.max_age_days.unwrap_or(30) * 86_400),
                 max_total: file.logs.max_total_mib.unwrap_or(1024) << 20,
             },
+            peer_source,
+            allow_minority_cluster: args.allow_minority_cluster
+                || file.allow_minority_cluster.unwrap_or(false),
+            debug_force_leader: args.debug_force_leader,
+            timings,
+            prefetch: ms(file.election.prefetch_ms, 2000),
         })
     }
 }

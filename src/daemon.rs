@@ -7,19 +7,23 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, Sweeper};
 use verwalter_controllers::driver::DriverConfig;
-use verwalter_controllers::election::{self, machine::Machine, machine::Timings};
+use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
 
 use crate::backups;
-use crate::config::Config;
+use crate::cluster::client::HttpClient;
+use crate::cluster::election::ElectionTask;
+use crate::cluster::fetch::Fetcher;
+use crate::cluster::peers::{self, Liveness};
+use crate::config::{Config, PeerSource};
 use crate::http::{self, AppState, NodeInfo};
 use crate::inputs::watcher::{self, WatchConfig};
 use crate::logs::LogDir;
@@ -73,9 +77,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     }
     let writer = StoreWriter::new(schedule);
     let store = writer.store();
+    let mut keep_unused: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let StoreWriter {
         inputs,
-        peers,
+        peers: peers_out,
         election: election_out,
         actions,
         parents,
@@ -84,6 +89,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         templates,
         force_render,
         roles,
+        reports,
+        prefetched,
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -101,27 +108,100 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         shutdown.clone(),
     ));
 
-    // No peer source yet: the node cannot have peers, so it leads itself at once.
-    let now = Instant::now();
-    let machine = Machine::new(
-        config.machine_id.clone(),
-        now,
-        Timings::default(),
-        rand::random(),
-    )
-    .start_now(now);
-    tasks.spawn(election::run_local(
-        machine,
-        store.peers.clone(),
-        election_out,
-        clock.clone(),
-        false,
-        shutdown.clone(),
-    ));
+    let schedule = Arc::new(schedule);
+    let clustered = config.peer_source != PeerSource::None;
+    if clustered {
+        // The election shares the HTTP port, on UDP, as in verwalter 0.13.
+        let udp = UdpSocket::bind(&addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: format!("udp {addr}"),
+                source,
+            })?;
+        let live = Liveness::default();
+        match &config.peer_source {
+            PeerSource::Cantal(url) => {
+                tasks.spawn(peers::run_cantal(
+                    peers::Cantal {
+                        url: url.clone(),
+                        port: config.port,
+                        own_id: config.machine_id.clone(),
+                    },
+                    peers_out,
+                    live.clone(),
+                    clock.clone(),
+                    metrics.clone(),
+                    shutdown.clone(),
+                ));
+            }
+            PeerSource::Static(list) => {
+                tasks.spawn(peers::run_static(
+                    list.clone(),
+                    peers_out,
+                    live.clone(),
+                    clock.clone(),
+                    shutdown.clone(),
+                ));
+            }
+            PeerSource::None => unreachable!("clustered"),
+        }
+        let machine = Machine::new(
+            config.machine_id.clone(),
+            Instant::now(),
+            config.timings.clone(),
+            rand::random(),
+        )
+        .force_leader(config.debug_force_leader);
+        let task = ElectionTask {
+            machine,
+            socket: Arc::new(udp),
+            store: store.clone(),
+            out: election_out,
+            reports,
+            live: live.clone(),
+            clock: clock.clone(),
+            metrics: metrics.clone(),
+            allow_minority: config.allow_minority_cluster,
+        };
+        tasks.spawn(task.run(shutdown.clone()));
+        let fetcher = Fetcher {
+            store: store.clone(),
+            schedule: schedule.clone(),
+            prefetched,
+            state_dir: state_dir.clone(),
+            metrics: metrics.clone(),
+            id: config.machine_id.clone(),
+            window: config.prefetch,
+            recent: config.timings.heartbeat * 2,
+            live: live.clone(),
+            clock: clock.clone(),
+            client: HttpClient::default(),
+        };
+        tasks.spawn(fetcher.run(shutdown.clone()));
+    } else {
+        // No peer source: the node cannot have peers, so it leads itself at once.
+        let now = Instant::now();
+        let machine = Machine::new(
+            config.machine_id.clone(),
+            now,
+            config.timings.clone(),
+            rand::random(),
+        )
+        .start_now(now);
+        tasks.spawn(election::run_local(
+            machine,
+            store.peers.clone(),
+            election_out,
+            clock.clone(),
+            false,
+            shutdown.clone(),
+        ));
+        keep_unused.push(Box::new((peers_out, reports, prefetched)));
+    }
 
     let scheduler = LuaScheduler::start(config.config_dir.clone(), config.limits)
         .map_err(StartError::SchedulerThread)?;
-    let controller = Arc::new(ScheduleController::new(
+    let controller = ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
             schedule,
@@ -137,7 +217,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             hostname: config.hostname.clone(),
         },
         config.scheduler_period,
-    ));
+    );
+    let controller = Arc::new(if clustered {
+        controller.with_prefetch()
+    } else {
+        controller
+    });
     let driver = controller
         .driver(DriverConfig::default())
         .observer(metrics.clone());
@@ -227,7 +312,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     });
 
     // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.
-    let _keep = (peers, actions);
+    let _keep = (actions, keep_unused);
     while tasks.join_next().await.is_some() {}
     Ok(())
 }

@@ -6,6 +6,7 @@
 //! - [`config`]: daemon settings from the command line and an optional settings file.
 //! - [`inputs`]: reads `/etc/verwalter` (runtime tree, scheduler sources) and watches it.
 //! - [`lua`]: the sandboxed Lua scheduler.
+//! - [`cluster`]: peer sources (cantal, static list), the election over UDP, schedule fetches.
 //! - [`render`]: template dirs (Handlebars, Tera, `*.render.yaml`) and the role applier.
 //! - [`apply`]: the apply commands (`!Cmd`, `!Copy`, ...).
 //! - [`logs`]: the deployment log (index, global, changes, per role), rotation, retention.
@@ -18,6 +19,7 @@
 pub mod allocator;
 pub mod apply;
 pub mod backups;
+pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod http;

@@ -37,6 +37,15 @@ pub struct Metrics {
     pub election_epoch: IntGauge,
     pub schedule_timestamp: IntGauge,
     pub peers: IntGauge,
+    pub peer_refreshes: IntCounterVec,
+    pub messages_sent: IntCounterVec,
+    pub messages_received: IntCounterVec,
+    pub messages_dropped: IntCounterVec,
+    pub elections_started: IntCounterVec,
+    pub schedule_fetches: IntCounterVec,
+    /// Wall-clock ms of the last packet from the leader (0: none), for the age gauge.
+    pub leader_contact_ms: std::sync::atomic::AtomicU64,
+    pub leader_contact_age: prometheus::Gauge,
     pub roles_failing: IntGauge,
     pub role_failed_attempts: IntGaugeVec,
     pub last_deployment: IntGauge,
@@ -156,6 +165,45 @@ impl Metrics {
                 "Unix time the schedule in force was produced (0: none).",
             ),
             peers: gauge("verwalter_peers", "Other nodes known."),
+            peer_refreshes: counter_vec(
+                "verwalter_peer_refreshes_total",
+                "Peer list refreshes from cantal, by result (ok, error).",
+                &["result"],
+            ),
+            messages_sent: counter_vec(
+                "verwalter_election_messages_sent_total",
+                "Election packets sent, by type (ping, pong, vote).",
+                &["type"],
+            ),
+            messages_received: counter_vec(
+                "verwalter_election_messages_received_total",
+                "Election packets received, by type (ping, pong, vote).",
+                &["type"],
+            ),
+            messages_dropped: counter_vec(
+                "verwalter_election_messages_dropped_total",
+                "Election packets dropped, by reason (decode, unknown_peer, send_error).",
+                &["reason"],
+            ),
+            elections_started: counter_vec(
+                "verwalter_elections_started_total",
+                "Elections this node started, by reason (start, leader_timeout, election_timeout, vote_timeout, two_leaders, pong).",
+                &["reason"],
+            ),
+            schedule_fetches: counter_vec(
+                "verwalter_schedule_fetches_total",
+                "Schedules fetched from other nodes, by result (ok, error).",
+                &["result"],
+            ),
+            leader_contact_ms: Default::default(),
+            leader_contact_age: reg(
+                &registry,
+                prometheus::Gauge::new(
+                    "verwalter_leader_contact_age_seconds",
+                    "Seconds since the last packet from the leader (0 on the leader; -1: never).",
+                )
+                .expect("valid metric"),
+            ),
             roles_failing: gauge(
                 "verwalter_roles_failing",
                 "Roles of this node whose last render or apply failed.",
@@ -172,6 +220,13 @@ impl Metrics {
             failing_series: Default::default(),
             registry,
         };
+        for t in ["ping", "pong", "vote"] {
+            metrics.messages_sent.with_label_values(&[t]);
+            metrics.messages_received.with_label_values(&[t]);
+        }
+        for r in ["ok", "error"] {
+            metrics.schedule_fetches.with_label_values(&[r]);
+        }
         // Every failure reason is a series from the start, so rate() and alerts see zeros.
         for kind in SchedulerFailure::ALL {
             metrics
@@ -197,6 +252,19 @@ impl Metrics {
         if let Some(ms) = store.scheduler.peek().last_success {
             self.scheduler_last_success.set((ms / 1000) as i64);
         }
+        let contact = self
+            .leader_contact_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        self.leader_contact_age.set(if election.is_leader {
+            0.0
+        } else if contact == 0 {
+            -1.0
+        } else {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            now.saturating_sub(contact) as f64 / 1000.0
+        });
         let roles = store.roles.peek();
         self.roles_failing.set(roles.failed.len() as i64);
         if let Some(d) = &roles.last_deployment {

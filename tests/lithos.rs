@@ -4,8 +4,7 @@
 //! files under a temp `LITHOS_ROOT`.
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -16,58 +15,12 @@ use crate::util::*;
 /// within about a second of an edit; this only bounds how long a broken build waits.
 const SOON: Duration = Duration::from_secs(20);
 
-/// The directory holding the stand-in: `<target>/<profile>/examples`, beside the `deps/` dir this
-/// test executable runs from. `cargo test` builds examples, but `cargo test --test tests` does
-/// not; so when the binary is missing or older than its source, it is built here with the cargo
-/// that runs the tests (`CARGO`), for the same profile and target dir.
+/// The directory holding the stand-in (see [`example_binary`]).
 fn stand_in_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe
+    example_binary("lithos_switch", &example("lithos").join("lithos_switch.rs"))
         .parent()
-        .and_then(Path::parent)
-        .expect("the test runs from <target>/<profile>/deps")
-        .to_path_buf();
-    let dir = profile_dir.join("examples");
-    let bin = dir.join("lithos_switch");
-    let source = example("lithos").join("lithos_switch.rs");
-    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-    let stale = match (modified(&bin), modified(&source)) {
-        (Some(built), Some(written)) => built < written,
-        _ => true,
-    };
-    if stale {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| {
-            panic!(
-                "{} is missing and CARGO is not set: run `cargo build --example lithos_switch`",
-                bin.display()
-            )
-        });
-        let mut build = Command::new(cargo);
-        build
-            .args(["build", "--quiet", "--example", "lithos_switch"])
-            .arg("--manifest-path")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
-            .arg("--target-dir")
-            .arg(profile_dir.parent().unwrap());
-        match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => {}
-            Some(profile) => {
-                build.args(["--profile", profile]);
-            }
-        }
-        let out = build.output().unwrap();
-        assert!(
-            out.status.success(),
-            "cannot build the lithos_switch example:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    assert!(
-        bin.is_file(),
-        "{} not found: run `cargo build --example lithos_switch`",
-        bin.display()
-    );
-    dir
+        .unwrap()
+        .to_path_buf()
 }
 
 struct Site {

@@ -2,6 +2,8 @@
 //!
 //! Index:
 //! - `cli`: `verwalter check`, `verwalter schedule`, `--version`, bad settings.
+//! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
+//!   schedule everywhere, failover after SIGKILL of the leader.
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM.
@@ -13,6 +15,7 @@
 mod util;
 
 mod cli;
+mod cluster;
 mod daemon;
 mod lithos;
 mod render;

@@ -162,3 +162,56 @@ pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> O
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The binary of the cargo example `name` (built from `source`): `<target>/<profile>/examples`,
+/// beside the `deps/` dir this test executable runs from. `cargo test` builds examples, but
+/// `cargo test --test tests` does not; so when the binary is missing or older than its source,
+/// it is built here with the cargo that runs the tests (`CARGO`), for the same profile and
+/// target dir.
+pub fn example_binary(name: &str, source: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("the test runs from <target>/<profile>/deps")
+        .to_path_buf();
+    let bin = profile_dir.join("examples").join(name);
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let stale = match (modified(&bin), modified(source)) {
+        (Some(built), Some(written)) => built < written,
+        _ => true,
+    };
+    if stale {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| {
+            panic!(
+                "{} is missing and CARGO is not set: run `cargo build --example {name}`",
+                bin.display()
+            )
+        });
+        let mut build = Command::new(cargo);
+        build
+            .args(["build", "--quiet", "--example", name])
+            .arg("--manifest-path")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
+            .arg("--target-dir")
+            .arg(profile_dir.parent().unwrap());
+        match profile_dir.file_name().and_then(|n| n.to_str()) {
+            Some("debug") | None => {}
+            Some(profile) => {
+                build.args(["--profile", profile]);
+            }
+        }
+        let out = build.output().unwrap();
+        assert!(
+            out.status.success(),
+            "cannot build the {name} example:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    assert!(
+        bin.is_file(),
+        "{} not found: run `cargo build --example {name}`",
+        bin.display()
+    );
+    bin
+}

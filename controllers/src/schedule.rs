@@ -52,7 +52,9 @@ impl LastRun {
 
 /// Writers the schedule controller owns.
 pub struct ScheduleOutputs {
-    pub schedule: Field<Option<Schedule>>,
+    /// Shared with the follower's fetcher; the two never write at the same time (one writes
+    /// while this node leads, the other while it follows).
+    pub schedule: Arc<Field<Option<Schedule>>>,
     pub status: Field<SchedulerStatus>,
     pub parents: Field<Vec<Schedule>>,
 }
@@ -67,9 +69,20 @@ pub struct ScheduleController {
     identity: Identity,
     period: Duration,
     last: Mutex<Option<LastRun>>,
+    /// In a cluster a new leader first gathers its peers' schedules ([`crate::state::Prefetched`]) and runs
+    /// the scheduler only when they are in, with all of them as `parents`.
+    prefetch: bool,
+    /// The epoch whose prefetched schedules went into `parents` already.
+    parents_epoch: Mutex<u64>,
 }
 
 impl ScheduleController {
+    /// Waits for [`crate::state::Prefetched`] of each new leadership before the first run (cluster mode).
+    pub fn with_prefetch(mut self) -> ScheduleController {
+        self.prefetch = true;
+        self
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
@@ -91,6 +104,8 @@ impl ScheduleController {
             identity,
             period,
             last: Mutex::new(None),
+            prefetch: false,
+            parents_epoch: Mutex::new(0),
         }
     }
 
@@ -109,6 +124,7 @@ impl ScheduleController {
         .trigger(store.peers.trigger())
         .trigger(store.actions.trigger())
         .trigger(store.parents.trigger())
+        .trigger(store.prefetched.trigger())
     }
 
     fn snapshot(&self) -> LastRun {
@@ -138,6 +154,18 @@ impl ScheduleController {
     }
 
     async fn pass(&self) -> Result<Requeue, SchedulerError> {
+        if self.prefetch {
+            let epoch = self.store.election.peek().epoch;
+            let prefetched = self.store.prefetched.peek();
+            if prefetched.epoch != epoch {
+                return Ok(None); // the prefetch wakes us
+            }
+            let mut done = self.parents_epoch.lock().unwrap();
+            if *done != epoch {
+                *done = epoch;
+                self.out.parents.set(prefetched.schedules.clone());
+            }
+        }
         let mut snap = self.snapshot();
         if snap.inputs.hash.is_empty() {
             return Ok(None); // inputs not read yet; their first write wakes us

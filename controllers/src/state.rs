@@ -245,3 +245,26 @@ pub struct RolesStatus {
     /// The latest render pass.
     pub last_deployment: Option<Deployment>,
 }
+
+/// What one peer last told this node in election packets.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+pub struct Report {
+    /// The schedule it holds (a leader: the one it produced).
+    pub schedule: Option<ScheduleStamp>,
+    /// Its failing roles and error domains (from its pongs).
+    pub errors: u64,
+    /// The election epoch of its last packet.
+    pub epoch: u64,
+}
+
+/// Observed: election reports by peer id (written by the election transport when a stamp,
+/// error count or epoch changes, not on every packet).
+pub type Reports = BTreeMap<NodeId, Report>;
+
+/// The schedules a new leader gathered from its peers for its first scheduler run.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Prefetched {
+    /// The epoch of the leadership they were gathered for (0: none yet).
+    pub epoch: u64,
+    pub schedules: Vec<Schedule>,
+}

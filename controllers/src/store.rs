@@ -11,7 +11,9 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::election::ElectionState;
-use crate::state::{Actions, Inputs, Peers, RolesStatus, Schedule, SchedulerStatus, Templates};
+use crate::state::{
+    Actions, Inputs, Peers, Prefetched, Reports, RolesStatus, Schedule, SchedulerStatus, Templates,
+};
 
 /// The single writer of one store field.
 #[derive(Debug)]
@@ -141,6 +143,10 @@ pub struct Store {
     pub force_render: Reader<u64>,
     /// Observed: failing roles and the latest render pass.
     pub roles: Reader<RolesStatus>,
+    /// Observed: what peers said in election packets (schedule stamps, errors).
+    pub reports: Reader<Reports>,
+    /// Observed: the schedules a new leader gathered for its first run.
+    pub prefetched: Reader<Prefetched>,
 }
 
 /// The writers of every field; the daemon's wiring hands each to the one task that owns it.
@@ -156,6 +162,8 @@ pub struct StoreWriter {
     pub templates: Field<Templates>,
     pub force_render: Field<u64>,
     pub roles: Field<RolesStatus>,
+    pub reports: Field<Reports>,
+    pub prefetched: Field<Prefetched>,
 }
 
 impl StoreWriter {
@@ -172,6 +180,8 @@ impl StoreWriter {
             templates: Field::new(Templates::default()),
             force_render: Field::new(0),
             roles: Field::new(RolesStatus::default()),
+            reports: Field::new(Reports::default()),
+            prefetched: Field::new(Prefetched::default()),
         }
     }
 
@@ -187,6 +197,8 @@ impl StoreWriter {
             templates: self.templates.reader(),
             force_render: self.force_render.reader(),
             roles: self.roles.reader(),
+            reports: self.reports.reader(),
+            prefetched: self.prefetched.reader(),
         }
     }
 }

@@ -4,6 +4,7 @@
 //! feeds the machine time and the peer count; the cluster transport plugs into the same loop.
 
 pub mod machine;
+pub mod wire;
 
 use std::sync::Arc;
 use std::time::Duration;

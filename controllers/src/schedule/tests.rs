@@ -45,7 +45,7 @@ fn rig(leader: bool) -> Rig {
     let controller = Arc::new(ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
-            schedule,
+            schedule: Arc::new(schedule),
             status,
             parents,
         },

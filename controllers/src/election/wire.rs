@@ -1,0 +1,379 @@
+//! The election's UDP packets, byte-compatible with verwalter 0.13 (reference §4.4).
+//!
+//! 0.13 sends serde_cbor 0.8.2's encoding of an internally tagged enum (`#[serde(tag = "type")]`):
+//! a definite-length CBOR map with text keys, `"type"` first, then the variant's fields in
+//! declaration order; ids are 16-byte byte strings. We encode the same serde shape with
+//! ciborium, whose serializer turns the same serde calls into the same bytes (definite map
+//! lengths from `serialize_struct`, shortest-form integers and lengths, `0xF6` for `None`); the
+//! byte-for-byte tests in `wire/tests.rs` pin that down.
+//!
+//! Decoding goes through a generic CBOR value instead of serde derive, so that field order is
+//! free, unknown fields and tags are ignored (as serde_cbor 0.8 did), ids may also be hex text
+//! (0.13 accepted both) and every error names the field that is wrong.
+
+use ciborium::Value;
+use serde::Serialize;
+use serde_bytes::ByteArray;
+
+use crate::election::machine::Message;
+use crate::state::{NodeId, ScheduleStamp};
+
+/// 0.13 receives into a buffer of this size: anything longer would arrive truncated, so
+/// nothing longer is sent or accepted.
+pub const MAX_PACKET: usize = 512;
+
+/// One election packet: who sent it, at which epoch, the schedule stamp it carries and what
+/// it says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet {
+    pub from: NodeId,
+    pub epoch: u64,
+    /// A Ping carries the leader's own schedule, Pong and Vote the sender's last known one.
+    pub schedule: Option<ScheduleStamp>,
+    pub kind: Kind,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Ping,
+    /// `errors`: the follower's error domains plus failed roles (shown to the leader).
+    Pong {
+        errors: u64,
+    },
+    Vote {
+        target: NodeId,
+    },
+}
+
+/// A packet that cannot be encoded or decoded.
+#[derive(Debug, thiserror::Error)]
+pub enum WireError {
+    #[error("too big: {size} bytes (at most {MAX_PACKET})")]
+    TooBig { size: usize },
+    #[error("not CBOR: {}", describe_cbor_error(.0))]
+    NotCbor(#[source] ciborium::de::Error<std::io::Error>),
+    #[error("{0} bytes after the end of the packet")]
+    TrailingBytes(usize),
+    #[error("not a map: got {0}")]
+    NotAMap(String),
+    #[error("unknown packet type {0:?}")]
+    UnknownType(String),
+    #[error("missing field {0:?}")]
+    MissingField(String),
+    #[error("duplicate field {0:?}")]
+    DuplicateField(String),
+    #[error("{field}: expected {expected}, got {got}")]
+    WrongType {
+        field: String,
+        expected: &'static str,
+        got: String,
+    },
+    #[error("{field}: expected 16 bytes, got {got}")]
+    IdLength { field: String, got: usize },
+    #[error("{field}: expected 32 hex characters, got {text:?}")]
+    IdText { field: String, text: String },
+    #[error("cannot encode: {0}")]
+    Encode(#[source] ciborium::ser::Error<std::io::Error>),
+}
+
+impl WireError {
+    /// A bounded metric label for the error.
+    pub fn label(&self) -> &'static str {
+        match self {
+            WireError::TooBig { .. } => "too_big",
+            WireError::NotCbor(_) => "not_cbor",
+            WireError::TrailingBytes(_) => "trailing_bytes",
+            WireError::NotAMap(_) => "not_a_map",
+            WireError::UnknownType(_) => "unknown_type",
+            WireError::MissingField(_) => "missing_field",
+            WireError::DuplicateField(_) => "duplicate_field",
+            WireError::WrongType { .. } => "wrong_type",
+            WireError::IdLength { .. } | WireError::IdText { .. } => "bad_id",
+            WireError::Encode(_) => "encode",
+        }
+    }
+}
+
+fn describe_cbor_error(error: &ciborium::de::Error<std::io::Error>) -> String {
+    use ciborium::de::Error;
+    match error {
+        Error::Io(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => "ends early".into(),
+        Error::Io(e) => e.to_string(),
+        Error::Syntax(offset) => format!("invalid at byte {offset}"),
+        Error::Semantic(Some(offset), message) => format!("{message} at byte {offset}"),
+        Error::Semantic(None, message) => message.clone(),
+        Error::RecursionLimitExceeded => "nested too deeply".into(),
+    }
+}
+
+/// 0.13's packet in serde's data model. Field names, order and types are the wire format:
+/// do not reorder.
+#[derive(Serialize)]
+#[serde(tag = "type")]
+enum Wire<'a> {
+    Ping {
+        id: ByteArray<16>,
+        epoch: u64,
+        schedule: Option<WireStamp<'a>>,
+    },
+    Pong {
+        id: ByteArray<16>,
+        epoch: u64,
+        schedule: Option<WireStamp<'a>>,
+        errors: u64,
+    },
+    Vote {
+        id: ByteArray<16>,
+        epoch: u64,
+        target: ByteArray<16>,
+        schedule: Option<WireStamp<'a>>,
+    },
+}
+
+#[derive(Serialize)]
+struct WireStamp<'a> {
+    timestamp: u64,
+    hash: &'a str,
+    origin: ByteArray<16>,
+}
+
+/// The 16 raw bytes of a hex id (either case; decoding gives lowercase).
+fn id_bytes(field: &str, id: &str) -> Result<ByteArray<16>, WireError> {
+    let mut bytes = [0u8; 16];
+    match hex::decode_to_slice(id, &mut bytes) {
+        Ok(()) => Ok(ByteArray::new(bytes)),
+        Err(_) => Err(WireError::IdText {
+            field: field.into(),
+            text: id.into(),
+        }),
+    }
+}
+
+impl Packet {
+    /// The packet as 0.13 would send it. Fails if an id is not 32 hex characters or the
+    /// packet (with a long schedule hash) would not fit into [`MAX_PACKET`].
+    pub fn encode(&self) -> Result<Vec<u8>, WireError> {
+        let id = id_bytes("id", &self.from)?;
+        let epoch = self.epoch;
+        let schedule = match &self.schedule {
+            None => None,
+            Some(stamp) => Some(WireStamp {
+                timestamp: stamp.timestamp,
+                hash: &stamp.hash,
+                origin: id_bytes("schedule.origin", &stamp.origin)?,
+            }),
+        };
+        let wire = match &self.kind {
+            Kind::Ping => Wire::Ping {
+                id,
+                epoch,
+                schedule,
+            },
+            Kind::Pong { errors } => Wire::Pong {
+                id,
+                epoch,
+                schedule,
+                errors: *errors,
+            },
+            Kind::Vote { target } => Wire::Vote {
+                id,
+                epoch,
+                target: id_bytes("target", target)?,
+                schedule,
+            },
+        };
+        let mut bytes = Vec::with_capacity(128);
+        ciborium::into_writer(&wire, &mut bytes).map_err(WireError::Encode)?;
+        if bytes.len() > MAX_PACKET {
+            return Err(WireError::TooBig { size: bytes.len() });
+        }
+        Ok(bytes)
+    }
+
+    /// Reads a packet from a peer (0.13 or ours).
+    pub fn decode(bytes: &[u8]) -> Result<Packet, WireError> {
+        if bytes.len() > MAX_PACKET {
+            return Err(WireError::TooBig { size: bytes.len() });
+        }
+        let mut rest = bytes;
+        let value: Value = ciborium::from_reader(&mut rest).map_err(WireError::NotCbor)?;
+        if !rest.is_empty() {
+            return Err(WireError::TrailingBytes(rest.len()));
+        }
+        let mut fields = Fields::new(value, "")?;
+        // The type first: for an unknown type, missing fields are beside the point.
+        let kind = fields.text("type")?;
+        if !matches!(kind.as_str(), "Ping" | "Pong" | "Vote") {
+            return Err(WireError::UnknownType(kind));
+        }
+        let from = fields.id("id")?;
+        let epoch = fields.uint("epoch")?;
+        let schedule = fields.stamp()?;
+        let kind = match kind.as_str() {
+            "Ping" => Kind::Ping,
+            "Pong" => Kind::Pong {
+                errors: fields.uint("errors")?,
+            },
+            _ => Kind::Vote {
+                target: fields.id("target")?,
+            },
+        };
+        Ok(Packet {
+            from,
+            epoch,
+            schedule,
+            kind,
+        })
+    }
+
+    /// What the packet means to the election machine.
+    pub fn message(&self) -> Message {
+        match &self.kind {
+            Kind::Ping => Message::Ping,
+            Kind::Pong { .. } => Message::Pong,
+            Kind::Vote { target } => Message::Vote(target.clone()),
+        }
+    }
+}
+
+/// serde_cbor 0.8 skipped tags when deserialising; so do we.
+fn untag(mut value: Value) -> Value {
+    while let Value::Tag(_, inner) = value {
+        value = *inner;
+    }
+    value
+}
+
+/// A short description of a value for error messages.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Integer(i) => i128::from(*i).to_string(),
+        Value::Bytes(b) => format!("{} bytes", b.len()),
+        Value::Float(f) => format!("float {f:?}"),
+        Value::Text(t) => {
+            const SHOWN: usize = 40;
+            if t.chars().count() > SHOWN {
+                let head: String = t.chars().take(SHOWN).collect();
+                format!("text {head:?}...")
+            } else {
+                format!("text {t:?}")
+            }
+        }
+        Value::Bool(b) => b.to_string(),
+        Value::Null => "null".into(),
+        Value::Tag(_, inner) => describe(inner),
+        Value::Array(_) => "an array".into(),
+        Value::Map(_) => "a map".into(),
+        _ => "an unsupported CBOR value".into(),
+    }
+}
+
+/// The text-keyed entries of a CBOR map, taken out by name. Other keys are ignored.
+struct Fields {
+    /// Prefix for field names in errors (`"schedule."` inside the stamp).
+    prefix: &'static str,
+    entries: Vec<(String, Value)>,
+}
+
+impl Fields {
+    fn new(value: Value, prefix: &'static str) -> Result<Fields, WireError> {
+        let map = match untag(value) {
+            Value::Map(map) => map,
+            other => return Err(WireError::NotAMap(describe(&other))),
+        };
+        let entries = map
+            .into_iter()
+            .filter_map(|(key, value)| match untag(key) {
+                Value::Text(key) => Some((key, value)),
+                _ => None,
+            })
+            .collect();
+        Ok(Fields { prefix, entries })
+    }
+
+    fn name(&self, field: &str) -> String {
+        format!("{}{field}", self.prefix)
+    }
+
+    /// The field's value, `None` if absent.
+    fn take(&mut self, field: &str) -> Result<Option<Value>, WireError> {
+        let Some(at) = self.entries.iter().position(|(key, _)| key == field) else {
+            return Ok(None);
+        };
+        let (_, value) = self.entries.swap_remove(at);
+        if self.entries.iter().any(|(key, _)| key == field) {
+            return Err(WireError::DuplicateField(self.name(field)));
+        }
+        Ok(Some(untag(value)))
+    }
+
+    fn required(&mut self, field: &str) -> Result<Value, WireError> {
+        self.take(field)?
+            .ok_or_else(|| WireError::MissingField(self.name(field)))
+    }
+
+    fn wrong(&self, field: &str, expected: &'static str, got: &Value) -> WireError {
+        WireError::WrongType {
+            field: self.name(field),
+            expected,
+            got: describe(got),
+        }
+    }
+
+    fn uint(&mut self, field: &str) -> Result<u64, WireError> {
+        match self.required(field)? {
+            Value::Integer(i) => u64::try_from(i)
+                .map_err(|_| self.wrong(field, "an unsigned integer", &Value::Integer(i))),
+            other => Err(self.wrong(field, "an unsigned integer", &other)),
+        }
+    }
+
+    fn text(&mut self, field: &str) -> Result<String, WireError> {
+        match self.required(field)? {
+            Value::Text(text) => Ok(text),
+            other => Err(self.wrong(field, "text", &other)),
+        }
+    }
+
+    /// An id as 16 raw bytes (what 0.13 sends) or 32 hex characters (what it also accepted).
+    fn id(&mut self, field: &str) -> Result<NodeId, WireError> {
+        match self.required(field)? {
+            Value::Bytes(bytes) if bytes.len() == 16 => Ok(hex::encode(bytes)),
+            Value::Bytes(bytes) => Err(WireError::IdLength {
+                field: self.name(field),
+                got: bytes.len(),
+            }),
+            Value::Text(text) => {
+                let mut bytes = [0u8; 16];
+                match hex::decode_to_slice(&text, &mut bytes) {
+                    Ok(()) => Ok(hex::encode(bytes)),
+                    Err(_) => Err(WireError::IdText {
+                        field: self.name(field),
+                        text,
+                    }),
+                }
+            }
+            other => Err(self.wrong(field, "an id (16 bytes or 32 hex characters)", &other)),
+        }
+    }
+
+    /// The `schedule` stamp; absent counts as null, as serde treats a missing `Option` field.
+    fn stamp(&mut self) -> Result<Option<ScheduleStamp>, WireError> {
+        let field = "schedule";
+        match self.take(field)? {
+            None | Some(Value::Null) => Ok(None),
+            Some(value @ Value::Map(_)) => {
+                let mut stamp = Fields::new(value, "schedule.")?;
+                Ok(Some(ScheduleStamp {
+                    timestamp: stamp.uint("timestamp")?,
+                    hash: stamp.text("hash")?,
+                    origin: stamp.id("origin")?,
+                }))
+            }
+            Some(other) => Err(self.wrong(field, "null or a map", &other)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

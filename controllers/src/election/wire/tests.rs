@@ -1,0 +1,624 @@
+//! Wire format tests: exact bytes (written out from RFC 8949, as serde_cbor 0.8.2 produced them
+//! for verwalter 0.13), tolerant decoding, errors, size limit and a seeded round-trip loop.
+
+use ciborium::Value;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use super::*;
+
+const FROM: &str = "00112233445566778899aabbccddeeff";
+const TARGET: &str = "ffeeddccbbaa99887766554433221100";
+const ORIGIN: &str = "0123456789abcdef0123456789abcdef";
+const HASH: &str = "5d41402abc4b2a76b9719d911017c592";
+
+const FROM_BYTES: [u8; 16] = [
+    0x00, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88, 0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff,
+];
+const TARGET_BYTES: [u8; 16] = [
+    0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,
+];
+const ORIGIN_BYTES: [u8; 16] = [
+    0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef, 0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+];
+
+fn stamp() -> ScheduleStamp {
+    ScheduleStamp {
+        timestamp: 1_700_000_000_000,
+        hash: HASH.into(),
+        origin: ORIGIN.into(),
+    }
+}
+
+fn packet(epoch: u64, schedule: Option<ScheduleStamp>, kind: Kind) -> Packet {
+    Packet {
+        from: FROM.into(),
+        epoch,
+        schedule,
+        kind,
+    }
+}
+
+/// The stamp of [`stamp()`] as CBOR.
+fn stamp_bytes() -> Vec<u8> {
+    [
+        &[0xA3][..], // map of 3
+        &[0x69],     // text of 9:
+        b"timestamp",
+        &[0x1B], // uint, 8 bytes follow (1_700_000_000_000 does not fit in 4)
+        &[0x00, 0x00, 0x01, 0x8B, 0xCF, 0xE5, 0x68, 0x00],
+        &[0x64], // text of 4:
+        b"hash",
+        &[0x78, 0x20], // text, 1-byte length follows: 32
+        HASH.as_bytes(),
+        &[0x66], // text of 6:
+        b"origin",
+        &[0x50], // bytes of 16:
+        &ORIGIN_BYTES,
+    ]
+    .concat()
+}
+
+/// Encodes, compares with the hand-written bytes and decodes them back.
+fn check_bytes(packet: &Packet, expected: &[u8]) {
+    let bytes = packet.encode().unwrap();
+    assert_eq!(
+        hex::encode(&bytes),
+        hex::encode(expected),
+        "encoding of {packet:?}"
+    );
+    assert_eq!(&Packet::decode(expected).unwrap(), packet);
+}
+
+#[test]
+fn ping_without_schedule_bytes() {
+    let expected: Vec<u8> = [
+        &[0xA4][..], // map of 4
+        &[0x64],     // text of 4:
+        b"type",
+        &[0x64], // text of 4:
+        b"Ping",
+        &[0x62], // text of 2:
+        b"id",
+        &[0x50], // bytes of 16:
+        &FROM_BYTES,
+        &[0x65], // text of 5:
+        b"epoch",
+        &[0x07], // uint 7, in the initial byte
+        &[0x68], // text of 8:
+        b"schedule",
+        &[0xF6], // null
+    ]
+    .concat();
+    check_bytes(&packet(7, None, Kind::Ping), &expected);
+}
+
+#[test]
+fn ping_with_schedule_bytes() {
+    let expected: Vec<u8> = [
+        &[0xA4][..], // map of 4
+        &[0x64],     // text of 4:
+        b"type",
+        &[0x64], // text of 4:
+        b"Ping",
+        &[0x62], // text of 2:
+        b"id",
+        &[0x50], // bytes of 16:
+        &FROM_BYTES,
+        &[0x65], // text of 5:
+        b"epoch",
+        &[0x19, 0x03, 0xE8], // uint, 2 bytes follow: 1000
+        &[0x68],             // text of 8:
+        b"schedule",
+        &stamp_bytes(), // the stamp map
+    ]
+    .concat();
+    check_bytes(&packet(1000, Some(stamp()), Kind::Ping), &expected);
+}
+
+#[test]
+fn pong_bytes() {
+    let head = |epoch: &[u8]| -> Vec<u8> {
+        [
+            &[0xA5][..], // map of 5
+            &[0x64],     // text of 4:
+            b"type",
+            &[0x64], // text of 4:
+            b"Pong",
+            &[0x62], // text of 2:
+            b"id",
+            &[0x50], // bytes of 16:
+            &FROM_BYTES,
+            &[0x65], // text of 5:
+            b"epoch",
+            epoch,
+            &[0x68], // text of 8:
+            b"schedule",
+        ]
+        .concat()
+    };
+    let errors_0: Vec<u8> = [
+        &head(&[0x17])[..], // uint 23, the largest in the initial byte
+        &[0xF6],            // null
+        &[0x66],            // text of 6:
+        b"errors",
+        &[0x00], // uint 0
+    ]
+    .concat();
+    check_bytes(&packet(23, None, Kind::Pong { errors: 0 }), &errors_0);
+    let errors_300: Vec<u8> = [
+        &head(&[0x18, 0x18])[..], // uint, 1 byte follows: 24
+        &stamp_bytes(),           // the stamp map
+        &[0x66],                  // text of 6:
+        b"errors",
+        &[0x19, 0x01, 0x2C], // uint, 2 bytes follow: 300
+    ]
+    .concat();
+    check_bytes(
+        &packet(24, Some(stamp()), Kind::Pong { errors: 300 }),
+        &errors_300,
+    );
+}
+
+#[test]
+fn vote_bytes() {
+    let expected: Vec<u8> = [
+        &[0xA5][..], // map of 5
+        &[0x64],     // text of 4:
+        b"type",
+        &[0x64], // text of 4:
+        b"Vote",
+        &[0x62], // text of 2:
+        b"id",
+        &[0x50], // bytes of 16:
+        &FROM_BYTES,
+        &[0x65], // text of 5:
+        b"epoch",
+        &[0x1A, 0x00, 0x01, 0x00, 0x00], // uint, 4 bytes follow: 65536
+        &[0x66],                         // text of 6:
+        b"target",
+        &[0x50], // bytes of 16:
+        &TARGET_BYTES,
+        &[0x68], // text of 8:
+        b"schedule",
+        &[0xF6], // null
+    ]
+    .concat();
+    let vote = packet(
+        65536,
+        None,
+        Kind::Vote {
+            target: TARGET.into(),
+        },
+    );
+    check_bytes(&vote, &expected);
+}
+
+#[test]
+fn message_for_the_machine() {
+    assert_eq!(packet(1, None, Kind::Ping).message(), Message::Ping);
+    assert_eq!(
+        packet(1, None, Kind::Pong { errors: 3 }).message(),
+        Message::Pong
+    );
+    let vote = packet(
+        1,
+        None,
+        Kind::Vote {
+            target: TARGET.into(),
+        },
+    );
+    assert_eq!(vote.message(), Message::Vote(TARGET.into()));
+}
+
+// Decoding hand-built maps.
+
+fn text(s: &str) -> Value {
+    Value::Text(s.into())
+}
+
+fn uint(n: u64) -> Value {
+    Value::Integer(n.into())
+}
+
+fn cbor(value: &Value) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    ciborium::into_writer(value, &mut bytes).unwrap();
+    bytes
+}
+
+fn map(entries: Vec<(&str, Value)>) -> Value {
+    Value::Map(entries.into_iter().map(|(k, v)| (text(k), v)).collect())
+}
+
+/// A Vote as a list of entries, to be reordered, extended or cut by the tests.
+fn vote_entries() -> Vec<(&'static str, Value)> {
+    vec![
+        ("type", text("Vote")),
+        ("id", Value::Bytes(FROM_BYTES.to_vec())),
+        ("epoch", uint(5)),
+        ("target", Value::Bytes(TARGET_BYTES.to_vec())),
+        (
+            "schedule",
+            map(vec![
+                ("timestamp", uint(1_700_000_000_000)),
+                ("hash", text(HASH)),
+                ("origin", Value::Bytes(ORIGIN_BYTES.to_vec())),
+            ]),
+        ),
+    ]
+}
+
+fn expected_vote() -> Packet {
+    packet(
+        5,
+        Some(stamp()),
+        Kind::Vote {
+            target: TARGET.into(),
+        },
+    )
+}
+
+fn decode_entries(entries: Vec<(&str, Value)>) -> Result<Packet, WireError> {
+    Packet::decode(&cbor(&map(entries)))
+}
+
+fn error_of(entries: Vec<(&str, Value)>) -> String {
+    decode_entries(entries).unwrap_err().to_string()
+}
+
+/// `vote_entries()` with `field` replaced by `value`.
+fn vote_with(field: &str, value: Value) -> Vec<(&'static str, Value)> {
+    let mut entries = vote_entries();
+    entries.iter_mut().find(|(k, _)| *k == field).unwrap().1 = value;
+    entries
+}
+
+/// `vote_entries()` without `field`.
+fn vote_without(field: &str) -> Vec<(&'static str, Value)> {
+    let mut entries = vote_entries();
+    entries.retain(|(k, _)| *k != field);
+    entries
+}
+
+#[test]
+fn decodes_the_reference_entries() {
+    assert_eq!(decode_entries(vote_entries()).unwrap(), expected_vote());
+}
+
+#[test]
+fn decodes_ids_given_as_hex_text() {
+    let mut entries = vote_with("id", text(FROM));
+    entries.iter_mut().find(|(k, _)| *k == "target").unwrap().1 = text(&TARGET.to_uppercase());
+    entries
+        .iter_mut()
+        .find(|(k, _)| *k == "schedule")
+        .unwrap()
+        .1 = map(vec![
+        ("timestamp", uint(1_700_000_000_000)),
+        ("hash", text(HASH)),
+        ("origin", text(ORIGIN)),
+    ]);
+    // Upper-case hex comes out as our lower-case NodeId.
+    assert_eq!(decode_entries(entries).unwrap(), expected_vote());
+}
+
+#[test]
+fn decodes_fields_in_another_order() {
+    let mut entries = vote_entries();
+    entries.reverse();
+    assert_eq!(decode_entries(entries).unwrap(), expected_vote());
+}
+
+#[test]
+fn ignores_unknown_fields_non_text_keys_and_tags() {
+    let mut entries = vote_entries();
+    entries.insert(2, ("weight", uint(3)));
+    entries.push(("extra", map(vec![("nested", Value::Array(vec![]))])));
+    let mut value = map(entries);
+    if let Value::Map(m) = &mut value {
+        m.push((uint(7), text("integer key")));
+        // A tagged epoch: serde_cbor 0.8 skipped tags.
+        let epoch = m.iter_mut().find(|(k, _)| *k == text("epoch")).unwrap();
+        epoch.1 = Value::Tag(1, Box::new(uint(5)));
+    }
+    assert_eq!(Packet::decode(&cbor(&value)).unwrap(), expected_vote());
+}
+
+#[test]
+fn missing_or_null_schedule_is_none() {
+    let none = Packet {
+        schedule: None,
+        ..expected_vote()
+    };
+    assert_eq!(decode_entries(vote_without("schedule")).unwrap(), none);
+    assert_eq!(
+        decode_entries(vote_with("schedule", Value::Null)).unwrap(),
+        none
+    );
+}
+
+#[test]
+fn not_cbor() {
+    for bytes in [&[][..], &[0x1C], &[0xA4, 0x64, b't']] {
+        let error = Packet::decode(bytes).unwrap_err();
+        assert!(matches!(error, WireError::NotCbor(_)), "{bytes:?}: {error}");
+        assert!(error.to_string().starts_with("not CBOR: "), "{error}");
+    }
+    assert_eq!(
+        Packet::decode(&[0xA4, 0x64, b't']).unwrap_err().to_string(),
+        "not CBOR: ends early"
+    );
+}
+
+#[test]
+fn trailing_bytes() {
+    let mut bytes = packet(1, None, Kind::Ping).encode().unwrap();
+    bytes.extend([0x00, 0x00]);
+    assert_eq!(
+        Packet::decode(&bytes).unwrap_err().to_string(),
+        "2 bytes after the end of the packet"
+    );
+}
+
+#[test]
+fn not_a_map() {
+    assert_eq!(
+        Packet::decode(&[0x01]).unwrap_err().to_string(),
+        "not a map: got 1"
+    );
+    assert_eq!(
+        Packet::decode(&cbor(&Value::Array(vec![text("Ping")])))
+            .unwrap_err()
+            .to_string(),
+        "not a map: got an array"
+    );
+}
+
+#[test]
+fn unknown_or_bad_type() {
+    assert_eq!(
+        error_of(vote_with("type", text("Pung"))),
+        "unknown packet type \"Pung\""
+    );
+    // The type is checked before the other fields.
+    assert_eq!(
+        error_of(vec![("type", text("Hello"))]),
+        "unknown packet type \"Hello\""
+    );
+    assert_eq!(
+        error_of(vote_with("type", uint(1))),
+        "type: expected text, got 1"
+    );
+}
+
+#[test]
+fn missing_fields_are_named() {
+    for (field, message) in [
+        ("type", "missing field \"type\""),
+        ("id", "missing field \"id\""),
+        ("epoch", "missing field \"epoch\""),
+        ("target", "missing field \"target\""),
+    ] {
+        assert_eq!(error_of(vote_without(field)), message);
+    }
+    let pong = vec![
+        ("type", text("Pong")),
+        ("id", Value::Bytes(FROM_BYTES.to_vec())),
+        ("epoch", uint(5)),
+        ("schedule", Value::Null),
+    ];
+    assert_eq!(error_of(pong), "missing field \"errors\"");
+    let no_hash = vote_with(
+        "schedule",
+        map(vec![
+            ("timestamp", uint(1)),
+            ("origin", Value::Bytes(ORIGIN_BYTES.to_vec())),
+        ]),
+    );
+    assert_eq!(error_of(no_hash), "missing field \"schedule.hash\"");
+}
+
+#[test]
+fn duplicate_field() {
+    let mut entries = vote_entries();
+    entries.push(("epoch", uint(6)));
+    assert_eq!(error_of(entries), "duplicate field \"epoch\"");
+}
+
+#[test]
+fn ids_of_wrong_length_or_kind() {
+    assert_eq!(
+        error_of(vote_with("id", Value::Bytes(vec![1, 2, 3]))),
+        "id: expected 16 bytes, got 3"
+    );
+    assert_eq!(
+        error_of(vote_with("target", Value::Bytes(vec![0; 17]))),
+        "target: expected 16 bytes, got 17"
+    );
+    assert_eq!(
+        error_of(vote_with("id", text("abc"))),
+        "id: expected 32 hex characters, got \"abc\""
+    );
+    let not_hex = "zz".repeat(16);
+    assert_eq!(
+        error_of(vote_with("id", text(&not_hex))),
+        format!("id: expected 32 hex characters, got \"{not_hex}\"")
+    );
+    assert_eq!(
+        error_of(vote_with("id", uint(7))),
+        "id: expected an id (16 bytes or 32 hex characters), got 7"
+    );
+    let short_origin = vote_with(
+        "schedule",
+        map(vec![
+            ("timestamp", uint(1)),
+            ("hash", text(HASH)),
+            ("origin", Value::Bytes(vec![0; 4])),
+        ]),
+    );
+    assert_eq!(
+        error_of(short_origin),
+        "schedule.origin: expected 16 bytes, got 4"
+    );
+}
+
+#[test]
+fn epoch_must_be_an_unsigned_integer() {
+    assert_eq!(
+        error_of(vote_with("epoch", Value::Integer((-1i64).into()))),
+        "epoch: expected an unsigned integer, got -1"
+    );
+    assert_eq!(
+        error_of(vote_with("epoch", text("7"))),
+        "epoch: expected an unsigned integer, got text \"7\""
+    );
+    assert_eq!(
+        error_of(vote_with("epoch", Value::Float(1.5))),
+        "epoch: expected an unsigned integer, got float 1.5"
+    );
+    assert_eq!(
+        error_of(vote_with("epoch", Value::Null)),
+        "epoch: expected an unsigned integer, got null"
+    );
+}
+
+#[test]
+fn schedule_must_be_null_or_a_map() {
+    assert_eq!(
+        error_of(vote_with("schedule", Value::Bool(true))),
+        "schedule: expected null or a map, got true"
+    );
+    let bad_timestamp = vote_with(
+        "schedule",
+        map(vec![
+            ("timestamp", Value::Integer((-5i64).into())),
+            ("hash", text(HASH)),
+            ("origin", Value::Bytes(ORIGIN_BYTES.to_vec())),
+        ]),
+    );
+    assert_eq!(
+        error_of(bad_timestamp),
+        "schedule.timestamp: expected an unsigned integer, got -5"
+    );
+}
+
+#[test]
+fn decode_refuses_more_than_max_packet() {
+    let error = Packet::decode(&[0u8; 600]).unwrap_err();
+    assert_eq!(error.to_string(), "too big: 600 bytes (at most 512)");
+    assert_eq!(error.label(), "too_big");
+}
+
+#[test]
+fn encode_refuses_bad_ids() {
+    let bad = packet(1, None, Kind::Ping);
+    let bad = Packet {
+        from: "xyz".into(),
+        ..bad
+    };
+    assert_eq!(
+        bad.encode().unwrap_err().to_string(),
+        "id: expected 32 hex characters, got \"xyz\""
+    );
+    let vote = packet(
+        1,
+        None,
+        Kind::Vote {
+            target: "g".repeat(32),
+        },
+    );
+    assert_eq!(vote.encode().unwrap_err().label(), "bad_id");
+    let stamp = ScheduleStamp {
+        origin: "abcd".into(),
+        ..stamp()
+    };
+    assert_eq!(
+        packet(1, Some(stamp), Kind::Ping)
+            .encode()
+            .unwrap_err()
+            .to_string(),
+        "schedule.origin: expected 32 hex characters, got \"abcd\""
+    );
+}
+
+#[test]
+fn encode_refuses_a_packet_over_max_packet() {
+    let with_hash = |len: usize| {
+        packet(
+            u64::MAX,
+            Some(ScheduleStamp {
+                hash: "h".repeat(len),
+                ..stamp()
+            }),
+            Kind::Vote {
+                target: TARGET.into(),
+            },
+        )
+    };
+    let error = with_hash(600).encode().unwrap_err();
+    assert!(
+        matches!(error, WireError::TooBig { size } if size > MAX_PACKET),
+        "{error}"
+    );
+    // The limit is exact: the longest hash that fits gives 512 bytes, one more is refused.
+    let fits = (0..MAX_PACKET)
+        .take_while(|&len| with_hash(len).encode().is_ok())
+        .last()
+        .unwrap();
+    assert_eq!(with_hash(fits).encode().unwrap().len(), MAX_PACKET);
+    assert_eq!(
+        with_hash(fits + 1).encode().unwrap_err().to_string(),
+        "too big: 513 bytes (at most 512)"
+    );
+}
+
+// Round trips of generated packets.
+
+fn random_id(rng: &mut SmallRng) -> NodeId {
+    hex::encode(rng.random::<[u8; 16]>())
+}
+
+/// Any width of integer, from the initial byte to eight bytes.
+fn random_uint(rng: &mut SmallRng) -> u64 {
+    rng.random::<u64>() >> rng.random_range(0..64)
+}
+
+fn random_packet(rng: &mut SmallRng) -> Packet {
+    const CHARS: &[char] = &['0', '9', 'a', 'f', 'Z', '-', ' ', 'ä', '✓', '"'];
+    let schedule = rng.random_bool(0.6).then(|| ScheduleStamp {
+        timestamp: random_uint(rng),
+        hash: (0..rng.random_range(0..80))
+            .map(|_| CHARS[rng.random_range(0..CHARS.len())])
+            .collect(),
+        origin: random_id(rng),
+    });
+    let kind = match rng.random_range(0..3) {
+        0 => Kind::Ping,
+        1 => Kind::Pong {
+            errors: random_uint(rng),
+        },
+        _ => Kind::Vote {
+            target: random_id(rng),
+        },
+    };
+    Packet {
+        from: random_id(rng),
+        epoch: random_uint(rng),
+        schedule,
+        kind,
+    }
+}
+
+#[test]
+fn generated_packets_round_trip() {
+    let mut rng = SmallRng::seed_from_u64(0x5eed);
+    for _ in 0..500 {
+        let packet = random_packet(&mut rng);
+        let bytes = packet.encode().unwrap();
+        assert!(bytes.len() <= MAX_PACKET);
+        let decoded = Packet::decode(&bytes).unwrap();
+        assert_eq!(decoded, packet);
+        assert_eq!(decoded.encode().unwrap(), bytes);
+    }
+}

@@ -1,0 +1,6 @@
+//! The cluster: peer sources, the election over UDP, schedule distribution.
+
+pub mod client;
+pub mod election;
+pub mod fetch;
+pub mod peers;

@@ -1,0 +1,287 @@
+//! Peer sources: cantal's `/all_peers.json`, polled every second, or a static list from the
+//! settings file. Either publishes the peer list to the store when it changes, and notes each
+//! successful refresh for the election (a stale peer list stops it, as in verwalter 0.13).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+use verwalter_controllers::ports::Clock;
+use verwalter_controllers::state::{Peer, Peers};
+use verwalter_controllers::store::Field;
+
+use super::client::HttpClient;
+use crate::metrics::Metrics;
+
+/// How often cantal is asked (as 0.13 did).
+pub const REFRESH: Duration = Duration::from_secs(1);
+/// cantal's answer is capped at this size.
+const CANTAL_LIMIT: usize = 10 << 20;
+
+/// What the election needs to know about peers beyond the list, updated more often than the
+/// list changes (so kept out of the store, whose writes wake readers): when the list was last
+/// refreshed, and when each peer was last heard from directly (cantal's `last_report_direct`,
+/// or for a static list, the last packet from it).
+#[derive(Debug, Clone, Default)]
+pub struct Liveness(Arc<LivenessInner>);
+
+#[derive(Debug, Default)]
+struct LivenessInner {
+    refreshed: AtomicU64,
+    direct: std::sync::Mutex<BTreeMap<String, u64>>,
+    /// Last election packet from each peer (wall-clock ms).
+    packets: std::sync::Mutex<BTreeMap<String, u64>>,
+}
+
+impl Liveness {
+    pub fn refreshed(&self, now_ms: u64) {
+        self.0.refreshed.store(now_ms, Ordering::Relaxed);
+    }
+    /// Wall-clock ms of the last successful refresh (0: never).
+    pub fn last_refresh(&self) -> u64 {
+        self.0.refreshed.load(Ordering::Relaxed)
+    }
+    pub fn heard(&self, id: &str, ms: u64) {
+        let mut direct = self.0.direct.lock().unwrap();
+        let at = direct.entry(id.to_string()).or_insert(0);
+        *at = (*at).max(ms);
+    }
+    /// An election packet from `id` arrived (also counts as heard directly).
+    pub fn packet(&self, id: &str, ms: u64) {
+        self.0.packets.lock().unwrap().insert(id.to_string(), ms);
+        self.heard(id, ms);
+    }
+    /// Peers whose last election packet is not older than `since_ms`.
+    pub fn packets_since(&self, since_ms: u64) -> Vec<String> {
+        let packets = self.0.packets.lock().unwrap();
+        packets
+            .iter()
+            .filter(|(_, at)| **at >= since_ms)
+            .map(|(id, _)| id.clone())
+            .collect()
+    }
+    /// How many of `ids` were heard from directly since `since_ms`.
+    pub fn heard_since<'a>(&self, ids: impl Iterator<Item = &'a String>, since_ms: u64) -> usize {
+        let direct = self.0.direct.lock().unwrap();
+        ids.filter(|id| direct.get(*id).is_some_and(|at| *at >= since_ms))
+            .count()
+    }
+}
+
+/// A peer list parsed from cantal, with a warning for each peer it had to skip.
+#[derive(Debug, Default, PartialEq)]
+pub struct Parsed {
+    pub peers: BTreeMap<String, Peer>,
+    pub skipped: Vec<String>,
+}
+
+/// Parses cantal's `/all_peers.json` (tk-cantal's and real cantal's shapes). A peer without a
+/// usable id, host name or name is skipped with a warning; the rest of the list is kept; this
+/// node (`own_id`; real cantal leaves it out anyway) is dropped. Peer addresses are cantal's
+/// `primary_addr` IP with verwalter's `port`.
+pub fn parse_cantal(body: &[u8], port: u16, own_id: &str) -> Result<Parsed, String> {
+    let doc: Value = serde_json::from_slice(body).map_err(|e| format!("not JSON: {e}"))?;
+    let list = doc
+        .get("peers")
+        .and_then(Value::as_array)
+        .ok_or("no `peers` list")?;
+    let mut parsed = Parsed::default();
+    for (i, item) in list.iter().enumerate() {
+        let id = item.get("id").and_then(Value::as_str).unwrap_or_default();
+        let text = |key: &str| item.get(key).and_then(Value::as_str).map(str::to_string);
+        let problem = if id.len() != 32 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+            Some(format!("peers[{i}]: id {id:?} is not 32 hex digits"))
+        } else if text("hostname").is_none_or(|h| h.is_empty()) {
+            Some(format!("peers[{i}] ({id}): no hostname"))
+        } else if text("name").is_none_or(|n| n.is_empty()) {
+            Some(format!("peers[{i}] ({id}): no name"))
+        } else {
+            None
+        };
+        if let Some(problem) = problem {
+            parsed.skipped.push(problem);
+            continue;
+        }
+        let addr = text("primary_addr")
+            .and_then(|a| a.parse::<SocketAddr>().ok())
+            .map(|a| SocketAddr::new(a.ip(), port).to_string());
+        let id = id.to_ascii_lowercase();
+        if id == own_id {
+            continue;
+        }
+        parsed.peers.insert(
+            id.clone(),
+            Peer {
+                id,
+                addr,
+                name: text("name").unwrap_or_default(),
+                hostname: text("hostname").unwrap_or_default(),
+                schedule: None,
+                known_since: item.get("known_since").and_then(Value::as_u64).unwrap_or(0),
+                last_report_direct: item.get("last_report_direct").and_then(Value::as_u64),
+                errors: 0,
+            },
+        );
+    }
+    Ok(parsed)
+}
+
+/// Stores the list if it changed, ignoring `last_report_direct` times (they move every second;
+/// the election reads them from [`Liveness`]).
+fn publish(out: &Field<Peers>, peers: BTreeMap<String, Peer>, now_ms: u64) {
+    let current = out.get();
+    let same = current.peers.len() == peers.len()
+        && current.peers.iter().zip(&peers).all(|((a, pa), (b, pb))| {
+            a == b
+                && pa.addr == pb.addr
+                && pa.name == pb.name
+                && pa.hostname == pb.hostname
+                && pa.known_since == pb.known_since
+                && pa.last_report_direct.is_some() == pb.last_report_direct.is_some()
+        });
+    if !same || current.timestamp.is_none() {
+        tracing::info!(peers = peers.len(), "Peer list changed.");
+        out.set(Peers {
+            peers,
+            timestamp: Some(now_ms),
+        });
+    }
+}
+
+/// Where cantal is and who is asking.
+#[derive(Debug, Clone)]
+pub struct Cantal {
+    /// Base URL, `http://127.0.0.1:22682`.
+    pub url: String,
+    /// verwalter's port (peer addresses are cantal's IPs with it).
+    pub port: u16,
+    /// This node's id (left out of the list).
+    pub own_id: String,
+}
+
+/// Polls cantal until shutdown.
+pub async fn run_cantal(
+    cantal: Cantal,
+    out: Field<Peers>,
+    live: Liveness,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let client = HttpClient::default();
+    let Cantal { url, port, own_id } = cantal;
+    let endpoint = format!("{url}/all_peers.json");
+    let mut last_problem = String::new();
+    let mut tick = tokio::time::interval(REFRESH);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let result = client
+            .get(&endpoint, CANTAL_LIMIT, REFRESH)
+            .await
+            .and_then(|body| parse_cantal(&body, port, &own_id));
+        match result {
+            Ok(parsed) => {
+                metrics.peer_refreshes.with_label_values(&["ok"]).inc();
+                for problem in &parsed.skipped {
+                    if *problem != last_problem {
+                        tracing::warn!(%problem, "Skipped a peer cantal listed.");
+                    }
+                }
+                last_problem = parsed.skipped.first().cloned().unwrap_or_default();
+                let now = clock.now_ms();
+                for (id, peer) in &parsed.peers {
+                    if let Some(at) = peer.last_report_direct {
+                        live.heard(id, at);
+                    }
+                }
+                publish(&out, parsed.peers, now);
+                live.refreshed(now);
+            }
+            Err(problem) => {
+                metrics.peer_refreshes.with_label_values(&["error"]).inc();
+                if problem != last_problem {
+                    tracing::warn!(%problem, "Cannot get the peer list from cantal.");
+                    last_problem = problem;
+                }
+            }
+        }
+    }
+}
+
+/// Publishes a static peer list and keeps it fresh until shutdown.
+pub async fn run_static(
+    peers: Vec<Peer>,
+    out: Field<Peers>,
+    live: Liveness,
+    clock: Arc<dyn Clock>,
+    shutdown: CancellationToken,
+) {
+    let now = clock.now_ms();
+    let peers = peers
+        .into_iter()
+        .map(|p| {
+            (
+                p.id.clone(),
+                Peer {
+                    known_since: now,
+                    ..p
+                },
+            )
+        })
+        .collect();
+    publish(&out, peers, now);
+    loop {
+        live.refreshed(clock.now_ms());
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = tokio::time::sleep(REFRESH) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cantal_lists_are_read_tolerantly() {
+        let body = br#"{"peers": [
+            {"id": "77985419C732412EA38B94DB00000002", "hostname": "beta", "name": "beta.example.com",
+             "primary_addr": "192.168.255.2:22682", "addresses": ["192.168.255.2:22682"],
+             "known_since": 1533900000000, "last_report_direct": 1533912709500,
+             "probes_sent": 3, "report": [1, {"peers": 2, "has_remote": false}]},
+            {"id": "77985419c732412ea38b94db00000003", "hostname": null, "name": "gamma"},
+            {"id": "nothex", "hostname": "x", "name": "x"},
+            {"id": "77985419c732412ea38b94db00000004", "hostname": "delta", "name": "delta",
+             "primary_addr": null, "known_since": 5}
+        ]}"#;
+        let parsed = parse_cantal(body, 8379, "77985419c732412ea38b94db00000001").unwrap();
+        assert_eq!(parsed.peers.len(), 2, "{parsed:?}");
+        let own = parse_cantal(body, 8379, "77985419c732412ea38b94db00000002").unwrap();
+        assert_eq!(own.peers.len(), 1, "this node is not its own peer");
+        let beta = &parsed.peers["77985419c732412ea38b94db00000002"];
+        assert_eq!(beta.addr.as_deref(), Some("192.168.255.2:8379"));
+        assert_eq!(beta.name, "beta.example.com");
+        assert_eq!(beta.last_report_direct, Some(1533912709500));
+        let delta = &parsed.peers["77985419c732412ea38b94db00000004"];
+        assert_eq!(delta.addr, None, "known but unreachable");
+        assert_eq!(parsed.skipped.len(), 2);
+        assert!(parsed.skipped[0].contains("no hostname"));
+        assert!(parsed.skipped[1].contains("not 32 hex digits"));
+
+        assert!(parse_cantal(b"[]", 8379, "").unwrap_err().contains("peers"));
+        assert!(
+            parse_cantal(b"{", 8379, "")
+                .unwrap_err()
+                .contains("not JSON")
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! A cluster of real processes: three nodes on 127.0.0.1–3 (one port, as on separate machines),
+//! peers from the cantal test double (`examples/cluster/fake_cantal.rs`), each node on its own
+//! temp copy of `examples/minimal`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+/// Generous bound for elections and fetches on a loaded CI machine.
+const SOON: Duration = Duration::from_secs(20);
+
+struct Node {
+    host: String,
+    port: u16,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Node {
+    fn start(i: usize, dir: &Path, port: u16, cantal: &str) -> Node {
+        let n = i + 1;
+        let config = dir.join(format!("config{n}"));
+        copy_tree(&example("minimal"), &config);
+        let storage = dir.join(format!("storage{n}"));
+        let log = dir.join(format!("node{n}.log"));
+        let host = format!("127.0.0.{n}");
+        let child = Command::new(BIN)
+            .args(["run", "--hostname", NAMES[i], "--name"])
+            .arg(format!("{}.test", NAMES[i]))
+            .args(["--host", &host, "--port", &port.to_string()])
+            .arg("--override-machine-id")
+            .arg(format!("77985419c732412ea38b94db{n:08}"))
+            .arg("--config-dir")
+            .arg(&config)
+            .arg("--storage-dir")
+            .arg(&storage)
+            .arg("--log-dir")
+            .arg(storage.join("log"))
+            .arg("--cantal-url")
+            .arg(cantal)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Node {
+            host,
+            port,
+            child,
+            log,
+        }
+    }
+
+    fn json(&self, path: &str) -> Option<Value> {
+        let (code, body) = http_get_at(&self.host, self.port, path)?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// HTTP/1.0 GET to `host:port`.
+fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect((host, port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: verwalter\r\n\r\n").ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    Some((
+        head.split_whitespace().nth(1)?.parse().ok()?,
+        body.to_string(),
+    ))
+}
+
+struct Cluster {
+    _tmp: tempfile::TempDir,
+    _cantal: Child,
+    nodes: Vec<Option<Node>>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self._cantal.kill();
+        let _ = self._cantal.wait();
+    }
+}
+
+impl Cluster {
+    fn start() -> Cluster {
+        let tmp = tempfile::tempdir().unwrap();
+        let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
+        let cantal_port = free_port();
+        let cantal = Command::new(cantal_bin)
+            .args(["--listen", &format!("127.0.0.1:{cantal_port}")])
+            .args(NAMES.iter().map(|n| format!("{n}.test")))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let port = free_port();
+        let url = format!("http://127.0.0.1:{cantal_port}");
+        let nodes = (0..NAMES.len())
+            .map(|i| Some(Node::start(i, tmp.path(), port, &url)))
+            .collect();
+        Cluster {
+            _tmp: tmp,
+            _cantal: cantal,
+            nodes,
+        }
+    }
+
+    fn live(&self) -> impl Iterator<Item = &Node> {
+        self.nodes.iter().flatten()
+    }
+
+    fn logs(&self) -> String {
+        self.live()
+            .map(|n| format!("=== {} ===\n{}", n.host, n.logs()))
+            .collect()
+    }
+
+    /// Waits until exactly one live node leads and every live node holds a schedule made by it;
+    /// returns the leader's index and the schedule hash.
+    fn converged(&self) -> (usize, String) {
+        wait_for(SOON, || {
+            let mut leaders = Vec::new();
+            let mut hashes = BTreeSet::new();
+            let mut origins = BTreeSet::new();
+            for (i, node) in self.nodes.iter().enumerate() {
+                let Some(node) = node else { continue };
+                let status = node.json("/v1/status")?;
+                if status["election_state"]["is_leader"] == true {
+                    leaders.push(i);
+                }
+                let schedule = node.json("/v1/schedule")?;
+                hashes.insert(schedule["hash"].as_str()?.to_string());
+                origins.insert(schedule["origin"].as_str()?.to_string());
+            }
+            let [leader] = leaders[..] else { return None };
+            let leader_id = format!("77985419c732412ea38b94db{:08}", leader + 1);
+            (hashes.len() == 1 && origins == BTreeSet::from([leader_id]))
+                .then(|| (leader, hashes.into_iter().next().unwrap()))
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "no single leader with its schedule everywhere:\n{}",
+                self.logs()
+            )
+        })
+    }
+}
+
+#[test]
+fn three_nodes_elect_one_leader_share_its_schedule_and_survive_its_death() {
+    let mut cluster = Cluster::start();
+    let (leader, hash) = cluster.converged();
+    let follower = cluster
+        .live()
+        .find(|n| n.host != format!("127.0.0.{}", leader + 1))
+        .unwrap();
+    let status = follower.json("/v1/status").unwrap();
+    assert_eq!(status["peers"], 2, "{status}");
+    assert_eq!(
+        status["leader"]["id"],
+        format!("77985419c732412ea38b94db{:08}", leader + 1)
+    );
+    assert_eq!(status["schedule_id"], hash);
+    // The followers render the leader's schedule: its roles for this node are in roles_data.
+    let roles = follower.json("/v1/roles_data").unwrap();
+    assert!(
+        roles["all_roles"].as_array().is_some_and(|r| !r.is_empty()),
+        "{roles}"
+    );
+
+    // SIGKILL the leader: the survivors elect another and keep scheduling.
+    drop(cluster.nodes[leader].take());
+    let (next, _) = cluster.converged();
+    assert_ne!(next, leader);
+    let metrics = http_get_at(
+        &format!("127.0.0.{}", next + 1),
+        cluster.live().next().unwrap().port,
+        "/metrics",
+    )
+    .unwrap()
+    .1;
+    assert!(
+        metrics.contains("verwalter_elections_started_total"),
+        "{metrics}"
+    );
+}
