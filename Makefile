@@ -3,7 +3,7 @@
 CARGO ?= cargo
 DEMO_ID ?= 0000000000000000000000000000d3e0
 
-.PHONY: all build run fmt fmt-check lint test ci bench bench-rss
+.PHONY: all build run cluster fmt fmt-check lint test ci bench bench-rss
 
 all: build
 
@@ -15,6 +15,10 @@ run:
 	$(CARGO) run --release -- run --config-dir examples/minimal \
 		--storage-dir target/demo/storage --log-dir target/demo/log \
 		--override-machine-id $(DEMO_ID)
+
+## Three nodes on 127.0.0.1-3 with the cantal test double (see examples/cluster/run.sh)
+cluster:
+	examples/cluster/run.sh
 
 fmt:
 	$(CARGO) fmt --all

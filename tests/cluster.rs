@@ -89,6 +89,22 @@ fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
     ))
 }
 
+/// Status code and lower-cased head of a GET.
+fn http_head_at(host: &str, port: u16, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect((host, port)).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: verwalter\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let head = response
+        .split("\r\n\r\n")
+        .next()
+        .unwrap()
+        .to_ascii_lowercase();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, head)
+}
+
 struct Cluster {
     _tmp: tempfile::TempDir,
     _cantal: Child,
@@ -182,6 +198,25 @@ fn three_nodes_elect_one_leader_share_its_schedule_and_survive_its_death() {
         format!("77985419c732412ea38b94db{:08}", leader + 1)
     );
     assert_eq!(status["schedule_id"], hash);
+    assert_eq!(status["fetch_state"]["state"], "Replicating", "{status}");
+    assert_eq!(status["schedule_status"], "ok", "{status}");
+    assert_eq!(status["leader"]["schedule"], hash, "{status}");
+    let peers = follower.json("/v1/peers").unwrap();
+    assert_eq!(peers.as_array().unwrap().len(), 2, "{peers}");
+    // The leader's address carries the port all nodes share; the path tail is kept.
+    let (code, head) = http_head_at(
+        &follower.host,
+        follower.port,
+        "/v1/leader-redirect-by-node-name/v1/status",
+    );
+    assert_eq!(code, 308, "{head}");
+    assert!(
+        head.contains(&format!(
+            "location: http://{}.test:{}/v1/status",
+            NAMES[leader], follower.port
+        )),
+        "{head}"
+    );
     // The followers render the leader's schedule: its roles for this node are in roles_data.
     let roles = follower.json("/v1/roles_data").unwrap();
     assert!(

@@ -375,6 +375,13 @@ impl RenderController {
         while i < st.passes.len() {
             if st.passes[i].pending.is_empty() {
                 let pass = st.passes.remove(i);
+                tracing::info!(
+                    deployment = %pass.id,
+                    schedule = %pass.schedule,
+                    roles = pass.roles.len(),
+                    failed = pass.failed.len(),
+                    "Deployment finished."
+                );
                 self.log.deployment_finish(&pass.id, &pass.failed);
                 self.publish_pass(&pass, Some(now));
             } else {

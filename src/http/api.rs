@@ -105,20 +105,41 @@ pub fn build_status(state: &AppState) -> Status {
                 name: peer.name.clone(),
                 hostname: peer.hostname.clone(),
                 addr: peer.addr.clone(),
-                schedule: peer.schedule.as_ref().map(|s| s.hash.clone()),
+                schedule: store
+                    .reports
+                    .peek()
+                    .get(&peer.id)
+                    .and_then(|r| r.schedule.as_ref())
+                    .map(|s| s.hash.clone()),
             })
     };
+    // 0.13's fetch states: a new leader gathers its peers' schedules before scheduling
+    // (Prefetching); a follower holds the leader's schedule (ok) or is getting it (fetching).
+    let prefetching = election.is_leader
+        && !peers.peers.is_empty()
+        && store.prefetched.peek().epoch != election.epoch;
+    let leader_stamp = election
+        .leader
+        .as_ref()
+        .and_then(|id| store.reports.peek().get(id)?.schedule.clone());
     let (fetch_state, schedule_status) = match (election.is_leader, election.is_stable, schedule) {
+        (true, _, _) if prefetching => {
+            (json!({"state": "Prefetching", "Fetching": null}), "waiting")
+        }
         (true, _, Some(_)) => (json!({"state": "StableLeader"}), "ok"),
         (true, _, None) => (json!({"state": "StableLeader"}), "waiting"),
-        (false, true, Some(_)) => (
-            json!({"state": "Replicating", "leader": election.leader, "schedule": null}),
-            "ok",
-        ),
-        (false, true, None) => (
-            json!({"state": "Replicating", "leader": election.leader, "schedule": null}),
-            "fetching",
-        ),
+        (false, true, held) => {
+            let target = leader_stamp.as_ref().map(|s| s.hash.clone());
+            let current = held.is_some()
+                && target
+                    .as_ref()
+                    .is_none_or(|t| held.is_some_and(|h| &h.hash == t));
+            (
+                json!({"state": "Replicating", "leader": election.leader,
+                       "schedule": if current { None } else { target }}),
+                if current { "ok" } else { "fetching" },
+            )
+        }
         (false, false, _) => (json!({"state": "Unstable"}), "unstable"),
     };
     let roles = store.roles.peek();
@@ -220,13 +241,17 @@ pub async fn election(State(state): State<AppState>) -> Json<ElectionState> {
 
 pub async fn peers(State(state): State<AppState>) -> Json<Value> {
     let peers = state.store.peers.peek();
+    let reports = state.store.reports.peek();
     let list: Vec<Value> = peers
         .peers
         .values()
         .map(|p| {
+            let report = reports.get(&p.id);
             json!({
                 "id": p.id, "primary_addr": p.addr, "name": p.name, "hostname": p.hostname,
-                "known_since": p.known_since, "last_report_direct": p.last_report_direct, "errors": p.errors,
+                "known_since": p.known_since, "last_report_direct": p.last_report_direct,
+                "errors": report.map_or(p.errors, |r| r.errors),
+                "schedule": report.and_then(|r| r.schedule.clone()),
             })
         })
         .collect();
@@ -329,4 +354,47 @@ pub async fn force_render_all(State(state): State<AppState>) -> Json<&'static st
     state.force_render.update(|generation| *generation += 1);
     tracing::info!("Re-rendering all roles (force_render_all).");
     Json("ok")
+}
+
+/// How long `/v1/leader-redirect-by-node-name` waits for a leader to be known (as 0.13).
+const REDIRECT_WAIT: std::time::Duration = std::time::Duration::from_secs(65);
+
+pub async fn leader_redirect(State(state): State<AppState>) -> Response {
+    redirect_to_leader(state, String::new()).await
+}
+
+pub async fn leader_redirect_tail(
+    State(state): State<AppState>,
+    axum::extract::Path(tail): axum::extract::Path<String>,
+) -> Response {
+    redirect_to_leader(state, tail).await
+}
+
+/// `308` to the same path tail on the leader, by its node name and this node's port (nodes of a
+/// cluster share the port); waits up to 65 s for a leader, then `404`.
+async fn redirect_to_leader(state: AppState, tail: String) -> Response {
+    let deadline = tokio::time::Instant::now() + REDIRECT_WAIT;
+    let mut election = state.store.election.clone();
+    loop {
+        let status = build_status(&state);
+        if let Some(leader) = &status.leader {
+            let port = state.node.addr.rsplit(':').next().unwrap_or("8379");
+            let location = format!("http://{}:{port}/{tail}", leader.name);
+            return (
+                StatusCode::PERMANENT_REDIRECT,
+                [
+                    (header::LOCATION, location),
+                    (header::CACHE_CONTROL, "no-cache".to_string()),
+                ],
+            )
+                .into_response();
+        }
+        tokio::select! {
+            _ = election.changed() => {}
+            _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+            _ = tokio::time::sleep_until(deadline) => {
+                return ApiError::NotFound("No leader found in 65 seconds".into()).into_response();
+            }
+        }
+    }
 }

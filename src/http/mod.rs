@@ -65,6 +65,14 @@ pub fn router(state: AppState) -> Router {
         app = with_formats(app, name, route);
     }
     app.route("/metrics", get(api::metrics))
+        .route(
+            "/v1/leader-redirect-by-node-name",
+            get(api::leader_redirect),
+        )
+        .route(
+            "/v1/leader-redirect-by-node-name/{*tail}",
+            get(api::leader_redirect_tail),
+        )
         .route("/", get(api::index))
         .route("/v1/{*rest}", axum::routing::any(api::unknown_api))
         .fallback(api::not_found)

@@ -1,0 +1,316 @@
+//! Cluster benchmark (issue 4): five `verwalter` processes on 127.0.0.1–5 (static peer list),
+//! each rendering one role whose command is `true`. Prints p50 and p99 over the trials of:
+//!
+//! - failover: SIGKILL of the leader → every survivor has rendered a schedule made by the new
+//!   leader (the killed node is restarted and the cluster settles between trials);
+//! - distribution: a new schedule accepted on the leader → every follower holds it;
+//! - propagation: a runtime file written on the leader → every follower has rendered the new
+//!   schedule.
+//!
+//! Times come from the nodes' own logs (microsecond timestamps of "New schedule", "Took the
+//! leader's schedule" and "Deployment finished"), so polling does not blur them.
+//!
+//! Run: `cargo bench --bench cluster` (TRIALS=20 by default).
+
+use std::fs;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_verwalter");
+const NODES: usize = 5;
+
+const SCHEDULER: &str = r#"
+-- Every node gets role `app`; the version comes from runtime/version.json.
+return {scheduler = function(state)
+  local nodes = {[state.current_host] = {roles = {app = {}}}}
+  for _, peer in pairs(state.peers) do nodes[peer.hostname] = {roles = {app = {}}} end
+  local v = state.runtime.version and state.runtime.version.v or 0
+  return {vars = {template = "app/v1", v = v, leader = state.current_host}, nodes = nodes}, "ok"
+end}
+"#;
+
+fn id(n: usize) -> String {
+    format!("77985419c732412ea38b94db{n:08}")
+}
+
+struct Node {
+    n: usize,
+    dir: PathBuf,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl Node {
+    fn log(&self) -> PathBuf {
+        self.dir.join("verwalter.log")
+    }
+
+    fn start(&mut self) {
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log())
+            .unwrap();
+        let child = Command::new(BIN)
+            .args(["run", "--hostname", &format!("node{}", self.n)])
+            .args(["--host", &format!("127.0.0.{}", self.n)])
+            .args(["--port", &self.port.to_string()])
+            .args(["--override-machine-id", &id(self.n)])
+            .arg("--config-dir")
+            .arg(self.dir.join("config"))
+            .arg("--storage-dir")
+            .arg(self.dir.join("storage"))
+            .arg("--log-dir")
+            .arg(self.dir.join("log"))
+            .arg("--settings")
+            .arg(self.dir.join("settings.yaml"))
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    fn get(&self, path: &str) -> Option<Value> {
+        use std::io::{Read, Write};
+        let mut s =
+            std::net::TcpStream::connect((format!("127.0.0.{}", self.n).as_str(), self.port))
+                .ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        head.contains(" 200 ")
+            .then(|| serde_json::from_str(body).ok())
+            .flatten()
+    }
+
+    /// Log lines containing `needle` with their wall-clock time.
+    fn events(&self, needle: &str) -> Vec<(SystemTime, String)> {
+        let text = fs::read_to_string(self.log()).unwrap_or_default();
+        text.lines()
+            .filter(|l| l.contains(needle))
+            .filter_map(|l| {
+                let stamp = l.split_whitespace().next()?;
+                let t = time::OffsetDateTime::parse(
+                    stamp,
+                    &time::format_description::well_known::Rfc3339,
+                )
+                .ok()?;
+                Some((SystemTime::from(t), l.to_string()))
+            })
+            .collect()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn wait_for<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(v) = probe() {
+            return Some(v);
+        }
+        if Instant::now() > until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The leader (index) once every live node agrees on it and holds its schedule.
+fn settled(nodes: &[Node]) -> (usize, String) {
+    wait_for(Duration::from_secs(30), || {
+        let mut leader = None;
+        let mut hashes = std::collections::BTreeSet::new();
+        for (i, node) in nodes.iter().enumerate() {
+            if node.child.is_none() {
+                continue;
+            }
+            let status = node.get("/v1/status")?;
+            if status["election_state"]["is_leader"] == true {
+                if leader.is_some() {
+                    return None;
+                }
+                leader = Some(i);
+            }
+            hashes.insert(status["schedule_id"].as_str()?.to_string());
+        }
+        let leader = leader?;
+        let schedule = nodes[leader].get("/v1/schedule")?;
+        let hash = schedule["hash"].as_str()?.to_string();
+        (hashes.len() == 1 && hashes.contains(&hash) && schedule["origin"] == id(nodes[leader].n))
+            .then_some((leader, hash))
+    })
+    .expect("the cluster settles within 30 s")
+}
+
+/// The latest time, over `nodes` except `skip`, of the first log line with `needle` and `hash`
+/// after `since`.
+fn all_logged(
+    nodes: &[Node],
+    skip: &[usize],
+    needle: &str,
+    hash: &str,
+    since: SystemTime,
+) -> Option<SystemTime> {
+    let mut latest = since;
+    for (i, node) in nodes.iter().enumerate() {
+        if skip.contains(&i) || node.child.is_none() {
+            continue;
+        }
+        let at = node
+            .events(needle)
+            .into_iter()
+            .find(|(t, line)| *t >= since && line.contains(hash))?
+            .0;
+        latest = latest.max(at);
+    }
+    Some(latest)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+fn report(name: &str, mut v: Vec<Duration>) {
+    v.sort();
+    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
+    println!(
+        "  {name:<13} p50 {:>8.1} ms   p99 {:>8.1} ms   (min {:.1}, max {:.1}, {} trials)",
+        ms(p(0.5)),
+        ms(p(0.99)),
+        ms(v[0]),
+        ms(v[v.len() - 1]),
+        v.len()
+    );
+}
+
+fn main() {
+    let trials: usize = std::env::var("TRIALS")
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(20);
+    let tmp = tempfile::Builder::new()
+        .prefix("verwalter-bench-cluster.")
+        .tempdir_in("target")
+        .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let peers: String = (1..=NODES)
+        .map(|n| {
+            format!(
+                "- {{id: {}, addr: \"127.0.0.{n}:{port}\", hostname: node{n}}}\n",
+                id(n)
+            )
+        })
+        .collect();
+    let mut nodes: Vec<Node> = (1..=NODES)
+        .map(|n| {
+            let dir = tmp.path().join(format!("node{n}"));
+            let config = dir.join("config");
+            fs::create_dir_all(config.join("scheduler/v1")).unwrap();
+            fs::create_dir_all(config.join("runtime")).unwrap();
+            fs::create_dir_all(config.join("templates/app/v1")).unwrap();
+            fs::write(config.join("scheduler/v1/main.lua"), SCHEDULER).unwrap();
+            fs::write(config.join("runtime/version.json"), "{\"v\": 0}").unwrap();
+            fs::write(
+                config.join("templates/app/v1/app.render.yaml"),
+                "templates: {conf: app.conf.hbs}\ncommands:\n- !Cmd [true]\n",
+            )
+            .unwrap();
+            fs::write(
+                config.join("templates/app/v1/app.conf.hbs"),
+                "v = {{v}} from {{leader}}\n",
+            )
+            .unwrap();
+            fs::write(dir.join("settings.yaml"), format!("peers:\n{peers}")).unwrap();
+            Node {
+                n,
+                dir,
+                port,
+                child: None,
+            }
+        })
+        .collect();
+    for node in &mut nodes {
+        node.start();
+    }
+    let (mut leader, _) = settled(&nodes);
+    println!("{NODES} nodes on 127.0.0.1-{NODES}, {trials} trials each:");
+
+    let mut distribution = Vec::new();
+    let mut propagation = Vec::new();
+    for trial in 1..=trials {
+        let written = SystemTime::now();
+        let file = nodes[leader].dir.join("config/runtime/version.json");
+        fs::write(&file, format!("{{\"v\": {trial}}}")).unwrap();
+        let (hash, accepted) = wait_for(Duration::from_secs(10), || {
+            nodes[leader]
+                .events("New schedule.")
+                .into_iter()
+                .rfind(|(t, _)| *t >= written)
+                .and_then(|(t, line)| {
+                    let hash = line.split("hash=").nth(1)?.split_whitespace().next()?;
+                    Some((hash.to_string(), t))
+                })
+        })
+        .expect("the leader schedules");
+        let held = wait_for(Duration::from_secs(10), || {
+            all_logged(
+                &nodes,
+                &[leader],
+                "Took the leader's schedule.",
+                &hash,
+                written,
+            )
+        })
+        .expect("followers take the schedule");
+        let rendered = wait_for(Duration::from_secs(10), || {
+            all_logged(&nodes, &[leader], "Deployment finished.", &hash, written)
+        })
+        .expect("followers render the schedule");
+        distribution.push(held.duration_since(accepted).unwrap_or_default());
+        propagation.push(rendered.duration_since(written).unwrap_or_default());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let mut failover = Vec::new();
+    for _ in 0..trials {
+        let killed_at = SystemTime::now();
+        nodes[leader].kill();
+        let old = leader;
+        let (new_leader, hash) = settled(&nodes);
+        let done = wait_for(Duration::from_secs(10), || {
+            all_logged(&nodes, &[], "Deployment finished.", &hash, killed_at)
+        })
+        .expect("survivors render the new leader's schedule");
+        failover.push(done.duration_since(killed_at).unwrap_or_default());
+        nodes[old].start();
+        leader = settled(&nodes).0;
+        let _ = new_leader;
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    report("failover", failover);
+    report("distribution", distribution);
+    report("propagation", propagation);
+}
