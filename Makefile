@@ -27,7 +27,7 @@ fmt-check:
 	$(CARGO) fmt --all -- --check
 
 lint:
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## Everything CI checks: formatting, lints with warnings denied, all tests.
 test: fmt-check lint

@@ -47,21 +47,16 @@ impl Reconciler for Probe {
     fn error_reason(&self, _: &String) -> &'static str {
         "test"
     }
-    fn reconcile(
-        self: Arc<Self>,
-        key: u32,
-    ) -> impl Future<Output = Result<Requeue, String>> + Send {
-        async move {
-            self.passes.lock().unwrap().push((key, Instant::now()));
-            if let Some(gate) = &self.gate {
-                gate.acquire().await.unwrap().forget();
-            }
-            if self.failures_left.load(Ordering::SeqCst) > 0 {
-                self.failures_left.fetch_sub(1, Ordering::SeqCst);
-                return Err("boom".into());
-            }
-            Ok(self.requeue)
+    async fn reconcile(self: Arc<Self>, key: u32) -> Result<Requeue, String> {
+        self.passes.lock().unwrap().push((key, Instant::now()));
+        if let Some(gate) = &self.gate {
+            gate.acquire().await.unwrap().forget();
         }
+        if self.failures_left.load(Ordering::SeqCst) > 0 {
+            self.failures_left.fetch_sub(1, Ordering::SeqCst);
+            return Err("boom".into());
+        }
+        Ok(self.requeue)
     }
 }
 

@@ -279,7 +279,14 @@ impl Machine {
         if votes.len() >= needed {
             return self.become_leader(now, epoch);
         }
-        let deadline = now + self.timings.heartbeat;
+        // A round lasts one to two heartbeats, at random: with rounds of a fixed length, two
+        // candidates that started within one message delay of each other stay in lockstep and,
+        // when only a bare majority is alive, split its votes forever (the simulation in
+        // `sim.rs` found this; verwalter 0.13 has it too).
+        let jitter = self
+            .rng
+            .random_range(Duration::ZERO..self.timings.heartbeat);
+        let deadline = now + self.timings.heartbeat + jitter;
         self.state = State::Electing {
             epoch,
             votes,

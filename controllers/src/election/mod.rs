@@ -4,6 +4,10 @@
 //! feeds the machine time and the peer count; the cluster transport plugs into the same loop.
 
 pub mod machine;
+#[cfg(test)]
+mod matrix_tests;
+#[cfg(test)]
+mod sim;
 pub mod wire;
 
 use std::sync::Arc;

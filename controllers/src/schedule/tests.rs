@@ -98,7 +98,7 @@ async fn leader_runs_the_scheduler_and_publishes_and_persists() {
     assert_eq!(schedule.origin, "aa".repeat(16));
     schedule.verify().unwrap();
     assert_eq!(rig.saved.saved.lock().unwrap().len(), 1);
-    let input = &rig.scheduler.inputs.lock().unwrap()[0];
+    let input = rig.scheduler.inputs.lock().unwrap()[0].clone();
     assert_eq!(input.current_host, "alpha");
     assert!(input.parents.is_empty(), "a brand-new node has no parents");
     rig.stop.cancel();
