@@ -27,7 +27,7 @@ pub struct RunArgs {
     /// Node name, usually the FQDN [default: the host name]
     #[arg(long)]
     pub name: Option<String>,
-    /// Address to listen on, for HTTP and (later) cluster messages [default: 127.0.0.1]
+    /// Address to listen on, for HTTP (TCP) and election packets (UDP) [default: 127.0.0.1]
     #[arg(long)]
     pub host: Option<IpAddr>,
     /// Port to listen on; the same on every node of a cluster [default: 8379]
@@ -109,6 +109,9 @@ pub struct ElectionSettings {
     pub start_timeout_ms: Option<u64>,
     /// A new leader waits at most this for its peers' schedules before scheduling [default: 2000].
     pub prefetch_ms: Option<u64>,
+    /// With allow-minority-cluster, peers not heard from directly for this long do not count
+    /// for the vote [default: 75000, as verwalter 0.13].
+    pub minority_window_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -169,6 +172,7 @@ pub struct Config {
     pub debug_force_leader: bool,
     pub timings: verwalter_controllers::election::machine::Timings,
     pub prefetch: Duration,
+    pub minority_window: Duration,
 }
 
 /// Where a node learns its peers.
@@ -308,6 +312,9 @@ impl Config {
             message_timeout_max: ms(el.leader_timeout_max_ms, 1250),
             heartbeat: ms(el.heartbeat_ms, 250),
         };
+        if file.election.minority_window_ms == Some(0) {
+            problems.push("election.minority-window-ms: must be above 0".into());
+        }
         if timings.heartbeat.is_zero() {
             problems.push("election.heartbeat-ms: must be above 0".into());
         }
@@ -373,6 +380,7 @@ impl Config {
             debug_force_leader: args.debug_force_leader,
             timings,
             prefetch: ms(file.election.prefetch_ms, 2000),
+            minority_window: ms(file.election.minority_window_ms, 75_000),
         })
     }
 }

@@ -91,6 +91,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         roles,
         reports,
         prefetched,
+        replaced,
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -162,12 +163,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             clock: clock.clone(),
             metrics: metrics.clone(),
             allow_minority: config.allow_minority_cluster,
+            minority_window: config.minority_window,
         };
         tasks.spawn(task.run(shutdown.clone()));
         let fetcher = Fetcher {
             store: store.clone(),
             schedule: schedule.clone(),
             prefetched,
+            replaced,
             state_dir: state_dir.clone(),
             metrics: metrics.clone(),
             id: config.machine_id.clone(),
@@ -176,6 +179,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             live: live.clone(),
             clock: clock.clone(),
             client: HttpClient::default(),
+            skipped: Default::default(),
         };
         tasks.spawn(fetcher.run(shutdown.clone()));
     } else {
@@ -196,7 +200,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             false,
             shutdown.clone(),
         ));
-        keep_unused.push(Box::new((peers_out, reports, prefetched)));
+        keep_unused.push(Box::new((peers_out, reports, prefetched, replaced)));
     }
 
     let scheduler = LuaScheduler::start(config.config_dir.clone(), config.limits)
@@ -296,7 +300,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             name: config.name.clone(),
             hostname: config.hostname.clone(),
             addr: addr.clone(),
-            debug_force_leader: false,
+            debug_force_leader: config.debug_force_leader,
             default_frontend: "common".into(),
         }),
     });

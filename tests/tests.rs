@@ -9,6 +9,8 @@
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
+//! - `partition`: five nodes behind forwarding proxies the test cuts: a minority side does not
+//!   elect (unless in minority mode, where both sides lead and the healed leader merges both).
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement.
 
@@ -18,4 +20,5 @@ mod cli;
 mod cluster;
 mod daemon;
 mod lithos;
+mod partition;
 mod render;

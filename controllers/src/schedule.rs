@@ -72,8 +72,9 @@ pub struct ScheduleController {
     /// In a cluster a new leader first gathers its peers' schedules ([`crate::state::Prefetched`]) and runs
     /// the scheduler only when they are in, with all of them as `parents`.
     prefetch: bool,
-    /// The epoch whose prefetched schedules went into `parents` already.
-    parents_epoch: Mutex<u64>,
+    /// The prefetched snapshot that went into `parents` last (a leader adds schedules it learns
+    /// of later, e.g. the other side's after a partition heals).
+    parents_from: Mutex<Option<Arc<crate::state::Prefetched>>>,
 }
 
 impl ScheduleController {
@@ -105,7 +106,7 @@ impl ScheduleController {
             period,
             last: Mutex::new(None),
             prefetch: false,
-            parents_epoch: Mutex::new(0),
+            parents_from: Mutex::new(None),
         }
     }
 
@@ -160,10 +161,19 @@ impl ScheduleController {
             if prefetched.epoch != epoch {
                 return Ok(None); // the prefetch wakes us
             }
-            let mut done = self.parents_epoch.lock().unwrap();
-            if *done != epoch {
-                *done = epoch;
-                self.out.parents.set(prefetched.schedules.clone());
+            let mut done = self.parents_from.lock().unwrap();
+            if !done.as_ref().is_some_and(|d| Arc::ptr_eq(d, &prefetched)) {
+                let mut parents = prefetched.schedules.clone();
+                // A later addition keeps this leader's own latest schedule among the parents.
+                if let Some(own) = self.store.schedule.peek().as_ref()
+                    && own.origin == self.identity.id
+                    && !parents.iter().any(|p| p.hash == own.hash)
+                    && done.as_ref().is_some_and(|d| d.epoch == epoch)
+                {
+                    parents.push(own.clone());
+                }
+                *done = Some(prefetched.clone());
+                self.out.parents.set(parents);
             }
         }
         let mut snap = self.snapshot();
@@ -189,7 +199,13 @@ impl ScheduleController {
                 let (schedule, canonical) =
                     Schedule::encode(output.data, input.now, self.identity.id.clone());
                 let current = self.out.schedule.get();
-                if current.as_ref().as_ref().map(|s| &s.hash) != Some(&schedule.hash) {
+                // Same data from another leader's run is taken anew as well: the envelope must
+                // name this node as origin, or its followers would not fetch it from it.
+                let same = current
+                    .as_ref()
+                    .as_ref()
+                    .is_some_and(|c| c.hash == schedule.hash && c.origin == schedule.origin);
+                if !same {
                     if let Err(error) = self.persist.save(&schedule, &canonical) {
                         tracing::error!(%error, "Cannot persist the schedule; it is in force but will not survive a restart.");
                     }

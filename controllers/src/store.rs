@@ -147,6 +147,9 @@ pub struct Store {
     pub reports: Reader<Reports>,
     /// Observed: the schedules a new leader gathered for its first run.
     pub prefetched: Reader<Prefetched>,
+    /// Observed: schedules of other leaders this node held before it took a new leader's
+    /// (newest first, a few), still served so that a leader can gather them as parents.
+    pub replaced: Reader<Vec<Schedule>>,
 }
 
 /// The writers of every field; the daemon's wiring hands each to the one task that owns it.
@@ -164,6 +167,7 @@ pub struct StoreWriter {
     pub roles: Field<RolesStatus>,
     pub reports: Field<Reports>,
     pub prefetched: Field<Prefetched>,
+    pub replaced: Field<Vec<Schedule>>,
 }
 
 impl StoreWriter {
@@ -182,6 +186,7 @@ impl StoreWriter {
             roles: Field::new(RolesStatus::default()),
             reports: Field::new(Reports::default()),
             prefetched: Field::new(Prefetched::default()),
+            replaced: Field::new(Vec::new()),
         }
     }
 
@@ -199,6 +204,7 @@ impl StoreWriter {
             roles: self.roles.reader(),
             reports: self.reports.reader(),
             prefetched: self.prefetched.reader(),
+            replaced: self.replaced.reader(),
         }
     }
 }

@@ -22,8 +22,6 @@ use crate::metrics::Metrics;
 
 /// The peer list counts as stale (and elections stop) when not refreshed for this long.
 const HOSTS_FRESH: Duration = Duration::from_millis(1500);
-/// With `--allow-minority-cluster`, peers not heard from directly for this long do not count.
-const MINORITY_WINDOW: Duration = Duration::from_secs(75);
 
 /// Everything the election task needs.
 pub struct ElectionTask {
@@ -36,6 +34,8 @@ pub struct ElectionTask {
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<Metrics>,
     pub allow_minority: bool,
+    /// With `allow_minority`, peers not heard from directly for this long do not count.
+    pub minority_window: Duration,
 }
 
 impl ElectionTask {
@@ -87,7 +87,7 @@ impl ElectionTask {
             let since = self
                 .clock
                 .now_ms()
-                .saturating_sub(MINORITY_WINDOW.as_millis() as u64);
+                .saturating_sub(self.minority_window.as_millis() as u64);
             self.live.heard_since(peers.peers.keys(), since)
         } else {
             peers.peers.len()
@@ -125,7 +125,8 @@ impl ElectionTask {
             .inc();
         let now_ms = self.clock.now_ms();
         self.live.packet(&packet.from, now_ms);
-        if matches!(packet.kind, Kind::Ping) {
+        let from_leader = matches!(self.machine.state(), State::Follower { leader, .. } if *leader == packet.from);
+        if matches!(packet.kind, Kind::Ping) && from_leader {
             self.metrics
                 .leader_contact_ms
                 .store(now_ms, Ordering::Relaxed);

@@ -22,6 +22,8 @@ use crate::state_dir::StateDir;
 
 /// Schedules larger than this are refused.
 pub const MAX_SCHEDULE: usize = 64 << 20;
+/// Schedules of other leaders kept after replacing them.
+const REPLACED_KEPT: usize = 4;
 /// One fetch may take this long.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 
@@ -30,6 +32,8 @@ pub struct Fetcher {
     /// Shared with the schedule controller; written here only while following.
     pub schedule: Arc<Field<Option<Schedule>>>,
     pub prefetched: Field<Prefetched>,
+    /// Schedules of other leaders replaced here (see `Store::replaced`).
+    pub replaced: Field<Vec<Schedule>>,
     pub state_dir: StateDir,
     pub metrics: Arc<Metrics>,
     pub id: NodeId,
@@ -42,6 +46,8 @@ pub struct Fetcher {
     pub live: super::peers::Liveness,
     pub clock: Arc<dyn verwalter_controllers::ports::Clock>,
     pub client: HttpClient,
+    /// Foreign schedules that could not be fetched (not tried again while leading).
+    pub skipped: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl Fetcher {
@@ -62,7 +68,11 @@ impl Fetcher {
                     self.prefetch(state.epoch, &shutdown).await;
                     continue;
                 }
+                if self.late_parents().await {
+                    continue;
+                }
             } else if let Some(leader) = state.leader.clone().filter(|_| state.is_stable) {
+                self.skipped.lock().unwrap().clear();
                 let due = retry_at.is_none_or(|at| Instant::now() >= at);
                 if due && let Some(target) = self.wanted(&leader) {
                     match self.replicate(&leader, &target).await {
@@ -74,7 +84,7 @@ impl Fetcher {
                             failures += 1;
                             // 100 ms, doubling, at most 5 s.
                             let delay =
-                                Duration::from_millis(100 << failures.min(6).saturating_sub(1))
+                                Duration::from_millis(100 << failures.min(7).saturating_sub(1))
                                     .min(Duration::from_secs(5));
                             tracing::warn!(leader = %leader, error = %e, retry_in = ?delay, "Cannot fetch the leader's schedule.");
                             retry_at = Some(Instant::now() + delay);
@@ -118,9 +128,15 @@ impl Fetcher {
         let addr = self
             .addr_of(peer)
             .ok_or_else(|| format!("no address known for {peer}"))?;
+        // `/v1/schedule/<hash>` also finds a schedule the peer replaced a moment ago; a peer
+        // without that route (verwalter 0.13) gets the plain `/v1/schedule`.
+        let by_hash = format!("http://{addr}/v1/schedule/{}", stamp.hash);
         let url = format!("http://{addr}/v1/schedule");
         let result = async {
-            let body = self.client.get(&url, MAX_SCHEDULE, FETCH_TIMEOUT).await?;
+            let body = match self.client.get(&by_hash, MAX_SCHEDULE, FETCH_TIMEOUT).await {
+                Ok(body) => body,
+                Err(_) => self.client.get(&url, MAX_SCHEDULE, FETCH_TIMEOUT).await?,
+            };
             let schedule: Schedule =
                 serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
             schedule.verify().map_err(|e| format!("{url}: {e}"))?;
@@ -158,8 +174,58 @@ impl Fetcher {
             tracing::error!(error = %e, "Cannot persist the fetched schedule; it is in force but will not survive a restart.");
         }
         tracing::info!(hash = %schedule.hash, %leader, "Took the leader's schedule.");
+        // Another leader's schedule (a healed partition's other side) stays available to the new
+        // leader, which may not have gathered it yet.
+        if let Some(old) = self.store.schedule.peek().as_ref()
+            && old.origin != schedule.origin
+        {
+            let old = old.clone();
+            self.replaced.update(|list| {
+                list.retain(|s| s.hash != old.hash);
+                list.insert(0, old);
+                list.truncate(REPLACED_KEPT);
+            });
+        }
         self.schedule.set(Some(schedule));
         Ok(())
+    }
+
+    /// While leading: a peer reporting a schedule made by another node that is neither this
+    /// node's nor among the parents already (the other side of a healed partition, whose leader
+    /// followed this one without a new election) is fetched and added to the parents, so the next
+    /// scheduler run merges it. Returns whether it added one.
+    async fn late_parents(&self) -> bool {
+        let prefetched = self.prefetched.get();
+        let own = self
+            .store
+            .schedule
+            .peek()
+            .as_ref()
+            .as_ref()
+            .map(|s| s.hash.clone());
+        let foreign = self.store.reports.peek().iter().find_map(|(peer, report)| {
+            let stamp = report.schedule.as_ref()?;
+            let known = Some(&stamp.hash) == own.as_ref()
+                || prefetched.schedules.iter().any(|s| s.hash == stamp.hash)
+                || self.skipped.lock().unwrap().contains(&stamp.hash);
+            (stamp.origin != self.id && !known).then(|| (peer.clone(), stamp.clone()))
+        });
+        let Some((peer, stamp)) = foreign else {
+            return false;
+        };
+        match self.fetch(&peer, &stamp).await {
+            Ok(schedule) => {
+                tracing::info!(hash = %schedule.hash, origin = %schedule.origin, "A peer holds another leader's schedule; adding it to the parents.");
+                let mut next = (*prefetched).clone();
+                next.schedules.push(schedule);
+                self.prefetched.set(next);
+            }
+            Err(e) => {
+                tracing::warn!(%peer, error = %e, "Cannot fetch a peer's schedule for the parents.");
+                self.skipped.lock().unwrap().insert(stamp.hash);
+            }
+        }
+        true
     }
 
     /// Gathers the schedules peers report for leadership `epoch` (see the module docs).

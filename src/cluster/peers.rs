@@ -225,6 +225,11 @@ pub async fn run_static(
     shutdown: CancellationToken,
 ) {
     let now = clock.now_ms();
+    // A static list has no gossip saying who is alive; every listed peer counts as heard at
+    // start, so that in minority mode a starting node does not lead alone before any packet.
+    for peer in &peers {
+        live.heard(&peer.id, now);
+    }
     let peers = peers
         .into_iter()
         .map(|p| {

@@ -211,6 +211,23 @@ pub async fn schedule(State(state): State<AppState>) -> Result<Response, ApiErro
     }
 }
 
+/// `/v1/schedule/<hash>`: the schedule in force if it has that hash, or one of other leaders
+/// this node replaced lately (so a new leader can still gather it as a parent); else 404.
+pub async fn schedule_by_hash(
+    State(state): State<AppState>,
+    axum::extract::Path(hash): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    let current = state.store.schedule.peek();
+    if let Some(schedule) = current.as_ref().as_ref().filter(|s| s.hash == hash) {
+        return Ok(Json(schedule).into_response());
+    }
+    let replaced = state.store.replaced.peek();
+    match replaced.iter().find(|s| s.hash == hash) {
+        Some(schedule) => Ok(Json(schedule).into_response()),
+        None => Err(ApiError::NotFound(format!("no schedule {hash} here"))),
+    }
+}
+
 pub async fn scheduler_input(State(state): State<AppState>) -> Result<Response, ApiError> {
     let status = state.store.scheduler.peek();
     match &status.last_input {

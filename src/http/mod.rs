@@ -65,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         app = with_formats(app, name, route);
     }
     app.route("/metrics", get(api::metrics))
+        .route("/v1/schedule/{hash}", get(api::schedule_by_hash))
         .route(
             "/v1/leader-redirect-by-node-name",
             get(api::leader_redirect),

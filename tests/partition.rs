@@ -1,0 +1,377 @@
+//! Network partitions between real processes. Five nodes on 127.0.0.1–5 reach each other only
+//! through forwarding proxies the test runs, one per direction and pair (node i reaches node j
+//! at 127.0.(10+i).j, UDP and TCP, same port), so the test can cut and heal any link. Peers come
+//! from a static list in each node's settings file.
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::util::*;
+
+const N: usize = 5;
+const SOON: Duration = Duration::from_secs(30);
+
+fn id(n: usize) -> String {
+    format!("77985419c732412ea38b94db{n:08}")
+}
+
+fn proxy_ip(from: usize, to: usize) -> String {
+    format!("127.0.{}.{to}", 10 + from)
+}
+
+/// A direction between two nodes: (from, to).
+type Link = (usize, usize);
+
+/// The links and which of them are cut.
+#[derive(Clone, Default)]
+struct Net {
+    cut: Arc<Mutex<BTreeSet<Link>>>,
+    /// Open proxied TCP connections per link, shut down when the link is cut.
+    open: Arc<Mutex<Vec<(Link, TcpStream)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Net {
+    fn is_cut(&self, link: Link) -> bool {
+        self.cut.lock().unwrap().contains(&link)
+    }
+
+    /// Cuts every link between `a` and `b` (both directions).
+    fn split(&self, a: &[usize], b: &[usize]) {
+        let mut cut = self.cut.lock().unwrap();
+        for &i in a {
+            for &j in b {
+                cut.insert((i, j));
+                cut.insert((j, i));
+            }
+        }
+        drop(cut);
+        let mut open = self.open.lock().unwrap();
+        open.retain(|(link, stream)| {
+            if self.is_cut(*link) {
+                let _ = stream.shutdown(Shutdown::Both);
+                false
+            } else {
+                true
+            }
+        });
+    }
+
+    fn heal(&self) {
+        self.cut.lock().unwrap().clear();
+    }
+
+    /// Starts the proxies of link `from` → `to`.
+    fn link(&self, from: usize, to: usize, port: u16) {
+        let target = format!("127.0.0.{to}:{port}");
+        let udp = UdpSocket::bind((proxy_ip(from, to).as_str(), port)).unwrap();
+        udp.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let net = self.clone();
+        let udp_target = target.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !net.stop.load(Ordering::Relaxed) {
+                if let Ok((n, _)) = udp.recv_from(&mut buf)
+                    && !net.is_cut((from, to))
+                {
+                    let _ = udp.send_to(&buf[..n], &udp_target);
+                }
+            }
+        });
+        let tcp = TcpListener::bind((proxy_ip(from, to).as_str(), port)).unwrap();
+        tcp.set_nonblocking(true).unwrap();
+        let net = self.clone();
+        std::thread::spawn(move || {
+            while !net.stop.load(Ordering::Relaxed) {
+                let Ok((client, _)) = tcp.accept() else {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                };
+                if net.is_cut((from, to)) {
+                    continue; // dropped: the client sees the connection closed
+                }
+                let _ = client.set_nonblocking(false);
+                let Ok(server) = TcpStream::connect(&target) else {
+                    continue;
+                };
+                let mut open = net.open.lock().unwrap();
+                open.push(((from, to), client.try_clone().unwrap()));
+                open.push(((from, to), server.try_clone().unwrap()));
+                drop(open);
+                for (mut a, mut b) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let mut buf = [0u8; 16384];
+                        while let Ok(n) = a.read(&mut buf) {
+                            if n == 0 || b.write_all(&buf[..n]).is_err() {
+                                break;
+                            }
+                        }
+                        let _ = b.shutdown(Shutdown::Write);
+                    });
+                }
+            }
+        });
+    }
+}
+
+struct Node {
+    n: usize,
+    port: u16,
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    fn start(n: usize, dir: &Path, port: u16, minority: bool) -> Node {
+        let config = dir.join(format!("config{n}"));
+        copy_tree(&example("minimal"), &config);
+        let storage = dir.join(format!("storage{n}"));
+        let peers: String = (1..=N)
+            .filter(|&j| j != n)
+            .map(|j| {
+                format!(
+                    "- {{id: {}, addr: \"{}:{port}\", hostname: node{j}}}\n",
+                    id(j),
+                    proxy_ip(n, j)
+                )
+            })
+            .collect();
+        let settings = dir.join(format!("settings{n}.yaml"));
+        std::fs::write(
+            &settings,
+            format!(
+                "peers:\n{peers}allow-minority-cluster: {minority}\n\
+                 election:\n  minority-window-ms: 1500\n"
+            ),
+        )
+        .unwrap();
+        let log = dir.join(format!("node{n}.log"));
+        let child = Command::new(BIN)
+            .args(["run", "--hostname", &format!("node{n}")])
+            .args([
+                "--host",
+                &format!("127.0.0.{n}"),
+                "--port",
+                &port.to_string(),
+            ])
+            .args(["--override-machine-id", &id(n)])
+            .arg("--config-dir")
+            .arg(&config)
+            .arg("--storage-dir")
+            .arg(&storage)
+            .arg("--log-dir")
+            .arg(storage.join("log"))
+            .arg("--settings")
+            .arg(&settings)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        Node {
+            n,
+            port,
+            child,
+            log,
+        }
+    }
+
+    fn json(&self, path: &str) -> Option<Value> {
+        let mut s = TcpStream::connect((format!("127.0.0.{}", self.n).as_str(), self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
+        let mut text = String::new();
+        s.read_to_string(&mut text).ok()?;
+        let (head, body) = text.split_once("\r\n\r\n")?;
+        head.contains(" 200 ")
+            .then(|| serde_json::from_str(body).ok())
+            .flatten()
+    }
+
+    fn is_leader(&self) -> bool {
+        self.json("/v1/status")
+            .is_some_and(|s| s["election_state"]["is_leader"] == true)
+    }
+}
+
+struct Site {
+    tmp: tempfile::TempDir,
+    net: Net,
+    nodes: Vec<Node>,
+}
+
+impl Drop for Site {
+    fn drop(&mut self) {
+        self.net.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Site {
+    fn start(minority: bool) -> Site {
+        let tmp = tempfile::tempdir().unwrap();
+        let port = free_port();
+        let net = Net::default();
+        for i in 1..=N {
+            for j in 1..=N {
+                if i != j {
+                    net.link(i, j, port);
+                }
+            }
+        }
+        let nodes = (1..=N)
+            .map(|n| Node::start(n, tmp.path(), port, minority))
+            .collect();
+        Site { tmp, net, nodes }
+    }
+
+    fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                format!(
+                    "=== node{} ===\n{}",
+                    n.n,
+                    std::fs::read_to_string(&n.log).unwrap_or_default()
+                )
+            })
+            .collect()
+    }
+
+    /// Waits until exactly one node of `side` (node numbers) leads and every node of `side`
+    /// holds a schedule it made; returns the leader's number.
+    fn converged(&self, side: &[usize]) -> usize {
+        wait_for(SOON, || {
+            let nodes: Vec<&Node> = self.nodes.iter().filter(|n| side.contains(&n.n)).collect();
+            let leaders: Vec<usize> = nodes
+                .iter()
+                .filter(|n| n.is_leader())
+                .map(|n| n.n)
+                .collect();
+            let [leader] = leaders[..] else { return None };
+            let origins: BTreeSet<String> = nodes
+                .iter()
+                .map(|n| Some(n.json("/v1/schedule")?["origin"].as_str()?.to_string()))
+                .collect::<Option<_>>()?;
+            (origins == BTreeSet::from([id(leader)])).then_some(leader)
+        })
+        .unwrap_or_else(|| panic!("side {side:?} did not converge:\n{}", self.logs()))
+    }
+}
+
+#[test]
+fn a_minority_side_does_not_elect_without_minority_mode() {
+    let site = Site::start(false);
+    let all: Vec<usize> = (1..=N).collect();
+    let leader = site.converged(&all);
+    let minority: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&n| n != leader)
+        .take(2)
+        .collect();
+    let majority: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|n| !minority.contains(n))
+        .collect();
+    site.net.split(&majority, &minority);
+    // Well past the minority's leader timeouts and several election rounds.
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(200));
+        for n in &minority {
+            assert!(
+                !site.nodes[n - 1].is_leader(),
+                "node{n} of the minority leads:\n{}",
+                site.logs()
+            );
+        }
+    }
+    assert_eq!(
+        site.converged(&majority),
+        leader,
+        "the majority keeps its leader"
+    );
+    site.net.heal();
+    let healed = site.converged(&all);
+    assert!(site.nodes[healed - 1].is_leader());
+}
+
+#[test]
+fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
+    let site = Site::start(true);
+    let all: Vec<usize> = (1..=N).collect();
+    let leader = site.converged(&all);
+    let minority: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|&n| n != leader)
+        .take(2)
+        .collect();
+    let majority: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|n| !minority.contains(n))
+        .collect();
+    site.net.split(&majority, &minority);
+    let other = site.converged(&minority);
+    assert_eq!(site.converged(&majority), leader);
+    assert_ne!(other, leader);
+    // Each side moves on: its leader gets a new runtime version and schedules it.
+    for (side_leader, version) in [(leader, "v8"), (other, "v9")] {
+        let file = site
+            .tmp
+            .path()
+            .join(format!("config{side_leader}/runtime/web/{version}.yaml"));
+        std::fs::write(file, "image: web\ninstances: 1\n").unwrap();
+        wait_for(SOON, || {
+            let schedule = site.nodes[side_leader - 1].json("/v1/schedule")?;
+            (schedule["data"]["roles"]["web"]["version"] == version).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "node{side_leader} did not schedule {version}:\n{}",
+                site.logs()
+            )
+        });
+    }
+
+    site.net.heal();
+    let healed = site.converged(&all);
+    // The healed leader's scheduler got both sides' last schedules as parents: each made by
+    // its side's leader (the example puts the leader's host name under `nodes`).
+    let parents_hosts = wait_for(SOON, || {
+        let input = site.nodes[healed - 1].json("/v1/scheduler_input")?;
+        let hosts: BTreeSet<String> = input["parents"]
+            .as_array()?
+            .iter()
+            .filter_map(|p| p["nodes"].as_object())
+            .flat_map(|nodes| nodes.keys().cloned())
+            .collect();
+        (hosts.contains(&format!("node{leader}")) && hosts.contains(&format!("node{other}")))
+            .then_some(hosts)
+    });
+    assert!(
+        parents_hosts.is_some(),
+        "parents of node{healed} lack a side (leaders node{leader} and node{other}):\n{}",
+        site.logs()
+    );
+}
