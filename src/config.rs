@@ -306,11 +306,13 @@ impl Config {
         };
         let el = &file.election;
         let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
+        let defaults = verwalter_controllers::election::machine::Timings::default();
+        let or = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
         let timings = verwalter_controllers::election::machine::Timings {
-            start_timeout: ms(el.start_timeout_ms, 1000),
-            message_timeout_min: ms(el.leader_timeout_min_ms, 750),
-            message_timeout_max: ms(el.leader_timeout_max_ms, 1250),
-            heartbeat: ms(el.heartbeat_ms, 250),
+            start_timeout: or(el.start_timeout_ms, defaults.start_timeout),
+            message_timeout_min: or(el.leader_timeout_min_ms, defaults.message_timeout_min),
+            message_timeout_max: or(el.leader_timeout_max_ms, defaults.message_timeout_max),
+            heartbeat: or(el.heartbeat_ms, defaults.heartbeat),
         };
         if file.election.minority_window_ms == Some(0) {
             problems.push("election.minority-window-ms: must be above 0".into());

@@ -110,6 +110,27 @@ mod tests {
     }
 
     #[test]
+    fn an_envelope_written_by_verwalter_0_13_verifies() {
+        // The envelope as 0.13 stores and serves it: `data` pretty or not, keys in any order;
+        // the hash is SHA-1 of the compact key-sorted `data`:
+        // `printf '%s' '{"nodes":{"alpha":{"roles":{"web":{"instances":2}}}},"roles":{"web":{"version":"v2"}},"vars":{"cluster":"demo","ratio":0.5}}' | sha1sum`
+        let text = r#"{"timestamp": 1533912709990,
+            "hash": "cf2dc3c5348b61831c976747fcb351362d2bdae8",
+            "data": {"vars": {"ratio": 0.5, "cluster": "demo"},
+                     "roles": {"web": {"version": "v2"}},
+                     "nodes": {"alpha": {"roles": {"web": {"instances": 2}}}}},
+            "origin": "77985419c732412ea38b94db00000001"}"#;
+        let schedule: crate::state::Schedule = serde_json::from_str(text).unwrap();
+        schedule.verify().unwrap();
+        let mut tampered = schedule.clone();
+        std::sync::Arc::make_mut(&mut tampered.data)["vars"]["ratio"] = json!(0.25);
+        assert!(
+            tampered.verify().is_err(),
+            "a changed value no longer verifies"
+        );
+    }
+
+    #[test]
     fn empty_schedule_hash() {
         // SHA-1 of the two bytes `{}`.
         assert_eq!(

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use crate::state::NodeId;
 
-/// Election timings. The defaults are verwalter 0.13's.
+/// Election timings. The defaults are the daemon's (docs/clustering.md says why); verwalter 0.13
+/// used a 500 ms heartbeat, 1.6–4 s message timeouts and a 5 s start timeout ([`Timings::v0_13`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Timings {
     /// Fixed part of the wait before a starting node nominates itself.
@@ -26,6 +27,18 @@ pub struct Timings {
 
 impl Default for Timings {
     fn default() -> Self {
+        Timings {
+            start_timeout: Duration::from_millis(1000),
+            message_timeout_min: Duration::from_millis(750),
+            message_timeout_max: Duration::from_millis(1250),
+            heartbeat: Duration::from_millis(250),
+        }
+    }
+}
+
+impl Timings {
+    /// verwalter 0.13's timings.
+    pub fn v0_13() -> Timings {
         Timings {
             start_timeout: Duration::from_millis(5000),
             message_timeout_min: Duration::from_millis(1600),

@@ -6,7 +6,7 @@ const ME: &str = "e0beef0000000000000000000000000a";
 const PEER: &str = "e0beef0000000000000000000000000b";
 
 fn machine(now: Instant) -> Machine {
-    Machine::new(ME.into(), now, Timings::default(), 1)
+    Machine::new(ME.into(), now, Timings::v0_13(), 1)
 }
 
 fn ms(n: u64) -> Duration {
