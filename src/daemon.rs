@@ -18,6 +18,7 @@ use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
 
+use crate::actions::ActionQueue;
 use crate::backups;
 use crate::cluster::client::HttpClient;
 use crate::cluster::election::ElectionTask;
@@ -275,12 +276,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             .observer(metrics.clone())
             .run(shutdown.clone()),
     );
+    let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(
         store.clone(),
         config.hostname.clone(),
         render,
         Arc::new(Sweep {
-            logs,
+            logs: logs.clone(),
             state_dir: state_dir.clone(),
         }),
     ));
@@ -291,8 +293,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             .run(shutdown.clone()),
     );
 
+    let action_queue = ActionQueue::new(
+        actions,
+        store.clone(),
+        config.storage_dir.join("actions.json"),
+    );
+    tasks.spawn(action_queue.clone().run(shutdown.clone()));
     let app = http::router(AppState {
         store,
+        actions: action_queue,
+        logs: Some(audit_log),
         force_render: Arc::new(force_render),
         metrics,
         node: Arc::new(NodeInfo {
@@ -307,6 +317,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     tracing::info!(%addr, config_dir = %config.config_dir.display(), id = %config.machine_id, "Listening.");
     let server_shutdown = shutdown.clone();
     tasks.spawn(async move {
+        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
         if let Err(error) = axum::serve(listener, app)
             .with_graceful_shutdown(server_shutdown.cancelled_owned())
             .await
@@ -316,7 +327,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     });
 
     // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.
-    let _keep = (actions, keep_unused);
+    let _keep = keep_unused;
     while tasks.join_next().await.is_some() {}
     Ok(())
 }

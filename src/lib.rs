@@ -2,6 +2,7 @@
 //!
 //! This crate holds the adapters that touch the world and the binary; the decisions live in
 //! `verwalter-controllers`. A tour:
+//! - [`actions`]: the leader's queue of operator actions.
 //! - [`allocator`]: glibc malloc tuning for the Lua VM.
 //! - [`config`]: daemon settings from the command line and an optional settings file.
 //! - [`inputs`]: reads `/etc/verwalter` (runtime tree, scheduler sources) and watches it.
@@ -16,6 +17,7 @@
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
 
+pub mod actions;
 pub mod allocator;
 pub mod apply;
 pub mod backups;

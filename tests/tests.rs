@@ -1,6 +1,8 @@
 //! Integration tests: the built `verwalter` binary, run the way users run it.
 //!
 //! Index:
+//! - `actions`: the action API on a single node: answers, 204, request errors, the audit line,
+//!   pending actions across a restart.
 //! - `cli`: `verwalter check`, `verwalter schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
 //!   schedule everywhere, failover after SIGKILL of the leader.
@@ -16,6 +18,7 @@
 
 mod util;
 
+mod actions;
 mod cli;
 mod cluster;
 mod daemon;

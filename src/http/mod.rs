@@ -4,6 +4,7 @@
 //! a socket. Every `/v1/<name>` route also answers as `/v1/<name>.json` (the same) and
 //! `/v1/<name>.pretty` (indented JSON).
 
+mod actions;
 mod api;
 mod error;
 
@@ -38,6 +39,10 @@ pub struct NodeInfo {
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub store: Store,
+    /// The leader's pending operator actions.
+    pub actions: Arc<crate::actions::ActionQueue>,
+    /// The deployment log, for the audit line of each action (absent in some tests).
+    pub logs: Option<Arc<crate::logs::LogDir>>,
     /// `POST /v1/force_render_all` bumps it.
     pub force_render: Arc<Field<u64>>,
     pub metrics: Arc<Metrics>,
@@ -61,11 +66,18 @@ pub fn router(state: AppState) -> Router {
         // POST only: 0.13 took any method, but a GET that re-renders everything is one
         // prefetching browser away from an accident.
         ("force_render_all", post(api::force_render_all)),
+        ("action", post(actions::action)),
+        ("wait_action", post(actions::wait_action)),
+        ("pending_actions", get(actions::pending_actions)),
     ] {
         app = with_formats(app, name, route);
     }
     app.route("/metrics", get(api::metrics))
         .route("/v1/schedule/{hash}", get(api::schedule_by_hash))
+        .route(
+            "/v1/action_is_pending/{id}",
+            get(actions::action_is_pending),
+        )
         .route(
             "/v1/leader-redirect-by-node-name",
             get(api::leader_redirect),

@@ -16,6 +16,12 @@ fn app(writer: &StoreWriter) -> Router {
     router(AppState {
         store: writer.store(),
         force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
+        actions: crate::actions::ActionQueue::new(
+            verwalter_controllers::store::Field::new(Default::default()),
+            writer.store(),
+            std::env::temp_dir().join("verwalter-http-tests-actions.json"),
+        ),
+        logs: None,
         metrics: Arc::new(Metrics::new()),
         node: Arc::new(NodeInfo {
             id: "77985419c732412ea38b94db00000001".into(),

@@ -201,6 +201,21 @@ impl LogDir {
         }
     }
 
+    /// Appends an audit line (an operator action received) to the global log.
+    pub fn audit(&self, text: &str) {
+        let line = format!("{} audit: {text}\n", rfc3339(SystemTime::now()));
+        let mut files = self.files.lock().unwrap();
+        let dir = self.dir.join(".global");
+        if let Err(e) = write_segment(
+            &mut files.global,
+            &dir,
+            self.limits.segment_size,
+            line.as_bytes(),
+        ) {
+            tracing::error!(error = %e, "Cannot write the audit line.");
+        }
+    }
+
     /// Appends change lines (`<time>: <hash8>: <change>`) and indexes them.
     pub fn changes(&self, deployment_id: &str, schedule_hash: &str, changes: &[String]) {
         if changes.is_empty() {

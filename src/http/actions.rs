@@ -1,0 +1,138 @@
+//! The action API: `POST /v1/action`, `POST /v1/wait_action`, `GET /v1/pending_actions`,
+//! `GET /v1/action_is_pending/<id>` (verwalter 0.13's routes and shapes).
+//!
+//! Requests must be `Content-Type: application/json` (a `charset` parameter is fine) with a body
+//! of at most 64 KiB; errors are JSON. On a follower, actions are refused with 503 and the
+//! leader's address in the body, so a script can retry there (or use
+//! `/v1/leader-redirect-by-node-name/v1/action`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::api::build_status;
+use crate::actions::{Outcome, RegisterError};
+
+/// Largest action body accepted.
+pub const BODY_LIMIT: usize = 64 << 10;
+/// How long `/v1/wait_action` waits for a schedule that consumes the action.
+pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, Json(json!({"error": message.into()}))).into_response()
+}
+
+/// The JSON body of an action request, or the error response.
+async fn read_action(state: &AppState, request: Request) -> Result<(u64, Value), Response> {
+    let json_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let media = v.split(';').next().unwrap_or("").trim();
+            media.eq_ignore_ascii_case("application/json")
+        });
+    if !json_type {
+        return Err(error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the action as Content-Type: application/json",
+        ));
+    }
+    let source = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
+    let bytes = axum::body::to_bytes(request.into_body(), BODY_LIMIT)
+        .await
+        .map_err(|_| {
+            error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("an action body is at most {BODY_LIMIT} bytes"),
+            )
+        })?;
+    let action: Value = serde_json::from_slice(&bytes).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            format!("the body is not JSON: {e}"),
+        )
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let id = state
+        .actions
+        .register(now, action.clone())
+        .map_err(|e| match e {
+            RegisterError::NotLeader => {
+                let status = build_status(state);
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({"error": e.to_string(), "leader": status.leader})),
+                )
+                    .into_response()
+            }
+            RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
+        })?;
+    if let Some(logs) = &state.logs {
+        logs.audit(&format!("action {id} from {source}: {action}"));
+    }
+    tracing::info!(id, %source, "Action registered.");
+    Ok((id, action))
+}
+
+pub async fn action(State(state): State<AppState>, request: Request) -> Response {
+    match read_action(&state, request).await {
+        Ok((id, _)) => Json(json!({"registered": id})).into_response(),
+        Err(response) => response,
+    }
+}
+
+pub async fn wait_action(State(state): State<AppState>, request: Request) -> Response {
+    let id = match read_action(&state, request).await {
+        Ok((id, _)) => id,
+        Err(response) => return response,
+    };
+    match tokio::time::timeout(WAIT_LIMIT, state.actions.wait(id)).await {
+        Ok(Ok(Outcome::Reply(value))) => Json(value).into_response(),
+        Ok(Ok(Outcome::NoReply)) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Ok(Outcome::LeadershipLost)) | Ok(Err(_)) => error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("action {id}: this node stopped leading before a schedule took it"),
+        ),
+        Err(_) => error(
+            StatusCode::GATEWAY_TIMEOUT,
+            format!(
+                "action {id}: no schedule took it within {} s (it stays pending)",
+                WAIT_LIMIT.as_secs()
+            ),
+        ),
+    }
+}
+
+pub async fn pending_actions(State(state): State<AppState>) -> Json<Value> {
+    let actions = state.store.actions.peek();
+    Json(Value::Object(
+        actions
+            .iter()
+            .map(|(id, a)| (id.to_string(), a.clone()))
+            .collect(),
+    ))
+}
+
+pub async fn action_is_pending(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+    match id.parse::<u64>() {
+        Ok(id) => {
+            Json(json!({"pending": state.store.actions.peek().contains_key(&id)})).into_response()
+        }
+        Err(_) => error(
+            StatusCode::BAD_REQUEST,
+            format!("{id:?} is not an action id"),
+        ),
+    }
+}

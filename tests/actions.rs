@@ -1,0 +1,149 @@
+//! The action API against the built daemon (a single node, so it leads): registering, waiting
+//! for the scheduler's answer, request errors, the audit line, and pending actions surviving a
+//! restart.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+
+const SOON: Duration = Duration::from_secs(15);
+
+/// Answers every action whose `button.reply` is true with `{"echo": button}`.
+const SCHEDULER: &str = r#"
+return {scheduler = function(state)
+  local replies = {}
+  for id, action in pairs(state.actions) do
+    if action.button and action.button.reply then replies[id] = {echo = action.button} end
+  end
+  return {actions = replies, nodes = {}}, "ok"
+end}
+"#;
+
+fn post(port: u16, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(70))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.0\r\nHost: verwalter\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.to_string())
+}
+
+fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    std::fs::create_dir_all(config.join("scheduler/v1")).unwrap();
+    std::fs::create_dir_all(config.join("runtime")).unwrap();
+    std::fs::write(config.join("scheduler/v1/main.lua"), SCHEDULER).unwrap();
+    let storage = tmp.path().join("storage");
+    (tmp, config, storage)
+}
+
+#[test]
+fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
+    let (_tmp, config, storage) = site();
+    let daemon = Daemon::start(&config, &storage, free_port());
+    wait_for(SOON, || daemon.json("/v1/schedule")).expect("a first schedule");
+    let port = daemon.port;
+
+    // wait_action returns the scheduler's answer, or 204 without one.
+    let (code, body) = post(
+        port,
+        "/v1/wait_action",
+        "application/json; charset=utf-8",
+        br#"{"button": {"reply": true, "role": "web"}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let reply: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(reply, json!({"echo": {"reply": true, "role": "web"}}));
+    let (code, body) = post(
+        port,
+        "/v1/wait_action",
+        "application/json",
+        br#"{"button": {}}"#,
+    );
+    assert_eq!(code, 204, "{body}");
+
+    // action registers and returns the id; the scheduler consumes it soon.
+    let (code, body) = post(
+        port,
+        "/v1/action",
+        "application/json",
+        br#"{"button": {"x": 1}}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let id = serde_json::from_str::<Value>(&body).unwrap()["registered"]
+        .as_u64()
+        .unwrap();
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        id / 1000 <= now_s && id / 1000 + 5 >= now_s,
+        "id {id} is seconds*1000+n"
+    );
+    wait_for(SOON, || {
+        let pending = daemon.json(&format!("/v1/action_is_pending/{id}"))?;
+        (pending["pending"] == false).then_some(())
+    })
+    .expect("the action was consumed");
+
+    // Request errors are JSON with a clear status.
+    let (code, body) = post(port, "/v1/action", "text/plain", b"{}");
+    assert_eq!(code, 415, "{body}");
+    assert!(body.contains("application/json"));
+    let (code, body) = post(port, "/v1/action", "application/json", b"{not json");
+    assert_eq!(code, 400, "{body}");
+    let big = format!("{{\"x\": \"{}\"}}", "a".repeat(70_000));
+    let (code, _) = post(port, "/v1/action", "application/json", big.as_bytes());
+    assert_eq!(code, 413);
+    let (code, _) = daemon.get("/v1/action_is_pending/abc").unwrap();
+    assert_eq!(code, 400);
+
+    // Every action received leaves an audit line with its source and body.
+    let global = std::fs::read_to_string(storage.join("log/.global/latest")).unwrap();
+    assert!(
+        global.contains(&format!("audit: action {id} from 127.0.0.1:")),
+        "{global}"
+    );
+    assert!(global.contains(r#"{"button":{"x":1}}"#), "{global}");
+
+    // With the scheduler broken, an action stays pending, and a restart keeps it.
+    std::fs::write(
+        config.join("scheduler/v1/main.lua"),
+        "return {scheduler = function() error('broken') end}\n",
+    )
+    .unwrap();
+    wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["errors"].get("scheduler").map(|_| ())
+    })
+    .expect("the broken scheduler is seen");
+    let (code, body) = post(port, "/v1/action", "application/json", br#"{"keep": "me"}"#);
+    assert_eq!(code, 200, "{body}");
+    let kept = serde_json::from_str::<Value>(&body).unwrap()["registered"]
+        .as_u64()
+        .unwrap();
+    assert!(daemon.json("/v1/pending_actions").unwrap()[kept.to_string()].is_object());
+    drop(daemon);
+    let daemon = Daemon::start(&config, &storage, free_port());
+    let pending = wait_for(SOON, || daemon.json("/v1/pending_actions"))
+        .expect("the daemon answers after the restart");
+    assert_eq!(pending[kept.to_string()], json!({"keep": "me"}));
+}
