@@ -74,21 +74,6 @@ impl Drop for Node {
     }
 }
 
-/// HTTP/1.0 GET to `host:port`.
-fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect((host, port)).ok()?;
-    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: verwalter\r\n\r\n").ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    Some((
-        head.split_whitespace().nth(1)?.parse().ok()?,
-        body.to_string(),
-    ))
-}
-
 /// Status code and lower-cased head of a GET.
 fn http_head_at(host: &str, port: u16, path: &str) -> (u16, String) {
     use std::io::{Read, Write};

@@ -196,15 +196,8 @@ impl Node {
     }
 
     fn json(&self, path: &str) -> Option<Value> {
-        let mut s = TcpStream::connect((format!("127.0.0.{}", self.n).as_str(), self.port)).ok()?;
-        s.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
-        write!(s, "GET {path} HTTP/1.0\r\n\r\n").ok()?;
-        let mut text = String::new();
-        s.read_to_string(&mut text).ok()?;
-        let (head, body) = text.split_once("\r\n\r\n")?;
-        head.contains(" 200 ")
-            .then(|| serde_json::from_str(body).ok())
-            .flatten()
+        let (code, body) = http_get_at(&format!("127.0.0.{}", self.n), self.port, path)?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
     fn is_leader(&self) -> bool {

@@ -139,7 +139,12 @@ impl Drop for Daemon {
 
 /// HTTP/1.0 GET on 127.0.0.1; `None` when nothing answers.
 pub fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+    http_get_at("127.0.0.1", port, path)
+}
+
+/// HTTP/1.0 GET on `host:port`; `None` when nothing answers.
+pub fn http_get_at(host: &str, port: u16, path: &str) -> Option<(u16, String)> {
+    let mut stream = TcpStream::connect((host, port)).ok()?;
     stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
     write!(stream, "GET {path} HTTP/1.0\r\nHost: verwalter\r\n\r\n").ok()?;
     let mut response = String::new();
