@@ -240,6 +240,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             source,
         })?;
     let log_dirs = render::read_log_dirs(&config.config_dir).map_err(StartError::Sandbox)?;
+    let log_dirs_for_http = log_dirs.clone();
     let applier = Applier::new(
         ApplierConfig {
             config_dir: config.config_dir.clone(),
@@ -303,6 +304,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         store,
         actions: action_queue,
         logs: Some(audit_log),
+        log_dirs: Arc::new(log_dirs_for_http),
+        backups_dir: state_dir.backups_dir(),
         force_render: Arc::new(force_render),
         metrics,
         node: Arc::new(NodeInfo {

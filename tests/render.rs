@@ -391,3 +391,77 @@ fn a_reader_never_sees_a_partial_or_missing_file_during_renders() {
     let text = std::fs::read_to_string(&path).unwrap();
     assert!(text.contains("value: 15"));
 }
+
+/// GET with extra header lines; status, lower-cased head and body.
+fn get_with(port: u16, path: &str, headers: &str) -> (u16, String, Vec<u8>) {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: verwalter\r\n{headers}\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (code, head, raw[split + 4..].to_vec())
+}
+
+#[test]
+fn logs_and_backups_are_served_with_ranges_and_no_way_out() {
+    let site = Site::start();
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 1}}),
+    );
+    site.wait_calls(1);
+    let port = site.daemon.port;
+
+    // The index, whole and by range; 0.13's UI reads its tail with `Range: bytes=-N`.
+    let (code, _, whole) = get_with(port, "/v1/log/index/latest", "");
+    assert_eq!(code, 200);
+    let text = String::from_utf8(whole.clone()).unwrap();
+    assert!(text.contains("\"RoleStart\""), "{text}");
+    let (code, head, tail) = get_with(port, "/v1/log/index/latest", "Range: bytes=-20\r\n");
+    assert_eq!(code, 206, "{head}");
+    assert_eq!(tail, whole[whole.len() - 20..]);
+    assert!(head.contains("content-range: bytes"), "{head}");
+    let (code, _, role) = get_with(port, "/v1/log/role/web/latest", "");
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&role).contains("result: ok"));
+    let (code, _, global) = get_with(port, "/v1/log/global/latest", "");
+    assert_eq!(code, 200);
+    assert!(String::from_utf8_lossy(&global).contains("DeploymentStart"));
+
+    // No way out: `..`, encoded or not, unsafe role names, symlinks leading out.
+    for path in [
+        "/v1/log/index/..%2F..%2Fschedule%2Fschedule.json",
+        "/v1/log/role/..%2F.index/latest",
+        "/v1/log/role/web/..%2F..%2Fstorage.log",
+        "/v1/log/nope/latest",
+    ] {
+        let (code, _, _) = get_with(port, path, "");
+        assert_eq!(code, 404, "{path}");
+    }
+    std::os::unix::fs::symlink("/etc/passwd", site.log_dir.join(".global/escape")).unwrap();
+    let (code, _, body) = get_with(port, "/v1/log/global/escape", "");
+    assert_eq!(code, 403, "{}", String::from_utf8_lossy(&body));
+    let (code, _, _) = get_with(port, "/v1/log/external/unknown/x.log", "");
+    assert_eq!(code, 403);
+
+    // Backups: listed, and each one a gzip of the schedule.
+    let names: Vec<String> = wait_for(SOON, || {
+        let list: Vec<String> = serde_json::from_value(site.daemon.json("/v1/backups")?).ok()?;
+        (list.len() == 3).then_some(list)
+    })
+    .expect("hourly, daily and weekly backups");
+    let daily = names.iter().find(|n| n.starts_with("daily-")).unwrap();
+    let (code, head, body) = get_with(port, &format!("/v1/backup/{daily}"), "");
+    assert_eq!(code, 200);
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    assert!(head.contains("content-type: application/json"), "{head}");
+    assert_eq!(&body[..2], &[0x1f, 0x8b], "gzip magic");
+    let (code, _, _) = get_with(port, "/v1/backup/..", "");
+    assert_eq!(code, 404);
+}

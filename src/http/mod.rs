@@ -7,6 +7,7 @@
 mod actions;
 mod api;
 mod error;
+mod files;
 
 use std::sync::Arc;
 
@@ -41,8 +42,13 @@ pub struct AppState {
     pub store: Store,
     /// The leader's pending operator actions.
     pub actions: Arc<crate::actions::ActionQueue>,
-    /// The deployment log, for the audit line of each action (absent in some tests).
+    /// The deployment log: served under `/v1/log/`, and the audit line of each action (absent in
+    /// some tests).
     pub logs: Option<Arc<crate::logs::LogDir>>,
+    /// `sandbox/*.yaml` `log-dirs`, served under `/v1/log/external/`.
+    pub log_dirs: Arc<std::collections::BTreeMap<String, std::path::PathBuf>>,
+    /// `<storage>/backups`.
+    pub backups_dir: std::path::PathBuf,
     /// `POST /v1/force_render_all` bumps it.
     pub force_render: Arc<Field<u64>>,
     pub metrics: Arc<Metrics>,
@@ -69,11 +75,16 @@ pub fn router(state: AppState) -> Router {
         ("action", post(actions::action)),
         ("wait_action", post(actions::wait_action)),
         ("pending_actions", get(actions::pending_actions)),
+        ("backups", get(files::backups)),
     ] {
         app = with_formats(app, name, route);
     }
     app.route("/metrics", get(api::metrics))
         .route("/v1/schedule/{hash}", get(api::schedule_by_hash))
+        .route("/v1/log/role/{role}/{file}", get(files::log_role))
+        .route("/v1/log/external/{name}/{*path}", get(files::log_external))
+        .route("/v1/log/{stream}/{file}", get(files::log_stream))
+        .route("/v1/backup/{name}", get(files::backup))
         .route(
             "/v1/action_is_pending/{id}",
             get(actions::action_is_pending),

@@ -22,6 +22,8 @@ fn app(writer: &StoreWriter) -> Router {
             std::env::temp_dir().join("verwalter-http-tests-actions.json"),
         ),
         logs: None,
+        log_dirs: Default::default(),
+        backups_dir: std::env::temp_dir().join("verwalter-http-tests-no-backups"),
         metrics: Arc::new(Metrics::new()),
         node: Arc::new(NodeInfo {
             id: "77985419c732412ea38b94db00000001".into(),

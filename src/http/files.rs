@@ -1,0 +1,147 @@
+//! Log files and schedule backups over HTTP (verwalter 0.13's routes):
+//!
+//! - `/v1/log/index/<file>`, `/v1/log/global/<file>`, `/v1/log/changes/<file>`,
+//!   `/v1/log/role/<role>/<file>`: the deployment log under `--log-dir`;
+//! - `/v1/log/external/<name>/<path>`: a `log-dirs` entry of `sandbox/*.yaml` (403 for an unknown
+//!   name);
+//! - `/v1/backups` (the names) and `/v1/backup/<name>` (a gzip file, sent with
+//!   `Content-Encoding: gzip` and `Content-Type: application/json`, as 0.13 did).
+//!
+//! Files are served with `Range`, `If-Modified-Since` and `Last-Modified`. A path is made of
+//! plain components only, and once symlinks are resolved it must still be inside its dir: no way
+//! out with `..`, an absolute path or a symlink.
+
+use std::path::{Component, Path, PathBuf};
+
+use axum::Json;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use tower::ServiceExt;
+use tower_http::services::ServeFile;
+
+use super::{ApiError, AppState};
+
+/// `rel` joined to `base`, checked: plain components, and inside `base` after symlinks.
+fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
+    let rel_path = Path::new(rel);
+    let plain = !rel.is_empty()
+        && !rel.contains('\0')
+        && rel_path
+            .components()
+            .all(|c| matches!(c, Component::Normal(_)));
+    if !plain {
+        return Err(ApiError::NotFound(format!(
+            "{rel:?} is not a plain relative path"
+        )));
+    }
+    let root = base
+        .canonicalize()
+        .map_err(|_| ApiError::NotFound(format!("{} does not exist", base.display())))?;
+    let real = root
+        .join(rel_path)
+        .canonicalize()
+        .map_err(|_| ApiError::NotFound(format!("no file {rel}")))?;
+    if !real.starts_with(&root) {
+        return Err(ApiError::Forbidden(format!("{rel} leads out of its dir")));
+    }
+    if !real.is_file() {
+        return Err(ApiError::NotFound(format!("{rel} is not a file")));
+    }
+    Ok(real)
+}
+
+async fn serve(path: PathBuf, request: Request) -> Response {
+    match ServeFile::new(path).oneshot(request).await {
+        Ok(response) => response.into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+fn log_dir(state: &AppState) -> Result<&Path, ApiError> {
+    state
+        .logs
+        .as_ref()
+        .map(|l| l.path())
+        .ok_or_else(|| ApiError::NotFound("no deployment log here".into()))
+}
+
+/// `/v1/log/{index|global|changes}/<file>`.
+pub async fn log_stream(
+    State(state): State<AppState>,
+    UrlPath((stream, file)): UrlPath<(String, String)>,
+    request: Request,
+) -> Response {
+    let dir = match stream.as_str() {
+        "index" => ".index",
+        "global" => ".global",
+        "changes" => ".changes",
+        other => return ApiError::NotFound(format!("no log {other:?}")).into_response(),
+    };
+    match log_dir(&state).and_then(|root| inside(&root.join(dir), &file)) {
+        Ok(path) => serve(path, request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `/v1/log/role/<role>/<file>`.
+pub async fn log_role(
+    State(state): State<AppState>,
+    UrlPath((role, file)): UrlPath<(String, String)>,
+    request: Request,
+) -> Response {
+    if let Some(why) = verwalter_controllers::vars::unsafe_role_name(&role) {
+        return ApiError::NotFound(format!("role {role:?}: {why}")).into_response();
+    }
+    match log_dir(&state).and_then(|root| inside(&root.join(&role), &file)) {
+        Ok(path) => serve(path, request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `/v1/log/external/<name>/<path>`.
+pub async fn log_external(
+    State(state): State<AppState>,
+    UrlPath((name, rel)): UrlPath<(String, String)>,
+    request: Request,
+) -> Response {
+    let Some(base) = state.log_dirs.get(&name) else {
+        return ApiError::Forbidden(format!("no log dir {name:?} in sandbox/*.yaml"))
+            .into_response();
+    };
+    match inside(base, &rel) {
+        Ok(path) => serve(path, request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `/v1/backups`: backup names, oldest first.
+pub async fn backups(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
+    crate::backups::list(&state.backups_dir)
+        .map(Json)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// `/v1/backup/<name>`.
+pub async fn backup(
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    request: Request,
+) -> Response {
+    if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        return ApiError::NotFound(format!("{name:?} is not a backup name")).into_response();
+    }
+    match inside(&state.backups_dir, &name) {
+        Ok(path) => {
+            let mut response = serve(path, request).await;
+            let headers = response.headers_mut();
+            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            response
+        }
+        Err(e) => e.into_response(),
+    }
+}
