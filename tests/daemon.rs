@@ -124,3 +124,73 @@ fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
         .unwrap_or_else(|| panic!("no schedule after restart:\n{}", daemon.logs()));
     assert_eq!(restored["hash"], second["hash"]);
 }
+
+/// Reads server-sent events from `stream` (adding to `buf`) until one satisfies `want`; all
+/// events so far, as JSON.
+fn read_events_until(
+    stream: &mut std::net::TcpStream,
+    buf: &mut Vec<u8>,
+    want: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    use std::io::Read;
+    let mut chunk = [0u8; 8192];
+    loop {
+        let text = String::from_utf8_lossy(buf).to_string();
+        let events: Vec<Value> = text
+            .split("\n\n")
+            .filter(|block| block.contains("event: status"))
+            .filter_map(|block| {
+                let data = block.lines().find_map(|l| l.strip_prefix("data: "))?;
+                serde_json::from_str(data).ok()
+            })
+            .collect();
+        if events.iter().any(&want) {
+            return events;
+        }
+        let n = stream
+            .read(&mut chunk)
+            .expect("an event within the read timeout");
+        assert!(n > 0, "the stream ended");
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+#[test]
+fn the_event_stream_sends_the_status_and_each_change() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    copy_tree(&example("minimal"), &config);
+    let daemon = Daemon::start(&config, &tmp.path().join("storage"), free_port());
+    let first = wait_for(SOON, || daemon.json("/v1/schedule")).expect("a schedule");
+    wait_for(SOON, || {
+        (daemon.json("/v1/status")?["schedule_id"] == first["hash"]).then_some(())
+    })
+    .unwrap();
+
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", daemon.port)).unwrap();
+    // Shorter than the scheduler's 10 s period: an event must come from the change itself.
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .unwrap();
+    // HTTP/1.0: the body comes unchunked, so events are not split by chunk headers.
+    write!(stream, "GET /v1/events HTTP/1.0\r\nHost: verwalter\r\n\r\n").unwrap();
+    let mut buf = Vec::new();
+    let events = read_events_until(&mut stream, &mut buf, |_| true);
+    assert_eq!(events[0]["schedule_id"], first["hash"]);
+    assert_eq!(events[0]["election_state"]["is_leader"], true);
+
+    // A runtime edit gives a new schedule, and the stream says so without being asked.
+    std::fs::write(
+        config.join("runtime/web/v7.yaml"),
+        "image: web.v7\ninstances: 1\n",
+    )
+    .unwrap();
+    let target = wait_for(SOON, || {
+        let s = daemon.json("/v1/schedule")?;
+        (s["data"]["roles"]["web"]["version"] == "v7").then(|| s["hash"].clone())
+    })
+    .expect("the new schedule");
+    let events = read_events_until(&mut stream, &mut buf, |e| e["schedule_id"] == target);
+    assert!(events.len() >= 2, "{events:?}");
+}

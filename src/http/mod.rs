@@ -7,6 +7,7 @@
 mod actions;
 mod api;
 mod error;
+mod events;
 mod files;
 
 use std::sync::Arc;
@@ -81,6 +82,7 @@ pub fn router(state: AppState) -> Router {
     }
     app.route("/metrics", get(api::metrics))
         .route("/v1/schedule/{hash}", get(api::schedule_by_hash))
+        .route("/v1/events", get(events::events))
         .route("/v1/log/role/{role}/{file}", get(files::log_role))
         .route("/v1/log/external/{name}/{*path}", get(files::log_external))
         .route("/v1/log/{stream}/{file}", get(files::log_stream))
