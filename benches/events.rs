@@ -22,7 +22,12 @@ end}
 
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let fields: Vec<&str> = stat.rsplit(')').next().unwrap().split_whitespace().collect();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
     // utime and stime are fields 14 and 15 of stat; 12 and 13 after the command name.
     fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
 }
@@ -133,7 +138,11 @@ fn main() {
         .iter()
         .filter(|s| produced.is_subset(&s.lock().unwrap()))
         .count();
-    let fewest = seen.iter().map(|s| s.lock().unwrap().len()).min().unwrap_or(0);
+    let fewest = seen
+        .iter()
+        .map(|s| s.lock().unwrap().len())
+        .min()
+        .unwrap_or(0);
     println!("{clients} clients on /v1/events, {changes} runtime changes 100 ms apart:");
     println!(
         "  schedules sampled in force: {}; clients that saw every one of them: {complete}/{clients}; fewest schedules seen by a client: {fewest}",

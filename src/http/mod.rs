@@ -59,10 +59,9 @@ pub struct AppState {
 /// Largest body the `.pretty` formatter re-reads; far above any schedule we serve.
 const PRETTY_LIMIT: usize = 256 << 20;
 
-/// The whole HTTP app.
-pub fn router(state: AppState) -> Router {
-    let mut app = Router::new();
-    for (name, route) in [
+/// Routes of the `/v1/<name>` form that also answer as `<name>.json` and `<name>.pretty`.
+fn formatted_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
+    vec![
         ("status", get(api::status)),
         ("schedule", get(api::schedule)),
         ("scheduler_input", get(api::scheduler_input)),
@@ -77,30 +76,55 @@ pub fn router(state: AppState) -> Router {
         ("wait_action", post(actions::wait_action)),
         ("pending_actions", get(actions::pending_actions)),
         ("backups", get(files::backups)),
-    ] {
-        app = with_formats(app, name, route);
-    }
-    app.route("/metrics", get(api::metrics))
-        .route("/v1/schedule/{hash}", get(api::schedule_by_hash))
-        .route("/v1/events", get(events::events))
-        .route("/v1/log/role/{role}/{file}", get(files::log_role))
-        .route("/v1/log/external/{name}/{*path}", get(files::log_external))
-        .route("/v1/log/{stream}/{file}", get(files::log_stream))
-        .route("/v1/backup/{name}", get(files::backup))
-        .route(
+    ]
+}
+
+/// The other routes, by path.
+fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
+    vec![
+        ("/", get(api::index)),
+        ("/metrics", get(api::metrics)),
+        ("/v1/schedule/{hash}", get(api::schedule_by_hash)),
+        ("/v1/events", get(events::events)),
+        ("/v1/log/role/{role}/{file}", get(files::log_role)),
+        ("/v1/log/external/{name}/{*path}", get(files::log_external)),
+        ("/v1/log/{stream}/{file}", get(files::log_stream)),
+        ("/v1/backup/{name}", get(files::backup)),
+        (
             "/v1/action_is_pending/{id}",
             get(actions::action_is_pending),
-        )
-        .route(
+        ),
+        (
             "/v1/leader-redirect-by-node-name",
             get(api::leader_redirect),
-        )
-        .route(
+        ),
+        (
             "/v1/leader-redirect-by-node-name/{*tail}",
             get(api::leader_redirect_tail),
-        )
-        .route("/", get(api::index))
-        .route("/v1/{*rest}", axum::routing::any(api::unknown_api))
+        ),
+    ]
+}
+
+/// Every route path the router serves (`docs/openapi.yaml` must describe each; a test checks).
+pub fn route_paths() -> Vec<String> {
+    let mut paths: Vec<String> = formatted_routes()
+        .into_iter()
+        .map(|(name, _)| format!("/v1/{name}"))
+        .collect();
+    paths.extend(plain_routes().into_iter().map(|(path, _)| path.to_string()));
+    paths
+}
+
+/// The whole HTTP app.
+pub fn router(state: AppState) -> Router {
+    let mut app = Router::new();
+    for (name, route) in formatted_routes() {
+        app = with_formats(app, name, route);
+    }
+    for (path, route) in plain_routes() {
+        app = app.route(path, route);
+    }
+    app.route("/v1/{*rest}", axum::routing::any(api::unknown_api))
         .fallback(api::not_found)
         .layer(middleware::from_fn(pretty))
         .with_state(state)

@@ -210,3 +210,31 @@ async fn scheduler_debug_routes_and_metrics() {
     assert!(content_type.starts_with("text/html"));
     assert!(body.contains("/v1/status"));
 }
+
+#[test]
+fn every_route_is_in_the_openapi_description_and_nothing_else() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let doc: serde_norway::Value = serde_norway::from_str(&text).unwrap();
+    let documented: std::collections::BTreeSet<String> = doc["paths"]
+        .as_mapping()
+        .expect("paths")
+        .keys()
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    // axum writes a catch-all segment as `{*name}`, OpenAPI as `{name}`.
+    let served: std::collections::BTreeSet<String> = crate::http::route_paths()
+        .into_iter()
+        .map(|p| p.replace("{*", "{"))
+        .collect();
+    let missing: Vec<_> = served.difference(&documented).collect();
+    let stale: Vec<_> = documented.difference(&served).collect();
+    assert!(
+        missing.is_empty(),
+        "routes not in docs/openapi.yaml: {missing:?}"
+    );
+    assert!(
+        stale.is_empty(),
+        "docs/openapi.yaml paths the router lacks: {stale:?}"
+    );
+}
