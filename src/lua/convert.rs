@@ -130,9 +130,9 @@ unsafe fn push_input(state: *mut ffi::lua_State, input: &SchedulerInput) {
             ffi::lua_rawset(state, -3);
         }
         set(state, c"actions");
-        push_json(state, &input.runtime);
+        // The runtime and peers tables were built (or reused) by the caller: arguments 2 and 1.
+        ffi::lua_pushvalue(state, 2);
         set(state, c"runtime");
-        // The peers table was built (or reused) by the caller and is the call's argument 1.
         ffi::lua_pushvalue(state, 1);
         set(state, c"peers");
         push_json(state, &input.metrics);
@@ -140,13 +140,38 @@ unsafe fn push_input(state: *mut ffi::lua_State, input: &SchedulerInput) {
     }
 }
 
-/// The `state` table the scheduler function gets; `peers` is the table from [`peers_to_lua`].
-pub fn input_to_lua(lua: &Lua, input: &SchedulerInput, peers: &Table) -> mlua::Result<Table> {
-    // SAFETY: `exec_raw` runs the closure in a protected call on a valid state, with `peers` as
-    // argument 1; `push_input` leaves the state table above it: the results are (peers, state).
-    let (_, state): (Table, Table) =
-        unsafe { lua.exec_raw(peers.clone(), |state| push_input(state, input))? };
+/// The `state` table the scheduler function gets; `peers` is the table from [`peers_to_lua`],
+/// `runtime` the one from [`json_to_lua`] of `input.runtime`.
+pub fn input_to_lua(
+    lua: &Lua,
+    input: &SchedulerInput,
+    peers: &Table,
+    runtime: &Table,
+) -> mlua::Result<Table> {
+    // SAFETY: `exec_raw` runs the closure in a protected call on a valid state, with `peers` and
+    // `runtime` as arguments 1 and 2; `push_input` leaves the state table above them: the
+    // results are (peers, runtime, state).
+    let (_, _, state): (Table, Table, Table) = unsafe {
+        lua.exec_raw((peers.clone(), runtime.clone()), |state| {
+            push_input(state, input)
+        })?
+    };
     Ok(state)
+}
+
+/// A Lua table of a JSON object (a non-object gives an empty table).
+pub fn json_to_lua(lua: &Lua, value: &Value) -> mlua::Result<Table> {
+    // SAFETY: as in `input_to_lua`; the closure leaves exactly one new table on the stack.
+    unsafe {
+        lua.exec_raw((), |state| {
+            ffi::luaL_checkstack(state, 2, c"runtime".as_ptr());
+            if value.is_object() {
+                push_json(state, value);
+            } else {
+                ffi::lua_createtable(state, 0, 0);
+            }
+        })
+    }
 }
 
 /// The `state.peers` table: peer id -> peer.

@@ -16,7 +16,9 @@ use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Valu
 use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
-use super::convert::{input_to_lua, lua_to_json, peers_as_seen, peers_to_lua, with_article};
+use super::convert::{
+    input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua, with_article,
+};
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
 /// Resource limits of one scheduler run (and of loading the code).
@@ -50,11 +52,24 @@ pub struct Sandbox {
     /// The last `state.peers` table and what it was built from. Building 1,000 peer tables costs
     /// more than a millisecond and the peer list rarely changes, so the table is reused while the
     /// peers are the same and [`Sandbox::after_run`] found it unmodified by the script.
-    peers_cache: RefCell<Option<PeersCache>>,
+    peers_cache: RefCell<Option<TableCache<BTreeMap<NodeId, Peer>>>>,
+    /// The same for `state.runtime`: the runtime tree changes only when its files do.
+    runtime_cache: RefCell<Option<TableCache<Shared>>>,
 }
 
-struct PeersCache {
-    source: BTreeMap<NodeId, Peer>,
+/// The runtime tree, compared by pointer first (the inputs snapshot is shared while unchanged).
+#[derive(Clone)]
+struct Shared(std::sync::Arc<serde_json::Value>);
+
+impl PartialEq for Shared {
+    fn eq(&self, other: &Shared) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0) || self.0 == other.0
+    }
+}
+
+/// A Lua table built from `source`, reused while the source is the same.
+struct TableCache<T> {
+    source: T,
     table: Table,
     /// Checked unmodified since its last use; only a checked table is used again.
     clean: bool,
@@ -142,6 +157,7 @@ impl Sandbox {
             log,
             watchdog,
             peers_cache: RefCell::new(None),
+            runtime_cache: RefCell::new(None),
         })
     }
 
@@ -164,21 +180,12 @@ impl Sandbox {
     }
 
     fn build_input(&self, input: &SchedulerInput) -> mlua::Result<Table> {
-        let mut cache = self.peers_cache.borrow_mut();
-        let reusable = cache
-            .as_ref()
-            .is_some_and(|c| c.clean && c.source == input.peers);
-        if !reusable {
-            let table = peers_to_lua(&self.lua, &input.peers)?;
-            *cache = Some(PeersCache {
-                source: input.peers.clone(),
-                table,
-                clean: false,
-            });
-        }
-        let cache = cache.as_mut().expect("filled above");
-        cache.clean = false; // the script may change it; `after_run` checks
-        input_to_lua(&self.lua, input, &cache.table)
+        let mut peers = self.peers_cache.borrow_mut();
+        let peers = reuse(&mut peers, &input.peers, |p| peers_to_lua(&self.lua, p))?;
+        let mut runtime = self.runtime_cache.borrow_mut();
+        let source = Shared(input.runtime.clone());
+        let runtime = reuse(&mut runtime, &source, |r| json_to_lua(&self.lua, &r.0))?;
+        input_to_lua(&self.lua, input, &peers, &runtime)
     }
 
     /// Work between runs, off the critical path: checks that the script left the reused peers
@@ -188,6 +195,12 @@ impl Sandbox {
             let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
             cache.clean = seen.ok() == Some(peers_as_seen(&cache.source))
                 && cache.table.metatable().is_none();
+        }
+        if let Some(cache) = &mut *self.runtime_cache.borrow_mut() {
+            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
+            // A tree with nulls or empty arrays never reads back the same: it is rebuilt.
+            cache.clean =
+                seen.ok().as_ref() == Some(&*cache.source.0) && cache.table.metatable().is_none();
         }
         let _ = self.lua.gc_collect();
     }
@@ -552,4 +565,26 @@ fn setup(
     .set_name("=sandbox")
     .exec()?;
     Ok(())
+}
+
+/// The cached table if it was built from an equal `source` and found unmodified since, else a
+/// new one; either way marked unchecked (the script may change it; `after_run` checks).
+fn reuse<T: PartialEq + Clone>(
+    cache: &mut Option<TableCache<T>>,
+    source: &T,
+    build: impl FnOnce(&T) -> mlua::Result<Table>,
+) -> mlua::Result<Table> {
+    let reusable = cache
+        .as_ref()
+        .is_some_and(|c| c.clean && c.source == *source);
+    if !reusable {
+        *cache = Some(TableCache {
+            source: source.clone(),
+            table: build(source)?,
+            clean: false,
+        });
+    }
+    let cache = cache.as_mut().expect("filled above");
+    cache.clean = false;
+    Ok(cache.table.clone())
 }

@@ -248,6 +248,52 @@ fn a_script_that_changes_its_peers_cannot_affect_the_next_run() {
 }
 
 #[test]
+fn a_script_that_changes_its_runtime_cannot_affect_the_next_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "main.lua",
+        r#"return {scheduler = function(state)
+               local seen = state.runtime.app.v1.n
+               state.runtime.app.v1.n = 99
+               state.runtime.app.v2 = {n = 1}
+               state.runtime.injected = true
+               return {seen = seen, injected = state.runtime.injected ~= nil}
+           end}"#,
+    );
+    let sandbox = Sandbox::load(tmp.path(), "scheduler/v1", small()).unwrap();
+    // A runtime without nulls reads back the same, so its table is reused when unmodified.
+    let mut clean = input();
+    clean.runtime = Arc::new(json!({"app": {"v1": {"n": 2}}}));
+    for _ in 0..3 {
+        assert_eq!(
+            sandbox.run(&clean).unwrap().data,
+            json!({"seen": 2, "injected": true}),
+            "with checks in between"
+        );
+        sandbox.after_run();
+    }
+    // Unmodified, the reused table gives the same input; a new tree gives a new table.
+    write(
+        tmp.path(),
+        "main.lua",
+        "return {scheduler = function(state) return {n = state.runtime.app.v1.n} end}",
+    );
+    let sandbox = Sandbox::load(tmp.path(), "scheduler/v1", small()).unwrap();
+    for _ in 0..3 {
+        assert_eq!(sandbox.run(&clean).unwrap().data, json!({"n": 2}));
+        sandbox.after_run();
+    }
+    let mut other = clean.clone();
+    other.runtime = Arc::new(json!({"app": {"v1": {"n": 3}}}));
+    assert_eq!(
+        sandbox.run(&other).unwrap().data,
+        json!({"n": 3}),
+        "new runtime, new table"
+    );
+}
+
+#[test]
 fn bad_outputs_are_reported() {
     assert_eq!(err("return nil").kind, SchedulerFailure::BadOutput);
     assert!(
