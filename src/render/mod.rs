@@ -32,47 +32,17 @@ pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templa
     let mut files = BTreeMap::new();
     let root = config_dir.join("templates");
     if root.is_dir() {
-        read_dir_into(&root, "", &mut files, errors);
-    }
-    Templates {
-        files: Arc::new(files),
-    }
-}
-
-fn read_dir_into(
-    dir: &Path,
-    prefix: &str,
-    files: &mut BTreeMap<String, TemplateFile>,
-    errors: &mut Vec<InputError>,
-) {
-    let shown = |rel: &str| format!("templates/{rel}");
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
+        let shown = |rel: &str| format!("templates/{rel}");
+        let (found, problems) = template_set::walk_files(&root);
+        for (rel, e) in problems {
             errors.push(InputError {
-                path: shown(prefix),
+                path: shown(&rel),
                 line: None,
                 message: e.to_string(),
             });
-            return;
         }
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.starts_with('.') {
-            continue;
-        }
-        let rel = if prefix.is_empty() {
-            name.to_string()
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let path = entry.path();
-        if path.is_dir() {
-            read_dir_into(&path, &rel, files, errors);
-        } else if path.is_file() {
-            match fs::read(&path) {
+        for rel in found {
+            match fs::read(root.join(&rel)) {
                 Ok(bytes) => {
                     let hash = hex::encode(Sha1::digest(&bytes));
                     let mentions_full_schedule = bytes.windows(13).any(|w| w == b"full_schedule");
@@ -92,44 +62,22 @@ fn read_dir_into(
             }
         }
     }
+    Templates {
+        files: Arc::new(files),
+    }
 }
 
 /// Loads every template dir under `<config>/templates` (each dir holding a `*.render.yaml`) the
 /// way a render would, and returns the problems (for `verwalter check`).
 pub fn check_template_dirs(config_dir: &Path) -> Vec<String> {
-    fn find(dir: &Path, rel: &str, out: &mut Vec<String>) {
-        let Ok(entries) = fs::read_dir(dir) else {
-            return;
-        };
-        let mut entries: Vec<_> = entries.flatten().collect();
-        entries.sort_by_key(|e| e.file_name());
-        let mut is_template_dir = false;
-        for entry in entries {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with('.') {
-                continue;
-            }
-            let path = entry.path();
-            if path.is_dir() {
-                let sub = if rel.is_empty() {
-                    name
-                } else {
-                    format!("{rel}/{name}")
-                };
-                find(&path, &sub, out);
-            } else if name.ends_with(".render.yaml") || name.ends_with(".render.yml") {
-                is_template_dir = true;
-            }
-        }
-        if is_template_dir && !rel.is_empty() {
-            out.push(rel.to_string());
-        }
-    }
     let root = config_dir.join("templates");
-    let mut dirs = Vec::new();
-    find(&root, "", &mut dirs);
-    dirs.sort();
-    dirs.iter()
+    let (files, _) = template_set::walk_files(&root);
+    let dirs: std::collections::BTreeSet<&str> = files
+        .iter()
+        .filter(|f| f.ends_with(".render.yaml") || f.ends_with(".render.yml"))
+        .filter_map(|f| f.rsplit_once('/').map(|(dir, _)| dir))
+        .collect();
+    dirs.into_iter()
         .filter_map(|name| TemplateSet::load(&root, name).err())
         .collect()
 }

@@ -229,3 +229,31 @@ fn log_dirs_come_from_sandbox_yaml() {
     fs::write(tmp.path().join("sandbox/bad.yaml"), "log-dirs: [1, 2]\n").unwrap();
     assert!(read_log_dirs(tmp.path()).unwrap_err().contains("bad.yaml"));
 }
+
+#[test]
+fn a_symlink_loop_ends_the_walk_and_a_linked_template_dir_counts() {
+    let tmp = template_dir(
+        "app/v1",
+        &[("app.render.yaml", RENDER), ("app.conf.hbs", "x")],
+    );
+    let templates = tmp.path().join("templates");
+    // A loop back to templates/, and a second name for app/.
+    std::os::unix::fs::symlink(&templates, templates.join("app/v1/loop")).unwrap();
+    std::os::unix::fs::symlink(templates.join("app"), templates.join("alias")).unwrap();
+    let mut errors = Vec::new();
+    let t = read_templates(tmp.path(), &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+    let paths: Vec<&String> = t.files.keys().collect();
+    assert!(
+        paths.contains(&&"app/v1/app.conf.hbs".to_string()),
+        "{paths:?}"
+    );
+    assert!(
+        paths.contains(&&"alias/v1/app.conf.hbs".to_string()),
+        "{paths:?}"
+    );
+    assert!(paths.len() < 20, "no endless walk: {paths:?}");
+    // A template dir loads through the loop too.
+    assert!(load(&tmp, "app/v1").is_ok());
+    assert!(check_template_dirs(tmp.path()).is_empty());
+}
