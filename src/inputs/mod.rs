@@ -2,6 +2,7 @@
 //! hashes and errors, and a watcher that re-reads them after changes.
 
 pub mod runtime;
+pub mod walk;
 pub mod watcher;
 
 use std::fs;
@@ -64,28 +65,27 @@ fn feed(hasher: &mut Sha1, rel: &str, bytes: &[u8]) {
 
 /// Hashes every file under `dir` (sorted, hidden and backup files skipped).
 fn hash_dir(dir: &Path, rel: &str, hasher: &mut Sha1, errors: &mut Vec<InputError>) {
-    let Ok(entries) = fs::read_dir(dir) else {
+    if !dir.is_dir() {
         return;
-    };
-    let mut names: Vec<String> = entries
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| !runtime::is_skipped(n))
-        .collect();
-    names.sort();
-    for name in names {
-        let path = dir.join(&name);
-        let rel_path = format!("{rel}/{name}");
-        if path.is_dir() {
-            hash_dir(&path, &rel_path, hasher, errors);
-        } else {
-            match fs::read(&path) {
-                Ok(bytes) => feed(hasher, &rel_path, &bytes),
-                Err(e) => errors.push(InputError {
-                    path: rel_path,
-                    line: None,
-                    message: format!("cannot read: {e}"),
-                }),
-            }
+    }
+    let (files, problems) = walk::walk_files(dir);
+    for (sub, e) in problems {
+        errors.push(InputError {
+            path: format!("{rel}/{sub}"),
+            line: None,
+            message: format!("cannot read: {e}"),
+        });
+    }
+    let skipped = |path: &str| path.split('/').any(runtime::is_skipped);
+    for file in files.iter().filter(|f| !skipped(f)) {
+        let rel_path = format!("{rel}/{file}");
+        match fs::read(dir.join(file)) {
+            Ok(bytes) => feed(hasher, &rel_path, &bytes),
+            Err(e) => errors.push(InputError {
+                path: rel_path,
+                line: None,
+                message: format!("cannot read: {e}"),
+            }),
         }
     }
 }
@@ -123,5 +123,12 @@ mod tests {
         let fourth = read_inputs(root);
         assert_ne!(fourth.scheduler_hash, third.scheduler_hash);
         assert_ne!(fourth.hash, third.hash);
+
+        // A symlink loop in the scheduler dir ends the walk (it used to recurse until the stack
+        // ran out) and adds nothing to hash.
+        std::os::unix::fs::symlink(root.join("scheduler"), root.join("scheduler/v1/loop")).unwrap();
+        let looped = read_inputs(root);
+        assert!(looped.errors.is_empty(), "{:?}", looped.errors);
+        assert_eq!(looped.scheduler_hash, fourth.scheduler_hash);
     }
 }

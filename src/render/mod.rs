@@ -33,7 +33,7 @@ pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templa
     let root = config_dir.join("templates");
     if root.is_dir() {
         let shown = |rel: &str| format!("templates/{rel}");
-        let (found, problems) = template_set::walk_files(&root);
+        let (found, problems) = crate::inputs::walk::walk_files(&root);
         for (rel, e) in problems {
             errors.push(InputError {
                 path: shown(&rel),
@@ -71,7 +71,7 @@ pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templa
 /// way a render would, and returns the problems (for `verwalter check`).
 pub fn check_template_dirs(config_dir: &Path) -> Vec<String> {
     let root = config_dir.join("templates");
-    let (files, _) = template_set::walk_files(&root);
+    let (files, _) = crate::inputs::walk::walk_files(&root);
     let dirs: std::collections::BTreeSet<&str> = files
         .iter()
         .filter(|f| f.ends_with(".render.yaml") || f.ends_with(".render.yml"))
