@@ -51,6 +51,9 @@ pub struct RunArgs {
     /// Lead at once without an election (debugging; two such nodes make two leaders)
     #[arg(long)]
     pub debug_force_leader: bool,
+    /// Frontend served at `/`: `common` (built in) or a dir under <config>/frontend/ [default: common]
+    #[arg(long, value_name = "NAME")]
+    pub default_frontend: Option<String>,
 }
 
 /// The settings file. Every field is optional; unknown fields are an error.
@@ -81,6 +84,8 @@ pub struct SettingsFile {
     pub allow_minority_cluster: Option<bool>,
     #[serde(default)]
     pub election: ElectionSettings,
+    /// Frontend served at `/` [default: common, the built-in one].
+    pub default_frontend: Option<String>,
 }
 
 /// A peer of the static list.
@@ -170,6 +175,8 @@ pub struct Config {
     pub peer_source: PeerSource,
     pub allow_minority_cluster: bool,
     pub debug_force_leader: bool,
+    /// `common` (the built-in frontend) or a dir under `<config-dir>/frontend/`.
+    pub default_frontend: String,
     pub timings: verwalter_controllers::election::machine::Timings,
     pub prefetch: Duration,
     pub minority_window: Duration,
@@ -333,16 +340,25 @@ impl Config {
                 (timings.heartbeat * 2).as_millis()
             ));
         }
+        let config_dir = absolute(
+            args.config_dir
+                .clone()
+                .or(file.config_dir.clone())
+                .unwrap_or_else(|| "/etc/verwalter".into()),
+        );
+        let default_frontend = args
+            .default_frontend
+            .clone()
+            .or(file.default_frontend.clone())
+            .unwrap_or_else(|| BUILTIN_FRONTEND.into());
+        if let Err(problem) = check_frontend(&config_dir, &default_frontend) {
+            problems.push(format!("default-frontend: {problem}"));
+        }
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
         Ok(Config {
-            config_dir: absolute(
-                args.config_dir
-                    .clone()
-                    .or(file.config_dir)
-                    .unwrap_or_else(|| "/etc/verwalter".into()),
-            ),
+            config_dir,
             storage_dir: absolute(
                 args.storage_dir
                     .clone()
@@ -380,11 +396,46 @@ impl Config {
             allow_minority_cluster: args.allow_minority_cluster
                 || file.allow_minority_cluster.unwrap_or(false),
             debug_force_leader: args.debug_force_leader,
+            default_frontend,
             timings,
             prefetch: ms(file.election.prefetch_ms, 2000),
             minority_window: ms(file.election.minority_window_ms, 75_000),
         })
     }
+}
+
+/// The frontend built into the binary; 0.13 called its default frontend `common` too.
+pub const BUILTIN_FRONTEND: &str = "common";
+
+/// A frontend name is one plain path component, and other than the built-in one, a dir under
+/// `<config-dir>/frontend/` with an `index.html`.
+pub fn check_frontend(config_dir: &Path, name: &str) -> Result<(), String> {
+    if !is_frontend_name(name) {
+        return Err(format!(
+            "{name:?} is not a frontend name (letters, digits, '-', '_', '.')"
+        ));
+    }
+    if name == BUILTIN_FRONTEND {
+        return Ok(());
+    }
+    let index = config_dir.join("frontend").join(name).join("index.html");
+    if index.is_file() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} does not exist (use {BUILTIN_FRONTEND:?} for the built-in frontend)",
+            index.display()
+        ))
+    }
+}
+
+/// One plain path component: letters, digits, `-`, `_`, `.`, not starting with `.`.
+pub fn is_frontend_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
 }
 
 /// Directories are made absolute at start: paths handed to apply commands (`{{ files.NAME }}`)
@@ -463,6 +514,35 @@ mod tests {
         assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
         assert!(err.to_string().contains("settings.yaml:2"), "{err}");
         assert!(err.to_string().contains("32 hex digits"), "{err}");
+    }
+
+    #[test]
+    fn default_frontend_is_built_in_or_a_dir_with_an_index() {
+        let tmp = tempfile::tempdir().unwrap();
+        let args = |name: Option<&str>| RunArgs {
+            config_dir: Some(tmp.path().to_path_buf()),
+            override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+            hostname: Some("alpha".into()),
+            default_frontend: name.map(String::from),
+            ..RunArgs::default()
+        };
+        assert_eq!(
+            Config::load(&args(None)).unwrap().default_frontend,
+            "common"
+        );
+        let err = Config::load(&args(Some("ops"))).unwrap_err().to_string();
+        assert!(
+            err.contains("default-frontend:") && err.contains("frontend/ops/index.html"),
+            "{err}"
+        );
+        let err = Config::load(&args(Some("../ops"))).unwrap_err().to_string();
+        assert!(err.contains("is not a frontend name"), "{err}");
+        std::fs::create_dir_all(tmp.path().join("frontend/ops")).unwrap();
+        std::fs::write(tmp.path().join("frontend/ops/index.html"), "<p>ops").unwrap();
+        assert_eq!(
+            Config::load(&args(Some("ops"))).unwrap().default_frontend,
+            "ops"
+        );
     }
 
     #[test]

@@ -314,8 +314,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             hostname: config.hostname.clone(),
             addr: addr.clone(),
             debug_force_leader: config.debug_force_leader,
-            default_frontend: "common".into(),
+            default_frontend: config.default_frontend.clone(),
         }),
+        frontend_dir: config.config_dir.join("frontend"),
     });
     tracing::info!(%addr, config_dir = %config.config_dir.display(), id = %config.machine_id, "Listening.");
     let server_shutdown = shutdown.clone();

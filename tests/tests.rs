@@ -15,13 +15,17 @@
 //!   elect (unless in minority mode, where both sides lead and the healed leader merges both).
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement.
+//! - `webdriver`: a small W3C WebDriver client for browser tests (headless Chromium through
+//!   chromedriver; panics when either is missing), and its self-test against the daemon.
 
 mod util;
+mod webdriver;
 
 mod actions;
 mod cli;
 mod cluster;
 mod daemon;
+mod frontend;
 mod lithos;
 mod partition;
 mod render;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use axum::Json;
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
-use axum::response::{Html, IntoResponse, Response};
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
 use verwalter_controllers::election::ElectionState;
@@ -37,6 +37,20 @@ pub struct Status {
     pub schedule_id: Option<String>,
     pub schedule_status: &'static str,
     pub default_frontend: String,
+    /// Peers whose last report counted errors (new; 0.13's GraphQL had `peers.errorneous`).
+    /// Only a leader hears every peer's reports.
+    pub failing_nodes: Vec<FailingNode>,
+    /// The latest render pass of this node (new; as in `/v1/roles_data`).
+    pub last_deployment: Option<verwalter_controllers::state::Deployment>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FailingNode {
+    pub id: String,
+    pub name: String,
+    pub hostname: String,
+    pub addr: Option<String>,
+    pub errors: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -147,6 +161,21 @@ pub fn build_status(state: &AppState) -> Status {
         errors.insert(format!("role {role}"), failure.message.clone());
     }
     let failed_roles: Vec<String> = roles.failed.keys().cloned().collect();
+    let reports = store.reports.peek();
+    let failing_nodes = peers
+        .peers
+        .values()
+        .filter_map(|p| {
+            let errors = reports.get(&p.id).map_or(p.errors, |r| r.errors);
+            (errors > 0).then(|| FailingNode {
+                id: p.id.clone(),
+                name: p.name.clone(),
+                hostname: p.hostname.clone(),
+                addr: p.addr.clone(),
+                errors,
+            })
+        })
+        .collect();
     let metrics = BTreeMap::from([
         (
             "scheduler_succeeded",
@@ -181,6 +210,8 @@ pub fn build_status(state: &AppState) -> Status {
         schedule_id: schedule.map(|s| s.hash.clone()),
         schedule_status,
         default_frontend: node.default_frontend.clone(),
+        failing_nodes,
+        last_deployment: roles.last_deployment.clone(),
     }
 }
 
@@ -287,53 +318,8 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-/// A plain page with links to the API until the web frontend lands.
-pub async fn index(State(state): State<AppState>) -> Html<String> {
-    let status = build_status(&state);
-    let links: String = [
-        "status",
-        "schedule",
-        "scheduler_input",
-        "scheduler_debug_info",
-        "election",
-        "peers",
-    ]
-    .iter()
-    .map(|n| format!("<li><a href=\"/v1/{n}.pretty\">/v1/{n}</a></li>"))
-    .collect();
-    Html(format!(
-        "<!doctype html><meta charset=utf-8><title>verwalter {name}</title>\
-         <h1>verwalter {version} on {name}</h1>\
-         <p>Leader: {leader}. Schedule: {schedule}. Errors: {errors}.</p>\
-         <ul>{links}<li><a href=\"/metrics\">/metrics</a></li></ul>",
-        name = html_escape(&status.name),
-        version = status.version,
-        leader = status
-            .leader
-            .as_ref()
-            .map_or("none".to_string(), |l| html_escape(&l.name)),
-        schedule = status.schedule_id.as_deref().unwrap_or("none yet"),
-        errors = status.num_errors,
-    ))
-}
-
-fn html_escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
-}
-
 pub async fn unknown_api(uri: Uri) -> ApiError {
     ApiError::NotFound(format!("no API route {}", uri.path()))
-}
-
-pub async fn not_found(uri: Uri) -> Response {
-    (
-        StatusCode::NOT_FOUND,
-        format!("404 Not Found: {}\n", uri.path()),
-    )
-        .into_response()
 }
 
 /// `{to_render: {role: vars}, all_roles: [...]}`: what this node would render now, each role's

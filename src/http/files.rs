@@ -23,7 +23,7 @@ use tower_http::services::ServeFile;
 use super::{ApiError, AppState};
 
 /// `rel` joined to `base`, checked: plain components, and inside `base` after symlinks.
-fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
+pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
     let rel_path = Path::new(rel);
     let plain = !rel.is_empty()
         && !rel.contains('\0')
@@ -51,10 +51,38 @@ fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
     Ok(real)
 }
 
-async fn serve(path: PathBuf, request: Request) -> Response {
+async fn serve(path: PathBuf, mut request: Request) -> Response {
+    if let Ok(meta) = std::fs::metadata(&path) {
+        clamp_suffix_range(&mut request, meta.len());
+    }
     match ServeFile::new(path).oneshot(request).await {
         Ok(response) => response.into_response(),
         Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+/// `Range: bytes=-N` asks for the last N bytes; when the file is shorter that is the whole file
+/// (RFC 9110, 14.1.2), but tower-http answers 416. 0.13's log page asks for the last MiB of a
+/// usually smaller index, so such a range is rewritten to the whole file here.
+fn clamp_suffix_range(request: &mut Request, len: u64) {
+    let Some(value) = request.headers().get(header::RANGE) else {
+        return;
+    };
+    let suffix = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim().strip_prefix("bytes=-"))
+        .and_then(|n| n.trim().parse::<u64>().ok());
+    match suffix {
+        Some(_) if len == 0 => {
+            request.headers_mut().remove(header::RANGE);
+        }
+        Some(n) if n >= len => {
+            request
+                .headers_mut()
+                .insert(header::RANGE, HeaderValue::from_static("bytes=0-"));
+        }
+        _ => {}
     }
 }
 

@@ -9,6 +9,7 @@ mod api;
 mod error;
 mod events;
 mod files;
+mod frontend;
 
 use std::sync::Arc;
 
@@ -54,6 +55,8 @@ pub struct AppState {
     pub force_render: Arc<Field<u64>>,
     pub metrics: Arc<Metrics>,
     pub node: Arc<NodeInfo>,
+    /// `<config-dir>/frontend`: alternative frontends, served under `/~<name>/`.
+    pub frontend_dir: std::path::PathBuf,
 }
 
 /// Largest body the `.pretty` formatter re-reads; far above any schedule we serve.
@@ -82,7 +85,8 @@ fn formatted_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
 /// The other routes, by path.
 fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
     vec![
-        ("/", get(api::index)),
+        ("/", get(frontend::index)),
+        ("/common/{*file}", get(frontend::asset)),
         ("/metrics", get(api::metrics)),
         ("/v1/schedule/{hash}", get(api::schedule_by_hash)),
         ("/v1/events", get(events::events)),
@@ -125,7 +129,7 @@ pub fn router(state: AppState) -> Router {
         app = app.route(path, route);
     }
     app.route("/v1/{*rest}", axum::routing::any(api::unknown_api))
-        .fallback(api::not_found)
+        .fallback(frontend::fallback)
         .layer(middleware::from_fn(pretty))
         .with_state(state)
 }

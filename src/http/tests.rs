@@ -13,6 +13,16 @@ use verwalter_controllers::testing::inputs;
 use super::*;
 
 fn app(writer: &StoreWriter) -> Router {
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    app_serving(writer, no_frontends, "common")
+}
+
+/// The app with alternative frontends from `frontend_dir` and `default_frontend` at `/`.
+fn app_serving(
+    writer: &StoreWriter,
+    frontend_dir: std::path::PathBuf,
+    default_frontend: &str,
+) -> Router {
     router(AppState {
         store: writer.store(),
         force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
@@ -31,8 +41,9 @@ fn app(writer: &StoreWriter) -> Router {
             hostname: "alpha".into(),
             addr: "127.0.0.1:8379".into(),
             debug_force_leader: false,
-            default_frontend: "common".into(),
+            default_frontend: default_frontend.into(),
         }),
+        frontend_dir,
     })
 }
 
@@ -208,7 +219,118 @@ async fn scheduler_debug_routes_and_metrics() {
     let (status, content_type, body) = get(&app, "/").await;
     assert_eq!(status, StatusCode::OK);
     assert!(content_type.starts_with("text/html"));
-    assert!(body.contains("/v1/status"));
+    assert!(body.contains("/common/app.js"), "{body}");
+}
+
+async fn get_with(app: &Router, path: &str, headers: &[(&str, &str)]) -> axum::response::Response {
+    let mut request = Request::get(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    app.clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_built_in_frontend_is_served_for_every_page_path_with_cache_validation() {
+    let writer = StoreWriter::new(None);
+    let app = app(&writer);
+    let (_, _, index) = get(&app, "/").await;
+    // The page routes itself: deep links and reloads get the same page.
+    for page in [
+        "/roles/web",
+        "/logs",
+        "/tail/role/web/latest",
+        "/~common/roles",
+    ] {
+        let (status, content_type, body) = get(&app, page).await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        assert!(content_type.starts_with("text/html"), "{page}");
+        assert_eq!(body, index, "{page}");
+    }
+    let (status, content_type, script) = get(&app, "/common/app.js").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("text/javascript"));
+    assert!(script.contains("/v1/events"));
+
+    let zipped = get_with(&app, "/common/app.js", &[("accept-encoding", "br, gzip")]).await;
+    assert_eq!(zipped.headers()["content-encoding"], "gzip");
+    let etag = zipped.headers()["etag"].to_str().unwrap().to_string();
+    let body = axum::body::to_bytes(zipped.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    let mut unzipped = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(&body[..]), &mut unzipped)
+        .unwrap();
+    assert_eq!(unzipped, script);
+    let refused = get_with(&app, "/common/app.js", &[("accept-encoding", "gzip;q=0")]).await;
+    assert!(refused.headers().get("content-encoding").is_none());
+
+    let again = get_with(&app, "/common/app.js", &[("if-none-match", &etag)]).await;
+    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    let (status, _, _) = get(&app, "/common/nothing.js").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, _, _) = get(&app, "/common/index.html").await;
+    assert_eq!(
+        status,
+        StatusCode::NOT_FOUND,
+        "the page is at /, not under /common/"
+    );
+}
+
+#[tokio::test]
+async fn alternative_frontends_are_served_from_the_config_dir_and_cannot_reach_out() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("frontend");
+    std::fs::create_dir_all(dir.join("ops/js")).unwrap();
+    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
+    std::fs::write(dir.join("ops/js/main.js"), "let ops = 1;").unwrap();
+    std::fs::write(tmp.path().join("secret"), "no").unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("secret"), dir.join("ops/js/out.js")).unwrap();
+    let writer = StoreWriter::new(None);
+
+    let app = app_serving(&writer, dir.clone(), "common");
+    let (status, _, body) = get(&app, "/~ops/js/main.js").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "let ops = 1;"));
+    for page in ["/~ops/", "/~ops", "/~ops/servers/alpha"] {
+        let (status, _, body) = get(&app, page).await;
+        assert_eq!(
+            (status, body.as_str()),
+            (StatusCode::OK, "<title>ops</title>"),
+            "{page}"
+        );
+    }
+    let (status, _, body) = get(&app, "/~nope/").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(
+        body.contains("frontend/nope/index.html is missing"),
+        "{body}"
+    );
+    let (status, _, _) = get(&app, "/~ops/js/out.js").await;
+    assert_eq!(
+        status,
+        StatusCode::FORBIDDEN,
+        "a symlink out of the frontend dir"
+    );
+    for path in [
+        "/~ops/js/../../../secret",
+        "/~ops/js/%2e%2e/%2e%2e/%2e%2e/secret",
+        "/~..%2f/js/x",
+    ] {
+        let (status, _, body) = get(&app, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}: {body}");
+    }
+
+    // --default-frontend ops: `/` and page paths are its page; the built-in one stays at /~common/.
+    let app = app_serving(&writer, dir, "ops");
+    let (_, _, body) = get(&app, "/").await;
+    assert_eq!(body, "<title>ops</title>");
+    let (_, _, body) = get(&app, "/roles").await;
+    assert_eq!(body, "<title>ops</title>");
+    let (_, _, body) = get(&app, "/~common/").await;
+    assert!(body.contains("/common/app.js"));
 }
 
 #[test]

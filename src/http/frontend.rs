@@ -1,0 +1,194 @@
+//! The web frontends: the built-in one (`frontend/` in the source tree, embedded in the binary)
+//! and alternative ones from `<config-dir>/frontend/<name>/`, routed as verwalter 0.13 did:
+//!
+//! - `/common/<file>`: a file of the built-in frontend;
+//! - `/~<name>/{js,css,fonts,img,files}/<path>`: a file of frontend `<name>`; any other
+//!   `/~<name>/...`: its `index.html` (the page routes itself);
+//! - `/` and every other path outside `/v1/` and `/metrics`: the `index.html` of the default
+//!   frontend (`--default-frontend`, `common` unless set).
+//!
+//! Built-in files are sent with an `ETag` (a hash of their content) and `Cache-Control: no-cache`,
+//! so a browser revalidates with one cheap request and never runs a stale page after an upgrade;
+//! gzipped when the client takes it (compressed once, at first use).
+
+use std::io::Write;
+use std::sync::LazyLock;
+
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use sha1::{Digest, Sha1};
+use tower::ServiceExt;
+use tower_http::services::ServeFile;
+
+use super::files::inside;
+use super::{ApiError, AppState};
+use crate::config::{BUILTIN_FRONTEND, is_frontend_name};
+
+/// One file of the built-in frontend.
+struct Asset {
+    name: &'static str,
+    content_type: &'static str,
+    bytes: &'static [u8],
+    gzip: Vec<u8>,
+    etag: HeaderValue,
+}
+
+macro_rules! embed {
+    ($name:literal, $type:literal) => {
+        (
+            $name,
+            $type,
+            include_bytes!(concat!(env!("CARGO_MANIFEST_DIR"), "/frontend/", $name)).as_slice(),
+        )
+    };
+}
+
+/// Every file of `frontend/`; `index.html` is the page, the rest are under `/common/`.
+const FILES: &[(&str, &str, &[u8])] = &[
+    embed!("index.html", "text/html; charset=utf-8"),
+    embed!("app.js", "text/javascript; charset=utf-8"),
+    embed!("app.css", "text/css; charset=utf-8"),
+    embed!("favicon.svg", "image/svg+xml"),
+];
+
+static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
+    FILES
+        .iter()
+        .map(|&(name, content_type, bytes)| {
+            let mut encoder =
+                flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+            encoder.write_all(bytes).expect("gzip into memory");
+            let gzip = encoder.finish().expect("gzip into memory");
+            let digest = Sha1::digest(bytes);
+            let etag = format!("\"{}\"", hex::encode(&digest[..10]));
+            Asset {
+                name,
+                content_type,
+                bytes,
+                gzip,
+                etag: HeaderValue::from_str(&etag).expect("hex is a valid header"),
+            }
+        })
+        .collect()
+});
+
+fn builtin(name: &str) -> Option<&'static Asset> {
+    ASSETS.iter().find(|a| a.name == name)
+}
+
+fn send(asset: &Asset, headers: &HeaderMap) -> Response {
+    let mut response = if headers
+        .get(header::IF_NONE_MATCH)
+        .is_some_and(|tags| tags.as_bytes() == asset.etag.as_bytes())
+    {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else if accepts_gzip(headers) {
+        let mut response = Body::from(asset.gzip.clone()).into_response();
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        response
+    } else {
+        Body::from(asset.bytes).into_response()
+    };
+    let out = response.headers_mut();
+    out.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(asset.content_type),
+    );
+    out.insert(header::ETAG, asset.etag.clone());
+    out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    out.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+    response
+}
+
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|coding| {
+            let mut parts = coding.split(';');
+            let name = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
+            name.eq_ignore_ascii_case("gzip") && !refused
+        })
+}
+
+/// `/`: the default frontend's page.
+pub async fn index(State(state): State<AppState>, request: Request) -> Response {
+    let name = state.node.default_frontend.clone();
+    page(&state, &name, request).await
+}
+
+/// `/common/<file>`: a file of the built-in frontend.
+pub async fn asset(UrlPath(file): UrlPath<String>, headers: HeaderMap) -> Response {
+    match builtin(&file).filter(|a| a.name != "index.html") {
+        Some(asset) => send(asset, &headers),
+        None => not_found(&format!("/common/{file}")),
+    }
+}
+
+/// Everything no route took: `/~<name>/...` and the default frontend's page.
+pub async fn fallback(State(state): State<AppState>, request: Request) -> Response {
+    if !matches!(*request.method(), Method::GET | Method::HEAD) {
+        return not_found(request.uri().path());
+    }
+    let path = request.uri().path().to_string();
+    let Some(tail) = path.strip_prefix("/~") else {
+        let name = state.node.default_frontend.clone();
+        return page(&state, &name, request).await;
+    };
+    let (name, rest) = tail.split_once('/').unwrap_or((tail, ""));
+    if !is_frontend_name(name) {
+        return not_found(&path);
+    }
+    let static_dir = rest
+        .split('/')
+        .next()
+        .is_some_and(|first| matches!(first, "js" | "css" | "fonts" | "img" | "files"));
+    if name == BUILTIN_FRONTEND || !static_dir {
+        return page(&state, name, request).await;
+    }
+    // Percent-decoding is left to no one: a name with `%` simply does not exist on disk.
+    match inside(&state.frontend_dir.join(name), rest) {
+        Ok(file) => serve_file(file, request).await,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The `index.html` of frontend `name`.
+async fn page(state: &AppState, name: &str, request: Request) -> Response {
+    if name == BUILTIN_FRONTEND {
+        let asset = builtin("index.html").expect("index.html is embedded");
+        return send(asset, request.headers());
+    }
+    match inside(&state.frontend_dir.join(name), "index.html") {
+        Ok(file) => serve_file(file, request).await,
+        Err(_) => ApiError::NotFound(format!(
+            "no frontend {name:?}: {} is missing",
+            state.frontend_dir.join(name).join("index.html").display()
+        ))
+        .into_response(),
+    }
+}
+
+/// A file of an alternative frontend, with a `.gz` beside it used when the client takes gzip
+/// (as 0.13 did), `ETag`/`Last-Modified` and `Range`.
+async fn serve_file(path: std::path::PathBuf, request: Request) -> Response {
+    match ServeFile::new(path)
+        .precompressed_gzip()
+        .oneshot(request)
+        .await
+    {
+        Ok(response) => response.into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+fn not_found(path: &str) -> Response {
+    (StatusCode::NOT_FOUND, format!("404 Not Found: {path}\n")).into_response()
+}

@@ -1,0 +1,169 @@
+//! The built-in web frontend in headless Chromium against a daemon on a temp copy of
+//! `examples/minimal`: the overview shows the leader and the roles and follows changes without a
+//! reload, a version button and a global action change the schedule, the re-render button starts
+//! a deployment, the log pages show it, and nothing is logged to the console. Screenshots go to
+//! `<target>/screenshots/frontend-*.png`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::util::*;
+use crate::webdriver::{Browser, screenshot_dir};
+
+const SOON: Duration = Duration::from_secs(20);
+
+fn shot(browser: &Browser, name: &str) {
+    browser.screenshot(&screenshot_dir().join(format!("frontend-{name}.png")));
+}
+
+/// The deployment id of `role`'s last attempt in the deployment log, and the log from its start.
+fn last_attempt(log_dir: &Path, role: &str) -> Option<(String, String)> {
+    let index = std::fs::read_to_string(log_dir.join(".index/latest")).ok()?;
+    let line: Value = index
+        .lines()
+        .rev()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|l| l[2]["variant"] == "Role" && l[2]["fields"][0] == role && l[3] == "RoleStart")?;
+    let fields = &line[2]["fields"];
+    let file = log_dir
+        .join(role)
+        .join(format!("log.{}.txt", fields[1].as_str()?));
+    let text = std::fs::read(file).ok()?;
+    let from = fields[2].as_u64()? as usize;
+    let attempt = String::from_utf8_lossy(text.get(from..)?).into_owned();
+    attempt
+        .contains("RoleFinish")
+        .then(|| (line[1].as_str().unwrap().to_string(), attempt))
+}
+
+fn schedule(daemon: &Daemon) -> Value {
+    daemon.json("/v1/schedule").expect("a schedule")
+}
+
+#[test]
+fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    copy_tree(&example("minimal"), &config);
+    let daemon = Daemon::start(&config, &tmp.path().join("storage"), free_port());
+    let first = wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let first_hash = first["hash"].as_str().unwrap().to_string();
+    let base = format!("http://127.0.0.1:{}", daemon.port);
+    let browser = Browser::start();
+
+    // Overview: the leader (this node) and the roles of the schedule.
+    browser.goto(&format!("{base}/"));
+    browser.wait_for_text("#leader", "alpha.test", SOON);
+    browser.wait_for_text("#schedule-hash", &first_hash[..8], SOON);
+    let roles = browser.wait_for_text("#roles-table", "web", SOON);
+    assert!(browser.text(&roles).contains("cache"));
+    shot(&browser, "overview");
+
+    // Live: a new version uploaded shows up without reloading the page.
+    browser.execute("window.notReloaded = true; return null", vec![]);
+    std::fs::write(
+        config.join("runtime/web/v3.yaml"),
+        "image: web.v3\ninstances: 1\n",
+    )
+    .unwrap();
+    let second = wait_for(SOON, || {
+        let s = daemon.json("/v1/schedule")?;
+        (s["data"]["roles"]["web"]["version"] == "v3").then_some(s)
+    })
+    .expect("a schedule with web v3");
+    let second_hash = second["hash"].as_str().unwrap();
+    browser.wait_for_text("#schedule-hash", &second_hash[..8], SOON);
+    browser.wait_for_text("#roles-table", "v3", SOON);
+    assert_eq!(
+        browser.execute("return window.notReloaded === true", vec![]),
+        json!(true),
+        "the page was reloaded instead of updated"
+    );
+
+    // A role page; the version button pins web to v1 through the action API.
+    let link = browser.wait_for("#roles-table a[href='/roles/web']", SOON);
+    browser.click(&link);
+    browser.wait_for_text("#role-version", "v3", SOON);
+    let switch = browser.wait_for("#versions button[data-version='v1']", SOON);
+    browser.click(&switch);
+    let question = browser
+        .accept_alert_if_any()
+        .expect("the version switch asks before it acts");
+    assert!(
+        question.contains("web") && question.contains("v1"),
+        "{question}"
+    );
+    browser.wait_for_text("#action-results", "web pinned to v1", SOON);
+    browser.wait_for_text("#role-version", "v1", SOON);
+    let pinned = schedule(&daemon);
+    assert_eq!(pinned["data"]["roles"]["web"]["version"], "v1");
+    assert_eq!(pinned["data"]["state"]["web"]["pinned"], "v1");
+
+    // A global action: one more instance, on this node's part of the schedule.
+    let add = browser
+        .find_all("#global-actions button")
+        .into_iter()
+        .find(|b| browser.text(b) == "Add instance")
+        .expect("an Add instance button");
+    browser.click(&add);
+    browser.wait_for_text("#action-results", "web: 2 instance(s)", SOON);
+    shot(&browser, "role");
+
+    // The deployment that rendered it is on the role page and in the log, with its text.
+    let log_dir = tmp.path().join("storage/log");
+    let deployment = wait_for(SOON, || {
+        let (deployment, text) = last_attempt(&log_dir, "web")?;
+        text.contains("instances: 2").then_some(deployment)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "web was not rendered with two instances:\n{}",
+            daemon.logs()
+        )
+    });
+    browser.wait_for_text("#role-deployments", &deployment, SOON);
+    let logs = browser.wait_for("#nav a[href='/logs']", SOON);
+    browser.click(&logs);
+    let rows = browser.wait_for_text("#log-rows", &deployment, SOON);
+    assert!(browser.text(&rows).contains("RoleStart"));
+    shot(&browser, "logs");
+    // The row of web's RoleStart in that deployment links to its text.
+    let opened = browser.execute(
+        "const row = [...document.querySelectorAll('#log-rows tr')].find((r) => \
+           r.textContent.includes(arguments[0]) && r.textContent.includes('RoleStart')); \
+         const a = row && row.querySelector('a[href^=\"/tail/role/web/\"]'); \
+         if (a) a.click(); return !!a",
+        vec![json!(deployment)],
+    );
+    assert_eq!(
+        opened,
+        json!(true),
+        "no RoleStart row of web for {deployment}"
+    );
+    let tail = browser.wait_for_text("#tail", "web: RoleStart", SOON);
+    let text = browser.text(&tail);
+    assert!(text.contains(&deployment), "{text}");
+    assert!(
+        text.contains("instances: 2"),
+        "the rendered file in the log:\n{text}"
+    );
+    shot(&browser, "tail");
+
+    // Re-render everything from the overview: a new deployment of the same schedule.
+    browser.goto(&format!("{base}/"));
+    let button = browser.wait_for("#force-render", SOON);
+    browser.click(&button);
+    wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        let last = &status["last_deployment"];
+        (last["id"] != deployment.as_str() && last["finished"].is_u64()).then_some(())
+    })
+    .expect("a new deployment after the re-render button");
+
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+    assert!(screenshot_dir().join("frontend-tail.png").is_file());
+}
