@@ -258,7 +258,7 @@ function actionButton(title, action, confirmText, results) {
 function leaderNotice() {
   if (isLeader()) return null;
   const url = leaderUrl(location.pathname.replace(BASE, "") + location.search);
-  return h("div", {class: "banner warn"}, "Actions are taken by the leader only. ",
+  return h("div", {class: "banner warn", id: "leader-notice"}, "Actions are taken by the leader only. ",
     url ? h("a", {href: url}, "Open this page on the leader (" + data.status.leader.name + ")")
       : "No leader is known right now.");
 }
@@ -427,16 +427,17 @@ function rolesPage(role) {
     fill(content, ...rolePage(role, deployments, actionResults));
   }
 
-  if (role) {
-    loadIndex().then((entries) => { deployments = entries; draw(); }, (e) => { deployments = e; draw(); });
-  }
+  // Deployments of the role on this node: only where the schedule gives it this node (a node
+  // that never rendered anything has no log index, and the failed fetch would be noise).
+  const here = () => data.status && nodesOf(data.schedule, role).some(([n]) => n === data.status.hostname);
+  let requested = false;
+  const reload = () => (requested = true) && loadIndex().then((entries) => { deployments = entries; draw(); },
+    (e) => { deployments = e; draw(); });
   draw();
   return {node: root, live: (prev) => {
     // Redraw on what the role page shows; keep open buttons' results otherwise.
     const s = data.status;
-    if (role && prev && deploymentKey(prev) !== deploymentKey(s)) {
-      loadIndex().then((entries) => { deployments = entries; draw(); }, () => {});
-    }
+    if (role && here() && (!requested || (prev && deploymentKey(prev) !== deploymentKey(s)))) reload();
     if (!prev || prev.schedule_id !== s.schedule_id || prev.failed_roles.join() !== s.failed_roles.join()
         || prev.election_state.is_leader !== s.election_state.is_leader || deploymentKey(prev) !== deploymentKey(s)) {
       draw();
@@ -545,6 +546,10 @@ function nodeLink(hostname) {
 
 /** Log pages of `role` from the index entries: one row per attempt. */
 function deploymentsOf(role, entries) {
+  const s = data.status;
+  if (s && !nodesOf(data.schedule, role).some(([n]) => n === s.hostname)) {
+    return h("p", {class: "muted"}, "The schedule does not give this role to this node.");
+  }
   if (entries === null) return h("p", {class: "muted"}, "Loading the log index…");
   if (entries instanceof Error) return h("p", {class: "muted"}, "No deployment log: " + entries.message);
   const rows = entries.filter((e) => e.role === role && e.marker === "RoleStart").slice(0, 50);
@@ -591,11 +596,12 @@ function nodesPage() {
         h("td", {}, p.name),
         h("td", {class: "mono"}, p.primary_addr || (p.self ? location.host : "—")),
         h("td", {}, roles.map((r) => [link("/roles/" + encodeURIComponent(r), r), " "]), info ? h("div", {class: "muted"}, info) : null),
-        h("td", {}, p.errors ? pill(p.errors + " error(s)", "bad") : pill("ok", "ok")),
+        h("td", {}, !p.self && !isLeader() ? h("span", {class: "muted"}, "—")
+          : p.errors ? pill(p.errors + " error(s)", "bad") : pill("ok", "ok")),
         h("td", {class: "mono", title: (p.schedule && p.schedule.hash) || ""}, p.schedule ? short(p.schedule.hash) : "—"),
         h("td", {}, p.self ? "—" : when(p.last_report_direct)),
         h("td", {}, p.self ? "—" : when(p.known_since)),
-        h("td", {class: "mono muted"}, short(p.id)));
+        h("td", {class: "mono muted", title: p.id}, short(p.id)));
     });
     const extra = Object.keys(nodes).filter((n) => !all.some((p) => p.hostname === n)).sort();
     fill(root, h("h1", {}, "Nodes"),
@@ -801,7 +807,6 @@ function logsPage() {
   }
   refresh.addEventListener("click", load);
   draw();
-  load();
   // New deployments follow schedule changes and re-renders: re-read the index on those.
   return {node: root, live: (prev) => {
     const s = data.status;
@@ -971,6 +976,8 @@ function route() {
 function rerender() {
   current = route();
   fill(document.getElementById("page"), current.node);
+  // A page opened after the first status: it sees the status as new (live(null)).
+  if (data.status && current.live) current.live(null);
   const section = "/" + (location.pathname.slice(BASE.length).split("/")[1] || "");
   for (const a of document.querySelectorAll("#nav a")) {
     const target = a.getAttribute("href");

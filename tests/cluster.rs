@@ -11,13 +11,13 @@ use serde_json::Value;
 
 use crate::util::*;
 
-const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+pub const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
 /// Generous bound for elections and fetches on a loaded CI machine.
 const SOON: Duration = Duration::from_secs(20);
 
-struct Node {
-    host: String,
-    port: u16,
+pub struct Node {
+    pub host: String,
+    pub port: u16,
     child: Child,
     log: PathBuf,
 }
@@ -57,7 +57,7 @@ impl Node {
         }
     }
 
-    fn json(&self, path: &str) -> Option<Value> {
+    pub fn json(&self, path: &str) -> Option<Value> {
         let (code, body) = http_get_at(&self.host, self.port, path)?;
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
@@ -90,10 +90,10 @@ fn http_head_at(host: &str, port: u16, path: &str) -> (u16, String) {
     (code, head)
 }
 
-struct Cluster {
+pub struct Cluster {
     _tmp: tempfile::TempDir,
     _cantal: Child,
-    nodes: Vec<Option<Node>>,
+    pub nodes: Vec<Option<Node>>,
 }
 
 impl Drop for Cluster {
@@ -104,7 +104,7 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    fn start() -> Cluster {
+    pub fn start() -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
         let cantal_port = free_port();
@@ -127,11 +127,11 @@ impl Cluster {
         }
     }
 
-    fn live(&self) -> impl Iterator<Item = &Node> {
+    pub fn live(&self) -> impl Iterator<Item = &Node> {
         self.nodes.iter().flatten()
     }
 
-    fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         self.live()
             .map(|n| format!("=== {} ===\n{}", n.host, n.logs()))
             .collect()
@@ -139,7 +139,7 @@ impl Cluster {
 
     /// Waits until exactly one live node leads and every live node holds a schedule made by it;
     /// returns the leader's index and the schedule hash.
-    fn converged(&self) -> (usize, String) {
+    pub fn converged(&self) -> (usize, String) {
         wait_for(SOON, || {
             let mut leaders = Vec::new();
             let mut hashes = BTreeSet::new();

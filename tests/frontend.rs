@@ -167,3 +167,59 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     assert!(errors.is_empty(), "console errors: {errors:#?}");
     assert!(screenshot_dir().join("frontend-tail.png").is_file());
 }
+
+#[test]
+fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
+    let cluster = crate::cluster::Cluster::start();
+    let (leader, hash) = cluster.converged();
+    let follower = cluster
+        .live()
+        .find(|n| n.host != format!("127.0.0.{}", leader + 1))
+        .unwrap();
+    let status = follower.json("/v1/status").unwrap();
+    let leader_addr = status["leader"]["addr"].as_str().unwrap().to_string();
+    let browser = Browser::start();
+
+    browser.goto(&format!("http://{}:{}/", follower.host, follower.port));
+    let leader_name = format!("{}.test", crate::cluster::NAMES[leader]);
+    browser.wait_for_text("#leader", &leader_name, SOON);
+    browser.wait_for_text("#schedule-hash", &hash[..8], SOON);
+    browser.wait_for_text("#leader-badge", &leader_name, SOON);
+
+    // The buttons are there but disabled, with the same page on the leader one click away.
+    browser.goto(&format!(
+        "http://{}:{}/roles/web",
+        follower.host, follower.port
+    ));
+    browser.wait_for("#versions button", SOON);
+    let notice = browser.wait_for_text("#leader-notice", "leader only", SOON);
+    let link = browser
+        .find_all("#leader-notice a")
+        .into_iter()
+        .next()
+        .expect("a link to the leader");
+    assert_eq!(
+        browser.attr(&link, "href").as_deref(),
+        Some(format!("http://{leader_addr}/roles/web").as_str()),
+        "{}",
+        browser.text(&notice)
+    );
+    let all_disabled = browser.execute(
+        "return [...document.querySelectorAll('#versions button, #global-actions button')] \
+           .every((b) => b.disabled)",
+        vec![],
+    );
+    assert_eq!(all_disabled, json!(true));
+
+    // The nodes page lists all three, the leader marked.
+    browser.goto(&format!("http://{}:{}/nodes", follower.host, follower.port));
+    let nodes = browser.wait_for_text("#nodes", "gamma", SOON);
+    let text = browser.text(&nodes);
+    for name in crate::cluster::NAMES {
+        assert!(text.contains(name), "{name} missing:\n{text}");
+    }
+    assert!(text.contains("leader"), "{text}");
+    shot(&browser, "follower");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
