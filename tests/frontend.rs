@@ -223,3 +223,84 @@ fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
+
+/// Declares a role with processes on this node and every kind of button, and answers each press
+/// with the button it got, so the test sees exactly what the page sent.
+const ECHO_SCHEDULER: &str = r#"
+return {scheduler = function(state)
+  local replies = {}
+  for id, action in pairs(state.actions) do replies[id] = {echo = action.button} end
+  local host = state.current_host
+  return {
+    actions = replies,
+    roles = {app = {
+      title = "The app", badge = "beta", info = "two workers",
+      frontend = {kind = "example"},
+      daemon_actions = {{title = "+", id = "incr", data = {incr = 1}}},
+      global_actions = {{title = "Restart all", id = "restart", confirm = "Restart every worker?"}},
+    }},
+    nodes = {[host] = {roles = {app = {daemons = {
+      worker = {image = "app.v7", instances = 2, config = "/cfg/worker.yaml"},
+    }}}}},
+  }, "ok"
+end}
+"#;
+
+#[test]
+fn buttons_send_what_the_schedule_declares() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    std::fs::create_dir_all(config.join("scheduler/v1")).unwrap();
+    std::fs::create_dir_all(config.join("runtime")).unwrap();
+    std::fs::write(config.join("scheduler/v1/main.lua"), ECHO_SCHEDULER).unwrap();
+    let daemon = Daemon::start(&config, &tmp.path().join("storage"), free_port());
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    // `app` has no template, so it fails before any deployment starts: the log index is empty
+    // (not a 404, which the browser would report as an error on the role page).
+    let failed = wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        (status["failed_roles"] == json!(["app"])).then_some(status)
+    })
+    .expect("app fails without a template");
+    assert_eq!(failed["last_deployment"], Value::Null);
+    assert_eq!(
+        daemon.get("/v1/log/index/latest"),
+        Some((200, String::new()))
+    );
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/roles/app", daemon.port));
+    browser.wait_for_text("#role", "The app (app)", SOON);
+    let processes = browser.wait_for_text("#role", "app.v7", SOON);
+    assert!(browser.text(&processes).contains("two workers"));
+
+    // A process row's button: the action, the node and process it is on, its data, the role.
+    let plus = browser.wait_for("#role table button[data-action='incr']", SOON);
+    browser.click(&plus);
+    let results = browser.wait_for_text("#action-results", "echo", SOON);
+    let text = browser.text(&results);
+    let answer: Value = serde_json::from_str(text.split_once(": ").unwrap().1).unwrap();
+    assert_eq!(
+        answer,
+        json!({"echo": {"action": "incr", "host": "alpha", "daemon": "worker",
+                        "data": {"incr": 1}, "role": "app"}})
+    );
+
+    // A global action asks first when it says so: nothing is sent while the question is open.
+    let restart = browser.wait_for("#global-actions button", SOON);
+    browser.click(&restart);
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(daemon.json("/v1/pending_actions").unwrap(), json!({}));
+    assert_eq!(
+        browser.accept_alert_if_any().as_deref(),
+        Some("Restart every worker?")
+    );
+    browser.wait_for_text(
+        "#action-results",
+        r#"{"echo":{"action":"restart","role":"app"}}"#,
+        SOON,
+    );
+    shot(&browser, "buttons");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}

@@ -106,7 +106,15 @@ pub async fn log_stream(
         "changes" => ".changes",
         other => return ApiError::NotFound(format!("no log {other:?}")).into_response(),
     };
-    match log_dir(&state).and_then(|root| inside(&root.join(dir), &file)) {
+    let root = match log_dir(&state) {
+        Ok(root) => root,
+        Err(e) => return e.into_response(),
+    };
+    // Before the first deployment there is no index: that is an empty one, not a missing file.
+    if stream == "index" && file == "latest" && !root.join(".index/latest").exists() {
+        return axum::http::StatusCode::OK.into_response();
+    }
+    match inside(&root.join(dir), &file) {
         Ok(path) => serve(path, request).await,
         Err(e) => e.into_response(),
     }
