@@ -3,7 +3,7 @@
 CARGO ?= cargo
 DEMO_ID ?= 0000000000000000000000000000d3e0
 
-.PHONY: all build run cluster fmt fmt-check lint test ci bench bench-rss
+.PHONY: all build run cluster fmt fmt-check lint browser-deps test ci bench bench-rss
 
 all: build
 
@@ -29,8 +29,20 @@ fmt-check:
 lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+## Debian's chromium and chromium-driver for the browser tests: installed when missing and this
+## runs as root with apt-get; otherwise a hint (the browser tests then fail saying the same).
+browser-deps:
+	@if { [ -z "$$CHROMEDRIVER" ] && ! command -v chromedriver >/dev/null; } || \
+	    { [ -z "$$CHROMIUM" ] && ! [ -x /usr/bin/chromium ] && ! command -v chromium >/dev/null; }; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	    else \
+	        echo "browser tests need chromium and chromedriver: apt-get install chromium chromium-driver (or set CHROMIUM and CHROMEDRIVER)" >&2; \
+	    fi; \
+	fi
+
 ## Everything CI checks: formatting, lints with warnings denied, all tests.
-test: fmt-check lint
+test: fmt-check lint browser-deps
 	$(CARGO) test --all
 
 ci: test

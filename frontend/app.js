@@ -257,7 +257,7 @@ function actionButton(title, action, confirmText, results) {
 /** On a follower: where the buttons work. */
 function leaderNotice() {
   if (isLeader()) return null;
-  const url = leaderUrl(location.pathname.replace(BASE, "") + location.search);
+  const url = leaderUrl(location.pathname + location.search);
   return h("div", {class: "banner warn", id: "leader-notice"}, "Actions are taken by the leader only. ",
     url ? h("a", {href: url}, "Open this page on the leader (" + data.status.leader.name + ")")
       : "No leader is known right now.");
@@ -728,7 +728,7 @@ function schedulerPage() {
 /** The newest log index lines (the last MiB of the index, as 0.13 read it), newest first. */
 async function loadIndex() {
   const response = await fetch("/v1/log/index/latest", {headers: {Range: "bytes=-1048576"}});
-  if (!response.ok) throw new Error(response.status === 404 ? "nothing deployed yet" : String(response.status));
+  if (!response.ok) throw new Error(response.status + " " + response.statusText);
   let text = await response.text();
   // A range that starts mid-file starts mid-line: drop the partial line.
   const range = response.headers.get("Content-Range");
@@ -956,7 +956,9 @@ function apiPage() {
 let current = null;
 
 function route() {
-  const path = decodeURIComponent(location.pathname.slice(BASE.length)).replace(/\/+$/, "") || "/";
+  let path = location.pathname.slice(BASE.length);
+  try { path = decodeURIComponent(path); } catch (e) { /* a bad escape typed by hand: use it as it is */ }
+  path = path.replace(/\/+$/, "") || "/";
   const parts = path.split("/").filter(Boolean);
   if (current && current.leave) current.leave();
   switch (parts[0]) {

@@ -12,6 +12,7 @@
 //! gzipped when the client takes it (compressed once, at first use).
 
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::LazyLock;
 
 use axum::body::Body;
@@ -32,7 +33,9 @@ struct Asset {
     content_type: &'static str,
     bytes: &'static [u8],
     gzip: Vec<u8>,
-    etag: HeaderValue,
+    /// Tags of the plain and the gzipped body: two representations, two tags.
+    etag: String,
+    etag_gzip: String,
 }
 
 macro_rules! embed {
@@ -61,14 +64,14 @@ static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
                 flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
             encoder.write_all(bytes).expect("gzip into memory");
             let gzip = encoder.finish().expect("gzip into memory");
-            let digest = Sha1::digest(bytes);
-            let etag = format!("\"{}\"", hex::encode(&digest[..10]));
+            let digest = hex::encode(&Sha1::digest(bytes)[..10]);
             Asset {
                 name,
                 content_type,
                 bytes,
                 gzip,
-                etag: HeaderValue::from_str(&etag).expect("hex is a valid header"),
+                etag: format!("\"{digest}\""),
+                etag_gzip: format!("\"{digest}-gz\""),
             }
         })
         .collect()
@@ -79,12 +82,11 @@ fn builtin(name: &str) -> Option<&'static Asset> {
 }
 
 fn send(asset: &Asset, headers: &HeaderMap) -> Response {
-    let mut response = if headers
-        .get(header::IF_NONE_MATCH)
-        .is_some_and(|tags| tags.as_bytes() == asset.etag.as_bytes())
-    {
+    let gzip = accepts_gzip(headers);
+    let etag = if gzip { &asset.etag_gzip } else { &asset.etag };
+    let mut response = if none_match(headers, etag) {
         StatusCode::NOT_MODIFIED.into_response()
-    } else if accepts_gzip(headers) {
+    } else if gzip {
         let mut response = Body::from(asset.gzip.clone()).into_response();
         response
             .headers_mut()
@@ -98,10 +100,25 @@ fn send(asset: &Asset, headers: &HeaderMap) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static(asset.content_type),
     );
-    out.insert(header::ETAG, asset.etag.clone());
+    out.insert(
+        header::ETAG,
+        HeaderValue::from_str(etag).expect("hex is a valid header"),
+    );
     out.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     out.insert(header::VARY, HeaderValue::from_static("accept-encoding"));
     response
+}
+
+/// Whether `If-None-Match` lists `etag` (weakly compared, as RFC 9110 asks for this header) or
+/// is `*`.
+fn none_match(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|tag| tag.trim())
+        .any(|tag| tag == "*" || tag.trim_start_matches("W/") == etag)
 }
 
 fn accepts_gzip(headers: &HeaderMap) -> bool {
@@ -154,8 +171,9 @@ pub async fn fallback(State(state): State<AppState>, request: Request) -> Respon
         return page(&state, name, request).await;
     }
     // Percent-decoding is left to no one: a name with `%` simply does not exist on disk.
-    match inside(&state.frontend_dir.join(name), rest) {
-        Ok(file) => serve_file(file, request).await,
+    let dir = state.frontend_dir.join(name);
+    match inside(&dir, rest) {
+        Ok(file) => serve_file(&dir, file, request).await,
         Err(e) => e.into_response(),
     }
 }
@@ -166,8 +184,9 @@ async fn page(state: &AppState, name: &str, request: Request) -> Response {
         let asset = builtin("index.html").expect("index.html is embedded");
         return send(asset, request.headers());
     }
-    match inside(&state.frontend_dir.join(name), "index.html") {
-        Ok(file) => serve_file(file, request).await,
+    let dir = state.frontend_dir.join(name);
+    match inside(&dir, "index.html") {
+        Ok(file) => serve_file(&dir, file, request).await,
         Err(_) => ApiError::NotFound(format!(
             "no frontend {name:?}: {} is missing",
             state.frontend_dir.join(name).join("index.html").display()
@@ -176,14 +195,23 @@ async fn page(state: &AppState, name: &str, request: Request) -> Response {
     }
 }
 
-/// A file of an alternative frontend, with a `.gz` beside it used when the client takes gzip
-/// (as 0.13 did), `ETag`/`Last-Modified` and `Range`.
-async fn serve_file(path: std::path::PathBuf, request: Request) -> Response {
-    match ServeFile::new(path)
-        .precompressed_gzip()
-        .oneshot(request)
-        .await
-    {
+/// A file of an alternative frontend (resolved inside `dir`), with `Last-Modified` and `Range`;
+/// a `.gz` beside it is sent instead when the client takes gzip (as 0.13 did), if that too stays
+/// inside `dir` once symlinks are resolved.
+async fn serve_file(dir: &Path, file: PathBuf, request: Request) -> Response {
+    let mut gz = file.clone().into_os_string();
+    gz.push(".gz");
+    let gz_inside = dir.canonicalize().is_ok_and(|root| {
+        Path::new(&gz)
+            .canonicalize()
+            .is_ok_and(|real| real.starts_with(root))
+    });
+    let service = if gz_inside {
+        ServeFile::new(file).precompressed_gzip()
+    } else {
+        ServeFile::new(file)
+    };
+    match service.oneshot(request).await {
         Ok(response) => response.into_response(),
         Err(e) => ApiError::Internal(e.to_string()).into_response(),
     }

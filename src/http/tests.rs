@@ -268,8 +268,23 @@ async fn the_built_in_frontend_is_served_for_every_page_path_with_cache_validati
     let refused = get_with(&app, "/common/app.js", &[("accept-encoding", "gzip;q=0")]).await;
     assert!(refused.headers().get("content-encoding").is_none());
 
-    let again = get_with(&app, "/common/app.js", &[("if-none-match", &etag)]).await;
-    assert_eq!(again.status(), StatusCode::NOT_MODIFIED);
+    for tags in [
+        etag.clone(),
+        format!("\"other\", W/{etag}"),
+        "*".to_string(),
+    ] {
+        let again = get_with(
+            &app,
+            "/common/app.js",
+            &[("if-none-match", &tags), ("accept-encoding", "gzip")],
+        )
+        .await;
+        assert_eq!(again.status(), StatusCode::NOT_MODIFIED, "{tags}");
+    }
+    // The plain body is another representation, with another tag.
+    let plain = get_with(&app, "/common/app.js", &[("if-none-match", &etag)]).await;
+    assert_eq!(plain.status(), StatusCode::OK);
+    assert_ne!(plain.headers()["etag"], etag.as_str());
     let (status, _, _) = get(&app, "/common/nothing.js").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     let (status, _, _) = get(&app, "/common/index.html").await;
@@ -314,6 +329,24 @@ async fn alternative_frontends_are_served_from_the_config_dir_and_cannot_reach_o
         StatusCode::FORBIDDEN,
         "a symlink out of the frontend dir"
     );
+    // A precompressed `.gz` beside a file is used, unless it leads out of the dir.
+    let gzip = |text: &str| {
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut encoder, text.as_bytes()).unwrap();
+        encoder.finish().unwrap()
+    };
+    std::fs::write(dir.join("ops/js/main.js.gz"), gzip("let ops = 1;")).unwrap();
+    let zipped = get_with(&app, "/~ops/js/main.js", &[("accept-encoding", "gzip")]).await;
+    assert_eq!(zipped.headers()["content-encoding"], "gzip");
+    std::fs::write(dir.join("ops/js/other.js"), "let other = 1;").unwrap();
+    std::fs::write(tmp.path().join("leak.gz"), gzip("leaked")).unwrap();
+    std::os::unix::fs::symlink(tmp.path().join("leak.gz"), dir.join("ops/js/other.js.gz")).unwrap();
+    let plain = get_with(&app, "/~ops/js/other.js", &[("accept-encoding", "gzip")]).await;
+    assert!(plain.headers().get("content-encoding").is_none());
+    let body = axum::body::to_bytes(plain.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(&body[..], b"let other = 1;");
     for path in [
         "/~ops/js/../../../secret",
         "/~ops/js/%2e%2e/%2e%2e/%2e%2e/secret",

@@ -3,8 +3,9 @@
 -- unless an operator scaled it. The state argument and the returned schedule are described in
 -- docs/scheduler.md.
 --
--- Operator buttons (docs/frontend.md): each role declares a version switch (`frontend.kind =
--- "version"`, `versions`) and two `global_actions`; a press arrives in `state.actions` as
+-- Operator buttons (docs/frontend.md): each role lists its `versions` (the frontend shows a
+-- "Switch To" button for each; `frontend.kind = "version"` is what 0.13's frontend looked for)
+-- and three `global_actions`; a press arrives in `state.actions` as
 -- {button = {role, action, version?, data?}}. What operators chose is kept in the schedule's
 -- `state` and read back from `state.parents[1]` on the next run, and each action is answered
 -- through the schedule's `actions` (what /v1/wait_action returns).
