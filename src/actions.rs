@@ -78,8 +78,16 @@ impl ActionQueue {
         })
     }
 
-    /// Registers `action` at wall-clock `now_ms`; returns its id.
-    pub fn register(&self, now_ms: u64, action: Value) -> Result<u64, RegisterError> {
+    /// Registers `action` at wall-clock `now_ms`; returns its id, and with `wait` a receiver that
+    /// resolves when it ended (see [`Outcome`]). The waiter is in place before the action is
+    /// pending: a scheduler run on another thread may consume it at once, and its answer must
+    /// not be lost.
+    pub fn register(
+        &self,
+        now_ms: u64,
+        action: Value,
+        wait: bool,
+    ) -> Result<(u64, Option<oneshot::Receiver<Outcome>>), RegisterError> {
         if !self.store.election.peek().is_leader {
             return Err(RegisterError::NotLeader);
         }
@@ -96,22 +104,16 @@ impl ActionQueue {
             counter.used += 1;
             id
         };
+        let receiver = wait.then(|| {
+            let (tx, rx) = oneshot::channel();
+            self.waiters.lock().unwrap().entry(id).or_default().push(tx);
+            rx
+        });
         self.out.update(|actions| {
             actions.insert(id, action);
         });
         self.save();
-        Ok(id)
-    }
-
-    /// Resolves when action `id` ended (see [`Outcome`]).
-    pub fn wait(&self, id: u64) -> oneshot::Receiver<Outcome> {
-        let (tx, rx) = oneshot::channel();
-        if self.store.actions.peek().contains_key(&id) {
-            self.waiters.lock().unwrap().entry(id).or_default().push(tx);
-        } else {
-            let _ = tx.send(Outcome::NoReply);
-        }
-        rx
+        Ok((id, receiver))
     }
 
     fn save(&self) {

@@ -13,7 +13,7 @@
 //! - [`logs`]: the deployment log (index, global, changes, per role), rotation, retention.
 //! - [`backups`]: hourly, daily and weekly gzipped copies of the schedule.
 //! - [`state_dir`]: `/var/lib/verwalter`, where the schedule in force is persisted.
-//! - [`http`]: the HTTP API and `/metrics`.
+//! - [`http`]: the HTTP API, `/metrics` and the web frontend (`frontend/`, embedded).
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
 

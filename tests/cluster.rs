@@ -127,6 +127,13 @@ impl Cluster {
         }
     }
 
+    /// A live node other than node `leader`.
+    pub fn follower(&self, leader: usize) -> &Node {
+        self.live()
+            .find(|n| n.host != format!("127.0.0.{}", leader + 1))
+            .expect("a live follower")
+    }
+
     pub fn live(&self) -> impl Iterator<Item = &Node> {
         self.nodes.iter().flatten()
     }
@@ -172,10 +179,7 @@ impl Cluster {
 fn three_nodes_elect_one_leader_share_its_schedule_and_survive_its_death() {
     let mut cluster = Cluster::start();
     let (leader, hash) = cluster.converged();
-    let follower = cluster
-        .live()
-        .find(|n| n.host != format!("127.0.0.{}", leader + 1))
-        .unwrap();
+    let follower = cluster.follower(leader);
     let status = follower.json("/v1/status").unwrap();
     assert_eq!(status["peers"], 2, "{status}");
     assert_eq!(

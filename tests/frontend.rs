@@ -84,11 +84,9 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     );
 
     // A role page; the version button pins web to v1 through the action API.
-    let link = browser.wait_for("#roles-table a[href='/roles/web']", SOON);
-    browser.click(&link);
+    browser.click_on("#roles-table a[href='/roles/web']", None, SOON);
     browser.wait_for_text("#role-version", "v3", SOON);
-    let switch = browser.wait_for("#versions button[data-version='v1']", SOON);
-    browser.click(&switch);
+    browser.click_on("#versions button[data-version='v1']", None, SOON);
     let question = browser
         .accept_alert_if_any()
         .expect("the version switch asks before it acts");
@@ -103,12 +101,7 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     assert_eq!(pinned["data"]["state"]["web"]["pinned"], "v1");
 
     // A global action: one more instance, on this node's part of the schedule.
-    let add = browser
-        .find_all("#global-actions button")
-        .into_iter()
-        .find(|b| browser.text(b) == "Add instance")
-        .expect("an Add instance button");
-    browser.click(&add);
+    browser.click_on("#global-actions button", Some("Add instance"), SOON);
     browser.wait_for_text("#action-results", "web: 2 instance(s)", SOON);
     shot(&browser, "role");
 
@@ -125,8 +118,7 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
         )
     });
     browser.wait_for_text("#role-deployments", &deployment, SOON);
-    let logs = browser.wait_for("#nav a[href='/logs']", SOON);
-    browser.click(&logs);
+    browser.click_on("#nav a[href='/logs']", None, SOON);
     let rows = browser.wait_for_text("#log-rows", &deployment, SOON);
     assert!(browser.text(&rows).contains("RoleStart"));
     shot(&browser, "logs");
@@ -154,8 +146,7 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
 
     // Re-render everything from the overview: a new deployment of the same schedule.
     browser.goto(&format!("{base}/"));
-    let button = browser.wait_for("#force-render", SOON);
-    browser.click(&button);
+    browser.click_on("#force-render", None, SOON);
     wait_for(SOON, || {
         let status = daemon.json("/v1/status")?;
         let last = &status["last_deployment"];
@@ -172,10 +163,7 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
 fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
     let cluster = crate::cluster::Cluster::start();
     let (leader, hash) = cluster.converged();
-    let follower = cluster
-        .live()
-        .find(|n| n.host != format!("127.0.0.{}", leader + 1))
-        .unwrap();
+    let follower = cluster.follower(leader);
     let status = follower.json("/v1/status").unwrap();
     let leader_addr = status["leader"]["addr"].as_str().unwrap().to_string();
     let browser = Browser::start();
@@ -275,8 +263,7 @@ fn buttons_send_what_the_schedule_declares() {
     assert!(browser.text(&processes).contains("two workers"));
 
     // A process row's button: the action, the node and process it is on, its data, the role.
-    let plus = browser.wait_for("#role table button[data-action='incr']", SOON);
-    browser.click(&plus);
+    browser.click_on("#role table button[data-action='incr']", None, SOON);
     let results = browser.wait_for_text("#action-results", "echo", SOON);
     let text = browser.text(&results);
     let answer: Value = serde_json::from_str(text.split_once(": ").unwrap().1).unwrap();
@@ -287,8 +274,7 @@ fn buttons_send_what_the_schedule_declares() {
     );
 
     // A global action asks first when it says so: nothing is sent while the question is open.
-    let restart = browser.wait_for("#global-actions button", SOON);
-    browser.click(&restart);
+    browser.click_on("#global-actions button", None, SOON);
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(daemon.json("/v1/pending_actions").unwrap(), json!({}));
     assert_eq!(

@@ -231,6 +231,43 @@ impl Browser {
         value.as_str().map(String::from)
     }
 
+    /// Clicks the first element matching `css` whose text is `text` (any text with `None`),
+    /// waiting for one; when the page replaces it between the search and the click (a live page
+    /// re-rendering), it looks again. Panics after `timeout`.
+    pub fn click_on(&self, css: &str, text: Option<&str>, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for candidate in self.find_all(css) {
+                let matches = match text {
+                    None => Ok(true),
+                    Some(text) => self
+                        .cmd("GET", &format!("/element/{}/text", candidate.0), None)
+                        .map(|t| t.as_str() == Some(text)),
+                };
+                let clicked = matches.and_then(|m| {
+                    m.then(|| {
+                        let path = format!("/element/{}/click", candidate.0);
+                        self.cmd("POST", &path, Some(json!({})))
+                    })
+                    .transpose()
+                });
+                match clicked {
+                    Ok(Some(_)) => return,
+                    Ok(None) => {}
+                    Err(failure) if failure.error == "stale element reference" => {}
+                    Err(failure) => self.fail(failure, || format!("cannot click `{css}`")),
+                }
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "nothing to click matches `{css}` with text {text:?} within {timeout:?} ({})",
+                    self.whereabouts()
+                );
+            }
+            std::thread::sleep(POLL);
+        }
+    }
+
     pub fn click(&self, element: &Element) {
         let path = format!("/element/{}/click", element.0);
         let done = self.cmd("POST", &path, Some(json!({})));

@@ -14,6 +14,7 @@ use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use tokio::sync::oneshot::Receiver;
 
 use super::AppState;
 use super::api::build_status;
@@ -29,7 +30,12 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 }
 
 /// The JSON body of an action request, or the error response.
-async fn read_action(state: &AppState, request: Request) -> Result<(u64, Value), Response> {
+/// Checks and registers the action of `request`; with `wait`, also a waiter for its outcome.
+async fn read_action(
+    state: &AppState,
+    request: Request,
+    wait: bool,
+) -> Result<(u64, Option<Receiver<Outcome>>), Response> {
     let json_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -65,40 +71,41 @@ async fn read_action(state: &AppState, request: Request) -> Result<(u64, Value),
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let id = state
-        .actions
-        .register(now, action.clone())
-        .map_err(|e| match e {
-            RegisterError::NotLeader => {
-                let status = build_status(state);
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({"error": e.to_string(), "leader": status.leader})),
-                )
-                    .into_response()
-            }
-            RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
-        })?;
+    let (id, receiver) =
+        state
+            .actions
+            .register(now, action.clone(), wait)
+            .map_err(|e| match e {
+                RegisterError::NotLeader => {
+                    let status = build_status(state);
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        Json(json!({"error": e.to_string(), "leader": status.leader})),
+                    )
+                        .into_response()
+                }
+                RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
+            })?;
     if let Some(logs) = &state.logs {
         logs.audit(&format!("action {id} from {source}: {action}"));
     }
     tracing::info!(id, %source, "Action registered.");
-    Ok((id, action))
+    Ok((id, receiver))
 }
 
 pub async fn action(State(state): State<AppState>, request: Request) -> Response {
-    match read_action(&state, request).await {
+    match read_action(&state, request, false).await {
         Ok((id, _)) => Json(json!({"registered": id})).into_response(),
         Err(response) => response,
     }
 }
 
 pub async fn wait_action(State(state): State<AppState>, request: Request) -> Response {
-    let id = match read_action(&state, request).await {
-        Ok((id, _)) => id,
+    let (id, receiver) = match read_action(&state, request, true).await {
+        Ok((id, receiver)) => (id, receiver.expect("registered with a waiter")),
         Err(response) => return response,
     };
-    match tokio::time::timeout(WAIT_LIMIT, state.actions.wait(id)).await {
+    match tokio::time::timeout(WAIT_LIMIT, receiver).await {
         Ok(Ok(Outcome::Reply(value))) => Json(value).into_response(),
         Ok(Ok(Outcome::NoReply)) => StatusCode::NO_CONTENT.into_response(),
         Ok(Ok(Outcome::LeadershipLost)) | Ok(Err(_)) => error(

@@ -1,4 +1,4 @@
-//! The HTTP API (verwalter 0.13's routes and shapes) and `/metrics`.
+//! The HTTP API (verwalter 0.13's routes and shapes), `/metrics` and the web frontends.
 //!
 //! [`router`] builds the whole app from its state, apart from serving, so tests call it without
 //! a socket. Every `/v1/<name>` route also answers as `/v1/<name>.json` (the same) and
