@@ -198,3 +198,72 @@ impl ActionQueue {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+    use verwalter_controllers::election::ElectionState;
+    use verwalter_controllers::state::{Schedule, SchedulerInput, SchedulerStatus};
+    use verwalter_controllers::store::StoreWriter;
+
+    use super::*;
+
+    /// A scheduler run on another thread may take an action before its HTTP handler gets to
+    /// wait for it; the waiter still gets the answer.
+    #[tokio::test]
+    async fn an_action_taken_at_once_still_gets_its_answer() {
+        let tmp = tempfile::tempdir().unwrap();
+        let writer = StoreWriter::new(None);
+        let store = writer.store();
+        let StoreWriter {
+            actions,
+            election,
+            schedule,
+            scheduler,
+            ..
+        } = writer;
+        election.set(ElectionState {
+            is_leader: true,
+            ..Default::default()
+        });
+        let queue = ActionQueue::new(actions, store.clone(), tmp.path().join("actions.json"));
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(queue.clone().run(shutdown.clone()));
+        tokio::task::yield_now().await; // the queue notes the status it starts from
+
+        let (id, receiver) = queue
+            .register(1_000_000, json!({"button": {}}), true)
+            .unwrap();
+        // The run that takes it, as the schedule controller publishes one.
+        let mut data = json!({"actions": {}});
+        data["actions"][id.to_string()] = json!("done");
+        schedule.set(Some(Schedule::encode(data, 1, "leader".into()).0));
+        scheduler.set(SchedulerStatus {
+            last_input: Some(Arc::new(SchedulerInput {
+                now: 1,
+                current_host: "alpha".into(),
+                current_id: "leader".into(),
+                parents: vec![],
+                actions: store.actions.peek().as_ref().clone(),
+                runtime: Arc::new(json!({})),
+                peers: Default::default(),
+                metrics: json!({}),
+            })),
+            last_success: Some(1),
+            ..Default::default()
+        });
+        let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), receiver.unwrap())
+            .await
+            .expect("an outcome")
+            .unwrap();
+        assert!(
+            matches!(outcome, Outcome::Reply(ref v) if v == "done"),
+            "{outcome:?}"
+        );
+        assert!(store.actions.peek().is_empty());
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+}
