@@ -10,10 +10,7 @@ const SOON: Duration = Duration::from_secs(10);
 
 #[test]
 fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("config");
-    let storage = tmp.path().join("storage");
-    copy_tree(&example("minimal"), &config);
+    let (_tmp, config, storage) = example_site("minimal");
     let port = free_port();
     let daemon = Daemon::start(&config, &storage, port);
 
@@ -158,10 +155,8 @@ fn read_events_until(
 #[test]
 fn the_event_stream_sends_the_status_and_each_change() {
     use std::io::Write;
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("config");
-    copy_tree(&example("minimal"), &config);
-    let daemon = Daemon::start(&config, &tmp.path().join("storage"), free_port());
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage, free_port());
     let first = wait_for(SOON, || daemon.json("/v1/schedule")).expect("a schedule");
     wait_for(SOON, || {
         (daemon.json("/v1/status")?["schedule_id"] == first["hash"]).then_some(())

@@ -44,10 +44,8 @@ fn schedule(daemon: &Daemon) -> Value {
 
 #[test]
 fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("config");
-    copy_tree(&example("minimal"), &config);
-    let daemon = Daemon::start(&config, &tmp.path().join("storage"), free_port());
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage, free_port());
     let first = wait_for(SOON, || daemon.json("/v1/schedule"))
         .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
     let first_hash = first["hash"].as_str().unwrap().to_string();
@@ -106,7 +104,7 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     shot(&browser, "role");
 
     // The deployment that rendered it is on the role page and in the log, with its text.
-    let log_dir = tmp.path().join("storage/log");
+    let log_dir = storage.join("log");
     let deployment = wait_for(SOON, || {
         let (deployment, text) = last_attempt(&log_dir, "web")?;
         text.contains("instances: 2").then_some(deployment)

@@ -29,6 +29,16 @@ pub fn copy_tree(from: &Path, to: &Path) {
     }
 }
 
+/// A temp dir holding `config/`, a copy of example `name`, and room for `storage/`; the paths of
+/// both. The dir goes when the `TempDir` is dropped.
+pub fn example_site(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    copy_tree(&example(name), &config);
+    let storage = tmp.path().join("storage");
+    (tmp, config, storage)
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

@@ -648,10 +648,7 @@ fn responses_are_framed_by_length_chunks_or_the_end_of_the_stream() {
 #[test]
 fn webdriver_client_drives_headless_chromium_against_the_daemon() {
     const SOON: Duration = Duration::from_secs(10);
-    let tmp = tempfile::tempdir().unwrap();
-    let config = tmp.path().join("config");
-    let storage = tmp.path().join("storage");
-    copy_tree(&example("minimal"), &config);
+    let (_tmp, config, storage) = example_site("minimal");
     let port = free_port();
     let daemon = Daemon::start(&config, &storage, port);
     wait_for(SOON, || daemon.json("/v1/status"))
