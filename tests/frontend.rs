@@ -272,9 +272,20 @@ fn buttons_send_what_the_schedule_declares() {
     );
 
     // A global action asks first when it says so: nothing is sent while the question is open.
+    // Proof by order: an action the test registers while the dialog is open gets a lower id
+    // than the button's, which is registered only once the dialog is accepted.
     browser.click_on("#global-actions button", None, SOON);
-    std::thread::sleep(Duration::from_millis(200));
-    assert_eq!(daemon.json("/v1/pending_actions").unwrap(), json!({}));
+    assert_eq!(browser.wait_for_alert(SOON), "Restart every worker?");
+    let (code, body) = http_post(
+        daemon.port,
+        "/v1/action",
+        "application/json",
+        br#"{"marker": true}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let marker = serde_json::from_str::<Value>(&body).unwrap()["registered"]
+        .as_u64()
+        .unwrap();
     assert_eq!(
         browser.accept_alert_if_any().as_deref(),
         Some("Restart every worker?")
@@ -283,6 +294,23 @@ fn buttons_send_what_the_schedule_declares() {
         "#action-results",
         r#"{"echo":{"action":"restart","role":"app"}}"#,
         SOON,
+    );
+    let audit = std::fs::read_to_string(tmp.path().join("storage/log/.global/latest")).unwrap();
+    let restart: u64 = audit
+        .lines()
+        .find(|line| line.contains("audit: action") && line.contains(r#""restart""#))
+        .and_then(|line| {
+            line.split("audit: action ")
+                .nth(1)?
+                .split(' ')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no audit line for the restart:\n{audit}"));
+    assert!(
+        restart > marker,
+        "the restart ({restart}) was sent before the question was answered (marker {marker})"
     );
     shot(&browser, "buttons");
     let errors = browser.console_errors();

@@ -200,12 +200,25 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
         "variables are logged: {web_log}"
     );
 
-    // A new schedule that changes nothing for this node renders nothing here.
+    // A new schedule that changes nothing for this node renders nothing here: once the render
+    // controller has looked at both roles under it (two passes after the change, none running
+    // or waiting), no new apply has run.
+    let passes = |name: &str| {
+        let series = format!("verwalter_controller_{name}{{controller=\"render\"}}");
+        metric(site.daemon.port, &series)
+    };
+    let before = passes("passes_total").unwrap();
     site.schedule_data(json!({"vars": {}, "nodes": {
         "alpha": {"roles": {"web": {"template": "app/v1", "value": 2}, "db": app}},
         "beta": {"roles": {"other": app}},
     }}));
-    std::thread::sleep(Duration::from_millis(500));
+    let looked = wait_for(SOON, || {
+        let settled = passes("passes_total")? >= before + 2.0
+            && passes("running")? == 0.0
+            && passes("waiting")? == 0.0;
+        settled.then_some(())
+    });
+    assert!(looked.is_some(), "render passes:\n{}", site.daemon.logs());
     assert_eq!(site.calls().len(), 3, "{:?}", site.calls());
 
     // force_render_all renders every role again.

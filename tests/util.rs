@@ -230,3 +230,39 @@ pub fn example_binary(name: &str, source: &Path) -> PathBuf {
     );
     bin
 }
+
+/// The value of one Prometheus sample from the daemon's `/metrics`: `series` is the name with
+/// its labels as the exposition prints them, e.g. `verwalter_controller_passes_total{controller="render"}`.
+/// `None` while the daemon does not answer or has no such series yet.
+pub fn metric(port: u16, series: &str) -> Option<f64> {
+    let (code, body) = http_get(port, "/metrics")?;
+    if code != 200 {
+        return None;
+    }
+    body.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    })
+}
+
+/// HTTP/1.0 POST of `body` on 127.0.0.1; the status code (0 when the answer has none) and body.
+pub fn http_post(port: u16, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(70))).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.0\r\nHost: verwalter\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, body.to_string())
+}

@@ -283,6 +283,21 @@ impl Browser {
         })
     }
 
+    /// Waits until an `alert`/`confirm`/`prompt` dialog is open (the page's script is then
+    /// blocked in it) and returns its text, leaving it open.
+    pub fn wait_for_alert(&self, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.cmd("GET", "/alert/text", None) {
+                Ok(text) => return text.as_str().unwrap_or_default().to_string(),
+                Err(failure) if failure.error == "no such alert" && Instant::now() < deadline => {
+                    std::thread::sleep(POLL);
+                }
+                Err(failure) => self.fail(failure, || "no dialog opened".to_string()),
+            }
+        }
+    }
+
     /// Accepts an open `alert`/`confirm`/`prompt` dialog and returns its text; `None` when no
     /// dialog is open.
     pub fn accept_alert_if_any(&self) -> Option<String> {
