@@ -60,7 +60,7 @@ pub struct InputsWatcher {
     metrics: Arc<Metrics>,
     config: WatchConfig,
     /// `None` when the dir is not watched (then it is polled).
-    events: Option<mpsc::UnboundedReceiver<()>>,
+    events: Option<mpsc::UnboundedReceiver<Vec<PathBuf>>>,
     /// Kept alive for the events; `None` when the dir cannot be watched (then it is polled).
     _watcher: Option<notify::RecommendedWatcher>,
     /// The errors of the last complete read: a failed read shows them plus its own.
@@ -78,8 +78,9 @@ impl InputsWatcher {
         metrics: Arc<Metrics>,
         config: WatchConfig,
     ) -> InputsWatcher {
-        let (tx, events) = mpsc::unbounded_channel::<()>();
-        let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+        // The paths of each relevant event (empty for a watcher error).
+        let (tx, events) = mpsc::unbounded_channel::<Vec<PathBuf>>();
+        let handler = move |event: notify::Result<notify::Event>| {
             let relevant = match &event {
                 // Our own reads open files; only a close after writing means new content.
                 Ok(e) => {
@@ -92,10 +93,16 @@ impl InputsWatcher {
                 Err(_) => true, // e.g. queue overflow: re-read to be safe
             };
             if relevant {
-                let _ = tx.send(());
+                let _ = tx.send(event.map(|e| e.paths).unwrap_or_default());
             }
-        })
-        .and_then(|mut w| w.watch(&config_dir, RecursiveMode::Recursive).map(|()| w));
+        };
+        // Symlinks are not followed when adding watches: a link out of the config dir (to `/`,
+        // say) would have put the whole file system under watch, and a maze of links would
+        // have made the setup exponential. Dirs reached through links inside the config dir
+        // are watched under their real path anyway, and the resync covers the rest.
+        let notify_config = notify::Config::default().with_follow_symlinks(false);
+        let watcher = notify::RecommendedWatcher::new(handler, notify_config)
+            .and_then(|mut w| w.watch(&config_dir, RecursiveMode::Recursive).map(|()| w));
         let (watcher, config) = match watcher {
             Ok(w) => (Some(w), config),
             Err(e) => {
@@ -193,10 +200,10 @@ impl InputsWatcher {
 }
 
 /// Whether an event came; `false` once the watcher is gone, then never ready again.
-async fn next_event(events: &mut Option<mpsc::UnboundedReceiver<()>>) -> bool {
+async fn next_event(events: &mut Option<mpsc::UnboundedReceiver<Vec<PathBuf>>>) -> bool {
     match events {
         Some(rx) => match rx.recv().await {
-            Some(()) => true,
+            Some(_) => true,
             None => {
                 *events = None;
                 false

@@ -120,3 +120,39 @@ fn a_first_read_that_fails_leaves_no_inputs_to_schedule_from() {
     assert_eq!(kept.errors.len(), 1);
     assert_eq!(kept.errors[0].path, "runtime/a.yaml");
 }
+
+#[test]
+fn the_watch_does_not_follow_links_out_of_the_config_dir() {
+    let outside = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(root, "runtime/a.yaml", "1");
+    std::os::unix::fs::symlink(outside.path(), root.join("runtime/out")).unwrap();
+    let (mut w, _, _, _) = watcher(root);
+    let events = w.events.as_mut().expect("the config dir is watched");
+    // A write outside, then one inside: events arrive in order, so an event for the outside
+    // file would come before the marker's.
+    fs::write(outside.path().join("x.yaml"), "2").unwrap();
+    let marker = root.join("runtime/marker.yaml");
+    fs::write(&marker, "3").unwrap();
+    let mut seen = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !seen.contains(&marker) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no event for {marker:?}: {seen:?}"
+        );
+        match events.try_recv() {
+            Ok(paths) => seen.extend(paths),
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+    // (A watch through the link would name the file by the link's path.)
+    let link = root.join("runtime/out");
+    assert!(
+        !seen
+            .iter()
+            .any(|p| p.starts_with(outside.path()) || p.starts_with(&link)),
+        "the linked dir outside was watched: {seen:?}"
+    );
+}
