@@ -156,3 +156,29 @@ fn the_watch_does_not_follow_links_out_of_the_config_dir() {
         "the linked dir outside was watched: {seen:?}"
     );
 }
+
+#[tokio::test]
+async fn a_dir_that_cannot_be_watched_is_polled() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("config");
+    // The dir does not exist yet, so no watch can be set up.
+    let (w, mut inputs, _, _) = watcher(&root);
+    assert!(w.events.is_none());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(w.run(shutdown.clone()));
+    write(&root, "scheduler/v1/main.lua", "return {}");
+    write(&root, "runtime/a.yaml", "1");
+    // The poll (every 2 s) finds it. Before, `run` ended at once: the
+    // failed watcher dropped its event sender, and a closed channel meant shutdown.
+    let found = tokio::time::timeout(Duration::from_secs(10), async {
+        while inputs.get().hash.is_empty() {
+            inputs.changed().await;
+        }
+    })
+    .await;
+    assert!(found.is_ok(), "the dir was never read");
+    assert_eq!(inputs.peek().runtime["a"], json!(1));
+    assert!(!task.is_finished());
+    shutdown.cancel();
+    task.await.unwrap();
+}
