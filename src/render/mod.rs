@@ -64,7 +64,7 @@ pub fn read_templates_with(
             Err(e) => problems.failures.push(InputError {
                 path: format!("templates/{rel}"),
                 line: None,
-                message: e.to_string(),
+                message: format!("cannot read: {e}"),
             }),
         }
     }
