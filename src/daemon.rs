@@ -102,13 +102,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         debounce: config.debounce,
         ..WatchConfig::default()
     };
-    tasks.spawn(watcher::run(
+    let mut input_watcher = watcher::InputsWatcher::start(
         config.config_dir.clone(),
         watcher::Outputs { inputs, templates },
         metrics.clone(),
         watch,
-        shutdown.clone(),
-    ));
+    );
+    // Read the config dir before any controller starts: the render controller, given a stored
+    // schedule and no templates read yet, would fail every role as having no template dir.
+    input_watcher.refresh().await;
+    tasks.spawn(input_watcher.run(shutdown.clone()));
 
     let schedule = Arc::new(schedule);
     let clustered = config.peer_source != PeerSource::None;

@@ -33,6 +33,7 @@ pub struct Metrics {
     pub scheduler_last_success: IntGauge,
     pub input_reads: IntCounter,
     pub input_errors: IntGauge,
+    pub input_read_failures: IntCounter,
     pub leader: IntGauge,
     pub election_epoch: IntGauge,
     pub schedule_timestamp: IntGauge,
@@ -157,6 +158,10 @@ impl Metrics {
             input_errors: gauge(
                 "verwalter_input_errors",
                 "Input files that could not be read or parsed.",
+            ),
+            input_read_failures: counter(
+                "verwalter_input_read_failures_total",
+                "Reads of the config dir that could not read a file or dir that exists; the last good inputs were kept.",
             ),
             leader: gauge("verwalter_leader", "1 when this node is the leader."),
             election_epoch: gauge("verwalter_election_epoch", "Current election epoch."),

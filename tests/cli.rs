@@ -249,3 +249,56 @@ fn render_check_dir_parses_and_renders_a_template_dir() {
         "{stderr}"
     );
 }
+
+#[test]
+fn check_ends_on_symlink_loops_and_names_links_out_big_and_deep_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&example("minimal"), tmp.path());
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("secret.yaml"), "password: hunter2\n").unwrap();
+    let rt = tmp.path().join("runtime");
+    std::fs::create_dir_all(rt.join("d")).unwrap();
+    // The loops from the issue made the walk take 2^64 steps: check never ended.
+    std::os::unix::fs::symlink("..", rt.join("d/up")).unwrap();
+    std::os::unix::fs::symlink("../d", rt.join("d/self")).unwrap();
+    std::os::unix::fs::symlink(outside.path().join("secret.yaml"), rt.join("secret.yaml")).unwrap();
+    std::fs::write(rt.join("deep.yaml"), format!("a: {}", "[".repeat(100_000))).unwrap();
+    std::fs::write(rt.join("big.txt"), "x".repeat(2 << 20)).unwrap();
+
+    let mut child = Command::new(BIN)
+        .args(["check", "--config-dir", tmp.path().to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let status = wait_for(std::time::Duration::from_secs(60), || {
+        child.try_wait().unwrap()
+    });
+    if status.is_none() {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("verwalter check did not end on a symlink loop");
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("runtime/d/up: symlink loop"), "{stderr}");
+    assert!(stderr.contains("runtime/d/self: symlink loop"), "{stderr}");
+    let secret = outside.path().canonicalize().unwrap().join("secret.yaml");
+    assert!(
+        stderr.contains(&format!(
+            "runtime/secret.yaml: symlink to {}, outside",
+            secret.display()
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("runtime/deep.yaml:1: nested deeper than 128 levels"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("runtime/big.txt: 2097152 bytes; runtime files are limited"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("5 problem(s)"), "{stderr}");
+}

@@ -189,3 +189,79 @@ fn the_event_stream_sends_the_status_and_each_change() {
     let events = read_events_until(&mut stream, &mut buf, |e| e["schedule_id"] == target);
     assert!(events.len() >= 2, "{events:?}");
 }
+
+/// Sets the soft limit on open files of process `pid` (with util-linux `prlimit`).
+fn set_open_files_limit(pid: u32, soft: usize) {
+    let status = std::process::Command::new("prlimit")
+        .arg(format!("--pid={pid}"))
+        .arg(format!("--nofile={soft}:"))
+        .status()
+        .expect("prlimit (util-linux) runs");
+    assert!(status.success(), "prlimit --nofile={soft}: failed");
+}
+
+#[test]
+fn a_node_out_of_descriptors_keeps_its_inputs_and_shows_the_failure() {
+    let (tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage, free_port());
+    let first = wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    assert_eq!(first["data"]["roles"]["web"]["version"], "v2");
+    wait_for(SOON, || {
+        daemon
+            .json("/v1/status")
+            .filter(|s| !s["last_deployment"]["finished"].is_null())
+    })
+    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+
+    // Starve the daemon as 1,100 idle connections did in the issue: with a soft limit of 3, every
+    // new descriptor (numbered 3 or more: 0, 1 and 2 are open) fails with EMFILE, while the ones
+    // it has keep working.
+    let pid = daemon.child.id();
+    set_open_files_limit(pid, 3);
+    // One change (a rename is one event), so one read, which fails.
+    let staged = tmp.path().join("v3.yaml");
+    std::fs::write(&staged, "image: web.v3\ninstances: 3\n").unwrap();
+    std::fs::rename(&staged, config.join("runtime/web/v3.yaml")).unwrap();
+    let logged = wait_for(SOON, || {
+        let logs = daemon.logs();
+        logs.contains("Cannot read the config dir; keeping the last good inputs.")
+            .then_some(logs)
+    });
+    set_open_files_limit(pid, 1024);
+    let logs = logged.unwrap_or_else(|| panic!("no read failure logged:\n{}", daemon.logs()));
+    assert!(logs.contains("Too many open files"), "{logs}");
+
+    // The failure is shown, and the schedule still has its roles: the scheduler never saw the
+    // empty tree the failed read would have given.
+    let status = wait_for(SOON, || daemon.json("/v1/status"))
+        .unwrap_or_else(|| panic!("no status:\n{}", daemon.logs()));
+    let error = status["errors"]["runtime"].as_str().unwrap_or_default();
+    assert!(error.contains("Too many open files"), "{status}");
+    let schedule = daemon.json("/v1/schedule").unwrap();
+    assert_eq!(schedule["data"]["roles"]["web"]["version"], "v2");
+    let input = daemon.json("/v1/scheduler_input").unwrap();
+    assert_eq!(input["runtime"]["web"]["v2"]["instances"], 2);
+
+    // With descriptors back, the next change is read as usual and the failure goes.
+    std::fs::write(
+        config.join("runtime/web/v3.yaml"),
+        "image: web.v3\ninstances: 4\n",
+    )
+    .unwrap();
+    let third = wait_for(SOON, || {
+        daemon
+            .json("/v1/schedule")
+            .filter(|s| s["data"]["roles"]["web"]["version"] == "v3")
+    })
+    .unwrap_or_else(|| panic!("not read after recovery:\n{}", daemon.logs()));
+    assert_eq!(
+        third["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
+        4
+    );
+    // (Roles that failed to render while starved retry on their own; only the inputs are ours.)
+    let status = daemon.json("/v1/status").unwrap();
+    assert!(status["errors"].get("runtime").is_none(), "{status}");
+    assert_eq!(status["metrics"]["input_errors"], 0, "{status}");
+    assert!(daemon.logs().contains("The config dir is readable again."));
+}

@@ -482,3 +482,42 @@ fn logs_and_backups_are_served_with_ranges_and_no_way_out() {
     let (code, _, _) = get_with(port, "/v1/backup/..", "");
     assert_eq!(code, 404);
 }
+
+#[test]
+fn a_restart_with_a_stored_schedule_renders_without_a_missing_template_error() {
+    let site = Site::start();
+    let roles = |value| json!({"web": {"template": "app/v1", "value": value}});
+    site.schedule(json!({}), roles(1));
+    site.wait_calls(1);
+    let Site {
+        _tmp,
+        config,
+        out,
+        log_dir,
+        daemon,
+    } = site;
+    assert!(daemon.terminate().success());
+    // Enough runtime files that reading them takes longer than starting the controllers.
+    for i in 0..3000 {
+        write(&config.join(format!("runtime/bulk/f{i}.yaml")), "x: 1\n");
+    }
+    // The restart starts with the stored schedule. Rendering used to start before the first
+    // read of the config dir and logged every role's template dir as missing.
+    let storage = log_dir.parent().unwrap().to_path_buf();
+    let daemon = Daemon::launch(&config, &storage, free_port(), &[], &[]);
+    let site = Site {
+        _tmp,
+        config,
+        out,
+        log_dir,
+        daemon,
+    };
+    // A render after the restart comes after any render of the stored schedule at start.
+    site.schedule(json!({}), roles(2));
+    let calls = site.wait_calls(2);
+    assert_eq!(calls, ["web", "web"]);
+    let logs = site.daemon.logs();
+    assert!(logs.contains("Loaded the stored schedule."), "{logs}");
+    assert!(!logs.contains("missing or empty"), "{logs}");
+    assert!(site.status()["errors"].as_object().unwrap().is_empty());
+}

@@ -1,16 +1,20 @@
 //! The config dir reader (`/etc/verwalter`): runtime tree and scheduler sources, their content
-//! hashes and errors, and a watcher that re-reads them after changes.
+//! hashes and errors, and a watcher that re-reads them after changes. A read that cannot see
+//! everything (a file or dir that exists but cannot be read) never stands for the config dir.
 
+pub mod nesting;
 pub mod runtime;
 pub mod walk;
 pub mod watcher;
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sha1::{Digest, Sha1};
 use verwalter_controllers::state::{InputError, Inputs};
+
+pub use runtime::Problems;
+use walk::{FileSystem, RealFs};
 
 /// The scheduler directory inside the config dir (verwalter 0.13 hard-codes `v1`).
 pub const SCHEDULER_DIR: &str = "scheduler/v1";
@@ -21,14 +25,26 @@ pub fn scheduler_dir(config_dir: &Path) -> PathBuf {
 }
 
 /// Reads the runtime tree and hashes the scheduler sources. Never fails: problems become
-/// [`InputError`]s naming the file.
+/// [`InputError`]s naming the file, read failures included (for the offline commands, which
+/// report them all; the daemon uses [`read_inputs_with`] to tell them apart).
 pub fn read_inputs(config_dir: &Path) -> Inputs {
-    let mut errors = Vec::new();
+    let mut problems = Problems::default();
+    let mut inputs = read_inputs_with(&RealFs, config_dir, &mut problems);
+    inputs.errors.append(&mut problems.failures);
+    inputs.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    inputs
+}
+
+/// Reads the inputs through `fs`. Bad files go to the returned inputs' errors; entries that exist
+/// but could not be read go to `problems.failures`, and then the inputs are incomplete.
+pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut Problems) -> Inputs {
     let mut all = Sha1::new();
     let runtime = runtime::read_tree(
+        fs,
         &config_dir.join("runtime"),
+        config_dir,
         "runtime",
-        &mut errors,
+        problems,
         &mut |f| {
             feed(&mut all, f.rel, f.bytes);
         },
@@ -36,16 +52,24 @@ pub fn read_inputs(config_dir: &Path) -> Inputs {
 
     let mut code = Sha1::new();
     let sched = scheduler_dir(config_dir);
-    if !sched.join("main.lua").is_file() {
-        errors.push(InputError {
-            path: format!("{SCHEDULER_DIR}/main.lua"),
+    let main = format!("{SCHEDULER_DIR}/main.lua");
+    match fs.metadata(&sched.join("main.lua")) {
+        Ok(meta) if meta.is_file() => {}
+        Err(e) if !walk::is_gone(&e) => problems.failures.push(InputError {
+            path: main,
+            line: None,
+            message: format!("cannot read: {e}"),
+        }),
+        _ => problems.errors.push(InputError {
+            path: main,
             line: None,
             message: "missing: the scheduler entry point must exist".into(),
-        });
+        }),
     }
-    hash_dir(&sched, SCHEDULER_DIR, &mut code, &mut errors);
+    hash_dir(fs, &sched, config_dir, SCHEDULER_DIR, &mut code, problems);
     let scheduler_hash = hex::encode(code.finalize());
     feed(&mut all, "scheduler", scheduler_hash.as_bytes());
+    let mut errors = std::mem::take(&mut problems.errors);
     errors.sort_by(|a, b| a.path.cmp(&b.path));
     Inputs {
         runtime: Arc::new(runtime),
@@ -64,24 +88,23 @@ fn feed(hasher: &mut Sha1, rel: &str, bytes: &[u8]) {
 }
 
 /// Hashes every file under `dir` (sorted, hidden and backup files skipped).
-fn hash_dir(dir: &Path, rel: &str, hasher: &mut Sha1, errors: &mut Vec<InputError>) {
-    if !dir.is_dir() {
-        return;
-    }
-    let (files, problems) = walk::walk_files(dir);
-    for (sub, e) in problems {
-        errors.push(InputError {
-            path: format!("{rel}/{sub}"),
-            line: None,
-            message: format!("cannot read: {e}"),
-        });
-    }
+fn hash_dir(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    boundary: &Path,
+    rel: &str,
+    hasher: &mut Sha1,
+    problems: &mut Problems,
+) {
+    let (files, walk_problems) = walk::walk_files(fs, dir, boundary);
+    problems.add_walk(rel, walk_problems);
     let skipped = |path: &str| path.split('/').any(runtime::is_skipped);
     for file in files.iter().filter(|f| !skipped(f)) {
         let rel_path = format!("{rel}/{file}");
-        match fs::read(dir.join(file)) {
+        match fs.read(&dir.join(file), u64::MAX) {
             Ok(bytes) => feed(hasher, &rel_path, &bytes),
-            Err(e) => errors.push(InputError {
+            Err(e) if walk::is_gone(&e) => {}
+            Err(e) => problems.failures.push(InputError {
                 path: rel_path,
                 line: None,
                 message: format!("cannot read: {e}"),
@@ -93,6 +116,7 @@ fn hash_dir(dir: &Path, rel: &str, hasher: &mut Sha1, errors: &mut Vec<InputErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn hashes_follow_content_and_missing_main_is_reported() {

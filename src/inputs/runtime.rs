@@ -6,21 +6,28 @@
 //!   `runtime/app/v2/processes.yaml` is `app.v2.processes` and `app.d/` collapses into `app`;
 //! - hidden entries (`.x`) and backups (`x~`, `x.bak`, `#x#`) are skipped;
 //! - a `.txt` file is its text; an empty YAML document is `null`;
-//! - a file that cannot be read or parsed is reported with its path (and line) and left out;
-//!   the rest of the tree is still built.
+//! - a file that cannot be parsed, is too big or nests too deep is reported with its path (and
+//!   line) and left out; so is a symlink out of the config dir or round in a loop (see
+//!   [`super::walk`]); the rest of the tree is still built;
+//! - a file or directory that exists but cannot be read (EMFILE, EACCES, EIO) is a read
+//!   *failure*: the tree is incomplete and must not replace the last good one.
 
 use std::collections::HashSet;
-use std::fs;
 use std::path::Path;
 
 use serde_json::{Map, Number, Value};
 use verwalter_controllers::state::InputError;
 
+use super::nesting::{MAX_NESTING, json_too_deep, yaml_too_deep};
+use super::walk::{self, Dir, FileSystem, Node, Problem};
+
 /// Extensions that are stripped from path components.
 const STRIPPED: &[&str] = &["yaml", "yml", "json", "txt", "d"];
 
-/// Directory nesting deeper than this is reported instead of followed (symlink loops).
-const MAX_DEPTH: usize = 64;
+/// A runtime file bigger than this is refused unread. Parsing costs many times a file's size (a
+/// 50 MB file took 3.1 GB that was never given back), and the tree goes to every scheduler run;
+/// runtime files are hand-written or generated configs, far smaller than 1 MiB.
+pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Whether the scan skips this entry name: hidden files and editor backups.
 pub fn is_skipped(name: &str) -> bool {
@@ -45,132 +52,134 @@ pub struct FileRead<'a> {
     pub bytes: &'a [u8],
 }
 
-/// Reads `dir` (the config dir's `runtime/`) into a JSON object. `rel_prefix` names `dir`
-/// relative to the config dir in error messages. `visit` sees every file read, in a fixed order.
+/// What went wrong in one read of the config dir.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Problems {
+    /// Bad entries: reported and left out, the rest is used.
+    pub errors: Vec<InputError>,
+    /// Entries that exist but could not be read: the read is incomplete.
+    pub failures: Vec<InputError>,
+}
+
+impl Problems {
+    /// Files a walk left out, named relative to the config dir (`shown` names the walked dir).
+    pub fn add_walk(&mut self, shown: &str, problems: Vec<Problem>) {
+        for problem in problems {
+            let path = match problem.rel() {
+                "" => shown.to_string(),
+                rel => format!("{shown}/{rel}"),
+            };
+            let error = InputError {
+                path,
+                line: None,
+                message: problem.to_string(),
+            };
+            if problem.is_read_failure() {
+                self.failures.push(error);
+            } else {
+                self.errors.push(error);
+            }
+        }
+    }
+}
+
+/// Reads `dir` (the config dir's `runtime/`) into a JSON object. Symlinks must stay inside
+/// `boundary` (the config dir). `rel_prefix` names `dir` relative to the config dir in messages.
+/// `visit` sees every file read, in a fixed order.
 pub fn read_tree(
+    fs: &dyn FileSystem,
     dir: &Path,
+    boundary: &Path,
     rel_prefix: &str,
-    errors: &mut Vec<InputError>,
+    problems: &mut Problems,
     visit: &mut dyn FnMut(FileRead<'_>),
 ) -> Value {
+    let (walked, walk_problems) = walk::walk(fs, dir, boundary, &is_skipped);
+    problems.add_walk(rel_prefix, walk_problems);
     let mut root = Map::new();
-    if dir.is_dir() {
-        read_dir_into(dir, rel_prefix, 0, &mut root, errors, visit);
-    }
+    read_dir_into(fs, walked, rel_prefix, &mut root, problems, visit);
     Value::Object(root)
 }
 
 fn read_dir_into(
-    dir: &Path,
+    fs: &dyn FileSystem,
+    dir: Dir,
     rel: &str,
-    depth: usize,
     into: &mut Map<String, Value>,
-    errors: &mut Vec<InputError>,
+    problems: &mut Problems,
     visit: &mut dyn FnMut(FileRead<'_>),
 ) {
-    if depth > MAX_DEPTH {
-        errors.push(InputError {
-            path: rel.into(),
-            line: None,
-            message: "directories nested too deep (a symlink loop?)".into(),
-        });
-        return;
-    }
-    let entries = match fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) => {
-            errors.push(InputError {
-                path: rel.into(),
-                line: None,
-                message: format!("cannot read directory: {e}"),
-            });
-            return;
-        }
-    };
-    let mut names: Vec<String> = Vec::new();
-    for entry in entries {
-        match entry {
-            Ok(entry) => match entry.file_name().into_string() {
-                Ok(name) if !is_skipped(&name) => names.push(name),
-                Ok(_) => {}
-                Err(name) => errors.push(InputError {
-                    path: format!("{rel}/{}", name.to_string_lossy()),
-                    line: None,
-                    message: "file name is not valid UTF-8".into(),
-                }),
-            },
-            Err(e) => errors.push(InputError {
-                path: rel.into(),
-                line: None,
-                message: format!("cannot list directory: {e}"),
-            }),
-        }
-    }
-    names.sort();
     let mut file_keys = HashSet::new();
-    for name in names {
-        let path = dir.join(&name);
+    for (name, node) in dir.entries {
         let rel_path = format!("{rel}/{name}");
-        // Follow symlinks, as a plain read would.
-        let meta = match fs::metadata(&path) {
-            Ok(meta) => meta,
-            Err(e) => {
-                errors.push(InputError {
-                    path: rel_path,
-                    line: None,
-                    message: format!("cannot stat: {e}"),
-                });
-                continue;
-            }
-        };
         let key = key_of(&name).to_string();
-        if meta.is_dir() {
-            let mut sub = Map::new();
-            read_dir_into(&path, &rel_path, depth + 1, &mut sub, errors, visit);
-            place(
-                into,
-                key,
-                Value::Object(sub),
-                Source::Dir(&rel_path),
-                errors,
-                &mut file_keys,
-            );
-        } else if meta.is_file() {
-            let Some((_, ext)) = name.rsplit_once('.') else {
-                continue;
-            };
-            if !matches!(ext, "yaml" | "yml" | "json" | "txt") {
-                continue;
-            }
-            let bytes = match fs::read(&path) {
-                Ok(bytes) => bytes,
-                Err(e) => {
-                    errors.push(InputError {
-                        path: rel_path,
-                        line: None,
-                        message: format!("cannot read: {e}"),
-                    });
-                    continue;
-                }
-            };
-            visit(FileRead {
-                rel: &rel_path,
-                bytes: &bytes,
-            });
-            match parse_file(ext, &bytes) {
-                Ok(value) => place(
+        let error = |line, message| InputError {
+            path: rel_path.clone(),
+            line,
+            message,
+        };
+        match node {
+            Node::Dir(sub_dir) => {
+                let mut sub = Map::new();
+                read_dir_into(fs, sub_dir, &rel_path, &mut sub, problems, visit);
+                place(
                     into,
                     key,
-                    value,
-                    Source::File(&rel_path),
-                    errors,
+                    Value::Object(sub),
+                    Source::Dir(&rel_path),
+                    &mut problems.errors,
                     &mut file_keys,
-                ),
-                Err((line, message)) => errors.push(InputError {
-                    path: rel_path,
-                    line,
-                    message,
-                }),
+                );
+            }
+            Node::File { path, len } => {
+                let Some((_, ext)) = name.rsplit_once('.') else {
+                    continue;
+                };
+                if !matches!(ext, "yaml" | "yml" | "json" | "txt") {
+                    continue;
+                }
+                let too_big = |len: u64| {
+                    error(
+                        None,
+                        format!(
+                            "{len} bytes; runtime files are limited to {MAX_FILE_BYTES} bytes \
+                             (1 MiB); left out"
+                        ),
+                    )
+                };
+                if len > MAX_FILE_BYTES {
+                    problems.errors.push(too_big(len));
+                    continue;
+                }
+                let bytes = match fs.read(&path, MAX_FILE_BYTES) {
+                    Ok(bytes) if bytes.len() as u64 > MAX_FILE_BYTES => {
+                        problems.errors.push(too_big(bytes.len() as u64));
+                        continue;
+                    }
+                    Ok(bytes) => bytes,
+                    Err(e) if walk::is_gone(&e) => continue, // removed meanwhile
+                    Err(e) => {
+                        problems
+                            .failures
+                            .push(error(None, format!("cannot read: {e}")));
+                        continue;
+                    }
+                };
+                visit(FileRead {
+                    rel: &rel_path,
+                    bytes: &bytes,
+                });
+                match parse_file(ext, &bytes) {
+                    Ok(value) => place(
+                        into,
+                        key,
+                        value,
+                        Source::File(&rel_path),
+                        &mut problems.errors,
+                        &mut file_keys,
+                    ),
+                    Err((line, message)) => problems.errors.push(error(line, message)),
+                }
             }
         }
     }
@@ -232,8 +241,20 @@ enum Source<'a> {
 }
 
 /// Parses one file's bytes by extension. Errors carry the 1-based line where known.
+/// YAML and JSON nesting deeper than [`MAX_NESTING`] is refused before parsing.
 pub fn parse_file(ext: &str, bytes: &[u8]) -> Result<Value, (Option<u64>, String)> {
     let text = std::str::from_utf8(bytes).map_err(|e| (None, format!("not valid UTF-8: {e}")))?;
+    let too_deep = match ext {
+        "txt" => None,
+        "json" => json_too_deep(text, MAX_NESTING),
+        _ => yaml_too_deep(text, MAX_NESTING),
+    };
+    if let Some(line) = too_deep {
+        return Err((
+            Some(line),
+            format!("nested deeper than {MAX_NESTING} levels; left out unparsed"),
+        ));
+    }
     match ext {
         "txt" => Ok(Value::String(text.to_string())),
         "json" => serde_json::from_str(text).map_err(|e| (Some(e.line() as u64), e.to_string())),

@@ -1,55 +1,412 @@
-//! Walking a config dir: every file, symlinks followed, loops cut.
+//! Walking a config dir: every entry in name order, symlinks followed but never out of the config
+//! dir nor round in a loop. Filesystem calls go through [`FileSystem`], so tests can make them fail.
 
-use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::fs;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-/// Every file under `dir`, as paths relative to it, sorted; hidden files and dirs are skipped.
-/// Symlinks to files and dirs are followed, but never into a dir the walk is already inside, so a
-/// symlink loop ends there (a second name for a dir elsewhere is walked under that name too).
-/// Dirs that cannot be read are returned with their relative path and the error.
-pub fn walk_files(dir: &Path) -> (Vec<String>, Vec<(String, std::io::Error)>) {
-    fn visit(
-        dir: &Path,
-        prefix: &str,
-        inside: &mut BTreeSet<PathBuf>,
-        files: &mut Vec<String>,
-        problems: &mut Vec<(String, std::io::Error)>,
-    ) {
-        let real = match dir.canonicalize() {
-            Ok(real) => real,
-            Err(e) => return problems.push((prefix.to_string(), e)),
-        };
-        if !inside.insert(real.clone()) {
-            return; // a symlink back to a dir the walk is in
+/// Directories nested deeper than this are not followed: no real config dir is that deep.
+pub const MAX_DEPTH: usize = 64;
+
+/// Entries (files and dirs) one walk visits at most. Several links to one dir are each walked
+/// (aliases such as `current -> v2` are legitimate), so a maze of such links could make a walk
+/// exponential in the number of links; a real config dir has a few thousand entries at most.
+pub const MAX_ENTRIES: usize = 100_000;
+
+/// The filesystem calls of a walk and of the readers built on it. [`RealFs`] makes them; tests
+/// wrap it to fail chosen calls the way a starved or broken system does (EMFILE, EIO).
+pub trait FileSystem: Sync {
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>>;
+    /// Metadata of what `path` leads to (symlinks followed).
+    fn metadata(&self, path: &Path) -> io::Result<fs::Metadata>;
+    /// Metadata of `path` itself.
+    fn symlink_metadata(&self, path: &Path) -> io::Result<fs::Metadata>;
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf>;
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf>;
+    /// The file's bytes, but no more than `limit + 1` of them, so a caller sees that a file is
+    /// over its limit without holding all of it.
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Vec<u8>>;
+}
+
+/// The real filesystem.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RealFs;
+
+impl FileSystem for RealFs {
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        fs::read_dir(dir)?
+            .map(|entry| entry.map(|e| e.file_name()))
+            .collect()
+    }
+    fn metadata(&self, path: &Path) -> io::Result<fs::Metadata> {
+        fs::metadata(path)
+    }
+    fn symlink_metadata(&self, path: &Path) -> io::Result<fs::Metadata> {
+        fs::symlink_metadata(path)
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        path.canonicalize()
+    }
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        fs::read_link(path)
+    }
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+        let mut bytes = Vec::new();
+        fs::File::open(path)?
+            .take(limit.saturating_add(1))
+            .read_to_end(&mut bytes)?;
+        Ok(bytes)
+    }
+}
+
+/// A walked directory: its entries in byte order of their names.
+#[derive(Debug, Default)]
+pub struct Dir {
+    pub entries: Vec<(String, Node)>,
+}
+
+#[derive(Debug)]
+pub enum Node {
+    /// A regular file (or a link to one); `len` as the walk saw it.
+    File {
+        path: PathBuf,
+        len: u64,
+    },
+    Dir(Dir),
+}
+
+/// Something the walk left out. `rel` is the entry's path relative to the walked dir (empty for
+/// the dir itself).
+#[derive(Debug, thiserror::Error)]
+pub enum Problem {
+    /// The entry exists but could not be read (EMFILE, EACCES, EIO, ...): the walk is incomplete,
+    /// which is not the same as the entry being gone.
+    #[error("cannot read: {source}")]
+    Io {
+        rel: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("symlink loop: leads back to {}, a directory it is inside; left out", target.display())]
+    Loop { rel: String, target: PathBuf },
+    #[error("symlink to {}, outside {}; links may not leave it; left out", target.display(), boundary.display())]
+    Outside {
+        rel: String,
+        target: PathBuf,
+        boundary: PathBuf,
+    },
+    #[error("symlink to {}, which does not exist; left out", target.display())]
+    Dangling { rel: String, target: PathBuf },
+    #[error("file name is not valid UTF-8; left out")]
+    NotUtf8 { rel: String },
+    #[error("directories nested deeper than {MAX_DEPTH} levels; not followed")]
+    TooDeep { rel: String },
+    #[error(
+        "more than {MAX_ENTRIES} entries under the directory (a maze of symlinks?); the rest is left out"
+    )]
+    TooMany { rel: String },
+}
+
+impl Problem {
+    pub fn rel(&self) -> &str {
+        match self {
+            Problem::Io { rel, .. }
+            | Problem::Loop { rel, .. }
+            | Problem::Outside { rel, .. }
+            | Problem::Dangling { rel, .. }
+            | Problem::NotUtf8 { rel }
+            | Problem::TooDeep { rel }
+            | Problem::TooMany { rel } => rel,
         }
-        let entries = match fs::read_dir(dir).and_then(|e| e.collect::<Result<Vec<_>, _>>()) {
-            Ok(entries) => entries,
-            Err(e) => return problems.push((prefix.to_string(), e)),
+    }
+
+    /// Whether the walk failed to read something that exists: its result must not stand for the
+    /// directory's content.
+    pub fn is_read_failure(&self) -> bool {
+        matches!(self, Problem::Io { .. })
+    }
+}
+
+/// Whether an I/O error means the thing is gone (removed while we read: a normal change) rather
+/// than unreadable.
+pub fn is_gone(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+struct Walk<'a> {
+    fs: &'a dyn FileSystem,
+    /// Canonical; every entry's real path must stay under it.
+    boundary: PathBuf,
+    skip: &'a dyn Fn(&str) -> bool,
+    /// Real paths of the dirs the walk is inside (the current branch), to cut loops.
+    inside: Vec<PathBuf>,
+    entries: usize,
+    problems: Vec<Problem>,
+}
+
+/// Walks `root`, which must lead to a place under `boundary` (the config dir or part of it), as
+/// must every symlink inside it. Names `skip` accepts are left out silently. A missing `root` is
+/// an empty dir. Symlinks are followed, except back into a dir the walk is inside (a loop) or out
+/// of `boundary`; a second name for a dir elsewhere is walked under that name too.
+pub fn walk(
+    fs: &dyn FileSystem,
+    root: &Path,
+    boundary: &Path,
+    skip: &dyn Fn(&str) -> bool,
+) -> (Dir, Vec<Problem>) {
+    let mut walk = Walk {
+        fs,
+        boundary: PathBuf::new(),
+        skip,
+        inside: Vec::new(),
+        entries: 0,
+        problems: Vec::new(),
+    };
+    let dir = walk.root(root, boundary).unwrap_or_default();
+    (dir, walk.problems)
+}
+
+impl Walk<'_> {
+    fn root(&mut self, root: &Path, boundary: &Path) -> Option<Dir> {
+        let io = |source: io::Error| Problem::Io {
+            rel: String::new(),
+            source,
         };
-        let mut entries = entries;
-        entries.sort_by_key(|e| e.file_name());
-        for entry in entries {
-            let name = entry.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.starts_with('.') {
-                continue;
+        let (real, meta) = match self.follow(root, "") {
+            Ok(Some(found)) => found,
+            Ok(None) => return None,
+            Err(problem) => {
+                self.problems.push(problem);
+                return None;
             }
-            let rel = if prefix.is_empty() {
+        };
+        if !meta.is_dir() {
+            return None;
+        }
+        match self.fs.canonicalize(boundary) {
+            Ok(b) => self.boundary = b,
+            Err(e) => {
+                self.problems.push(io(e));
+                return None;
+            }
+        }
+        if !real.starts_with(&self.boundary) {
+            self.problems.push(Problem::Outside {
+                rel: String::new(),
+                target: real,
+                boundary: self.boundary.clone(),
+            });
+            return None;
+        }
+        Some(self.dir(root, real, "", 0))
+    }
+
+    /// The real path and metadata `path` leads to; `None` when it is gone.
+    fn follow(&self, path: &Path, rel: &str) -> Result<Option<(PathBuf, fs::Metadata)>, Problem> {
+        let io = |source: io::Error| Problem::Io {
+            rel: rel.to_string(),
+            source,
+        };
+        let meta = match self.fs.metadata(path) {
+            Ok(meta) => meta,
+            Err(e) if is_gone(&e) => {
+                // A link to nothing is a mistake to report; an entry gone meanwhile is a change.
+                return match self.fs.symlink_metadata(path) {
+                    Ok(m) if m.file_type().is_symlink() => Err(Problem::Dangling {
+                        rel: rel.to_string(),
+                        target: self.fs.read_link(path).unwrap_or_default(),
+                    }),
+                    _ => Ok(None),
+                };
+            }
+            Err(e) => return Err(io(e)),
+        };
+        match self.fs.canonicalize(path) {
+            Ok(real) => Ok(Some((real, meta))),
+            Err(e) if is_gone(&e) => Ok(None),
+            Err(e) => Err(io(e)),
+        }
+    }
+
+    fn dir(&mut self, path: &Path, real: PathBuf, rel: &str, depth: usize) -> Dir {
+        let mut dir = Dir::default();
+        let names = match self.fs.read_dir(path) {
+            Ok(names) => names,
+            Err(e) if is_gone(&e) => return dir,
+            Err(source) => {
+                self.problems.push(Problem::Io {
+                    rel: rel.to_string(),
+                    source,
+                });
+                return dir;
+            }
+        };
+        let join = |name: &str| {
+            if rel.is_empty() {
                 name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            }
+        };
+        let mut names: Vec<String> = names
+            .into_iter()
+            .filter_map(|name| match name.into_string() {
+                Ok(name) => Some(name),
+                Err(name) => {
+                    self.problems.push(Problem::NotUtf8 {
+                        rel: join(&name.to_string_lossy()),
+                    });
+                    None
+                }
+            })
+            .filter(|name| !(self.skip)(name))
+            .collect();
+        names.sort();
+        self.inside.push(real.clone());
+        for name in names {
+            self.entries += 1;
+            if self.entries > MAX_ENTRIES {
+                if !self
+                    .problems
+                    .iter()
+                    .any(|p| matches!(p, Problem::TooMany { .. }))
+                {
+                    self.problems.push(Problem::TooMany {
+                        rel: rel.to_string(),
+                    });
+                }
+                break;
+            }
+            let child = path.join(&name);
+            let child_rel = join(&name);
+            let (child_real, meta) = match self.fs.symlink_metadata(&child) {
+                Ok(m) if !m.file_type().is_symlink() => (real.join(&name), m),
+                Ok(_) => match self.follow(&child, &child_rel) {
+                    Ok(Some((target, m))) => {
+                        if !target.starts_with(&self.boundary) {
+                            self.problems.push(Problem::Outside {
+                                rel: child_rel,
+                                target,
+                                boundary: self.boundary.clone(),
+                            });
+                            continue;
+                        }
+                        (target, m)
+                    }
+                    Ok(None) => continue,
+                    Err(problem) => {
+                        self.problems.push(problem);
+                        continue;
+                    }
+                },
+                Err(e) if is_gone(&e) => continue,
+                Err(source) => {
+                    self.problems.push(Problem::Io {
+                        rel: child_rel,
+                        source,
+                    });
+                    continue;
+                }
+            };
+            if meta.is_dir() {
+                if self.inside.contains(&child_real) {
+                    self.problems.push(Problem::Loop {
+                        rel: child_rel,
+                        target: child_real,
+                    });
+                } else if depth + 1 > MAX_DEPTH {
+                    self.problems.push(Problem::TooDeep { rel: child_rel });
+                } else {
+                    let sub = self.dir(&child, child_real, &child_rel, depth + 1);
+                    dir.entries.push((name, Node::Dir(sub)));
+                }
+            } else if meta.is_file() {
+                dir.entries.push((
+                    name,
+                    Node::File {
+                        path: child,
+                        len: meta.len(),
+                    },
+                ));
+            }
+        }
+        self.inside.pop();
+        dir
+    }
+}
+
+/// Every file under `dir`, as paths relative to it, sorted; hidden files and dirs are skipped.
+/// Symlinks follow the rules of [`walk`], with `boundary` the place they must stay in. Loops,
+/// dangling links and non-UTF-8 names are left out silently; the other problems are returned.
+pub fn walk_files(fs: &dyn FileSystem, dir: &Path, boundary: &Path) -> (Vec<String>, Vec<Problem>) {
+    fn flatten(dir: Dir, prefix: &str, files: &mut Vec<String>) {
+        for (name, node) in dir.entries {
+            let rel = if prefix.is_empty() {
+                name
             } else {
                 format!("{prefix}/{name}")
             };
-            let path = entry.path();
-            if path.is_dir() {
-                visit(&path, &rel, inside, files, problems);
-            } else if path.is_file() {
-                files.push(rel);
+            match node {
+                Node::File { .. } => files.push(rel),
+                Node::Dir(sub) => flatten(sub, &rel, files),
             }
         }
-        inside.remove(&real);
     }
-    let (mut files, mut problems) = (Vec::new(), Vec::new());
-    visit(dir, "", &mut BTreeSet::new(), &mut files, &mut problems);
+    let (root, problems) = walk(fs, dir, boundary, &|name| name.starts_with('.'));
+    let mut files = Vec::new();
+    flatten(root, "", &mut files);
+    let problems = problems
+        .into_iter()
+        .filter(|p| {
+            !matches!(
+                p,
+                Problem::Loop { .. } | Problem::Dangling { .. } | Problem::NotUtf8 { .. }
+            )
+        })
+        .collect();
     (files, problems)
+}
+
+/// A [`RealFs`] whose calls fail where a test says: `fail(call, path)` gives the error, if any,
+/// for call `read_dir`, `metadata`, `symlink_metadata`, `canonicalize`, `read_link` or `read`.
+#[cfg(test)]
+pub struct FailingFs<F: Fn(&str, &Path) -> Option<io::Error> + Sync>(pub F);
+
+#[cfg(test)]
+impl<F: Fn(&str, &Path) -> Option<io::Error> + Sync> FailingFs<F> {
+    fn check(&self, call: &str, path: &Path) -> io::Result<()> {
+        (self.0)(call, path).map_or(Ok(()), Err)
+    }
+}
+
+#[cfg(test)]
+impl<F: Fn(&str, &Path) -> Option<io::Error> + Sync> FileSystem for FailingFs<F> {
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
+        self.check("read_dir", dir)?;
+        RealFs.read_dir(dir)
+    }
+    fn metadata(&self, path: &Path) -> io::Result<fs::Metadata> {
+        self.check("metadata", path)?;
+        RealFs.metadata(path)
+    }
+    fn symlink_metadata(&self, path: &Path) -> io::Result<fs::Metadata> {
+        self.check("symlink_metadata", path)?;
+        RealFs.symlink_metadata(path)
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        self.check("canonicalize", path)?;
+        RealFs.canonicalize(path)
+    }
+    fn read_link(&self, path: &Path) -> io::Result<PathBuf> {
+        self.check("read_link", path)?;
+        RealFs.read_link(path)
+    }
+    fn read(&self, path: &Path, limit: u64) -> io::Result<Vec<u8>> {
+        self.check("read", path)?;
+        RealFs.read(path, limit)
+    }
 }

@@ -5,8 +5,12 @@
 //! deploy tool copying a tree costs one read. A periodic re-read covers lost events (inotify
 //! queue overflow, a watcher that failed to start): level-triggered, a missed event costs at most
 //! one resync period.
+//!
+//! A read that could not see everything (a file or dir that exists but could not be read:
+//! descriptors exhausted, permissions, I/O errors) is not a change: the last good inputs stay in
+//! force, with the failure shown among their errors, logged and counted.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,9 +19,11 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::state::{Inputs, Templates};
+use verwalter_controllers::state::{InputError, Inputs, Templates};
 use verwalter_controllers::store::Field;
 
+use super::Problems;
+use super::walk::{FileSystem, RealFs};
 use crate::metrics::Metrics;
 
 #[derive(Debug, Clone)]
@@ -41,87 +47,181 @@ impl Default for WatchConfig {
     }
 }
 
-/// Reads the inputs once now, then after every change until shutdown.
-pub async fn run(
-    config_dir: PathBuf,
-    out: Outputs,
-    metrics: Arc<Metrics>,
-    config: WatchConfig,
-    shutdown: CancellationToken,
-) {
-    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
-    let watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-        let relevant = match &event {
-            // Our own reads open files; only a close after writing means new content.
-            Ok(e) => {
-                !matches!(e.kind, EventKind::Access(_))
-                    || matches!(
-                        e.kind,
-                        EventKind::Access(AccessKind::Close(AccessMode::Write))
-                    )
-            }
-            Err(_) => true, // e.g. queue overflow: re-read to be safe
-        };
-        if relevant {
-            let _ = tx.send(());
-        }
-    })
-    .and_then(|mut w| w.watch(&config_dir, RecursiveMode::Recursive).map(|()| w));
-    let resync = match &watcher {
-        Ok(_) => config.resync,
-        Err(e) => {
-            tracing::error!(dir = %config_dir.display(), error = %e,
-                "Cannot watch the config dir; polling it every 2 s instead.");
-            Duration::from_secs(2)
-        }
-    };
-    refresh(&config_dir, &out, &metrics).await;
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            got = rx.recv() => {
-                if got.is_none() {
-                    return;
-                }
-                let first = Instant::now();
-                loop {
-                    tokio::select! {
-                        _ = shutdown.cancelled() => return,
-                        more = rx.recv() => if more.is_none() { return },
-                        _ = tokio::time::sleep(config.debounce) => break,
-                        _ = tokio::time::sleep_until(first + config.max_delay) => break,
-                    }
-                }
-            }
-            _ = tokio::time::sleep(resync) => {}
-        }
-        refresh(&config_dir, &out, &metrics).await;
-    }
-}
-
-/// Reads the inputs off the async runtime and publishes them if anything changed.
-pub async fn refresh(config_dir: &std::path::Path, out: &Outputs, metrics: &Metrics) {
-    let dir = config_dir.to_path_buf();
-    let read = tokio::task::spawn_blocking(move || {
-        let mut inputs = super::read_inputs(&dir);
-        let templates = crate::render::read_templates(&dir, &mut inputs.errors);
-        inputs.errors.sort_by(|a, b| a.path.cmp(&b.path));
-        (inputs, templates)
-    });
-    let Ok((inputs, templates)) = read.await else {
-        tracing::error!("Reading the inputs panicked.");
-        return;
-    };
-    if out.templates.set(templates) {
-        tracing::info!("Templates changed.");
-    }
-    publish(&out.inputs, inputs, metrics);
-}
-
 /// The store fields the watcher writes.
 pub struct Outputs {
     pub inputs: Field<Inputs>,
     pub templates: Field<Templates>,
+}
+
+/// Reads the config dir into the store, now and after every change.
+pub struct InputsWatcher {
+    config_dir: PathBuf,
+    out: Outputs,
+    metrics: Arc<Metrics>,
+    config: WatchConfig,
+    /// `None` when the dir is not watched (then it is polled).
+    events: Option<mpsc::UnboundedReceiver<Vec<PathBuf>>>,
+    /// Kept alive for the events; `None` when the dir cannot be watched (then it is polled).
+    _watcher: Option<notify::RecommendedWatcher>,
+    /// The errors of the last complete read: a failed read shows them plus its own.
+    good_errors: Vec<InputError>,
+    /// The failures of the last read, logged once each.
+    failures: Vec<InputError>,
+}
+
+impl InputsWatcher {
+    /// Starts watching `config_dir` (before the first read, so no change is missed) without
+    /// reading it yet.
+    pub fn start(
+        config_dir: PathBuf,
+        out: Outputs,
+        metrics: Arc<Metrics>,
+        config: WatchConfig,
+    ) -> InputsWatcher {
+        // The paths of each relevant event (empty for a watcher error).
+        let (tx, events) = mpsc::unbounded_channel::<Vec<PathBuf>>();
+        let handler = move |event: notify::Result<notify::Event>| {
+            let relevant = match &event {
+                // Our own reads open files; only a close after writing means new content.
+                Ok(e) => {
+                    !matches!(e.kind, EventKind::Access(_))
+                        || matches!(
+                            e.kind,
+                            EventKind::Access(AccessKind::Close(AccessMode::Write))
+                        )
+                }
+                Err(_) => true, // e.g. queue overflow: re-read to be safe
+            };
+            if relevant {
+                let _ = tx.send(event.map(|e| e.paths).unwrap_or_default());
+            }
+        };
+        // Symlinks are not followed when adding watches: a link out of the config dir (to `/`,
+        // say) would have put the whole file system under watch, and a maze of links would
+        // have made the setup exponential. Dirs reached through links inside the config dir
+        // are watched under their real path anyway, and the resync covers the rest.
+        let notify_config = notify::Config::default().with_follow_symlinks(false);
+        let watcher = notify::RecommendedWatcher::new(handler, notify_config)
+            .and_then(|mut w| w.watch(&config_dir, RecursiveMode::Recursive).map(|()| w));
+        let (watcher, config) = match watcher {
+            Ok(w) => (Some(w), config),
+            Err(e) => {
+                tracing::error!(dir = %config_dir.display(), error = %e,
+                    "Cannot watch the config dir; polling it every 2 s instead.");
+                let polled = WatchConfig {
+                    resync: Duration::from_secs(2),
+                    ..config
+                };
+                (None, polled)
+            }
+        };
+        InputsWatcher {
+            config_dir,
+            out,
+            metrics,
+            config,
+            events: watcher.as_ref().map(|_| events),
+            _watcher: watcher,
+            good_errors: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// Re-reads after every change until shutdown (the first read is [`InputsWatcher::refresh`],
+    /// which the daemon awaits before starting the controllers that use the inputs).
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                got = next_event(&mut self.events) => {
+                    if !got {
+                        // The watcher is gone: poll instead.
+                        self.config.resync = self.config.resync.min(Duration::from_secs(2));
+                        continue;
+                    }
+                    let first = Instant::now();
+                    loop {
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return,
+                            more = next_event(&mut self.events) => if !more { break },
+                            _ = tokio::time::sleep(self.config.debounce) => break,
+                            _ = tokio::time::sleep_until(first + self.config.max_delay) => break,
+                        }
+                    }
+                }
+                _ = tokio::time::sleep(self.config.resync) => {}
+            }
+            self.refresh().await;
+        }
+    }
+
+    /// Reads the inputs off the async runtime and publishes them if anything changed. A read
+    /// that failed to see everything publishes nothing new: the last good inputs and templates
+    /// stay, with the failures added to the inputs' errors.
+    pub async fn refresh(&mut self) {
+        let dir = self.config_dir.clone();
+        let read = tokio::task::spawn_blocking(move || read_all(&RealFs, &dir));
+        let Ok((inputs, templates, failures)) = read.await else {
+            tracing::error!("Reading the inputs panicked.");
+            return;
+        };
+        self.apply(inputs, templates, failures);
+    }
+
+    fn apply(&mut self, inputs: Inputs, templates: Templates, failures: Vec<InputError>) {
+        if failures.is_empty() {
+            if !self.failures.is_empty() {
+                tracing::info!("The config dir is readable again.");
+                self.failures.clear();
+            }
+            if self.out.templates.set(templates) {
+                tracing::info!("Templates changed.");
+            }
+            self.good_errors = inputs.errors.clone();
+            publish(&self.out.inputs, inputs, &self.metrics);
+            return;
+        }
+        self.metrics.input_read_failures.inc();
+        for failure in &failures {
+            if !self.failures.contains(failure) {
+                tracing::error!(file = %failure.path, error = %failure.message,
+                    "Cannot read the config dir; keeping the last good inputs.");
+            }
+        }
+        let mut kept = Inputs::clone(&self.out.inputs.get());
+        kept.errors = self.good_errors.clone();
+        kept.errors.extend(failures.iter().cloned());
+        kept.errors.sort_by(|a, b| a.path.cmp(&b.path));
+        self.failures = failures;
+        self.metrics.input_reads.inc();
+        self.metrics.input_errors.set(kept.errors.len() as i64);
+        self.out.inputs.set(kept);
+    }
+}
+
+/// Whether an event came; `false` once the watcher is gone, then never ready again.
+async fn next_event(events: &mut Option<mpsc::UnboundedReceiver<Vec<PathBuf>>>) -> bool {
+    match events {
+        Some(rx) => match rx.recv().await {
+            Some(_) => true,
+            None => {
+                *events = None;
+                false
+            }
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// One read of the config dir: inputs, templates, and the entries that exist but could not be
+/// read (when there are any, the rest is incomplete).
+pub fn read_all(fs: &dyn FileSystem, dir: &Path) -> (Inputs, Templates, Vec<InputError>) {
+    let mut problems = Problems::default();
+    let mut inputs = super::read_inputs_with(fs, dir, &mut problems);
+    let templates = crate::render::read_templates_with(fs, dir, &mut problems);
+    inputs.errors.append(&mut problems.errors);
+    inputs.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    (inputs, templates, problems.failures)
 }
 
 /// Stores new inputs, logging what changed and each error once.
@@ -139,3 +239,6 @@ pub fn publish(out: &Field<Inputs>, inputs: Inputs, metrics: &Metrics) {
         tracing::info!(hash = %hash, "Inputs changed.");
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -29,37 +29,43 @@ pub use template_set::TemplateSet;
 /// Reads every file under `<config>/templates` (hidden files skipped) into a [`Templates`]
 /// snapshot: content hashes, and whether a file mentions `full_schedule`.
 pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templates {
+    let mut problems = crate::inputs::Problems::default();
+    let templates = read_templates_with(&crate::inputs::walk::RealFs, config_dir, &mut problems);
+    errors.append(&mut problems.errors);
+    errors.append(&mut problems.failures);
+    templates
+}
+
+/// [`read_templates`] through `fs`, telling files that exist but could not be read (then the
+/// snapshot is incomplete) from bad ones. Symlinks must stay inside `templates/`.
+pub fn read_templates_with(
+    fs: &dyn crate::inputs::walk::FileSystem,
+    config_dir: &Path,
+    problems: &mut crate::inputs::Problems,
+) -> Templates {
     let mut files = BTreeMap::new();
     let root = config_dir.join("templates");
-    if root.is_dir() {
-        let shown = |rel: &str| format!("templates/{rel}");
-        let (found, problems) = crate::inputs::walk::walk_files(&root);
-        for (rel, e) in problems {
-            errors.push(InputError {
-                path: shown(&rel),
-                line: None,
-                message: e.to_string(),
-            });
-        }
-        for rel in found {
-            match fs::read(root.join(&rel)) {
-                Ok(bytes) => {
-                    let hash = hex::encode(Sha1::digest(&bytes));
-                    let mentions_full_schedule = bytes.windows(13).any(|w| w == b"full_schedule");
-                    files.insert(
-                        rel,
-                        TemplateFile {
-                            hash,
-                            mentions_full_schedule,
-                        },
-                    );
-                }
-                Err(e) => errors.push(InputError {
-                    path: shown(&rel),
-                    line: None,
-                    message: e.to_string(),
-                }),
+    let (found, walk_problems) = crate::inputs::walk::walk_files(fs, &root, &root);
+    problems.add_walk("templates", walk_problems);
+    for rel in found {
+        match fs.read(&root.join(&rel), u64::MAX) {
+            Ok(bytes) => {
+                let hash = hex::encode(Sha1::digest(&bytes));
+                let mentions_full_schedule = bytes.windows(13).any(|w| w == b"full_schedule");
+                files.insert(
+                    rel,
+                    TemplateFile {
+                        hash,
+                        mentions_full_schedule,
+                    },
+                );
             }
+            Err(e) if crate::inputs::walk::is_gone(&e) => {}
+            Err(e) => problems.failures.push(InputError {
+                path: format!("templates/{rel}"),
+                line: None,
+                message: format!("cannot read: {e}"),
+            }),
         }
     }
     Templates {
@@ -71,7 +77,7 @@ pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templa
 /// way a render would, and returns the problems (for `verwalter check`).
 pub fn check_template_dirs(config_dir: &Path) -> Vec<String> {
     let root = config_dir.join("templates");
-    let (files, _) = crate::inputs::walk::walk_files(&root);
+    let (files, _) = crate::inputs::walk::walk_files(&crate::inputs::walk::RealFs, &root, &root);
     let dirs: std::collections::BTreeSet<&str> = files
         .iter()
         .filter(|f| f.ends_with(".render.yaml") || f.ends_with(".render.yml"))

@@ -69,20 +69,27 @@ impl TemplateSet {
                 "templates/{name}: leads outside templates/ (a symlink?)"
             ));
         }
-        TemplateSet::load_dir(&real, name, &format!("templates/{name}"))
+        TemplateSet::load_dir(&real, &root, name, &format!("templates/{name}"))
     }
 
-    /// Loads the template dir `dir`; `shown` is how messages name it.
-    pub fn load_dir(dir: &Path, name: &str, shown: &str) -> Result<TemplateSet, String> {
+    /// Loads the template dir `dir`, whose symlinks must stay inside `boundary` (`templates/`:
+    /// a template linked to a file elsewhere on the machine would render it into a role's
+    /// files); `shown` is how messages name it.
+    pub fn load_dir(
+        dir: &Path,
+        boundary: &Path,
+        name: &str,
+        shown: &str,
+    ) -> Result<TemplateSet, String> {
         let shown_dir = shown;
-        let (files, problems) = crate::inputs::walk::walk_files(dir);
-        if let Some((rel, e)) = problems.into_iter().next() {
-            let at = if rel.is_empty() {
-                String::new()
-            } else {
-                format!("/{rel}")
+        let (files, problems) =
+            crate::inputs::walk::walk_files(&crate::inputs::walk::RealFs, dir, boundary);
+        if let Some(problem) = problems.into_iter().next() {
+            let at = match problem.rel() {
+                "" => String::new(),
+                rel => format!("/{rel}"),
             };
-            return Err(format!("{shown_dir}{at}: {e}"));
+            return Err(format!("{shown_dir}{at}: {problem}"));
         }
         let mut set = TemplateSet {
             name: name.to_string(),

@@ -257,3 +257,32 @@ fn a_symlink_loop_ends_the_walk_and_a_linked_template_dir_counts() {
     assert!(load(&tmp, "app/v1").is_ok());
     assert!(check_template_dirs(tmp.path()).is_empty());
 }
+
+#[test]
+fn a_template_linked_out_of_templates_is_refused_by_name() {
+    let outside = tempfile::tempdir().unwrap();
+    fs::write(outside.path().join("shadow"), "root:secret").unwrap();
+    let tmp = template_dir(
+        "app/v1",
+        &[("app.render.yaml", RENDER), ("common.hbs", "shared")],
+    );
+    let templates = tmp.path().join("templates");
+    let linked = templates.join("app/v1/app.conf.hbs");
+    std::os::unix::fs::symlink(outside.path().join("shadow"), &linked).unwrap();
+    // A link to a file elsewhere on the machine would render it into the role's files.
+    let err = load(&tmp, "app/v1").unwrap_err();
+    assert!(
+        err.starts_with("templates/app/v1/app.conf.hbs: symlink to ") && err.contains("outside"),
+        "{err}"
+    );
+    let mut errors = Vec::new();
+    let t = read_templates(tmp.path(), &mut errors);
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].path, "templates/app/v1/app.conf.hbs");
+    assert!(!t.files.contains_key("app/v1/app.conf.hbs"));
+    assert_eq!(check_template_dirs(tmp.path()).len(), 1);
+    // A link inside templates/ is fine.
+    fs::remove_file(&linked).unwrap();
+    std::os::unix::fs::symlink("common.hbs", &linked).unwrap();
+    assert!(load(&tmp, "app/v1").is_ok());
+}
