@@ -125,7 +125,7 @@ async fn run(base: &Path, config: &Path, out: &Path) {
     } = writer;
     templates.set(read_templates(config, &mut Vec::new()));
     let state_dir = StateDir::new(base.join("storage"));
-    let logs = LogDir::open(&base.join("log"), LogLimits::default()).unwrap();
+    let logs = LogDir::open(&base.join("log"), LogLimits::default());
     let applier = Applier::new(
         ApplierConfig {
             config_dir: config.to_path_buf(),

@@ -44,12 +44,6 @@ pub enum StartError {
     },
     #[error("cannot start the scheduler thread: {0}")]
     SchedulerThread(#[source] std::io::Error),
-    #[error("log dir {path}: {source}")]
-    LogDir {
-        path: String,
-        #[source]
-        source: std::io::Error,
-    },
     #[error("{0}")]
     Sandbox(String),
 }
@@ -237,11 +231,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     tasks.spawn(driver.run(shutdown.clone()));
 
     // Render and apply the roles of this node; clean up after them.
-    let logs =
-        LogDir::open(&config.log_dir, config.log_limits).map_err(|source| StartError::LogDir {
-            path: config.log_dir.display().to_string(),
-            source,
-        })?;
+    let logs = LogDir::open(&config.log_dir, config.log_limits);
+    logs.count_write_errors(metrics.deployment_log_write_errors.clone());
     let log_dirs = render::read_log_dirs(&config.config_dir).map_err(StartError::Sandbox)?;
     let log_dirs_for_http = log_dirs.clone();
     let applier = Applier::new(

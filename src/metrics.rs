@@ -50,6 +50,7 @@ pub struct Metrics {
     pub roles_failing: IntGauge,
     pub role_failed_attempts: IntGaugeVec,
     pub last_deployment: IntGauge,
+    pub deployment_log_write_errors: IntCounter,
     /// Roles with a `role_failed_attempts` series now (to drop series of recovered roles).
     failing_series: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -221,6 +222,10 @@ impl Metrics {
             last_deployment: gauge(
                 "verwalter_last_deployment_timestamp_seconds",
                 "Unix time the latest render pass started (0: none since start).",
+            ),
+            deployment_log_write_errors: counter(
+                "verwalter_deployment_log_write_errors_total",
+                "Writes to the deployment log that failed (deployments go on without them).",
             ),
             failing_series: Default::default(),
             registry,

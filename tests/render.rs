@@ -429,6 +429,14 @@ fn logs_and_backups_are_served_with_ranges_and_no_way_out() {
         json!({"web": {"template": "app/v1", "value": 1}}),
     );
     site.wait_calls(1);
+    // The pass ends after the role's last command: wait for it, so the index stops growing.
+    wait_for(SOON, || {
+        site.index()
+            .iter()
+            .any(|l| l[3] == "DeploymentFinish")
+            .then_some(())
+    })
+    .expect("the deployment finished");
     let port = site.daemon.port;
 
     // The index, whole and by range; 0.13's UI reads its tail with `Range: bytes=-N`.
@@ -520,4 +528,103 @@ fn a_restart_with_a_stored_schedule_renders_without_a_missing_template_error() {
     assert!(logs.contains("Loaded the stored schedule."), "{logs}");
     assert!(!logs.contains("missing or empty"), "{logs}");
     assert!(site.status()["errors"].as_object().unwrap().is_empty());
+}
+
+fn role_names_match_literally_in_clean_files_patterns() {
+    let site = Site::start();
+    let o = site.out.display();
+    write(
+        &site.config.join("templates/clean/v1/clean.render.yaml"),
+        &format!(
+            "templates:\n  keep: keep.hbs\ncommands:\n\
+             - !CleanFiles {{pattern: '{o}/clean/{{{{ role }}}}/(*).conf', keep-list: '{{{{ files.keep }}}}'}}\n\
+             - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
+        ),
+    );
+    write(&site.config.join("templates/clean/v1/keep.hbs"), "keep\n");
+    write(&site.out.join("clean/victim/important.conf"), "precious");
+    for role in ["*", "a(b)"] {
+        write(&site.out.join(format!("clean/{role}/keep.conf")), "x");
+        write(&site.out.join(format!("clean/{role}/old.conf")), "x");
+    }
+    let clean = json!({"template": "clean/v1"});
+    site.schedule(json!({}), json!({"*": clean, "a(b)": clean}));
+    let mut calls = site.wait_calls(2);
+    calls.sort();
+    assert_eq!(calls, vec!["*", "a(b)"], "{}", site.status());
+    assert_eq!(
+        std::fs::read_to_string(site.out.join("clean/victim/important.conf")).unwrap(),
+        "precious",
+        "a role named * cleans only its own dir"
+    );
+    for role in ["*", "a(b)"] {
+        let dir = site.out.join(format!("clean/{role}"));
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, vec!["keep.conf"], "{role}");
+    }
+    assert_eq!(site.status()["failed_roles"], json!([]));
+}
+
+#[test]
+fn roles_apply_when_the_deployment_log_cannot_be_written_and_it_is_reported() {
+    let site = Site::start();
+    // A file where web's log dir should be: unwritable even for root (tests run as root).
+    std::fs::create_dir_all(&site.log_dir).unwrap();
+    let blocker = site.log_dir.join("web");
+    std::fs::write(&blocker, "in the way").unwrap();
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 1}}),
+    );
+    assert_eq!(
+        site.wait_calls(1),
+        vec!["web"],
+        "web applied without its log"
+    );
+    assert!(site.out.join("web.conf").exists());
+    let status = wait_for(SOON, || {
+        let s = site.status();
+        s["errors"].get("deployment_log").is_some().then_some(s)
+    })
+    .unwrap_or_else(|| panic!("not reported: {}\n{}", site.status(), site.daemon.logs()));
+    let error = status["errors"]["deployment_log"].as_str().unwrap();
+    assert!(error.contains(&blocker.display().to_string()), "{error}");
+    assert_eq!(status["failed_roles"], json!([]));
+    assert!(status["num_errors"].as_u64().unwrap() >= 1);
+
+    // Another deployment: applied again, counted again, but logged only once.
+    let (code, _) = post(site.daemon.port, "/v1/force_render_all").unwrap();
+    assert_eq!(code, 200);
+    site.wait_calls(2);
+    let metrics = site.daemon.get("/metrics").unwrap().1;
+    let errors: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("verwalter_deployment_log_write_errors_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{metrics}"));
+    assert!(errors >= 2, "{errors}");
+    let logged = site
+        .daemon
+        .logs()
+        .matches("Cannot write the deployment log")
+        .count();
+    assert_eq!(logged, 1, "{}", site.daemon.logs());
+
+    // Fixed: the next deployment writes the log and the report goes.
+    std::fs::remove_file(&blocker).unwrap();
+    let (code, _) = post(site.daemon.port, "/v1/force_render_all").unwrap();
+    assert_eq!(code, 200);
+    site.wait_calls(3);
+    wait_for(SOON, || {
+        site.status()["errors"]
+            .get("deployment_log")
+            .is_none()
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("still reported: {}", site.status()));
+    let web_log = std::fs::read_to_string(site.log_dir.join("web/latest")).unwrap();
+    assert!(web_log.contains("result: ok"), "{web_log}");
 }

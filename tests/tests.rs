@@ -17,7 +17,8 @@
 //!   elect (unless in minority mode, where both sides lead and the healed leader merges both).
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
-//!   restart with a stored schedule renders without a 'template dir missing' error.
+//!   restart with a stored schedule renders without a 'template dir missing' error, role
+//!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable.
 //! - `webdriver`: a small W3C WebDriver client for browser tests (headless Chromium through
 //!   chromedriver; panics when either is missing), and its self-test against the daemon.
 

@@ -9,6 +9,9 @@
 //!
 //! One deployment id names each pass: when the first role needing work is found, every role of
 //! the node that needs work then joins that pass; the pass ends when each had its attempt.
+//!
+//! The deployment log is written outside the state lock, and never decides anything: a log that
+//! cannot be written is reported in `roles.deployment_log`, and roles go on.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -89,8 +92,29 @@ struct Pass {
     failed: Vec<String>,
 }
 
-/// A role's desired state and the (schedule, templates) snapshot pointers it was computed for.
-type Cached = (usize, usize, Result<Arc<Desired>, RenderError>);
+/// A role's desired state and the (schedule, templates) snapshots it was computed for. The
+/// snapshots are held, not just their addresses: a freed snapshot's address can be reused by a
+/// new one with other content, which must not be taken for the old.
+type Cached = (
+    Arc<Option<Schedule>>,
+    Arc<Templates>,
+    Result<Arc<Desired>, RenderError>,
+);
+
+/// A deployment-log entry, decided under the state lock and written after it is released.
+#[derive(Debug)]
+enum LogEntry {
+    Start {
+        id: String,
+        schedule: String,
+        roles: Vec<String>,
+        changes: Vec<String>,
+    },
+    Finish {
+        id: String,
+        failed: Vec<String>,
+    },
+}
 
 #[derive(Debug, Default)]
 struct State {
@@ -99,10 +123,12 @@ struct State {
     cache: HashMap<String, Cached>,
     passes: Vec<Pass>,
     /// Digest of the sources every role shares (`vars`, `nodes[host].vars`) for one schedule
-    /// snapshot (pointer), so a pass over many roles encodes them once.
-    shared: Option<(usize, [u8; 20])>,
+    /// snapshot (held, as in [`Cached`]), so a pass over many roles encodes them once.
+    shared: Option<(Arc<Option<Schedule>>, [u8; 20])>,
     /// The schedule whose `changes` went into the log last (each schedule's once).
     changes_logged: Option<String>,
+    /// Log entries not written yet, in the order they were decided.
+    log_queue: Vec<LogEntry>,
 }
 
 /// Renders the roles of node `host` (see the module docs).
@@ -115,6 +141,8 @@ pub struct RenderController {
     clock: Arc<dyn Clock>,
     out: Field<RolesStatus>,
     state: Mutex<State>,
+    /// Held while queued log entries are written, so they reach the log in order.
+    log_writer: Mutex<()>,
 }
 
 impl RenderController {
@@ -144,6 +172,7 @@ impl RenderController {
                 applied,
                 ..State::default()
             }),
+            log_writer: Mutex::new(()),
         }
     }
 
@@ -258,29 +287,28 @@ impl RenderController {
         templates: &Arc<Templates>,
         role: &str,
     ) -> Result<Arc<Desired>, RenderError> {
-        let key = (
-            Arc::as_ptr(schedule) as usize,
-            Arc::as_ptr(templates) as usize,
-        );
         if let Some((s, t, cached)) = st.cache.get(role)
-            && (*s, *t) == key
+            && Arc::ptr_eq(s, schedule)
+            && Arc::ptr_eq(t, templates)
         {
             return cached.clone();
         }
         let Some(sched) = schedule.as_ref() else {
             return Err(RenderError::Vars("no schedule".into()));
         };
-        let shared = match st.shared {
-            Some((ptr, digest)) if ptr == key.0 => digest,
+        let shared = match &st.shared {
+            Some((s, digest)) if Arc::ptr_eq(s, schedule) => *digest,
             _ => {
                 let digest = self.shared_digest(sched);
-                st.shared = Some((key.0, digest));
+                st.shared = Some((schedule.clone(), digest));
                 digest
             }
         };
         let result = self.desired(&shared, sched, templates, role).map(Arc::new);
-        st.cache
-            .insert(role.to_string(), (key.0, key.1, result.clone()));
+        st.cache.insert(
+            role.to_string(),
+            (schedule.clone(), templates.clone(), result.clone()),
+        );
         result
     }
 
@@ -341,8 +369,12 @@ impl RenderController {
             st.changes_logged = Some(sched_hash.clone());
             schedule_changes(schedule.as_ref().as_ref())
         };
-        self.log
-            .deployment_start(&id, &sched_hash, &roles_list, &changes);
+        st.log_queue.push(LogEntry::Start {
+            id: id.clone(),
+            schedule: sched_hash.clone(),
+            roles: roles_list.clone(),
+            changes,
+        });
         let pass = Pass {
             id: id.clone(),
             schedule: sched_hash,
@@ -382,7 +414,10 @@ impl RenderController {
                     failed = pass.failed.len(),
                     "Deployment finished."
                 );
-                self.log.deployment_finish(&pass.id, &pass.failed);
+                st.log_queue.push(LogEntry::Finish {
+                    id: pass.id.clone(),
+                    failed: pass.failed.clone(),
+                });
                 self.publish_pass(&pass, Some(now));
             } else {
                 i += 1;
@@ -434,7 +469,35 @@ impl RenderController {
         }
     }
 
+    /// Writes the queued log entries, then publishes whether the log can be written. Called
+    /// without the state lock.
+    fn flush_log(&self) {
+        let _writer = self.log_writer.lock().unwrap();
+        let entries = std::mem::take(&mut self.state.lock().unwrap().log_queue);
+        for entry in entries {
+            match entry {
+                LogEntry::Start {
+                    id,
+                    schedule,
+                    roles,
+                    changes,
+                } => self.log.deployment_start(&id, &schedule, &roles, &changes),
+                LogEntry::Finish { id, failed } => self.log.deployment_finish(&id, &failed),
+            }
+        }
+        let problem = self.log.problem();
+        if self.out.get().deployment_log != problem {
+            self.out.update(|s| s.deployment_log = problem);
+        }
+    }
+
     async fn pass(self: Arc<Self>, role: String) -> Result<Requeue, RenderError> {
+        let result = self.clone().attempt(role).await;
+        self.flush_log();
+        result
+    }
+
+    async fn attempt(self: Arc<Self>, role: String) -> Result<Requeue, RenderError> {
         let schedule = self.store.schedule.peek();
         let templates = self.store.templates.peek();
         let force = *self.store.force_render.peek();
@@ -459,6 +522,8 @@ impl RenderController {
             let id = self.join_pass(&mut st, &schedule, &templates, &role, force);
             (desired, id)
         };
+        // `DeploymentStart` goes into the log before the role's own entries.
+        self.flush_log();
         let now = self.clock.now_ms();
         let data = schedule.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
         // Checked by `desired` already; the schedule snapshot is the same.

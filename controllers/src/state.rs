@@ -244,6 +244,8 @@ pub struct RolesStatus {
     pub failed: BTreeMap<String, RoleFailure>,
     /// The latest render pass.
     pub last_deployment: Option<Deployment>,
+    /// Why the deployment log cannot be written, if it cannot (deployments go on without it).
+    pub deployment_log: Option<String>,
 }
 
 /// What one peer last told this node in election packets.

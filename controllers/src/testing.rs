@@ -215,6 +215,8 @@ pub struct RecordingDeploymentLog {
     pub started: Mutex<Vec<(String, Vec<String>)>>,
     pub changes: Mutex<Vec<String>>,
     pub finished: Mutex<Vec<(String, Vec<String>)>>,
+    /// What [`DeploymentLog::problem`] answers.
+    pub problem: Mutex<Option<String>>,
 }
 
 impl DeploymentLog for RecordingDeploymentLog {
@@ -236,6 +238,9 @@ impl DeploymentLog for RecordingDeploymentLog {
             .lock()
             .unwrap()
             .push((id.into(), failed.to_vec()));
+    }
+    fn problem(&self) -> Option<String> {
+        self.problem.lock().unwrap().clone()
     }
 }
 

@@ -95,7 +95,7 @@ impl Plan {
                 Plan::Split(super::split::SplitPlan::new(split, at, vars)?)
             }
             Command::CleanFiles(clean) => {
-                let text = vars.expand(&clean.pattern, at)?;
+                let text = vars.expand_for_pattern(&clean.pattern, at)?;
                 let pattern =
                     Pattern::parse(&text).map_err(|e| invalid(format!("pattern {text:?}: {e}")))?;
                 Plan::Clean {

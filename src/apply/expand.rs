@@ -1,4 +1,5 @@
-//! `{{ role }}` and `{{ files.NAME }}` in command arguments, and quoting for the shell.
+//! `{{ role }}` and `{{ files.NAME }}` in command arguments, quoting for the shell and escaping
+//! for path patterns.
 //!
 //! Only these two kinds of names exist here (template variables do not); any other name is an
 //! error, so a typo fails the role instead of passing a strange argument to a program.
@@ -32,6 +33,13 @@ impl Vars<'_> {
     /// (`$(...)`, backquotes, `;`, quotes) stays one literal word.
     pub fn expand_for_shell(&self, text: &str, at: At) -> Result<String, ApplyError> {
         self.replace(text, at, |value| Cow::Owned(always_quote(value)))
+    }
+
+    /// Like [`Vars::expand`] for a path pattern (`!CleanFiles` `pattern`, `!SplitText` `dest`):
+    /// each value is escaped so that it matches only itself, whatever wildcard or parenthesis
+    /// a role name holds.
+    pub fn expand_for_pattern(&self, text: &str, at: At) -> Result<String, ApplyError> {
+        self.replace(text, at, |value| Cow::Owned(super::pattern::escape(value)))
     }
 
     fn replace(

@@ -47,7 +47,7 @@ impl SplitPlan {
         compile(&split.validate, at)?;
         let validate = compile(&format!("^(?:{})$", split.validate), at)?;
         let src = PathBuf::from(vars.expand(&split.src, at)?);
-        let dest_text = vars.expand(&split.dest, at)?;
+        let dest_text = vars.expand_for_pattern(&split.dest, at)?;
         let dest = Pattern::parse(&dest_text)
             .ok()
             .filter(Pattern::has_slot)

@@ -45,6 +45,7 @@ struct Env {
     log_dirs: BTreeMap<String, PathBuf>,
     timeout: Duration,
     dry_run: bool,
+    role: String,
 }
 
 impl Env {
@@ -58,6 +59,7 @@ impl Env {
             // Generous: no test should get near it unless it tests the timeout.
             timeout: Duration::from_secs(60),
             dry_run: false,
+            role: "web".into(),
         }
     }
 
@@ -100,7 +102,7 @@ impl Env {
 
     async fn run_list(&self, commands: &[Command]) -> (Result<(), ApplyError>, Collect) {
         let ctx = Context {
-            role: "web",
+            role: &self.role,
             files: &self.files,
             log_dirs: &self.log_dirs,
             timeout: self.timeout,
@@ -770,6 +772,65 @@ async fn clean_files_needs_its_keep_list() {
         "{text}"
     );
     assert!(env.exists("sites/a.conf"));
+}
+
+/// `!CleanFiles` with `{{ role }}` in the pattern, keeping `keep`: a role's files are in
+/// `clean/<role>/`, another's in `clean/victim/`.
+async fn clean_role_dir(env: &mut Env, role: &str) -> Result<(), ApplyError> {
+    env.role = role.into();
+    env.render("keep", "keep\n");
+    env.write("clean/victim/important.conf", "precious");
+    env.write(&format!("clean/{role}/keep.conf"), "x");
+    env.write(&format!("clean/{role}/old.conf"), "x");
+    let (result, _) = env
+        .run(
+            r#"- !CleanFiles {pattern: "$T/clean/{{ role }}/(*).conf", keep-list: "{{ files.keep }}"}"#,
+        )
+        .await;
+    result
+}
+
+#[tokio::test]
+async fn clean_files_takes_a_role_named_star_literally() {
+    let mut env = Env::new();
+    clean_role_dir(&mut env, "*").await.unwrap();
+    assert_eq!(env.read("clean/victim/important.conf"), "precious");
+    assert_eq!(env.names_in("clean/*"), names(&["keep.conf"]));
+}
+
+#[tokio::test]
+async fn clean_files_takes_role_names_with_parentheses_and_brackets_literally() {
+    for role in ["a(b)", "x)y(z", "[ab]?", "]", "(*)"] {
+        let mut env = Env::new();
+        clean_role_dir(&mut env, role)
+            .await
+            .unwrap_or_else(|e| panic!("{role}: {e}"));
+        assert_eq!(
+            env.read("clean/victim/important.conf"),
+            "precious",
+            "{role}"
+        );
+        assert_eq!(
+            env.names_in(&format!("clean/{role}")),
+            names(&["keep.conf"]),
+            "{role}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn split_text_takes_a_role_named_star_literally() {
+    let mut env = Env::new();
+    env.role = "*".into();
+    env.render("sites", "## a\nA\n");
+    env.write("out/victim/stale.conf", "precious");
+    env.write("out/*/stale.conf", "x");
+    let split = SPLIT.replace("$T/out/(*).conf", "$T/out/{{ role }}/(*).conf");
+    let (result, _) = env.run(&split).await;
+    result.unwrap();
+    assert_eq!(env.read("out/victim/stale.conf"), "precious");
+    assert_eq!(env.names_in("out/*"), names(&["a.conf"]));
+    assert_eq!(env.read("out/*/a.conf"), "A\n");
 }
 
 // ---- !Condition ----------------------------------------------------------------------------

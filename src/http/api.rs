@@ -161,6 +161,9 @@ pub fn build_status(state: &AppState) -> Status {
         errors.insert(format!("role {role}"), failure.message.clone());
     }
     let failed_roles: Vec<String> = roles.failed.keys().cloned().collect();
+    if let Some(problem) = &roles.deployment_log {
+        errors.insert("deployment_log".into(), problem.clone());
+    }
     let reports = store.reports.peek();
     let failing_nodes = peers
         .peers
@@ -200,7 +203,8 @@ pub fn build_status(state: &AppState) -> Status {
         last_stable_timestamp: election.last_stable_timestamp,
         num_errors: inputs.errors.len()
             + usize::from(scheduler.error.is_some())
-            + failed_roles.len(),
+            + failed_roles.len()
+            + usize::from(roles.deployment_log.is_some()),
         errors,
         failed_roles,
         debug_force_leader: node.debug_force_leader,

@@ -13,11 +13,18 @@
 //! A segment `<seg>` is named by its UTC creation time (`20261122045549`); a new one starts when
 //! the current one reaches the size limit. [`LogDir::retain`] deletes segments and index files
 //! past the age and total size limits.
+//!
+//! Writing the log never fails a deployment: a stream that cannot be written (read-only or full
+//! file system, a file where a dir should be) is logged once, counted, and reported by
+//! [`LogDir::problem`] until a write to it succeeds again.
 
+use std::collections::BTreeMap;
+use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
@@ -57,6 +64,12 @@ pub struct LogDir {
     dir: PathBuf,
     limits: LogLimits,
     files: Mutex<Files>,
+    /// Streams (`.index`, `.global`, `.changes` or a role) whose last write failed, with why.
+    failing: Mutex<BTreeMap<String, String>>,
+    /// Whether `failing` has entries: lets a successful write skip its lock.
+    any_failing: AtomicBool,
+    /// `verwalter_deployment_log_write_errors_total`, once the daemon hands it over.
+    write_errors: OnceLock<prometheus::IntCounter>,
 }
 
 #[derive(Debug, Default)]
@@ -135,16 +148,87 @@ impl Marker {
 }
 
 impl LogDir {
-    /// Creates the directory if needed.
-    pub fn open(dir: &Path, limits: LogLimits) -> io::Result<Arc<LogDir>> {
-        for sub in [".index", ".global", ".changes"] {
-            fs::create_dir_all(dir.join(sub))?;
-        }
-        Ok(Arc::new(LogDir {
+    /// Creates the directory if needed. One that cannot be created is reported
+    /// ([`LogDir::problem`]), not an error: the daemon runs without its log.
+    pub fn open(dir: &Path, limits: LogLimits) -> Arc<LogDir> {
+        let log = Arc::new(LogDir {
             dir: dir.to_path_buf(),
             limits,
             files: Mutex::new(Files::default()),
-        }))
+            failing: Mutex::new(BTreeMap::new()),
+            any_failing: AtomicBool::new(false),
+            write_errors: OnceLock::new(),
+        });
+        for sub in [".index", ".global", ".changes"] {
+            let path = dir.join(sub);
+            if let Err(e) = fs::create_dir_all(&path) {
+                log.write_failed(sub, format_args!("{}: {e}", path.display()));
+            }
+        }
+        log
+    }
+
+    /// Counts every failed write in `counter` from now on.
+    pub fn count_write_errors(&self, counter: prometheus::IntCounter) {
+        let _ = self.write_errors.set(counter);
+    }
+
+    /// What cannot be written now, one entry per stream, or `None` when the last write of every
+    /// stream succeeded.
+    pub fn problem(&self) -> Option<String> {
+        /// Streams named in full; more would make an unreadable status line.
+        const SHOWN: usize = 3;
+        if !self.any_failing.load(Ordering::Acquire) {
+            return None;
+        }
+        let failing = self.failing.lock().unwrap();
+        if failing.is_empty() {
+            return None;
+        }
+        let mut text = format!(
+            "cannot write the deployment log in {} (deployments go on without it): ",
+            self.dir.display()
+        );
+        let shown: Vec<&str> = failing.values().take(SHOWN).map(String::as_str).collect();
+        text.push_str(&shown.join("; "));
+        if failing.len() > SHOWN {
+            text.push_str(&format!("; and {} more", failing.len() - SHOWN));
+        }
+        Some(text)
+    }
+
+    /// Records a failed write to `stream`; logs it when the stream was fine before.
+    fn write_failed(&self, stream: &str, error: fmt::Arguments<'_>) {
+        if let Some(counter) = self.write_errors.get() {
+            counter.inc();
+        }
+        let message = error.to_string();
+        let mut failing = self.failing.lock().unwrap();
+        let new = failing
+            .insert(stream.to_string(), message.clone())
+            .is_none();
+        self.any_failing.store(true, Ordering::Release);
+        if new {
+            tracing::error!(
+                dir = %self.dir.display(),
+                stream,
+                error = %message,
+                "Cannot write the deployment log; deployments go on without it. Not logged again until it works."
+            );
+        }
+    }
+
+    /// Records a successful write to `stream`, which ends a failure reported for it.
+    fn write_ok(&self, stream: &str) {
+        if !self.any_failing.load(Ordering::Acquire) {
+            return;
+        }
+        let mut failing = self.failing.lock().unwrap();
+        if failing.remove(stream).is_some() {
+            tracing::info!(dir = %self.dir.display(), stream, "The deployment log can be written again.");
+        }
+        self.any_failing
+            .store(!failing.is_empty(), Ordering::Release);
     }
 
     pub fn path(&self) -> &Path {
@@ -174,9 +258,16 @@ impl LogDir {
             let (_, file) = files.index.as_mut().unwrap();
             file.write_all(text.as_bytes())
         })();
-        if let Err(e) = result {
+        if result.is_err() {
             files.index = None;
-            tracing::error!(dir = %self.dir.display(), error = %e, "Cannot write the deployment log index.");
+        }
+        drop(files);
+        match result {
+            Ok(()) => self.write_ok(".index"),
+            Err(e) => self.write_failed(
+                ".index",
+                format_args!("{}: {e}", self.dir.join(".index").display()),
+            ),
         }
     }
 
@@ -196,8 +287,14 @@ impl LogDir {
             .map(|(seg, off)| Pointer::Global(seg, off))
         };
         match pointer {
-            Ok(p) => self.index(deployment_id, &p, &marker),
-            Err(e) => tracing::error!(error = %e, "Cannot write the global deployment log."),
+            Ok(p) => {
+                self.write_ok(".global");
+                self.index(deployment_id, &p, &marker);
+            }
+            Err(e) => self.write_failed(
+                ".global",
+                format_args!("{}: {e}", self.dir.join(".global").display()),
+            ),
         }
     }
 
@@ -206,13 +303,19 @@ impl LogDir {
         let line = format!("{} audit: {text}\n", rfc3339(SystemTime::now()));
         let mut files = self.files.lock().unwrap();
         let dir = self.dir.join(".global");
-        if let Err(e) = write_segment(
+        let result = write_segment(
             &mut files.global,
             &dir,
             self.limits.segment_size,
             line.as_bytes(),
-        ) {
-            tracing::error!(error = %e, "Cannot write the audit line.");
+        );
+        drop(files);
+        match result {
+            Ok(_) => self.write_ok(".global"),
+            Err(e) => self.write_failed(
+                ".global",
+                format_args!("{}: {e}", self.dir.join(".global").display()),
+            ),
         }
     }
 
@@ -239,13 +342,20 @@ impl LogDir {
             .map(|(seg, off)| Pointer::Changes(seg, off))
         };
         match pointer {
-            Ok(p) => self.index(deployment_id, &p, &Marker::DeploymentChanges),
-            Err(e) => tracing::error!(error = %e, "Cannot write the changes log."),
+            Ok(p) => {
+                self.write_ok(".changes");
+                self.index(deployment_id, &p, &Marker::DeploymentChanges);
+            }
+            Err(e) => self.write_failed(
+                ".changes",
+                format_args!("{}: {e}", self.dir.join(".changes").display()),
+            ),
         }
     }
 
     /// The log of one role's attempt in deployment `deployment_id` (starts with `RoleStart`).
-    pub fn role(self: &Arc<Self>, role: &str, deployment_id: &str) -> io::Result<RoleLog> {
+    /// When the role's log cannot be opened, its entries are dropped and the failure reported.
+    pub fn role(self: &Arc<Self>, role: &str, deployment_id: &str) -> RoleLog {
         RoleLog::start(self.clone(), role, deployment_id)
     }
 
@@ -333,6 +443,10 @@ impl DeploymentLog for LogDir {
             format!("failed roles: {}\n", failed.join(", "))
         };
         self.global(id, Marker::DeploymentFinish, &text);
+    }
+
+    fn problem(&self) -> Option<String> {
+        LogDir::problem(self)
     }
 }
 

@@ -1,6 +1,6 @@
 //! The log of one role's attempt: variables, files written, command output, result.
 
-use std::io::{self, Write};
+use std::io::Write;
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -43,16 +43,25 @@ pub struct RoleLog {
 }
 
 impl RoleLog {
-    pub(super) fn start(dir: Arc<LogDir>, role: &str, deployment_id: &str) -> io::Result<RoleLog> {
-        let segment = open_segment(&dir.dir.join(role), dir.limits.segment_size)?;
+    /// A role log that could not be opened drops its entries (the role still renders); the
+    /// failure is reported by the log dir.
+    pub(super) fn start(dir: Arc<LogDir>, role: &str, deployment_id: &str) -> RoleLog {
+        let path = dir.dir.join(role);
+        let segment = match open_segment(&path, dir.limits.segment_size) {
+            Ok(segment) => Some(segment),
+            Err(e) => {
+                dir.write_failed(role, format_args!("{}: {e}", path.display()));
+                None
+            }
+        };
         let mut log = RoleLog {
             dir,
             role: role.to_string(),
             deployment_id: deployment_id.to_string(),
-            segment: Some(segment),
+            segment,
         };
         log.marker(Marker::RoleStart, "");
-        Ok(log)
+        log
     }
 
     /// The variables the templates see, secrets masked; `full_schedule` is summarised.
@@ -118,10 +127,14 @@ impl RoleLog {
         match seg.file.write_all(bytes) {
             Ok(()) => {
                 seg.len += bytes.len() as u64;
+                self.dir.write_ok(&self.role);
                 Some(offset)
             }
             Err(e) => {
-                tracing::error!(role = %self.role, error = %e, "Cannot write the role log; its further entries are lost.");
+                // The attempt's further entries are dropped; the next attempt opens it again.
+                let path = self.dir.dir.join(&self.role);
+                self.dir
+                    .write_failed(&self.role, format_args!("{}: {e}", path.display()));
                 self.segment = None;
                 None
             }

@@ -16,14 +16,14 @@ fn index_lines(dir: &Path) -> Vec<Value> {
 #[test]
 fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
     let tmp = tempfile::tempdir().unwrap();
-    let log = LogDir::open(tmp.path(), LogLimits::default()).unwrap();
+    let log = LogDir::open(tmp.path(), LogLimits::default());
     log.deployment_start(
         "dep1",
         "0123456789abcdef",
         &["web".into()],
         &["web: v1 -> v2".into()],
     );
-    let mut role = log.role("web", "dep1").unwrap();
+    let mut role = log.role("web", "dep1");
     role.vars(
         json!({"role": "web", "db_password": "hunter2", "nested": {"api_token": "t0k"}, "port": 80})
             .as_object()
@@ -104,9 +104,9 @@ fn a_full_segment_rotates_and_latest_follows() {
         segment_size: 200,
         ..LogLimits::default()
     };
-    let log = LogDir::open(tmp.path(), limits).unwrap();
+    let log = LogDir::open(tmp.path(), limits);
     for i in 0..5 {
-        let role = log.role("web", &format!("dep{i}")).unwrap();
+        let role = log.role("web", &format!("dep{i}"));
         role.finish(&Err("x".repeat(150)));
     }
     let segments: Vec<_> = fs::read_dir(tmp.path().join("web"))
@@ -138,8 +138,7 @@ fn retention_deletes_old_and_excess_segments_but_keeps_latest() {
             max_age: Duration::from_secs(3600),
             max_total: 1000,
         },
-    )
-    .unwrap();
+    );
     let web = tmp.path().join("web");
     fs::create_dir_all(&web).unwrap();
     let old = web.join("log.20200101000000.txt");
@@ -153,7 +152,7 @@ fn retention_deletes_old_and_excess_segments_but_keeps_latest() {
         .unwrap();
     let big = web.join("log.20260101000000.txt");
     fs::write(&big, vec![b'x'; 2000]).unwrap();
-    log.role("web", "dep").unwrap().finish(&Ok(()));
+    log.role("web", "dep").finish(&Ok(()));
     let unrelated = web.join("notes.txt");
     fs::write(&unrelated, "keep me").unwrap();
 
@@ -180,10 +179,9 @@ fn a_role_gone_longer_than_the_age_limit_loses_its_log_dir() {
             max_age: Duration::from_secs(3600),
             ..LogLimits::default()
         },
-    )
-    .unwrap();
-    log.role("gone", "dep").unwrap().finish(&Ok(()));
-    log.role("active", "dep").unwrap().finish(&Ok(()));
+    );
+    log.role("gone", "dep").finish(&Ok(()));
+    log.role("active", "dep").finish(&Ok(()));
     let gone = tmp.path().join("gone");
     let latest = gone.join(fs::read_link(gone.join("latest")).unwrap());
     File::options()
@@ -196,7 +194,74 @@ fn a_role_gone_longer_than_the_age_limit_loses_its_log_dir() {
     assert!(!gone.exists(), "the whole dir of the old role went");
     assert!(tmp.path().join("active/latest").exists());
     // Writing goes on after a retention pass.
-    log.role("active", "dep2").unwrap().finish(&Ok(()));
+    log.role("active", "dep2").finish(&Ok(()));
     let text = fs::read_to_string(tmp.path().join("active/latest")).unwrap();
     assert!(text.contains("dep2"));
+}
+
+#[test]
+fn a_role_log_that_cannot_be_opened_is_reported_once_and_clears_when_it_works() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = LogDir::open(tmp.path(), LogLimits::default());
+    let counter = prometheus::IntCounter::new("errors", "test").unwrap();
+    log.count_write_errors(counter.clone());
+    assert_eq!(log.problem(), None);
+    // A file where the role's log dir should be: as unwritable as a read-only dir, for root too.
+    fs::write(tmp.path().join("web"), "in the way").unwrap();
+    let mut role = log.role("web", "dep1");
+    role.line("dropped");
+    role.finish(&Ok(()));
+    let problem = log.problem().expect("reported");
+    assert!(
+        problem.contains("deployment log")
+            && problem.contains(&format!("{}/web", tmp.path().display())),
+        "{problem}"
+    );
+    assert_eq!(counter.get(), 1, "the dropped entries are not retried");
+    // The other streams still work and do not clear the role's report.
+    log.deployment_finish("dep1", &[]);
+    assert!(log.problem().is_some());
+
+    fs::remove_file(tmp.path().join("web")).unwrap();
+    log.role("web", "dep2").finish(&Ok(()));
+    assert_eq!(log.problem(), None);
+    let text = fs::read_to_string(tmp.path().join("web/latest")).unwrap();
+    assert!(text.contains("dep2") && !text.contains("dep1"), "{text}");
+}
+
+#[test]
+fn a_full_log_is_reported_like_an_unwritable_one() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = LogDir::open(tmp.path(), LogLimits::default());
+    // The role's current segment is /dev/full: opening works, every write fails with ENOSPC.
+    let dir = tmp.path().join("web");
+    fs::create_dir(&dir).unwrap();
+    std::os::unix::fs::symlink("/dev/full", dir.join("log.20260101000000.txt")).unwrap();
+    std::os::unix::fs::symlink("log.20260101000000.txt", dir.join("latest")).unwrap();
+    log.role("web", "dep").finish(&Ok(()));
+    let problem = log.problem().expect("reported");
+    assert!(problem.contains("web"), "{problem}");
+}
+
+#[test]
+fn a_log_dir_that_is_a_file_is_reported_not_fatal() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("log");
+    fs::write(&path, "in the way").unwrap();
+    let log = LogDir::open(&path, LogLimits::default());
+    let problem = log.problem().expect("reported at open");
+    assert!(problem.contains(".index"), "{problem}");
+    log.deployment_start("dep", "0123abcd", &["web".into()], &["x".into()]);
+    log.role("web", "dep").finish(&Ok(()));
+    log.audit("someone pressed a button");
+    let problem = log.problem().unwrap();
+    let named = ["/.index:", "/.global:", "/.changes:", "/web:"]
+        .iter()
+        .filter(|stream| problem.contains(*stream))
+        .count();
+    assert_eq!(named, 3, "{problem}");
+    assert!(
+        problem.ends_with("; and 1 more"),
+        "four streams, three named: {problem}"
+    );
 }

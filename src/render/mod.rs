@@ -162,10 +162,8 @@ impl Inner {
     }
 
     async fn run(self: Arc<Self>, job: RoleJob) -> Result<(), String> {
-        let mut log = self
-            .logs
-            .role(&job.role, &job.deployment_id)
-            .map_err(|e| format!("cannot open the role log: {e}"))?;
+        // A role log that cannot be written does not stop the role (the log dir reports it).
+        let mut log = self.logs.role(&job.role, &job.deployment_id);
         log.vars(&job.vars);
         let result = self.clone().render_and_apply(&job, &mut log).await;
         log.finish(&result);

@@ -286,3 +286,53 @@ fn a_template_linked_out_of_templates_is_refused_by_name() {
     std::os::unix::fs::symlink("common.hbs", &linked).unwrap();
     assert!(load(&tmp, "app/v1").is_ok());
 }
+
+#[tokio::test]
+async fn a_role_applies_when_its_log_cannot_be_written() {
+    use verwalter_controllers::ports::{RoleApplier, RoleJob};
+    use verwalter_controllers::store::StoreWriter;
+
+    let out = tempfile::tempdir().unwrap();
+    let marker = out.path().join("applied");
+    let render = format!(
+        "templates:\n  conf: app.conf.hbs\ncommands:\n- !Cmd [touch, {}]\n",
+        marker.display()
+    );
+    let config = template_dir(
+        "app/v1",
+        &[("app.render.yaml", &render), ("app.conf.hbs", "x\n")],
+    );
+    let writer = StoreWriter::new(None);
+    writer
+        .templates
+        .set(read_templates(config.path(), &mut Vec::new()));
+    let log_dir = out.path().join("log");
+    fs::create_dir(&log_dir).unwrap();
+    fs::write(
+        log_dir.join("web"),
+        "a file where the role's log dir should be",
+    )
+    .unwrap();
+    let logs = LogDir::open(&log_dir, crate::logs::LogLimits::default());
+    let applier = Applier::new(
+        ApplierConfig {
+            config_dir: config.path().to_path_buf(),
+            staging_dir: out.path().join("staging"),
+            command_timeout: std::time::Duration::from_secs(30),
+            dry_run: false,
+            log_dirs: Default::default(),
+        },
+        logs.clone(),
+        writer.store().templates.clone(),
+    );
+    let job = RoleJob {
+        role: "web".into(),
+        template: "app/v1".into(),
+        deployment_id: "dep".into(),
+        vars: Arc::new(Map::new()),
+    };
+    applier.apply(job).await.expect("the role applies");
+    assert!(marker.exists(), "its command ran");
+    let problem = logs.problem().expect("the log failure is reported");
+    assert!(problem.contains("web"), "{problem}");
+}

@@ -325,3 +325,105 @@ async fn the_driver_retries_a_failing_role_with_backoff_until_it_recovers() {
     shutdown.cancel();
     task.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_new_schedule_at_a_freed_schedules_address_is_rendered() {
+    // Each schedule is dropped once the next replaces it, so the allocator hands its address
+    // to a later one; a cache keyed by address alone took that one for the old and rendered
+    // nothing. Every schedule here changes `web`, so every one must render it.
+    let rig = rig();
+    for i in 0..200 {
+        rig.schedule.set(schedule(json!({"web": {"v": i}})));
+        rig.pass_all().await;
+        // An unrendered schedule in between: its snapshot is freed before the next pass.
+        rig.schedule
+            .set(schedule(json!({"web": {"v": i, "between": true}})));
+        rig.schedule.set(schedule(json!({"web": {"v": i + 1000}})));
+        rig.pass_all().await;
+        let jobs = rig.applier.jobs.lock().unwrap();
+        assert_eq!(jobs.len(), 2 * i + 2, "schedule {i} was not rendered");
+        assert_eq!(jobs.last().unwrap().vars["v"], json!(i + 1000));
+    }
+}
+
+/// A deployment log that checks, at each write, that the controller's state is not locked.
+#[derive(Default)]
+struct LockCheckingLog {
+    controller: std::sync::OnceLock<std::sync::Weak<RenderController>>,
+    writes_under_lock: Mutex<Vec<&'static str>>,
+    writes: Mutex<usize>,
+}
+
+impl LockCheckingLog {
+    fn check(&self, what: &'static str) {
+        *self.writes.lock().unwrap() += 1;
+        let controller = self.controller.get().and_then(|c| c.upgrade()).unwrap();
+        if controller.state.try_lock().is_err() {
+            self.writes_under_lock.lock().unwrap().push(what);
+        }
+    }
+}
+
+impl DeploymentLog for LockCheckingLog {
+    fn deployment_start(&self, _: &str, _: &str, _: &[String], _: &[String]) {
+        self.check("start");
+    }
+    fn deployment_finish(&self, _: &str, _: &[String]) {
+        self.check("finish");
+    }
+    fn problem(&self) -> Option<String> {
+        None
+    }
+}
+
+#[tokio::test]
+async fn the_deployment_log_is_written_outside_the_state_lock() {
+    let writer = StoreWriter::new(None);
+    let store = writer.store();
+    writer.templates.set(templates(&[("app/v1/a.hbs", "h1")]));
+    let log = Arc::new(LockCheckingLog::default());
+    let controller = Arc::new(RenderController::new(
+        store.clone(),
+        HOST.into(),
+        writer.roles,
+        Arc::new(FakeApplier::default()),
+        Arc::new(MemoryAppliedStore::default()),
+        log.clone(),
+        FakeClock::at(1_600_000_000_000),
+    ));
+    log.controller
+        .set(Arc::downgrade(&controller))
+        .unwrap_or_else(|_| unreachable!());
+    writer.schedule.set(schedule(json!({"web": {}, "db": {}})));
+    for role in controller.keys() {
+        controller.clone().reconcile(role).await.unwrap();
+    }
+    assert_eq!(*log.writes.lock().unwrap(), 2, "a start and a finish");
+    assert!(
+        log.writes_under_lock.lock().unwrap().is_empty(),
+        "{:?}",
+        log.writes_under_lock.lock().unwrap()
+    );
+}
+
+#[tokio::test]
+async fn a_log_that_cannot_be_written_is_reported_and_roles_still_apply() {
+    let rig = rig();
+    *rig.log.problem.lock().unwrap() = Some("log/web: cannot write: Read-only file system".into());
+    rig.schedule.set(schedule(json!({"web": {}, "db": {}})));
+    let results = rig.pass_all().await;
+    assert!(results.iter().all(|(_, r)| r.is_ok()), "{results:?}");
+    assert_eq!(rig.applier.roles(), vec!["db", "web"]);
+    assert_eq!(rig.applied.0.lock().unwrap().len(), 2);
+    assert!(rig.failed().is_empty());
+    assert_eq!(
+        rig.store.roles.peek().deployment_log.as_deref(),
+        Some("log/web: cannot write: Read-only file system")
+    );
+
+    // Writable again: the next look clears the report, even with nothing to render.
+    *rig.log.problem.lock().unwrap() = None;
+    rig.pass_all().await;
+    assert_eq!(rig.store.roles.peek().deployment_log, None);
+    assert_eq!(rig.applier.roles().len(), 2);
+}
