@@ -530,6 +530,7 @@ fn a_restart_with_a_stored_schedule_renders_without_a_missing_template_error() {
     assert!(site.status()["errors"].as_object().unwrap().is_empty());
 }
 
+#[test]
 fn role_names_match_literally_in_clean_files_patterns() {
     let site = Site::start();
     let o = site.out.display();
