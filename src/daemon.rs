@@ -66,6 +66,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
 
     let state_dir = StateDir::new(&config.storage_dir);
+    let removed = state_dir.clean_temp_files();
+    if removed > 0 {
+        tracing::info!(removed, "Removed temp files an earlier run left in the storage dir.");
+    }
     let schedule = match state_dir.load_schedule() {
         Ok(schedule) => schedule,
         Err(error) => {
