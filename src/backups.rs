@@ -127,7 +127,10 @@ mod tests {
             .read_to_string(&mut text)
             .unwrap();
         assert_eq!(text, "{\"hash\":\"x\"}");
-        let mode = fs::metadata(dir.join("daily-20260101")).unwrap().permissions().mode();
+        let mode = fs::metadata(dir.join("daily-20260101"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600, "backups are private like the schedule");
         for hour in 1..100 {
             maintain(&schedule, &dir, start + time::Duration::hours(hour)).unwrap();

@@ -68,7 +68,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let state_dir = StateDir::new(&config.storage_dir);
     let removed = state_dir.clean_temp_files();
     if removed > 0 {
-        tracing::info!(removed, "Removed temp files an earlier run left in the storage dir.");
+        tracing::info!(
+            removed,
+            "Removed temp files an earlier run left in the storage dir."
+        );
     }
     let schedule = match state_dir.load_schedule() {
         Ok(schedule) => schedule,

@@ -113,7 +113,11 @@ impl StateDir {
     /// were world-readable, [`FILE_MODE`]. Returns how many temp files were removed.
     pub fn clean_temp_files(&self) -> usize {
         let mut removed = 0;
-        for dir in [self.root.clone(), self.root.join("schedule"), self.backups_dir()] {
+        for dir in [
+            self.root.clone(),
+            self.root.join("schedule"),
+            self.backups_dir(),
+        ] {
             let Ok(entries) = fs::read_dir(&dir) else {
                 continue;
             };
@@ -348,7 +352,10 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::new(tmp.path());
         dir.save_schedule(&Schedule::test().build()).unwrap();
-        let mode = fs::metadata(dir.schedule_path()).unwrap().permissions().mode();
+        let mode = fs::metadata(dir.schedule_path())
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 

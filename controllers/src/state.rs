@@ -183,6 +183,8 @@ pub struct SchedulerStatus {
     pub failure: Option<crate::ports::SchedulerFailure>,
     /// Wall-clock ms of the last successful run.
     pub last_success: Option<u64>,
+    /// Why the schedule in force could not be written to the storage dir; `None` once it is.
+    pub persist_error: Option<String>,
 }
 
 /// One file under `templates/`, as the watcher last read it.
