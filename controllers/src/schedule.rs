@@ -293,6 +293,7 @@ impl ScheduleController {
                     error: None,
                     failure: None,
                     last_success: Some(input.now),
+                    last_success_input: Some(input.clone()),
                     persist_error: self.out.status.get().persist_error.clone(),
                 });
                 snap.ok = true;
@@ -300,7 +301,7 @@ impl ScheduleController {
                 Ok(Some(next(self.period, retry)))
             }
             Err(error) => {
-                let previous = self.out.status.get().last_success;
+                let previous = self.out.status.get();
                 self.out.status.set(SchedulerStatus {
                     last_input: Some(input),
                     debug_info: Some(format!(
@@ -309,8 +310,9 @@ impl ScheduleController {
                     )),
                     error: Some(error.message.clone()),
                     failure: Some(error.kind),
-                    last_success: previous,
-                    persist_error: self.out.status.get().persist_error.clone(),
+                    last_success: previous.last_success,
+                    last_success_input: previous.last_success_input.clone(),
+                    persist_error: previous.persist_error.clone(),
                 });
                 *self.last.lock().unwrap() = Some(snap);
                 Err(error)

@@ -29,8 +29,13 @@ fn app_serving(
         actions: crate::actions::ActionQueue::new(
             verwalter_controllers::store::Field::new(Default::default()),
             writer.store(),
-            std::env::temp_dir().join("verwalter-http-tests-actions.json"),
-        ),
+            crate::actions::QueueConfig {
+                journal: std::env::temp_dir().join("verwalter-http-tests-actions.journal"),
+                legacy: None,
+                limits: Default::default(),
+            },
+        )
+        .unwrap(),
         logs: None,
         log_dirs: Default::default(),
         backups_dir: std::env::temp_dir().join("verwalter-http-tests-no-backups"),
