@@ -145,12 +145,12 @@ impl StateDir {
                 let loose = entry
                     .metadata()
                     .is_ok_and(|m| m.permissions().mode() & 0o077 != 0);
-                if ours && loose {
-                    if let Err(e) =
+                if ours
+                    && loose
+                    && let Err(e) =
                         fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE))
-                    {
-                        tracing::warn!(path = %path.display(), error = %e, "Cannot make a stored file private.");
-                    }
+                {
+                    tracing::warn!(path = %path.display(), error = %e, "Cannot make a stored file private.");
                 }
             }
         }
