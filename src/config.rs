@@ -544,6 +544,38 @@ mod tests {
     }
 
     #[test]
+    fn action_caps_have_defaults_and_must_be_above_0() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        let config = load("port: 9000\n").unwrap();
+        assert_eq!(
+            config.action_limits,
+            crate::actions::ActionLimits {
+                max_count: 1000,
+                max_bytes: 4 << 20
+            }
+        );
+        let config = load("actions:\n  max-pending: 5\n  max-pending-kib: 2\n").unwrap();
+        assert_eq!(config.action_limits.max_count, 5);
+        assert_eq!(config.action_limits.max_bytes, 2048);
+        let err = load("actions:\n  max-pending: 0\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("actions.max-pending: must be above 0"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn default_frontend_is_built_in_or_a_dir_with_an_index() {
         let tmp = tempfile::tempdir().unwrap();
         let args = |name: Option<&str>| RunArgs {
