@@ -130,7 +130,9 @@ impl StateDir {
                     continue;
                 }
                 let path = entry.path();
-                if is_temp_name(&name) {
+                // `backup.tmp`: the one temp name of backups before names were unique.
+                let old_backup_tmp = dir == self.backups_dir() && name == "backup.tmp";
+                if is_temp_name(&name) || old_backup_tmp {
                     match fs::remove_file(&path) {
                         Ok(()) => removed += 1,
                         Err(e) => {
@@ -403,6 +405,7 @@ mod tests {
             schedule_dir.join(".tmp.schedule.json.123.7"),
             tmp.path().join(".tmp.actions.journal.9.0"),
             dir.backups_dir().join(".tmp.backup.55.2"),
+            dir.backups_dir().join("backup.tmp"),
         ];
         let kept = [
             schedule_dir.join(".tmp.notes"),
