@@ -2,8 +2,13 @@
 //! (`unix_seconds * 1000 + n`, at most 1,000 a second), handed to the scheduler as
 //! `state.actions`, and consumed by the first successful scheduler run whose input held them.
 //! A waiter (`/v1/wait_action`) gets the scheduler's reply (`actions[id]` in the schedule), or
-//! learns there is none. Pending actions are kept in `<storage>/actions.json` so a restart of the
-//! leader does not lose them; when the node stops leading they are dropped, as in 0.13.
+//! learns there is none. Pending actions are kept in `<storage>/actions.journal`
+//! ([`journal`]): an action is acknowledged only once it is on disk, so a restart (or a crash) of
+//! the leader does not lose it; when the node stops leading they are dropped, as in 0.13. At
+//! most [`ActionLimits`] actions and bytes are pending: the scheduler gets all of them in each
+//! run, so an unbounded queue would stall it.
+
+pub mod journal;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -15,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use verwalter_controllers::state::Actions;
 use verwalter_controllers::store::{Field, Store};
 
-use crate::state_dir::write_atomic;
+use self::journal::Journal;
 
 /// How an action ended, for its waiters.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,12 +39,65 @@ pub enum RegisterError {
     NotLeader,
     #[error("too many actions this second (at most 1000)")]
     TooMany,
+    #[error(
+        "{pending} actions are pending, at most {max} may be; retry once the scheduler has taken some"
+    )]
+    TooManyPending { pending: usize, max: usize },
+    #[error(
+        "pending actions hold {pending} bytes and this one {size}, at most {max} may be pending; retry once the scheduler has taken some"
+    )]
+    PendingTooLarge {
+        pending: usize,
+        size: usize,
+        max: usize,
+    },
+    #[error("cannot store the action: {0}")]
+    Store(String),
+}
+
+/// Caps on pending actions; an action past either is refused (HTTP 503).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActionLimits {
+    pub max_count: usize,
+    /// Sum of the actions' sizes as compact JSON.
+    pub max_bytes: usize,
+}
+
+impl Default for ActionLimits {
+    /// Actions are button clicks, a few hundred bytes each, consumed by the next scheduler
+    /// run: a thousand pending means the scheduler is failing, and 4 MiB of actions is a large
+    /// part of what one Lua run may hold (256 MiB by default, several copies per run).
+    fn default() -> Self {
+        ActionLimits {
+            max_count: 1000,
+            max_bytes: 4 << 20,
+        }
+    }
+}
+
+/// Where the queue keeps its actions, and how many.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// `<storage>/actions.journal`.
+    pub journal: PathBuf,
+    /// `<storage>/actions.json` of older versions, read once and removed.
+    pub legacy: Option<PathBuf>,
+    pub limits: ActionLimits,
 }
 
 #[derive(Debug, Default)]
 struct Counter {
     second: u64,
     used: u64,
+    /// The highest id given or loaded: ids stay unique across a quick restart.
+    last: u64,
+}
+
+/// Sizes of the pending actions (and of those being written), for the caps.
+#[derive(Debug, Default)]
+struct Pending {
+    sizes: HashMap<u64, usize>,
+    bytes: usize,
 }
 
 /// The leader's queue of pending actions.
@@ -47,42 +105,54 @@ struct Counter {
 pub struct ActionQueue {
     out: Field<Actions>,
     store: Store,
-    path: PathBuf,
+    journal: Journal,
+    limits: ActionLimits,
     counter: Mutex<Counter>,
+    pending: Mutex<Pending>,
     waiters: Mutex<HashMap<u64, Vec<oneshot::Sender<Outcome>>>>,
 }
 
 impl ActionQueue {
-    /// The queue, with the actions a previous run of this node left in `path`.
-    pub fn new(out: Field<Actions>, store: Store, path: PathBuf) -> Arc<ActionQueue> {
-        let saved: Actions = std::fs::read(&path)
-            .ok()
-            .and_then(|bytes| match serde_json::from_slice(&bytes) {
-                Ok(actions) => Some(actions),
-                Err(e) => {
-                    tracing::warn!(path = %path.display(), error = %e, "Ignoring unreadable pending actions.");
-                    None
-                }
-            })
-            .unwrap_or_default();
+    /// The queue, with the actions a previous run of this node left in its journal.
+    pub fn new(
+        out: Field<Actions>,
+        store: Store,
+        config: QueueConfig,
+    ) -> std::io::Result<Arc<ActionQueue>> {
+        let (journal, saved) = Journal::open(config.journal, config.legacy.as_deref())?;
         if !saved.is_empty() {
             tracing::info!(pending = saved.len(), "Loaded pending actions.");
         }
+        let mut pending = Pending::default();
+        for (id, action) in &saved {
+            let size = json_size(action);
+            pending.sizes.insert(*id, size);
+            pending.bytes += size;
+        }
+        let counter = Counter {
+            last: saved.keys().next_back().copied().unwrap_or(0),
+            ..Counter::default()
+        };
         out.set(saved);
-        Arc::new(ActionQueue {
+        Ok(Arc::new(ActionQueue {
             out,
             store,
-            path,
-            counter: Mutex::default(),
+            journal,
+            limits: config.limits,
+            counter: Mutex::new(counter),
+            pending: Mutex::new(pending),
             waiters: Mutex::default(),
-        })
+        }))
     }
 
-    /// Registers `action` at wall-clock `now_ms`; returns its id, and with `wait` a receiver that
-    /// resolves when it ended (see [`Outcome`]). The waiter is in place before the action is
-    /// pending: a scheduler run on another thread may consume it at once, and its answer must
-    /// not be lost.
-    pub fn register(
+    /// Registers `action` at wall-clock `now_ms`; returns its id once it is on disk, and with
+    /// `wait` a receiver that resolves when it ended (see [`Outcome`]). The waiter is in place
+    /// before the action is pending: a scheduler run on another thread may consume it at once,
+    /// and its answer must not be lost.
+    ///
+    /// Run it to the end (spawn it): dropped halfway, the action may be on disk but not pending
+    /// until the next start.
+    pub async fn register(
         &self,
         now_ms: u64,
         action: Value,
@@ -95,15 +165,43 @@ impl ActionQueue {
             let mut counter = self.counter.lock().unwrap();
             let second = now_ms / 1000;
             if counter.second != second {
-                *counter = Counter { second, used: 0 };
+                counter.second = second;
+                counter.used = 0;
             }
+            // After a restart within the same second, continue past the loaded ids.
+            let floor = (counter.last + 1).saturating_sub(second * 1000);
+            counter.used = counter.used.max(floor);
             if counter.used >= 1000 {
                 return Err(RegisterError::TooMany);
             }
             let id = second * 1000 + counter.used;
             counter.used += 1;
+            counter.last = counter.last.max(id);
             id
         };
+        let size = json_size(&action);
+        {
+            let mut pending = self.pending.lock().unwrap();
+            if pending.sizes.len() >= self.limits.max_count {
+                return Err(RegisterError::TooManyPending {
+                    pending: pending.sizes.len(),
+                    max: self.limits.max_count,
+                });
+            }
+            if pending.bytes + size > self.limits.max_bytes {
+                return Err(RegisterError::PendingTooLarge {
+                    pending: pending.bytes,
+                    size,
+                    max: self.limits.max_bytes,
+                });
+            }
+            pending.sizes.insert(id, size);
+            pending.bytes += size;
+        }
+        if let Err(e) = self.journal.add(id, &action).await {
+            self.release(&[id]);
+            return Err(RegisterError::Store(e.to_string()));
+        }
         let receiver = wait.then(|| {
             let (tx, rx) = oneshot::channel();
             self.waiters.lock().unwrap().entry(id).or_default().push(tx);
@@ -112,23 +210,20 @@ impl ActionQueue {
         self.out.update(|actions| {
             actions.insert(id, action);
         });
-        self.save();
+        // Leadership may have gone while the action was written; the drop then missed it.
+        if !self.store.election.peek().is_leader {
+            self.finish(&[id], |_| Outcome::LeadershipLost);
+        }
         Ok((id, receiver))
     }
 
-    fn save(&self) {
-        let actions = self.store.actions.peek();
-        let result = if actions.is_empty() {
-            match std::fs::remove_file(&self.path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
-                _ => Ok(()),
+    /// Forgets the sizes of `ids` for the caps.
+    fn release(&self, ids: &[u64]) {
+        let mut pending = self.pending.lock().unwrap();
+        for id in ids {
+            if let Some(size) = pending.sizes.remove(id) {
+                pending.bytes -= size;
             }
-        } else {
-            let bytes = serde_json::to_vec(&*actions).expect("actions serialize");
-            write_atomic(&self.path, &bytes)
-        };
-        if let Err(e) = result {
-            tracing::error!(path = %self.path.display(), error = %e, "Cannot save the pending actions.");
         }
     }
 
@@ -142,7 +237,8 @@ impl ActionQueue {
                 actions.remove(id);
             }
         });
-        self.save();
+        self.journal.remove(ids);
+        self.release(ids);
         let mut waiters = self.waiters.lock().unwrap();
         for id in ids {
             for tx in waiters.remove(id).unwrap_or_default() {
@@ -152,17 +248,16 @@ impl ActionQueue {
     }
 
     /// Consumes actions as scheduler runs succeed; drops them when leadership is lost.
+    ///
+    /// Each successful run is looked at through `last_success_input`, not `last_input`: a run
+    /// that fails right after a success replaces `last_input` before this task wakes, and the
+    /// success's actions would stay pending, their waiters never answered.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
         let mut status = self.store.scheduler.clone();
         let mut election = self.store.election.clone();
-        let mut seen_success = status.get().last_success;
+        let mut seen_success = None;
         let mut was_leader = election.get().is_leader;
         loop {
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = status.changed() => {}
-                _ = election.changed() => {}
-            }
             let leader = election.get().is_leader;
             if was_leader && !leader {
                 let ids: Vec<u64> = self.store.actions.peek().keys().copied().collect();
@@ -176,32 +271,41 @@ impl ActionQueue {
             }
             was_leader = leader;
             let current = status.get();
-            if current.error.is_some() || current.last_success == seen_success {
-                continue;
-            }
-            seen_success = current.last_success;
-            let Some(input) = &current.last_input else {
-                continue;
-            };
-            let consumed: Vec<u64> = input.actions.keys().copied().collect();
-            let schedule = self.store.schedule.peek();
-            let replies = schedule
-                .as_ref()
-                .as_ref()
-                .and_then(|s| s.data.get("actions").cloned());
-            self.finish(&consumed, |id| {
-                match replies.as_ref().and_then(|r| r.get(id.to_string())) {
-                    Some(value) => Outcome::Reply(value.clone()),
-                    None => Outcome::NoReply,
+            if current.last_success != seen_success {
+                seen_success = current.last_success;
+                if let Some(input) = &current.last_success_input {
+                    let consumed: Vec<u64> = input.actions.keys().copied().collect();
+                    let schedule = self.store.schedule.peek();
+                    let replies = schedule
+                        .as_ref()
+                        .as_ref()
+                        .and_then(|s| s.data.get("actions").cloned());
+                    self.finish(&consumed, |id| {
+                        match replies.as_ref().and_then(|r| r.get(id.to_string())) {
+                            Some(value) => Outcome::Reply(value.clone()),
+                            None => Outcome::NoReply,
+                        }
+                    });
                 }
-            });
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                _ = status.changed() => {}
+                _ = election.changed() => {}
+            }
         }
     }
+}
+
+/// Size of an action as compact JSON, what the caps count.
+fn json_size(action: &Value) -> usize {
+    serde_json::to_vec(action).map_or(0, |v| v.len())
 }
 
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
+    use std::time::Duration;
 
     use serde_json::json;
     use verwalter_controllers::election::ElectionState;
@@ -210,10 +314,21 @@ mod tests {
 
     use super::*;
 
-    /// A scheduler run on another thread may take an action before its HTTP handler gets to
-    /// wait for it; the waiter still gets the answer.
-    #[tokio::test]
-    async fn an_action_taken_at_once_still_gets_its_answer() {
+    /// Real time: the journal's writer thread does real I/O.
+    const SOON: Duration = Duration::from_secs(10);
+
+    struct Rig {
+        _tmp: tempfile::TempDir,
+        queue: Arc<ActionQueue>,
+        store: Store,
+        schedule: Field<Option<Schedule>>,
+        scheduler: Field<SchedulerStatus>,
+        _election: Field<verwalter_controllers::election::ElectionState>,
+        shutdown: CancellationToken,
+        task: tokio::task::JoinHandle<()>,
+    }
+
+    async fn rig(limits: ActionLimits) -> Rig {
         let tmp = tempfile::tempdir().unwrap();
         let writer = StoreWriter::new(None);
         let store = writer.store();
@@ -228,33 +343,71 @@ mod tests {
             is_leader: true,
             ..Default::default()
         });
-        let queue = ActionQueue::new(actions, store.clone(), tmp.path().join("actions.json"));
+        let queue = ActionQueue::new(
+            actions,
+            store.clone(),
+            QueueConfig {
+                journal: tmp.path().join("actions.journal"),
+                legacy: None,
+                limits,
+            },
+        )
+        .unwrap();
         let shutdown = CancellationToken::new();
         let task = tokio::spawn(queue.clone().run(shutdown.clone()));
         tokio::task::yield_now().await; // the queue notes the status it starts from
+        Rig {
+            _tmp: tmp,
+            queue,
+            store,
+            schedule,
+            scheduler,
+            _election: election,
+            shutdown,
+            task,
+        }
+    }
 
-        let (id, receiver) = queue
-            .register(1_000_000, json!({"button": {}}), true)
-            .unwrap();
-        // The run that takes it, as the schedule controller publishes one.
+    fn input(actions: Actions) -> Arc<SchedulerInput> {
+        Arc::new(SchedulerInput {
+            now: 1,
+            current_host: "alpha".into(),
+            current_id: "leader".into(),
+            parents: vec![],
+            actions,
+            runtime: Arc::new(json!({})),
+            peers: Default::default(),
+            metrics: json!({}),
+        })
+    }
+
+    /// Publishes what a successful run that consumed the pending actions and answered `id`.
+    fn succeed(rig: &Rig, id: u64, at: u64) {
         let mut data = json!({"actions": {}});
         data["actions"][id.to_string()] = json!("done");
-        schedule.set(Some(Schedule::encode(data, 1, "leader".into()).0));
-        scheduler.set(SchedulerStatus {
-            last_input: Some(Arc::new(SchedulerInput {
-                now: 1,
-                current_host: "alpha".into(),
-                current_id: "leader".into(),
-                parents: vec![],
-                actions: store.actions.peek().as_ref().clone(),
-                runtime: Arc::new(json!({})),
-                peers: Default::default(),
-                metrics: json!({}),
-            })),
-            last_success: Some(1),
+        rig.schedule
+            .set(Some(Schedule::encode(data, at, "leader".into()).0));
+        let input = input(rig.store.actions.peek().as_ref().clone());
+        rig.scheduler.set(SchedulerStatus {
+            last_input: Some(input.clone()),
+            last_success_input: Some(input),
+            last_success: Some(at),
             ..Default::default()
         });
-        let outcome = tokio::time::timeout(std::time::Duration::from_secs(10), receiver.unwrap())
+    }
+
+    /// A scheduler run on another thread may take an action before its HTTP handler gets to
+    /// wait for it; the waiter still gets the answer.
+    #[tokio::test]
+    async fn an_action_taken_at_once_still_gets_its_answer() {
+        let rig = rig(ActionLimits::default()).await;
+        let (id, receiver) = rig
+            .queue
+            .register(1_000_000, json!({"button": {}}), true)
+            .await
+            .unwrap();
+        succeed(&rig, id, 1);
+        let outcome = tokio::time::timeout(SOON, receiver.unwrap())
             .await
             .expect("an outcome")
             .unwrap();
@@ -262,8 +415,117 @@ mod tests {
             matches!(outcome, Outcome::Reply(ref v) if v == "done"),
             "{outcome:?}"
         );
-        assert!(store.actions.peek().is_empty());
-        shutdown.cancel();
-        task.await.unwrap();
+        assert!(rig.store.actions.peek().is_empty());
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
+    }
+
+    /// A run that consumed an action and answered it, followed at once by a failing run: the
+    /// queue wakes only after the failure, and must still hand out the answer (it used to look
+    /// at the failed run only, and the waiter hung for 60 s).
+    #[tokio::test]
+    async fn an_answer_followed_at_once_by_a_failed_run_is_not_lost() {
+        let rig = rig(ActionLimits::default()).await;
+        let (id, receiver) = rig
+            .queue
+            .register(1_000_000, json!({"button": {}}), true)
+            .await
+            .unwrap();
+        // No await between the two: the queue's task sees only the failed run's status.
+        succeed(&rig, id, 1);
+        rig.scheduler.update(|status| {
+            status.last_input = Some(input(Actions::new()));
+            status.error = Some("main.lua:1: boom".into());
+        });
+        let outcome = tokio::time::timeout(SOON, receiver.unwrap())
+            .await
+            .expect("the answer, not a hang")
+            .unwrap();
+        assert_eq!(outcome, Outcome::Reply(json!("done")));
+        assert!(rig.store.actions.peek().is_empty());
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
+    }
+
+    /// Past the count or byte cap an action is refused with a message saying why; once the
+    /// scheduler takes the pending ones, actions are taken again.
+    #[tokio::test]
+    async fn pending_actions_are_capped_by_count_and_bytes() {
+        let rig = rig(ActionLimits {
+            max_count: 3,
+            max_bytes: 100,
+        })
+        .await;
+        for n in 0..3 {
+            rig.queue
+                .register(1_000_000, json!(n), false)
+                .await
+                .unwrap();
+        }
+        let err = rig
+            .queue
+            .register(1_000_000, json!(3), false)
+            .await
+            .unwrap_err();
+        assert_eq!(err, RegisterError::TooManyPending { pending: 3, max: 3 });
+        assert!(err.to_string().contains("at most 3"), "{err}");
+        assert_eq!(rig.store.actions.peek().len(), 3);
+        succeed(&rig, 0, 1);
+        tokio::time::timeout(SOON, async {
+            let mut actions = rig.store.actions.clone();
+            while !actions.get().is_empty() {
+                actions.changed().await;
+            }
+        })
+        .await
+        .expect("consumed");
+        let big = json!("x".repeat(90));
+        rig.queue
+            .register(1_000_000, big.clone(), false)
+            .await
+            .unwrap();
+        let err = rig.queue.register(1_000_000, big, false).await.unwrap_err();
+        assert!(
+            matches!(err, RegisterError::PendingTooLarge { max: 100, .. }),
+            "{err:?}"
+        );
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
+    }
+
+    /// Acknowledged actions are in the journal: a new queue on the same storage has them, and
+    /// its ids do not repeat theirs within the same second.
+    #[tokio::test]
+    async fn acknowledged_actions_survive_a_restart_with_fresh_ids() {
+        let rig = rig(ActionLimits::default()).await;
+        let (first, _) = rig
+            .queue
+            .register(1_000_000, json!({"a": 1}), false)
+            .await
+            .unwrap();
+        let writer = StoreWriter::new(None);
+        let store = writer.store();
+        writer.election.set(ElectionState {
+            is_leader: true,
+            ..Default::default()
+        });
+        let queue = ActionQueue::new(
+            writer.actions,
+            store.clone(),
+            QueueConfig {
+                journal: rig._tmp.path().join("actions.journal"),
+                legacy: None,
+                limits: ActionLimits::default(),
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            *store.actions.peek(),
+            Actions::from([(first, json!({"a": 1}))])
+        );
+        let (second, _) = queue.register(1_000_000, json!(2), false).await.unwrap();
+        assert!(second > first, "{second} after {first}");
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
     }
 }

@@ -8,6 +8,8 @@ use std::path::Path;
 
 use time::OffsetDateTime;
 
+use crate::state_dir::{create_private, temp_path};
+
 /// How many backups of each kind are kept.
 pub const KEEP: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
 
@@ -34,15 +36,20 @@ pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<
         .collect();
     if !missing.is_empty() {
         let data = fs::read(schedule)?;
-        let tmp = dir.join("backup.tmp");
-        let mut gz =
-            flate2::write::GzEncoder::new(fs::File::create(&tmp)?, flate2::Compression::best());
-        gz.write_all(&data)?;
-        gz.finish()?.sync_all()?;
-        for name in &missing {
-            fs::hard_link(&tmp, dir.join(name))?;
-        }
-        fs::remove_file(&tmp)?;
+        // Private like the schedule itself; the links share the temp file's mode.
+        let tmp = temp_path(dir, "backup");
+        let result = (|| {
+            let mut gz =
+                flate2::write::GzEncoder::new(create_private(&tmp)?, flate2::Compression::best());
+            gz.write_all(&data)?;
+            gz.finish()?.sync_all()?;
+            for name in &missing {
+                fs::hard_link(&tmp, dir.join(name))?;
+            }
+            Ok::<_, io::Error>(())
+        })();
+        let _ = fs::remove_file(&tmp);
+        result?;
     }
     for (kind, keep) in KEEP {
         let mut names = list_kind(dir, kind)?;
@@ -82,6 +89,7 @@ fn list_kind(dir: &Path, kind: &str) -> io::Result<Vec<String>> {
 #[cfg(test)]
 mod tests {
     use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
 
     use time::macros::datetime;
 
@@ -119,6 +127,11 @@ mod tests {
             .read_to_string(&mut text)
             .unwrap();
         assert_eq!(text, "{\"hash\":\"x\"}");
+        let mode = fs::metadata(dir.join("daily-20260101"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "backups are private like the schedule");
         for hour in 1..100 {
             maintain(&schedule, &dir, start + time::Duration::hours(hour)).unwrap();
         }

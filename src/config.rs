@@ -76,6 +76,8 @@ pub struct SettingsFile {
     pub render: RenderSettings,
     #[serde(default)]
     pub logs: LogSettings,
+    #[serde(default)]
+    pub actions: ActionSettings,
     /// cantal's base URL; peers come from its `/all_peers.json`.
     pub cantal_url: Option<String>,
     /// Peers for sites without cantal (every node lists the others, or all nodes).
@@ -139,6 +141,15 @@ pub struct LogSettings {
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ActionSettings {
+    /// At most this many actions pending on the leader [default: 1000].
+    pub max_pending: Option<u64>,
+    /// At most this much pending action JSON, in KiB [default: 4096].
+    pub max_pending_kib: Option<u64>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SchedulerSettings {
     /// Rerun the scheduler at least this often [default: 10000].
     pub period_ms: Option<u64>,
@@ -172,6 +183,7 @@ pub struct Config {
     pub debounce: Duration,
     pub command_timeout: Duration,
     pub log_limits: crate::logs::LogLimits,
+    pub action_limits: crate::actions::ActionLimits,
     pub peer_source: PeerSource,
     pub allow_minority_cluster: bool,
     pub debug_force_leader: bool,
@@ -272,6 +284,8 @@ impl Config {
             ("logs.segment-mib", file.logs.segment_mib),
             ("logs.max-age-days", file.logs.max_age_days),
             ("logs.max-total-mib", file.logs.max_total_mib),
+            ("actions.max-pending", file.actions.max_pending),
+            ("actions.max-pending-kib", file.actions.max_pending_kib),
         ] {
             if value == Some(0) {
                 problems.push(format!("{name}: must be above 0"));
@@ -391,6 +405,19 @@ impl Config {
                 segment_size: file.logs.segment_mib.unwrap_or(10) << 20,
                 max_age: Duration::from_secs(file.logs.max_age_days.unwrap_or(30) * 86_400),
                 max_total: file.logs.max_total_mib.unwrap_or(1024) << 20,
+            },
+            action_limits: {
+                let default = crate::actions::ActionLimits::default();
+                crate::actions::ActionLimits {
+                    max_count: file
+                        .actions
+                        .max_pending
+                        .map_or(default.max_count, |n| n as usize),
+                    max_bytes: file
+                        .actions
+                        .max_pending_kib
+                        .map_or(default.max_bytes, |k| (k as usize) << 10),
+                }
             },
             peer_source,
             allow_minority_cluster: args.allow_minority_cluster
@@ -514,6 +541,38 @@ mod tests {
         assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
         assert!(err.to_string().contains("settings.yaml:2"), "{err}");
         assert!(err.to_string().contains("32 hex digits"), "{err}");
+    }
+
+    #[test]
+    fn action_caps_have_defaults_and_must_be_above_0() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        let config = load("port: 9000\n").unwrap();
+        assert_eq!(
+            config.action_limits,
+            crate::actions::ActionLimits {
+                max_count: 1000,
+                max_bytes: 4 << 20
+            }
+        );
+        let config = load("actions:\n  max-pending: 5\n  max-pending-kib: 2\n").unwrap();
+        assert_eq!(config.action_limits.max_count, 5);
+        assert_eq!(config.action_limits.max_bytes, 2048);
+        let err = load("actions:\n  max-pending: 0\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("actions.max-pending: must be above 0"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -18,7 +18,7 @@ use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
 
-use crate::actions::ActionQueue;
+use crate::actions::{ActionQueue, QueueConfig};
 use crate::backups;
 use crate::cluster::client::HttpClient;
 use crate::cluster::election::ElectionTask;
@@ -46,6 +46,8 @@ pub enum StartError {
     SchedulerThread(#[source] std::io::Error),
     #[error("{0}")]
     Sandbox(String),
+    #[error("cannot start the action journal: {0}")]
+    Actions(#[source] std::io::Error),
 }
 
 /// Runs the daemon until `shutdown` is cancelled.
@@ -60,6 +62,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
 
     let state_dir = StateDir::new(&config.storage_dir);
+    let removed = state_dir.clean_temp_files();
+    if removed > 0 {
+        tracing::info!(
+            removed,
+            "Removed temp files an earlier run left in the storage dir."
+        );
+    }
     let schedule = match state_dir.load_schedule() {
         Ok(schedule) => schedule,
         Err(error) => {
@@ -291,8 +300,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let action_queue = ActionQueue::new(
         actions,
         store.clone(),
-        config.storage_dir.join("actions.json"),
-    );
+        QueueConfig {
+            journal: state_dir.actions_journal_path(),
+            legacy: Some(state_dir.old_actions_path()),
+            limits: config.action_limits,
+        },
+    )
+    .map_err(StartError::Actions)?;
     tasks.spawn(action_queue.clone().run(shutdown.clone()));
     let app = http::router(AppState {
         store,

@@ -48,6 +48,7 @@ pub struct Metrics {
     pub leader_contact_ms: std::sync::atomic::AtomicU64,
     pub leader_contact_age: prometheus::Gauge,
     pub roles_failing: IntGauge,
+    pub schedule_persist_failing: IntGauge,
     pub role_failed_attempts: IntGaugeVec,
     pub last_deployment: IntGauge,
     pub deployment_log_write_errors: IntCounter,
@@ -210,6 +211,10 @@ impl Metrics {
                 )
                 .expect("valid metric"),
             ),
+            schedule_persist_failing: gauge(
+                "verwalter_schedule_persist_failing",
+                "1 while the schedule in force could not be written to the storage dir.",
+            ),
             roles_failing: gauge(
                 "verwalter_roles_failing",
                 "Roles of this node whose last render or apply failed.",
@@ -259,7 +264,10 @@ impl Metrics {
                 .map_or(0, |s| (s.timestamp / 1000) as i64),
         );
         self.peers.set(store.peers.peek().peers.len() as i64);
-        if let Some(ms) = store.scheduler.peek().last_success {
+        let scheduler = store.scheduler.peek();
+        self.schedule_persist_failing
+            .set(i64::from(scheduler.persist_error.is_some()));
+        if let Some(ms) = scheduler.last_success {
             self.scheduler_last_success.set((ms / 1000) as i64);
         }
         let contact = self

@@ -3,7 +3,9 @@
 
 use std::fs;
 use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::collections::HashMap;
 
@@ -106,6 +108,67 @@ impl StateDir {
 }
 
 impl StateDir {
+    /// Start-up housekeeping: removes temp files a crash left behind (only names
+    /// [`temp_path`] makes, in the dirs it writes to) and gives files of older versions, which
+    /// were world-readable, [`FILE_MODE`]. Returns how many temp files were removed.
+    pub fn clean_temp_files(&self) -> usize {
+        let mut removed = 0;
+        for dir in [
+            self.root.clone(),
+            self.root.join("schedule"),
+            self.backups_dir(),
+        ] {
+            let Ok(entries) = fs::read_dir(&dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                    continue;
+                };
+                let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+                if !is_file {
+                    continue;
+                }
+                let path = entry.path();
+                // `backup.tmp`: the one temp name of backups before names were unique.
+                let old_backup_tmp = dir == self.backups_dir() && name == "backup.tmp";
+                if is_temp_name(&name) || old_backup_tmp {
+                    match fs::remove_file(&path) {
+                        Ok(()) => removed += 1,
+                        Err(e) => {
+                            tracing::warn!(path = %path.display(), error = %e, "Cannot remove a leftover temp file.");
+                        }
+                    }
+                    continue;
+                }
+                let ours = dir == self.backups_dir()
+                    || name == "schedule.json"
+                    || name.starts_with("actions.");
+                let loose = entry
+                    .metadata()
+                    .is_ok_and(|m| m.permissions().mode() & 0o077 != 0);
+                if ours
+                    && loose
+                    && let Err(e) =
+                        fs::set_permissions(&path, fs::Permissions::from_mode(FILE_MODE))
+                {
+                    tracing::warn!(path = %path.display(), error = %e, "Cannot make a stored file private.");
+                }
+            }
+        }
+        removed
+    }
+
+    /// `<storage>/actions.journal`: the leader's pending actions ([`crate::actions`]).
+    pub fn actions_journal_path(&self) -> PathBuf {
+        self.root.join("actions.journal")
+    }
+
+    /// `<storage>/actions.json`: where versions before the journal kept pending actions.
+    pub fn old_actions_path(&self) -> PathBuf {
+        self.root.join("actions.json")
+    }
+
     /// `<storage>/roles/`: one `<role>.applied` file per role with the hash last applied.
     pub fn roles_dir(&self) -> PathBuf {
         self.root.join("roles")
@@ -173,12 +236,49 @@ impl ScheduleStore for StateDir {
     }
 }
 
+/// Mode of every file verwalter writes in the storage dir: schedules and actions may hold
+/// secrets the scheduler passes on, so only the daemon's user reads them (as staging files).
+pub const FILE_MODE: u32 = 0o600;
+
+/// Prefix of our temp files; [`StateDir::clean_temp_files`] removes leftovers at start.
+const TEMP_PREFIX: &str = ".tmp.";
+
+/// A temp file name in `dir` for `name`, unique in this process and across processes
+/// (`.tmp.<name>.<pid>.<n>`): two writers of the same file never share a temp file.
+pub fn temp_path(dir: &Path, name: &str) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!("{TEMP_PREFIX}{name}.{}.{n}", std::process::id()))
+}
+
+/// Whether `name` is one of our temp files: `.tmp.<name>.<digits>` (older versions ended in the
+/// pid alone, [`temp_path`] adds a counter).
+fn is_temp_name(name: &str) -> bool {
+    name.strip_prefix(TEMP_PREFIX)
+        .and_then(|rest| rest.rsplit_once('.'))
+        .is_some_and(|(_, tail)| !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Creates (or truncates) `path` with [`FILE_MODE`].
+pub fn create_private(path: &Path) -> std::io::Result<fs::File> {
+    fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(path)
+}
+
+/// Syncs a directory, so a rename or a new entry in it survives a crash.
+pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
 /// Writes `bytes` to `path` so that readers see the old or the new file, never a part: a temp
-/// file in the same directory, fsync, rename over the target.
-///
-/// The directory is not synced: if a crash loses the rename, the node starts from the schedule
-/// before, which is a valid (older) schedule the leader replaces on its next run anyway. The
-/// file's own fsync stays, so the name never points at a file with missing contents.
+/// file of its own in the same directory (mode [`FILE_MODE`]), fsync, rename over the target,
+/// fsync of the directory. The directory sync makes the rename itself durable: without it a
+/// crash could bring back the older schedule (a rollback) or lose a compacted action journal.
+/// It costs one more fsync per write, and these writes are rare.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = path
         .parent()
@@ -189,9 +289,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    let tmp = dir.join(format!(".tmp.{name}.{}", std::process::id()));
+    let tmp = temp_path(dir, &name);
     let result = (|| {
-        let mut file = fs::File::create(&tmp)?;
+        let mut file = create_private(&tmp)?;
         file.write_all(bytes)?;
         file.sync_all()?;
         fs::rename(&tmp, path)
@@ -199,7 +299,8 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result
+    result?;
+    sync_dir(dir)
 }
 
 #[cfg(test)]
@@ -246,5 +347,84 @@ mod tests {
             .filter(|n| n.starts_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn the_schedule_is_private() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        dir.save_schedule(&Schedule::test().build()).unwrap();
+        let mode = fs::metadata(dir.schedule_path())
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+    }
+
+    /// Many threads writing the same file at once each use their own temp file: every write
+    /// succeeds and the file holds one of them whole (with a shared temp name, writers renamed
+    /// each other's files away and failed or left a mix).
+    #[test]
+    fn concurrent_writers_of_one_file_do_not_collide() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("f.json");
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    for n in 0..50 {
+                        let text = format!("{t}-{n}-").repeat(1000);
+                        write_atomic(&path, text.as_bytes()).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for handle in handles {
+            handle.join().unwrap();
+        }
+        let text = fs::read_to_string(&path).unwrap();
+        let first = text.split_inclusive('-').take(2).collect::<String>();
+        assert_eq!(text, first.repeat(1000), "one write, whole");
+        let names: Vec<_> = fs::read_dir(tmp.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names, ["f.json"]);
+    }
+
+    #[test]
+    fn start_removes_our_temp_files_only_and_tightens_modes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        dir.save_schedule(&Schedule::test().build()).unwrap();
+        fs::set_permissions(dir.schedule_path(), fs::Permissions::from_mode(0o644)).unwrap();
+        let schedule_dir = dir.schedule_path().parent().unwrap().to_path_buf();
+        fs::create_dir_all(dir.backups_dir()).unwrap();
+        let leftovers = [
+            schedule_dir.join(".tmp.schedule.json.123"),
+            schedule_dir.join(".tmp.schedule.json.123.7"),
+            tmp.path().join(".tmp.actions.journal.9.0"),
+            dir.backups_dir().join(".tmp.backup.55.2"),
+            dir.backups_dir().join("backup.tmp"),
+        ];
+        let kept = [
+            schedule_dir.join(".tmp.notes"),
+            tmp.path().join("tmp.actions.1"),
+            dir.backups_dir().join("hourly-20260101T00"),
+        ];
+        for path in leftovers.iter().chain(&kept) {
+            fs::write(path, "x").unwrap();
+        }
+        assert_eq!(dir.clean_temp_files(), leftovers.len());
+        for path in &leftovers {
+            assert!(!path.exists(), "{} removed", path.display());
+        }
+        for path in &kept {
+            assert!(path.exists(), "{} kept", path.display());
+        }
+        for path in [dir.schedule_path(), kept[2].clone()] {
+            let mode = fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+        }
     }
 }

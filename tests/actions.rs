@@ -147,3 +147,104 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
         .expect("the daemon answers after the restart");
     assert_eq!(pending[kept.to_string()], json!({"keep": "me"}));
 }
+
+/// Actions acknowledged to concurrent clients are on disk: all survive a kill -9. Past the cap
+/// (`actions.max-pending`) an action is refused with 503 and a message. Temp files a crash left
+/// in the storage dir are removed at start; the journal is private.
+#[test]
+fn acknowledged_actions_survive_a_kill_and_the_queue_is_capped() {
+    use std::os::unix::fs::PermissionsExt;
+
+    const CLIENTS: usize = 8;
+    const EACH: usize = 5;
+    let (tmp, config, storage) = site();
+    std::fs::write(
+        config.join("scheduler/v1/main.lua"),
+        "return {scheduler = function() error('broken') end}\n",
+    )
+    .unwrap();
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!("actions:\n  max-pending: {}\n", CLIENTS * EACH),
+    )
+    .unwrap();
+    std::fs::create_dir_all(&storage).unwrap();
+    let leftover = storage.join(".tmp.actions.journal.4242.0");
+    std::fs::write(&leftover, "left by a crash").unwrap();
+    let launch = || {
+        Daemon::launch(
+            &config,
+            &storage,
+            free_port(),
+            &["--settings", settings.to_str().unwrap()],
+            &[],
+        )
+    };
+    let daemon = launch();
+    wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["errors"].get("scheduler").map(|_| ())
+    })
+    .expect("the daemon runs, its scheduler failing");
+    assert!(!leftover.exists(), "crash leftovers are removed at start");
+
+    let port = daemon.port;
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|c| {
+            std::thread::spawn(move || {
+                (0..EACH)
+                    .map(|n| {
+                        let body = format!(r#"{{"client": {c}, "n": {n}}}"#);
+                        let (code, body) =
+                            post(port, "/v1/action", "application/json", body.as_bytes());
+                        assert_eq!(code, 200, "{body}");
+                        serde_json::from_str::<Value>(&body).unwrap()["registered"]
+                            .as_u64()
+                            .unwrap()
+                    })
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let mut acknowledged: Vec<u64> = clients
+        .into_iter()
+        .flat_map(|c| c.join().unwrap())
+        .collect();
+    acknowledged.sort();
+    acknowledged.dedup();
+    assert_eq!(acknowledged.len(), CLIENTS * EACH, "unique ids");
+
+    let (code, body) = post(
+        port,
+        "/v1/action",
+        "application/json",
+        b"{\"one\": \"more\"}",
+    );
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("at most 40"), "{body}");
+
+    let pending_ids = |daemon: &Daemon| -> Option<Vec<u64>> {
+        let pending = daemon.json("/v1/pending_actions")?;
+        let mut ids: Vec<u64> = pending
+            .as_object()?
+            .keys()
+            .map(|k| k.parse().unwrap())
+            .collect();
+        ids.sort();
+        Some(ids)
+    };
+    assert_eq!(pending_ids(&daemon).unwrap(), acknowledged);
+    drop(daemon); // SIGKILL
+    let daemon = launch();
+    let pending = wait_for(SOON, || pending_ids(&daemon)).expect("the daemon answers");
+    assert_eq!(
+        pending, acknowledged,
+        "every acknowledged action survived the kill"
+    );
+    let mode = std::fs::metadata(storage.join("actions.journal"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+}

@@ -59,14 +59,21 @@ impl Scheduler for FakeScheduler {
     }
 }
 
-/// Records saved schedules.
+/// Records saved schedules; while `fail` holds a message, every save fails with it (a full
+/// disk) and is counted in `failed`.
 #[derive(Default)]
 pub struct MemoryScheduleStore {
     pub saved: Mutex<Vec<Schedule>>,
+    pub fail: Mutex<Option<String>>,
+    pub failed: AtomicU64,
 }
 
 impl ScheduleStore for MemoryScheduleStore {
     fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), String> {
+        if let Some(message) = self.fail.lock().unwrap().clone() {
+            self.failed.fetch_add(1, Ordering::SeqCst);
+            return Err(message);
+        }
         self.saved.lock().unwrap().push(schedule.clone());
         Ok(())
     }

@@ -71,21 +71,33 @@ async fn read_action(
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let (id, receiver) =
-        state
-            .actions
-            .register(now, action.clone(), wait)
-            .map_err(|e| match e {
-                RegisterError::NotLeader => {
-                    let status = build_status(state);
-                    (
-                        StatusCode::SERVICE_UNAVAILABLE,
-                        Json(json!({"error": e.to_string(), "leader": status.leader})),
-                    )
-                        .into_response()
-                }
-                RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
-            })?;
+    // Spawned so that a client hanging up while the action is written to disk cannot leave it
+    // on disk but not pending.
+    let queue = state.actions.clone();
+    let logged = action.clone();
+    let registered = tokio::spawn(async move { queue.register(now, action, wait).await })
+        .await
+        .map_err(|e| {
+            error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("registering the action failed: {e}"),
+            )
+        })?;
+    let (id, receiver) = registered.map_err(|e| match e {
+        RegisterError::NotLeader => {
+            let status = build_status(state);
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"error": e.to_string(), "leader": status.leader})),
+            )
+                .into_response()
+        }
+        RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
+        RegisterError::TooManyPending { .. }
+        | RegisterError::PendingTooLarge { .. }
+        | RegisterError::Store(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    })?;
+    let action = logged;
     if let Some(logs) = &state.logs {
         logs.audit(&format!("action {id} from {source}: {action}"));
     }

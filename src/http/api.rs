@@ -101,6 +101,9 @@ pub fn build_status(state: &AppState) -> Status {
         };
         errors.insert(domain.into(), message.clone());
     }
+    if let Some(message) = &scheduler.persist_error {
+        errors.insert("schedule_persist".into(), message.clone());
+    }
     let leader = if election.is_leader {
         Some(LeaderInfo {
             id: node.id.clone(),
@@ -203,6 +206,7 @@ pub fn build_status(state: &AppState) -> Status {
         last_stable_timestamp: election.last_stable_timestamp,
         num_errors: inputs.errors.len()
             + usize::from(scheduler.error.is_some())
+            + usize::from(scheduler.persist_error.is_some())
             + failed_roles.len()
             + usize::from(roles.deployment_log.is_some()),
         errors,

@@ -29,8 +29,13 @@ fn app_serving(
         actions: crate::actions::ActionQueue::new(
             verwalter_controllers::store::Field::new(Default::default()),
             writer.store(),
-            std::env::temp_dir().join("verwalter-http-tests-actions.json"),
-        ),
+            crate::actions::QueueConfig {
+                journal: std::env::temp_dir().join("verwalter-http-tests-actions.journal"),
+                legacy: None,
+                limits: Default::default(),
+            },
+        )
+        .unwrap(),
         logs: None,
         log_dirs: Default::default(),
         backups_dir: std::env::temp_dir().join("verwalter-http-tests-no-backups"),
@@ -179,6 +184,36 @@ async fn status_has_the_verwalter_shape_and_shows_errors() {
     assert_eq!(status["election_state"]["is_leader"], json!(true));
     assert_eq!(get_json(&app, "/v1/election.json").await["epoch"], json!(1));
     assert_eq!(get_json(&app, "/v1/peers").await, json!([]));
+}
+
+/// A schedule that could not be written shows in `/v1/status` and as a metric until written.
+#[tokio::test]
+async fn a_failed_schedule_write_shows_in_status_and_metrics() {
+    let writer = StoreWriter::new(None);
+    writer.scheduler.set(SchedulerStatus {
+        persist_error: Some("schedule.json: No space left on device".into()),
+        ..Default::default()
+    });
+    let app = app(&writer);
+    let status = get_json(&app, "/v1/status").await;
+    assert_eq!(
+        status["errors"]["schedule_persist"],
+        json!("schedule.json: No space left on device")
+    );
+    assert_eq!(status["num_errors"], json!(1));
+    let (_, _, metrics) = get(&app, "/metrics").await;
+    assert!(
+        metrics.contains("verwalter_schedule_persist_failing 1"),
+        "{metrics}"
+    );
+    writer.scheduler.update(|s| s.persist_error = None);
+    let status = get_json(&app, "/v1/status").await;
+    assert_eq!(status["num_errors"], json!(0), "{status}");
+    let (_, _, metrics) = get(&app, "/metrics").await;
+    assert!(
+        metrics.contains("verwalter_schedule_persist_failing 0"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]

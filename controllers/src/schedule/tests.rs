@@ -23,6 +23,10 @@ struct Rig {
 }
 
 fn rig(leader: bool) -> Rig {
+    rig_with(leader, Arc::default(), Duration::from_secs(10))
+}
+
+fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> Rig {
     let writer = StoreWriter::new(None);
     let store = writer.store();
     let StoreWriter {
@@ -40,7 +44,6 @@ fn rig(leader: bool) -> Rig {
     });
     inputs_field.set(inputs(json!({"app": {"v1": {}}})));
     let scheduler = Arc::new(FakeScheduler::default());
-    let saved = Arc::new(MemoryScheduleStore::default());
     let observer = Arc::new(CountingObserver::default());
     let controller = Arc::new(ScheduleController::new(
         store.clone(),
@@ -57,7 +60,7 @@ fn rig(leader: bool) -> Rig {
             id: "aa".repeat(16),
             hostname: "alpha".into(),
         },
-        Duration::from_secs(10),
+        period,
     ));
     let config = DriverConfig {
         resync: Duration::from_secs(3600),
@@ -177,6 +180,45 @@ async fn follower_does_not_schedule_until_it_leads() {
     });
     settle().await;
     assert_eq!(rig.scheduler.runs(), 1);
+    rig.stop.cancel();
+    rig.handle.await.unwrap();
+}
+
+/// A schedule that cannot be written (disk full) is in force at once, its write is retried
+/// without any new input until it succeeds, and the failure shows in the status until then
+/// (it used to be logged once and never written: a restart rolled back to the older file).
+#[tokio::test(start_paused = true)]
+async fn a_schedule_that_failed_to_persist_is_written_when_the_disk_recovers() {
+    let saved = Arc::new(MemoryScheduleStore::default());
+    *saved.fail.lock().unwrap() = Some("schedule.json: No space left on device".into());
+    let period = Duration::from_secs(60);
+    let rig = rig_with(true, saved.clone(), period);
+    settle().await;
+    let in_force = rig.store.schedule.peek();
+    let in_force = in_force
+        .as_ref()
+        .as_ref()
+        .expect("in force although unsaved");
+    assert_eq!(saved.failed.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        rig.store.scheduler.peek().persist_error.as_deref(),
+        Some("schedule.json: No space left on device")
+    );
+    tokio::time::sleep(PERSIST_RETRY).await;
+    assert_eq!(saved.failed.load(Ordering::SeqCst), 2, "retried");
+    assert!(rig.store.scheduler.peek().persist_error.is_some());
+    *saved.fail.lock().unwrap() = None;
+    tokio::time::sleep(PERSIST_RETRY).await;
+    assert!(PERSIST_RETRY * 2 < period, "before the period's rerun");
+    assert_eq!(rig.scheduler.runs(), 1, "the schedule was not recomputed");
+    let written = saved.saved.lock().unwrap().clone();
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].hash, in_force.hash);
+    assert_eq!(rig.store.scheduler.peek().persist_error, None);
+    // Written: no more writes until the schedule changes.
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(saved.saved.lock().unwrap().len(), 1);
+    assert_eq!(saved.failed.load(Ordering::SeqCst), 2);
     rig.stop.cancel();
     rig.handle.await.unwrap();
 }
