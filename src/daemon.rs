@@ -153,7 +153,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             config.timings.clone(),
             rand::random(),
         )
-        .force_leader(config.debug_force_leader);
+        .force_leader(config.debug_force_leader)
+        .keep_leading_without_majority(config.allow_minority_cluster);
         let task = ElectionTask {
             machine,
             socket: Arc::new(udp),

@@ -69,10 +69,12 @@ impl Net {
         self.cut.lock().unwrap().clear();
     }
 
-    /// Starts the proxies of link `from` → `to`.
-    fn link(&self, from: usize, to: usize, port: u16) {
+    /// Starts the proxies of link `from` → `to`: datagrams arrive on `udp` (bound at the address
+    /// `from` has for `to`) and leave through `back`, the socket of the opposite link, so that
+    /// `to` sees them come from the address it has for `from` (nodes drop election packets from
+    /// any other source address).
+    fn link(&self, from: usize, to: usize, port: u16, udp: UdpSocket, back: UdpSocket) {
         let target = format!("127.0.0.{to}:{port}");
-        let udp = UdpSocket::bind((proxy_ip(from, to).as_str(), port)).unwrap();
         udp.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         let net = self.clone();
@@ -83,7 +85,7 @@ impl Net {
                 if let Ok((n, _)) = udp.recv_from(&mut buf)
                     && !net.is_cut((from, to))
                 {
-                    let _ = udp.send_to(&buf[..n], &udp_target);
+                    let _ = back.send_to(&buf[..n], &udp_target);
                 }
             }
         });
@@ -223,11 +225,18 @@ impl Site {
         let tmp = tempfile::tempdir().unwrap();
         let port = free_port();
         let net = Net::default();
+        let mut udp = std::collections::BTreeMap::new();
         for i in 1..=N {
-            for j in 1..=N {
-                if i != j {
-                    net.link(i, j, port);
-                }
+            for j in (1..=N).filter(|&j| j != i) {
+                let socket = UdpSocket::bind((proxy_ip(i, j).as_str(), port)).unwrap();
+                udp.insert((i, j), socket);
+            }
+        }
+        for i in 1..=N {
+            for j in (1..=N).filter(|&j| j != i) {
+                let recv = udp[&(i, j)].try_clone().unwrap();
+                let back = udp[&(j, i)].try_clone().unwrap();
+                net.link(i, j, port, recv, back);
             }
         }
         let nodes = (1..=N)
@@ -308,6 +317,61 @@ fn a_minority_side_does_not_elect_without_minority_mode() {
     assert!(site.nodes[healed - 1].is_leader());
 }
 
+/// Issue 10: without minority mode, a leader cut off into a minority stops leading once it has
+/// not heard from a majority for a leader timeout; its follower then reports no leader and keeps
+/// the schedule it holds, while the majority elects its own leader.
+#[test]
+fn a_leader_cut_off_into_a_minority_steps_down() {
+    let site = Site::start(false);
+    let all: Vec<usize> = (1..=N).collect();
+    let leader = site.converged(&all);
+    let follower = *all.iter().find(|&&n| n != leader).unwrap();
+    let minority = [leader, follower];
+    let majority: Vec<usize> = all
+        .iter()
+        .copied()
+        .filter(|n| !minority.contains(n))
+        .collect();
+    let held = site.nodes[follower - 1].json("/v1/schedule").unwrap()["hash"].clone();
+    site.net.split(&majority, &minority);
+    let stepped_down = wait_for(SOON, || {
+        let metrics = http_get_at(&format!("127.0.0.{leader}"), site.nodes[0].port, "/metrics")?.1;
+        let counted = metrics
+            .lines()
+            .any(|l| l.starts_with("verwalter_elections_started_total{reason=\"lost_majority\"}"));
+        (counted && !site.nodes[leader - 1].is_leader()).then_some(())
+    });
+    assert!(
+        stepped_down.is_some(),
+        "node{leader} still leads its minority:\n{}",
+        site.logs()
+    );
+    let next = site.converged(&majority);
+    assert_ne!(next, leader);
+    // The majority has its leader now; the minority gets none (the follower times out on the
+    // pings that stopped), and keeps its schedule.
+    let leaderless = wait_for(SOON, || {
+        minority
+            .iter()
+            .all(|n| {
+                site.nodes[n - 1]
+                    .json("/v1/election")
+                    .is_some_and(|e| e["is_leader"] == false && e["leader"] == Value::Null)
+            })
+            .then_some(())
+    });
+    assert!(
+        leaderless.is_some(),
+        "the minority still reports a leader:\n{}",
+        site.logs()
+    );
+    let schedule = site.nodes[follower - 1].json("/v1/schedule").unwrap();
+    assert_eq!(schedule["hash"], held, "node{follower} lost its schedule");
+    site.net.heal();
+    let healed = site.converged(&all);
+    assert!(site.nodes[healed - 1].is_leader());
+}
+
 #[test]
 fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
     let site = Site::start(true);
@@ -349,22 +413,21 @@ fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
 
     site.net.heal();
     let healed = site.converged(&all);
-    // The healed leader's scheduler got both sides' last schedules as parents: each made by
-    // its side's leader (the example puts the leader's host name under `nodes`).
-    let parents_hosts = wait_for(SOON, || {
+    // The healed leader's scheduler got both sides' last schedules as parents: the one with
+    // v8 and the one with v9 (the schedule from before the split names the same hosts, so the
+    // versions are what tells the sides' last schedules apart).
+    let parents = wait_for(SOON, || {
         let input = site.nodes[healed - 1].json("/v1/scheduler_input")?;
-        let hosts: BTreeSet<String> = input["parents"]
+        let versions: BTreeSet<String> = input["parents"]
             .as_array()?
             .iter()
-            .filter_map(|p| p["nodes"].as_object())
-            .flat_map(|nodes| nodes.keys().cloned())
+            .filter_map(|p| Some(p["roles"]["web"]["version"].as_str()?.to_string()))
             .collect();
-        (hosts.contains(&format!("node{leader}")) && hosts.contains(&format!("node{other}")))
-            .then_some(hosts)
+        (versions.contains("v8") && versions.contains("v9")).then_some(versions)
     });
     assert!(
-        parents_hosts.is_some(),
-        "parents of node{healed} lack a side (leaders node{leader} and node{other}):\n{}",
+        parents.is_some(),
+        "parents of node{healed} lack a side's last schedule (leaders node{leader} and node{other}):\n{}",
         site.logs()
     );
 }

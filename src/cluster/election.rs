@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::election::machine::{Action, Machine, Message, State};
+use verwalter_controllers::election::machine::{Action, MAX_EPOCH, Machine, Message, State};
 use verwalter_controllers::election::wire::{Kind, MAX_PACKET, Packet};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
 use verwalter_controllers::ports::Clock;
@@ -114,6 +114,25 @@ impl ElectionTask {
         if packet.from == *self.machine.id() {
             return;
         }
+        // Only listed peers, from their own address, take part: anyone else could move
+        // leadership with one forged packet, and an answer to them would let them aim our
+        // (larger) pongs at a spoofed source.
+        if !self.is_peer(&packet.from, from_addr) {
+            self.metrics
+                .messages_dropped
+                .with_label_values(&["unknown_peer"])
+                .inc();
+            tracing::debug!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address.");
+            return;
+        }
+        if packet.epoch > MAX_EPOCH {
+            self.metrics
+                .messages_dropped
+                .with_label_values(&["bad_epoch"])
+                .inc();
+            tracing::debug!(from = %from_addr, epoch = packet.epoch, "Dropped an election packet with an impossible epoch.");
+            return;
+        }
         let kind = match packet.kind {
             Kind::Ping => "ping",
             Kind::Pong { .. } => "pong",
@@ -165,9 +184,19 @@ impl ElectionTask {
             _ => "message",
         };
         self.count_election(&before, reason);
-        // Answer to where the packet came from when the peer list has no address for it.
-        self.act_with(actions, Some((&packet.from, from_addr)))
-            .await;
+        self.act(actions).await;
+    }
+
+    /// Whether `id` is in the peer list with an address of the IP the packet came from (the port
+    /// is not compared: it is the peer's, but a NAT may change it). A peer without an address
+    /// cannot be checked, so it is not trusted either.
+    fn is_peer(&self, id: &str, from: SocketAddr) -> bool {
+        let peers = self.store.peers.peek();
+        peers
+            .peers
+            .get(id)
+            .and_then(|p| p.addr.as_deref()?.parse::<SocketAddr>().ok())
+            .is_some_and(|addr| addr.ip().to_canonical() == from.ip().to_canonical())
     }
 
     /// Counts an election this node started, by why.
@@ -181,6 +210,7 @@ impl ElectionTask {
             State::Follower { .. } if reason == "timeout" => "leader_timeout",
             State::Electing { .. } if reason == "timeout" => "election_timeout",
             State::Voted { .. } if reason == "timeout" => "vote_timeout",
+            State::Leader { .. } if reason == "timeout" => "lost_majority",
             _ => reason,
         };
         self.metrics
@@ -190,10 +220,6 @@ impl ElectionTask {
     }
 
     async fn act(&mut self, actions: Vec<Action>) {
-        self.act_with(actions, None).await;
-    }
-
-    async fn act_with(&mut self, actions: Vec<Action>, sender: Option<(&String, SocketAddr)>) {
         if actions.is_empty() {
             return;
         }
@@ -218,12 +244,7 @@ impl ElectionTask {
             .iter()
             .filter_map(|(pid, p)| Some((pid.clone(), p.addr.as_ref()?.parse().ok()?)))
             .collect();
-        let addr_of = |peer: &String| {
-            addrs
-                .get(peer)
-                .copied()
-                .or_else(|| sender.and_then(|(from, addr)| (from == peer).then_some(addr)))
-        };
+        let addr_of = |peer: &String| addrs.get(peer).copied();
         for action in actions {
             let (kind, targets): (Kind, Vec<SocketAddr>) = match action {
                 Action::PingAll => (Kind::Ping, addrs.values().copied().collect()),
