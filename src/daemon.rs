@@ -155,6 +155,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         )
         .force_leader(config.debug_force_leader)
         .keep_leading_without_majority(config.allow_minority_cluster);
+        let sightings = crate::cluster::fetch::Sightings::default();
         let task = ElectionTask {
             machine,
             socket: Arc::new(udp),
@@ -166,6 +167,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             metrics: metrics.clone(),
             allow_minority: config.allow_minority_cluster,
             minority_window: config.minority_window,
+            sightings: sightings.clone(),
         };
         tasks.spawn(task.run(shutdown.clone()));
         let fetcher = Fetcher {
@@ -182,6 +184,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             clock: clock.clone(),
             client: HttpClient::default(),
             skipped: Default::default(),
+            sightings,
         };
         tasks.spawn(fetcher.run(shutdown.clone()));
     } else {

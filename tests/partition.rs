@@ -374,23 +374,44 @@ fn a_leader_cut_off_into_a_minority_steps_down() {
 
 #[test]
 fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
+    minority_mode_split_and_heal(false);
+}
+
+/// The same with the leader on the two-node side: the three-node side elects another, which
+/// survives the heal (issue 10: it must still get the two-node side's last schedule).
+#[test]
+fn with_minority_mode_and_the_leader_in_the_minority_the_healed_leader_merges_both() {
+    minority_mode_split_and_heal(true);
+}
+
+/// Splits five nodes in minority mode 3/2, the leader on the two-node side when
+/// `leader_in_minority`; each side schedules a new version; after the heal the surviving
+/// leader's scheduler gets both sides' last schedules as parents.
+fn minority_mode_split_and_heal(leader_in_minority: bool) {
     let site = Site::start(true);
     let all: Vec<usize> = (1..=N).collect();
-    let leader = site.converged(&all);
-    let minority: Vec<usize> = all
-        .iter()
-        .copied()
-        .filter(|&n| n != leader)
-        .take(2)
-        .collect();
+    let first = site.converged(&all);
+    let mut others = all.iter().copied().filter(|&n| n != first);
+    let minority: Vec<usize> = if leader_in_minority {
+        vec![first, others.next().unwrap()]
+    } else {
+        others.take(2).collect()
+    };
     let majority: Vec<usize> = all
         .iter()
         .copied()
         .filter(|n| !minority.contains(n))
         .collect();
     site.net.split(&majority, &minority);
-    let other = site.converged(&minority);
-    assert_eq!(site.converged(&majority), leader);
+    let (leader, other) = if leader_in_minority {
+        let other = site.converged(&majority);
+        assert_eq!(site.converged(&minority), first);
+        (first, other)
+    } else {
+        let other = site.converged(&minority);
+        assert_eq!(site.converged(&majority), first);
+        (first, other)
+    };
     assert_ne!(other, leader);
     // Each side moves on: its leader gets a new runtime version and schedules it.
     for (side_leader, version) in [(leader, "v8"), (other, "v9")] {

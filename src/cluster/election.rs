@@ -17,6 +17,7 @@ use verwalter_controllers::ports::Clock;
 use verwalter_controllers::state::{Report, Reports, ScheduleStamp};
 use verwalter_controllers::store::{Field, Store};
 
+use super::fetch::Sightings;
 use super::peers::Liveness;
 use crate::metrics::Metrics;
 
@@ -36,6 +37,8 @@ pub struct ElectionTask {
     pub allow_minority: bool,
     /// With `allow_minority`, peers not heard from directly for this long do not count.
     pub minority_window: Duration,
+    /// Where the schedules of other nodes that peers report are noted for the fetcher.
+    pub sightings: Sightings,
 }
 
 impl ElectionTask {
@@ -144,6 +147,11 @@ impl ElectionTask {
             .inc();
         let now_ms = self.clock.now_ms();
         self.live.packet(&packet.from, now_ms);
+        if let Some(stamp) = &packet.schedule
+            && stamp.origin != *self.machine.id()
+        {
+            self.sightings.saw(&packet.from, stamp, now_ms);
+        }
         let from_leader = matches!(self.machine.state(), State::Follower { leader, .. } if *leader == packet.from);
         if matches!(packet.kind, Kind::Ping) && from_leader {
             self.metrics
