@@ -168,6 +168,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             allow_minority: config.allow_minority_cluster,
             minority_window: config.minority_window,
             sightings: sightings.clone(),
+            key: config.election_key.clone(),
         };
         tasks.spawn(task.run(shutdown.clone()));
         let fetcher = Fetcher {

@@ -182,7 +182,7 @@ impl Metrics {
             ),
             messages_dropped: counter_vec(
                 "verwalter_election_messages_dropped_total",
-                "Election packets dropped, by reason (decode, unknown_peer, bad_epoch, send_error).",
+                "Election packets dropped, by reason (decode, bad_auth, unknown_peer, bad_epoch, send_error).",
                 &["reason"],
             ),
             elections_started: counter_vec(

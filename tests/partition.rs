@@ -143,7 +143,7 @@ impl Drop for Node {
 }
 
 impl Node {
-    fn start(n: usize, dir: &Path, port: u16, minority: bool) -> Node {
+    fn start(n: usize, dir: &Path, port: u16, minority: bool, keyed: bool) -> Node {
         let config = dir.join(format!("config{n}"));
         copy_tree(&example("minimal"), &config);
         let storage = dir.join(format!("storage{n}"));
@@ -158,11 +158,17 @@ impl Node {
             })
             .collect();
         let settings = dir.join(format!("settings{n}.yaml"));
+        // Relative to the settings file; the key file is the same for every node.
+        let key = if keyed {
+            "  key-file: cluster.key\n"
+        } else {
+            ""
+        };
         std::fs::write(
             &settings,
             format!(
                 "peers:\n{peers}allow-minority-cluster: {minority}\n\
-                 election:\n  minority-window-ms: 1500\n"
+                 election:\n  minority-window-ms: 1500\n{key}"
             ),
         )
         .unwrap();
@@ -202,6 +208,16 @@ impl Node {
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
+    /// The value of one metric series (`name{labels}`), 0 when it is not there yet.
+    fn counter(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get_at(&format!("127.0.0.{}", self.n), self.port, "/metrics")?;
+        Some(
+            body.lines()
+                .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+                .unwrap_or(0.0),
+        )
+    }
+
     fn is_leader(&self) -> bool {
         self.json("/v1/status")
             .is_some_and(|s| s["election_state"]["is_leader"] == true)
@@ -222,7 +238,17 @@ impl Drop for Site {
 
 impl Site {
     fn start(minority: bool) -> Site {
+        Site::start_with(minority, false)
+    }
+
+    /// With `keyed`, every node has the same `election.key-file`.
+    fn start_with(minority: bool, keyed: bool) -> Site {
         let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("cluster.key"),
+            "a shared secret, 32 bytes long\n",
+        )
+        .unwrap();
         let port = free_port();
         let net = Net::default();
         let mut udp = std::collections::BTreeMap::new();
@@ -240,7 +266,7 @@ impl Site {
             }
         }
         let nodes = (1..=N)
-            .map(|n| Node::start(n, tmp.path(), port, minority))
+            .map(|n| Node::start(n, tmp.path(), port, minority, keyed))
             .collect();
         Site { tmp, net, nodes }
     }
@@ -319,13 +345,15 @@ fn a_minority_side_does_not_elect_without_minority_mode() {
 
 /// Issue 10: without minority mode, a leader cut off into a minority stops leading once it has
 /// not heard from a majority for a leader timeout; its follower then reports no leader and keeps
-/// the schedule it holds, while the majority elects its own leader.
+/// the schedule it holds, while the majority elects its own leader. The nodes share a key:
+/// they elect as usual, and an untagged (0.13) ping from a listed address is dropped.
 #[test]
 fn a_leader_cut_off_into_a_minority_steps_down() {
-    let site = Site::start(false);
+    let site = Site::start_with(false, true);
     let all: Vec<usize> = (1..=N).collect();
     let leader = site.converged(&all);
     let follower = *all.iter().find(|&&n| n != leader).unwrap();
+    untagged_pings_are_dropped(&site, leader, follower);
     let minority = [leader, follower];
     let majority: Vec<usize> = all
         .iter()
@@ -335,10 +363,8 @@ fn a_leader_cut_off_into_a_minority_steps_down() {
     let held = site.nodes[follower - 1].json("/v1/schedule").unwrap()["hash"].clone();
     site.net.split(&majority, &minority);
     let stepped_down = wait_for(SOON, || {
-        let metrics = http_get_at(&format!("127.0.0.{leader}"), site.nodes[0].port, "/metrics")?.1;
-        let counted = metrics
-            .lines()
-            .any(|l| l.starts_with("verwalter_elections_started_total{reason=\"lost_majority\"}"));
+        let series = "verwalter_elections_started_total{reason=\"lost_majority\"}";
+        let counted = site.nodes[leader - 1].counter(series)? >= 1.0;
         (counted && !site.nodes[leader - 1].is_leader()).then_some(())
     });
     assert!(
@@ -451,4 +477,37 @@ fn minority_mode_split_and_heal(leader_in_minority: bool) {
         "parents of node{healed} lack a side's last schedule (leaders node{leader} and node{other}):\n{}",
         site.logs()
     );
+}
+
+/// With a shared key: a ping without a tag, from the address `follower` has for another
+/// follower and at a newer epoch, is dropped as `bad_auth`; `leader` still leads.
+fn untagged_pings_are_dropped(site: &Site, leader: usize, follower: usize) {
+    use verwalter_controllers::election::wire::{Kind, Packet};
+    let node = &site.nodes[follower - 1];
+    let other = (1..=N).find(|&n| n != leader && n != follower).unwrap();
+    let epoch = node.json("/v1/election").unwrap()["epoch"]
+        .as_u64()
+        .unwrap();
+    let packet = Packet {
+        from: id(other),
+        epoch: epoch + 1,
+        schedule: None,
+        kind: Kind::Ping,
+    };
+    let socket = UdpSocket::bind((proxy_ip(follower, other).as_str(), 0)).unwrap();
+    socket
+        .send_to(
+            &packet.encode().unwrap(),
+            (format!("127.0.0.{follower}"), node.port),
+        )
+        .unwrap();
+    let series = "verwalter_election_messages_dropped_total{reason=\"bad_auth\"}";
+    let dropped = wait_for(SOON, || (node.counter(series)? >= 1.0).then_some(()));
+    assert!(
+        dropped.is_some(),
+        "the untagged ping was not dropped:\n{}",
+        site.logs()
+    );
+    let election = node.json("/v1/election").unwrap();
+    assert_eq!(election["leader"], id(leader), "{election}");
 }

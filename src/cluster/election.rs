@@ -11,7 +11,7 @@ use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::election::machine::{Action, MAX_EPOCH, Machine, Message, State};
-use verwalter_controllers::election::wire::{Kind, MAX_PACKET, Packet};
+use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
 use verwalter_controllers::ports::Clock;
 use verwalter_controllers::state::{Report, Reports, ScheduleStamp};
@@ -39,6 +39,8 @@ pub struct ElectionTask {
     pub minority_window: Duration,
     /// Where the schedules of other nodes that peers report are noted for the fetcher.
     pub sightings: Sightings,
+    /// `election.key-file`: packets are tagged, and only tagged ones taken.
+    pub key: Option<AuthKey>,
 }
 
 impl ElectionTask {
@@ -103,12 +105,16 @@ impl ElectionTask {
     }
 
     async fn packet(&mut self, bytes: &[u8], from_addr: SocketAddr) {
-        let packet = match Packet::decode(bytes) {
+        let packet = match Packet::decode_with(bytes, self.key.as_ref()) {
             Ok(p) => p,
             Err(e) => {
+                let reason = match e {
+                    WireError::BadTag => "bad_auth",
+                    _ => "decode",
+                };
                 self.metrics
                     .messages_dropped
-                    .with_label_values(&["decode"])
+                    .with_label_values(&[reason])
                     .inc();
                 tracing::debug!(from = %from_addr, error = %e, "Dropped a bad election packet.");
                 return;
@@ -291,7 +297,7 @@ impl ElectionTask {
                 schedule,
                 kind,
             };
-            let bytes = match packet.encode() {
+            let bytes = match packet.encode_with(self.key.as_ref()) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::error!(error = %e, "Cannot encode an election packet.");
