@@ -302,6 +302,13 @@ fn strangers_and_absurd_epochs_do_not_move_leadership(cluster: &Cluster, leader:
             cluster.logs()
         )
     });
+    assert!(
+        follower
+            .logs()
+            .contains("not a listed peer at that address"),
+        "no warning about the stranger:\n{}",
+        follower.logs()
+    );
     let mut buf = [0u8; 1024];
     assert!(
         stranger.recv_from(&mut buf).is_err(),

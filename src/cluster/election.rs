@@ -21,6 +21,10 @@ use super::fetch::Sightings;
 use super::peers::Liveness;
 use crate::metrics::Metrics;
 
+/// Sources of dropped packets warned about (the first packet of each); later ones, and sources
+/// past this many, only at debug level, so that a flood of forged packets cannot flood the log.
+const WARNED_SOURCES: usize = 64;
+
 /// The peer list counts as stale (and elections stop) when not refreshed for this long.
 const HOSTS_FRESH: Duration = Duration::from_millis(1500);
 
@@ -48,6 +52,7 @@ impl ElectionTask {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut stable = StableWall::default();
+        let mut warned = std::collections::BTreeSet::new();
         let mut schedule = self.store.schedule.clone();
         schedule.get();
         loop {
@@ -57,7 +62,7 @@ impl ElectionTask {
                 _ = shutdown.cancelled() => return,
                 got = self.socket.recv_from(&mut buf) => {
                     match got {
-                        Ok((n, from)) => self.packet(&buf[..n], from).await,
+                        Ok((n, from)) => self.packet(&buf[..n], from, &mut warned).await,
                         Err(e) => tracing::debug!(error = %e, "UDP receive failed."),
                     }
                 }
@@ -104,7 +109,12 @@ impl ElectionTask {
         last != 0 && self.clock.now_ms().saturating_sub(last) <= HOSTS_FRESH.as_millis() as u64
     }
 
-    async fn packet(&mut self, bytes: &[u8], from_addr: SocketAddr) {
+    async fn packet(
+        &mut self,
+        bytes: &[u8],
+        from_addr: SocketAddr,
+        warned: &mut std::collections::BTreeSet<std::net::IpAddr>,
+    ) {
         let packet = match Packet::decode_with(bytes, self.key.as_ref()) {
             Ok(p) => p,
             Err(e) => {
@@ -131,7 +141,12 @@ impl ElectionTask {
                 .messages_dropped
                 .with_label_values(&["unknown_peer"])
                 .inc();
-            tracing::debug!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address.");
+            let ip = from_addr.ip().to_canonical();
+            if warned.len() < WARNED_SOURCES && warned.insert(ip) {
+                tracing::warn!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address (only the first from this address is logged).");
+            } else {
+                tracing::debug!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address.");
+            }
             return;
         }
         if packet.epoch > MAX_EPOCH {
