@@ -441,6 +441,19 @@ mod tests {
     /// peer moved on still merges that schedule, from what the transport noted.
     #[tokio::test]
     async fn a_leader_merges_a_schedule_a_peer_reported_only_briefly() {
+        // Leading at epoch 5, its parents gathered: the late-parents path.
+        parents_after_a_brief_report(5).await;
+    }
+
+    /// The same for a leader elected after the heal (its gathering at takeover, epoch 5).
+    #[tokio::test]
+    async fn a_new_leader_gathers_a_schedule_a_peer_reported_only_briefly() {
+        parents_after_a_brief_report(4).await;
+    }
+
+    /// This node leads epoch 5 with parents gathered for `prefetched_epoch`; a peer reported
+    /// another leader's schedule, then this node's. That schedule must end up among the parents.
+    async fn parents_after_a_brief_report(prefetched_epoch: u64) {
         let (other, _) = Schedule::encode(json!({"side": "other"}), 1000, OTHER_LEADER.into());
         let (own, _) = Schedule::encode(json!({"side": "this"}), 2000, ME.into());
         let port = serve(other.clone()).await;
@@ -470,7 +483,7 @@ mod tests {
             ..ElectionState::default()
         });
         writer.prefetched.set(Prefetched {
-            epoch: 5,
+            epoch: prefetched_epoch,
             schedules: vec![own.clone()],
         });
         // What the transport saw: the peer's pong with the other side's schedule, then (before
@@ -522,13 +535,11 @@ mod tests {
         let mut prefetched = store.prefetched.clone();
         let merged = tokio::time::timeout(Duration::from_secs(10), async {
             loop {
-                if prefetched
-                    .get()
-                    .schedules
-                    .iter()
-                    .any(|s| s.hash == other.hash)
-                {
-                    return;
+                let now = prefetched.get();
+                let has = now.schedules.iter().any(|s| s.hash == other.hash);
+                if now.epoch == 5 && (has || prefetched_epoch != 5) {
+                    // A new leader's gathering has it at once, for the first run.
+                    return has;
                 }
                 prefetched.changed().await;
             }
@@ -537,7 +548,7 @@ mod tests {
         stop.cancel();
         task.await.unwrap();
         assert!(
-            merged.is_ok(),
+            merged == Ok(true),
             "the other side's schedule is not among the parents: {:?}",
             store.prefetched.peek()
         );
