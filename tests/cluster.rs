@@ -289,11 +289,18 @@ fn strangers_and_absurd_epochs_do_not_move_leadership(cluster: &Cluster, leader:
     // From the leader's own IP (another port): a listed peer, but an epoch that would wrap.
     let known = std::net::UdpSocket::bind((leader_node.host.as_str(), 0)).unwrap();
     spoof_ping(&known, follower, &id(leader), u64::MAX);
+    // And to the leader, from the follower's IP (0.13 stepped down, then wrapped to epoch 0).
+    // Node i runs on 127.0.0.(i + 1).
+    let n: usize = follower.host.rsplit('.').next().unwrap().parse().unwrap();
+    let follower_id = id(n - 1);
+    let as_follower = std::net::UdpSocket::bind((follower.host.as_str(), 0)).unwrap();
+    spoof_ping(&as_follower, leader_node, &follower_id, u64::MAX);
     // Each counter rising is the event that comes after the packet was handled.
     wait_for(SOON, || {
         (metric(follower, UNKNOWN) >= 2.0
             && metric(leader_node, UNKNOWN) >= 1.0
-            && metric(follower, BAD_EPOCH) >= 1.0)
+            && metric(follower, BAD_EPOCH) >= 1.0
+            && metric(leader_node, BAD_EPOCH) >= 1.0)
             .then_some(())
     })
     .unwrap_or_else(|| {
