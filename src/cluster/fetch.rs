@@ -26,6 +26,11 @@ pub const MAX_SCHEDULE: usize = 64 << 20;
 const REPLACED_KEPT: usize = 4;
 /// One fetch may take this long.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+/// A schedule of another leader that could not be fetched for the parents is tried this often
+/// in all, the waits between tries doubling from [`PARENT_RETRY`]: a heal often brings UDP back
+/// a moment before TCP works, and one failure should not lose a side's decisions.
+const PARENT_TRIES: u32 = 4;
+const PARENT_RETRY: Duration = Duration::from_millis(500);
 /// Sightings kept at most: far more than the sides a heal brings together; only a flood of
 /// schedules from misbehaving peers gets near it, and then the oldest go first.
 const SIGHTINGS_KEPT: usize = 64;
@@ -98,8 +103,9 @@ pub struct Fetcher {
     pub live: super::peers::Liveness,
     pub clock: Arc<dyn verwalter_controllers::ports::Clock>,
     pub client: HttpClient,
-    /// Foreign schedules that could not be fetched (not tried again while leading).
-    pub skipped: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Foreign schedules that could not be fetched for the parents, by hash: how often, and when
+    /// to try again (not after [`PARENT_TRIES`], while leading).
+    pub skipped: std::sync::Mutex<BTreeMap<String, (u32, Instant)>>,
     /// Other nodes' schedules peers reported (fed by the election transport).
     pub sightings: Sightings,
 }
@@ -132,6 +138,7 @@ impl Fetcher {
                 if self.late_parents(lead_from).await {
                     continue;
                 }
+                retry_at = self.next_parent_try();
             } else if let Some(leader) = state.leader.clone().filter(|_| state.is_stable) {
                 self.skipped.lock().unwrap().clear();
                 let due = retry_at.is_none_or(|at| Instant::now() >= at);
@@ -286,14 +293,20 @@ impl Fetcher {
             .as_ref()
             .as_ref()
             .map(|s| s.hash.clone());
+        let now = Instant::now();
         let foreign = self
             .foreign_stamps(lead_from)
             .into_iter()
             .find(|(_, stamp)| {
+                let waiting = self
+                    .skipped
+                    .lock()
+                    .unwrap()
+                    .get(&stamp.hash)
+                    .is_some_and(|(tries, next)| *tries >= PARENT_TRIES || now < *next);
                 let known = Some(&stamp.hash) == own.as_ref()
-                    || prefetched.schedules.iter().any(|s| s.hash == stamp.hash)
-                    || self.skipped.lock().unwrap().contains(&stamp.hash);
-                !known
+                    || prefetched.schedules.iter().any(|s| s.hash == stamp.hash);
+                !known && !waiting
             });
         let Some((peer, stamp)) = foreign else {
             return false;
@@ -301,16 +314,37 @@ impl Fetcher {
         match self.fetch(&peer, &stamp).await {
             Ok(schedule) => {
                 tracing::info!(hash = %schedule.hash, origin = %schedule.origin, "A peer holds another leader's schedule; adding it to the parents.");
+                self.skipped.lock().unwrap().remove(&schedule.hash);
                 let mut next = (*prefetched).clone();
                 next.schedules.push(schedule);
                 self.prefetched.set(next);
             }
             Err(e) => {
-                tracing::warn!(%peer, error = %e, "Cannot fetch a peer's schedule for the parents.");
-                self.skipped.lock().unwrap().insert(stamp.hash);
+                let mut skipped = self.skipped.lock().unwrap();
+                let (tries, next) = skipped.entry(stamp.hash).or_insert((0, now));
+                *tries += 1;
+                *next = Instant::now() + PARENT_RETRY * (1 << (*tries - 1).min(8));
+                let tries = *tries;
+                if tries >= PARENT_TRIES {
+                    tracing::warn!(%peer, error = %e, tries, "Cannot fetch a peer's schedule for the parents; giving up on it.");
+                } else {
+                    tracing::warn!(%peer, error = %e, tries, "Cannot fetch a peer's schedule for the parents; trying again.");
+                }
             }
         }
         true
+    }
+
+    /// When the next try at a parent that failed to fetch is due, if any is left. (One due
+    /// already was not taken by [`Fetcher::late_parents`]: it is among the parents by now.)
+    fn next_parent_try(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let skipped = self.skipped.lock().unwrap();
+        skipped
+            .values()
+            .filter(|(tries, next)| *tries < PARENT_TRIES && *next > now)
+            .map(|(_, next)| *next)
+            .min()
     }
 
     /// Gathers the schedules peers report for leadership `epoch` (see the module docs), and
@@ -406,13 +440,17 @@ mod tests {
         }
     }
 
-    /// Serves `schedule` as the answer to every GET, on a local port it returns.
-    async fn serve(schedule: Schedule) -> u16 {
+    /// Serves `schedule` as the answer to every GET but the first `failures` (503), on a local
+    /// port it returns.
+    async fn serve(schedule: Schedule, failures: usize) -> u16 {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let body = serde_json::to_vec(&schedule).unwrap();
         tokio::spawn(async move {
+            let mut served = 0;
             while let Ok((mut conn, _)) = listener.accept().await {
+                served += 1;
+                let fail = served <= failures;
                 let body = body.clone();
                 tokio::spawn(async move {
                     let mut request = Vec::new();
@@ -422,6 +460,12 @@ mod tests {
                             Ok(0) | Err(_) => return,
                             Ok(n) => request.extend_from_slice(&buf[..n]),
                         }
+                    }
+                    if fail {
+                        let head = "HTTP/1.1 503 Service Unavailable\r\n\
+                                    Content-Length: 0\r\nConnection: close\r\n\r\n";
+                        let _ = conn.write_all(head.as_bytes()).await;
+                        return;
                     }
                     let head = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
@@ -442,21 +486,29 @@ mod tests {
     #[tokio::test]
     async fn a_leader_merges_a_schedule_a_peer_reported_only_briefly() {
         // Leading at epoch 5, its parents gathered: the late-parents path.
-        parents_after_a_brief_report(5).await;
+        parents_after_a_brief_report(5, 0).await;
+    }
+
+    /// A fetch of such a schedule that fails (a heal often brings UDP back before TCP) is tried
+    /// again a little later, not given up at once.
+    #[tokio::test]
+    async fn a_parent_that_cannot_be_fetched_at_first_is_tried_again() {
+        // One try is two requests (by hash, then the plain route): the first try fails.
+        parents_after_a_brief_report(5, 2).await;
     }
 
     /// The same for a leader elected after the heal (its gathering at takeover, epoch 5).
     #[tokio::test]
     async fn a_new_leader_gathers_a_schedule_a_peer_reported_only_briefly() {
-        parents_after_a_brief_report(4).await;
+        parents_after_a_brief_report(4, 0).await;
     }
 
     /// This node leads epoch 5 with parents gathered for `prefetched_epoch`; a peer reported
     /// another leader's schedule, then this node's. That schedule must end up among the parents.
-    async fn parents_after_a_brief_report(prefetched_epoch: u64) {
+    async fn parents_after_a_brief_report(prefetched_epoch: u64, failures: usize) {
         let (other, _) = Schedule::encode(json!({"side": "other"}), 1000, OTHER_LEADER.into());
         let (own, _) = Schedule::encode(json!({"side": "this"}), 2000, ME.into());
-        let port = serve(other.clone()).await;
+        let port = serve(other.clone(), failures).await;
         let writer = StoreWriter::new(Some(own.clone()));
         let store = writer.store();
         writer.peers.set(Peers {
