@@ -119,6 +119,10 @@ pub struct ElectionSettings {
     /// With allow-minority-cluster, peers not heard from directly for this long do not count
     /// for the vote [default: 75000, as verwalter 0.13].
     pub minority_window_ms: Option<u64>,
+    /// A file holding a key shared by every node (at least 16 bytes; surrounding whitespace is
+    /// dropped): election packets then carry an HMAC tag, and packets without a valid one are
+    /// dropped. Relative to the settings file. [default: none, packets as verwalter 0.13's]
+    pub key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -192,6 +196,8 @@ pub struct Config {
     pub timings: verwalter_controllers::election::machine::Timings,
     pub prefetch: Duration,
     pub minority_window: Duration,
+    /// `election.key-file`'s key.
+    pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
 }
 
 /// Where a node learns its peers.
@@ -335,6 +341,16 @@ impl Config {
             message_timeout_max: or(el.leader_timeout_max_ms, defaults.message_timeout_max),
             heartbeat: or(el.heartbeat_ms, defaults.heartbeat),
         };
+        let election_key = file.election.key_file.as_ref().and_then(|path| {
+            let dir = args.settings.as_deref().and_then(Path::parent);
+            let path = match dir {
+                Some(dir) if path.is_relative() => dir.join(path),
+                _ => path.clone(),
+            };
+            read_key(&path)
+                .map_err(|problem| problems.push(format!("election.key-file: {problem}")))
+                .ok()
+        });
         if file.election.minority_window_ms == Some(0) {
             problems.push("election.minority-window-ms: must be above 0".into());
         }
@@ -427,6 +443,7 @@ impl Config {
             timings,
             prefetch: ms(file.election.prefetch_ms, 2000),
             minority_window: ms(file.election.minority_window_ms, 75_000),
+            election_key,
         })
     }
 }
@@ -469,6 +486,19 @@ pub fn is_frontend_name(name: &str) -> bool {
 /// must not depend on the working directory a command runs in.
 fn absolute(path: PathBuf) -> PathBuf {
     std::path::absolute(&path).unwrap_or(path)
+}
+
+fn read_key(path: &Path) -> Result<verwalter_controllers::election::wire::AuthKey, String> {
+    use verwalter_controllers::election::wire::{AuthKey, MIN_KEY_LEN};
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let key = bytes.trim_ascii();
+    AuthKey::new(key).ok_or_else(|| {
+        format!(
+            "{}: the key is {} bytes, at least {MIN_KEY_LEN} are needed",
+            path.display(),
+            key.len()
+        )
+    })
 }
 
 fn read_settings(path: &Path) -> Result<SettingsFile, String> {
@@ -573,6 +603,46 @@ mod tests {
                 .contains("actions.max-pending: must be above 0"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn an_election_key_file_is_read_relative_to_the_settings_and_checked() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |key_file: &str| {
+            std::fs::write(&file, format!("election:\n  key-file: {key_file}\n")).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        std::fs::write(tmp.path().join("good.key"), "  sixteen bytes or more\n").unwrap();
+        std::fs::write(tmp.path().join("short.key"), "too short\n").unwrap();
+        let config = load("good.key").unwrap();
+        assert!(config.election_key.is_some());
+        assert!(
+            !format!("{config:?}").contains("sixteen"),
+            "the key is never printed"
+        );
+        let err = load("short.key").unwrap_err().to_string();
+        assert!(
+            err.contains("election.key-file") && err.contains("short.key"),
+            "{err}"
+        );
+        assert!(err.contains("9 bytes, at least 16"), "{err}");
+        let err = load("missing.key").unwrap_err().to_string();
+        assert!(err.contains("missing.key: cannot read"), "{err}");
+        std::fs::write(&file, "port: 9000\n").unwrap();
+        let config = Config::load(&RunArgs {
+            settings: Some(file.clone()),
+            override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+            hostname: Some("alpha".into()),
+            ..RunArgs::default()
+        })
+        .unwrap();
+        assert!(config.election_key.is_none(), "no key unless configured");
     }
 
     #[test]

@@ -159,7 +159,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             config.timings.clone(),
             rand::random(),
         )
-        .force_leader(config.debug_force_leader);
+        .force_leader(config.debug_force_leader)
+        .keep_leading_without_majority(config.allow_minority_cluster);
+        let sightings = crate::cluster::fetch::Sightings::default();
         let task = ElectionTask {
             machine,
             socket: Arc::new(udp),
@@ -171,6 +173,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             metrics: metrics.clone(),
             allow_minority: config.allow_minority_cluster,
             minority_window: config.minority_window,
+            sightings: sightings.clone(),
+            key: config.election_key.clone(),
         };
         tasks.spawn(task.run(shutdown.clone()));
         let fetcher = Fetcher {
@@ -187,6 +191,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             clock: clock.clone(),
             client: HttpClient::default(),
             skipped: Default::default(),
+            sightings,
         };
         tasks.spawn(fetcher.run(shutdown.clone()));
     } else {

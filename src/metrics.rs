@@ -189,12 +189,12 @@ impl Metrics {
             ),
             messages_dropped: counter_vec(
                 "verwalter_election_messages_dropped_total",
-                "Election packets dropped, by reason (decode, unknown_peer, send_error).",
+                "Election packets dropped, by reason (decode, bad_auth, unknown_peer, bad_epoch, send_error).",
                 &["reason"],
             ),
             elections_started: counter_vec(
                 "verwalter_elections_started_total",
-                "Elections this node started, by reason (start, leader_timeout, election_timeout, vote_timeout, two_leaders, pong).",
+                "Elections this node started, by reason (start, leader_timeout, election_timeout, vote_timeout, two_leaders, pong, lost_majority).",
                 &["reason"],
             ),
             schedule_fetches: counter_vec(

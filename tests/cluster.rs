@@ -213,6 +213,8 @@ fn three_nodes_elect_one_leader_share_its_schedule_and_survive_its_death() {
         "{roles}"
     );
 
+    strangers_and_absurd_epochs_do_not_move_leadership(&cluster, leader);
+
     // SIGKILL the leader: the survivors elect another and keep scheduling.
     drop(cluster.nodes[leader].take());
     let (next, _) = cluster.converged();
@@ -228,4 +230,104 @@ fn three_nodes_elect_one_leader_share_its_schedule_and_survive_its_death() {
         metrics.contains("verwalter_elections_started_total"),
         "{metrics}"
     );
+}
+
+fn id(i: usize) -> String {
+    format!("77985419c732412ea38b94db{:08}", i + 1)
+}
+
+/// The value of one metric series (`name{labels}`) on a node, 0 when absent.
+fn metric(node: &Node, series: &str) -> f64 {
+    let (_, body) = http_get_at(&node.host, node.port, "/metrics").unwrap_or_default();
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Sends a verwalter 0.13 `Ping` from `id` at `epoch`, from `socket`, to `node`.
+fn spoof_ping(socket: &std::net::UdpSocket, node: &Node, id: &str, epoch: u64) {
+    use verwalter_controllers::election::wire::{Kind, Packet};
+    let packet = Packet {
+        from: id.to_string(),
+        epoch,
+        schedule: None,
+        kind: Kind::Ping,
+    };
+    socket
+        .send_to(&packet.encode().unwrap(), (node.host.as_str(), node.port))
+        .unwrap();
+}
+
+/// Issue 10: forged election packets. Pings from an id in no peer list, from a listed id at the
+/// wrong source address, and with an epoch that would wrap are dropped, counted and never
+/// answered; leadership stays where it was.
+fn strangers_and_absurd_epochs_do_not_move_leadership(cluster: &Cluster, leader: usize) {
+    let follower = cluster.follower(leader);
+    let leader_node = cluster.nodes[leader].as_ref().unwrap();
+    let before = follower.json("/v1/election").unwrap();
+    let epoch = before["epoch"].as_u64().unwrap();
+    assert_eq!(before["leader"], id(leader), "{before}");
+    const UNKNOWN: &str = "verwalter_election_messages_dropped_total{reason=\"unknown_peer\"}";
+    const BAD_EPOCH: &str = "verwalter_election_messages_dropped_total{reason=\"bad_epoch\"}";
+
+    // From an address no peer has.
+    let stranger = std::net::UdpSocket::bind("127.0.0.200:0").unwrap();
+    stranger.set_nonblocking(true).unwrap();
+    spoof_ping(
+        &stranger,
+        follower,
+        "77985419c732412ea38b94db000000ff",
+        epoch + 1,
+    );
+    spoof_ping(&stranger, follower, &id(leader), epoch + 1);
+    spoof_ping(
+        &stranger,
+        leader_node,
+        "77985419c732412ea38b94db000000ff",
+        u64::MAX,
+    );
+    // From the leader's own IP (another port): a listed peer, but an epoch that would wrap.
+    let known = std::net::UdpSocket::bind((leader_node.host.as_str(), 0)).unwrap();
+    spoof_ping(&known, follower, &id(leader), u64::MAX);
+    // And to the leader, from the follower's IP (0.13 stepped down, then wrapped to epoch 0).
+    // Node i runs on 127.0.0.(i + 1).
+    let n: usize = follower.host.rsplit('.').next().unwrap().parse().unwrap();
+    let follower_id = id(n - 1);
+    let as_follower = std::net::UdpSocket::bind((follower.host.as_str(), 0)).unwrap();
+    spoof_ping(&as_follower, leader_node, &follower_id, u64::MAX);
+    // Each counter rising is the event that comes after the packet was handled.
+    wait_for(SOON, || {
+        (metric(follower, UNKNOWN) >= 2.0
+            && metric(leader_node, UNKNOWN) >= 1.0
+            && metric(follower, BAD_EPOCH) >= 1.0
+            && metric(leader_node, BAD_EPOCH) >= 1.0)
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the forged packets were not counted as dropped:\n{}",
+            cluster.logs()
+        )
+    });
+    assert!(
+        follower
+            .logs()
+            .contains("not a listed peer at that address"),
+        "no warning about the stranger:\n{}",
+        follower.logs()
+    );
+    let mut buf = [0u8; 1024];
+    assert!(
+        stranger.recv_from(&mut buf).is_err(),
+        "a stranger got an answer"
+    );
+    let after = follower.json("/v1/election").unwrap();
+    assert_eq!(after["leader"], id(leader), "leadership moved: {after}");
+    assert_eq!(after["epoch"], epoch, "{after}");
+    let on_leader = leader_node.json("/v1/election").unwrap();
+    assert_eq!(
+        on_leader["is_leader"], true,
+        "the leader stepped down: {on_leader}"
+    );
+    assert_eq!(on_leader["epoch"], epoch, "{on_leader}");
 }

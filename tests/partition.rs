@@ -69,10 +69,12 @@ impl Net {
         self.cut.lock().unwrap().clear();
     }
 
-    /// Starts the proxies of link `from` → `to`.
-    fn link(&self, from: usize, to: usize, port: u16) {
+    /// Starts the proxies of link `from` → `to`: datagrams arrive on `udp` (bound at the address
+    /// `from` has for `to`) and leave through `back`, the socket of the opposite link, so that
+    /// `to` sees them come from the address it has for `from` (nodes drop election packets from
+    /// any other source address).
+    fn link(&self, from: usize, to: usize, port: u16, udp: UdpSocket, back: UdpSocket) {
         let target = format!("127.0.0.{to}:{port}");
-        let udp = UdpSocket::bind((proxy_ip(from, to).as_str(), port)).unwrap();
         udp.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         let net = self.clone();
@@ -83,7 +85,7 @@ impl Net {
                 if let Ok((n, _)) = udp.recv_from(&mut buf)
                     && !net.is_cut((from, to))
                 {
-                    let _ = udp.send_to(&buf[..n], &udp_target);
+                    let _ = back.send_to(&buf[..n], &udp_target);
                 }
             }
         });
@@ -141,7 +143,7 @@ impl Drop for Node {
 }
 
 impl Node {
-    fn start(n: usize, dir: &Path, port: u16, minority: bool) -> Node {
+    fn start(n: usize, dir: &Path, port: u16, minority: bool, keyed: bool) -> Node {
         let config = dir.join(format!("config{n}"));
         copy_tree(&example("minimal"), &config);
         let storage = dir.join(format!("storage{n}"));
@@ -156,11 +158,17 @@ impl Node {
             })
             .collect();
         let settings = dir.join(format!("settings{n}.yaml"));
+        // Relative to the settings file; the key file is the same for every node.
+        let key = if keyed {
+            "  key-file: cluster.key\n"
+        } else {
+            ""
+        };
         std::fs::write(
             &settings,
             format!(
                 "peers:\n{peers}allow-minority-cluster: {minority}\n\
-                 election:\n  minority-window-ms: 1500\n"
+                 election:\n  minority-window-ms: 1500\n{key}"
             ),
         )
         .unwrap();
@@ -200,6 +208,16 @@ impl Node {
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
+    /// The value of one metric series (`name{labels}`), 0 when it is not there yet.
+    fn counter(&self, series: &str) -> Option<f64> {
+        let (_, body) = http_get_at(&format!("127.0.0.{}", self.n), self.port, "/metrics")?;
+        Some(
+            body.lines()
+                .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+                .unwrap_or(0.0),
+        )
+    }
+
     fn is_leader(&self) -> bool {
         self.json("/v1/status")
             .is_some_and(|s| s["election_state"]["is_leader"] == true)
@@ -220,18 +238,35 @@ impl Drop for Site {
 
 impl Site {
     fn start(minority: bool) -> Site {
+        Site::start_with(minority, false)
+    }
+
+    /// With `keyed`, every node has the same `election.key-file`.
+    fn start_with(minority: bool, keyed: bool) -> Site {
         let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(
+            tmp.path().join("cluster.key"),
+            "a shared secret, 32 bytes long\n",
+        )
+        .unwrap();
         let port = free_port();
         let net = Net::default();
+        let mut udp = std::collections::BTreeMap::new();
         for i in 1..=N {
-            for j in 1..=N {
-                if i != j {
-                    net.link(i, j, port);
-                }
+            for j in (1..=N).filter(|&j| j != i) {
+                let socket = UdpSocket::bind((proxy_ip(i, j).as_str(), port)).unwrap();
+                udp.insert((i, j), socket);
+            }
+        }
+        for i in 1..=N {
+            for j in (1..=N).filter(|&j| j != i) {
+                let recv = udp[&(i, j)].try_clone().unwrap();
+                let back = udp[&(j, i)].try_clone().unwrap();
+                net.link(i, j, port, recv, back);
             }
         }
         let nodes = (1..=N)
-            .map(|n| Node::start(n, tmp.path(), port, minority))
+            .map(|n| Node::start(n, tmp.path(), port, minority, keyed))
             .collect();
         Site { tmp, net, nodes }
     }
@@ -308,25 +343,101 @@ fn a_minority_side_does_not_elect_without_minority_mode() {
     assert!(site.nodes[healed - 1].is_leader());
 }
 
+/// Issue 10: without minority mode, a leader cut off into a minority stops leading once it has
+/// not heard from a majority for a leader timeout; its follower then reports no leader and keeps
+/// the schedule it holds, while the majority elects its own leader. The nodes share a key:
+/// they elect as usual, and an untagged (0.13) ping from a listed address is dropped.
 #[test]
-fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
-    let site = Site::start(true);
+fn a_leader_cut_off_into_a_minority_steps_down() {
+    let site = Site::start_with(false, true);
     let all: Vec<usize> = (1..=N).collect();
     let leader = site.converged(&all);
-    let minority: Vec<usize> = all
+    let follower = *all.iter().find(|&&n| n != leader).unwrap();
+    untagged_pings_are_dropped(&site, leader, follower);
+    let minority = [leader, follower];
+    let majority: Vec<usize> = all
         .iter()
         .copied()
-        .filter(|&n| n != leader)
-        .take(2)
+        .filter(|n| !minority.contains(n))
         .collect();
+    let held = site.nodes[follower - 1].json("/v1/schedule").unwrap()["hash"].clone();
+    site.net.split(&majority, &minority);
+    let stepped_down = wait_for(SOON, || {
+        let series = "verwalter_elections_started_total{reason=\"lost_majority\"}";
+        let counted = site.nodes[leader - 1].counter(series)? >= 1.0;
+        (counted && !site.nodes[leader - 1].is_leader()).then_some(())
+    });
+    assert!(
+        stepped_down.is_some(),
+        "node{leader} still leads its minority:\n{}",
+        site.logs()
+    );
+    let next = site.converged(&majority);
+    assert_ne!(next, leader);
+    // The majority has its leader now; the minority gets none (the follower times out on the
+    // pings that stopped), and keeps its schedule.
+    let leaderless = wait_for(SOON, || {
+        minority
+            .iter()
+            .all(|n| {
+                site.nodes[n - 1]
+                    .json("/v1/election")
+                    .is_some_and(|e| e["is_leader"] == false && e["leader"] == Value::Null)
+            })
+            .then_some(())
+    });
+    assert!(
+        leaderless.is_some(),
+        "the minority still reports a leader:\n{}",
+        site.logs()
+    );
+    let schedule = site.nodes[follower - 1].json("/v1/schedule").unwrap();
+    assert_eq!(schedule["hash"], held, "node{follower} lost its schedule");
+    site.net.heal();
+    let healed = site.converged(&all);
+    assert!(site.nodes[healed - 1].is_leader());
+}
+
+#[test]
+fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
+    minority_mode_split_and_heal(false);
+}
+
+/// The same with the leader on the two-node side: the three-node side elects another, which
+/// survives the heal (issue 10: it must still get the two-node side's last schedule).
+#[test]
+fn with_minority_mode_and_the_leader_in_the_minority_the_healed_leader_merges_both() {
+    minority_mode_split_and_heal(true);
+}
+
+/// Splits five nodes in minority mode 3/2, the leader on the two-node side when
+/// `leader_in_minority`; each side schedules a new version; after the heal the surviving
+/// leader's scheduler gets both sides' last schedules as parents.
+fn minority_mode_split_and_heal(leader_in_minority: bool) {
+    let site = Site::start(true);
+    let all: Vec<usize> = (1..=N).collect();
+    let first = site.converged(&all);
+    let mut others = all.iter().copied().filter(|&n| n != first);
+    let minority: Vec<usize> = if leader_in_minority {
+        vec![first, others.next().unwrap()]
+    } else {
+        others.take(2).collect()
+    };
     let majority: Vec<usize> = all
         .iter()
         .copied()
         .filter(|n| !minority.contains(n))
         .collect();
     site.net.split(&majority, &minority);
-    let other = site.converged(&minority);
-    assert_eq!(site.converged(&majority), leader);
+    let (leader, other) = if leader_in_minority {
+        let other = site.converged(&majority);
+        assert_eq!(site.converged(&minority), first);
+        (first, other)
+    } else {
+        let other = site.converged(&minority);
+        assert_eq!(site.converged(&majority), first);
+        (first, other)
+    };
     assert_ne!(other, leader);
     // Each side moves on: its leader gets a new runtime version and schedules it.
     for (side_leader, version) in [(leader, "v8"), (other, "v9")] {
@@ -349,22 +460,54 @@ fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
 
     site.net.heal();
     let healed = site.converged(&all);
-    // The healed leader's scheduler got both sides' last schedules as parents: each made by
-    // its side's leader (the example puts the leader's host name under `nodes`).
-    let parents_hosts = wait_for(SOON, || {
+    // The healed leader's scheduler got both sides' last schedules as parents: the one with
+    // v8 and the one with v9 (the schedule from before the split names the same hosts, so the
+    // versions are what tells the sides' last schedules apart).
+    let parents = wait_for(SOON, || {
         let input = site.nodes[healed - 1].json("/v1/scheduler_input")?;
-        let hosts: BTreeSet<String> = input["parents"]
+        let versions: BTreeSet<String> = input["parents"]
             .as_array()?
             .iter()
-            .filter_map(|p| p["nodes"].as_object())
-            .flat_map(|nodes| nodes.keys().cloned())
+            .filter_map(|p| Some(p["roles"]["web"]["version"].as_str()?.to_string()))
             .collect();
-        (hosts.contains(&format!("node{leader}")) && hosts.contains(&format!("node{other}")))
-            .then_some(hosts)
+        (versions.contains("v8") && versions.contains("v9")).then_some(versions)
     });
     assert!(
-        parents_hosts.is_some(),
-        "parents of node{healed} lack a side (leaders node{leader} and node{other}):\n{}",
+        parents.is_some(),
+        "parents of node{healed} lack a side's last schedule (leaders node{leader} and node{other}):\n{}",
         site.logs()
     );
+}
+
+/// With a shared key: a ping without a tag, from the address `follower` has for another
+/// follower and at a newer epoch, is dropped as `bad_auth`; `leader` still leads.
+fn untagged_pings_are_dropped(site: &Site, leader: usize, follower: usize) {
+    use verwalter_controllers::election::wire::{Kind, Packet};
+    let node = &site.nodes[follower - 1];
+    let other = (1..=N).find(|&n| n != leader && n != follower).unwrap();
+    let epoch = node.json("/v1/election").unwrap()["epoch"]
+        .as_u64()
+        .unwrap();
+    let packet = Packet {
+        from: id(other),
+        epoch: epoch + 1,
+        schedule: None,
+        kind: Kind::Ping,
+    };
+    let socket = UdpSocket::bind((proxy_ip(follower, other).as_str(), 0)).unwrap();
+    socket
+        .send_to(
+            &packet.encode().unwrap(),
+            (format!("127.0.0.{follower}"), node.port),
+        )
+        .unwrap();
+    let series = "verwalter_election_messages_dropped_total{reason=\"bad_auth\"}";
+    let dropped = wait_for(SOON, || (node.counter(series)? >= 1.0).then_some(()));
+    assert!(
+        dropped.is_some(),
+        "the untagged ping was not dropped:\n{}",
+        site.logs()
+    );
+    let election = node.json("/v1/election").unwrap();
+    assert_eq!(election["leader"], id(leader), "{election}");
 }

@@ -6,7 +6,7 @@
 //! - `cli`: `verwalter check` (symlink loops and links out, big and deep files), `verwalter
 //!   schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
-//!   schedule everywhere, failover after SIGKILL of the leader.
+//!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader.
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
@@ -14,7 +14,8 @@
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `partition`: five nodes behind forwarding proxies the test cuts: a minority side does not
-//!   elect (unless in minority mode, where both sides lead and the healed leader merges both).
+//!   elect, and a leader cut off into it steps down (unless in minority mode, where both sides
+//!   lead and the healed leader merges both, whichever side the first leader was on).
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role

@@ -10,15 +10,20 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::election::machine::{Action, Machine, Message, State};
-use verwalter_controllers::election::wire::{Kind, MAX_PACKET, Packet};
+use verwalter_controllers::election::machine::{Action, MAX_EPOCH, Machine, Message, State};
+use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
 use verwalter_controllers::ports::Clock;
 use verwalter_controllers::state::{Report, Reports, ScheduleStamp};
 use verwalter_controllers::store::{Field, Store};
 
+use super::fetch::Sightings;
 use super::peers::Liveness;
 use crate::metrics::Metrics;
+
+/// Sources of dropped packets warned about (the first packet of each); later ones, and sources
+/// past this many, only at debug level, so that a flood of forged packets cannot flood the log.
+const WARNED_SOURCES: usize = 64;
 
 /// The peer list counts as stale (and elections stop) when not refreshed for this long.
 const HOSTS_FRESH: Duration = Duration::from_millis(1500);
@@ -36,6 +41,10 @@ pub struct ElectionTask {
     pub allow_minority: bool,
     /// With `allow_minority`, peers not heard from directly for this long do not count.
     pub minority_window: Duration,
+    /// Where the schedules of other nodes that peers report are noted for the fetcher.
+    pub sightings: Sightings,
+    /// `election.key-file`: packets are tagged, and only tagged ones taken.
+    pub key: Option<AuthKey>,
 }
 
 impl ElectionTask {
@@ -43,6 +52,7 @@ impl ElectionTask {
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut stable = StableWall::default();
+        let mut warned = std::collections::BTreeSet::new();
         let mut schedule = self.store.schedule.clone();
         schedule.get();
         loop {
@@ -52,7 +62,7 @@ impl ElectionTask {
                 _ = shutdown.cancelled() => return,
                 got = self.socket.recv_from(&mut buf) => {
                     match got {
-                        Ok((n, from)) => self.packet(&buf[..n], from).await,
+                        Ok((n, from)) => self.packet(&buf[..n], from, &mut warned).await,
                         Err(e) => tracing::debug!(error = %e, "UDP receive failed."),
                     }
                 }
@@ -99,19 +109,52 @@ impl ElectionTask {
         last != 0 && self.clock.now_ms().saturating_sub(last) <= HOSTS_FRESH.as_millis() as u64
     }
 
-    async fn packet(&mut self, bytes: &[u8], from_addr: SocketAddr) {
-        let packet = match Packet::decode(bytes) {
+    async fn packet(
+        &mut self,
+        bytes: &[u8],
+        from_addr: SocketAddr,
+        warned: &mut std::collections::BTreeSet<std::net::IpAddr>,
+    ) {
+        let packet = match Packet::decode_with(bytes, self.key.as_ref()) {
             Ok(p) => p,
             Err(e) => {
+                let reason = match e {
+                    WireError::BadTag => "bad_auth",
+                    _ => "decode",
+                };
                 self.metrics
                     .messages_dropped
-                    .with_label_values(&["decode"])
+                    .with_label_values(&[reason])
                     .inc();
                 tracing::debug!(from = %from_addr, error = %e, "Dropped a bad election packet.");
                 return;
             }
         };
         if packet.from == *self.machine.id() {
+            return;
+        }
+        // Only listed peers, from their own address, take part: anyone else could move
+        // leadership with one forged packet, and an answer to them would let them aim our
+        // (larger) pongs at a spoofed source.
+        if !self.is_peer(&packet.from, from_addr) {
+            self.metrics
+                .messages_dropped
+                .with_label_values(&["unknown_peer"])
+                .inc();
+            let ip = from_addr.ip().to_canonical();
+            if warned.len() < WARNED_SOURCES && warned.insert(ip) {
+                tracing::warn!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address (only the first from this address is logged).");
+            } else {
+                tracing::debug!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address.");
+            }
+            return;
+        }
+        if packet.epoch > MAX_EPOCH {
+            self.metrics
+                .messages_dropped
+                .with_label_values(&["bad_epoch"])
+                .inc();
+            tracing::debug!(from = %from_addr, epoch = packet.epoch, "Dropped an election packet with an impossible epoch.");
             return;
         }
         let kind = match packet.kind {
@@ -125,6 +168,11 @@ impl ElectionTask {
             .inc();
         let now_ms = self.clock.now_ms();
         self.live.packet(&packet.from, now_ms);
+        if let Some(stamp) = &packet.schedule
+            && stamp.origin != *self.machine.id()
+        {
+            self.sightings.saw(&packet.from, stamp, now_ms);
+        }
         let from_leader = matches!(self.machine.state(), State::Follower { leader, .. } if *leader == packet.from);
         if matches!(packet.kind, Kind::Ping) && from_leader {
             self.metrics
@@ -165,9 +213,19 @@ impl ElectionTask {
             _ => "message",
         };
         self.count_election(&before, reason);
-        // Answer to where the packet came from when the peer list has no address for it.
-        self.act_with(actions, Some((&packet.from, from_addr)))
-            .await;
+        self.act(actions).await;
+    }
+
+    /// Whether `id` is in the peer list with an address of the IP the packet came from (the port
+    /// is not compared: it is the peer's, but a NAT may change it). A peer without an address
+    /// cannot be checked, so it is not trusted either.
+    fn is_peer(&self, id: &str, from: SocketAddr) -> bool {
+        let peers = self.store.peers.peek();
+        peers
+            .peers
+            .get(id)
+            .and_then(|p| p.addr.as_deref()?.parse::<SocketAddr>().ok())
+            .is_some_and(|addr| addr.ip().to_canonical() == from.ip().to_canonical())
     }
 
     /// Counts an election this node started, by why.
@@ -181,6 +239,7 @@ impl ElectionTask {
             State::Follower { .. } if reason == "timeout" => "leader_timeout",
             State::Electing { .. } if reason == "timeout" => "election_timeout",
             State::Voted { .. } if reason == "timeout" => "vote_timeout",
+            State::Leader { .. } if reason == "timeout" => "lost_majority",
             _ => reason,
         };
         self.metrics
@@ -190,10 +249,6 @@ impl ElectionTask {
     }
 
     async fn act(&mut self, actions: Vec<Action>) {
-        self.act_with(actions, None).await;
-    }
-
-    async fn act_with(&mut self, actions: Vec<Action>, sender: Option<(&String, SocketAddr)>) {
         if actions.is_empty() {
             return;
         }
@@ -218,12 +273,7 @@ impl ElectionTask {
             .iter()
             .filter_map(|(pid, p)| Some((pid.clone(), p.addr.as_ref()?.parse().ok()?)))
             .collect();
-        let addr_of = |peer: &String| {
-            addrs
-                .get(peer)
-                .copied()
-                .or_else(|| sender.and_then(|(from, addr)| (from == peer).then_some(addr)))
-        };
+        let addr_of = |peer: &String| addrs.get(peer).copied();
         for action in actions {
             let (kind, targets): (Kind, Vec<SocketAddr>) = match action {
                 Action::PingAll => (Kind::Ping, addrs.values().copied().collect()),
@@ -262,7 +312,7 @@ impl ElectionTask {
                 schedule,
                 kind,
             };
-            let bytes = match packet.encode() {
+            let bytes = match packet.encode_with(self.key.as_ref()) {
                 Ok(b) => b,
                 Err(e) => {
                     tracing::error!(error = %e, "Cannot encode an election packet.");

@@ -26,6 +26,63 @@ pub const MAX_SCHEDULE: usize = 64 << 20;
 const REPLACED_KEPT: usize = 4;
 /// One fetch may take this long.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+/// A schedule of another leader that could not be fetched for the parents is tried this often
+/// in all, the waits between tries doubling from [`PARENT_RETRY`]: a heal often brings UDP back
+/// a moment before TCP works, and one failure should not lose a side's decisions.
+const PARENT_TRIES: u32 = 4;
+const PARENT_RETRY: Duration = Duration::from_millis(500);
+/// Sightings kept at most: far more than the sides a heal brings together; only a flood of
+/// schedules from misbehaving peers gets near it, and then the oldest go first.
+const SIGHTINGS_KEPT: usize = 64;
+
+/// Every schedule made by another node that a peer reported in an election packet, by hash,
+/// with the last peer that reported it and when. [`Reports`](verwalter_controllers::state::Reports)
+/// keep only each peer's latest stamp, and after a heal a peer reports the other side's
+/// schedule for about one heartbeat only (until it has fetched the surviving leader's): a
+/// leader busy with a fetch or its prefetch would miss it, and that side's decisions with it.
+#[derive(Debug, Clone, Default)]
+pub struct Sightings(Arc<std::sync::Mutex<BTreeMap<String, Sighting>>>);
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sighting {
+    pub peer: NodeId,
+    pub stamp: ScheduleStamp,
+    /// Wall-clock ms of the last report.
+    pub at_ms: u64,
+}
+
+impl Sightings {
+    /// `peer` reported holding `stamp` at `at_ms`.
+    pub fn saw(&self, peer: &NodeId, stamp: &ScheduleStamp, at_ms: u64) {
+        let mut all = self.0.lock().unwrap();
+        all.insert(
+            stamp.hash.clone(),
+            Sighting {
+                peer: peer.clone(),
+                stamp: stamp.clone(),
+                at_ms,
+            },
+        );
+        while all.len() > SIGHTINGS_KEPT {
+            let oldest = all
+                .iter()
+                .min_by_key(|(_, s)| s.at_ms)
+                .map(|(hash, _)| hash.clone());
+            if let Some(hash) = oldest {
+                all.remove(&hash);
+            }
+        }
+    }
+
+    /// Sightings not older than `since_ms`.
+    pub fn since(&self, since_ms: u64) -> Vec<Sighting> {
+        let all = self.0.lock().unwrap();
+        all.values()
+            .filter(|s| s.at_ms >= since_ms)
+            .cloned()
+            .collect()
+    }
+}
 
 pub struct Fetcher {
     pub store: Store,
@@ -46,8 +103,11 @@ pub struct Fetcher {
     pub live: super::peers::Liveness,
     pub clock: Arc<dyn verwalter_controllers::ports::Clock>,
     pub client: HttpClient,
-    /// Foreign schedules that could not be fetched (not tried again while leading).
-    pub skipped: std::sync::Mutex<std::collections::BTreeSet<String>>,
+    /// Foreign schedules that could not be fetched for the parents, by hash: how often, and when
+    /// to try again (not after [`PARENT_TRIES`], while leading).
+    pub skipped: std::sync::Mutex<BTreeMap<String, (u32, Instant)>>,
+    /// Other nodes' schedules peers reported (fed by the election transport).
+    pub sightings: Sightings,
 }
 
 impl Fetcher {
@@ -57,6 +117,9 @@ impl Fetcher {
         let mut peers = self.store.peers.clone();
         let mut failures = 0u32;
         let mut retry_at: Option<Instant> = None;
+        // Wall-clock ms from when sightings count for this leadership: from a little before it
+        // was won, so that what the voters reported is in.
+        let mut lead_from = 0u64;
         loop {
             let state = election.get();
             reports.get();
@@ -65,12 +128,17 @@ impl Fetcher {
                 failures = 0;
                 retry_at = None;
                 if self.prefetched.get().epoch != state.epoch {
-                    self.prefetch(state.epoch, &shutdown).await;
+                    lead_from = self
+                        .clock
+                        .now_ms()
+                        .saturating_sub(self.recent.as_millis() as u64);
+                    self.prefetch(state.epoch, lead_from, &shutdown).await;
                     continue;
                 }
-                if self.late_parents().await {
+                if self.late_parents(lead_from).await {
                     continue;
                 }
+                retry_at = self.next_parent_try();
             } else if let Some(leader) = state.leader.clone().filter(|_| state.is_stable) {
                 self.skipped.lock().unwrap().clear();
                 let due = retry_at.is_none_or(|at| Instant::now() >= at);
@@ -190,11 +258,33 @@ impl Fetcher {
         Ok(())
     }
 
+    /// Schedules made by other nodes that peers report now, or reported since `since_ms`
+    /// (see [`Sightings`]), each with a peer to fetch it from.
+    fn foreign_stamps(&self, since_ms: u64) -> Vec<(NodeId, ScheduleStamp)> {
+        let mut found: BTreeMap<String, (NodeId, ScheduleStamp)> = self
+            .sightings
+            .since(since_ms)
+            .into_iter()
+            .filter(|s| s.stamp.origin != self.id)
+            .map(|s| (s.stamp.hash.clone(), (s.peer, s.stamp)))
+            .collect();
+        // A peer holding it now is the likelier one to serve it.
+        for (peer, report) in self.store.reports.peek().iter() {
+            if let Some(stamp) = &report.schedule
+                && stamp.origin != self.id
+            {
+                found.insert(stamp.hash.clone(), (peer.clone(), stamp.clone()));
+            }
+        }
+        found.into_values().collect()
+    }
+
     /// While leading: a peer reporting a schedule made by another node that is neither this
     /// node's nor among the parents already (the other side of a healed partition, whose leader
     /// followed this one without a new election) is fetched and added to the parents, so the next
-    /// scheduler run merges it. Returns whether it added one.
-    async fn late_parents(&self) -> bool {
+    /// scheduler run merges it. Reports since `lead_from` count even when the peer has moved on
+    /// since. Returns whether it added one.
+    async fn late_parents(&self, lead_from: u64) -> bool {
         let prefetched = self.prefetched.get();
         let own = self
             .store
@@ -203,33 +293,63 @@ impl Fetcher {
             .as_ref()
             .as_ref()
             .map(|s| s.hash.clone());
-        let foreign = self.store.reports.peek().iter().find_map(|(peer, report)| {
-            let stamp = report.schedule.as_ref()?;
-            let known = Some(&stamp.hash) == own.as_ref()
-                || prefetched.schedules.iter().any(|s| s.hash == stamp.hash)
-                || self.skipped.lock().unwrap().contains(&stamp.hash);
-            (stamp.origin != self.id && !known).then(|| (peer.clone(), stamp.clone()))
-        });
+        let now = Instant::now();
+        let foreign = self
+            .foreign_stamps(lead_from)
+            .into_iter()
+            .find(|(_, stamp)| {
+                let waiting = self
+                    .skipped
+                    .lock()
+                    .unwrap()
+                    .get(&stamp.hash)
+                    .is_some_and(|(tries, next)| *tries >= PARENT_TRIES || now < *next);
+                let known = Some(&stamp.hash) == own.as_ref()
+                    || prefetched.schedules.iter().any(|s| s.hash == stamp.hash);
+                !known && !waiting
+            });
         let Some((peer, stamp)) = foreign else {
             return false;
         };
         match self.fetch(&peer, &stamp).await {
             Ok(schedule) => {
                 tracing::info!(hash = %schedule.hash, origin = %schedule.origin, "A peer holds another leader's schedule; adding it to the parents.");
+                self.skipped.lock().unwrap().remove(&schedule.hash);
                 let mut next = (*prefetched).clone();
                 next.schedules.push(schedule);
                 self.prefetched.set(next);
             }
             Err(e) => {
-                tracing::warn!(%peer, error = %e, "Cannot fetch a peer's schedule for the parents.");
-                self.skipped.lock().unwrap().insert(stamp.hash);
+                let mut skipped = self.skipped.lock().unwrap();
+                let (tries, next) = skipped.entry(stamp.hash).or_insert((0, now));
+                *tries += 1;
+                *next = Instant::now() + PARENT_RETRY * (1 << (*tries - 1).min(8));
+                let tries = *tries;
+                if tries >= PARENT_TRIES {
+                    tracing::warn!(%peer, error = %e, tries, "Cannot fetch a peer's schedule for the parents; giving up on it.");
+                } else {
+                    tracing::warn!(%peer, error = %e, tries, "Cannot fetch a peer's schedule for the parents; trying again.");
+                }
             }
         }
         true
     }
 
-    /// Gathers the schedules peers report for leadership `epoch` (see the module docs).
-    async fn prefetch(&self, epoch: u64, shutdown: &CancellationToken) {
+    /// When the next try at a parent that failed to fetch is due, if any is left. (One due
+    /// already was not taken by [`Fetcher::late_parents`]: it is among the parents by now.)
+    fn next_parent_try(&self) -> Option<Instant> {
+        let now = Instant::now();
+        let skipped = self.skipped.lock().unwrap();
+        skipped
+            .values()
+            .filter(|(tries, next)| *tries < PARENT_TRIES && *next > now)
+            .map(|(_, next)| *next)
+            .min()
+    }
+
+    /// Gathers the schedules peers report for leadership `epoch` (see the module docs), and
+    /// those made by other nodes that peers reported since `lead_from`.
+    async fn prefetch(&self, epoch: u64, lead_from: u64, shutdown: &CancellationToken) {
         let started = Instant::now();
         let deadline = started + self.window;
         let mut reports = self.store.reports.clone();
@@ -269,6 +389,11 @@ impl Fetcher {
                     .or_insert((peer.clone(), stamp.clone()));
             }
         }
+        for (peer, stamp) in self.foreign_stamps(lead_from) {
+            if !found.contains_key(&stamp.hash) {
+                wanted.entry(stamp.hash.clone()).or_insert((peer, stamp));
+            }
+        }
         for (hash, (peer, stamp)) in wanted {
             match self.fetch(&peer, &stamp).await {
                 Ok(schedule) => {
@@ -287,5 +412,197 @@ impl Fetcher {
             "Leading; gathered the peers' schedules."
         );
         self.prefetched.set(Prefetched { epoch, schedules });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use verwalter_controllers::election::ElectionState;
+    use verwalter_controllers::ports::SystemClock;
+    use verwalter_controllers::state::{Peer, Peers, Report};
+    use verwalter_controllers::store::StoreWriter;
+
+    use super::*;
+
+    const ME: &str = "77985419c732412ea38b94db00000001";
+    const PEER: &str = "77985419c732412ea38b94db00000002";
+    const OTHER_LEADER: &str = "77985419c732412ea38b94db00000003";
+
+    fn stamp(s: &Schedule) -> ScheduleStamp {
+        ScheduleStamp {
+            timestamp: s.timestamp,
+            hash: s.hash.clone(),
+            origin: s.origin.clone(),
+        }
+    }
+
+    /// Serves `schedule` as the answer to every GET but the first `failures` (503), on a local
+    /// port it returns.
+    async fn serve(schedule: Schedule, failures: usize) -> u16 {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let body = serde_json::to_vec(&schedule).unwrap();
+        tokio::spawn(async move {
+            let mut served = 0;
+            while let Ok((mut conn, _)) = listener.accept().await {
+                served += 1;
+                let fail = served <= failures;
+                let body = body.clone();
+                tokio::spawn(async move {
+                    let mut request = Vec::new();
+                    let mut buf = [0u8; 1024];
+                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match conn.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => request.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    if fail {
+                        let head = "HTTP/1.1 503 Service Unavailable\r\n\
+                                    Content-Length: 0\r\nConnection: close\r\n\r\n";
+                        let _ = conn.write_all(head.as_bytes()).await;
+                        return;
+                    }
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                         Content-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(&body).await;
+                });
+            }
+        });
+        port
+    }
+
+    /// Issue 10: after a heal, a peer reports the other side's schedule only until it has
+    /// fetched this leader's (one heartbeat). A leader that looks at the reports only after the
+    /// peer moved on still merges that schedule, from what the transport noted.
+    #[tokio::test]
+    async fn a_leader_merges_a_schedule_a_peer_reported_only_briefly() {
+        // Leading at epoch 5, its parents gathered: the late-parents path.
+        parents_after_a_brief_report(5, 0).await;
+    }
+
+    /// A fetch of such a schedule that fails (a heal often brings UDP back before TCP) is tried
+    /// again a little later, not given up at once.
+    #[tokio::test]
+    async fn a_parent_that_cannot_be_fetched_at_first_is_tried_again() {
+        // One try is two requests (by hash, then the plain route): the first try fails.
+        parents_after_a_brief_report(5, 2).await;
+    }
+
+    /// The same for a leader elected after the heal (its gathering at takeover, epoch 5).
+    #[tokio::test]
+    async fn a_new_leader_gathers_a_schedule_a_peer_reported_only_briefly() {
+        parents_after_a_brief_report(4, 0).await;
+    }
+
+    /// This node leads epoch 5 with parents gathered for `prefetched_epoch`; a peer reported
+    /// another leader's schedule, then this node's. That schedule must end up among the parents.
+    async fn parents_after_a_brief_report(prefetched_epoch: u64, failures: usize) {
+        let (other, _) = Schedule::encode(json!({"side": "other"}), 1000, OTHER_LEADER.into());
+        let (own, _) = Schedule::encode(json!({"side": "this"}), 2000, ME.into());
+        let port = serve(other.clone(), failures).await;
+        let writer = StoreWriter::new(Some(own.clone()));
+        let store = writer.store();
+        writer.peers.set(Peers {
+            peers: BTreeMap::from([(
+                PEER.to_string(),
+                Peer {
+                    id: PEER.into(),
+                    addr: Some(format!("127.0.0.1:{port}")),
+                    name: "peer".into(),
+                    hostname: "peer".into(),
+                    schedule: None,
+                    known_since: 0,
+                    last_report_direct: None,
+                    errors: 0,
+                },
+            )]),
+            timestamp: Some(1),
+        });
+        writer.election.set(ElectionState {
+            is_leader: true,
+            is_stable: true,
+            leader: Some(ME.into()),
+            epoch: 5,
+            ..ElectionState::default()
+        });
+        writer.prefetched.set(Prefetched {
+            epoch: prefetched_epoch,
+            schedules: vec![own.clone()],
+        });
+        // What the transport saw: the peer's pong with the other side's schedule, then (before
+        // the fetcher looked) its next pong with this leader's.
+        let sightings = Sightings::default();
+        let clock: Arc<dyn verwalter_controllers::ports::Clock> = Arc::new(SystemClock);
+        sightings.saw(&PEER.into(), &stamp(&other), clock.now_ms());
+        for held in [&other, &own] {
+            writer.reports.update(|all| {
+                all.insert(
+                    PEER.into(),
+                    Report {
+                        schedule: Some(stamp(held)),
+                        errors: 0,
+                        epoch: 5,
+                    },
+                );
+            });
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        // The fetcher waits on these: their writers stay alive.
+        let StoreWriter {
+            schedule,
+            prefetched,
+            replaced,
+            peers: _peers,
+            election: _election,
+            reports: _reports,
+            ..
+        } = writer;
+        let fetcher = Fetcher {
+            store: store.clone(),
+            schedule: Arc::new(schedule),
+            prefetched,
+            replaced,
+            state_dir: StateDir::new(tmp.path()),
+            metrics: Arc::new(Metrics::new()),
+            id: ME.into(),
+            window: Duration::from_secs(2),
+            recent: Duration::from_millis(500),
+            live: Default::default(),
+            clock,
+            client: HttpClient::default(),
+            skipped: Default::default(),
+            sightings,
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(fetcher.run(stop.clone()));
+        let mut prefetched = store.prefetched.clone();
+        let merged = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let now = prefetched.get();
+                let has = now.schedules.iter().any(|s| s.hash == other.hash);
+                if now.epoch == 5 && (has || prefetched_epoch != 5) {
+                    // A new leader's gathering has it at once, for the first run.
+                    return has;
+                }
+                prefetched.changed().await;
+            }
+        })
+        .await;
+        stop.cancel();
+        task.await.unwrap();
+        assert!(
+            merged == Ok(true),
+            "the other side's schedule is not among the parents: {:?}",
+            store.prefetched.peek()
+        );
     }
 }

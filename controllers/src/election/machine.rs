@@ -2,7 +2,7 @@
 //! actions out. States, transitions and the minimum-votes rule follow the reference (§4.1–§4.3);
 //! the randomised timeouts come from a seeded generator so simulations replay exactly.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use rand::rngs::SmallRng;
@@ -46,6 +46,19 @@ impl Timings {
             heartbeat: Duration::from_millis(500),
         }
     }
+}
+
+/// The highest epoch the machine takes from a message or reaches itself. A message of a higher
+/// epoch is ignored: no cluster gets there by elections (2^53 of them; at ten a second that takes
+/// 28 million years), so such an epoch is garbage or an attack; it keeps `epoch + 1` from ever
+/// wrapping to 0, and epochs stay exact for JSON readers (`/v1/election`), which read numbers
+/// as doubles.
+pub const MAX_EPOCH: u64 = (1 << 53) - 1;
+
+/// The epoch after `epoch`, never above [`MAX_EPOCH`] (reached only by a cluster that was sent
+/// `MAX_EPOCH` itself; it then elects within that epoch).
+fn next_epoch(epoch: u64) -> u64 {
+    epoch.saturating_add(1).min(MAX_EPOCH)
 }
 
 /// The machine's state (reference §4.1). `Starting` has epoch 0.
@@ -107,6 +120,13 @@ pub struct Machine {
     rng: SmallRng,
     /// When the node last became leader or follower.
     stable_since: Option<Instant>,
+    /// `--allow-minority-cluster`: a leader keeps leading whoever it still reaches.
+    keep_leading_without_majority: bool,
+    /// While leading: when each peer last sent a message of the leader's epoch (its pongs, the
+    /// votes that elected it), to notice a lost majority.
+    answered: BTreeMap<NodeId, Instant>,
+    /// While leading: since when.
+    leading_since: Option<Instant>,
 }
 
 /// Votes needed to lead when `peers` other nodes count (reference §4.3): everyone for one or
@@ -128,6 +148,9 @@ impl Machine {
             force_leader: false,
             rng: SmallRng::seed_from_u64(seed),
             stable_since: None,
+            keep_leading_without_majority: false,
+            answered: BTreeMap::new(),
+            leading_since: None,
         };
         let deadline = now + machine.timings.start_timeout + machine.message_timeout();
         machine.state = State::Starting { deadline };
@@ -137,6 +160,13 @@ impl Machine {
     /// `--debug-force-leader`: lead on the first timeout without votes.
     pub fn force_leader(mut self, force: bool) -> Machine {
         self.force_leader = force;
+        self
+    }
+
+    /// `--allow-minority-cluster`: a leader does not step down when it stops hearing from a
+    /// majority (each side of a partition is meant to lead itself).
+    pub fn keep_leading_without_majority(mut self, keep: bool) -> Machine {
+        self.keep_leading_without_majority = keep;
         self
     }
 
@@ -212,11 +242,17 @@ impl Machine {
             State::Electing { epoch, .. }
             | State::Voted { epoch, .. }
             | State::Follower { epoch, .. } => {
-                let next = epoch + 1;
+                let next = next_epoch(*epoch);
                 self.start_election(now, next, peers)
             }
             State::Leader { epoch, .. } => {
                 let epoch = *epoch;
+                if self.lost_majority(now, peers) {
+                    // Cut off into a minority: the majority elects its own leader (its
+                    // followers time out after the same leader timeout), so leading on would
+                    // make two leaders. An election is what a leaderless minority node does.
+                    return self.start_election(now, next_epoch(epoch), peers);
+                }
                 self.state = State::Leader {
                     epoch,
                     next_ping: now + self.timings.heartbeat,
@@ -226,7 +262,27 @@ impl Machine {
         }
     }
 
-    /// A message from `from` at `epoch` arrived.
+    /// Whether a leader has not heard from a majority (itself included) within the shortest
+    /// leader timeout: the time its followers give it before they elect another. A new leader
+    /// counts its voters as heard when it won. Off in minority mode and for a forced leader.
+    fn lost_majority(&self, now: Instant, peers: usize) -> bool {
+        if self.keep_leading_without_majority || self.force_leader {
+            return false;
+        }
+        let window = self.timings.message_timeout_min;
+        if self.leading_since.is_none_or(|since| now < since + window) {
+            return false;
+        }
+        let heard = self
+            .answered
+            .values()
+            .filter(|at| **at + window > now)
+            .count();
+        heard + 1 < minimum_votes(peers)
+    }
+
+    /// A message from `from` at `epoch` arrived. Messages of an epoch above [`MAX_EPOCH`] are
+    /// ignored.
     pub fn message(
         &mut self,
         now: Instant,
@@ -239,15 +295,18 @@ impl Machine {
             return Vec::new();
         }
         let own = self.epoch();
-        if epoch < own {
+        if epoch < own || epoch > MAX_EPOCH {
             return Vec::new();
         }
         let newer = epoch > own;
+        if !newer && matches!(self.state, State::Leader { .. }) && message != Message::Ping {
+            self.answered.insert(from.clone(), now);
+        }
         match message {
             Message::Ping => {
                 if !newer && matches!(self.state, State::Leader { .. }) {
                     // Two leaders of one epoch: partitions joined. Elect anew.
-                    return self.start_election(now, own + 1, peers);
+                    return self.start_election(now, next_epoch(own), peers);
                 }
                 self.become_follower(now, from.clone(), epoch);
                 vec![Action::Pong(from.clone())]
@@ -256,7 +315,7 @@ impl Machine {
                 if !newer && matches!(self.state, State::Leader { .. }) {
                     Vec::new()
                 } else {
-                    self.start_election(now, epoch + 1, peers)
+                    self.start_election(now, next_epoch(epoch), peers)
                 }
             }
             Message::Vote(candidate) => {
@@ -277,7 +336,15 @@ impl Machine {
                 }
                 votes.insert(from.clone());
                 if votes.len() >= minimum_votes(peers).max(*needed) {
-                    self.become_leader(now, epoch)
+                    let voters = std::mem::take(votes);
+                    let actions = self.become_leader(now, epoch);
+                    // The voters answered just now: they count as heard.
+                    self.answered = voters
+                        .into_iter()
+                        .filter(|v| *v != self.id)
+                        .map(|v| (v, now))
+                        .collect();
+                    actions
                 } else {
                     Vec::new()
                 }
@@ -315,6 +382,8 @@ impl Machine {
             next_ping: now + self.timings.heartbeat,
         };
         self.stable_since = Some(now);
+        self.answered.clear();
+        self.leading_since = Some(now);
         vec![Action::PingAll]
     }
 

@@ -133,3 +133,171 @@ fn stale_hosts_demote_to_starting() {
     assert!(m.time_passed(t0 + ms(10_600), 0, false).is_empty());
     assert!(matches!(m.state(), State::Starting { .. }));
 }
+
+// Rules added after 0.13 (issue 10): checked epochs and a leader that steps down without a
+// majority.
+
+const C: &str = "e0beef0000000000000000000000000c";
+const D: &str = "e0beef0000000000000000000000000d";
+const E: &str = "e0beef0000000000000000000000000e";
+
+/// A leader of epoch 1 in a five-node cluster, elected by PEER and C at `t0 + 1 s`, with the
+/// daemon's timings (leader timeout 750–1250 ms, heartbeat 250 ms).
+fn leader_of_five(t0: Instant, keep: bool) -> Machine {
+    let mut m =
+        Machine::new(ME.into(), t0, Timings::default(), 1).keep_leading_without_majority(keep);
+    m.time_passed(t0 + ms(10_000), 4, true);
+    for peer in [PEER, C] {
+        m.message(
+            t0 + ms(10_001),
+            &peer.into(),
+            1,
+            Message::Vote(ME.into()),
+            4,
+        );
+    }
+    assert!(matches!(m.state(), State::Leader { epoch: 1, .. }));
+    m
+}
+
+/// Heartbeats from `from` to `to` (ms after t0), with pongs from `answering` after each.
+fn lead(m: &mut Machine, t0: Instant, from: u64, to: u64, answering: &[&str]) {
+    let mut at = from;
+    while at <= to {
+        let now = t0 + ms(at);
+        if now >= m.deadline() {
+            m.time_passed(now, 4, true);
+        }
+        if matches!(m.state(), State::Leader { .. }) {
+            for peer in answering {
+                m.message(now, &(*peer).into(), 1, Message::Pong, 4);
+            }
+        }
+        at += 50;
+    }
+}
+
+#[test]
+fn a_leader_that_hears_a_majority_keeps_leading() {
+    let t0 = Instant::now();
+    let mut m = leader_of_five(t0, false);
+    // Two of four answer: with the leader, three of five.
+    lead(&mut m, t0, 10_001, 20_000, &[PEER, D]);
+    assert!(
+        matches!(m.state(), State::Leader { epoch: 1, .. }),
+        "{:?}",
+        m.state()
+    );
+}
+
+#[test]
+fn a_leader_cut_off_into_a_minority_steps_down_within_a_leader_timeout() {
+    let t0 = Instant::now();
+    let mut m = leader_of_five(t0, false);
+    lead(&mut m, t0, 10_001, 12_000, &[PEER, C]);
+    // Split at 12 s: only PEER still answers (two of five).
+    lead(&mut m, t0, 12_001, 12_700, &[PEER]);
+    assert!(
+        matches!(m.state(), State::Leader { .. }),
+        "not before the leader timeout"
+    );
+    let mut stepped_down = None;
+    for at in (12_701..=13_100).step_by(10) {
+        let now = t0 + ms(at);
+        if now >= m.deadline() {
+            let actions = m.time_passed(now, 4, true);
+            if !matches!(m.state(), State::Leader { .. }) {
+                assert_eq!(actions, vec![Action::Vote]);
+                stepped_down = Some(at);
+                break;
+            }
+        }
+        m.message(now, &PEER.into(), 1, Message::Pong, 4);
+    }
+    let at = stepped_down.expect("still leading a second after losing the majority");
+    // Within the leader timeout (750 ms) and a heartbeat of the last pong from C (at ~12 s).
+    assert!(at <= 12_000 + 750 + 250, "stepped down at {at} ms");
+    // It is an ordinary leaderless node now: no leader, an election at the next epoch.
+    assert!(
+        matches!(m.state(), State::Electing { epoch: 2, .. }),
+        "{:?}",
+        m.state()
+    );
+    assert_eq!(m.stable_since(), None);
+}
+
+#[test]
+fn a_new_leader_gets_a_leader_timeout_before_its_first_pongs_count() {
+    let t0 = Instant::now();
+    let mut m = leader_of_five(t0, false);
+    // Nobody answers: it leads for a leader timeout counting its voters as heard, then steps down.
+    lead(&mut m, t0, 10_001, 10_700, &[]);
+    assert!(matches!(m.state(), State::Leader { .. }));
+    lead(&mut m, t0, 10_701, 11_100, &[]);
+    assert!(
+        !matches!(m.state(), State::Leader { .. }),
+        "{:?}",
+        m.state()
+    );
+}
+
+#[test]
+fn in_minority_mode_and_when_forced_a_leader_keeps_leading_alone() {
+    let t0 = Instant::now();
+    let mut m = leader_of_five(t0, true);
+    lead(&mut m, t0, 10_001, 20_000, &[]);
+    assert!(matches!(m.state(), State::Leader { epoch: 1, .. }));
+
+    let mut forced = Machine::new(ME.into(), t0, Timings::default(), 1).force_leader(true);
+    forced.time_passed(t0 + ms(10_000), 4, true);
+    assert!(matches!(forced.state(), State::Leader { epoch: 1, .. }));
+    lead(&mut forced, t0, 10_001, 20_000, &[]);
+    assert!(matches!(forced.state(), State::Leader { epoch: 1, .. }));
+}
+
+#[test]
+fn pongs_of_another_epoch_do_not_count_for_the_majority() {
+    let t0 = Instant::now();
+    let mut m = leader_of_five(t0, false);
+    let mut at = 10_001;
+    while matches!(m.state(), State::Leader { .. }) && at < 12_000 {
+        let now = t0 + ms(at);
+        if now >= m.deadline() {
+            m.time_passed(now, 4, true);
+        }
+        // Older epoch: ignored (a newer one would start an election anyway).
+        for peer in [PEER, C, D, E] {
+            m.message(now, &peer.into(), 0, Message::Pong, 4);
+        }
+        at += 50;
+    }
+    assert!(!matches!(m.state(), State::Leader { .. }));
+}
+
+#[test]
+fn an_epoch_beyond_the_limit_is_ignored_and_epochs_never_wrap() {
+    let t0 = Instant::now();
+    for message in [Message::Ping, Message::Pong, Message::Vote(PEER.into())] {
+        let mut m = leader_of_five(t0, false);
+        let before = m.state().clone();
+        for epoch in [u64::MAX, MAX_EPOCH + 1] {
+            let actions = m.message(t0 + ms(10_002), &D.into(), epoch, message.clone(), 4);
+            assert!(actions.is_empty(), "{message:?} at {epoch}: {actions:?}");
+            assert_eq!(*m.state(), before, "{message:?} at {epoch}");
+        }
+    }
+    // The highest accepted epoch is followed; the next election stays at it instead of wrapping.
+    let mut m = leader_of_five(t0, false);
+    assert_eq!(
+        m.message(t0 + ms(10_002), &D.into(), MAX_EPOCH, Message::Ping, 4),
+        vec![Action::Pong(D.into())]
+    );
+    assert_eq!(m.epoch(), MAX_EPOCH);
+    let deadline = m.deadline();
+    assert_eq!(m.time_passed(deadline, 4, true), vec![Action::Vote]);
+    assert_eq!(m.epoch(), MAX_EPOCH);
+    // A pong of the limit to a non-leader starts an election at the limit, not at 0.
+    let mut m = leader_of_five(t0, false);
+    m.message(t0 + ms(10_002), &D.into(), MAX_EPOCH, Message::Pong, 4);
+    assert_eq!(m.epoch(), MAX_EPOCH);
+}

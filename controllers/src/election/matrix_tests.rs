@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::machine::{Action, Machine, Message, State, Timings, minimum_votes};
+use super::machine::{Action, MAX_EPOCH, Machine, Message, State, Timings, minimum_votes};
 use crate::state::NodeId;
 
 /// Other nodes in the cluster the rows run in: five nodes, so a candidate needs three votes
@@ -864,4 +864,70 @@ fn stale_peer_info_does_not_stop_messages() {
         vec![Action::Pong(id(B))]
     );
     assert!(matches!(m.state(), State::Follower { epoch: 1, .. }));
+}
+
+/// A message of an epoch above [`MAX_EPOCH`] (garbage or an attack: `epoch + 1` would wrap) is
+/// ignored in every state, whatever it says.
+#[test]
+fn an_epoch_beyond_the_limit_changes_nothing_in_any_state() {
+    for start in STARTS {
+        for epoch in [MAX_EPOCH + 1, u64::MAX] {
+            for message in [
+                Message::Ping,
+                Message::Pong,
+                Message::Vote(id(C)),
+                Message::Vote(id(Me)),
+            ] {
+                let (mut m, now) = build(start);
+                let before = m.state().clone();
+                let actions = m.message(now + ms(10), &id(C), epoch, message.clone(), PEERS);
+                assert!(
+                    actions.is_empty(),
+                    "{start:?} + {message:?} at {epoch}: {actions:?}"
+                );
+                assert_eq!(*m.state(), before, "{start:?} + {message:?} at {epoch}");
+            }
+        }
+    }
+}
+
+/// The leader row of the timeout column, continued: a leader whose pongs stop (it was cut off
+/// into a minority) leads on through the shortest leader timeout, then steps down at its next
+/// heartbeat into an election of the next epoch; pongs of its epoch from a majority keep it.
+#[test]
+fn a_leader_steps_down_at_the_first_heartbeat_past_a_leader_timeout_without_a_majority() {
+    let t = Timings::default();
+    for answering in [&[][..], &[B][..], &[B, C][..]] {
+        let (mut m, elected) = build(Start::Leader);
+        let mut stepped = None;
+        while stepped.is_none() {
+            let now = m.deadline();
+            if now > elected + t.message_timeout_min * 4 {
+                break;
+            }
+            let actions = m.time_passed(now, PEERS, true);
+            match m.state() {
+                State::Leader { epoch: E, .. } => {
+                    assert_eq!(actions, vec![Action::PingAll]);
+                    for node in answering {
+                        m.message(now + ms(1), &id(*node), E, Message::Pong, PEERS);
+                    }
+                }
+                State::Electing { epoch, .. } if *epoch == E + 1 => {
+                    assert_eq!(actions, vec![Action::Vote]);
+                    stepped = Some(now - elected);
+                }
+                other => panic!("{answering:?}: {other:?}"),
+            }
+        }
+        if answering.len() + 1 >= minimum_votes(PEERS) {
+            assert_eq!(stepped, None, "{answering:?}: stepped down with a majority");
+        } else {
+            let after = stepped.unwrap_or_else(|| panic!("{answering:?}: kept leading"));
+            assert!(
+                after >= t.message_timeout_min && after < t.message_timeout_min + t.heartbeat,
+                "{answering:?}: stepped down {after:?} after its election"
+            );
+        }
+    }
 }

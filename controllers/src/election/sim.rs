@@ -104,6 +104,8 @@ struct Sim {
     episodes: Vec<Episode>,
     /// Every time a node became leader: (when, node, epoch).
     elected: Vec<(Instant, usize, u64)>,
+    /// Every time a live leader stopped leading: (when, node, epoch it led).
+    deposed: Vec<(Instant, usize, u64)>,
     /// Print every state change (`ELECTION_SIM_TRACE=1`, best with one seed).
     trace: bool,
 }
@@ -118,7 +120,8 @@ impl Sim {
         let nodes = ids
             .iter()
             .map(|id| Node {
-                machine: Machine::new(id.clone(), now, timings.clone(), rng.random()),
+                machine: Machine::new(id.clone(), now, timings.clone(), rng.random())
+                    .keep_leading_without_majority(matches!(peer_count, PeerCount::Reachable(_))),
                 timer: None,
                 alive: true,
                 side: 0,
@@ -152,6 +155,7 @@ impl Sim {
             converged_since: None,
             episodes: Vec::new(),
             elected: Vec::new(),
+            deposed: Vec::new(),
             trace: std::env::var_os("ELECTION_SIM_TRACE").is_some(),
         };
         for i in 0..n {
@@ -374,6 +378,7 @@ impl Sim {
         }
         if old.role == Role::Leader {
             self.leaders -= 1;
+            self.deposed.push((self.now, node, old.epoch));
         }
         if new.role == Role::Leader {
             self.leaders += 1;
@@ -960,6 +965,105 @@ mod tests {
             seeds(5200, 20, &[]),
             bound,
             |seed| leader_crash(200, seed),
+        );
+    }
+
+    /// Without minority mode, the leader cut off into a minority (with some of its followers)
+    /// steps down within the shortest leader timeout and a heartbeat: from then until the heal
+    /// only the majority's leader leads. Returns how long after the split it stepped down.
+    fn leader_in_a_minority(n: usize, seed: u64) -> Vec<Duration> {
+        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
+        let t = sim.timings.clone();
+        let start = sim.now;
+        converge(
+            &mut sim,
+            start,
+            convergence_bound(&t),
+            &format!("seed {seed}, starting"),
+        );
+        let later = ms(sim.rng.random_range(0..=5_000));
+        sim.run_for(later);
+        let Some((leader, epoch)) = sim.converged() else {
+            panic!("seed {seed}: no longer converged: {}", sim.describe());
+        };
+        let size = sim.rng.random_range(1..=(n - 1) / 2);
+        let mut others: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
+        others.shuffle(&mut sim.rng);
+        let mut minority = vec![leader];
+        minority.extend_from_slice(&others[..size - 1]);
+        sim.split(&minority);
+        let split = sim.now;
+        let lasts = ms(sim.rng.random_range(5_000..=20_000));
+        sim.run_for(lasts);
+        let what = format!("seed {seed}, {n} nodes, leader {leader} cut off with {minority:?}");
+        let Some(&(down, ..)) = sim
+            .deposed
+            .iter()
+            .find(|(at, node, e)| *at >= split && *node == leader && *e == epoch)
+        else {
+            panic!(
+                "{what}: the old leader never stepped down: {}",
+                sim.describe()
+            );
+        };
+        let took = down - split;
+        let bound = t.message_timeout_min + t.heartbeat + DELAY_MAX;
+        assert!(
+            took <= bound,
+            "{what}: stepped down {took:?} after the split"
+        );
+        // After that the minority elects nobody, and the majority has one leader.
+        for &(at, node, e) in &sim.elected {
+            assert!(
+                !(at >= split && minority.contains(&node)),
+                "{what}: node {node} of the minority led epoch {e} {:?} after the split",
+                at - split
+            );
+        }
+        assert_eq!(sim.leaders, 1, "{what}: {}", sim.describe());
+        let two = sim
+            .episodes
+            .iter()
+            .filter(|e| e.end.is_none_or(|end| end > split));
+        for episode in two {
+            let end = episode.end.unwrap_or(sim.now);
+            assert!(
+                end <= split + bound,
+                "{what}: two leaders until {:?}",
+                end - split
+            );
+        }
+        sim.heal();
+        let healed = sim.now;
+        converge(
+            &mut sim,
+            healed,
+            convergence_bound(&t),
+            &format!("{what}, healed"),
+        );
+        assert_one_leader_per_epoch(&sim, sim.origin);
+        vec![took]
+    }
+
+    #[test]
+    fn a_leader_cut_off_into_a_minority_of_5_steps_down() {
+        let t = Timings::default();
+        run(
+            "5 nodes, leader in the minority, time until it steps down",
+            seeds(7005, 300, &[]),
+            t.message_timeout_min + t.heartbeat + DELAY_MAX,
+            |seed| leader_in_a_minority(5, seed),
+        );
+    }
+
+    #[test]
+    fn a_leader_cut_off_into_a_minority_of_50_steps_down() {
+        let t = Timings::default();
+        run(
+            "50 nodes, leader in the minority, time until it steps down",
+            seeds(7050, 30, &[]),
+            t.message_timeout_min + t.heartbeat + DELAY_MAX,
+            |seed| leader_in_a_minority(50, seed),
         );
     }
 

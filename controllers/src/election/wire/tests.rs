@@ -622,3 +622,67 @@ fn generated_packets_round_trip() {
         assert_eq!(decoded.encode().unwrap(), bytes);
     }
 }
+
+// Shared-key authentication (issue 10, optional for sites that want more than the peer list).
+
+fn key(byte: u8) -> AuthKey {
+    AuthKey::new(vec![byte; 32]).unwrap()
+}
+
+#[test]
+fn without_a_key_packets_are_exactly_0_13s() {
+    let p = packet(7, Some(stamp()), Kind::Pong { errors: 2 });
+    assert_eq!(p.encode_with(None).unwrap(), p.encode().unwrap());
+    assert_eq!(Packet::decode_with(&p.encode().unwrap(), None).unwrap(), p);
+}
+
+#[test]
+fn with_a_key_packets_carry_a_tag_that_is_checked() {
+    let k = key(1);
+    for p in [
+        packet(7, Some(stamp()), Kind::Ping),
+        packet(7, None, Kind::Pong { errors: 2 }),
+        packet(
+            8,
+            Some(stamp()),
+            Kind::Vote {
+                target: TARGET.into(),
+            },
+        ),
+    ] {
+        let plain = p.encode().unwrap();
+        let sealed = p.encode_with(Some(&k)).unwrap();
+        assert_eq!(sealed.len(), plain.len() + TAG_LEN);
+        assert_eq!(&sealed[..plain.len()], &plain[..], "the CBOR is unchanged");
+        assert_eq!(Packet::decode_with(&sealed, Some(&k)).unwrap(), p);
+        // Another key, a plain (0.13) packet, a flipped bit anywhere, a cut tag: refused.
+        let refused = |bytes: &[u8], key: &AuthKey| {
+            matches!(
+                Packet::decode_with(bytes, Some(key)),
+                Err(WireError::BadTag)
+            )
+        };
+        assert!(refused(&sealed, &key(2)));
+        assert!(refused(&plain, &k));
+        for i in [0, plain.len() / 2, plain.len(), sealed.len() - 1] {
+            let mut bad = sealed.clone();
+            bad[i] ^= 1;
+            assert!(refused(&bad, &k), "bit flipped at {i}");
+        }
+        assert!(refused(&sealed[..sealed.len() - 1], &k));
+        assert!(refused(&sealed[..TAG_LEN - 1], &k));
+        // A node without the key cannot read a tagged packet: it is not 0.13's any more.
+        assert!(matches!(
+            Packet::decode_with(&sealed, None),
+            Err(WireError::TrailingBytes(TAG_LEN))
+        ));
+    }
+    assert_eq!(WireError::BadTag.label(), "bad_auth");
+}
+
+#[test]
+fn keys_are_at_least_16_bytes_and_never_printed() {
+    assert!(AuthKey::new(vec![0u8; MIN_KEY_LEN - 1]).is_none());
+    let k = AuthKey::new(b"0123456789abcdef-secret".to_vec()).unwrap();
+    assert!(!format!("{k:?}").contains("secret"));
+}
