@@ -49,6 +49,9 @@ pub struct Metrics {
     pub roles_failing: IntGauge,
     pub role_failed_attempts: IntGaugeVec,
     pub last_deployment: IntGauge,
+    pub http_connections: IntGauge,
+    pub http_closed: IntCounterVec,
+    pub event_streams: IntGauge,
     /// Roles with a `role_failed_attempts` series now (to drop series of recovered roles).
     failing_series: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -217,6 +220,13 @@ impl Metrics {
                 "verwalter_last_deployment_timestamp_seconds",
                 "Unix time the latest render pass started (0: none since start).",
             ),
+            http_connections: gauge("verwalter_http_connections", "HTTP connections open now."),
+            http_closed: counter_vec(
+                "verwalter_http_connections_closed_total",
+                "HTTP connections the server closed to stay within its limits, by reason (evicted: idle, to make room; refused: over the cap with none idle; stalled_stream: an events client that stopped reading).",
+                &["reason"],
+            ),
+            event_streams: gauge("verwalter_event_streams", "/v1/events streams open now."),
             failing_series: Default::default(),
             registry,
         };

@@ -44,6 +44,7 @@ fn app_serving(
             default_frontend: default_frontend.into(),
         }),
         frontend_dir,
+        http: Default::default(),
     })
 }
 
