@@ -144,8 +144,12 @@ function connect() {
     onStatus(JSON.parse(e.data));
   });
   events.addEventListener("open", () => setLive(true));
-  // EventSource reconnects by itself; say so meanwhile.
-  events.addEventListener("error", () => setLive(false));
+  // EventSource reconnects by itself; say so meanwhile. It gives up on an answer other than
+  // 200 (503 when the node serves its most streams): then try again later.
+  events.addEventListener("error", () => {
+    setLive(false);
+    if (events.readyState === EventSource.CLOSED) setTimeout(connect, 3000);
+  });
 }
 
 function setLive(on) {
