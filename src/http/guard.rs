@@ -24,25 +24,28 @@ use axum::response::{IntoResponse, Response};
 use super::{ApiError, AppState};
 
 pub async fn same_site(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match check(&state, request.method(), request.headers()) {
-        Ok(()) => next.run(request).await,
-        Err(response) => response,
+    match refusal(&state, request.method(), request.headers()) {
+        None => next.run(request).await,
+        Some(response) => response,
     }
 }
 
-fn check(state: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), Response> {
+/// The answer to a request refused here; `None` lets it through.
+fn refusal(state: &AppState, method: &Method, headers: &HeaderMap) -> Option<Response> {
     let host = headers
         .get(header::HOST)
         .map(|v| v.to_str().unwrap_or("").to_ascii_lowercase());
     if let Some(host) = host.as_deref().filter(|h| !host_allowed(state, h)) {
-        return Err(ApiError::Forbidden(format!(
-            "Host {host:?} is not a name of this node; add it to http.allowed-hosts in the \
+        return Some(
+            ApiError::Forbidden(format!(
+                "Host {host:?} is not a name of this node; add it to http.allowed-hosts in the \
              settings file to use it"
-        ))
-        .into_response());
+            ))
+            .into_response(),
+        );
     }
     if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return Ok(());
+        return None;
     }
     let source = headers
         .get(header::ORIGIN)
@@ -53,11 +56,13 @@ fn check(state: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), R
             .as_deref()
             .is_some_and(|host| origin_authority(source).is_some_and(|a| a == with_port(host)));
         if !same {
-            return Err(ApiError::Forbidden(format!(
-                "cross-site request from {source:?} refused: {method} must come from a page of \
+            return Some(
+                ApiError::Forbidden(format!(
+                    "cross-site request from {source:?} refused: {method} must come from a page of \
                  this node"
-            ))
-            .into_response());
+                ))
+                .into_response(),
+            );
         }
     }
     let form_type = headers
@@ -77,7 +82,7 @@ fn check(state: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), R
             )
         });
     if form_type {
-        return Err((
+        return Some((
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             axum::Json(serde_json::json!({
                 "error": "send application/json (or no body): a form's body type is refused on requests that change state"
@@ -85,7 +90,7 @@ fn check(state: &AppState, method: &Method, headers: &HeaderMap) -> Result<(), R
         )
             .into_response());
     }
-    Ok(())
+    None
 }
 
 /// `host[:port]` without the port.
