@@ -405,6 +405,29 @@ mod tests {
     }
 
     #[test]
+    fn settings_take_the_file_over_defaults_and_name_each_bad_value() {
+        let file: HttpFileSettings = serde_norway::from_str(
+            "max-connections: 10\nidle-timeout-ms: 1500\nallowed-hosts: [Ops.Example.com.]\n",
+        )
+        .unwrap();
+        let settings = HttpSettings::from_file(&file).unwrap();
+        assert_eq!(settings.max_connections, 10);
+        assert_eq!(settings.idle_timeout, Duration::from_millis(1500));
+        assert_eq!(settings.max_event_streams, DEFAULT_MAX_EVENT_STREAMS);
+        assert_eq!(settings.allowed_hosts, ["ops.example.com"]);
+
+        let file: HttpFileSettings = serde_norway::from_str(
+            "max-connections: 0\nstream-stall-timeout-ms: 0\nallowed-hosts: [\"ops:8379\"]\n",
+        )
+        .unwrap();
+        let problems = HttpSettings::from_file(&file).unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].starts_with("http.max-connections"));
+        assert!(problems[1].starts_with("http.stream-stall-timeout-ms"));
+        assert!(problems[2].contains("allowed-hosts[0]"));
+    }
+
+    #[test]
     fn the_busy_response_is_well_framed() {
         let text = busy_response();
         let (head, body) = text.split_once("\r\n\r\n").unwrap();
