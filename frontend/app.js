@@ -144,8 +144,12 @@ function connect() {
     onStatus(JSON.parse(e.data));
   });
   events.addEventListener("open", () => setLive(true));
-  // EventSource reconnects by itself; say so meanwhile.
-  events.addEventListener("error", () => setLive(false));
+  // EventSource reconnects by itself; say so meanwhile. It gives up on an answer other than
+  // 200 (503 when the node serves its most streams): then try again later.
+  events.addEventListener("error", () => {
+    setLive(false);
+    if (events.readyState === EventSource.CLOSED) setTimeout(connect, 3000);
+  });
 }
 
 function setLive(on) {
@@ -421,7 +425,8 @@ function rolesPage(role) {
     drawList();
     if (!role) {
       fill(content, card(null, h("p", {class: "muted"},
-        allRoles(data.schedule).length ? "Pick a role." : "The schedule has no roles yet.")));
+        allRoles(data.schedule).length ? "Pick a role."
+          : data.status ? "The schedule has no roles yet." : "Loading the schedule…")));
       return;
     }
     fill(content, ...rolePage(role, deployments, actionResults));
@@ -453,7 +458,11 @@ function rolePage(role, deployments, results) {
   const out = [h("h1", {}, info && info.title ? info.title + " (" + role + ")" : role,
     " ", info && info.badge ? pill(String(info.badge)) : null)];
   if (info === undefined && !nodesOf(sched, role).length) {
-    out.push(card(null, h("p", {}, "No role ", h("code", {}, role), " in the schedule in force.")));
+    // Until the first status and its schedule arrive there is nothing to say "no" from.
+    const loading = !s || (s.schedule_id && (!sched || sched.hash !== s.schedule_id));
+    out.push(card(null, loading
+      ? h("p", {class: "muted", id: "role-loading"}, "Loading the schedule…")
+      : h("p", {}, "No role ", h("code", {}, role), " in the schedule in force.")));
     return out;
   }
   const frontend = (info && info.frontend) || {};

@@ -88,6 +88,26 @@ pub struct SettingsFile {
     pub election: ElectionSettings,
     /// Frontend served at `/` [default: common, the built-in one].
     pub default_frontend: Option<String>,
+    #[serde(default)]
+    pub http: HttpFileSettings,
+}
+
+/// Limits of the HTTP server (see docs/running.md, "HTTP limits").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct HttpFileSettings {
+    /// Open connections at most [default: 512, and at most half the descriptor limit].
+    pub max_connections: Option<usize>,
+    /// A connection that sends no complete request head for this long is closed [default: 30000].
+    pub idle_timeout_ms: Option<u64>,
+    /// `/v1/events` streams at most [default: 64].
+    pub max_event_streams: Option<usize>,
+    /// A stream client that takes no event for this long is dropped [default: 30000].
+    pub stream_stall_timeout_ms: Option<u64>,
+    /// Host names (besides IP addresses, single-label names, `*.localhost` and this node's name
+    /// and host name) the API answers to; `*` for any.
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
 }
 
 /// A peer of the static list.
@@ -198,6 +218,7 @@ pub struct Config {
     pub minority_window: Duration,
     /// `election.key-file`'s key.
     pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
+    pub http: crate::http::HttpSettings,
 }
 
 /// Where a node learns its peers.
@@ -384,10 +405,15 @@ impl Config {
         if let Err(problem) = check_frontend(&config_dir, &default_frontend) {
             problems.push(format!("default-frontend: {problem}"));
         }
+        let http = crate::http::HttpSettings::from_file(&file.http).unwrap_or_else(|mut found| {
+            problems.append(&mut found);
+            crate::http::HttpSettings::default()
+        });
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
         Ok(Config {
+            http,
             config_dir,
             storage_dir: absolute(
                 args.storage_dir

@@ -52,6 +52,7 @@ pub enum StartError {
 
 /// Runs the daemon until `shutdown` is cancelled.
 pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+    let nofile = http::raise_nofile_limit();
     let addr = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&addr)
         .await
@@ -59,7 +60,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             addr: addr.clone(),
             source,
         })?;
-    let addr = listener.local_addr().map(|a| a.to_string()).unwrap_or(addr);
+    // With port 0 the system picks one; peers and the log need the real one.
+    let (addr, port) = match listener.local_addr() {
+        Ok(bound) => (bound.to_string(), bound.port()),
+        Err(_) => (addr, config.port),
+    };
 
     let state_dir = StateDir::new(&config.storage_dir);
     let removed = state_dir.clean_temp_files();
@@ -132,7 +137,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
                 tasks.spawn(peers::run_cantal(
                     peers::Cantal {
                         url: url.clone(),
-                        port: config.port,
+                        port,
                         own_id: config.machine_id.clone(),
                     },
                     peers_out,
@@ -313,6 +318,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     )
     .map_err(StartError::Actions)?;
     tasks.spawn(action_queue.clone().run(shutdown.clone()));
+    let server_metrics = metrics.clone();
     let app = http::router(AppState {
         store,
         actions: action_queue,
@@ -320,7 +326,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         log_dirs: Arc::new(log_dirs_for_http),
         backups_dir: state_dir.backups_dir(),
         force_render: Arc::new(force_render),
-        metrics,
+        metrics: metrics.clone(),
         node: Arc::new(NodeInfo {
             id: config.machine_id.clone(),
             name: config.name.clone(),
@@ -330,17 +336,22 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             default_frontend: config.default_frontend.clone(),
         }),
         frontend_dir: config.config_dir.join("frontend"),
+        http: Arc::new(http::HttpState::new(config.http.clone())),
     });
-    tracing::info!(%addr, config_dir = %config.config_dir.display(), id = %config.machine_id, "Listening.");
+    let mut limits = config.http.clone();
+    limits.max_connections = http::connection_cap(limits.max_connections, nofile);
+    // Tests and scripts started with `--port 0` read the port from this line.
+    tracing::info!(
+        %addr,
+        config_dir = %config.config_dir.display(),
+        id = %config.machine_id,
+        max_connections = limits.max_connections,
+        idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+        "Listening."
+    );
     let server_shutdown = shutdown.clone();
     tasks.spawn(async move {
-        let app = app.into_make_service_with_connect_info::<std::net::SocketAddr>();
-        if let Err(error) = axum::serve(listener, app)
-            .with_graceful_shutdown(server_shutdown.cancelled_owned())
-            .await
-        {
-            tracing::error!(%error, "HTTP server failed.");
-        }
+        http::serve(listener, app, &limits, server_metrics, server_shutdown).await;
     });
 
     // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.

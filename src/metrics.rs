@@ -52,6 +52,9 @@ pub struct Metrics {
     pub role_failed_attempts: IntGaugeVec,
     pub last_deployment: IntGauge,
     pub deployment_log_write_errors: IntCounter,
+    pub http_connections: IntGauge,
+    pub http_closed: IntCounterVec,
+    pub event_streams: IntGauge,
     /// Roles with a `role_failed_attempts` series now (to drop series of recovered roles).
     failing_series: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -232,6 +235,13 @@ impl Metrics {
                 "verwalter_deployment_log_write_errors_total",
                 "Writes to the deployment log that failed (deployments go on without them).",
             ),
+            http_connections: gauge("verwalter_http_connections", "HTTP connections open now."),
+            http_closed: counter_vec(
+                "verwalter_http_connections_closed_total",
+                "HTTP connections the server closed to stay within its limits, by reason (evicted: idle, to make room; refused: over the cap with none idle; stalled_stream: an events client that stopped reading).",
+                &["reason"],
+            ),
+            event_streams: gauge("verwalter_event_streams", "/v1/events streams open now."),
             failing_series: Default::default(),
             registry,
         };

@@ -265,3 +265,88 @@ fn a_node_out_of_descriptors_keeps_its_inputs_and_shows_the_failure() {
     assert_eq!(status["metrics"]["input_errors"], 0, "{status}");
     assert!(daemon.logs().contains("The config dir is readable again."));
 }
+
+#[test]
+fn idle_connections_cannot_starve_the_api_under_a_low_descriptor_limit() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Instant;
+
+    const IDLE_TIMEOUT: Duration = Duration::from_millis(1500);
+    let (tmp, config, storage) = example_site("minimal");
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!(
+            "http:\n  max-connections: 1000\n  idle-timeout-ms: {}\n",
+            IDLE_TIMEOUT.as_millis()
+        ),
+    )
+    .unwrap();
+    // A soft limit under the hard one, as systemd sets them: the daemon raises it to 128 and
+    // keeps half of that for connections.
+    let daemon = Daemon::launch_any_port_under(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+        Some((64, 128)),
+    );
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("Raised the open file limit. nofile=128 was=64"),
+        "{logs}"
+    );
+    assert!(logs.contains("max_connections=64"), "{logs}");
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+
+    // More connections that send nothing than the cap, and than the daemon has descriptors;
+    // the last one sends half a request head and stops.
+    let mut idle: Vec<TcpStream> = (0..200)
+        .map(|_| TcpStream::connect(("127.0.0.1", daemon.port)).unwrap())
+        .collect();
+    write!(
+        idle.last_mut().unwrap(),
+        "GET /v1/status HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    )
+    .unwrap();
+    let opened = Instant::now();
+
+    // The API still answers, by closing the oldest idle connections to make room.
+    let status = wait_for(SOON, || daemon.json("/v1/status"))
+        .unwrap_or_else(|| panic!("/v1/status does not answer:\n{}", daemon.logs()));
+    assert_eq!(status["election_state"]["is_leader"], true);
+    let evicted = metric(
+        daemon.port,
+        "verwalter_http_connections_closed_total{reason=\"evicted\"}",
+    )
+    .unwrap();
+    assert!(evicted >= 136.0, "{evicted} evicted");
+
+    // Every idle connection is closed by the daemon: the rest after the idle timeout.
+    let deadline = opened + Duration::from_secs(30);
+    let mut last_closed = opened;
+    for (i, stream) in idle.iter_mut().enumerate() {
+        let left = deadline.saturating_duration_since(Instant::now());
+        stream
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .unwrap();
+        let mut byte = [0u8; 1];
+        match stream.read(&mut byte) {
+            Ok(0) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
+            other => panic!("connection {i} is still open: {other:?}\n{}", daemon.logs()),
+        }
+        last_closed = Instant::now();
+    }
+    assert!(
+        last_closed - opened >= IDLE_TIMEOUT - Duration::from_millis(200),
+        "the last connections went after {:?}, before the idle timeout",
+        last_closed - opened
+    );
+    let open = wait_for(SOON, || {
+        metric(daemon.port, "verwalter_http_connections").filter(|n| *n <= 1.0)
+    });
+    assert!(open.is_some(), "connections still counted open");
+}

@@ -316,3 +316,46 @@ fn buttons_send_what_the_schedule_declares() {
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
+
+#[test]
+fn a_role_page_says_it_is_loading_until_the_status_comes_and_retries_a_full_stream_cap() {
+    use std::io::{Read, Write};
+    let (tmp, config, storage) = example_site("minimal");
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(&settings, "http:\n  max-event-streams: 1\n").unwrap();
+    let daemon = Daemon::launch_any_port(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+
+    // This test holds the only stream, so the page gets 503 and no status.
+    let mut held = std::net::TcpStream::connect(("127.0.0.1", daemon.port)).unwrap();
+    held.set_read_timeout(Some(SOON)).unwrap();
+    write!(held, "GET /v1/events HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
+    let mut seen = Vec::new();
+    while !String::from_utf8_lossy(&seen).contains("event: status") {
+        let mut chunk = [0u8; 4096];
+        let n = held.read(&mut chunk).expect("the first event");
+        assert!(n > 0, "the stream ended");
+        seen.extend_from_slice(&chunk[..n]);
+    }
+    let (code, _) = daemon.get("/v1/events").unwrap();
+    assert_eq!(code, 503, "the one stream is taken");
+
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/roles/web", daemon.port));
+    let content = browser.wait_for_text("#role-loading", "Loading the schedule", SOON);
+    assert!(!browser.text(&content).contains("No role"));
+    let page = browser.execute("return document.body.innerText", vec![]);
+    assert!(!page.as_str().unwrap().contains("No role"), "{page}");
+    shot(&browser, "role-loading");
+
+    // Once the stream is free the page connects again by itself and shows the role.
+    drop(held);
+    browser.wait_for("#versions button", Duration::from_secs(60));
+    assert!(browser.find("#role-loading").is_none());
+}

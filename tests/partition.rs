@@ -218,6 +218,17 @@ impl Node {
         )
     }
 
+    /// Elections this node started, for any reason.
+    fn elections_started(&self) -> Option<f64> {
+        let (_, body) = http_get_at(&format!("127.0.0.{}", self.n), self.port, "/metrics")?;
+        Some(
+            body.lines()
+                .filter(|l| l.starts_with("verwalter_elections_started_total{"))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+
     fn is_leader(&self) -> bool {
         self.json("/v1/status")
             .is_some_and(|s| s["election_state"]["is_leader"] == true)
@@ -321,18 +332,31 @@ fn a_minority_side_does_not_elect_without_minority_mode() {
         .copied()
         .filter(|n| !minority.contains(n))
         .collect();
+    let started: Vec<f64> = minority
+        .iter()
+        .map(|n| site.nodes[n - 1].elections_started().unwrap())
+        .collect();
     site.net.split(&majority, &minority);
-    // Well past the minority's leader timeouts and several election rounds.
-    for _ in 0..20 {
-        std::thread::sleep(Duration::from_millis(200));
-        for n in &minority {
+    // Until every node of the minority has started three elections of its own (so it has
+    // passed its leader timeout and lost two rounds), none of them leads.
+    let rounds = wait_for(SOON, || {
+        let mut done = true;
+        for (n, before) in minority.iter().zip(&started) {
+            let node = &site.nodes[n - 1];
             assert!(
-                !site.nodes[n - 1].is_leader(),
+                !node.is_leader(),
                 "node{n} of the minority leads:\n{}",
                 site.logs()
             );
+            done &= node.elections_started()? >= before + 3.0;
         }
-    }
+        done.then_some(())
+    });
+    assert!(
+        rounds.is_some(),
+        "the minority stopped holding elections:\n{}",
+        site.logs()
+    );
     assert_eq!(
         site.converged(&majority),
         leader,

@@ -114,6 +114,82 @@ impl Daemon {
         Daemon { child, port, log }
     }
 
+    /// Like [`Daemon::launch`] with `--port 0`: the system picks a free port, read back from
+    /// the daemon's `Listening.` log line (no window in which another process takes it).
+    pub fn launch_any_port(
+        config_dir: &Path,
+        storage_dir: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Daemon {
+        Daemon::launch_any_port_under(config_dir, storage_dir, args, envs, None)
+    }
+
+    /// [`Daemon::launch_any_port`] under a descriptor limit: `(soft, hard)` for RLIMIT_NOFILE,
+    /// set by the shell that execs the daemon.
+    pub fn launch_any_port_under(
+        config_dir: &Path,
+        storage_dir: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        nofile: Option<(u64, u64)>,
+    ) -> Daemon {
+        let log = storage_dir.with_extension("log");
+        let file = std::fs::File::create(&log).unwrap();
+        let mut command = match nofile {
+            Some((soft, hard)) => {
+                let mut sh = Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!(
+                        "ulimit -Sn {soft} && ulimit -Hn {hard} && exec \"$0\" \"$@\""
+                    ))
+                    .arg(BIN);
+                sh
+            }
+            None => Command::new(BIN),
+        };
+        let child = command
+            .args([
+                "run",
+                "--hostname",
+                "alpha",
+                "--name",
+                "alpha.test",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "--override-machine-id",
+                MACHINE_ID,
+            ])
+            .arg("--config-dir")
+            .arg(config_dir)
+            .arg("--storage-dir")
+            .arg(storage_dir)
+            .arg("--log-dir")
+            .arg(storage_dir.join("log"))
+            .args(args)
+            .env("RUST_LOG", "info")
+            .envs(envs.iter().copied())
+            .stdout(Stdio::null())
+            .stderr(file)
+            .spawn()
+            .unwrap();
+        let mut daemon = Daemon {
+            child,
+            port: 0,
+            log,
+        };
+        let port = wait_for(Duration::from_secs(30), || {
+            if let Ok(Some(status)) = daemon.child.try_wait() {
+                panic!("the daemon exited ({status}):\n{}", daemon.logs());
+            }
+            listening_port(&daemon.logs())
+        });
+        daemon.port = port.unwrap_or_else(|| panic!("no Listening line:\n{}", daemon.logs()));
+        daemon
+    }
+
     pub fn get(&self, path: &str) -> Option<(u16, String)> {
         http_get(self.port, path)
     }
@@ -145,6 +221,15 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The port of the daemon's `Listening. addr=<ip>:<port>` log line.
+pub fn listening_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("Listening."))?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))?;
+    addr.rsplit(':').next()?.parse().ok()
 }
 
 /// HTTP/1.0 GET on 127.0.0.1; `None` when nothing answers.

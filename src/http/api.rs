@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -374,10 +374,17 @@ pub async fn leader_redirect(State(state): State<AppState>) -> Response {
     redirect_to_leader(state, String::new()).await
 }
 
-pub async fn leader_redirect_tail(
-    State(state): State<AppState>,
-    axum::extract::Path(tail): axum::extract::Path<String>,
-) -> Response {
+/// The tail is taken from the request's path as sent, still percent-encoded (with the query), so
+/// that an encoded CR or LF stays encoded in `Location` instead of making the header invalid.
+pub async fn leader_redirect_tail(State(state): State<AppState>, uri: Uri) -> Response {
+    let tail = uri
+        .path()
+        .strip_prefix("/v1/leader-redirect-by-node-name/")
+        .unwrap_or("");
+    let tail = match uri.query() {
+        Some(query) => format!("{tail}?{query}"),
+        None => tail.to_string(),
+    };
     redirect_to_leader(state, tail).await
 }
 
@@ -391,11 +398,21 @@ async fn redirect_to_leader(state: AppState, tail: String) -> Response {
         if let Some(leader) = &status.leader {
             let port = state.node.addr.rsplit(':').next().unwrap_or("8379");
             let location = format!("http://{}:{port}/{tail}", leader.name);
+            // A leader name from the peer list is not checked to be a valid header value.
+            let Ok(location) = HeaderValue::try_from(location) else {
+                return (
+                    StatusCode::BAD_GATEWAY,
+                    Json(json!({"error": format!(
+                        "the leader's name {:?} cannot be used in a redirect", leader.name
+                    )})),
+                )
+                    .into_response();
+            };
             return (
                 StatusCode::PERMANENT_REDIRECT,
                 [
                     (header::LOCATION, location),
-                    (header::CACHE_CONTROL, "no-cache".to_string()),
+                    (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
                 ],
             )
                 .into_response();

@@ -5,18 +5,27 @@
 //! at most one per 50 ms so that a burst of changes costs one event. Each event is
 //! `event: status` with the status JSON as data; a comment every 15 s keeps proxies from closing
 //! an idle stream.
+//!
+//! A slow reader costs no queue: an event is made from the status when the client is ready for
+//! it, so it gets the latest state, never a backlog. A reader that stops reading is dropped once
+//! an event has waited `http.stream-stall-timeout-ms` for it, and at most `http.max-event-streams`
+//! streams are open (more get 503).
 
 use std::convert::Infallible;
 use std::time::Duration;
 
+use axum::Json;
 use axum::extract::State;
+use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use futures::Stream;
+use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
+use tokio::sync::{OwnedSemaphorePermit, watch};
 use verwalter_controllers::store::Trigger;
 
 use super::AppState;
 use super::api::build_status;
+use super::serve::ConnectionHandle;
 
 /// Changes closer together than this go out as one event.
 const COALESCE: Duration = Duration::from_millis(50);
@@ -26,6 +35,21 @@ struct Watch {
     triggers: Vec<Box<dyn Trigger>>,
     first: bool,
     last: Option<String>,
+    /// (events asked for, events handed out), for the stall watchdog.
+    progress: watch::Sender<(u64, u64)>,
+    _slot: Slot,
+}
+
+/// A place among the open streams, given back when the stream goes.
+struct Slot {
+    _permit: OwnedSemaphorePermit,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.metrics.event_streams.dec();
+    }
 }
 
 impl Watch {
@@ -39,7 +63,26 @@ impl Watch {
 
 pub async fn events(
     State(state): State<AppState>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    connection: Option<axum::Extension<ConnectionHandle>>,
+) -> Response {
+    let Ok(permit) = state.http.streams.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            Json(serde_json::json!({
+                "error": format!(
+                    "{} event streams are open, the most this node serves (http.max-event-streams)",
+                    state.http.settings.max_event_streams
+                )
+            })),
+        )
+            .into_response();
+    };
+    state.metrics.event_streams.inc();
+    let slot = Slot {
+        _permit: permit,
+        metrics: state.metrics.clone(),
+    };
     let store = &state.store;
     let mut triggers: Vec<Box<dyn Trigger>> = vec![
         store.election.trigger(),
@@ -54,13 +97,26 @@ pub async fn events(
     for t in &mut triggers {
         t.mark_seen();
     }
+    let (progress, watched) = watch::channel((0, 0));
+    if let Some(axum::Extension(connection)) = connection {
+        tokio::spawn(watchdog(
+            watched,
+            state.http.settings.stream_stall_timeout,
+            connection,
+            state.metrics.clone(),
+        ));
+    }
     let watch = Watch {
         state,
         triggers,
         first: true,
         last: None,
+        progress,
+        _slot: slot,
     };
     let stream = futures::stream::unfold(watch, |mut watch| async move {
+        // The client (through hyper's buffer) is ready for another event.
+        watch.progress.send_modify(|(asked, _)| *asked += 1);
         loop {
             if !watch.first {
                 watch.changed().await;
@@ -74,9 +130,51 @@ pub async fn events(
                 continue;
             }
             watch.last = Some(text.clone());
+            watch.progress.send_modify(|(_, sent)| *sent += 1);
             let event = Event::default().event("status").data(text);
-            return Some((Ok(event), watch));
+            return Some((Ok::<_, Infallible>(event), watch));
         }
     });
-    Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+        .into_response()
+}
+
+/// Closes the connection of a stream whose client has not asked for the next event within
+/// `stall` of the last one handed out: hyper asks at once while its buffer has room, so a
+/// reader that stopped reading shows as a stream that is never asked again. Ends with the
+/// stream.
+async fn watchdog(
+    mut progress: watch::Receiver<(u64, u64)>,
+    stall: Duration,
+    connection: ConnectionHandle,
+    metrics: std::sync::Arc<crate::metrics::Metrics>,
+) {
+    loop {
+        // Wait until an event is handed out that has not been followed by a new ask.
+        if progress
+            .wait_for(|(asked, sent)| asked <= sent)
+            .await
+            .is_err()
+        {
+            return;
+        }
+        let next = progress.borrow().1 + 1;
+        match tokio::time::timeout(stall, progress.wait_for(|(asked, _)| *asked >= next)).await {
+            Ok(Ok(_)) => continue,
+            Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::info!(
+                    stall_ms = stall.as_millis() as u64,
+                    "Dropped an events client that stopped reading."
+                );
+                metrics
+                    .http_closed
+                    .with_label_values(&["stalled_stream"])
+                    .inc();
+                connection.close();
+                return;
+            }
+        }
+    }
 }

@@ -53,7 +53,7 @@ pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
 
 async fn serve(path: PathBuf, mut request: Request) -> Response {
     if let Ok(meta) = std::fs::metadata(&path) {
-        clamp_suffix_range(&mut request, meta.len());
+        normalize_range(&mut request, meta.len());
     }
     match ServeFile::new(path).oneshot(request).await {
         Ok(response) => response.into_response(),
@@ -61,28 +61,59 @@ async fn serve(path: PathBuf, mut request: Request) -> Response {
     }
 }
 
-/// `Range: bytes=-N` asks for the last N bytes; when the file is shorter that is the whole file
-/// (RFC 9110, 14.1.2), but tower-http answers 416. 0.13's log page asks for the last MiB of a
-/// usually smaller index, so such a range is rewritten to the whole file here.
-fn clamp_suffix_range(request: &mut Request, len: u64) {
+/// Makes `Range` something tower-http answers as RFC 9110 says (14.2):
+///
+/// - another unit than `bytes`, several ranges, or a ranges-specifier that does not parse: the
+///   header is ignored and the whole file sent (tower-http answered 416);
+/// - `bytes=-N` asks for the last N bytes; when the file is shorter that is the whole file
+///   (14.1.2), but tower-http answers 416. 0.13's log page asks for the last MiB of a usually
+///   smaller index, so such a range becomes the whole file.
+///
+/// A single range that starts past the end is still 416, as it should be.
+pub(super) fn normalize_range(request: &mut Request, len: u64) {
     let Some(value) = request.headers().get(header::RANGE) else {
         return;
     };
-    let suffix = value
-        .to_str()
-        .ok()
-        .and_then(|v| v.trim().strip_prefix("bytes=-"))
-        .and_then(|n| n.trim().parse::<u64>().ok());
-    match suffix {
-        Some(_) if len == 0 => {
+    let spec = value.to_str().ok().and_then(|v| {
+        let (unit, spec) = v.trim().split_once('=')?;
+        unit.trim()
+            .eq_ignore_ascii_case("bytes")
+            .then(|| spec.trim())
+    });
+    let number = |s: &str| {
+        let s = s.trim();
+        (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| s.parse::<u64>().ok())
+            .flatten()
+    };
+    let single = spec.filter(|s| !s.contains(',')).and_then(|s| {
+        let (first, last) = s.split_once('-')?;
+        match (first.trim().is_empty(), last.trim().is_empty()) {
+            (true, false) => Some((None, number(last)?)),
+            (false, true) => Some((Some(number(first)?), u64::MAX)),
+            (false, false) => {
+                let (first, last) = (number(first)?, number(last)?);
+                (first <= last).then_some((Some(first), last))
+            }
+            (true, true) => None,
+        }
+    });
+    let rewritten = match single {
+        None => None,
+        Some((None, suffix)) if suffix >= len || len == 0 => {
+            (len > 0).then(|| "bytes=0-".to_string())
+        }
+        Some((None, suffix)) => Some(format!("bytes=-{suffix}")),
+        Some((Some(first), u64::MAX)) => Some(format!("bytes={first}-")),
+        Some((Some(first), last)) => Some(format!("bytes={first}-{last}")),
+    };
+    match rewritten.and_then(|v| HeaderValue::from_str(&v).ok()) {
+        Some(value) => {
+            request.headers_mut().insert(header::RANGE, value);
+        }
+        None => {
             request.headers_mut().remove(header::RANGE);
         }
-        Some(n) if n >= len => {
-            request
-                .headers_mut()
-                .insert(header::RANGE, HeaderValue::from_static("bytes=0-"));
-        }
-        _ => {}
     }
 }
 

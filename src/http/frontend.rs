@@ -198,7 +198,10 @@ async fn page(state: &AppState, name: &str, request: Request) -> Response {
 /// A file of an alternative frontend (resolved inside `dir`), with `Last-Modified` and `Range`;
 /// a `.gz` beside it is sent instead when the client takes gzip (as 0.13 did), if that too stays
 /// inside `dir` once symlinks are resolved.
-async fn serve_file(dir: &Path, file: PathBuf, request: Request) -> Response {
+async fn serve_file(dir: &Path, file: PathBuf, mut request: Request) -> Response {
+    if let Ok(meta) = std::fs::metadata(&file) {
+        super::files::normalize_range(&mut request, meta.len());
+    }
     let mut gz = file.clone().into_os_string();
     gz.push(".gz");
     let gz_inside = dir.canonicalize().is_ok_and(|root| {

@@ -10,6 +10,8 @@ mod error;
 mod events;
 mod files;
 mod frontend;
+mod guard;
+mod serve;
 
 use std::sync::Arc;
 
@@ -23,6 +25,7 @@ use axum::routing::{MethodRouter, get, post};
 use verwalter_controllers::store::{Field, Store};
 
 pub use error::ApiError;
+pub use serve::{ConnectionHandle, HttpSettings, connection_cap, raise_nofile_limit, serve};
 
 use crate::metrics::Metrics;
 
@@ -57,6 +60,29 @@ pub struct AppState {
     pub node: Arc<NodeInfo>,
     /// `<config-dir>/frontend`: alternative frontends, served under `/~<name>/`.
     pub frontend_dir: std::path::PathBuf,
+    pub http: Arc<HttpState>,
+}
+
+/// The HTTP server's limits, and the `/v1/events` streams open under them.
+#[derive(Debug)]
+pub struct HttpState {
+    pub settings: HttpSettings,
+    streams: Arc<tokio::sync::Semaphore>,
+}
+
+impl HttpState {
+    pub fn new(settings: HttpSettings) -> HttpState {
+        HttpState {
+            streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
+            settings,
+        }
+    }
+}
+
+impl Default for HttpState {
+    fn default() -> Self {
+        HttpState::new(HttpSettings::default())
+    }
 }
 
 /// Largest body the `.pretty` formatter re-reads; far above any schedule we serve.
@@ -131,6 +157,10 @@ pub fn router(state: AppState) -> Router {
     app.route("/v1/{*rest}", axum::routing::any(api::unknown_api))
         .fallback(frontend::fallback)
         .layer(middleware::from_fn(pretty))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            guard::same_site,
+        ))
         .with_state(state)
 }
 

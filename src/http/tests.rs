@@ -23,7 +23,15 @@ fn app_serving(
     frontend_dir: std::path::PathBuf,
     default_frontend: &str,
 ) -> Router {
-    router(AppState {
+    router(app_state(writer, frontend_dir, default_frontend))
+}
+
+fn app_state(
+    writer: &StoreWriter,
+    frontend_dir: std::path::PathBuf,
+    default_frontend: &str,
+) -> AppState {
+    AppState {
         store: writer.store(),
         force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
         actions: crate::actions::ActionQueue::new(
@@ -49,7 +57,8 @@ fn app_serving(
             default_frontend: default_frontend.into(),
         }),
         frontend_dir,
-    })
+        http: Default::default(),
+    }
 }
 
 async fn get(app: &Router, path: &str) -> (StatusCode, String, String) {
@@ -427,4 +436,244 @@ fn every_route_is_in_the_openapi_description_and_nothing_else() {
         stale.is_empty(),
         "docs/openapi.yaml paths the router lacks: {stale:?}"
     );
+}
+
+async fn body_text(response: axum::response::Response) -> String {
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+#[tokio::test]
+async fn range_headers_other_than_one_byte_range_are_ignored_not_refused() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("frontend");
+    std::fs::create_dir_all(dir.join("ops")).unwrap();
+    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
+    std::fs::create_dir_all(dir.join("ops/files")).unwrap();
+    std::fs::write(dir.join("ops/files/data.txt"), "0123456789").unwrap();
+    let writer = StoreWriter::new(None);
+    let app = app_serving(&writer, dir, "common");
+    let whole = [
+        "bytes=0-1,4-5",
+        "items=0-3",
+        "bytes=5-2",
+        "bytes=x-3",
+        "bytes=-",
+    ];
+    for range in whole {
+        let response = get_with(&app, "/~ops/files/data.txt", &[("range", range)]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{range}");
+        assert_eq!(body_text(response).await, "0123456789", "{range}");
+    }
+    for (range, part) in [
+        ("bytes=2-4", "234"),
+        ("Bytes = 7-", "789"),
+        ("bytes=-2", "89"),
+        // A suffix longer than the file is all of it (RFC 9110, 14.1.2).
+        ("bytes=-100", "0123456789"),
+    ] {
+        let response = get_with(&app, "/~ops/files/data.txt", &[("range", range)]).await;
+        assert_eq!(response.status(), StatusCode::PARTIAL_CONTENT, "{range}");
+        assert_eq!(body_text(response).await, part, "{range}");
+    }
+    // One range past the end is still unsatisfiable.
+    let response = get_with(&app, "/~ops/files/data.txt", &[("range", "bytes=20-")]).await;
+    assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+}
+
+#[tokio::test]
+async fn leader_redirect_keeps_an_encoded_crlf_encoded() {
+    let writer = StoreWriter::new(None);
+    writer.election.set(ElectionState {
+        is_leader: true,
+        is_stable: true,
+        epoch: 1,
+        ..Default::default()
+    });
+    let app = app(&writer);
+    let response = get_with(
+        &app,
+        "/v1/leader-redirect-by-node-name/v1/status%0D%0ASet-Cookie:%20x=1?pretty=1",
+        &[],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::PERMANENT_REDIRECT);
+    assert_eq!(
+        response.headers()["location"],
+        "http://alpha.example.com:8379/v1/status%0D%0ASet-Cookie:%20x=1?pretty=1"
+    );
+    assert!(response.headers().get("set-cookie").is_none());
+}
+
+async fn send(
+    app: &Router,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> axum::response::Response {
+    let mut request = Request::builder().method(method).uri(path);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    app.clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn foreign_host_names_and_cross_site_posts_are_refused() {
+    let writer = StoreWriter::new(None);
+    let app = app(&writer);
+    // DNS rebinding: a name of someone else's domain pointing here.
+    for host in [
+        "evil.example.net",
+        "evil.example.net:8379",
+        "alpha.evil.example.net",
+    ] {
+        let response = send(&app, "GET", "/v1/status", &[("host", host)]).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{host}");
+        assert!(body_text(response).await.contains("http.allowed-hosts"));
+    }
+    // Addresses, names without a dot, the node's own names.
+    for host in [
+        "127.0.0.1:8379",
+        "[::1]:8379",
+        "10.1.2.3",
+        "localhost:8379",
+        "verwalter",
+        "alpha:8379",
+        "ALPHA.example.com.:8379",
+        "web.localhost",
+    ] {
+        let response = send(&app, "GET", "/v1/status", &[("host", host)]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{host}");
+    }
+    // No Host at all (HTTP/1.0).
+    assert_eq!(
+        send(&app, "GET", "/v1/status", &[]).await.status(),
+        StatusCode::OK
+    );
+
+    let host = ("host", "127.0.0.1:8379");
+    let refused = [
+        vec![host, ("origin", "http://evil.example.net")],
+        vec![host, ("origin", "http://127.0.0.1:9999")],
+        vec![host, ("origin", "null")],
+        vec![host, ("referer", "http://evil.example.net/page")],
+    ];
+    for headers in &refused {
+        let response = send(&app, "POST", "/v1/force_render_all", headers).await;
+        assert_eq!(response.status(), StatusCode::FORBIDDEN, "{headers:?}");
+    }
+    let response = send(
+        &app,
+        "POST",
+        "/v1/force_render_all",
+        &[host, ("content-type", "text/plain")],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    assert_eq!(
+        *writer.store().force_render.peek(),
+        0,
+        "nothing re-rendered"
+    );
+    // The node's own pages, and curl (no Origin).
+    for headers in [
+        vec![host, ("origin", "http://127.0.0.1:8379")],
+        vec![host, ("referer", "http://127.0.0.1:8379/roles/web")],
+        vec![host],
+    ] {
+        let response = send(&app, "POST", "/v1/force_render_all", &headers).await;
+        assert_eq!(response.status(), StatusCode::OK, "{headers:?}");
+    }
+}
+
+#[tokio::test]
+async fn allowed_hosts_add_names_and_star_allows_any() {
+    let writer = StoreWriter::new(None);
+    let with = |allowed: &[&str]| {
+        let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+        let mut state = app_state(&writer, no_frontends, "common");
+        state.http = Arc::new(HttpState::new(HttpSettings {
+            allowed_hosts: allowed.iter().map(|s| s.to_string()).collect(),
+            ..HttpSettings::default()
+        }));
+        router(state)
+    };
+    let app = with(&["ops.example.org"]);
+    let ok = send(&app, "GET", "/v1/status", &[("host", "ops.example.org:80")]).await;
+    assert_eq!(ok.status(), StatusCode::OK);
+    let other = send(&app, "GET", "/v1/status", &[("host", "db.example.org")]).await;
+    assert_eq!(other.status(), StatusCode::FORBIDDEN);
+    let app = with(&["*"]);
+    let any = send(&app, "GET", "/v1/status", &[("host", "db.example.org")]).await;
+    assert_eq!(any.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn event_streams_are_capped_and_a_reader_that_stops_is_dropped() {
+    use http_body_util::BodyExt;
+    const STALL: std::time::Duration = std::time::Duration::from_millis(300);
+    let writer = StoreWriter::new(None);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        max_event_streams: 1,
+        stream_stall_timeout: STALL,
+        ..HttpSettings::default()
+    }));
+    let app = router(state);
+    let open = |connection: ConnectionHandle| {
+        let mut request = Request::get("/v1/events").body(Body::empty()).unwrap();
+        request.extensions_mut().insert(connection);
+        app.clone().oneshot(request)
+    };
+    let connection = ConnectionHandle::detached();
+    let response = open(connection.clone()).await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let mut body = response.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(first.starts_with(b"event: status"));
+
+    // The one slot is taken.
+    let second = open(ConnectionHandle::detached()).await.unwrap();
+    assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(second.headers()["retry-after"], "5");
+
+    // A reader that keeps reading is kept: each change is one event (watch semantics).
+    for epoch in 1..=3 {
+        writer.election.set(ElectionState {
+            epoch,
+            ..Default::default()
+        });
+        let event = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(String::from_utf8_lossy(&event).contains(&format!("\"epoch\":{epoch}")));
+    }
+    // The body was asked for the next event right after the last one; a while later it still
+    // has not been, as with a client that stopped reading.
+    let pending = tokio::time::timeout(STALL * 2, body.frame()).await;
+    assert!(pending.is_err(), "no change, no event");
+    assert!(!connection.is_closed());
+    // Now an event is handed out and never taken past it: the connection is dropped.
+    writer.election.set(ElectionState {
+        epoch: 9,
+        ..Default::default()
+    });
+    let event = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&event).contains("\"epoch\":9"));
+    let closed = tokio::time::timeout(std::time::Duration::from_secs(10), async {
+        while !connection.is_closed() {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+    });
+    assert!(closed.await.is_ok(), "a stalled reader is dropped");
+
+    // Its slot comes back when the stream goes.
+    drop(body);
+    let again = open(ConnectionHandle::detached()).await.unwrap();
+    assert_eq!(again.status(), StatusCode::OK);
 }

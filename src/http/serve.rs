@@ -1,0 +1,437 @@
+//! Serving the app on a socket within limits, so that clients which hold connections without
+//! using them cannot take the daemon's descriptors or memory:
+//!
+//! - a connection that sends no complete request head within the idle timeout is closed (hyper's
+//!   header read timeout: it runs on a new connection, between keep-alive requests and while a
+//!   head trickles in);
+//! - at most `max-connections` are open (and at most half the descriptor limit, leaving the rest
+//!   to files, sockets and commands). One more is taken by closing the oldest idle connection (no
+//!   request in progress), so the API still answers while idle clients hold every slot; when
+//!   every connection is busy, the new one gets a 503 and is closed;
+//! - hyper buffers at most [`BUFFER`] per connection, so a client that does not read costs that
+//!   and the kernel's socket buffers, not a growing queue.
+//!
+//! `/v1/events` streams have their own cap and stall timeout (see `events.rs`); they close their
+//! connection through the [`ConnectionHandle`] every request carries.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+
+use crate::config::HttpFileSettings;
+use crate::metrics::Metrics;
+
+/// Limits of the HTTP server (settings file section `http`).
+#[derive(Debug, Clone)]
+pub struct HttpSettings {
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub max_event_streams: usize,
+    pub stream_stall_timeout: Duration,
+    /// Lowercase host names the API answers to besides the built-in ones; `*` for any.
+    pub allowed_hosts: Vec<String>,
+}
+
+/// Far above what operators' browsers, peers and scripts open, far below systemd's default
+/// descriptor limit (1024 soft).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+/// Long enough for any client that means to send a request (browsers keep idle connections for
+/// at most a few minutes and reopen them at no cost), short enough that idle ones do not pile up.
+pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// A browser tab holds one stream; this is many operators with several tabs each.
+pub const DEFAULT_MAX_EVENT_STREAMS: usize = 128;
+/// A reader that took no event for this long is stuck, not slow: events are a few KiB.
+pub const DEFAULT_STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// hyper's per-connection read and write buffer (its default is ~400 KiB): large request heads
+/// and large responses still pass, in pieces, while a client that does not read holds this much.
+pub const BUFFER: usize = 64 << 10;
+/// How long open connections get to finish at shutdown (an events stream never does).
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+/// Pause after a failed accept (usually out of descriptors), so the loop does not spin.
+const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: DEFAULT_IDLE_TIMEOUT,
+            max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
+            stream_stall_timeout: DEFAULT_STREAM_STALL_TIMEOUT,
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl HttpSettings {
+    /// The settings file's `http` section over the defaults; every problem found.
+    pub fn from_file(file: &HttpFileSettings) -> Result<HttpSettings, Vec<String>> {
+        let mut problems = Vec::new();
+        for (name, value) in [
+            (
+                "http.max-connections",
+                file.max_connections.map(|v| v as u64),
+            ),
+            ("http.idle-timeout-ms", file.idle_timeout_ms),
+            (
+                "http.max-event-streams",
+                file.max_event_streams.map(|v| v as u64),
+            ),
+            ("http.stream-stall-timeout-ms", file.stream_stall_timeout_ms),
+        ] {
+            if value == Some(0) {
+                problems.push(format!("{name}: must be above 0"));
+            }
+        }
+        for (i, host) in file.allowed_hosts.iter().enumerate() {
+            if host.is_empty() || host.contains([':', '/', ' ']) {
+                problems.push(format!(
+                    "http.allowed-hosts[{i}]: {host:?} is not a host name (no port or scheme)"
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let defaults = HttpSettings::default();
+        let ms = |v: Option<u64>, default| v.map_or(default, Duration::from_millis);
+        Ok(HttpSettings {
+            max_connections: file.max_connections.unwrap_or(defaults.max_connections),
+            idle_timeout: ms(file.idle_timeout_ms, defaults.idle_timeout),
+            max_event_streams: file.max_event_streams.unwrap_or(defaults.max_event_streams),
+            stream_stall_timeout: ms(file.stream_stall_timeout_ms, defaults.stream_stall_timeout),
+            allowed_hosts: file
+                .allowed_hosts
+                .iter()
+                .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
+                .collect(),
+        })
+    }
+}
+
+/// Raises the soft limit of open descriptors to the hard one (systemd starts services with 1024
+/// soft, 524288 hard); returns the soft limit in force, if it can be read.
+pub fn raise_nofile_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    // The kernel refuses more than fs.nr_open (1048576 by default) even under an unlimited hard
+    // limit.
+    const NR_OPEN: u64 = 1 << 20;
+    let (soft, hard) = match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok(limits) => limits,
+        Err(error) => {
+            tracing::warn!(%error, "Cannot read the open file limit.");
+            return None;
+        }
+    };
+    let target = hard.min(NR_OPEN);
+    if soft >= target {
+        tracing::info!(nofile = soft, "Open file limit.");
+        return Some(soft);
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
+        Ok(()) => {
+            tracing::info!(nofile = target, was = soft, "Raised the open file limit.");
+            Some(target)
+        }
+        Err(error) => {
+            tracing::warn!(%error, nofile = soft, hard, "Cannot raise the open file limit.");
+            Some(soft)
+        }
+    }
+}
+
+/// The connection cap in force: the setting, but at most half the descriptor limit.
+pub fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
+    let by_descriptors = nofile.map_or(usize::MAX, |n| (n / 2) as usize);
+    configured.min(by_descriptors).max(1)
+}
+
+/// Closes the connection a request came on (an extension of every request served by [`serve`]).
+#[derive(Debug, Clone)]
+pub struct ConnectionHandle(CancellationToken);
+
+impl ConnectionHandle {
+    /// A handle that closes nothing (requests that did not come over a socket, in tests).
+    pub fn detached() -> ConnectionHandle {
+        ConnectionHandle(CancellationToken::new())
+    }
+
+    /// Drops the connection at once, whatever it is sending.
+    pub fn close(&self) {
+        self.0.cancel();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.0.is_cancelled()
+    }
+}
+
+struct Open {
+    /// Requests in progress, counting a response until its body is sent or dropped.
+    busy: Arc<AtomicUsize>,
+    close: CancellationToken,
+}
+
+/// Open connections by accept order (the oldest first).
+#[derive(Default)]
+struct Registry {
+    open: Mutex<BTreeMap<u64, Open>>,
+}
+
+impl Registry {
+    fn len(&self) -> usize {
+        self.open.lock().unwrap().len()
+    }
+
+    /// Closes the oldest connection with no request in progress; false when there is none.
+    fn close_oldest_idle(&self) -> bool {
+        let mut open = self.open.lock().unwrap();
+        let idle = open
+            .iter()
+            .find(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
+            .map(|(id, _)| *id);
+        match idle.and_then(|id| open.remove(&id)) {
+            Some(conn) => {
+                conn.close.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Counts a request as in progress until dropped.
+struct Busy(Arc<AtomicUsize>);
+
+impl Busy {
+    fn enter(count: &Arc<AtomicUsize>) -> Busy {
+        count.fetch_add(1, Ordering::SeqCst);
+        Busy(count.clone())
+    }
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A response body that keeps its connection counted busy until it is sent.
+struct Tracked {
+    body: Body,
+    _busy: Busy,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// What a connection over the cap gets when no idle one can make room.
+fn busy_response() -> String {
+    let body = r#"{"error":"too many open connections; retry later"}"#;
+    format!(
+        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nRetry-After: 1\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+/// Serves `app` on `listener` until `shutdown`, within `settings` (`max_connections` as given:
+/// the caller applies [`connection_cap`]).
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    settings: &HttpSettings,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(settings.idle_timeout)
+        .max_buf_size(BUFFER);
+    let cap = settings.max_connections;
+    let registry = Arc::new(Registry::default());
+    let mut tasks = JoinSet::new();
+    let mut next_id = 0u64;
+    let mut warned_at: Option<tokio::time::Instant> = None;
+    loop {
+        let accepted = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            accepted = listener.accept() => accepted,
+        };
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(error) => {
+                // Usually out of descriptors (EMFILE): an idle connection gives one back.
+                if warned_at.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                    tracing::warn!(%error, open = registry.len(), "Cannot accept a connection.");
+                    warned_at = Some(tokio::time::Instant::now());
+                }
+                if registry.close_oldest_idle() {
+                    metrics.http_closed.with_label_values(&["evicted"]).inc();
+                }
+                tokio::time::sleep(ACCEPT_RETRY).await;
+                continue;
+            }
+        };
+        if registry.len() >= cap {
+            if registry.close_oldest_idle() {
+                metrics.http_closed.with_label_values(&["evicted"]).inc();
+            } else {
+                let _ = stream.try_write(busy_response().as_bytes());
+                metrics.http_closed.with_label_values(&["refused"]).inc();
+                continue;
+            }
+        }
+        let id = next_id;
+        next_id += 1;
+        let busy = Arc::new(AtomicUsize::new(0));
+        let close = CancellationToken::new();
+        registry.open.lock().unwrap().insert(
+            id,
+            Open {
+                busy: busy.clone(),
+                close: close.clone(),
+            },
+        );
+        metrics.http_connections.inc();
+        let handle = ConnectionHandle(close.clone());
+        let app = app.clone();
+        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+            let busy = Busy::enter(&busy);
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request.extensions_mut().insert(handle.clone());
+            let app = app.clone();
+            async move {
+                let response = match app.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                };
+                Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _busy: busy })))
+            }
+        });
+        let conn = builder.serve_connection(TokioIo::new(stream), service);
+        let registry = registry.clone();
+        let metrics = metrics.clone();
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            tokio::pin!(conn);
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(error) = result {
+                        tracing::debug!(%error, %peer, "HTTP connection closed on an error.");
+                    }
+                }
+                _ = close.cancelled() => {}
+                _ = shutdown.cancelled() => {
+                    conn.as_mut().graceful_shutdown();
+                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+                }
+            }
+            registry.open.lock().unwrap().remove(&id);
+            metrics.http_connections.dec();
+        });
+    }
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cap_leaves_half_the_descriptors_to_the_rest_of_the_daemon() {
+        assert_eq!(connection_cap(512, Some(1024)), 512);
+        assert_eq!(connection_cap(512, Some(256)), 128);
+        assert_eq!(connection_cap(512, None), 512);
+        assert_eq!(connection_cap(512, Some(1)), 1);
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_makes_room_and_busy_ones_stay() {
+        let registry = Registry::default();
+        let mut tokens = Vec::new();
+        for id in 0..3 {
+            let close = CancellationToken::new();
+            let busy = Arc::new(AtomicUsize::new(usize::from(id == 0)));
+            tokens.push((close.clone(), busy.clone()));
+            registry
+                .open
+                .lock()
+                .unwrap()
+                .insert(id, Open { busy, close });
+        }
+        assert!(registry.close_oldest_idle());
+        assert!(!tokens[0].0.is_cancelled(), "busy: stays");
+        assert!(tokens[1].0.is_cancelled(), "the oldest idle one goes");
+        assert!(!tokens[2].0.is_cancelled());
+        assert!(registry.close_oldest_idle());
+        assert!(!registry.close_oldest_idle(), "only a busy one is left");
+        assert_eq!(registry.len(), 1);
+    }
+
+    #[test]
+    fn settings_take_the_file_over_defaults_and_name_each_bad_value() {
+        let file: HttpFileSettings = serde_norway::from_str(
+            "max-connections: 10\nidle-timeout-ms: 1500\nallowed-hosts: [Ops.Example.com.]\n",
+        )
+        .unwrap();
+        let settings = HttpSettings::from_file(&file).unwrap();
+        assert_eq!(settings.max_connections, 10);
+        assert_eq!(settings.idle_timeout, Duration::from_millis(1500));
+        assert_eq!(settings.max_event_streams, DEFAULT_MAX_EVENT_STREAMS);
+        assert_eq!(settings.allowed_hosts, ["ops.example.com"]);
+
+        let file: HttpFileSettings = serde_norway::from_str(
+            "max-connections: 0\nstream-stall-timeout-ms: 0\nallowed-hosts: [\"ops:8379\"]\n",
+        )
+        .unwrap();
+        let problems = HttpSettings::from_file(&file).unwrap_err();
+        assert_eq!(problems.len(), 3, "{problems:?}");
+        assert!(problems[0].starts_with("http.max-connections"));
+        assert!(problems[1].starts_with("http.stream-stall-timeout-ms"));
+        assert!(problems[2].contains("allowed-hosts[0]"));
+    }
+
+    #[test]
+    fn the_busy_response_is_well_framed() {
+        let text = busy_response();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+        assert!(serde_json::from_str::<serde_json::Value>(body).is_ok());
+    }
+}
