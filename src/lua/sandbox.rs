@@ -17,7 +17,8 @@ use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
 use super::convert::{
-    input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua, with_article,
+    Budget, ConvertError, input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua,
+    with_article,
 };
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
@@ -191,13 +192,17 @@ impl Sandbox {
     /// Work between runs, off the critical path: checks that the script left the reused peers
     /// table as it was built (else it is rebuilt next time), and frees the run's garbage.
     pub fn after_run(&self) {
+        let budget = Budget {
+            bytes: self.limits.memory,
+            deadline: Instant::now() + self.limits.time,
+        };
         if let Some(cache) = &mut *self.peers_cache.borrow_mut() {
-            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
+            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()), budget);
             cache.clean = seen.ok() == Some(peers_as_seen(&cache.source))
                 && cache.table.metatable().is_none();
         }
         if let Some(cache) = &mut *self.runtime_cache.borrow_mut() {
-            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
+            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()), budget);
             // A tree with nulls or empty arrays never reads back the same: it is rebuilt.
             cache.clean =
                 seen.ok().as_ref() == Some(&*cache.source.0) && cache.table.metatable().is_none();
@@ -265,8 +270,33 @@ impl Sandbox {
                 serde_json::from_str(&text)
                     .map_err(|e| bad(format!("the scheduler returned invalid JSON: {e}"), &log))?
             }
-            LuaValue::Table(_) => lua_to_json(&self.lua, &first)
-                .map_err(|e| bad(format!("cannot convert the returned table: {e}"), &log))?,
+            LuaValue::Table(_) => {
+                // The conversion shares the run's limits: its output counts against the memory
+                // limit and it must end by the run's deadline.
+                let budget = Budget {
+                    bytes: self.limits.memory,
+                    deadline: self.deadline.get(),
+                };
+                lua_to_json(&self.lua, &first, budget).map_err(|e| match e {
+                    ConvertError::BadValue(message) => bad(
+                        format!("cannot convert the returned table: {message}"),
+                        &log,
+                    ),
+                    ConvertError::TooLarge { .. } => SchedulerError {
+                        kind: SchedulerFailure::Memory,
+                        message: format!("scheduler ran out of its memory limit: {e}"),
+                        log: log.clone(),
+                    },
+                    ConvertError::Timeout => SchedulerError {
+                        kind: SchedulerFailure::Timeout,
+                        message: format!(
+                            "{TIMEOUT_MARK} of {:?} (while converting the returned table)",
+                            self.limits.time
+                        ),
+                        log: log.clone(),
+                    },
+                })?
+            }
             LuaValue::Nil => {
                 return Err(bad(
                     "the scheduler returned nil (an error inside a wrapper that swallowed it?)"

@@ -453,3 +453,70 @@ async fn the_thread_survives_failures_and_reloads_on_code_change() {
     assert_eq!(out.data, json!({"v": 2}));
     let _: Value = out.data;
 }
+
+#[test]
+fn a_result_sharing_one_table_many_times_is_stopped_at_the_memory_limit() {
+    // Issue 10: 20,000 references to a 100,000-element table made the conversion allocate until
+    // the daemon aborted. Scaled down, it still converts to ~100 MB of JSON values while the Lua
+    // state holds well under 1 MB of it: past the 32 MiB limit of `small()`.
+    let e = err("local big = {} for i = 1, 10000 do big[i] = i end
+         local many = {} for i = 1, 300 do many[i] = big end
+         return {roles = {web = many}}");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+    assert!(
+        e.message
+            .contains("the returned table converts to more than 32 MiB of JSON"),
+        "{}",
+        e.message
+    );
+    // The same shape under the limit is converted as before.
+    let out = run_body(
+        "local small = {1, 2} local many = {} for i = 1, 3 do many[i] = small end return {m = many}",
+    )
+    .unwrap();
+    assert_eq!(out.data, json!({"m": [[1, 2], [1, 2], [1, 2]]}));
+}
+
+#[test]
+fn converting_a_result_stops_at_the_deadline() {
+    let lua = mlua::Lua::new();
+    let table: mlua::Table = lua
+        .load("local t = {} for i = 1, 100000 do t[i] = {i} end return t")
+        .eval()
+        .unwrap();
+    let value = mlua::Value::Table(table);
+    let passed = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now(),
+    };
+    assert_eq!(
+        convert::lua_to_json(&lua, &value, passed),
+        Err(convert::ConvertError::Timeout)
+    );
+    let ample = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now() + Duration::from_secs(60),
+    };
+    assert_eq!(
+        convert::lua_to_json(&lua, &value, ample).unwrap()[99_999],
+        json!([100_000])
+    );
+}
+
+#[test]
+fn a_table_with_keys_1_and_string_1_is_an_error() {
+    for body in [
+        "return {x = {[1] = 'a', ['1'] = 'b'}}",
+        "return {x = {[true] = 'a', ['true'] = 'b'}}",
+        "return {x = {[2] = 'a', ['2'] = 'b', [5] = 'c'}}",
+    ] {
+        let e = err(body);
+        assert_eq!(e.kind, SchedulerFailure::BadOutput, "{body}");
+        assert!(
+            e.message
+                .starts_with("cannot convert the returned table: x has two keys that both become"),
+            "{body}: {}",
+            e.message
+        );
+    }
+}
