@@ -42,6 +42,14 @@ impl Default for Limits {
     }
 }
 
+/// The most `print` output one run (or load) keeps. The log lives outside the Lua state, so the
+/// memory cap does not bound it; 2 MiB is thousands of lines, more than anyone reads at
+/// `/v1/scheduler_debug_info`, and small next to the memory cap.
+pub const PRINT_LIMIT: usize = 2 << 20;
+
+/// Ends the `print` output of a run that wrote more than [`PRINT_LIMIT`].
+pub const PRINT_TRUNCATED: &str = "[print output truncated: the scheduler log keeps 2 MiB]\n";
+
 /// A scheduler loaded from a directory, ready to run.
 pub struct Sandbox {
     lua: Lua,
@@ -478,11 +486,14 @@ fn setup(
     )?;
     globals.raw_set("debug", debug)?;
 
-    // print goes to the scheduler log.
+    // print goes to the scheduler log, up to PRINT_LIMIT.
     let sink = log.clone();
     globals.raw_set(
         "print",
         lua.create_function(move |lua, args: MultiValue| {
+            if sink.borrow().len() >= PRINT_LIMIT {
+                return Ok(());
+            }
             let tostring: Function = lua.globals().get("tostring")?;
             let mut line = String::new();
             for (i, arg) in args.into_iter().enumerate() {
@@ -490,9 +501,12 @@ fn setup(
                     line.push('\t');
                 }
                 line.push_str(&tostring.call::<mlua::String>(arg)?.to_string_lossy());
+                if line.len() >= PRINT_LIMIT {
+                    break;
+                }
             }
             line.push('\n');
-            sink.borrow_mut().push_str(&line);
+            append_capped(&mut sink.borrow_mut(), &line);
             Ok(())
         })?,
     )?;
@@ -595,6 +609,25 @@ fn setup(
     .set_name("=sandbox")
     .exec()?;
     Ok(())
+}
+
+/// Appends `text` to the print log while it is under [`PRINT_LIMIT`]; the text that does not fit
+/// is replaced by [`PRINT_TRUNCATED`], once.
+fn append_capped(log: &mut String, text: &str) {
+    let room = PRINT_LIMIT.saturating_sub(log.len());
+    if text.len() <= room {
+        log.push_str(text);
+        return;
+    }
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    log.push_str(&text[..end]);
+    if !log.ends_with('\n') {
+        log.push('\n');
+    }
+    log.push_str(PRINT_TRUNCATED);
 }
 
 /// The cached table if it was built from an equal `source` and found unmodified since, else a

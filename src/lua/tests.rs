@@ -520,3 +520,28 @@ fn a_table_with_keys_1_and_string_1_is_an_error() {
         );
     }
 }
+
+#[test]
+fn print_output_is_capped() {
+    // Issue 10: print output was outside the memory cap (0.6 GB in 2 s). 10 MB of prints keep
+    // the first 2 MiB and a marker; the run itself still succeeds.
+    let out = run_body(
+        "local line = string.rep('x', 100000)
+         for i = 1, 100 do print(i, line) end
+         return {ok = true}, 'returned log'",
+    )
+    .unwrap();
+    assert_eq!(out.data, json!({"ok": true}));
+    let printed = out.log.strip_suffix("returned log").unwrap();
+    assert!(printed.starts_with("1\txxx"), "{}", &printed[..20]);
+    assert!(
+        printed.ends_with(sandbox::PRINT_TRUNCATED),
+        "the marker ends it"
+    );
+    assert!(
+        printed.len() <= sandbox::PRINT_LIMIT + sandbox::PRINT_TRUNCATED.len() + 1,
+        "{}",
+        printed.len()
+    );
+    assert_eq!(printed.matches("truncated").count(), 1);
+}
