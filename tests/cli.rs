@@ -100,6 +100,36 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
 }
 
 #[test]
+fn a_scheduler_split_into_modules_runs() {
+    // examples/modules: modules that `require "string"` and find their siblings from `...`.
+    let dir = example("modules");
+    let (code, stdout, stderr) = run(&[
+        "schedule",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--hostname",
+        "alpha",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        schedule["data"]["roles"],
+        serde_json::json!({"web": {"version": "v2", "instances": 3}, "worker": {"version": "v1", "instances": 1}})
+    );
+    assert_eq!(
+        schedule["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
+        3
+    );
+    assert!(
+        stderr.contains("web: v2 x3 on alpha\nworker: v1 x1 on alpha"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(&["check", "--config-dir", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+}
+
+#[test]
 fn bad_settings_exit_3_with_every_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let settings = tmp.path().join("verwalter.yaml");

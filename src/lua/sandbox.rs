@@ -511,8 +511,14 @@ fn setup(
         })?,
     )?;
 
-    // require: modules from the scheduler dir only, called with their name as `...`.
+    // require: modules from the scheduler dir only, called with their name as `...`. As with
+    // Lua's own `require` (which 0.13 kept), the libraries the state has are already loaded:
+    // `local string = require "string"` gives the (sandboxed) string library.
     let loaded = lua.create_table()?;
+    loaded.raw_set("_G", globals.clone())?;
+    for name in ["string", "table", "math", "utf8", "debug"] {
+        loaded.raw_set(name, globals.raw_get::<Table>(name)?)?;
+    }
     let base = dir.to_path_buf();
     let real_base = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let display = display_dir.to_string();

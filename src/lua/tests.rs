@@ -545,3 +545,41 @@ fn print_output_is_capped() {
     );
     assert_eq!(printed.matches("truncated").count(), 1);
 }
+
+#[test]
+fn require_returns_the_loaded_libraries_and_loads_a_module_once() {
+    // Issue 10: scheduler libraries begin modules with `local string = require "string"`.
+    let out = run_main(
+        r#"local string = require "string"
+           local a = require "lib/a"
+           local b = require "lib/b.lua"
+           return { scheduler = function()
+               return {
+                   libs = require "_G" == _G and require "table" == table and require "math" == math
+                       and require "utf8" == utf8 and require "debug" == debug and string == _G.string,
+                   no_dump = string.dump == nil,
+                   upper = string.upper("x"),
+                   loads = loads, a = a, b = b,
+               }
+           end }"#,
+        &[
+            ("lib/a.lua", "local table = require 'table'\nlocal here = (...):match('(.-)[^/]+$')\nreturn table.concat({'a', require(here .. 'counted')}, '+')"),
+            ("lib/b.lua", "return 'b+' .. require('lib/counted')"),
+            ("lib/counted.lua", "loads = (loads or 0) + 1\nreturn 'counted'"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        out.data,
+        json!({"libs": true, "no_dump": true, "upper": "X", "loads": 1, "a": "a+counted", "b": "b+counted"})
+    );
+    // Libraries the sandbox leaves out are not there to require either.
+    for name in ["os", "io", "coroutine", "package"] {
+        let e = run_main(&format!("require '{name}'\nreturn {{}}"), &[]).unwrap_err();
+        assert!(
+            e.message.contains(&format!("module \"{name}\" not found")),
+            "{name}: {}",
+            e.message
+        );
+    }
+}
