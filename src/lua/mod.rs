@@ -7,6 +7,7 @@
 //! half-built).
 
 pub mod convert;
+mod pattern;
 pub mod sandbox;
 mod watchdog;
 

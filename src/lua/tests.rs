@@ -583,3 +583,240 @@ fn require_returns_the_loaded_libraries_and_loads_a_module_once() {
         );
     }
 }
+
+/// Runs `cases` (Lua expressions) through a harness and returns one line per case: the
+/// results' types and values, or the error message.
+const PATTERN_HARNESS: &str = r#"
+local function collect(iter)
+    local out = {}
+    while true do
+        local v = table.pack(iter())
+        if v[1] == nil then break end
+        out[#out + 1] = table.concat(v, "|", 1, v.n)
+    end
+    return table.concat(out, " ")
+end
+local lines = {}
+for i, case in ipairs(CASES) do
+    local f = assert(load("local collect = ...; return " .. case, "=case"))
+    local r = table.pack(pcall(f, collect))
+    local parts = {}
+    if r[1] then
+        for j = 2, r.n do
+            local v = r[j]
+            parts[#parts + 1] = math.type(v) or type(v)
+            if type(v) ~= "table" then parts[#parts + 1] = tostring(v) end
+        end
+    else
+        parts[1] = "error: " .. tostring(r[2])
+    end
+    lines[i] = case .. " => " .. table.concat(parts, " ")
+end
+return table.concat(lines, "\n@@\n")
+"#;
+
+const PATTERN_CASES: &[&str] = &[
+    r#"string.find("hello world", "o w")"#,
+    r#"string.find("hello world", "o", 6)"#,
+    r#"string.find("hello", "l+")"#,
+    r#"string.find("hello", "^h(e)(l+)")"#,
+    r#"string.find("hello", "^e")"#,
+    r#"string.find("hello", "()ll()")"#,
+    r#"string.find("hello", "", 10)"#,
+    r#"string.find("hello", "", 6)"#,
+    r#"string.find("hello", "", 0)"#,
+    r#"string.find("hello", "xyz", -100)"#,
+    r#"string.find("hello", "l", -2)"#,
+    r#"string.find("a.b", ".", 1, true)"#,
+    r#"string.find("a+b", "+", 1, true)"#,
+    r#"string.find("a+b", "+", 1, false)"#,
+    r#"string.find("a+b", "a+", 1, 0)"#,
+    r#"string.find(12345, 34)"#,
+    r#"string.find("x$", "$")"#,
+    r#"string.find("x$", "x$")"#,
+    r#"string.find("x$y", "$y")"#,
+    r#"string.find("hello", "l", 1.0)"#,
+    r#"string.find("hello", "l", 1.5)"#,
+    r#"string.find("hello", "l", "2")"#,
+    r#"string.find("hello", "l", {})"#,
+    r#"string.find(nil, "x")"#,
+    r#"string.find("x")"#,
+    r#"("hello"):find("l")"#,
+    r#"string.match("key = value", "^(%w+)%s*=%s*(%w+)$")"#,
+    r#"string.match("  trim me  ", "^%s*(.-)%s*$")"#,
+    r#"string.match("a [[x] y] b", "%b[]")"#,
+    r#"string.match("a [x", "%b[]")"#,
+    r#"string.match("THE (quick) fox", "%f[%a]%a+", 5)"#,
+    r#"string.match("hello", "%f[%l]")"#,
+    r#"string.match("abc", "((a)(b))")"#,
+    r#"string.match("abcabc", "(abc)%1")"#,
+    r#"string.match("abcab", "(abc)%1")"#,
+    r#"string.match("aa", "()a%1")"#,
+    r#"string.match("v1.10.2", "^v(%d+)%.(%d+)%.(%d+)$")"#,
+    r#"string.match("x", "[]]")"#,
+    r#"string.match("]", "[]]")"#,
+    r#"string.match("^", "[^^]")"#,
+    r#"string.match("a^", "[^^]")"#,
+    r#"string.match("a-b", "[a%-]+")"#,
+    r#"string.match("b-z", "[a-c-]+")"#,
+    r#"string.match("hello", "[^l]+")"#,
+    r#"string.match("Az09_", "[%w_]+")"#,
+    r#"string.match("\v\t x", "%s+")"#,
+    r#"string.match("\v", "%S")"#,
+    r#"string.match("caf\195\169", "%a+")"#,
+    r#"string.match("a.b,c;d", "%p")"#,
+    r#"string.match("ab12", "%x+")"#,
+    r#"string.match("AbC", "%u%l%u")"#,
+    r#"string.match("\0\1", "%c+") == "\0\1""#,
+    r#"string.match("x y", "%g+")"#,
+    r#"string.match("xyz", "x?y?z?w?")"#,
+    r#"string.match("xxx", "x-$")"#,
+    r#"string.match("xxxy", "(x-)(x*)y")"#,
+    r#"string.match("hello", ".-l")"#,
+    r#"string.match("hello", "h.+o")"#,
+    r#"string.match("hello", "", 3)"#,
+    r#"string.match("hello", "()", 3)"#,
+    r#"string.match("hello", "l", 10)"#,
+    r#"string.match("x", "%")"#,
+    r#"string.match("x", "[a")"#,
+    r#"string.match("x", "[a%")"#,
+    r#"string.match("x", "(x")"#,
+    r#"string.match("x", "x)")"#,
+    r#"string.match("x", "%1")"#,
+    r#"string.match("xx", "(x)%2")"#,
+    r#"string.match("x", "%f")"#,
+    r#"string.match("x", "%fx")"#,
+    r#"string.match("x", "%b")"#,
+    r#"string.match("x", "%bx")"#,
+    r#"string.match(string.rep("a", 40), string.rep("(a)", 33))"#,
+    r#"string.match(string.rep("a", 300), string.rep("a?", 300))"#,
+    r#"string.gsub("hello world", "o", "0")"#,
+    r#"string.gsub("hello world", "(o)", "[%1]")"#,
+    r#"string.gsub("hello", "", "-")"#,
+    r#"string.gsub("abc", "%w", "%0%0")"#,
+    r#"string.gsub("abc", "%w", "%%")"#,
+    r#"string.gsub("abc", "%w", "%1")"#,
+    r#"string.gsub("abc", "%w", "%2")"#,
+    r#"string.gsub("abc", "%w", "%x")"#,
+    r#"string.gsub("abc", "%w", "x%")"#,
+    r#"string.gsub("hello world", "%w+", {hello = "HI", world = false})"#,
+    r#"string.gsub("hello world", "(%w)(%w*)", {h = 1, w = 2.5})"#,
+    r#"string.gsub("hello world", "%w+", function(w) return #w end)"#,
+    r#"string.gsub("hello world", "(%w+) (%w+)", function(a, b) return b .. " " .. a end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) return 1.0 end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) return {} end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) error("boom") end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) end)"#,
+    r#"string.gsub("abc", "b*", "-")"#,
+    r#"string.gsub("abc", "^a", "x")"#,
+    r#"string.gsub("abc", "^", "x")"#,
+    r#"string.gsub("abc", "$", "x")"#,
+    r#"string.gsub("aaa", "a", "b", 2)"#,
+    r#"string.gsub("aaa", "a", "b", -1)"#,
+    r#"string.gsub("aaa", "a", "b", 2.0)"#,
+    r#"string.gsub("abc", "()", "%1")"#,
+    r#"string.gsub(123, "2", 5)"#,
+    r#"string.gsub("x", "x")"#,
+    r#"string.gsub("x", "x", true)"#,
+    r#"string.gsub("abc", "(", "x")"#,
+    r#"collect(string.gmatch("one two  three", "%a+"))"#,
+    r#"collect(string.gmatch("k1=v1, k2=v2", "(%w+)=(%w+)"))"#,
+    r#"collect(string.gmatch("abc", ""))"#,
+    r#"collect(string.gmatch("abc", "b*"))"#,
+    r#"collect(string.gmatch("hello", "l", 4))"#,
+    r#"collect(string.gmatch("hello", "l", -1))"#,
+    r#"collect(string.gmatch("hello", "l", 10))"#,
+    r#"collect(string.gmatch("hello", "()l"))"#,
+    r#"collect(string.gmatch("^a^b", "^%a"))"#,
+    r#"collect(string.gmatch("x", "("))"#,
+    r#"string.gmatch(nil, "x")"#,
+    r#"("x"):rep(3, ",")"#,
+    r#"string.rep("", 3, "")"#,
+    r#"string.rep("ab", 3)"#,
+    r#"string.rep("ab", -1)"#,
+    r#"string.rep(5, 2)"#,
+    r#"table.concat(table.move({1, 2, 3}, 1, 3, 2), ",")"#,
+    r#"table.concat(table.move({1, 2, 3, 4, 5}, 2, 4, 1), ",")"#,
+    r#"table.concat(table.move({1, 2, 3}, 1, 3, 1, {}), ",")"#,
+    r#"table.concat(table.move({1, 2, 3}, 2, 1, 1, {9}), ",")"#,
+    r#"table.move({}, 1, 0, 5)"#,
+    r#"(table.move({}, 1, 2, 1.5))"#,
+    r#"(table.move(nil, 1, 2, 1))"#,
+    r#"(table.move({}, math.mininteger, 2, 1))"#,
+    r#"(table.move({}, 1, 2, math.maxinteger))"#,
+];
+
+/// The pattern functions agree with Lua's own, result for result and error for error. (The
+/// `table.move` errors are checked outside a tail call: it is a Lua function, so a tail call
+/// loses the caller's line. `string.rep`'s argument errors name a line of the sandbox.)
+#[test]
+fn pattern_functions_agree_with_lua() {
+    let harness = |lua: &mlua::Lua| -> String {
+        let cases = lua
+            .create_sequence_from(PATTERN_CASES.iter().copied())
+            .unwrap();
+        lua.globals().set("CASES", cases).unwrap();
+        lua.load(PATTERN_HARNESS)
+            .set_name("=harness")
+            .eval::<String>()
+            .unwrap()
+    };
+    let expected = harness(&mlua::Lua::new());
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "main.lua",
+        &format!(
+            "return {{scheduler = function() CASES = {{ {} }}\nreturn {{out = load({PATTERN_HARNESS:?}, '=harness')()}} end}}",
+            PATTERN_CASES
+                .iter()
+                .map(|c| format!("{c:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let out = Sandbox::load(tmp.path(), "scheduler/v1", small())
+        .unwrap()
+        .run(&input())
+        .unwrap();
+    let got = out.data["out"].as_str().unwrap().to_string();
+    let mut differences = Vec::new();
+    for (want, have) in expected.split("\n@@\n").zip(got.split("\n@@\n")) {
+        if want != have {
+            differences.push(format!("lua:  {want}\nours: {have}"));
+        }
+    }
+    assert_eq!(expected.split("\n@@\n").count(), PATTERN_CASES.len());
+    assert_eq!(got.split("\n@@\n").count(), PATTERN_CASES.len());
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn c_functions_that_could_spin_stop_at_the_time_budget() {
+    // Issue 10: a backtracking pattern ran in C where the budget could not stop it.
+    let evil = r#"string.rep("a", 40), string.rep("a*", 40) .. "b""#;
+    for body in [
+        format!("string.find({evil})"),
+        format!("pcall(string.match, {evil}) while true do end"),
+        format!("for x in string.gmatch({evil}) do end"),
+        format!("string.gsub({evil}, '')"),
+        "return string.find(string.rep('a', 30), string.rep('(a-)', 30) .. '%1b')".into(),
+        // A loop that moves nils allocates nothing, so only the clock stops it.
+        "table.move({}, 1, 1e12, 2)".into(),
+    ] {
+        let started = std::time::Instant::now();
+        let e = err(&body);
+        assert_eq!(e.kind, SchedulerFailure::Timeout, "{body}: {}", e.message);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{body}: {:?}",
+            started.elapsed()
+        );
+    }
+    // Nothing to copy, so nothing to wait for.
+    let out = run_body("return {r = string.rep('', 1e15), s = ('x'):rep(3, ',')}").unwrap();
+    assert_eq!(out.data, json!({"r": "", "s": "x,x,x"}));
+    // gsub builds its result outside the Lua state; the memory cap still holds.
+    let e = err("string.gsub(string.rep('x', 1e6), 'x', string.rep('y', 100))");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+}
