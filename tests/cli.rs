@@ -130,6 +130,29 @@ fn a_scheduler_split_into_modules_runs() {
 }
 
 #[test]
+fn a_backtracking_pattern_ends_schedule_and_check_with_a_timeout() {
+    // Issue 10: a pattern that backtracks for ages ran in C, where the time budget could not
+    // stop it, and `schedule` and `check` hung forever.
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&example("minimal"), tmp.path());
+    std::fs::write(
+        tmp.path().join("scheduler/v1/main.lua"),
+        "return {scheduler = function(state)\n  string.find(string.rep('a', 40), string.rep('a*', 40) .. 'b')\nend}\n",
+    )
+    .unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let (code, _, stderr) = run(&["schedule", "--config-dir", dir, "--hostname", "alpha"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("scheduler (timeout): scheduler exceeded its time budget of 2s"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["check", "--config-dir", dir]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("scheduler (timeout)"), "{stderr}");
+}
+
+#[test]
 fn bad_settings_exit_3_with_every_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let settings = tmp.path().join("verwalter.yaml");

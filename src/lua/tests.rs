@@ -820,3 +820,64 @@ fn c_functions_that_could_spin_stop_at_the_time_budget() {
     let e = err("string.gsub(string.rep('x', 1e6), 'x', string.rep('y', 100))");
     assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
 }
+
+#[tokio::test]
+async fn a_stuck_run_is_reported_and_no_second_thread_is_started() {
+    // Issue 10: a run stuck in C code left a spinning thread behind on every retry.
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        &tmp.path().join("scheduler/v1"),
+        "main.lua",
+        "return {scheduler = function() return {ok = true} end}",
+    );
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let seen = threads.clone();
+    // The first run holds the thread until released, as an unstoppable C call would.
+    let hook: BeforeRun = Arc::new(move || {
+        let mut seen = seen.lock().unwrap();
+        seen.push(std::thread::current().id());
+        if seen.len() == 1 {
+            drop(seen);
+            held.lock().unwrap().recv().unwrap();
+        }
+    });
+    let limits = Limits {
+        time: Duration::from_millis(50),
+        ..small()
+    };
+    let scheduler = LuaScheduler::start_with(
+        tmp.path().to_path_buf(),
+        limits,
+        Duration::from_millis(50),
+        Some(hook),
+    )
+    .unwrap();
+    let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    assert!(e.message.contains("did not return within"), "{}", e.message);
+    for _ in 0..3 {
+        let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
+        assert_eq!(e.kind, SchedulerFailure::Timeout);
+        assert!(e.message.starts_with("scheduler is stuck"), "{}", e.message);
+    }
+    assert_eq!(threads.lock().unwrap().len(), 1, "no run started meanwhile");
+
+    release.send(()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        match scheduler.run("v1", Arc::new(input())).await {
+            Ok(out) => break out,
+            Err(e) if e.message.starts_with("scheduler is stuck") => {
+                assert!(std::time::Instant::now() < deadline, "never freed");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{}", e.message),
+        }
+    };
+    assert_eq!(out.data, json!({"ok": true}));
+    let threads = threads.lock().unwrap();
+    assert_eq!(threads.len(), 2);
+    assert_eq!(threads[0], threads[1], "the same thread runs again");
+}
