@@ -346,11 +346,7 @@ impl<'a> Matcher<'a> {
 
     /// `%bxy` at `p` (pointing at `x`).
     fn match_balance(&mut self, s: usize, p: usize) -> Outcome<Option<usize>> {
-        let Some(&[open, close]) = self
-            .pat
-            .get(p..p + 2)
-            .map(|b| <&[u8; 2]>::try_from(b).unwrap())
-        else {
+        let (Some(&open), Some(&close)) = (self.pat.get(p), self.pat.get(p + 1)) else {
             return error("malformed pattern (missing arguments to '%b')");
         };
         if self.src.get(s) != Some(&open) {
@@ -440,6 +436,8 @@ fn class_matches(c: u8, class: u8) -> bool {
         b'u' => c.is_ascii_uppercase(),
         b'w' => c.is_ascii_alphanumeric(),
         b'x' => c.is_ascii_hexdigit(),
+        // Deprecated since Lua 5.2 but still understood by 5.4.
+        b'z' => c == 0,
         _ => return class == c,
     };
     if class.is_ascii_uppercase() {

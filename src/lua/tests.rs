@@ -690,6 +690,22 @@ const PATTERN_CASES: &[&str] = &[
     r#"string.match("x", "%bx")"#,
     r#"string.match(string.rep("a", 40), string.rep("(a)", 33))"#,
     r#"string.match(string.rep("a", 300), string.rep("a?", 300))"#,
+    r#"string.match("THE END", "%f[%z]")"#,
+    r#"string.find("THE END", "%f[%A]", 2)"#,
+    r#"string.find("x.y", "%f[%.]")"#,
+    r#"string.match("a-z", "[a-]+")"#,
+    r#"string.match("-az", "[-a]+")"#,
+    r#"string.match("q%", "[%a%%]+")"#,
+    r#"string.match("f(a(b)c)d", "%b()")"#,
+    r#"string.match("abc", ".-$")"#,
+    r#"string.match("abc", "^(.-)b")"#,
+    r#"string.find("abc", "b", -1)"#,
+    r#"string.find("", "")"#,
+    r#"string.find("", "", 2)"#,
+    r#"string.match("\0a\0", "%z")"#,
+    r#"string.gsub("abc", "()b", {[2] = "X"})"#,
+    r#"string.gsub("abc", "%w", function(c) return c == "b" and false or c:upper() end)"#,
+    r#"string.gsub("abc def", "(%w+)", "<%1>", 1)"#,
     r#"string.gsub("hello world", "o", "0")"#,
     r#"string.gsub("hello world", "(o)", "[%1]")"#,
     r#"string.gsub("hello", "", "-")"#,
@@ -746,14 +762,44 @@ const PATTERN_CASES: &[&str] = &[
     r#"(table.move({}, 1, 2, math.maxinteger))"#,
 ];
 
+/// Random small patterns and subjects (malformed ones included), through all four functions.
+fn random_pattern_cases(count: usize) -> Vec<String> {
+    use rand::{Rng, SeedableRng};
+    const TOKENS: &[&str] = &[
+        "a", "b", "1", " ", ".", "%a", "%d", "%s", "%W", "[ab]", "[^a]", "[a-c]", "[%d ]", "(",
+        ")", "()", "*", "+", "-", "?", "^", "$", "%1", "%2", "%b()", "%f[%w]", "%", "[", "]",
+    ];
+    const SUBJECT: &[u8] = b"ab1 ()c";
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(10);
+    (0..count)
+        .map(|i| {
+            let pattern: String = (0..rng.random_range(1..7))
+                .map(|_| TOKENS[rng.random_range(0..TOKENS.len())])
+                .collect();
+            let subject: String = (0..rng.random_range(0..10))
+                .map(|_| SUBJECT[rng.random_range(0..SUBJECT.len())] as char)
+                .collect();
+            let init = rng.random_range(-3..5);
+            match i % 4 {
+                0 => format!("string.find({subject:?}, {pattern:?}, {init})"),
+                1 => format!("string.match({subject:?}, {pattern:?})"),
+                2 => format!("string.gsub({subject:?}, {pattern:?}, \"<%0>\")"),
+                _ => format!("collect(string.gmatch({subject:?}, {pattern:?}))"),
+            }
+        })
+        .collect()
+}
+
 /// The pattern functions agree with Lua's own, result for result and error for error. (The
 /// `table.move` errors are checked outside a tail call: it is a Lua function, so a tail call
 /// loses the caller's line. `string.rep`'s argument errors name a line of the sandbox.)
 #[test]
 fn pattern_functions_agree_with_lua() {
+    let mut cases: Vec<String> = PATTERN_CASES.iter().map(|c| c.to_string()).collect();
+    cases.extend(random_pattern_cases(4000));
     let harness = |lua: &mlua::Lua| -> String {
         let cases = lua
-            .create_sequence_from(PATTERN_CASES.iter().copied())
+            .create_sequence_from(cases.iter().map(String::as_str))
             .unwrap();
         lua.globals().set("CASES", cases).unwrap();
         lua.load(PATTERN_HARNESS)
@@ -768,7 +814,7 @@ fn pattern_functions_agree_with_lua() {
         "main.lua",
         &format!(
             "return {{scheduler = function() CASES = {{ {} }}\nreturn {{out = load({PATTERN_HARNESS:?}, '=harness')()}} end}}",
-            PATTERN_CASES
+            cases
                 .iter()
                 .map(|c| format!("{c:?}"))
                 .collect::<Vec<_>>()
@@ -786,8 +832,12 @@ fn pattern_functions_agree_with_lua() {
             differences.push(format!("lua:  {want}\nours: {have}"));
         }
     }
-    assert_eq!(expected.split("\n@@\n").count(), PATTERN_CASES.len());
-    assert_eq!(got.split("\n@@\n").count(), PATTERN_CASES.len());
+    assert_eq!(expected.split("\n@@\n").count(), cases.len());
+    assert_eq!(got.split("\n@@\n").count(), cases.len());
+    // The random cases reach both matches and malformed patterns.
+    assert!(expected.matches("=> error:").count() > 300, "{expected}");
+    assert!(expected.matches("=> integer").count() > 50, "{expected}");
+    assert!(expected.matches("=> string").count() > 300, "{expected}");
     assert!(differences.is_empty(), "{}", differences.join("\n"));
 }
 
