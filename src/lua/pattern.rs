@@ -1,5 +1,5 @@
 //! Lua 5.4 patterns in Rust, for `string.find`, `match`, `gmatch` and `gsub`, bounded by the
-//! run's deadline.
+//! run's deadline (with `string.rep` and `table.move`, the other C loops that need no memory).
 //!
 //! Lua's own matcher is C code that backtracks without ever running a Lua instruction, so the
 //! watchdog's hook cannot stop it: `string.find(string.rep("a", 40), string.rep("a*", 40) .. "b")`
@@ -493,7 +493,11 @@ impl Args<'_> {
 
     /// The type of argument `i` for messages: `no value` when the call had fewer arguments.
     fn type_name(&self, i: usize) -> &'static str {
-        self.values.get(i).map_or("no value", Value::type_name)
+        match self.values.get(i) {
+            None => "no value",
+            Some(Value::Integer(_) | Value::Number(_)) => "number",
+            Some(other) => other.type_name(),
+        }
     }
 
     fn bad(&self, i: usize, problem: impl std::fmt::Display) -> Fail {
@@ -520,23 +524,44 @@ impl Args<'_> {
 
     /// An optional integer argument.
     fn integer_or(&self, i: usize, default: i64) -> Outcome<i64> {
-        let value = self.get(i);
-        if value.is_nil() {
+        if self.get(i).is_nil() {
             return Ok(default);
         }
-        let type_name = value.type_name();
+        self.integer(i)
+    }
+
+    /// An integer argument (a float with an integer value, or a numeric string, is converted).
+    fn integer(&self, i: usize) -> Outcome<i64> {
+        let value = self.get(i);
         match value {
             Value::Integer(n) => Ok(n),
             Value::Number(_) | Value::String(_) => {
-                match self.lua.coerce_integer(value.clone()).map_err(raised)? {
-                    Some(n) => Ok(n),
-                    None if matches!(value, Value::Number(_)) => {
-                        Err(self.bad(i, "number has no integer representation"))
-                    }
-                    None => Err(self.bad(i, format!("number expected, got {type_name}"))),
+                if let Some(n) = self.lua.coerce_integer(value.clone()).map_err(raised)? {
+                    return Ok(n);
+                }
+                if self.lua.coerce_number(value).map_err(raised)?.is_some() {
+                    Err(self.bad(i, "number has no integer representation"))
+                } else {
+                    Err(self.bad(i, "number expected, got string"))
                 }
             }
             _ => Err(self.bad(i, format!("number expected, got {}", self.type_name(i)))),
+        }
+    }
+
+    /// An optional string argument; `""` when absent.
+    fn string_or_empty(&self, i: usize) -> Outcome<Vec<u8>> {
+        if self.get(i).is_nil() {
+            return Ok(Vec::new());
+        }
+        Ok(self.string(i)?.as_bytes().to_vec())
+    }
+
+    /// A table argument.
+    fn table(&self, i: usize) -> Outcome<Table> {
+        match self.get(i) {
+            Value::Table(t) => Ok(t),
+            _ => Err(self.bad(i, format!("table expected, got {}", self.type_name(i)))),
         }
     }
 }
@@ -779,6 +804,79 @@ fn replace(
     Ok(())
 }
 
+/// `string.rep`. Lua's loops `n` times even when there is nothing to copy (`string.rep("",
+/// 1e15)`); this one returns `""` at once. The result is built outside the Lua state, so it is
+/// checked against the room left under `memory_limit` first.
+fn rep(args: &Args, memory_limit: usize) -> Outcome<Vec<Value>> {
+    let lua = args.lua;
+    let s = args.string(0)?;
+    let n = args.integer(1)?;
+    let sep = args.string_or_empty(2)?;
+    let s = s.as_bytes();
+    let unit = s.len() + sep.len();
+    if n <= 0 || unit == 0 {
+        return Ok(vec![Value::String(lua.create_string("").map_err(raised)?)]);
+    }
+    let n = n as u64;
+    // Lua's own limit on the size of a string `rep` builds.
+    if unit as u64 > i32::MAX as u64 / n {
+        return error("resulting string too large");
+    }
+    let total = (n * s.len() as u64 + (n - 1) * sep.len() as u64) as usize;
+    if total > memory_limit.saturating_sub(lua.used_memory()) {
+        return Err(Fail::Raised("not enough memory".into()));
+    }
+    let mut out = Vec::with_capacity(total);
+    for i in 0..n {
+        if i > 0 {
+            out.extend_from_slice(&sep);
+        }
+        out.extend_from_slice(&s);
+    }
+    Ok(vec![Value::String(
+        lua.create_string(&out).map_err(raised)?,
+    )])
+}
+
+/// `table.move`. Moving nils allocates nothing, so Lua's loop over `table.move({}, 1, 1e12, 2)`
+/// could only be stopped by the clock, which this one looks at.
+fn move_items(args: &Args, deadline: Instant) -> Outcome<Vec<Value>> {
+    let f = args.integer(1)?;
+    let e = args.integer(2)?;
+    let t = args.integer(3)?;
+    let source = args.table(0)?;
+    let target = if args.get(4).is_nil() {
+        source.clone()
+    } else {
+        args.table(4)?
+    };
+    if e >= f {
+        if !(f > 0 || e < i64::MAX + f) {
+            return Err(args.bad(2, "too many elements to move"));
+        }
+        let n = e - f + 1;
+        if t > i64::MAX - n + 1 {
+            return Err(args.bad(3, "destination wrap around"));
+        }
+        let same = source.equals(&target).map_err(raised)?;
+        let forward = t > e || t <= f || !same;
+        let mut until_clock = CLOCK_EVERY;
+        for step in 0..n {
+            let i = if forward { step } else { n - 1 - step };
+            let value: Value = source.get(f + i).map_err(raised)?;
+            target.set(t + i, value).map_err(raised)?;
+            until_clock -= 1;
+            if until_clock == 0 {
+                until_clock = CLOCK_EVERY;
+                if Instant::now() > deadline {
+                    return Err(Fail::Timeout);
+                }
+            }
+        }
+    }
+    Ok(vec![Value::Table(target)])
+}
+
 /// Calls its upvalue (a Rust function of this module) with its arguments and returns the
 /// results, or raises the error the results describe (`false, message, level`).
 unsafe extern "C-unwind" fn call_checked(state: *mut ffi::lua_State) -> c_int {
@@ -820,14 +918,34 @@ fn checked(lua: &Lua, f: Function) -> mlua::Result<Function> {
     }
 }
 
-/// Replaces `find`, `match`, `gmatch` and `gsub` in the `string` table with the functions of
-/// this module.
+/// Replaces `find`, `match`, `gmatch`, `gsub` and `rep` in the `string` table, and `move` in
+/// `table`, with the functions of this module.
 pub fn register(
     lua: &Lua,
     into: &Table,
+    table: &Table,
     deadline: &Rc<Cell<Instant>>,
     memory_limit: usize,
 ) -> mlua::Result<()> {
+    let f = lua.create_function(move |lua, values: MultiValue| {
+        let args = Args {
+            lua,
+            name: "rep",
+            values: values.into_vec(),
+        };
+        finish(lua, rep(&args, memory_limit))
+    })?;
+    into.raw_set("rep", checked(lua, f)?)?;
+    let move_deadline = deadline.clone();
+    let f = lua.create_function(move |lua, values: MultiValue| {
+        let args = Args {
+            lua,
+            name: "move",
+            values: values.into_vec(),
+        };
+        finish(lua, move_items(&args, move_deadline.get()))
+    })?;
+    table.raw_set("move", checked(lua, f)?)?;
     for (key, name, find) in [("find", "find", true), ("match", "match", false)] {
         let deadline = deadline.clone();
         let f = lua.create_function(move |lua, values: MultiValue| {

@@ -578,8 +578,10 @@ fn setup(
     )?;
 
     // C functions run no Lua instructions, so the time budget cannot stop them: the pattern
-    // functions are replaced by ones that watch the deadline (pattern.rs).
-    super::pattern::register(lua, &string, deadline, memory_limit)?;
+    // functions, `string.rep` and `table.move` are replaced by ones that watch the deadline or
+    // cannot loop without allocating (pattern.rs).
+    let table: Table = globals.get("table")?;
+    super::pattern::register(lua, &string, &table, deadline, memory_limit)?;
 
     let expired_deadline = deadline.clone();
     globals.raw_set(
@@ -606,48 +608,6 @@ fn setup(
         xpcall = function(f, handler, ...)
             local guarded = function(m) if expired() then return m end return handler(m) end
             return rethrow(pack(raw_xpcall(f, guarded, ...)))
-        end
-        -- Two C loops that need no memory, so only the clock could stop them, get a Lua form.
-        -- string.rep("", 1e15) loops 1e15 times copying nothing.
-        local c, tointeger = {rep = string.rep}, math.tointeger
-        string.rep = function(s, n, sep)
-            if s == "" and (sep == nil or sep == "") and tointeger(n) then return "" end
-            return c.rep(s, n, sep)
-        end
-        -- table.move({}, 1, 1e12, 2) loops 1e12 times moving nils.
-        local maxinteger, rawequal, type = math.maxinteger, rawequal, type
-        local function int(x, n)
-            local i = tointeger(x)
-            if i == nil then
-                local problem = type(x) == "number" and "number has no integer representation"
-                    or "number expected, got " .. type(x)
-                error(("bad argument #%d to 'move' (%s)"):format(n, problem), 3)
-            end
-            return i
-        end
-        table.move = function(a1, f, e, t, a2)
-            if a2 == nil then a2 = a1 end
-            if type(a1) ~= "table" then
-                error("bad argument #1 to 'move' (table expected, got " .. type(a1) .. ")", 2)
-            end
-            if type(a2) ~= "table" then
-                error("bad argument #5 to 'move' (table expected, got " .. type(a2) .. ")", 2)
-            end
-            f, e, t = int(f, 2), int(e, 3), int(t, 4)
-            if e >= f then
-                if not (f > 0 or e < maxinteger + f) then
-                    error("bad argument #3 to 'move' (too many elements to move)", 2)
-                end
-                if t > maxinteger - (e - f) then
-                    error("bad argument #4 to 'move' (destination wrap around)", 2)
-                end
-                if t > e or t <= f or not rawequal(a1, a2) then
-                    for i = 0, e - f do a2[t + i] = a1[f + i] end
-                else
-                    for i = e - f, 0, -1 do a2[t + i] = a1[f + i] end
-                end
-            end
-            return a2
         end
         -- Finalizers also run with hooks off: an endless `__gc` could not be stopped.
         local raw_setmetatable, rawget, type = setmetatable, rawget, type
