@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 use verwalter::config::{Config, RunArgs, parse_machine_id};
 use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
-use verwalter::lua::{Limits, Sandbox};
+use verwalter::lua::Limits;
 use verwalter_controllers::ports::{Clock, SystemClock};
 use verwalter_controllers::state::{Schedule, SchedulerInput};
 use verwalter_controllers::vars;
@@ -293,9 +293,12 @@ fn check(args: &OfflineArgs) -> ExitCode {
             .map(|p| format!("{}: {p}", dir.display())),
     );
     if let (Ok(input), true) = (input, scheduler_dir(dir).join("main.lua").is_file()) {
-        match Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())
-            .and_then(|s| s.run(&input))
-        {
+        match verwalter::lua::run_once(
+            &scheduler_dir(dir),
+            SCHEDULER_DIR,
+            input.clone(),
+            Limits::default(),
+        ) {
             Ok(output) => {
                 let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
                 // Every role this node would render must have usable variables.
@@ -361,8 +364,12 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
             }
         }
     };
-    let result = Sandbox::load(&scheduler_dir(dir), SCHEDULER_DIR, Limits::default())
-        .and_then(|s| s.run(&input));
+    let result = verwalter::lua::run_once(
+        &scheduler_dir(dir),
+        SCHEDULER_DIR,
+        input.clone(),
+        Limits::default(),
+    );
     match result {
         Ok(output) => {
             let schedule = Schedule::new(output.data, input.now, input.current_id.clone());

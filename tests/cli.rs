@@ -100,6 +100,59 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
 }
 
 #[test]
+fn a_scheduler_split_into_modules_runs() {
+    // examples/modules: modules that `require "string"` and find their siblings from `...`.
+    let dir = example("modules");
+    let (code, stdout, stderr) = run(&[
+        "schedule",
+        "--config-dir",
+        dir.to_str().unwrap(),
+        "--hostname",
+        "alpha",
+    ]);
+    assert_eq!(code, 0, "{stderr}");
+    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        schedule["data"]["roles"],
+        serde_json::json!({"web": {"version": "v2", "instances": 3}, "worker": {"version": "v1", "instances": 1}})
+    );
+    assert_eq!(
+        schedule["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
+        3
+    );
+    assert!(
+        stderr.contains("web: v2 x3 on alpha\nworker: v1 x1 on alpha"),
+        "{stderr}"
+    );
+    let (code, stdout, stderr) = run(&["check", "--config-dir", dir.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+}
+
+#[test]
+fn a_backtracking_pattern_ends_schedule_and_check_with_a_timeout() {
+    // Issue 10: a pattern that backtracks for ages ran in C, where the time budget could not
+    // stop it, and `schedule` and `check` hung forever.
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&example("minimal"), tmp.path());
+    std::fs::write(
+        tmp.path().join("scheduler/v1/main.lua"),
+        "return {scheduler = function(state)\n  string.find(string.rep('a', 40), string.rep('a*', 40) .. 'b')\nend}\n",
+    )
+    .unwrap();
+    let dir = tmp.path().to_str().unwrap();
+    let (code, _, stderr) = run(&["schedule", "--config-dir", dir, "--hostname", "alpha"]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("scheduler (timeout): scheduler exceeded its time budget of 2s"),
+        "{stderr}"
+    );
+    let (code, _, stderr) = run(&["check", "--config-dir", dir]);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(stderr.contains("scheduler (timeout)"), "{stderr}");
+}
+
+#[test]
 fn bad_settings_exit_3_with_every_problem() {
     let tmp = tempfile::tempdir().unwrap();
     let settings = tmp.path().join("verwalter.yaml");

@@ -10,10 +10,17 @@
 //! `longjmp` to the protected call `exec_raw` makes, so the building functions own nothing that
 //! needs dropping (they only borrow). Reading never raises (`lua_next` on a table we traverse
 //! ourselves, `lua_tolstring` only on strings), so it may build Rust values freely.
+//!
+//! Reading is metered ([`Budget`]): a table may reference one big table many times, so its JSON
+//! form can be far larger than the Lua state (20,000 references to a 100,000-element table are
+//! two billion JSON values). The output is counted against the scheduler's memory limit and the
+//! run's deadline while it is built, and a conversion over either stops with an error instead of
+//! allocating until the process aborts.
 
 #![allow(unsafe_code)]
 
 use std::ffi::{CStr, c_char, c_int};
+use std::time::Instant;
 
 use mlua::{Lua, Table, ffi};
 use serde_json::{Map, Number, Value};
@@ -23,6 +30,79 @@ use verwalter_controllers::state::{NodeId, Peer, SchedulerInput};
 
 /// Nesting deeper than this is refused on the way back (self-referencing tables).
 const MAX_DEPTH: usize = 200;
+
+/// What one JSON value is counted as: the size of a `serde_json::Value`, the slot every value
+/// takes whatever it holds. String bytes and object keys are counted on top.
+const VALUE_COST: usize = std::mem::size_of::<Value>();
+
+/// What an object entry costs besides its key bytes and value: the map node and key `String`.
+const ENTRY_COST: usize = 2 * std::mem::size_of::<String>();
+
+/// The clock is read once per this many values: often enough to stop within a millisecond or
+/// two, rarely enough that reading it costs nothing measurable.
+const CLOCK_EVERY: u32 = 4096;
+
+/// Limits of one Lua-to-JSON conversion: the scheduler's memory limit and the run's deadline.
+#[derive(Debug, Clone, Copy)]
+pub struct Budget {
+    /// Estimated bytes the JSON value may take.
+    pub bytes: usize,
+    /// When the conversion must have finished.
+    pub deadline: Instant,
+}
+
+/// Why a Lua value could not be converted to JSON.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConvertError {
+    /// A value JSON cannot represent; the message names its path (`roles.web[2] is a function`).
+    #[error("{0}")]
+    BadValue(String),
+    /// The JSON form would be larger than the memory limit.
+    #[error("the returned table converts to more than {} MiB of JSON", .limit >> 20)]
+    TooLarge { limit: usize },
+    /// The conversion ran past the deadline.
+    #[error("converting the returned table ran past the deadline")]
+    Timeout,
+}
+
+/// Counts what a conversion has built so far against its [`Budget`].
+struct Meter {
+    budget: Budget,
+    left: usize,
+    until_clock: u32,
+}
+
+impl Meter {
+    fn new(budget: Budget) -> Meter {
+        Meter {
+            budget,
+            left: budget.bytes,
+            until_clock: CLOCK_EVERY,
+        }
+    }
+
+    /// Charges `bytes` of output; also looks at the clock now and then.
+    fn charge(&mut self, bytes: usize) -> Result<(), Stop> {
+        self.left = self.left.checked_sub(bytes).ok_or(Stop::TooLarge)?;
+        self.until_clock -= 1;
+        if self.until_clock == 0 {
+            self.until_clock = CLOCK_EVERY;
+            if Instant::now() > self.budget.deadline {
+                return Err(Stop::Timeout);
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `bytes` more would still fit, without charging them (to size a `Vec` up front).
+    fn fits(&self, bytes: usize) -> Result<(), Stop> {
+        if bytes <= self.left {
+            Ok(())
+        } else {
+            Err(Stop::TooLarge)
+        }
+    }
+}
 
 /// Pushes `value`; `nil` for `null`.
 ///
@@ -204,20 +284,28 @@ pub fn peers_as_seen(peers: &BTreeMap<NodeId, Peer>) -> Value {
     Value::Object(out)
 }
 
-/// Converts a Lua value to JSON; the error names the path of the bad value (`roles.web[2]`).
-pub fn lua_to_json(lua: &Lua, value: &mlua::Value) -> Result<Value, String> {
+/// Converts a Lua value to JSON within `budget`; a bad value's error names its path
+/// (`roles.web[2]`).
+pub fn lua_to_json(lua: &Lua, value: &mlua::Value, budget: Budget) -> Result<Value, ConvertError> {
     if !value.is_table() {
-        return scalar_to_json(value);
+        return scalar_to_json(value).map_err(ConvertError::BadValue);
     }
-    let mut result = Err(String::new());
+    let mut result = Err(ConvertError::BadValue(String::new()));
+    let mut meter = Meter::new(budget);
     // SAFETY: the table is pushed as the only argument (index 1); reading never raises.
     let pushed: mlua::Result<()> = unsafe {
         lua.exec_raw(value.clone(), |state| {
-            result = read(state, 1, 0).map_err(BadValue::message);
+            result = read(state, 1, 0, &mut meter).map_err(|stop| match stop {
+                Stop::Bad(bad) => ConvertError::BadValue(bad.message()),
+                Stop::TooLarge => ConvertError::TooLarge {
+                    limit: budget.bytes,
+                },
+                Stop::Timeout => ConvertError::Timeout,
+            });
             ffi::lua_settop(state, 0);
         })
     };
-    pushed.map_err(|e| e.to_string())?;
+    pushed.map_err(|e| ConvertError::BadValue(e.to_string()))?;
     result
 }
 
@@ -253,19 +341,34 @@ struct BadValue {
     problem: String,
 }
 
-impl BadValue {
-    fn new(problem: String) -> BadValue {
-        BadValue {
+/// Why reading stopped: a bad value (with its path), or the budget.
+enum Stop {
+    Bad(BadValue),
+    TooLarge,
+    Timeout,
+}
+
+impl Stop {
+    fn bad(problem: String) -> Stop {
+        Stop::Bad(BadValue {
             rev_path: Vec::new(),
             problem,
+        })
+    }
+
+    /// Adds a path segment while unwinding; the budget errors have no path.
+    fn within(self, segment: String) -> Stop {
+        match self {
+            Stop::Bad(mut bad) => {
+                bad.rev_path.push(segment);
+                Stop::Bad(bad)
+            }
+            other => other,
         }
     }
+}
 
-    fn within(mut self, segment: String) -> BadValue {
-        self.rev_path.push(segment);
-        self
-    }
-
+impl BadValue {
     fn message(self) -> String {
         if self.rev_path.is_empty() {
             return format!("the returned value {}", self.problem);
@@ -307,8 +410,14 @@ unsafe fn type_name_at(state: *mut ffi::lua_State, index: c_int) -> &'static str
     }
 }
 
-/// Reads the value at absolute stack `index` into JSON.
-unsafe fn read(state: *mut ffi::lua_State, index: c_int, depth: usize) -> Result<Value, BadValue> {
+/// Reads the value at absolute stack `index` into JSON, charging it to `meter`.
+unsafe fn read(
+    state: *mut ffi::lua_State,
+    index: c_int,
+    depth: usize,
+    meter: &mut Meter,
+) -> Result<Value, Stop> {
+    meter.charge(VALUE_COST)?;
     unsafe {
         Ok(match ffi::lua_type(state, index) {
             ffi::LUA_TNIL => Value::Null,
@@ -321,21 +430,23 @@ unsafe fn read(state: *mut ffi::lua_State, index: c_int, depth: usize) -> Result
                     match Number::from_f64(f) {
                         Some(n) => Value::Number(n),
                         None => {
-                            return Err(BadValue::new(format!(
-                                "is {f}, which JSON cannot represent"
-                            )));
+                            return Err(Stop::bad(format!("is {f}, which JSON cannot represent")));
                         }
                     }
                 }
             }
-            ffi::LUA_TSTRING => match std::str::from_utf8(string_at(state, index)) {
-                Ok(s) => Value::String(s.to_string()),
-                Err(_) => return Err(BadValue::new("is a string that is not valid UTF-8".into())),
-            },
-            ffi::LUA_TTABLE => read_table(state, index, depth)?,
+            ffi::LUA_TSTRING => {
+                let bytes = string_at(state, index);
+                meter.charge(bytes.len())?;
+                match std::str::from_utf8(bytes) {
+                    Ok(s) => Value::String(s.to_string()),
+                    Err(_) => return Err(Stop::bad("is a string that is not valid UTF-8".into())),
+                }
+            }
+            ffi::LUA_TTABLE => read_table(state, index, depth, meter)?,
             _ => {
                 let name = type_name_at(state, index);
-                return Err(BadValue::new(format!(
+                return Err(Stop::bad(format!(
                     "is {}, which JSON cannot represent",
                     with_article(name)
                 )));
@@ -348,22 +459,24 @@ unsafe fn read_table(
     state: *mut ffi::lua_State,
     index: c_int,
     depth: usize,
-) -> Result<Value, BadValue> {
+    meter: &mut Meter,
+) -> Result<Value, Stop> {
     if depth > MAX_DEPTH {
-        return Err(BadValue::new(
+        return Err(Stop::bad(
             "is nested too deep (a table that contains itself?)".into(),
         ));
     }
     unsafe {
         if ffi::lua_checkstack(state, 4) == 0 {
-            return Err(BadValue::new("is nested too deep".into()));
+            return Err(Stop::bad("is nested too deep".into()));
         }
         let len = ffi::lua_rawlen(state, index);
         if len > 0 && is_sequence(state, index, len) {
+            meter.fits(len.saturating_mul(VALUE_COST))?;
             let mut items = Vec::with_capacity(len);
             for i in 1..=len {
                 ffi::lua_rawgeti(state, index, i as ffi::lua_Integer);
-                let item = read(state, ffi::lua_gettop(state), depth + 1);
+                let item = read(state, ffi::lua_gettop(state), depth + 1, meter);
                 ffi::lua_pop(state, 1);
                 items.push(item.map_err(|e| e.within(format!("[{i}]")))?);
             }
@@ -378,7 +491,7 @@ unsafe fn read_table(
                     Ok(s) => s.to_string(),
                     Err(_) => {
                         ffi::lua_pop(state, 2);
-                        return Err(BadValue::new("has a key that is not valid UTF-8".into()));
+                        return Err(Stop::bad("has a key that is not valid UTF-8".into()));
                     }
                 },
                 ffi::LUA_TNUMBER if ffi::lua_isinteger(state, top - 1) != 0 => {
@@ -391,14 +504,25 @@ unsafe fn read_table(
                 _ => {
                     let name = type_name_at(state, top - 1);
                     ffi::lua_pop(state, 2);
-                    return Err(BadValue::new(format!(
+                    return Err(Stop::bad(format!(
                         "has {} key, which JSON cannot represent",
                         with_article(name)
                     )));
                 }
             };
-            match read(state, top, depth + 1) {
+            let item = meter
+                .charge(ENTRY_COST + key.len())
+                .and_then(|()| read(state, top, depth + 1, meter));
+            match item {
                 Ok(item) => {
+                    if map.contains_key(&key) {
+                        // `1` and `"1"` (or `true` and `"true"`) are two keys in Lua but one
+                        // in JSON: keeping either would silently lose the other's value.
+                        ffi::lua_pop(state, 2);
+                        return Err(Stop::bad(format!(
+                            "has two keys that both become {key:?} in JSON (a number or boolean key and a string key)"
+                        )));
+                    }
                     map.insert(key, item);
                 }
                 Err(e) => {

@@ -17,7 +17,8 @@ use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
 use super::convert::{
-    input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua, with_article,
+    Budget, ConvertError, input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua,
+    with_article,
 };
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
@@ -40,6 +41,14 @@ impl Default for Limits {
         }
     }
 }
+
+/// The most `print` output one run (or load) keeps. The log lives outside the Lua state, so the
+/// memory cap does not bound it; 2 MiB is thousands of lines, more than anyone reads at
+/// `/v1/scheduler_debug_info`, and small next to the memory cap.
+pub const PRINT_LIMIT: usize = 2 << 20;
+
+/// Ends the `print` output of a run that wrote more than [`PRINT_LIMIT`].
+pub const PRINT_TRUNCATED: &str = "[print output truncated: the scheduler log keeps 2 MiB]\n";
 
 /// A scheduler loaded from a directory, ready to run.
 pub struct Sandbox {
@@ -102,7 +111,7 @@ impl Sandbox {
         .map_err(|e| load_error(format!("cannot create the Lua state: {e}")))?;
         let deadline = Rc::new(Cell::new(Instant::now() + limits.time));
         let log = Rc::new(RefCell::new(String::new()));
-        setup(&lua, dir, display_dir, &deadline, &log)
+        setup(&lua, dir, display_dir, &deadline, &log, limits.memory)
             .map_err(|e| load_error(format!("cannot set up the sandbox: {e}")))?;
         lua.set_memory_limit(limits.memory)
             .map_err(|e| load_error(format!("cannot set the memory limit: {e}")))?;
@@ -191,13 +200,17 @@ impl Sandbox {
     /// Work between runs, off the critical path: checks that the script left the reused peers
     /// table as it was built (else it is rebuilt next time), and frees the run's garbage.
     pub fn after_run(&self) {
+        let budget = Budget {
+            bytes: self.limits.memory,
+            deadline: Instant::now() + self.limits.time,
+        };
         if let Some(cache) = &mut *self.peers_cache.borrow_mut() {
-            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
+            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()), budget);
             cache.clean = seen.ok() == Some(peers_as_seen(&cache.source))
                 && cache.table.metatable().is_none();
         }
         if let Some(cache) = &mut *self.runtime_cache.borrow_mut() {
-            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()));
+            let seen = lua_to_json(&self.lua, &LuaValue::Table(cache.table.clone()), budget);
             // A tree with nulls or empty arrays never reads back the same: it is rebuilt.
             cache.clean =
                 seen.ok().as_ref() == Some(&*cache.source.0) && cache.table.metatable().is_none();
@@ -265,8 +278,33 @@ impl Sandbox {
                 serde_json::from_str(&text)
                     .map_err(|e| bad(format!("the scheduler returned invalid JSON: {e}"), &log))?
             }
-            LuaValue::Table(_) => lua_to_json(&self.lua, &first)
-                .map_err(|e| bad(format!("cannot convert the returned table: {e}"), &log))?,
+            LuaValue::Table(_) => {
+                // The conversion shares the run's limits: its output counts against the memory
+                // limit and it must end by the run's deadline.
+                let budget = Budget {
+                    bytes: self.limits.memory,
+                    deadline: self.deadline.get(),
+                };
+                lua_to_json(&self.lua, &first, budget).map_err(|e| match e {
+                    ConvertError::BadValue(message) => bad(
+                        format!("cannot convert the returned table: {message}"),
+                        &log,
+                    ),
+                    ConvertError::TooLarge { .. } => SchedulerError {
+                        kind: SchedulerFailure::Memory,
+                        message: format!("scheduler ran out of its memory limit: {e}"),
+                        log: log.clone(),
+                    },
+                    ConvertError::Timeout => SchedulerError {
+                        kind: SchedulerFailure::Timeout,
+                        message: format!(
+                            "{TIMEOUT_MARK} of {:?} (while converting the returned table)",
+                            self.limits.time
+                        ),
+                        log: log.clone(),
+                    },
+                })?
+            }
             LuaValue::Nil => {
                 return Err(bad(
                     "the scheduler returned nil (an error inside a wrapper that swallowed it?)"
@@ -422,6 +460,7 @@ fn setup(
     display_dir: &str,
     deadline: &Rc<Cell<Instant>>,
     log: &Rc<RefCell<String>>,
+    memory_limit: usize,
 ) -> mlua::Result<()> {
     let globals = lua.globals();
     for name in ["dofile", "loadfile"] {
@@ -448,11 +487,14 @@ fn setup(
     )?;
     globals.raw_set("debug", debug)?;
 
-    // print goes to the scheduler log.
+    // print goes to the scheduler log, up to PRINT_LIMIT.
     let sink = log.clone();
     globals.raw_set(
         "print",
         lua.create_function(move |lua, args: MultiValue| {
+            if sink.borrow().len() >= PRINT_LIMIT {
+                return Ok(());
+            }
             let tostring: Function = lua.globals().get("tostring")?;
             let mut line = String::new();
             for (i, arg) in args.into_iter().enumerate() {
@@ -460,15 +502,24 @@ fn setup(
                     line.push('\t');
                 }
                 line.push_str(&tostring.call::<mlua::String>(arg)?.to_string_lossy());
+                if line.len() >= PRINT_LIMIT {
+                    break;
+                }
             }
             line.push('\n');
-            sink.borrow_mut().push_str(&line);
+            append_capped(&mut sink.borrow_mut(), &line);
             Ok(())
         })?,
     )?;
 
-    // require: modules from the scheduler dir only, called with their name as `...`.
+    // require: modules from the scheduler dir only, called with their name as `...`. As with
+    // Lua's own `require` (which 0.13 kept), the libraries the state has are already loaded:
+    // `local string = require "string"` gives the (sandboxed) string library.
     let loaded = lua.create_table()?;
+    loaded.raw_set("_G", globals.clone())?;
+    for name in ["string", "table", "math", "utf8", "debug"] {
+        loaded.raw_set(name, globals.raw_get::<Table>(name)?)?;
+    }
     let base = dir.to_path_buf();
     let real_base = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
     let display = display_dir.to_string();
@@ -526,6 +577,12 @@ fn setup(
         })?,
     )?;
 
+    // C functions run no Lua instructions, so the time budget cannot stop them: the pattern
+    // functions, `string.rep` and `table.move` are replaced by ones that watch the deadline or
+    // cannot loop without allocating (pattern.rs).
+    let table: Table = globals.get("table")?;
+    super::pattern::register(lua, &string, &table, deadline, memory_limit)?;
+
     let expired_deadline = deadline.clone();
     globals.raw_set(
         "__verwalter_expired",
@@ -565,6 +622,25 @@ fn setup(
     .set_name("=sandbox")
     .exec()?;
     Ok(())
+}
+
+/// Appends `text` to the print log while it is under [`PRINT_LIMIT`]; the text that does not fit
+/// is replaced by [`PRINT_TRUNCATED`], once.
+fn append_capped(log: &mut String, text: &str) {
+    let room = PRINT_LIMIT.saturating_sub(log.len());
+    if text.len() <= room {
+        log.push_str(text);
+        return;
+    }
+    let mut end = room;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    log.push_str(&text[..end]);
+    if !log.ends_with('\n') {
+        log.push('\n');
+    }
+    log.push_str(PRINT_TRUNCATED);
 }
 
 /// The cached table if it was built from an equal `source` and found unmodified since, else a

@@ -453,3 +453,495 @@ async fn the_thread_survives_failures_and_reloads_on_code_change() {
     assert_eq!(out.data, json!({"v": 2}));
     let _: Value = out.data;
 }
+
+#[test]
+fn a_result_sharing_one_table_many_times_is_stopped_at_the_memory_limit() {
+    // Issue 10: 20,000 references to a 100,000-element table made the conversion allocate until
+    // the daemon aborted. Scaled down, it still converts to ~100 MB of JSON values while the Lua
+    // state holds well under 1 MB of it: past the 32 MiB limit of `small()`.
+    let e = err("local big = {} for i = 1, 10000 do big[i] = i end
+         local many = {} for i = 1, 300 do many[i] = big end
+         return {roles = {web = many}}");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+    assert!(
+        e.message
+            .contains("the returned table converts to more than 32 MiB of JSON"),
+        "{}",
+        e.message
+    );
+    // The same shape under the limit is converted as before.
+    let out = run_body(
+        "local small = {1, 2} local many = {} for i = 1, 3 do many[i] = small end return {m = many}",
+    )
+    .unwrap();
+    assert_eq!(out.data, json!({"m": [[1, 2], [1, 2], [1, 2]]}));
+}
+
+#[test]
+fn converting_a_result_stops_at_the_deadline() {
+    let lua = mlua::Lua::new();
+    let table: mlua::Table = lua
+        .load("local t = {} for i = 1, 100000 do t[i] = {i} end return t")
+        .eval()
+        .unwrap();
+    let value = mlua::Value::Table(table);
+    let passed = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now(),
+    };
+    assert_eq!(
+        convert::lua_to_json(&lua, &value, passed),
+        Err(convert::ConvertError::Timeout)
+    );
+    let ample = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now() + Duration::from_secs(60),
+    };
+    assert_eq!(
+        convert::lua_to_json(&lua, &value, ample).unwrap()[99_999],
+        json!([100_000])
+    );
+}
+
+#[test]
+fn a_table_with_keys_1_and_string_1_is_an_error() {
+    for body in [
+        "return {x = {[1] = 'a', ['1'] = 'b'}}",
+        "return {x = {[true] = 'a', ['true'] = 'b'}}",
+        "return {x = {[2] = 'a', ['2'] = 'b', [5] = 'c'}}",
+    ] {
+        let e = err(body);
+        assert_eq!(e.kind, SchedulerFailure::BadOutput, "{body}");
+        assert!(
+            e.message
+                .starts_with("cannot convert the returned table: x has two keys that both become"),
+            "{body}: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
+fn print_output_is_capped() {
+    // Issue 10: print output was outside the memory cap (0.6 GB in 2 s). 10 MB of prints keep
+    // the first 2 MiB and a marker; the run itself still succeeds.
+    let out = run_body(
+        "local line = string.rep('x', 100000)
+         for i = 1, 100 do print(i, line) end
+         return {ok = true}, 'returned log'",
+    )
+    .unwrap();
+    assert_eq!(out.data, json!({"ok": true}));
+    let printed = out.log.strip_suffix("returned log").unwrap();
+    assert!(printed.starts_with("1\txxx"), "{}", &printed[..20]);
+    assert!(
+        printed.ends_with(sandbox::PRINT_TRUNCATED),
+        "the marker ends it"
+    );
+    assert!(
+        printed.len() <= sandbox::PRINT_LIMIT + sandbox::PRINT_TRUNCATED.len() + 1,
+        "{}",
+        printed.len()
+    );
+    assert_eq!(printed.matches("truncated").count(), 1);
+}
+
+#[test]
+fn require_returns_the_loaded_libraries_and_loads_a_module_once() {
+    // Issue 10: scheduler libraries begin modules with `local string = require "string"`.
+    let out = run_main(
+        r#"local string = require "string"
+           local a = require "lib/a"
+           local b = require "lib/b.lua"
+           return { scheduler = function()
+               return {
+                   libs = require "_G" == _G and require "table" == table and require "math" == math
+                       and require "utf8" == utf8 and require "debug" == debug and string == _G.string,
+                   no_dump = string.dump == nil,
+                   upper = string.upper("x"),
+                   loads = loads, a = a, b = b,
+               }
+           end }"#,
+        &[
+            ("lib/a.lua", "local table = require 'table'\nlocal here = (...):match('(.-)[^/]+$')\nreturn table.concat({'a', require(here .. 'counted')}, '+')"),
+            ("lib/b.lua", "return 'b+' .. require('lib/counted')"),
+            ("lib/counted.lua", "loads = (loads or 0) + 1\nreturn 'counted'"),
+        ],
+    )
+    .unwrap();
+    assert_eq!(
+        out.data,
+        json!({"libs": true, "no_dump": true, "upper": "X", "loads": 1, "a": "a+counted", "b": "b+counted"})
+    );
+    // Libraries the sandbox leaves out are not there to require either.
+    for name in ["os", "io", "coroutine", "package"] {
+        let e = run_main(&format!("require '{name}'\nreturn {{}}"), &[]).unwrap_err();
+        assert!(
+            e.message.contains(&format!("module \"{name}\" not found")),
+            "{name}: {}",
+            e.message
+        );
+    }
+}
+
+/// Runs `cases` (Lua expressions) through a harness and returns one line per case: the
+/// results' types and values, or the error message.
+const PATTERN_HARNESS: &str = r#"
+local function collect(iter)
+    local out = {}
+    while true do
+        local v = table.pack(iter())
+        if v[1] == nil then break end
+        out[#out + 1] = table.concat(v, "|", 1, v.n)
+    end
+    return table.concat(out, " ")
+end
+local lines = {}
+for i, case in ipairs(CASES) do
+    local f = assert(load("local collect = ...; return " .. case, "=case"))
+    local r = table.pack(pcall(f, collect))
+    local parts = {}
+    if r[1] then
+        for j = 2, r.n do
+            local v = r[j]
+            parts[#parts + 1] = math.type(v) or type(v)
+            if type(v) ~= "table" then parts[#parts + 1] = tostring(v) end
+        end
+    else
+        parts[1] = "error: " .. tostring(r[2])
+    end
+    lines[i] = case .. " => " .. table.concat(parts, " ")
+end
+return table.concat(lines, "\n@@\n")
+"#;
+
+const PATTERN_CASES: &[&str] = &[
+    r#"string.find("hello world", "o w")"#,
+    r#"string.find("hello world", "o", 6)"#,
+    r#"string.find("hello", "l+")"#,
+    r#"string.find("hello", "^h(e)(l+)")"#,
+    r#"string.find("hello", "^e")"#,
+    r#"string.find("hello", "()ll()")"#,
+    r#"string.find("hello", "", 10)"#,
+    r#"string.find("hello", "", 6)"#,
+    r#"string.find("hello", "", 0)"#,
+    r#"string.find("hello", "xyz", -100)"#,
+    r#"string.find("hello", "l", -2)"#,
+    r#"string.find("a.b", ".", 1, true)"#,
+    r#"string.find("a+b", "+", 1, true)"#,
+    r#"string.find("a+b", "+", 1, false)"#,
+    r#"string.find("a+b", "a+", 1, 0)"#,
+    r#"string.find(12345, 34)"#,
+    r#"string.find("x$", "$")"#,
+    r#"string.find("x$", "x$")"#,
+    r#"string.find("x$y", "$y")"#,
+    r#"string.find("hello", "l", 1.0)"#,
+    r#"string.find("hello", "l", 1.5)"#,
+    r#"string.find("hello", "l", "2")"#,
+    r#"string.find("hello", "l", {})"#,
+    r#"string.find(nil, "x")"#,
+    r#"string.find("x")"#,
+    r#"("hello"):find("l")"#,
+    r#"string.match("key = value", "^(%w+)%s*=%s*(%w+)$")"#,
+    r#"string.match("  trim me  ", "^%s*(.-)%s*$")"#,
+    r#"string.match("a [[x] y] b", "%b[]")"#,
+    r#"string.match("a [x", "%b[]")"#,
+    r#"string.match("THE (quick) fox", "%f[%a]%a+", 5)"#,
+    r#"string.match("hello", "%f[%l]")"#,
+    r#"string.match("abc", "((a)(b))")"#,
+    r#"string.match("abcabc", "(abc)%1")"#,
+    r#"string.match("abcab", "(abc)%1")"#,
+    r#"string.match("aa", "()a%1")"#,
+    r#"string.match("v1.10.2", "^v(%d+)%.(%d+)%.(%d+)$")"#,
+    r#"string.match("x", "[]]")"#,
+    r#"string.match("]", "[]]")"#,
+    r#"string.match("^", "[^^]")"#,
+    r#"string.match("a^", "[^^]")"#,
+    r#"string.match("a-b", "[a%-]+")"#,
+    r#"string.match("b-z", "[a-c-]+")"#,
+    r#"string.match("hello", "[^l]+")"#,
+    r#"string.match("Az09_", "[%w_]+")"#,
+    r#"string.match("\v\t x", "%s+")"#,
+    r#"string.match("\v", "%S")"#,
+    r#"string.match("caf\195\169", "%a+")"#,
+    r#"string.match("a.b,c;d", "%p")"#,
+    r#"string.match("ab12", "%x+")"#,
+    r#"string.match("AbC", "%u%l%u")"#,
+    r#"string.match("\0\1", "%c+") == "\0\1""#,
+    r#"string.match("x y", "%g+")"#,
+    r#"string.match("xyz", "x?y?z?w?")"#,
+    r#"string.match("xxx", "x-$")"#,
+    r#"string.match("xxxy", "(x-)(x*)y")"#,
+    r#"string.match("hello", ".-l")"#,
+    r#"string.match("hello", "h.+o")"#,
+    r#"string.match("hello", "", 3)"#,
+    r#"string.match("hello", "()", 3)"#,
+    r#"string.match("hello", "l", 10)"#,
+    r#"string.match("x", "%")"#,
+    r#"string.match("x", "[a")"#,
+    r#"string.match("x", "[a%")"#,
+    r#"string.match("x", "(x")"#,
+    r#"string.match("x", "x)")"#,
+    r#"string.match("x", "%1")"#,
+    r#"string.match("xx", "(x)%2")"#,
+    r#"string.match("x", "%f")"#,
+    r#"string.match("x", "%fx")"#,
+    r#"string.match("x", "%b")"#,
+    r#"string.match("x", "%bx")"#,
+    r#"string.match(string.rep("a", 40), string.rep("(a)", 33))"#,
+    r#"string.match(string.rep("a", 300), string.rep("a?", 300))"#,
+    r#"string.match("THE END", "%f[%z]")"#,
+    r#"string.find("THE END", "%f[%A]", 2)"#,
+    r#"string.find("x.y", "%f[%.]")"#,
+    r#"string.match("a-z", "[a-]+")"#,
+    r#"string.match("-az", "[-a]+")"#,
+    r#"string.match("q%", "[%a%%]+")"#,
+    r#"string.match("f(a(b)c)d", "%b()")"#,
+    r#"string.match("abc", ".-$")"#,
+    r#"string.match("abc", "^(.-)b")"#,
+    r#"string.find("abc", "b", -1)"#,
+    r#"string.find("", "")"#,
+    r#"string.find("", "", 2)"#,
+    r#"string.match("\0a\0", "%z")"#,
+    r#"string.gsub("abc", "()b", {[2] = "X"})"#,
+    r#"string.gsub("abc", "%w", function(c) return c == "b" and false or c:upper() end)"#,
+    r#"string.gsub("abc def", "(%w+)", "<%1>", 1)"#,
+    r#"string.gsub("hello world", "o", "0")"#,
+    r#"string.gsub("hello world", "(o)", "[%1]")"#,
+    r#"string.gsub("hello", "", "-")"#,
+    r#"string.gsub("abc", "%w", "%0%0")"#,
+    r#"string.gsub("abc", "%w", "%%")"#,
+    r#"string.gsub("abc", "%w", "%1")"#,
+    r#"string.gsub("abc", "%w", "%2")"#,
+    r#"string.gsub("abc", "%w", "%x")"#,
+    r#"string.gsub("abc", "%w", "x%")"#,
+    r#"string.gsub("hello world", "%w+", {hello = "HI", world = false})"#,
+    r#"string.gsub("hello world", "(%w)(%w*)", {h = 1, w = 2.5})"#,
+    r#"string.gsub("hello world", "%w+", function(w) return #w end)"#,
+    r#"string.gsub("hello world", "(%w+) (%w+)", function(a, b) return b .. " " .. a end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) return 1.0 end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) return {} end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) error("boom") end)"#,
+    r#"string.gsub("hello world", "%w+", function(w) end)"#,
+    r#"string.gsub("abc", "b*", "-")"#,
+    r#"string.gsub("abc", "^a", "x")"#,
+    r#"string.gsub("abc", "^", "x")"#,
+    r#"string.gsub("abc", "$", "x")"#,
+    r#"string.gsub("aaa", "a", "b", 2)"#,
+    r#"string.gsub("aaa", "a", "b", -1)"#,
+    r#"string.gsub("aaa", "a", "b", 2.0)"#,
+    r#"string.gsub("abc", "()", "%1")"#,
+    r#"string.gsub(123, "2", 5)"#,
+    r#"string.gsub("x", "x")"#,
+    r#"string.gsub("x", "x", true)"#,
+    r#"string.gsub("abc", "(", "x")"#,
+    r#"collect(string.gmatch("one two  three", "%a+"))"#,
+    r#"collect(string.gmatch("k1=v1, k2=v2", "(%w+)=(%w+)"))"#,
+    r#"collect(string.gmatch("abc", ""))"#,
+    r#"collect(string.gmatch("abc", "b*"))"#,
+    r#"collect(string.gmatch("hello", "l", 4))"#,
+    r#"collect(string.gmatch("hello", "l", -1))"#,
+    r#"collect(string.gmatch("hello", "l", 10))"#,
+    r#"collect(string.gmatch("hello", "()l"))"#,
+    r#"collect(string.gmatch("^a^b", "^%a"))"#,
+    r#"collect(string.gmatch("x", "("))"#,
+    r#"string.gmatch(nil, "x")"#,
+    r#"("x"):rep(3, ",")"#,
+    r#"string.rep("", 3, "")"#,
+    r#"string.rep("ab", 3)"#,
+    r#"string.rep("ab", -1)"#,
+    r#"string.rep("", "x")"#,
+    r#"string.rep("x")"#,
+    r#"string.rep("x", 2.5)"#,
+    r#"string.rep("x", "2")"#,
+    r#"string.rep("x", "2.5")"#,
+    r#"string.rep("x", 2, 3)"#,
+    r#"string.rep("x", 2, {})"#,
+    r#"string.rep({}, 2)"#,
+    r#"string.rep("x", math.maxinteger)"#,
+    r#"string.rep("x", 1 << 62, "yy")"#,
+    r#"table.move({1, 2}, 1, 2, 1, nil)[2]"#,
+    r#"table.move({1, 2}, 1, 2, 1, 5)"#,
+    r#"table.move({1, 2}, "1", 2, 1)[1]"#,
+    r#"table.move({1, 2}, 1, nil, 1)"#,
+    r#"table.move(setmetatable({}, {__index = function(_, k) return k * 10 end}), 1, 3, 1, {})[3]"#,
+    r#"string.rep(5, 2)"#,
+    r#"table.concat(table.move({1, 2, 3}, 1, 3, 2), ",")"#,
+    r#"table.concat(table.move({1, 2, 3, 4, 5}, 2, 4, 1), ",")"#,
+    r#"table.concat(table.move({1, 2, 3}, 1, 3, 1, {}), ",")"#,
+    r#"table.concat(table.move({1, 2, 3}, 2, 1, 1, {9}), ",")"#,
+    r#"table.move({}, 1, 0, 5)"#,
+    r#"table.move({}, 1, 2, 1.5)"#,
+    r#"table.move(nil, 1, 2, 1)"#,
+    r#"table.move({}, math.mininteger, 2, 1)"#,
+    r#"table.move({}, 1, 2, math.maxinteger)"#,
+];
+
+/// Random small patterns and subjects (malformed ones included), through all four functions.
+fn random_pattern_cases(count: usize) -> Vec<String> {
+    use rand::{Rng, SeedableRng};
+    const TOKENS: &[&str] = &[
+        "a", "b", "1", " ", ".", "%a", "%d", "%s", "%W", "[ab]", "[^a]", "[a-c]", "[%d ]", "(",
+        ")", "()", "*", "+", "-", "?", "^", "$", "%1", "%2", "%b()", "%f[%w]", "%", "[", "]",
+    ];
+    const SUBJECT: &[u8] = b"ab1 ()c";
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(10);
+    (0..count)
+        .map(|i| {
+            let pattern: String = (0..rng.random_range(1..7))
+                .map(|_| TOKENS[rng.random_range(0..TOKENS.len())])
+                .collect();
+            let subject: String = (0..rng.random_range(0..10))
+                .map(|_| SUBJECT[rng.random_range(0..SUBJECT.len())] as char)
+                .collect();
+            let init = rng.random_range(-3..5);
+            match i % 4 {
+                0 => format!("string.find({subject:?}, {pattern:?}, {init})"),
+                1 => format!("string.match({subject:?}, {pattern:?})"),
+                2 => format!("string.gsub({subject:?}, {pattern:?}, \"<%0>\")"),
+                _ => format!("collect(string.gmatch({subject:?}, {pattern:?}))"),
+            }
+        })
+        .collect()
+}
+
+/// The pattern functions, `string.rep` and `table.move` agree with Lua's own, result for result
+/// and error for error (with the line it names).
+#[test]
+fn pattern_functions_agree_with_lua() {
+    let mut cases: Vec<String> = PATTERN_CASES.iter().map(|c| c.to_string()).collect();
+    cases.extend(random_pattern_cases(4000));
+    let harness = |lua: &mlua::Lua| -> String {
+        let cases = lua
+            .create_sequence_from(cases.iter().map(String::as_str))
+            .unwrap();
+        lua.globals().set("CASES", cases).unwrap();
+        lua.load(PATTERN_HARNESS)
+            .set_name("=harness")
+            .eval::<String>()
+            .unwrap()
+    };
+    let expected = harness(&mlua::Lua::new());
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "main.lua",
+        &format!(
+            "return {{scheduler = function() CASES = {{ {} }}\nreturn {{out = load({PATTERN_HARNESS:?}, '=harness')()}} end}}",
+            cases
+                .iter()
+                .map(|c| format!("{c:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    let out = Sandbox::load(tmp.path(), "scheduler/v1", small())
+        .unwrap()
+        .run(&input())
+        .unwrap();
+    let got = out.data["out"].as_str().unwrap().to_string();
+    let mut differences = Vec::new();
+    for (want, have) in expected.split("\n@@\n").zip(got.split("\n@@\n")) {
+        if want != have {
+            differences.push(format!("lua:  {want}\nours: {have}"));
+        }
+    }
+    assert_eq!(expected.split("\n@@\n").count(), cases.len());
+    assert_eq!(got.split("\n@@\n").count(), cases.len());
+    // The random cases reach both matches and malformed patterns.
+    assert!(expected.matches("=> error:").count() > 300, "{expected}");
+    assert!(expected.matches("=> integer").count() > 50, "{expected}");
+    assert!(expected.matches("=> string").count() > 300, "{expected}");
+    assert!(differences.is_empty(), "{}", differences.join("\n"));
+}
+
+#[test]
+fn c_functions_that_could_spin_stop_at_the_time_budget() {
+    // Issue 10: a backtracking pattern ran in C where the budget could not stop it.
+    let evil = r#"string.rep("a", 40), string.rep("a*", 40) .. "b""#;
+    for body in [
+        format!("string.find({evil})"),
+        format!("pcall(string.match, {evil}) while true do end"),
+        format!("for x in string.gmatch({evil}) do end"),
+        format!("string.gsub({evil}, '')"),
+        "return string.find(string.rep('a', 30), string.rep('(a-)', 30) .. '%1b')".into(),
+        // A loop that moves nils allocates nothing, so only the clock stops it.
+        "table.move({}, 1, 1e12, 2)".into(),
+    ] {
+        let started = std::time::Instant::now();
+        let e = err(&body);
+        assert_eq!(e.kind, SchedulerFailure::Timeout, "{body}: {}", e.message);
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{body}: {:?}",
+            started.elapsed()
+        );
+    }
+    // Nothing to copy, so nothing to wait for.
+    let out = run_body("return {r = string.rep('', 1e15), s = ('x'):rep(3, ',')}").unwrap();
+    assert_eq!(out.data, json!({"r": "", "s": "x,x,x"}));
+    // gsub builds its result outside the Lua state; the memory cap still holds.
+    let e = err("string.gsub(string.rep('x', 1e6), 'x', string.rep('y', 100))");
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+}
+
+#[tokio::test]
+async fn a_stuck_run_is_reported_and_no_second_thread_is_started() {
+    // Issue 10: a run stuck in C code left a spinning thread behind on every retry.
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        &tmp.path().join("scheduler/v1"),
+        "main.lua",
+        "return {scheduler = function() return {ok = true} end}",
+    );
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let threads = Arc::new(Mutex::new(Vec::new()));
+    let seen = threads.clone();
+    // The first run holds the thread until released, as an unstoppable C call would.
+    let hook: BeforeRun = Arc::new(move || {
+        let mut seen = seen.lock().unwrap();
+        seen.push(std::thread::current().id());
+        if seen.len() == 1 {
+            drop(seen);
+            held.lock().unwrap().recv().unwrap();
+        }
+    });
+    let limits = Limits {
+        time: Duration::from_millis(50),
+        ..small()
+    };
+    let scheduler = LuaScheduler::start_with(
+        tmp.path().to_path_buf(),
+        limits,
+        Duration::from_millis(50),
+        Some(hook),
+    )
+    .unwrap();
+    let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    assert!(e.message.contains("did not return within"), "{}", e.message);
+    for _ in 0..3 {
+        let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
+        assert_eq!(e.kind, SchedulerFailure::Timeout);
+        assert!(e.message.starts_with("scheduler is stuck"), "{}", e.message);
+    }
+    assert_eq!(threads.lock().unwrap().len(), 1, "no run started meanwhile");
+
+    release.send(()).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        match scheduler.run("v1", Arc::new(input())).await {
+            Ok(out) => break out,
+            Err(e) if e.message.starts_with("scheduler is stuck") => {
+                assert!(std::time::Instant::now() < deadline, "never freed");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{}", e.message),
+        }
+    };
+    assert_eq!(out.data, json!({"ok": true}));
+    let threads = threads.lock().unwrap();
+    assert_eq!(threads.len(), 2);
+    assert_eq!(threads[0], threads[1], "the same thread runs again");
+}
