@@ -57,7 +57,7 @@ fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
 #[test]
 fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
     let (_tmp, config, storage) = site();
-    let daemon = Daemon::start(&config, &storage, free_port());
+    let daemon = Daemon::start(&config, &storage);
     wait_for(SOON, || daemon.json("/v1/schedule")).expect("a first schedule");
     let port = daemon.port;
 
@@ -142,7 +142,7 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
         .unwrap();
     assert!(daemon.json("/v1/pending_actions").unwrap()[kept.to_string()].is_object());
     drop(daemon);
-    let daemon = Daemon::start(&config, &storage, free_port());
+    let daemon = Daemon::start(&config, &storage);
     let pending = wait_for(SOON, || daemon.json("/v1/pending_actions"))
         .expect("the daemon answers after the restart");
     assert_eq!(pending[kept.to_string()], json!({"keep": "me"}));
@@ -176,7 +176,6 @@ fn acknowledged_actions_survive_a_kill_and_the_queue_is_capped() {
         Daemon::launch(
             &config,
             &storage,
-            free_port(),
             &["--settings", settings.to_str().unwrap()],
             &[],
         )

@@ -107,19 +107,31 @@ impl Cluster {
     pub fn start() -> Cluster {
         let tmp = tempfile::tempdir().unwrap();
         let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
-        let cantal_port = free_port();
+        // Ports are picked by the system and read back from what the processes say (no
+        // bind-and-release window): cantal's from its first line, the nodes' from node 1's
+        // `Listening.` line; the others take the same port on their own addresses.
+        let cantal_log = tmp.path().join("cantal.log");
         let cantal = Command::new(cantal_bin)
-            .args(["--listen", &format!("127.0.0.1:{cantal_port}")])
+            .args(["--listen", "127.0.0.1:0"])
             .args(NAMES.iter().map(|n| format!("{n}.test")))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(std::fs::File::create(&cantal_log).unwrap())
             .spawn()
             .unwrap();
-        let port = free_port();
-        let url = format!("http://127.0.0.1:{cantal_port}");
-        let nodes = (0..NAMES.len())
-            .map(|i| Some(Node::start(i, tmp.path(), port, &url)))
-            .collect();
+        let url = wait_for(Duration::from_secs(10), || {
+            let log = std::fs::read_to_string(&cantal_log).ok()?;
+            let addr = log.lines().find_map(|l| l.split(" on ").nth(1))?;
+            Some(format!("http://{}", addr.trim()))
+        })
+        .expect("fake_cantal says where it listens");
+        let mut first = Node::start(0, tmp.path(), 0, &url);
+        let port = wait_for(Duration::from_secs(30), || {
+            listening_port(&std::fs::read_to_string(&first.log).ok()?)
+        })
+        .unwrap_or_else(|| panic!("node 1 does not listen:\n{}", first.logs()));
+        first.port = port;
+        let mut nodes = vec![Some(first)];
+        nodes.extend((1..NAMES.len()).map(|i| Some(Node::start(i, tmp.path(), port, &url))));
         Cluster {
             _tmp: tmp,
             _cantal: cantal,

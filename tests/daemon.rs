@@ -11,8 +11,7 @@ const SOON: Duration = Duration::from_secs(10);
 #[test]
 fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
     let (_tmp, config, storage) = example_site("minimal");
-    let port = free_port();
-    let daemon = Daemon::start(&config, &storage, port);
+    let daemon = Daemon::start(&config, &storage);
 
     // A node without peers leads itself and schedules.
     let first = wait_for(SOON, || daemon.json("/v1/schedule"))
@@ -116,7 +115,7 @@ fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
     )
     .unwrap();
     assert_eq!(saved["hash"], second["hash"]);
-    let daemon = Daemon::start(&config, &storage, port);
+    let daemon = Daemon::start(&config, &storage);
     let restored = wait_for(SOON, || daemon.json("/v1/schedule"))
         .unwrap_or_else(|| panic!("no schedule after restart:\n{}", daemon.logs()));
     assert_eq!(restored["hash"], second["hash"]);
@@ -156,7 +155,7 @@ fn read_events_until(
 fn the_event_stream_sends_the_status_and_each_change() {
     use std::io::Write;
     let (_tmp, config, storage) = example_site("minimal");
-    let daemon = Daemon::start(&config, &storage, free_port());
+    let daemon = Daemon::start(&config, &storage);
     let first = wait_for(SOON, || daemon.json("/v1/schedule")).expect("a schedule");
     wait_for(SOON, || {
         (daemon.json("/v1/status")?["schedule_id"] == first["hash"]).then_some(())
@@ -203,7 +202,7 @@ fn set_open_files_limit(pid: u32, soft: usize) {
 #[test]
 fn a_node_out_of_descriptors_keeps_its_inputs_and_shows_the_failure() {
     let (tmp, config, storage) = example_site("minimal");
-    let daemon = Daemon::start(&config, &storage, free_port());
+    let daemon = Daemon::start(&config, &storage);
     let first = wait_for(SOON, || daemon.json("/v1/schedule"))
         .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
     assert_eq!(first["data"]["roles"]["web"]["version"], "v2");
@@ -285,7 +284,7 @@ fn idle_connections_cannot_starve_the_api_under_a_low_descriptor_limit() {
     .unwrap();
     // A soft limit under the hard one, as systemd sets them: the daemon raises it to 128 and
     // keeps half of that for connections.
-    let daemon = Daemon::launch_any_port_under(
+    let daemon = Daemon::launch_under(
         &config,
         &storage,
         &["--settings", settings.to_str().unwrap()],

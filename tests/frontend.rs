@@ -45,7 +45,7 @@ fn schedule(daemon: &Daemon) -> Value {
 #[test]
 fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     let (_tmp, config, storage) = example_site("minimal");
-    let daemon = Daemon::start(&config, &storage, free_port());
+    let daemon = Daemon::start(&config, &storage);
     let first = wait_for(SOON, || daemon.json("/v1/schedule"))
         .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
     let first_hash = first["hash"].as_str().unwrap().to_string();
@@ -239,7 +239,7 @@ fn buttons_send_what_the_schedule_declares() {
     std::fs::create_dir_all(config.join("scheduler/v1")).unwrap();
     std::fs::create_dir_all(config.join("runtime")).unwrap();
     std::fs::write(config.join("scheduler/v1/main.lua"), ECHO_SCHEDULER).unwrap();
-    let daemon = Daemon::start(&config, &tmp.path().join("storage"), free_port());
+    let daemon = Daemon::start(&config, &tmp.path().join("storage"));
     wait_for(SOON, || daemon.json("/v1/schedule"))
         .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
     // `app` has no template, so it fails before any deployment starts: the log index is empty
@@ -323,7 +323,7 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_retries_a_full_stre
     let (tmp, config, storage) = example_site("minimal");
     let settings = tmp.path().join("settings.yaml");
     std::fs::write(&settings, "http:\n  max-event-streams: 1\n").unwrap();
-    let daemon = Daemon::launch_any_port(
+    let daemon = Daemon::launch(
         &config,
         &storage,
         &["--settings", settings.to_str().unwrap()],

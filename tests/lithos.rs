@@ -46,7 +46,6 @@ impl Site {
         let daemon = Daemon::start_with(
             &config,
             &storage,
-            free_port(),
             &[("PATH", &path), ("LITHOS_ROOT", root.to_str().unwrap())],
         );
         Site {

@@ -254,12 +254,16 @@ impl Site {
             "a shared secret, 32 bytes long\n",
         )
         .unwrap();
-        let port = free_port();
+        // One port for every node and proxy, as on real machines: the system picks it for the
+        // first proxy socket, which the test holds (no bind-and-release window); the other
+        // addresses are this test's own.
         let net = Net::default();
         let mut udp = std::collections::BTreeMap::new();
+        let mut port = 0;
         for i in 1..=N {
             for j in (1..=N).filter(|&j| j != i) {
                 let socket = UdpSocket::bind((proxy_ip(i, j).as_str(), port)).unwrap();
+                port = socket.local_addr().unwrap().port();
                 udp.insert((i, j), socket);
             }
         }

@@ -70,7 +70,7 @@ impl Site {
         );
         let storage = tmp.path().join("storage");
         let log_dir = storage.join("log");
-        let daemon = Daemon::launch(&config, &storage, free_port(), args, &[]);
+        let daemon = Daemon::launch(&config, &storage, args, &[]);
         Site {
             _tmp: tmp,
             config,
@@ -253,7 +253,7 @@ fn dry_run_renders_and_logs_but_runs_and_records_nothing() {
     let storage = site.log_dir.parent().unwrap().to_path_buf();
     site.daemon.child.kill().unwrap();
     site.daemon.child.wait().unwrap();
-    site.daemon = Daemon::launch(&site.config, &storage, free_port(), &[], &[]);
+    site.daemon = Daemon::launch(&site.config, &storage, &[], &[]);
     assert_eq!(site.wait_calls(1), vec!["web"]);
     assert!(site.out.join("web.conf").exists());
 }
@@ -512,7 +512,7 @@ fn a_restart_with_a_stored_schedule_renders_without_a_missing_template_error() {
     // The restart starts with the stored schedule. Rendering used to start before the first
     // read of the config dir and logged every role's template dir as missing.
     let storage = log_dir.parent().unwrap().to_path_buf();
-    let daemon = Daemon::launch(&config, &storage, free_port(), &[], &[]);
+    let daemon = Daemon::launch(&config, &storage, &[], &[]);
     let site = Site {
         _tmp,
         config,

@@ -39,15 +39,6 @@ pub fn example_site(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, config, storage)
 }
 
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// A running daemon; killed when dropped.
 pub struct Daemon {
     pub child: Child,
@@ -56,78 +47,32 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn start(config_dir: &Path, storage_dir: &Path, port: u16) -> Daemon {
-        Daemon::launch(config_dir, storage_dir, port, &[], &[])
+    /// `verwalter run` on `config_dir` as node `alpha` on 127.0.0.1, on a port the system picks.
+    pub fn start(config_dir: &Path, storage_dir: &Path) -> Daemon {
+        Daemon::launch(config_dir, storage_dir, &[], &[])
     }
 
     /// Like [`Daemon::start`], with extra environment variables for the daemon (and so for the
     /// commands it runs), e.g. `PATH`.
-    pub fn start_with(
-        config_dir: &Path,
-        storage_dir: &Path,
-        port: u16,
-        envs: &[(&str, &str)],
-    ) -> Daemon {
-        Daemon::launch(config_dir, storage_dir, port, &[], envs)
+    pub fn start_with(config_dir: &Path, storage_dir: &Path, envs: &[(&str, &str)]) -> Daemon {
+        Daemon::launch(config_dir, storage_dir, &[], envs)
     }
 
-    /// `verwalter run` as node `alpha` on 127.0.0.1:`port`, logs under `storage_dir`, with extra
-    /// flags and environment variables.
+    /// `verwalter run` as node `alpha` on 127.0.0.1 with `--port 0`, logs under `storage_dir`,
+    /// with extra flags and environment variables. The system picks a free port, read back from
+    /// the daemon's `Listening.` log line: no window in which another process takes it.
     pub fn launch(
         config_dir: &Path,
         storage_dir: &Path,
-        port: u16,
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Daemon {
-        let log = storage_dir.with_extension("log");
-        let file = std::fs::File::create(&log).unwrap();
-        let child = Command::new(BIN)
-            .args([
-                "run",
-                "--hostname",
-                "alpha",
-                "--name",
-                "alpha.test",
-                "--host",
-                "127.0.0.1",
-            ])
-            .args([
-                "--port",
-                &port.to_string(),
-                "--override-machine-id",
-                MACHINE_ID,
-            ])
-            .arg("--config-dir")
-            .arg(config_dir)
-            .arg("--storage-dir")
-            .arg(storage_dir)
-            .arg("--log-dir")
-            .arg(storage_dir.join("log"))
-            .args(args)
-            .env("RUST_LOG", "info")
-            .envs(envs.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(file)
-            .spawn()
-            .unwrap();
-        Daemon { child, port, log }
+        Daemon::launch_under(config_dir, storage_dir, args, envs, None)
     }
 
-    /// Like [`Daemon::launch`] with `--port 0`: the system picks a free port, read back from
-    /// the daemon's `Listening.` log line (no window in which another process takes it).
-    pub fn launch_any_port(
-        config_dir: &Path,
-        storage_dir: &Path,
-        args: &[&str],
-        envs: &[(&str, &str)],
-    ) -> Daemon {
-        Daemon::launch_any_port_under(config_dir, storage_dir, args, envs, None)
-    }
-
-    /// [`Daemon::launch_any_port`] under a descriptor limit: `(soft, hard)` for RLIMIT_NOFILE,
-    /// set by the shell that execs the daemon.
-    pub fn launch_any_port_under(
+    /// [`Daemon::launch`] under a descriptor limit: `(soft, hard)` for RLIMIT_NOFILE, set by
+    /// the shell that execs the daemon.
+    pub fn launch_under(
         config_dir: &Path,
         storage_dir: &Path,
         args: &[&str],

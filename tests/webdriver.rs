@@ -483,46 +483,55 @@ fn locate(var: &str, name: &str) -> Option<PathBuf> {
         .find(|path| path.is_file())
 }
 
-/// Starts chromedriver on a free port and waits until it reports ready. The port is only free
-/// "a moment ago", and chromedriver exits at once when it is taken, so a few ports are tried.
+/// Starts chromedriver with `--port=0` (the system picks a free port, which chromedriver
+/// prints: "... started successfully on port N.") and waits until it reports ready.
 fn spawn_driver(driver: &Path) -> (Child, u16, PathBuf) {
     let log_dir = target_dir().join("webdriver");
     std::fs::create_dir_all(&log_dir).unwrap();
-    for _ in 0..3 {
-        let port = free_port();
-        let log = log_dir.join(format!("chromedriver-{port}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let mut child = Command::new(driver)
-            .arg(format!("--port={port}"))
-            .stdin(Stdio::null())
-            .stdout(file.try_clone().unwrap())
-            .stderr(file)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", driver.display()));
-        let ready = wait_for(Duration::from_secs(20), || {
-            if child.try_wait().unwrap().is_some() {
-                return Some(false);
-            }
-            driver_ready(port).then_some(true)
-        });
-        match ready {
-            Some(true) => return (child, port, log),
-            Some(false) => continue,
-            None => {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!(
-                    "chromedriver not ready within 20s; log {}:\n{}",
-                    log.display(),
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
+    // One log per driver: browser tests run in parallel threads of one process.
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let nth = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let log = log_dir.join(format!("chromedriver-{}-{nth}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let mut child = Command::new(driver)
+        .arg("--port=0")
+        .stdin(Stdio::null())
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", driver.display()));
+    let ready = wait_for(Duration::from_secs(20), || {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(Err(status));
+        }
+        let text = std::fs::read_to_string(&log).ok()?;
+        let port: u16 = text
+            .lines()
+            .find_map(|l| l.split("started successfully on port ").nth(1))?
+            .trim_end_matches('.')
+            .trim()
+            .parse()
+            .ok()?;
+        driver_ready(port).then_some(Ok(port))
+    });
+    let log_text = || std::fs::read_to_string(&log).unwrap_or_default();
+    match ready {
+        Some(Ok(port)) => (child, port, log),
+        Some(Err(status)) => panic!(
+            "chromedriver exited ({status}) before it was ready; log {}:\n{}",
+            log.display(),
+            log_text()
+        ),
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "chromedriver not ready within 20s; log {}:\n{}",
+                log.display(),
+                log_text()
+            );
         }
     }
-    panic!(
-        "chromedriver exited before it was ready three times; logs in {}",
-        log_dir.display()
-    )
 }
 
 /// Whether chromedriver's `/status` says it takes new sessions.
@@ -664,8 +673,8 @@ fn responses_are_framed_by_length_chunks_or_the_end_of_the_stream() {
 fn webdriver_client_drives_headless_chromium_against_the_daemon() {
     const SOON: Duration = Duration::from_secs(10);
     let (_tmp, config, storage) = example_site("minimal");
-    let port = free_port();
-    let daemon = Daemon::start(&config, &storage, port);
+    let daemon = Daemon::start(&config, &storage);
+    let port = daemon.port;
     wait_for(SOON, || daemon.json("/v1/status"))
         .unwrap_or_else(|| panic!("no /v1/status:\n{}", daemon.logs()));
 

@@ -148,7 +148,11 @@ fn main() {
             std::process::exit(1);
         }
     };
-    eprintln!("fake_cantal: serving /all_peers.json on {}", args.listen);
+    // With port 0 the system picks the port: say which, for whoever started us.
+    let bound = listener
+        .local_addr()
+        .map_or_else(|_| args.listen.clone(), |a| a.to_string());
+    eprintln!("fake_cantal: serving /all_peers.json on {bound}");
     let started = now_ms();
     for stream in listener.incoming().flatten() {
         if let Err(e) = answer(stream, &args, started) {
