@@ -2,8 +2,6 @@
 //! for the scheduler's answer, request errors, the audit line, and pending actions surviving a
 //! restart.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -23,27 +21,6 @@ return {scheduler = function(state)
 end}
 "#;
 
-fn post(port: u16, path: &str, content_type: &str, body: &[u8]) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(70))).unwrap();
-    write!(
-        s,
-        "POST {path} HTTP/1.0\r\nHost: verwalter\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    )
-    .unwrap();
-    s.write_all(body).unwrap();
-    let mut text = String::new();
-    let _ = s.read_to_string(&mut text);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    (code, body.to_string())
-}
-
 fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("config");
@@ -62,7 +39,7 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
     let port = daemon.port;
 
     // wait_action returns the scheduler's answer, or 204 without one.
-    let (code, body) = post(
+    let (code, body) = http_post(
         port,
         "/v1/wait_action",
         "application/json; charset=utf-8",
@@ -71,7 +48,7 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
     assert_eq!(code, 200, "{body}");
     let reply: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(reply, json!({"echo": {"reply": true, "role": "web"}}));
-    let (code, body) = post(
+    let (code, body) = http_post(
         port,
         "/v1/wait_action",
         "application/json",
@@ -80,7 +57,7 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
     assert_eq!(code, 204, "{body}");
 
     // action registers and returns the id; the scheduler consumes it soon.
-    let (code, body) = post(
+    let (code, body) = http_post(
         port,
         "/v1/action",
         "application/json",
@@ -105,13 +82,13 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
     .expect("the action was consumed");
 
     // Request errors are JSON with a clear status.
-    let (code, body) = post(port, "/v1/action", "text/plain", b"{}");
+    let (code, body) = http_post(port, "/v1/action", "text/plain", b"{}");
     assert_eq!(code, 415, "{body}");
     assert!(body.contains("application/json"));
-    let (code, body) = post(port, "/v1/action", "application/json", b"{not json");
+    let (code, body) = http_post(port, "/v1/action", "application/json", b"{not json");
     assert_eq!(code, 400, "{body}");
     let big = format!("{{\"x\": \"{}\"}}", "a".repeat(70_000));
-    let (code, _) = post(port, "/v1/action", "application/json", big.as_bytes());
+    let (code, _) = http_post(port, "/v1/action", "application/json", big.as_bytes());
     assert_eq!(code, 413);
     let (code, _) = daemon.get("/v1/action_is_pending/abc").unwrap();
     assert_eq!(code, 400);
@@ -135,7 +112,7 @@ fn actions_are_answered_checked_audited_and_kept_across_a_restart() {
         status["errors"].get("scheduler").map(|_| ())
     })
     .expect("the broken scheduler is seen");
-    let (code, body) = post(port, "/v1/action", "application/json", br#"{"keep": "me"}"#);
+    let (code, body) = http_post(port, "/v1/action", "application/json", br#"{"keep": "me"}"#);
     assert_eq!(code, 200, "{body}");
     let kept = serde_json::from_str::<Value>(&body).unwrap()["registered"]
         .as_u64()
@@ -196,7 +173,7 @@ fn acknowledged_actions_survive_a_kill_and_the_queue_is_capped() {
                     .map(|n| {
                         let body = format!(r#"{{"client": {c}, "n": {n}}}"#);
                         let (code, body) =
-                            post(port, "/v1/action", "application/json", body.as_bytes());
+                            http_post(port, "/v1/action", "application/json", body.as_bytes());
                         assert_eq!(code, 200, "{body}");
                         serde_json::from_str::<Value>(&body).unwrap()["registered"]
                             .as_u64()
@@ -214,7 +191,7 @@ fn acknowledged_actions_survive_a_kill_and_the_queue_is_capped() {
     acknowledged.dedup();
     assert_eq!(acknowledged.len(), CLIENTS * EACH, "unique ids");
 
-    let (code, body) = post(
+    let (code, body) = http_post(
         port,
         "/v1/action",
         "application/json",

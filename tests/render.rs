@@ -144,19 +144,6 @@ fn write(path: &Path, text: &str) {
     std::fs::rename(tmp, path).unwrap();
 }
 
-fn post(port: u16, path: &str) -> Option<(u16, String)> {
-    let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
-    write!(
-        stream,
-        "POST {path} HTTP/1.0\r\nHost: verwalter\r\nContent-Length: 0\r\n\r\n"
-    )
-    .ok()?;
-    let mut response = String::new();
-    stream.read_to_string(&mut response).ok()?;
-    let (head, body) = response.split_once("\r\n\r\n")?;
-    Some((head.split_whitespace().nth(1)?.parse().ok()?, body.into()))
-}
-
 #[test]
 fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     let site = Site::start();
@@ -223,7 +210,12 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
 
     // force_render_all renders every role again.
     let before = site.calls().len();
-    let (code, body) = post(site.daemon.port, "/v1/force_render_all").unwrap();
+    let (code, body) = http_post(
+        site.daemon.port,
+        "/v1/force_render_all",
+        "application/json",
+        b"",
+    );
     assert_eq!((code, body.as_str()), (200, "\"ok\""));
     let calls = site.wait_calls(before + 2);
     let mut last_two = calls[before..].to_vec();
@@ -597,7 +589,12 @@ fn roles_apply_when_the_deployment_log_cannot_be_written_and_it_is_reported() {
     assert!(status["num_errors"].as_u64().unwrap() >= 1);
 
     // Another deployment: applied again, counted again, but logged only once.
-    let (code, _) = post(site.daemon.port, "/v1/force_render_all").unwrap();
+    let (code, _) = http_post(
+        site.daemon.port,
+        "/v1/force_render_all",
+        "application/json",
+        b"",
+    );
     assert_eq!(code, 200);
     site.wait_calls(2);
     let metrics = site.daemon.get("/metrics").unwrap().1;
@@ -616,7 +613,12 @@ fn roles_apply_when_the_deployment_log_cannot_be_written_and_it_is_reported() {
 
     // Fixed: the next deployment writes the log and the report goes.
     std::fs::remove_file(&blocker).unwrap();
-    let (code, _) = post(site.daemon.port, "/v1/force_render_all").unwrap();
+    let (code, _) = http_post(
+        site.daemon.port,
+        "/v1/force_render_all",
+        "application/json",
+        b"",
+    );
     assert_eq!(code, 200);
     site.wait_calls(3);
     wait_for(SOON, || {

@@ -12,6 +12,16 @@ use verwalter_controllers::testing::inputs;
 
 use super::*;
 
+/// A journal of its own for each test app: tests run in parallel threads (and test processes
+/// in parallel), and a shared file would hand one test's pending actions to another.
+fn journal_path() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    dir.path().join(format!("actions-{n}.journal"))
+}
+
 fn app(writer: &StoreWriter) -> Router {
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     app_serving(writer, no_frontends, "common")
@@ -38,7 +48,7 @@ fn app_state(
             verwalter_controllers::store::Field::new(Default::default()),
             writer.store(),
             crate::actions::QueueConfig {
-                journal: std::env::temp_dir().join("verwalter-http-tests-actions.journal"),
+                journal: journal_path(),
                 legacy: None,
                 limits: Default::default(),
             },
