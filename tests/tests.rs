@@ -1,8 +1,16 @@
 //! Integration tests: the built `verwalter` binary, run the way users run it.
 //!
+//! Two rules keep them fast and free of flakes on a loaded 2-core machine:
+//! - **Wait on what the daemon reports** (a log line, a status field, a metric, an epoch), never
+//!   on a sleep; "nothing happened" is proven by an event that must come after it (e.g. the
+//!   render passes that looked at a new schedule, the id of an action sent later).
+//! - **No port picked by bind-and-release**: daemons run with `--port 0` and the test reads the
+//!   port from their `Listening.` line (`util::Daemon::launch`); chromedriver and the cantal test
+//!   double pick theirs the same way; a cluster's nodes share the port node 1 was given.
+//!
 //! Index:
 //! - `actions`: the action API on a single node: answers, 204, request errors, the audit line,
-//!   pending actions across a restart.
+//!   pending actions across a restart, acknowledged actions surviving kill -9, the pending cap.
 //! - `cli`: `verwalter check` (symlink loops and links out, big and deep files), `verwalter
 //!   schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
@@ -10,7 +18,8 @@
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
-//!   (`prlimit`), a failed read keeps the last good inputs and is shown.
+//!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
+//!   the cap under a low descriptor limit cannot starve the API.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `partition`: five nodes behind forwarding proxies the test cuts: a minority side does not
