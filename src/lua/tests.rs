@@ -72,6 +72,25 @@ fn err(body: &str) -> SchedulerError {
     run_body(body).expect_err("the run must fail")
 }
 
+/// Like [`err`] for runs that must fail for memory: the same 32 MiB as [`small`], with a time
+/// budget a loaded test machine cannot exhaust before the memory cap is reached.
+fn memory_err(body: &str) -> SchedulerError {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "main.lua",
+        &format!("return {{ scheduler = function(state)\n{body}\nend }}"),
+    );
+    let limits = Limits {
+        time: Duration::from_secs(30),
+        ..small()
+    };
+    Sandbox::load(tmp.path(), "scheduler/v1", limits)
+        .unwrap()
+        .run(&input())
+        .expect_err("the run must fail")
+}
+
 #[test]
 fn string_return_is_parsed_json_and_log() {
     let out = run_body(r#"return '{"roles": {"web": {"n": 1}}}', "made a schedule""#).unwrap();
@@ -410,11 +429,11 @@ fn endless_loop_hits_the_time_budget_even_under_pcall() {
 
 #[test]
 fn memory_bomb_hits_the_cap() {
-    let e = err("local t = {} for i = 1, 1e9 do t[i] = i end");
+    let e = memory_err("local t = {} for i = 1, 1e9 do t[i] = i end");
     assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
-    let e = err("local s = 'x' while true do s = s .. s end");
+    let e = memory_err("local s = 'x' while true do s = s .. s end");
     assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
-    let e = err("return string.rep('x', 1 << 30)");
+    let e = memory_err("return string.rep('x', 1 << 30)");
     assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
 }
 
@@ -459,9 +478,11 @@ fn a_result_sharing_one_table_many_times_is_stopped_at_the_memory_limit() {
     // Issue 10: 20,000 references to a 100,000-element table made the conversion allocate until
     // the daemon aborted. Scaled down, it still converts to ~100 MB of JSON values while the Lua
     // state holds well under 1 MB of it: past the 32 MiB limit of `small()`.
-    let e = err("local big = {} for i = 1, 10000 do big[i] = i end
+    let e = memory_err(
+        "local big = {} for i = 1, 10000 do big[i] = i end
          local many = {} for i = 1, 300 do many[i] = big end
-         return {roles = {web = many}}");
+         return {roles = {web = many}}",
+    );
     assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
     assert!(
         e.message
@@ -881,7 +902,7 @@ fn c_functions_that_could_spin_stop_at_the_time_budget() {
     let out = run_body("return {r = string.rep('', 1e15), s = ('x'):rep(3, ',')}").unwrap();
     assert_eq!(out.data, json!({"r": "", "s": "x,x,x"}));
     // gsub builds its result outside the Lua state; the memory cap still holds.
-    let e = err("string.gsub(string.rep('x', 1e6), 'x', string.rep('y', 100))");
+    let e = memory_err("string.gsub(string.rep('x', 1e6), 'x', string.rep('y', 100))");
     assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
 }
 
