@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, Sweeper};
 use verwalter_controllers::driver::DriverConfig;
 use verwalter_controllers::election::{self, machine::Machine};
+use verwalter_controllers::persist::Persister;
 use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
@@ -101,6 +102,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         reports,
         prefetched,
         replaced,
+        persist_error,
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -122,6 +124,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     tasks.spawn(input_watcher.run(shutdown.clone()));
 
     let schedule = Arc::new(schedule);
+    // Both roles save the schedule in force through this one; it retries failed writes.
+    let persister = Arc::new(Persister::new(Arc::new(state_dir.clone()), persist_error));
+    tasks.spawn(
+        persister
+            .clone()
+            .driver(DriverConfig::default())
+            .observer(metrics.clone())
+            .run(shutdown.clone()),
+    );
     let clustered = config.peer_source != PeerSource::None;
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
@@ -187,7 +198,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             schedule: schedule.clone(),
             prefetched,
             replaced,
-            state_dir: state_dir.clone(),
+            persister: persister.clone(),
             metrics: metrics.clone(),
             id: config.machine_id.clone(),
             window: config.prefetch,
@@ -230,7 +241,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             parents,
         },
         Arc::new(scheduler),
-        Arc::new(state_dir.clone()),
+        persister,
         clock.clone(),
         metrics.clone(),
         Identity {

@@ -276,7 +276,7 @@ impl Metrics {
         self.peers.set(store.peers.peek().peers.len() as i64);
         let scheduler = store.scheduler.peek();
         self.schedule_persist_failing
-            .set(i64::from(scheduler.persist_error.is_some()));
+            .set(i64::from(store.persist_error.peek().is_some()));
         if let Some(ms) = scheduler.last_success {
             self.scheduler_last_success.set((ms / 1000) as i64);
         }

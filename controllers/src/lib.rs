@@ -10,6 +10,7 @@
 //!   per-key dedup and backoff, graceful shutdown).
 //! - [`election`]: the sans-IO leader election state machine and its controller.
 //! - [`render`]: renders and applies each role of this node (one deployment id a pass).
+//! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
@@ -19,6 +20,7 @@ pub mod cleanup;
 pub mod driver;
 pub mod election;
 pub mod hash;
+pub mod persist;
 pub mod ports;
 pub mod render;
 pub mod schedule;

@@ -2,9 +2,9 @@
 //! period passes), run the scheduler and make its output the schedule in force.
 //!
 //! A failed run keeps the last good schedule and records the error; the driver retries with
-//! backoff, and any input change retries at once. A schedule that could not be persisted is
-//! still in force; writing it is retried every [`PERSIST_RETRY`] until it succeeds, and the
-//! failure shows as `persist_error` in the scheduler status until then.
+//! backoff, and any input change retries at once. A new schedule is saved through the
+//! [`Persister`] before it is put in force; one that could not be written is still in force, and
+//! the persister writes it again until it is (see [`crate::persist`]).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,22 +13,10 @@ use serde_json::json;
 use tokio::time::Instant;
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::ports::{Clock, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure};
+use crate::persist::Persister;
+use crate::ports::{Clock, Scheduler, SchedulerError, SchedulerFailure};
 use crate::state::{Actions, Inputs, NodeId, Peers, Schedule, SchedulerInput, SchedulerStatus};
 use crate::store::{Field, Store};
-
-/// How soon a schedule that could not be written is written again. A full or read-only disk is
-/// fixed by an operator in minutes, so a few seconds lose nothing, and a failing write of a large
-/// schedule is not repeated in a tight loop.
-pub const PERSIST_RETRY: Duration = Duration::from_secs(5);
-
-/// The schedule in force that the store has not taken yet.
-struct Unsaved {
-    schedule: Schedule,
-    canonical: Vec<u8>,
-    /// When the last write failed: the next one is due [`PERSIST_RETRY`] after it.
-    failed_at: Instant,
-}
 
 /// Scheduler outcomes for metrics.
 pub trait ScheduleObserver: Send + Sync + 'static {
@@ -78,7 +66,7 @@ pub struct ScheduleController {
     store: Store,
     out: ScheduleOutputs,
     scheduler: Arc<dyn Scheduler>,
-    persist: Arc<dyn ScheduleStore>,
+    persist: Arc<Persister>,
     clock: Arc<dyn Clock>,
     observer: Arc<dyn ScheduleObserver>,
     identity: Identity,
@@ -90,8 +78,6 @@ pub struct ScheduleController {
     /// The prefetched snapshot that went into `parents` last (a leader adds schedules it learns
     /// of later, e.g. the other side's after a partition heals).
     parents_from: Mutex<Option<Arc<crate::state::Prefetched>>>,
-    /// The schedule in force when writing it failed; retried until written.
-    unsaved: Mutex<Option<Unsaved>>,
 }
 
 impl ScheduleController {
@@ -106,7 +92,7 @@ impl ScheduleController {
         store: Store,
         out: ScheduleOutputs,
         scheduler: Arc<dyn Scheduler>,
-        persist: Arc<dyn ScheduleStore>,
+        persist: Arc<Persister>,
         clock: Arc<dyn Clock>,
         observer: Arc<dyn ScheduleObserver>,
         identity: Identity,
@@ -124,7 +110,6 @@ impl ScheduleController {
             last: Mutex::new(None),
             prefetch: false,
             parents_from: Mutex::new(None),
-            unsaved: Mutex::new(None),
         }
     }
 
@@ -172,60 +157,6 @@ impl ScheduleController {
         }
     }
 
-    /// Records the outcome of a write in the status; logs when the failure starts or changes.
-    fn set_persist_error(&self, error: Option<String>) {
-        let changed = self
-            .out
-            .status
-            .update(|s| s.persist_error.clone_from(&error));
-        match (&error, changed) {
-            (Some(error), true) => {
-                tracing::error!(%error, retry_in_ms = PERSIST_RETRY.as_millis() as u64, "Cannot persist the schedule; it is in force but will not survive a restart until written.");
-            }
-            (None, true) => tracing::info!("Persisted the schedule in force."),
-            _ => {}
-        }
-    }
-
-    /// Writes `schedule`; on failure keeps it to write again. Returns when to try again, `None`
-    /// when it is written.
-    fn persist(&self, schedule: &Schedule, canonical: Vec<u8>) -> Option<Duration> {
-        let result = self.persist.save(schedule, &canonical);
-        let error = result.err();
-        *self.unsaved.lock().unwrap() = error.is_some().then(|| Unsaved {
-            schedule: schedule.clone(),
-            canonical,
-            failed_at: Instant::now(),
-        });
-        let retry = error.is_some().then_some(PERSIST_RETRY);
-        self.set_persist_error(error);
-        retry
-    }
-
-    /// Writes the schedule in force again if an earlier write failed and the retry is due.
-    /// Returns when to try again, `None` when nothing is left unwritten.
-    fn persist_pending(&self) -> Option<Duration> {
-        let pending = {
-            let mut unsaved = self.unsaved.lock().unwrap();
-            let due = unsaved.as_ref()?.failed_at + PERSIST_RETRY;
-            let now = Instant::now();
-            if now < due {
-                return Some(due - now);
-            }
-            unsaved.take()?
-        };
-        let current = self.out.schedule.get();
-        let still_in_force = current.as_ref().as_ref().is_some_and(|c| {
-            c.hash == pending.schedule.hash && c.origin == pending.schedule.origin
-        });
-        if !still_in_force {
-            // Replaced by a schedule from the leader, which its fetcher wrote itself.
-            self.set_persist_error(None);
-            return None;
-        }
-        self.persist(&pending.schedule, pending.canonical)
-    }
-
     async fn pass(&self) -> Result<Requeue, SchedulerError> {
         if self.prefetch {
             let epoch = self.store.election.peek().epoch;
@@ -252,12 +183,10 @@ impl ScheduleController {
         if snap.inputs.hash.is_empty() {
             return Ok(None); // inputs not read yet; their first write wakes us
         }
-        let mut retry = self.persist_pending();
-        let next = |wait: Duration, retry: Option<Duration>| retry.map_or(wait, |r| wait.min(r));
         if let Some(last) = &*self.last.lock().unwrap() {
             let elapsed = snap.at.saturating_duration_since(last.at);
             if last.ok && last.same_inputs(&snap) && elapsed < self.period {
-                return Ok(Some(next(self.period - elapsed, retry)));
+                return Ok(Some(self.period - elapsed));
             }
         }
         let input = Arc::new(self.input(&snap));
@@ -280,7 +209,9 @@ impl ScheduleController {
                     .as_ref()
                     .is_some_and(|c| c.hash == schedule.hash && c.origin == schedule.origin);
                 if !same {
-                    retry = self.persist(&schedule, canonical);
+                    // A failure is the persister's to report and retry; the schedule is in
+                    // force either way.
+                    let _ = self.persist.save(&schedule, canonical);
                     tracing::info!(hash = %schedule.hash, "New schedule.");
                     self.out.parents.set(vec![schedule.clone()]);
                     self.out.schedule.set(Some(schedule));
@@ -294,11 +225,10 @@ impl ScheduleController {
                     failure: None,
                     last_success: Some(input.now),
                     last_success_input: Some(input.clone()),
-                    persist_error: self.out.status.get().persist_error.clone(),
                 });
                 snap.ok = true;
                 *self.last.lock().unwrap() = Some(snap);
-                Ok(Some(next(self.period, retry)))
+                Ok(Some(self.period))
             }
             Err(error) => {
                 let previous = self.out.status.get();
@@ -312,7 +242,6 @@ impl ScheduleController {
                     failure: Some(error.kind),
                     last_success: previous.last_success,
                     last_success_input: previous.last_success_input.clone(),
-                    persist_error: previous.persist_error.clone(),
                 });
                 *self.last.lock().unwrap() = Some(snap);
                 Err(error)

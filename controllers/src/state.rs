@@ -185,8 +185,6 @@ pub struct SchedulerStatus {
     pub last_success: Option<u64>,
     /// The input of the last successful run (kept after failed runs): the actions it consumed.
     pub last_success_input: Option<Arc<SchedulerInput>>,
-    /// Why the schedule in force could not be written to the storage dir; `None` once it is.
-    pub persist_error: Option<String>,
 }
 
 /// One file under `templates/`, as the watcher last read it.

@@ -160,6 +160,23 @@ pub struct Store {
     /// Observed: schedules of other leaders this node held before it took a new leader's
     /// (newest first, a few), still served so that a leader can gather them as parents.
     pub replaced: Reader<Vec<Schedule>>,
+    /// Observed: why the schedule in force is not in the storage dir yet (`None` once written);
+    /// written by the [`Persister`](crate::persist::Persister) for both roles.
+    pub persist_error: Reader<Option<String>>,
+}
+
+impl Store {
+    /// How many problems this node has: one per input error, a failed scheduler run, a schedule
+    /// not written to the storage dir, a failing role, a deployment log that cannot be written.
+    /// The `num_errors` of `/v1/status`, and what a follower reports to its leader in pongs.
+    pub fn error_count(&self) -> usize {
+        let roles = self.roles.peek();
+        self.inputs.peek().errors.len()
+            + usize::from(self.scheduler.peek().error.is_some())
+            + usize::from(self.persist_error.peek().is_some())
+            + roles.failed.len()
+            + usize::from(roles.deployment_log.is_some())
+    }
 }
 
 /// The writers of every field; the daemon's wiring hands each to the one task that owns it.
@@ -178,6 +195,7 @@ pub struct StoreWriter {
     pub reports: Field<Reports>,
     pub prefetched: Field<Prefetched>,
     pub replaced: Field<Vec<Schedule>>,
+    pub persist_error: Field<Option<String>>,
 }
 
 impl StoreWriter {
@@ -197,6 +215,7 @@ impl StoreWriter {
             reports: Field::new(Reports::default()),
             prefetched: Field::new(Prefetched::default()),
             replaced: Field::new(Vec::new()),
+            persist_error: Field::new(None),
         }
     }
 
@@ -215,6 +234,7 @@ impl StoreWriter {
             reports: self.reports.reader(),
             prefetched: self.prefetched.reader(),
             replaced: self.replaced.reader(),
+            persist_error: self.persist_error.reader(),
         }
     }
 }
@@ -270,5 +290,49 @@ mod tests {
             handle.join().unwrap();
         }
         assert_eq!(field.get().len() as u64, THREADS * UPDATES);
+    }
+
+    /// The count a follower sends its leader in pongs includes a deployment log that cannot be
+    /// written and a schedule that could not be persisted (issue 10: only failing roles and input
+    /// errors counted, so the leader's failing_nodes missed such a node).
+    #[test]
+    fn the_error_count_has_every_problem_of_the_status() {
+        use crate::state::{InputError, RoleFailure};
+        let writer = StoreWriter::new(None);
+        let store = writer.store();
+        assert_eq!(store.error_count(), 0);
+        writer.roles.update(|r| {
+            r.deployment_log = Some("/var/log/verwalter: read-only file system".into());
+        });
+        assert_eq!(store.error_count(), 1);
+        writer
+            .persist_error
+            .set(Some("schedule.json: No space left on device".into()));
+        assert_eq!(store.error_count(), 2);
+        writer.roles.update(|r| {
+            r.failed.insert(
+                "web".into(),
+                RoleFailure {
+                    message: "command failed".into(),
+                    since: 1,
+                    attempts: 1,
+                    deployment_id: None,
+                },
+            );
+        });
+        writer.inputs.update(|i| {
+            i.errors.push(InputError {
+                path: "runtime/a.yaml".into(),
+                line: Some(3),
+                message: "bad".into(),
+            });
+        });
+        writer
+            .scheduler
+            .update(|s| s.error = Some("main.lua:1: boom".into()));
+        assert_eq!(store.error_count(), 5);
+        writer.persist_error.set(None);
+        writer.roles.update(|r| r.deployment_log = None);
+        assert_eq!(store.error_count(), 3);
     }
 }

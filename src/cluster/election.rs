@@ -335,10 +335,8 @@ impl ElectionTask {
         }
     }
 
-    /// What a follower reports in its pongs: failing roles plus error domains.
+    /// What a follower reports in its pongs: the `num_errors` of its `/v1/status`.
     fn errors(&self) -> u64 {
-        let roles = self.store.roles.peek().failed.len();
-        let inputs = self.store.inputs.peek().errors.len();
-        (roles + inputs) as u64
+        self.store.error_count() as u64
     }
 }

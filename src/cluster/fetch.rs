@@ -2,7 +2,8 @@
 //!
 //! - a follower fetches the leader's schedule whenever the stamp in the leader's ping differs
 //!   from the schedule it holds; the envelope's hash is checked and its origin must be the
-//!   leader; then it is persisted and put in force (and rendered);
+//!   leader; then it is saved through the [`Persister`] (which writes it again until it is
+//!   written, and reports a failure) and put in force (and rendered);
 //! - a new leader first gathers every distinct schedule its peers report (stamps arrive in their
 //!   votes and pongs) for at most the prefetch window, and hands them all to its first scheduler
 //!   run as `parents` (0.13 waited 15–75 s; a window ends early once every peer answered).
@@ -13,12 +14,12 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::persist::Persister;
 use verwalter_controllers::state::{NodeId, Prefetched, Schedule, ScheduleStamp};
 use verwalter_controllers::store::{Field, Store};
 
 use super::client::HttpClient;
 use crate::metrics::Metrics;
-use crate::state_dir::StateDir;
 
 /// Schedules larger than this are refused.
 pub const MAX_SCHEDULE: usize = 64 << 20;
@@ -91,7 +92,8 @@ pub struct Fetcher {
     pub prefetched: Field<Prefetched>,
     /// Schedules of other leaders replaced here (see `Store::replaced`).
     pub replaced: Field<Vec<Schedule>>,
-    pub state_dir: StateDir,
+    /// Shared with the schedule controller: writes the schedule in force, for both roles.
+    pub persister: Arc<Persister>,
     pub metrics: Arc<Metrics>,
     pub id: NodeId,
     /// The prefetch window of a new leader.
@@ -238,9 +240,9 @@ impl Fetcher {
         if election.is_leader || election.leader.as_ref() != Some(leader) {
             return Ok(());
         }
-        if let Err(e) = self.state_dir.save_schedule(&schedule) {
-            tracing::error!(error = %e, "Cannot persist the fetched schedule; it is in force but will not survive a restart.");
-        }
+        // A failure is reported and retried by the persister; the schedule is in force anyway.
+        let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
+        let _ = self.persister.save(&schedule, canonical);
         tracing::info!(hash = %schedule.hash, %leader, "Took the leader's schedule.");
         // Another leader's schedule (a healed partition's other side) stays available to the new
         // leader, which may not have gathered it yet.
@@ -425,8 +427,10 @@ mod tests {
     use verwalter_controllers::ports::SystemClock;
     use verwalter_controllers::state::{Peer, Peers, Report};
     use verwalter_controllers::store::StoreWriter;
+    use verwalter_controllers::testing::MemoryScheduleStore;
 
     use super::*;
+    use crate::state_dir::StateDir;
 
     const ME: &str = "77985419c732412ea38b94db00000001";
     const PEER: &str = "77985419c732412ea38b94db00000002";
@@ -564,6 +568,7 @@ mod tests {
             peers: _peers,
             election: _election,
             reports: _reports,
+            persist_error,
             ..
         } = writer;
         let fetcher = Fetcher {
@@ -571,7 +576,10 @@ mod tests {
             schedule: Arc::new(schedule),
             prefetched,
             replaced,
-            state_dir: StateDir::new(tmp.path()),
+            persister: Arc::new(Persister::new(
+                Arc::new(StateDir::new(tmp.path())),
+                persist_error,
+            )),
             metrics: Arc::new(Metrics::new()),
             id: ME.into(),
             window: Duration::from_secs(2),
@@ -604,5 +612,121 @@ mod tests {
             "the other side's schedule is not among the parents: {:?}",
             store.prefetched.peek()
         );
+    }
+
+    /// Issue 10: a follower that cannot write the leader's schedule (disk full) puts it in force,
+    /// reports the failure in the store's `persist_error` (status and metric), and writes it
+    /// once the disk takes it, without a new fetch (it used to log once and never write it).
+    #[tokio::test]
+    async fn a_follower_writes_the_leaders_schedule_once_the_disk_takes_it() {
+        const FULL: &str = "schedule.json: No space left on device";
+        let (theirs, _) = Schedule::encode(json!({"from": "leader"}), 1000, PEER.into());
+        let port = serve(theirs.clone(), 0).await;
+        let writer = StoreWriter::new(None);
+        let store = writer.store();
+        writer.peers.set(Peers {
+            peers: BTreeMap::from([(
+                PEER.to_string(),
+                Peer {
+                    id: PEER.into(),
+                    addr: Some(format!("127.0.0.1:{port}")),
+                    name: "leader".into(),
+                    hostname: "leader".into(),
+                    schedule: None,
+                    known_since: 0,
+                    last_report_direct: None,
+                    errors: 0,
+                },
+            )]),
+            timestamp: Some(1),
+        });
+        writer.election.set(ElectionState {
+            is_leader: false,
+            is_stable: true,
+            leader: Some(PEER.into()),
+            epoch: 5,
+            ..ElectionState::default()
+        });
+        writer.reports.update(|all| {
+            all.insert(
+                PEER.into(),
+                Report {
+                    schedule: Some(stamp(&theirs)),
+                    errors: 0,
+                    epoch: 5,
+                },
+            );
+        });
+        let StoreWriter {
+            schedule,
+            prefetched,
+            replaced,
+            persist_error,
+            peers: _peers,
+            election: _election,
+            reports: _reports,
+            ..
+        } = writer;
+        let disk = Arc::new(MemoryScheduleStore::default());
+        *disk.fail.lock().unwrap() = Some(FULL.into());
+        let persister = Arc::new(Persister::new(disk.clone(), persist_error));
+        let fetcher = Fetcher {
+            store: store.clone(),
+            schedule: Arc::new(schedule),
+            prefetched,
+            replaced,
+            persister: persister.clone(),
+            metrics: Arc::new(Metrics::new()),
+            id: ME.into(),
+            window: Duration::from_secs(2),
+            recent: Duration::from_millis(500),
+            live: Default::default(),
+            clock: Arc::new(SystemClock),
+            client: HttpClient::default(),
+            skipped: Default::default(),
+            sightings: Sightings::default(),
+        };
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(fetcher.run(stop.clone()));
+        let retries = tokio::spawn(
+            persister
+                .driver(verwalter_controllers::driver::DriverConfig::default())
+                .run(stop.clone()),
+        );
+        let mut held = store.schedule.clone();
+        let taken = tokio::time::timeout(Duration::from_secs(10), async {
+            while held.get().as_ref().as_ref().map(|s| &s.hash) != Some(&theirs.hash) {
+                held.changed().await;
+            }
+        })
+        .await;
+        assert!(taken.is_ok(), "the leader's schedule was not taken");
+        assert_eq!(store.persist_error.peek().as_deref(), Some(FULL));
+        assert_eq!(
+            disk.failed.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "tried once"
+        );
+        *disk.fail.lock().unwrap() = None;
+        // The retry comes PERSIST_RETRY after the failure; generous for a loaded machine.
+        let mut error = store.persist_error.clone();
+        let cleared = tokio::time::timeout(Duration::from_secs(30), async {
+            while error.get().is_some() {
+                error.changed().await;
+            }
+        })
+        .await;
+        stop.cancel();
+        task.await.unwrap();
+        retries.await.unwrap();
+        assert!(cleared.is_ok(), "the persist error was never cleared");
+        let written: Vec<String> = disk
+            .saved
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|s| s.hash.clone())
+            .collect();
+        assert_eq!(written, vec![theirs.hash.clone()]);
     }
 }

@@ -101,7 +101,7 @@ pub fn build_status(state: &AppState) -> Status {
         };
         errors.insert(domain.into(), message.clone());
     }
-    if let Some(message) = &scheduler.persist_error {
+    if let Some(message) = store.persist_error.peek().as_ref() {
         errors.insert("schedule_persist".into(), message.clone());
     }
     let leader = if election.is_leader {
@@ -204,11 +204,7 @@ pub fn build_status(state: &AppState) -> Status {
         leader,
         roles: schedule.map_or(0, |s| vars::all_roles(&s.data).len()),
         last_stable_timestamp: election.last_stable_timestamp,
-        num_errors: inputs.errors.len()
-            + usize::from(scheduler.error.is_some())
-            + usize::from(scheduler.persist_error.is_some())
-            + failed_roles.len()
-            + usize::from(roles.deployment_log.is_some()),
+        num_errors: store.error_count(),
         errors,
         failed_roles,
         debug_force_leader: node.debug_force_leader,

@@ -209,10 +209,9 @@ async fn status_has_the_verwalter_shape_and_shows_errors() {
 #[tokio::test]
 async fn a_failed_schedule_write_shows_in_status_and_metrics() {
     let writer = StoreWriter::new(None);
-    writer.scheduler.set(SchedulerStatus {
-        persist_error: Some("schedule.json: No space left on device".into()),
-        ..Default::default()
-    });
+    writer
+        .persist_error
+        .set(Some("schedule.json: No space left on device".into()));
     let app = app(&writer);
     let status = get_json(&app, "/v1/status").await;
     assert_eq!(
@@ -225,7 +224,7 @@ async fn a_failed_schedule_write_shows_in_status_and_metrics() {
         metrics.contains("verwalter_schedule_persist_failing 1"),
         "{metrics}"
     );
-    writer.scheduler.update(|s| s.persist_error = None);
+    writer.persist_error.set(None);
     let status = get_json(&app, "/v1/status").await;
     assert_eq!(status["num_errors"], json!(0), "{status}");
     let (_, _, metrics) = get(&app, "/metrics").await;

@@ -8,6 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::driver::{Backoff, DriverConfig};
 use crate::election::ElectionState;
+use crate::persist::{PERSIST_RETRY, Persister};
 use crate::store::StoreWriter;
 use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};
 
@@ -17,9 +18,22 @@ struct Rig {
     store: Store,
     scheduler: Arc<FakeScheduler>,
     saved: Arc<MemoryScheduleStore>,
+    /// What a follower's fetcher saves through.
+    persister: Arc<Persister>,
+    /// The schedule field the fetcher would write (shared with the controller).
+    schedule: Arc<Field<Option<Schedule>>>,
     observer: Arc<CountingObserver>,
     stop: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
+    persist_handle: tokio::task::JoinHandle<()>,
+}
+
+impl Rig {
+    async fn stop(self) {
+        self.stop.cancel();
+        self.handle.await.unwrap();
+        self.persist_handle.await.unwrap();
+    }
 }
 
 fn rig(leader: bool) -> Rig {
@@ -35,6 +49,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         schedule,
         scheduler: status,
         parents,
+        persist_error,
         ..
     } = writer;
     election.set(ElectionState {
@@ -45,15 +60,17 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
     inputs_field.set(inputs(json!({"app": {"v1": {}}})));
     let scheduler = Arc::new(FakeScheduler::default());
     let observer = Arc::new(CountingObserver::default());
+    let persister = Arc::new(Persister::new(saved.clone(), persist_error));
+    let schedule = Arc::new(schedule);
     let controller = Arc::new(ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
-            schedule: Arc::new(schedule),
+            schedule: schedule.clone(),
             status,
             parents,
         },
         scheduler.clone(),
-        saved.clone(),
+        persister.clone(),
         FakeClock::at(1_000),
         observer.clone(),
         Identity {
@@ -71,18 +88,22 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         seed: 1,
         ..DriverConfig::default()
     };
-    let driver = controller.driver(config);
+    let driver = controller.driver(config.clone());
     let stop = CancellationToken::new();
     let handle = tokio::spawn(driver.run(stop.clone()));
+    let persist_handle = tokio::spawn(persister.clone().driver(config).run(stop.clone()));
     Rig {
         inputs: inputs_field,
         election,
         store,
         scheduler,
         saved,
+        persister,
+        schedule,
         observer,
         stop,
         handle,
+        persist_handle,
     }
 }
 
@@ -104,8 +125,7 @@ async fn leader_runs_the_scheduler_and_publishes_and_persists() {
     let input = rig.scheduler.inputs.lock().unwrap()[0].clone();
     assert_eq!(input.current_host, "alpha");
     assert!(input.parents.is_empty(), "a brand-new node has no parents");
-    rig.stop.cancel();
-    rig.handle.await.unwrap();
+    rig.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -134,8 +154,7 @@ async fn input_change_reruns_and_same_output_changes_nothing() {
     // No rerun before the period without a change.
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(rig.scheduler.runs(), 3);
-    rig.stop.cancel();
-    rig.handle.await.unwrap();
+    rig.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -164,8 +183,7 @@ async fn failure_keeps_the_last_good_schedule_and_retries() {
         schedule.as_ref().as_ref().unwrap().data["echo"]["app"]["v3"],
         json!({})
     );
-    rig.stop.cancel();
-    rig.handle.await.unwrap();
+    rig.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -180,8 +198,7 @@ async fn follower_does_not_schedule_until_it_leads() {
     });
     settle().await;
     assert_eq!(rig.scheduler.runs(), 1);
-    rig.stop.cancel();
-    rig.handle.await.unwrap();
+    rig.stop().await;
 }
 
 /// A schedule that cannot be written (disk full) is in force at once, its write is retried
@@ -201,12 +218,12 @@ async fn a_schedule_that_failed_to_persist_is_written_when_the_disk_recovers() {
         .expect("in force although unsaved");
     assert_eq!(saved.failed.load(Ordering::SeqCst), 1);
     assert_eq!(
-        rig.store.scheduler.peek().persist_error.as_deref(),
+        rig.store.persist_error.peek().as_deref(),
         Some("schedule.json: No space left on device")
     );
     tokio::time::sleep(PERSIST_RETRY).await;
     assert_eq!(saved.failed.load(Ordering::SeqCst), 2, "retried");
-    assert!(rig.store.scheduler.peek().persist_error.is_some());
+    assert!(rig.store.persist_error.peek().is_some());
     *saved.fail.lock().unwrap() = None;
     tokio::time::sleep(PERSIST_RETRY).await;
     assert!(PERSIST_RETRY * 2 < period, "before the period's rerun");
@@ -214,11 +231,78 @@ async fn a_schedule_that_failed_to_persist_is_written_when_the_disk_recovers() {
     let written = saved.saved.lock().unwrap().clone();
     assert_eq!(written.len(), 1);
     assert_eq!(written[0].hash, in_force.hash);
-    assert_eq!(rig.store.scheduler.peek().persist_error, None);
+    assert_eq!(*rig.store.persist_error.peek(), None);
     // Written: no more writes until the schedule changes.
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert_eq!(saved.saved.lock().unwrap().len(), 1);
     assert_eq!(saved.failed.load(Ordering::SeqCst), 2);
-    rig.stop.cancel();
-    rig.handle.await.unwrap();
+    rig.stop().await;
+}
+
+/// The schedule this node holds after a failed write (issue 10).
+async fn a_leader_with_an_unsaved_schedule() -> (Rig, Schedule) {
+    let saved = Arc::new(MemoryScheduleStore::default());
+    *saved.fail.lock().unwrap() = Some("schedule.json: No space left on device".into());
+    let rig = rig_with(true, saved, Duration::from_secs(60));
+    settle().await;
+    let in_force = rig
+        .store
+        .schedule
+        .peek()
+        .as_ref()
+        .clone()
+        .expect("in force");
+    assert!(rig.store.persist_error.peek().is_some());
+    (rig, in_force)
+}
+
+/// A leader that stops leading before its schedule is written still holds that schedule in
+/// force, so the write goes on and the error clears once it succeeds (it used to stay in the
+/// status forever: only the leader's controller retried).
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_steps_down_keeps_writing_its_unsaved_schedule() {
+    let (rig, in_force) = a_leader_with_an_unsaved_schedule().await;
+    rig.election.set(ElectionState {
+        is_leader: false,
+        epoch: 2,
+        ..Default::default()
+    });
+    tokio::time::sleep(PERSIST_RETRY).await;
+    assert_eq!(
+        rig.saved.failed.load(Ordering::SeqCst),
+        2,
+        "retried as follower"
+    );
+    assert!(rig.store.persist_error.peek().is_some());
+    *rig.saved.fail.lock().unwrap() = None;
+    tokio::time::sleep(PERSIST_RETRY).await;
+    let written = rig.saved.saved.lock().unwrap().clone();
+    assert_eq!(written.len(), 1);
+    assert_eq!(written[0].hash, in_force.hash);
+    assert_eq!(*rig.store.persist_error.peek(), None);
+    rig.stop().await;
+}
+
+/// A schedule that replaced the unsaved one (the new leader's, taken as a follower) and was
+/// written clears the error, and the older one is not written after it.
+#[tokio::test(start_paused = true)]
+async fn a_later_schedule_written_clears_the_error_and_the_older_one_stays_unwritten() {
+    let (rig, _) = a_leader_with_an_unsaved_schedule().await;
+    rig.election.set(ElectionState {
+        is_leader: false,
+        epoch: 2,
+        ..Default::default()
+    });
+    *rig.saved.fail.lock().unwrap() = None;
+    // What the fetcher does with the new leader's schedule.
+    let (theirs, canonical) = Schedule::encode(json!({"from": "leader"}), 2_000, "bb".repeat(16));
+    rig.persister.save(&theirs, canonical).unwrap();
+    rig.schedule.set(Some(theirs.clone()));
+    assert_eq!(*rig.store.persist_error.peek(), None);
+    tokio::time::sleep(PERSIST_RETRY * 3).await;
+    let written = rig.saved.saved.lock().unwrap().clone();
+    assert_eq!(written.len(), 1, "only the newer schedule is written");
+    assert_eq!(written[0].hash, theirs.hash);
+    assert_eq!(rig.saved.failed.load(Ordering::SeqCst), 1);
+    rig.stop().await;
 }
