@@ -169,10 +169,18 @@ impl Store {
     /// How many problems this node has: one per input error, a failed scheduler run, a schedule
     /// not written to the storage dir, a failing role, a deployment log that cannot be written.
     /// The `num_errors` of `/v1/status`, and what a follower reports to its leader in pongs.
+    /// The last scheduler run's error, while this node leads: only a leader runs the
+    /// scheduler, so a node that stepped down does not keep reporting its last failure (as in
+    /// verwalter 0.13; the run stays readable in `/v1/scheduler_debug_info`).
+    pub fn scheduler_error(&self) -> Option<Arc<SchedulerStatus>> {
+        let status = self.scheduler.peek();
+        (self.election.peek().is_leader && status.error.is_some()).then_some(status)
+    }
+
     pub fn error_count(&self) -> usize {
         let roles = self.roles.peek();
         self.inputs.peek().errors.len()
-            + usize::from(self.scheduler.peek().error.is_some())
+            + usize::from(self.scheduler_error().is_some())
             + usize::from(self.persist_error.peek().is_some())
             + roles.failed.len()
             + usize::from(roles.deployment_log.is_some())
@@ -330,6 +338,9 @@ mod tests {
         writer
             .scheduler
             .update(|s| s.error = Some("main.lua:1: boom".into()));
+        // The scheduler's failure counts only while this node leads (only a leader runs it).
+        assert_eq!(store.error_count(), 4);
+        writer.election.update(|e| e.is_leader = true);
         assert_eq!(store.error_count(), 5);
         writer.persist_error.set(None);
         writer.roles.update(|r| r.deployment_log = None);

@@ -93,7 +93,7 @@ pub fn build_status(state: &AppState) -> Status {
             })
             .or_insert(message);
     }
-    if let Some(message) = &scheduler.error {
+    if let Some(message) = store.scheduler_error().and(scheduler.error.as_ref()) {
         let domain = if scheduler.failure == Some(SchedulerFailure::Load) {
             "scheduler_load"
         } else {

@@ -203,6 +203,13 @@ async fn status_has_the_verwalter_shape_and_shows_errors() {
     assert_eq!(status["election_state"]["is_leader"], json!(true));
     assert_eq!(get_json(&app, "/v1/election.json").await["epoch"], json!(1));
     assert_eq!(get_json(&app, "/v1/peers").await, json!([]));
+
+    // A node that stepped down no longer reports its last scheduler failure (only a leader
+    // runs the scheduler); the input error stays.
+    writer.election.update(|e| e.is_leader = false);
+    let status = get_json(&app, "/v1/status").await;
+    assert_eq!(status["num_errors"], json!(1), "{status}");
+    assert_eq!(status["errors"].get("scheduler"), None, "{status}");
 }
 
 /// A schedule that could not be written shows in `/v1/status` and as a metric until written.
