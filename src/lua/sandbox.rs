@@ -17,8 +17,8 @@ use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
 use super::convert::{
-    Budget, ConvertError, input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua,
-    with_article,
+    Budget, ConvertError, ParseError, input_to_lua, json_to_lua, lua_to_json, parse_json_text,
+    peers_as_seen, peers_to_lua, with_article,
 };
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
@@ -275,8 +275,30 @@ impl Sandbox {
                         &log,
                     )
                 })?;
-                serde_json::from_str(&text)
-                    .map_err(|e| bad(format!("the scheduler returned invalid JSON: {e}"), &log))?
+                // Parsing shares the run's limits too: tiny values take many times their text.
+                let budget = Budget {
+                    bytes: self.limits.memory,
+                    deadline: self.deadline.get(),
+                };
+                parse_json_text(&text, budget).map_err(|e| match &e {
+                    ParseError::Invalid(invalid) => bad(
+                        format!("the scheduler returned invalid JSON: {invalid}"),
+                        &log,
+                    ),
+                    ParseError::TooLarge { .. } => SchedulerError {
+                        kind: SchedulerFailure::Memory,
+                        message: format!("scheduler ran out of its memory limit: {e}"),
+                        log: log.clone(),
+                    },
+                    ParseError::Timeout => SchedulerError {
+                        kind: SchedulerFailure::Timeout,
+                        message: format!(
+                            "{TIMEOUT_MARK} of {:?} (while parsing the returned JSON text)",
+                            self.limits.time
+                        ),
+                        log: log.clone(),
+                    },
+                })?
             }
             LuaValue::Table(_) => {
                 // The conversion shares the run's limits: its output counts against the memory

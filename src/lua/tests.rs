@@ -478,6 +478,75 @@ fn a_result_sharing_one_table_many_times_is_stopped_at_the_memory_limit() {
 }
 
 #[test]
+fn a_json_string_that_parses_past_the_memory_limit_is_stopped() {
+    // Issue 10: a returned JSON string was parsed without a meter. 2 million empty arrays are a
+    // 6 MB string, well inside a 32 MiB limit, but over 60 MB of JSON values. The time budget is
+    // generous so that a slow machine cannot turn the memory error into a timeout.
+    let limits = Limits {
+        memory: 32 * 1024 * 1024,
+        time: Duration::from_secs(30),
+    };
+    let run = |returned: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            tmp.path(),
+            "main.lua",
+            &format!("return {{scheduler = function() return {returned} end}}"),
+        );
+        Sandbox::load(tmp.path(), "scheduler/v1", limits)
+            .unwrap()
+            .run(&input())
+    };
+    let e = run(r#"'{"a": [' .. string.rep('[],', 2000000) .. '[]]}'"#).unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+    assert_eq!(
+        e.message,
+        "scheduler ran out of its memory limit: the returned JSON text parses to more than 32 MiB of JSON values"
+    );
+    // The same text, smaller, parses as before; so does a text of big strings under the limit.
+    let out = run(r#"'{"a": [' .. string.rep('[],', 1000) .. '[]]}'"#).unwrap();
+    assert_eq!(out.data["a"].as_array().unwrap().len(), 1001);
+    let out = run(r#"'{"s": "' .. string.rep('x', 4000000) .. '"}'"#).unwrap();
+    assert_eq!(out.data["s"].as_str().unwrap().len(), 4_000_000);
+}
+
+#[test]
+fn the_metered_json_parse_agrees_with_serde_json_and_stops_at_the_deadline() {
+    let ample = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now() + Duration::from_secs(60),
+    };
+    for text in [
+        r#"{"a": [1, -2, 3.5, 1e300, 18446744073709551615, -9223372036854775808], "b": null}"#,
+        r#"{"s": "esc \" \\ \u00e9 \ud83d\ude00", "t": true, "f": false, "o": {}}"#,
+        r#"{"dup": 1, "dup": 2, "nested": [[[{"x": [[]]}]]]}"#,
+        r#"  [1, "two", {"3": [4]}]  "#,
+    ] {
+        assert_eq!(
+            convert::parse_json_text(text, ample).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap(),
+            "{text}"
+        );
+    }
+    for bad in ["{bad", "{} {}", "[1,]", "", "[1e999]"] {
+        let expected = serde_json::from_str::<Value>(bad).unwrap_err().to_string();
+        match convert::parse_json_text(bad, ample) {
+            Err(convert::ParseError::Invalid(e)) => assert_eq!(e.to_string(), expected, "{bad}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    let text = format!("[{}[]]", "[],".repeat(100_000));
+    let passed = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now(),
+    };
+    assert!(matches!(
+        convert::parse_json_text(&text, passed),
+        Err(convert::ParseError::Timeout)
+    ));
+}
+
+#[test]
 fn converting_a_result_stops_at_the_deadline() {
     let lua = mlua::Lua::new();
     let table: mlua::Table = lua
