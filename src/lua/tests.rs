@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
@@ -141,9 +142,12 @@ fn require_stays_inside_the_scheduler_dir() {
         .unwrap()
         .run(&input())
         .unwrap_err();
+    let real_secret = outside.path().canonicalize().unwrap().join("secret.lua");
     assert!(
-        e.message
-            .contains("resolves outside the scheduler directory"),
+        e.message.contains(&format!(
+            "module \"link\" refused: scheduler/v1/link.lua: symlink to {}, outside ",
+            real_secret.display()
+        )),
         "{}",
         e.message
     );
@@ -158,6 +162,83 @@ fn require_stays_inside_the_scheduler_dir() {
         "names the requiring line: {}",
         e.message
     );
+}
+
+#[test]
+fn code_reached_through_symlinks_must_stay_inside_the_config_dir() {
+    // Issue 10: `require` checked only that a module led somewhere inside the scheduler dir's
+    // real path, so `scheduler/v1` (or `scheduler/`) linked elsewhere let any file run as
+    // scheduler code, and `main.lua` was not checked at all.
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.lua", "return 'leaked'");
+    write(
+        outside.path(),
+        "main.lua",
+        "return {scheduler = function() return {v = 'outside'} end}",
+    );
+    let real_outside = outside.path().canonicalize().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let real_config = config.path().canonicalize().unwrap();
+    let dir = config.path().join("scheduler/v1");
+    let load = || Sandbox::load_within(&dir, "scheduler/v1", config.path(), small());
+    let run = || load().and_then(|s| s.run(&input()));
+    let refused = |link: &str, target: &Path| {
+        format!(
+            "{link}: symlink to {}, outside {}; links may not leave it",
+            target.display(),
+            real_config.display()
+        )
+    };
+    let set_module = |name: &str| {
+        let main = format!(
+            "NAME = {name:?}\nreturn {{scheduler = function() return {{v = require(NAME)}} end}}"
+        );
+        write(config.path(), "scheduler/v1/main.lua", &main);
+    };
+
+    // A link inside the config dir works, even out of scheduler/v1.
+    set_module("common");
+    write(config.path(), "shared/common.lua", "return 'shared'");
+    symlink("../../shared/common.lua", dir.join("common.lua")).unwrap();
+    assert_eq!(run().unwrap().data, json!({"v": "shared"}));
+
+    // A module linked to a file outside, or through a linked dir, names the link and its target.
+    symlink(real_outside.join("secret.lua"), dir.join("link.lua")).unwrap();
+    set_module("link");
+    let e = run().unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Runtime, "{}", e.message);
+    assert!(
+        e.message.starts_with(&format!(
+            "scheduler/v1/main.lua:2: module \"link\" refused: {}",
+            refused("scheduler/v1/link.lua", &real_outside.join("secret.lua"))
+        )),
+        "{}",
+        e.message
+    );
+    symlink(outside.path(), dir.join("lib")).unwrap();
+    set_module("lib/secret");
+    let e = run().unwrap_err();
+    assert!(
+        e.message
+            .contains(&refused("scheduler/v1/lib", &real_outside)),
+        "{}",
+        e.message
+    );
+
+    // main.lua itself, and the scheduler dir itself, are held to the same rule.
+    fs::remove_file(dir.join("main.lua")).unwrap();
+    symlink(real_outside.join("main.lua"), dir.join("main.lua")).unwrap();
+    let e = load().unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Load);
+    assert_eq!(
+        e.message,
+        refused("scheduler/v1/main.lua", &real_outside.join("main.lua"))
+    );
+    fs::remove_dir_all(config.path().join("scheduler")).unwrap();
+    fs::create_dir(config.path().join("scheduler")).unwrap();
+    symlink(outside.path(), &dir).unwrap();
+    let e = load().unwrap_err();
+    assert_eq!(e.message, refused("scheduler/v1", &real_outside));
 }
 
 #[test]
