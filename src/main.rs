@@ -296,6 +296,7 @@ fn check(args: &OfflineArgs) -> ExitCode {
         match verwalter::lua::run_once(
             &scheduler_dir(dir),
             SCHEDULER_DIR,
+            dir,
             input.clone(),
             Limits::default(),
         ) {
@@ -367,6 +368,7 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
     let result = verwalter::lua::run_once(
         &scheduler_dir(dir),
         SCHEDULER_DIR,
+        dir,
         input.clone(),
         Limits::default(),
     );

@@ -29,6 +29,36 @@ const STRIPPED: &[&str] = &["yaml", "yml", "json", "txt", "d"];
 /// runtime files are hand-written or generated configs, far smaller than 1 MiB.
 pub const MAX_FILE_BYTES: u64 = 1 << 20;
 
+/// Reads a YAML file of the config dir outside `runtime/` (`sandbox/*.yaml`, `*.render.yaml`)
+/// under the runtime files' limits, which protect the daemon the same way there: at most
+/// [`MAX_FILE_BYTES`], read no further, and nesting no deeper than [`MAX_NESTING`], checked
+/// before a parser sees the text. `shown` names the file in errors (with the line for nesting).
+pub fn read_config_yaml(path: &Path, shown: &str) -> Result<String, String> {
+    let too_big = |len: u64| {
+        format!("{shown}: {len} bytes; config files are limited to {MAX_FILE_BYTES} bytes (1 MiB)")
+    };
+    let len = std::fs::metadata(path)
+        .map_err(|e| format!("{shown}: {e}"))?
+        .len();
+    if len > MAX_FILE_BYTES {
+        return Err(too_big(len));
+    }
+    let bytes = walk::RealFs
+        .read(path, MAX_FILE_BYTES)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        // It grew since the metadata was read.
+        return Err(too_big(bytes.len() as u64));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| format!("{shown}: not valid UTF-8: {e}"))?;
+    if let Some(line) = yaml_too_deep(&text, MAX_NESTING) {
+        return Err(format!(
+            "{shown}:{line}: nested deeper than {MAX_NESTING} levels; refused unparsed"
+        ));
+    }
+    Ok(text)
+}
+
 /// Whether the scan skips this entry name: hidden files and editor backups.
 pub fn is_skipped(name: &str) -> bool {
     name.starts_with('.')

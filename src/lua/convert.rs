@@ -15,7 +15,8 @@
 //! form can be far larger than the Lua state (20,000 references to a 100,000-element table are
 //! two billion JSON values). The output is counted against the scheduler's memory limit and the
 //! run's deadline while it is built, and a conversion over either stops with an error instead of
-//! allocating until the process aborts.
+//! allocating until the process aborts. JSON text a scheduler returns is parsed under the same
+//! meter ([`parse_json_text`]).
 
 #![allow(unsafe_code)]
 
@@ -65,6 +66,20 @@ pub enum ConvertError {
     Timeout,
 }
 
+/// Why the JSON text a scheduler returned did not become a value.
+#[derive(Debug, thiserror::Error)]
+pub enum ParseError {
+    /// Not JSON (serde_json's message, with line and column).
+    #[error("{0}")]
+    Invalid(serde_json::Error),
+    /// The parsed value would be larger than the memory limit.
+    #[error("the returned JSON text parses to more than {} MiB of JSON values", .limit >> 20)]
+    TooLarge { limit: usize },
+    /// Parsing ran past the deadline.
+    #[error("parsing the returned JSON text ran past the deadline")]
+    Timeout,
+}
+
 /// Counts what a conversion has built so far against its [`Budget`].
 struct Meter {
     budget: Budget,
@@ -101,6 +116,118 @@ impl Meter {
         } else {
             Err(Stop::TooLarge)
         }
+    }
+}
+
+/// Parses the JSON text a scheduler returned, counting the values it builds against `budget`
+/// like [`lua_to_json`] does: a text of tiny values (`[[],[],...]`, 3 bytes each) takes more
+/// than ten times its size as `serde_json::Value`s, so a text that fits in the Lua state could
+/// otherwise parse into many times the memory limit.
+pub fn parse_json_text(text: &str, budget: Budget) -> Result<Value, ParseError> {
+    let mut meter = TextMeter {
+        meter: Meter::new(budget),
+        stopped: None,
+    };
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed = serde::de::DeserializeSeed::deserialize(Metered(&mut meter), &mut de)
+        .and_then(|value| de.end().map(|()| value));
+    parsed.map_err(|e| match meter.stopped {
+        Some(Stop::TooLarge) => ParseError::TooLarge {
+            limit: budget.bytes,
+        },
+        Some(Stop::Timeout) => ParseError::Timeout,
+        _ => ParseError::Invalid(e),
+    })
+}
+
+/// A [`Meter`] for parsing, which remembers why it stopped the parser (serde only carries a
+/// message back).
+struct TextMeter {
+    meter: Meter,
+    stopped: Option<Stop>,
+}
+
+impl TextMeter {
+    fn charge<E: serde::de::Error>(&mut self, bytes: usize) -> Result<(), E> {
+        self.meter.charge(bytes).map_err(|stop| {
+            self.stopped = Some(stop);
+            E::custom("stopped by the scheduler's limits")
+        })
+    }
+}
+
+/// Builds one JSON value (and everything inside it) while charging it to the meter.
+struct Metered<'m>(&'m mut TextMeter);
+
+impl<'de> serde::de::DeserializeSeed<'de> for Metered<'_> {
+    type Value = Value;
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, deserializer: D) -> Result<Value, D::Error> {
+        deserializer.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Metered<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+
+    fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Value, E> {
+        self.0.charge(VALUE_COST)?;
+        Ok(Value::Bool(b))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, i: i64) -> Result<Value, E> {
+        self.0.charge(VALUE_COST)?;
+        Ok(Value::Number(i.into()))
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, u: u64) -> Result<Value, E> {
+        self.0.charge(VALUE_COST)?;
+        Ok(Value::Number(u.into()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, f: f64) -> Result<Value, E> {
+        self.0.charge(VALUE_COST)?;
+        // JSON text has no NaN or infinity; serde_json turns an overflowing literal into an error.
+        Ok(Number::from_f64(f).map_or(Value::Null, Value::Number))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<Value, E> {
+        self.0.charge(VALUE_COST + s.len())?;
+        Ok(Value::String(s.to_string()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, s: String) -> Result<Value, E> {
+        self.0.charge(VALUE_COST + s.len())?;
+        Ok(Value::String(s))
+    }
+
+    fn visit_unit<E: serde::de::Error>(self) -> Result<Value, E> {
+        self.0.charge(VALUE_COST)?;
+        Ok(Value::Null)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        self.0.charge(VALUE_COST)?;
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(Metered(&mut *self.0))? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        self.0.charge(VALUE_COST)?;
+        let mut out = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            self.0.charge(ENTRY_COST + key.len())?;
+            let value = map.next_value_seed(Metered(&mut *self.0))?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
     }
 }
 

@@ -76,7 +76,6 @@ impl LuaScheduler {
         grace: Duration,
         before_run: Option<BeforeRun>,
     ) -> std::io::Result<LuaScheduler> {
-        let dir = config_dir.join(SCHEDULER_DIR);
         let busy = Arc::new(AtomicBool::new(false));
         let (jobs, rx) = mpsc::channel::<Job>();
         let worker_busy = busy.clone();
@@ -84,7 +83,7 @@ impl LuaScheduler {
         // at most this thread, never pile up spinning ones.
         std::thread::Builder::new()
             .name("scheduler".into())
-            .spawn(move || worker(dir, limits, rx, worker_busy, before_run))?;
+            .spawn(move || worker(config_dir, limits, rx, worker_busy, before_run))?;
         Ok(LuaScheduler {
             inner: Arc::new(Inner {
                 limits,
@@ -106,7 +105,7 @@ fn internal(message: &str) -> SchedulerError {
 }
 
 fn worker(
-    dir: PathBuf,
+    config_dir: PathBuf,
     limits: Limits,
     jobs: mpsc::Receiver<Job>,
     busy: Arc<AtomicBool>,
@@ -118,20 +117,21 @@ fn worker(
         if let Some(hook) = &before_run {
             hook();
         }
-        run_job(&dir, limits, &mut loaded, job);
+        run_job(&config_dir, limits, &mut loaded, job);
         busy.store(false, Ordering::SeqCst);
     }
 }
 
 /// Runs one job on the worker thread, loading the code first if its version changed (or the
 /// last run poisoned the state).
-fn run_job(dir: &Path, limits: Limits, loaded: &mut Option<(String, Sandbox)>, job: Job) {
+fn run_job(config_dir: &Path, limits: Limits, loaded: &mut Option<(String, Sandbox)>, job: Job) {
     if loaded
         .as_ref()
         .is_none_or(|(version, _)| *version != job.code_version)
     {
         *loaded = None;
-        match Sandbox::load(dir, SCHEDULER_DIR, limits) {
+        let dir = config_dir.join(SCHEDULER_DIR);
+        match Sandbox::load_within(&dir, SCHEDULER_DIR, config_dir, limits) {
             Ok(sandbox) => {
                 tracing::info!(version = %job.code_version, "Loaded the scheduler.");
                 *loaded = Some((job.code_version.clone(), sandbox));
@@ -227,19 +227,26 @@ impl Inner {
 
 /// Loads the scheduler in `dir` and runs it once on its own thread, for the offline commands:
 /// a run stuck past its budget (plus [`WATCHDOG_GRACE`]) is given up on with an error, and the
-/// process, which is about to exit, takes the thread with it.
+/// process, which is about to exit, takes the thread with it. Symlinks to the code must stay
+/// inside `config_dir`.
 pub fn run_once(
     dir: &Path,
     display_dir: &str,
+    config_dir: &Path,
     input: SchedulerInput,
     limits: Limits,
 ) -> Result<SchedulerOutput, SchedulerError> {
     let (tx, rx) = mpsc::channel();
-    let (dir, display_dir) = (dir.to_path_buf(), display_dir.to_string());
+    let (dir, display_dir, config_dir) = (
+        dir.to_path_buf(),
+        display_dir.to_string(),
+        config_dir.to_path_buf(),
+    );
     std::thread::Builder::new()
         .name("scheduler".into())
         .spawn(move || {
-            let result = Sandbox::load(&dir, &display_dir, limits).and_then(|s| s.run(&input));
+            let result = Sandbox::load_within(&dir, &display_dir, &config_dir, limits)
+                .and_then(|s| s.run(&input));
             let _ = tx.send(result);
         })
         .map_err(|e| internal(&format!("cannot start the scheduler thread: {e}")))?;

@@ -3,7 +3,8 @@
 //! The state has only `base` (without `dofile` and `loadfile`; `load` accepts text chunks
 //! only), `table`, `string` (without `dump`), `math`, `utf8` and `debug.traceback`; no `io`, `os`,
 //! `package`, `coroutine` or C modules. `require` loads `<scheduler dir>/<name>.lua` (the name's
-//! own extension replaced, as verwalter 0.13 did) and never leaves the scheduler dir. A memory cap
+//! own extension replaced, as verwalter 0.13 did); a symlink on the way to `main.lua` or a module
+//! must not lead out of the config dir, the rule of the runtime tree and templates. A memory cap
 //! and a time budget stop a runaway script; the budget cannot be caught with `pcall`.
 
 use std::cell::{Cell, RefCell};
@@ -17,8 +18,8 @@ use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
 use super::convert::{
-    Budget, ConvertError, input_to_lua, json_to_lua, lua_to_json, peers_as_seen, peers_to_lua,
-    with_article,
+    Budget, ConvertError, ParseError, input_to_lua, json_to_lua, lua_to_json, parse_json_text,
+    peers_as_seen, peers_to_lua, with_article,
 };
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
@@ -100,10 +101,101 @@ fn load_error(message: impl Into<String>) -> SchedulerError {
     }
 }
 
+/// Where the sandbox reads its code: the scheduler dir, and the dir its symlinks must stay in.
+#[derive(Clone)]
+struct Place {
+    dir: PathBuf,
+    /// How messages name `dir` (`scheduler/v1`).
+    display_dir: String,
+    /// The config dir as given, and its real path.
+    boundary: PathBuf,
+    real_boundary: PathBuf,
+}
+
+/// Why a code file was not read.
+enum Refused {
+    /// It cannot be read (missing, no permission): the message names it and the OS error.
+    Unreadable(String),
+    /// A symlink on the way leads out of the config dir: the message names the link and where
+    /// it leads.
+    Outside(String),
+}
+
+impl Place {
+    /// How messages name `path`: under the scheduler dir by its display name, else relative to
+    /// the config dir.
+    fn show(&self, path: &Path) -> String {
+        match path.strip_prefix(&self.dir) {
+            Ok(rel) if rel.as_os_str().is_empty() => self.display_dir.clone(),
+            Ok(rel) => format!("{}/{}", self.display_dir, rel.display()),
+            Err(_) => match path.strip_prefix(&self.boundary) {
+                Ok(rel) => rel.display().to_string(),
+                Err(_) => path.display().to_string(),
+            },
+        }
+    }
+
+    /// The real path of `path` (a file under the scheduler dir), if it leads (every symlink
+    /// resolved) to a place inside the config dir, as `inputs::walk` requires of the runtime
+    /// tree and the scheduler's own hash: a module linked to a file elsewhere on the machine
+    /// would otherwise run it as scheduler code.
+    fn contained(&self, path: &Path) -> Result<PathBuf, Refused> {
+        let real = path
+            .canonicalize()
+            .map_err(|e| Refused::Unreadable(format!("{}: {e}", self.show(path))))?;
+        if real.starts_with(&self.real_boundary) {
+            return Ok(real);
+        }
+        // Name the first entry on the way that leads out: everything before it is inside, so it
+        // is a symlink (`scheduler/v1` itself, a dir of modules, or the file).
+        let (mut link, mut target) = (path.to_path_buf(), real);
+        if let Ok(rel) = path.strip_prefix(&self.boundary) {
+            let mut at = self.boundary.clone();
+            for part in rel.components() {
+                at.push(part);
+                if let Ok(leads) = at.canonicalize()
+                    && !leads.starts_with(&self.real_boundary)
+                {
+                    (link, target) = (at, leads);
+                    break;
+                }
+            }
+        }
+        Err(Refused::Outside(format!(
+            "{}: symlink to {}, outside {}; links may not leave it",
+            self.show(&link),
+            target.display(),
+            self.real_boundary.display()
+        )))
+    }
+}
+
 impl Sandbox {
     /// Loads `main.lua` from `dir` (the `scheduler/v1` directory). `display_dir` is how error
-    /// messages name that directory (e.g. `scheduler/v1`).
+    /// messages name that directory (e.g. `scheduler/v1`). Symlinks must stay inside `dir`
+    /// itself; the daemon and the offline commands use [`Sandbox::load_within`].
     pub fn load(dir: &Path, display_dir: &str, limits: Limits) -> Result<Sandbox, SchedulerError> {
+        Sandbox::load_within(dir, display_dir, dir, limits)
+    }
+
+    /// Loads `main.lua` from `dir` like [`Sandbox::load`], where `main.lua` and the modules
+    /// may be reached through symlinks as long as they stay inside `boundary` (the config dir).
+    pub fn load_within(
+        dir: &Path,
+        display_dir: &str,
+        boundary: &Path,
+        limits: Limits,
+    ) -> Result<Sandbox, SchedulerError> {
+        // A missing config dir shows as `main.lua` that cannot be read, below.
+        let real_boundary = boundary
+            .canonicalize()
+            .unwrap_or_else(|_| boundary.to_path_buf());
+        let place = Place {
+            dir: dir.to_path_buf(),
+            display_dir: display_dir.to_string(),
+            boundary: boundary.to_path_buf(),
+            real_boundary,
+        };
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8,
             LuaOptions::default(),
@@ -111,7 +203,7 @@ impl Sandbox {
         .map_err(|e| load_error(format!("cannot create the Lua state: {e}")))?;
         let deadline = Rc::new(Cell::new(Instant::now() + limits.time));
         let log = Rc::new(RefCell::new(String::new()));
-        setup(&lua, dir, display_dir, &deadline, &log, limits.memory)
+        setup(&lua, &place, &deadline, &log, limits.memory)
             .map_err(|e| load_error(format!("cannot set up the sandbox: {e}")))?;
         lua.set_memory_limit(limits.memory)
             .map_err(|e| load_error(format!("cannot set the memory limit: {e}")))?;
@@ -119,8 +211,15 @@ impl Sandbox {
             .map_err(|e| load_error(format!("cannot start the watchdog thread: {e}")))?;
 
         let main_path = dir.join("main.lua");
-        let source = std::fs::read(&main_path)
-            .map_err(|e| load_error(format!("{display_dir}/main.lua: cannot read: {e}")))?;
+        let cannot_read =
+            |e: std::io::Error| load_error(format!("{display_dir}/main.lua: cannot read: {e}"));
+        let main_real = match place.contained(&main_path) {
+            Ok(real) => real,
+            // The OS error of the read itself, as before.
+            Err(Refused::Unreadable(_)) => main_path.clone(),
+            Err(Refused::Outside(message)) => return Err(load_error(message)),
+        };
+        let source = std::fs::read(&main_real).map_err(cannot_read)?;
         deadline.set(Instant::now() + limits.time);
         watchdog.arm(&lua, deadline.get());
         let returned = lua
@@ -275,8 +374,30 @@ impl Sandbox {
                         &log,
                     )
                 })?;
-                serde_json::from_str(&text)
-                    .map_err(|e| bad(format!("the scheduler returned invalid JSON: {e}"), &log))?
+                // Parsing shares the run's limits too: tiny values take many times their text.
+                let budget = Budget {
+                    bytes: self.limits.memory,
+                    deadline: self.deadline.get(),
+                };
+                parse_json_text(&text, budget).map_err(|e| match &e {
+                    ParseError::Invalid(invalid) => bad(
+                        format!("the scheduler returned invalid JSON: {invalid}"),
+                        &log,
+                    ),
+                    ParseError::TooLarge { .. } => SchedulerError {
+                        kind: SchedulerFailure::Memory,
+                        message: format!("scheduler ran out of its memory limit: {e}"),
+                        log: log.clone(),
+                    },
+                    ParseError::Timeout => SchedulerError {
+                        kind: SchedulerFailure::Timeout,
+                        message: format!(
+                            "{TIMEOUT_MARK} of {:?} (while parsing the returned JSON text)",
+                            self.limits.time
+                        ),
+                        log: log.clone(),
+                    },
+                })?
             }
             LuaValue::Table(_) => {
                 // The conversion shares the run's limits: its output counts against the memory
@@ -456,8 +577,7 @@ fn caller(lua: &Lua) -> String {
 
 fn setup(
     lua: &Lua,
-    dir: &Path,
-    display_dir: &str,
+    place: &Place,
     deadline: &Rc<Cell<Instant>>,
     log: &Rc<RefCell<String>>,
     memory_limit: usize,
@@ -520,9 +640,7 @@ fn setup(
     for name in ["string", "table", "math", "utf8", "debug"] {
         loaded.raw_set(name, globals.raw_get::<Table>(name)?)?;
     }
-    let base = dir.to_path_buf();
-    let real_base = dir.canonicalize().unwrap_or_else(|_| dir.to_path_buf());
-    let display = display_dir.to_string();
+    let place = place.clone();
     globals.raw_set(
         "require",
         lua.create_function(move |lua, name: String| {
@@ -536,31 +654,26 @@ fn setup(
                 value => return Ok(value),
             }
             let at = caller(lua);
-            let path =
-                module_path(&base, &name).map_err(|e| mlua::Error::runtime(format!("{at}{e}")))?;
-            let rel = path
-                .strip_prefix(&base)
-                .unwrap_or(&path)
-                .display()
-                .to_string();
-            let not_found = |e: std::io::Error| {
-                mlua::Error::runtime(format!("{at}module {name:?} not found: {display}/{rel}: {e}"))
+            let path = module_path(&place.dir, &name)
+                .map_err(|e| mlua::Error::runtime(format!("{at}{e}")))?;
+            let shown = place.show(&path);
+            let not_found = |message: String| {
+                mlua::Error::runtime(format!("{at}module {name:?} not found: {message}"))
             };
-            // A symlink must not lead out of the scheduler dir.
-            let real = path.canonicalize().map_err(not_found)?;
-            if !real.starts_with(&real_base) {
-                return Err(mlua::Error::runtime(format!(
-                    "{at}module {name:?} resolves outside the scheduler directory ({display}/{rel} is a symlink)"
-                )));
-            }
-            let source = std::fs::read(&real).map_err(not_found)?;
+            let real = place.contained(&path).map_err(|refused| match refused {
+                Refused::Unreadable(message) => not_found(message),
+                Refused::Outside(message) => {
+                    mlua::Error::runtime(format!("{at}module {name:?} refused: {message}"))
+                }
+            })?;
+            let source = std::fs::read(&real).map_err(|e| not_found(format!("{shown}: {e}")))?;
             loaded.raw_set(
                 name.as_str(),
                 LuaValue::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
             )?;
             let chunk = lua
                 .load(source)
-                .set_name(format!("@{display}/{rel}"))
+                .set_name(format!("@{shown}"))
                 .set_mode(ChunkMode::Text)
                 .into_function();
             let result = chunk.and_then(|f| f.call::<LuaValue>(name.as_str()));

@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
+use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::time::Duration;
 
@@ -160,9 +161,12 @@ fn require_stays_inside_the_scheduler_dir() {
         .unwrap()
         .run(&input())
         .unwrap_err();
+    let real_secret = outside.path().canonicalize().unwrap().join("secret.lua");
     assert!(
-        e.message
-            .contains("resolves outside the scheduler directory"),
+        e.message.contains(&format!(
+            "module \"link\" refused: scheduler/v1/link.lua: symlink to {}, outside ",
+            real_secret.display()
+        )),
         "{}",
         e.message
     );
@@ -177,6 +181,83 @@ fn require_stays_inside_the_scheduler_dir() {
         "names the requiring line: {}",
         e.message
     );
+}
+
+#[test]
+fn code_reached_through_symlinks_must_stay_inside_the_config_dir() {
+    // Issue 10: `require` checked only that a module led somewhere inside the scheduler dir's
+    // real path, so `scheduler/v1` (or `scheduler/`) linked elsewhere let any file run as
+    // scheduler code, and `main.lua` was not checked at all.
+    let outside = tempfile::tempdir().unwrap();
+    write(outside.path(), "secret.lua", "return 'leaked'");
+    write(
+        outside.path(),
+        "main.lua",
+        "return {scheduler = function() return {v = 'outside'} end}",
+    );
+    let real_outside = outside.path().canonicalize().unwrap();
+    let config = tempfile::tempdir().unwrap();
+    let real_config = config.path().canonicalize().unwrap();
+    let dir = config.path().join("scheduler/v1");
+    let load = || Sandbox::load_within(&dir, "scheduler/v1", config.path(), small());
+    let run = || load().and_then(|s| s.run(&input()));
+    let refused = |link: &str, target: &Path| {
+        format!(
+            "{link}: symlink to {}, outside {}; links may not leave it",
+            target.display(),
+            real_config.display()
+        )
+    };
+    let set_module = |name: &str| {
+        let main = format!(
+            "NAME = {name:?}\nreturn {{scheduler = function() return {{v = require(NAME)}} end}}"
+        );
+        write(config.path(), "scheduler/v1/main.lua", &main);
+    };
+
+    // A link inside the config dir works, even out of scheduler/v1.
+    set_module("common");
+    write(config.path(), "shared/common.lua", "return 'shared'");
+    symlink("../../shared/common.lua", dir.join("common.lua")).unwrap();
+    assert_eq!(run().unwrap().data, json!({"v": "shared"}));
+
+    // A module linked to a file outside, or through a linked dir, names the link and its target.
+    symlink(real_outside.join("secret.lua"), dir.join("link.lua")).unwrap();
+    set_module("link");
+    let e = run().unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Runtime, "{}", e.message);
+    assert!(
+        e.message.starts_with(&format!(
+            "scheduler/v1/main.lua:2: module \"link\" refused: {}",
+            refused("scheduler/v1/link.lua", &real_outside.join("secret.lua"))
+        )),
+        "{}",
+        e.message
+    );
+    symlink(outside.path(), dir.join("lib")).unwrap();
+    set_module("lib/secret");
+    let e = run().unwrap_err();
+    assert!(
+        e.message
+            .contains(&refused("scheduler/v1/lib", &real_outside)),
+        "{}",
+        e.message
+    );
+
+    // main.lua itself, and the scheduler dir itself, are held to the same rule.
+    fs::remove_file(dir.join("main.lua")).unwrap();
+    symlink(real_outside.join("main.lua"), dir.join("main.lua")).unwrap();
+    let e = load().unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Load);
+    assert_eq!(
+        e.message,
+        refused("scheduler/v1/main.lua", &real_outside.join("main.lua"))
+    );
+    fs::remove_dir_all(config.path().join("scheduler")).unwrap();
+    fs::create_dir(config.path().join("scheduler")).unwrap();
+    symlink(outside.path(), &dir).unwrap();
+    let e = load().unwrap_err();
+    assert_eq!(e.message, refused("scheduler/v1", &real_outside));
 }
 
 #[test]
@@ -496,6 +577,75 @@ fn a_result_sharing_one_table_many_times_is_stopped_at_the_memory_limit() {
     )
     .unwrap();
     assert_eq!(out.data, json!({"m": [[1, 2], [1, 2], [1, 2]]}));
+}
+
+#[test]
+fn a_json_string_that_parses_past_the_memory_limit_is_stopped() {
+    // Issue 10: a returned JSON string was parsed without a meter. 2 million empty arrays are a
+    // 6 MB string, well inside a 32 MiB limit, but over 60 MB of JSON values. The time budget is
+    // generous so that a slow machine cannot turn the memory error into a timeout.
+    let limits = Limits {
+        memory: 32 * 1024 * 1024,
+        time: Duration::from_secs(30),
+    };
+    let run = |returned: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        write(
+            tmp.path(),
+            "main.lua",
+            &format!("return {{scheduler = function() return {returned} end}}"),
+        );
+        Sandbox::load(tmp.path(), "scheduler/v1", limits)
+            .unwrap()
+            .run(&input())
+    };
+    let e = run(r#"'{"a": [' .. string.rep('[],', 2000000) .. '[]]}'"#).unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Memory, "{}", e.message);
+    assert_eq!(
+        e.message,
+        "scheduler ran out of its memory limit: the returned JSON text parses to more than 32 MiB of JSON values"
+    );
+    // The same text, smaller, parses as before; so does a text of big strings under the limit.
+    let out = run(r#"'{"a": [' .. string.rep('[],', 1000) .. '[]]}'"#).unwrap();
+    assert_eq!(out.data["a"].as_array().unwrap().len(), 1001);
+    let out = run(r#"'{"s": "' .. string.rep('x', 4000000) .. '"}'"#).unwrap();
+    assert_eq!(out.data["s"].as_str().unwrap().len(), 4_000_000);
+}
+
+#[test]
+fn the_metered_json_parse_agrees_with_serde_json_and_stops_at_the_deadline() {
+    let ample = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now() + Duration::from_secs(60),
+    };
+    for text in [
+        r#"{"a": [1, -2, 3.5, 1e300, 18446744073709551615, -9223372036854775808], "b": null}"#,
+        r#"{"s": "esc \" \\ \u00e9 \ud83d\ude00", "t": true, "f": false, "o": {}}"#,
+        r#"{"dup": 1, "dup": 2, "nested": [[[{"x": [[]]}]]]}"#,
+        r#"  [1, "two", {"3": [4]}]  "#,
+    ] {
+        assert_eq!(
+            convert::parse_json_text(text, ample).unwrap(),
+            serde_json::from_str::<Value>(text).unwrap(),
+            "{text}"
+        );
+    }
+    for bad in ["{bad", "{} {}", "[1,]", "", "[1e999]"] {
+        let expected = serde_json::from_str::<Value>(bad).unwrap_err().to_string();
+        match convert::parse_json_text(bad, ample) {
+            Err(convert::ParseError::Invalid(e)) => assert_eq!(e.to_string(), expected, "{bad}"),
+            other => panic!("{bad}: {other:?}"),
+        }
+    }
+    let text = format!("[{}[]]", "[],".repeat(100_000));
+    let passed = convert::Budget {
+        bytes: usize::MAX,
+        deadline: std::time::Instant::now(),
+    };
+    assert!(matches!(
+        convert::parse_json_text(&text, passed),
+        Err(convert::ParseError::Timeout)
+    ));
 }
 
 #[test]

@@ -320,7 +320,7 @@ pub fn read_log_dirs(config_dir: &Path) -> Result<BTreeMap<String, PathBuf>, Str
         ) {
             continue;
         }
-        let text = fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text = crate::inputs::runtime::read_config_yaml(&path, &path.display().to_string())?;
         let sandbox: Sandbox =
             serde_norway::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         dirs.extend(sandbox.log_dirs);

@@ -126,8 +126,7 @@ impl TemplateSet {
         }
         for rel in render_files {
             let shown = format!("{shown_dir}/{rel}");
-            let text =
-                fs::read_to_string(set.dir.join(&rel)).map_err(|e| format!("{shown}: {e}"))?;
+            let text = crate::inputs::runtime::read_config_yaml(&set.dir.join(&rel), &shown)?;
             let file = parse_render_file(&text).map_err(|e| format!("{shown}: {e}"))?;
             let base = Path::new(&rel).parent().unwrap_or(Path::new(""));
             let mut templates = BTreeMap::new();

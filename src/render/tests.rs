@@ -230,6 +230,71 @@ fn log_dirs_come_from_sandbox_yaml() {
     assert!(read_log_dirs(tmp.path()).unwrap_err().contains("bad.yaml"));
 }
 
+/// YAML nesting `levels` deep, one block level a line.
+fn nested_yaml(levels: usize) -> String {
+    (0..levels)
+        .map(|i| format!("{}k{i}:\n", "  ".repeat(i)))
+        .collect()
+}
+
+#[test]
+fn sandbox_yaml_has_the_runtime_size_and_nesting_limits() {
+    // Issue 10: sandbox/*.yaml had no limits: a huge or deeply nested file cost the daemon's
+    // start as much memory or time as it liked (the YAML loader is quadratic in the depth).
+    let tmp = tempfile::tempdir().unwrap();
+    let sandbox = tmp.path().join("sandbox");
+    fs::create_dir_all(&sandbox).unwrap();
+    fs::write(sandbox.join("big.yaml"), "#".repeat(1_100_000)).unwrap();
+    let big = sandbox.join("big.yaml").display().to_string();
+    assert_eq!(
+        read_log_dirs(tmp.path()).unwrap_err(),
+        format!("{big}: 1100000 bytes; config files are limited to 1048576 bytes (1 MiB)")
+    );
+    fs::remove_file(sandbox.join("big.yaml")).unwrap();
+    fs::write(
+        sandbox.join("deep.yaml"),
+        format!("log-dirs: {{}}\n{}", nested_yaml(500)),
+    )
+    .unwrap();
+    let deep = sandbox.join("deep.yaml").display().to_string();
+    assert_eq!(
+        read_log_dirs(tmp.path()).unwrap_err(),
+        format!("{deep}:130: nested deeper than 128 levels; refused unparsed")
+    );
+    // Just under both limits is read as before.
+    let padded = format!("log-dirs:\n  vw: /tmp/logs\n{}\n", "#".repeat(1_000_000));
+    fs::write(sandbox.join("deep.yaml"), padded).unwrap();
+    assert_eq!(
+        read_log_dirs(tmp.path()).unwrap()["vw"],
+        PathBuf::from("/tmp/logs")
+    );
+}
+
+#[test]
+fn render_yaml_has_the_runtime_size_and_nesting_limits() {
+    let big = format!("{RENDER}{}\n", "#".repeat(1_100_000));
+    let tmp = template_dir(
+        "app/v1",
+        &[("app.render.yaml", &big), ("app.conf.hbs", "x")],
+    );
+    assert_eq!(
+        load(&tmp, "app/v1").unwrap_err(),
+        format!(
+            "templates/app/v1/app.render.yaml: {} bytes; config files are limited to 1048576 bytes (1 MiB)",
+            big.len()
+        )
+    );
+    let deep = format!("{RENDER}{}", nested_yaml(500));
+    let tmp = template_dir(
+        "app/v1",
+        &[("app.render.yaml", &deep), ("app.conf.hbs", "x")],
+    );
+    assert_eq!(
+        load(&tmp, "app/v1").unwrap_err(),
+        "templates/app/v1/app.render.yaml:133: nested deeper than 128 levels; refused unparsed"
+    );
+}
+
 #[test]
 fn a_symlink_loop_ends_the_walk_and_a_linked_template_dir_counts() {
     let tmp = template_dir(
