@@ -641,17 +641,20 @@ unsafe fn read_table(
                 .charge(ENTRY_COST + key.len())
                 .and_then(|()| read(state, top, depth + 1, meter));
             match item {
-                Ok(item) => {
-                    if map.contains_key(&key) {
+                Ok(item) => match map.entry(key) {
+                    serde_json::map::Entry::Vacant(slot) => {
+                        slot.insert(item);
+                    }
+                    serde_json::map::Entry::Occupied(taken) => {
                         // `1` and `"1"` (or `true` and `"true"`) are two keys in Lua but one
                         // in JSON: keeping either would silently lose the other's value.
                         ffi::lua_pop(state, 2);
                         return Err(Stop::bad(format!(
-                            "has two keys that both become {key:?} in JSON (a number or boolean key and a string key)"
+                            "has two keys that both become {:?} in JSON (a number or boolean key and a string key)",
+                            taken.key()
                         )));
                     }
-                    map.insert(key, item);
-                }
+                },
                 Err(e) => {
                     ffi::lua_pop(state, 2);
                     return Err(e.within(format!(".{key}")));
