@@ -168,14 +168,20 @@ impl ActionQueue {
                 counter.second = second;
                 counter.used = 0;
             }
-            // After a restart within the same second, continue past the loaded ids.
-            let floor = (counter.last + 1).saturating_sub(second * 1000);
-            counter.used = counter.used.max(floor);
-            if counter.used >= 1000 {
-                return Err(RegisterError::TooMany);
-            }
-            let id = second * 1000 + counter.used;
-            counter.used += 1;
+            let id = if counter.last >= (second + 1) * 1000 {
+                // The clock went back (or loaded ids are from a clock that was ahead): ids
+                // stay increasing and unique rather than refusing actions until it catches up.
+                counter.last + 1
+            } else {
+                // After a restart within the same second, continue past the loaded ids.
+                let floor = (counter.last + 1).saturating_sub(second * 1000);
+                counter.used = counter.used.max(floor);
+                if counter.used >= 1000 {
+                    return Err(RegisterError::TooMany);
+                }
+                counter.used += 1;
+                second * 1000 + counter.used - 1
+            };
             counter.last = counter.last.max(id);
             id
         };
@@ -257,9 +263,15 @@ impl ActionQueue {
         let mut election = self.store.election.clone();
         let mut seen_success = None;
         let mut was_leader = election.get().is_leader;
+        // Actions loaded from the journal of an earlier run: kept while this node may still
+        // become the leader, dropped once another node leads (they were for this node's
+        // leadership; run months later they would surprise the operator).
+        let mut restored = !self.store.actions.peek().is_empty();
         loop {
-            let leader = election.get().is_leader;
-            if was_leader && !leader {
+            let state = election.get();
+            let leader = state.is_leader;
+            let other_leads = !leader && state.leader.is_some();
+            if (was_leader && !leader) || (restored && other_leads) {
                 let ids: Vec<u64> = self.store.actions.peek().keys().copied().collect();
                 if !ids.is_empty() {
                     tracing::warn!(
@@ -269,6 +281,7 @@ impl ActionQueue {
                 }
                 self.finish(&ids, |_| Outcome::LeadershipLost);
             }
+            restored &= !(leader || other_leads);
             was_leader = leader;
             let current = status.get();
             if current.last_success != seen_success {
@@ -489,6 +502,84 @@ mod tests {
             matches!(err, RegisterError::PendingTooLarge { max: 100, .. }),
             "{err:?}"
         );
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
+    }
+
+    /// Actions loaded at start wait while this node may still lead, and are dropped (answered
+    /// `LeadershipLost`) once another node leads: they must not run at some later leadership.
+    #[tokio::test]
+    async fn restored_actions_are_dropped_once_another_node_leads() {
+        let tmp = tempfile::tempdir().unwrap();
+        let journal = tmp.path().join("actions.journal");
+        std::fs::write(&journal, "{\"add\":5,\"action\":{\"old\":1}}\n").unwrap();
+        let writer = StoreWriter::new(None);
+        let store = writer.store();
+        let queue = ActionQueue::new(
+            writer.actions,
+            store.clone(),
+            QueueConfig {
+                journal: journal.clone(),
+                legacy: None,
+                limits: ActionLimits::default(),
+            },
+        )
+        .unwrap();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(queue.clone().run(shutdown.clone()));
+        // Starting, no leader yet: kept.
+        writer.election.set(ElectionState {
+            epoch: 1,
+            ..Default::default()
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(store.actions.peek().len(), 1);
+        writer.election.set(ElectionState {
+            leader: Some("77985419c732412ea38b94db00000002".into()),
+            epoch: 2,
+            ..Default::default()
+        });
+        let mut actions = store.actions.clone();
+        tokio::time::timeout(SOON, async {
+            while !actions.get().is_empty() {
+                actions.changed().await;
+            }
+        })
+        .await
+        .expect("restored actions dropped");
+        shutdown.cancel();
+        task.await.unwrap();
+        // The remove record is written by the journal's thread, without a waiter.
+        tokio::time::timeout(SOON, async {
+            while !std::fs::read_to_string(&journal)
+                .unwrap()
+                .contains(r#"{"remove":[5]}"#)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await
+        .expect("the drop is in the journal");
+        drop(queue);
+        let (_journal, loaded) = Journal::open(journal, None).unwrap();
+        assert!(
+            loaded.is_empty(),
+            "dropped from the journal too: {loaded:?}"
+        );
+    }
+
+    /// A clock stepped back (or ids loaded from a clock that was ahead) does not refuse actions:
+    /// ids go on increasing.
+    #[tokio::test]
+    async fn ids_keep_increasing_when_the_clock_goes_back() {
+        let rig = rig(ActionLimits::default()).await;
+        let (first, _) = rig
+            .queue
+            .register(5_000_000, json!(1), false)
+            .await
+            .unwrap();
+        let (second, _) = rig.queue.register(1_000, json!(2), false).await.unwrap();
+        assert!(second > first, "{second} after {first}");
         rig.shutdown.cancel();
         rig.task.await.unwrap();
     }

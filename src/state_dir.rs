@@ -284,7 +284,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
         .unwrap_or(Path::new("."));
-    fs::create_dir_all(dir)?;
+    if !dir.is_dir() {
+        fs::create_dir_all(dir)?;
+        // The new directory's entry must survive a crash as well as the file in it.
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+    }
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())

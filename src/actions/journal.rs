@@ -60,7 +60,7 @@ impl Journal {
     /// before the journal, which is removed once its actions are in the journal), rewrites the
     /// journal with them, and starts the writer thread.
     pub fn open(path: PathBuf, legacy: Option<&Path>) -> io::Result<(Journal, Actions)> {
-        let (mut live, good_len) = load(&path);
+        let (mut live, good_len) = load(&path)?;
         let legacy = legacy.filter(|p| p.exists());
         if let Some(legacy) = legacy {
             match fs::read(legacy).map(|b| serde_json::from_slice::<Actions>(&b)) {
@@ -86,19 +86,20 @@ impl Journal {
         };
         match writer.compact() {
             Ok(()) => {
-                if let Some(legacy) = legacy {
-                    let _ = fs::remove_file(legacy);
+                if let Some(legacy) = legacy
+                    && fs::remove_file(legacy).is_ok()
+                    && let Some(dir) = legacy.parent()
+                {
+                    // Else a power loss could bring it back, and its actions, consumed since,
+                    // would be pending again.
+                    let _ = crate::state_dir::sync_dir(dir);
                 }
             }
             Err(e) => {
-                // Keep what is there, cut after its last whole line so appends start clean.
-                tracing::error!(path = %writer.path.display(), error = %e, "Cannot rewrite the action journal; appending to it.");
-                if let Ok(file) = open_append(&writer.path) {
-                    let _ = file.set_len(good_len);
-                    writer.file = Some(file);
-                }
+                // Keep what is there untouched (the old journal, or already the rewritten one):
+                // every append first tries the rewrite again, and fails while it fails.
+                tracing::error!(path = %writer.path.display(), error = %e, "Cannot rewrite the action journal; actions are refused until it can be.");
                 writer.len = good_len;
-                writer.needs_compact = true;
             }
         }
         let actions = writer
@@ -159,15 +160,18 @@ fn open_append(path: &Path) -> io::Result<fs::File> {
 
 /// Replays the journal: the pending actions (as their `add` lines) and the length of its whole
 /// lines.
-fn load(path: &Path) -> (BTreeMap<u64, Vec<u8>>, u64) {
+/// A journal that exists but cannot be read is an error: taking it for "no actions" would
+/// rewrite it empty and lose every pending action.
+fn load(path: &Path) -> io::Result<(BTreeMap<u64, Vec<u8>>, u64)> {
     let mut live = BTreeMap::new();
     let bytes = match fs::read(path) {
         Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((live, 0)),
         Err(e) => {
-            if e.kind() != io::ErrorKind::NotFound {
-                tracing::error!(path = %path.display(), error = %e, "Cannot read the action journal.");
-            }
-            return (live, 0);
+            return Err(io::Error::new(
+                e.kind(),
+                format!("cannot read the action journal {}: {e}", path.display()),
+            ));
         }
     };
     let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
@@ -194,7 +198,7 @@ fn load(path: &Path) -> (BTreeMap<u64, Vec<u8>>, u64) {
             }
         }
     }
-    (live, whole as u64)
+    Ok((live, whole as u64))
 }
 
 /// The writer thread's state: the file and the pending actions as their `add` lines.
@@ -284,16 +288,24 @@ impl Writer {
                 Ok(())
             }
             Err(e) => {
-                if file.set_len(self.len).is_err() {
-                    self.needs_compact = true;
-                }
+                // What landed is unknown (a failed fsync leaves the file's state undefined), and
+                // removes of this batch are gone from `live` but not from the file: the next
+                // batch rewrites the file from `live` first.
+                let _ = file.set_len(self.len);
+                self.needs_compact = true;
                 Err(e)
             }
         }
     }
 
     /// Rewrites the journal with one `add` per pending action.
+    ///
+    /// On any failure the open handle is dropped and the rewrite is due again: once the rename
+    /// happened, the handle names the file it unlinked, and records appended to it would be
+    /// acknowledged and lost.
     fn compact(&mut self) -> io::Result<()> {
+        self.file = None;
+        self.needs_compact = true;
         let bytes: Vec<u8> = self.live.values().flatten().copied().collect();
         write_atomic(&self.path, &bytes)?;
         self.file = Some(open_append(&self.path)?);
@@ -353,6 +365,48 @@ mod tests {
         drop(journal);
         let (_journal, loaded) = Journal::open(path, None).unwrap();
         assert_eq!(loaded, Actions::from([(2, json!("b")), (4, json!(4))]));
+    }
+
+    #[test]
+    fn a_journal_that_cannot_be_read_is_an_error_not_an_empty_queue() {
+        let tmp = tempfile::tempdir().unwrap();
+        // A directory where the journal should be: reading it fails, but not for "not found".
+        let path = tmp.path().join("actions.journal");
+        fs::create_dir(&path).unwrap();
+        fs::write(path.join("keep"), "x").unwrap();
+        let err = Journal::open(path.clone(), None).expect_err("an error");
+        assert!(
+            err.to_string().contains("cannot read the action journal"),
+            "{err}"
+        );
+        assert!(path.join("keep").exists(), "nothing was rewritten");
+    }
+
+    #[test]
+    fn after_a_failed_rewrite_nothing_is_appended_to_the_old_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let old = tmp.path().join("actions.journal");
+        fs::write(tmp.path().join("blocked"), "a file").unwrap();
+        let mut writer = Writer {
+            file: Some(open_append(&old).unwrap()),
+            // A rewrite here fails: a file is in the way of its dir.
+            path: tmp.path().join("blocked/actions.journal"),
+            live: BTreeMap::from([(1, b"{\"add\":1,\"action\":1}\n".to_vec())]),
+            len: 0,
+            needs_compact: false,
+        };
+        assert!(writer.compact().is_err());
+        // The handle may name a file the rename unlinked: it is dropped, and every append
+        // retries the rewrite first, failing while it fails.
+        assert!(writer.file.is_none() && writer.needs_compact);
+        assert!(writer.append(b"{\"add\":2,\"action\":2}\n").is_err());
+        assert_eq!(fs::read(&old).unwrap(), b"", "nothing went to the old file");
+        // An append error of any kind makes the next batch rewrite from `live`.
+        fs::remove_file(tmp.path().join("blocked")).unwrap();
+        assert!(writer.append(b"{\"add\":3,\"action\":3}\n").is_ok());
+        assert!(!writer.needs_compact);
+        let (_journal, loaded) = Journal::open(writer.path.clone(), None).unwrap();
+        assert_eq!(loaded, Actions::from([(1, json!(1)), (3, json!(3))]));
     }
 
     #[tokio::test]
