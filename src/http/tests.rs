@@ -693,3 +693,40 @@ async fn event_streams_are_capped_and_a_reader_that_stops_is_dropped() {
     let again = open(ConnectionHandle::detached()).await.unwrap();
     assert_eq!(again.status(), StatusCode::OK);
 }
+
+#[tokio::test]
+async fn an_action_body_that_stalls_gets_408_and_frees_its_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let writer = StoreWriter::new(None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let settings = HttpSettings {
+        idle_timeout: std::time::Duration::from_millis(300),
+        ..HttpSettings::default()
+    };
+    let (app, m, s) = (app(&writer), metrics.clone(), shutdown.clone());
+    let server = tokio::spawn(async move { serve(listener, app, &settings, m, s).await });
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The head promises a body that never comes.
+    stream
+        .write_all(
+            b"POST /v1/action HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stream.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(read.is_ok(), "the request is ended, not left waiting");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(answer.contains("http.idle-timeout-ms"), "{answer}");
+    shutdown.cancel();
+    server.await.unwrap();
+}
