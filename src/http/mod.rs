@@ -67,16 +67,31 @@ pub struct AppState {
 #[derive(Debug)]
 pub struct HttpState {
     pub settings: HttpSettings,
+    /// Event streams allowed at once: see [`event_stream_cap`].
+    max_streams: usize,
     streams: Arc<tokio::sync::Semaphore>,
 }
 
 impl HttpState {
+    /// `settings.max_connections` is the cap in force (see [`connection_cap`]).
     pub fn new(settings: HttpSettings) -> HttpState {
+        let max_streams = event_stream_cap(&settings);
         HttpState {
-            streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
+            max_streams,
+            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             settings,
         }
     }
+}
+
+/// `max-event-streams`, but at most a quarter of the connections: streams last as long as their
+/// readers and never make room for a new connection, so they must leave most of them to the
+/// rest of the API (and to followers fetching schedules).
+pub fn event_stream_cap(settings: &HttpSettings) -> usize {
+    settings
+        .max_event_streams
+        .min(settings.max_connections / 4)
+        .max(1)
 }
 
 impl Default for HttpState {

@@ -500,6 +500,23 @@ async fn range_headers_other_than_one_byte_range_are_ignored_not_refused() {
 }
 
 #[tokio::test]
+async fn a_range_on_an_empty_file_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("frontend");
+    std::fs::create_dir_all(dir.join("ops/files")).unwrap();
+    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
+    std::fs::write(dir.join("ops/files/empty.log"), "").unwrap();
+    let writer = StoreWriter::new(None);
+    let app = app_serving(&writer, dir, "common");
+    for range in ["bytes=0-", "bytes=-100", "bytes=0-0", "bytes=5-"] {
+        let response = get_with(&app, "/~ops/files/empty.log", &[("range", range)]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{range}");
+        assert!(response.headers().get("content-range").is_none(), "{range}");
+        assert_eq!(body_text(response).await, "", "{range}");
+    }
+}
+
+#[tokio::test]
 async fn leader_redirect_keeps_an_encoded_crlf_encoded() {
     let writer = StoreWriter::new(None);
     writer.election.set(ElectionState {
@@ -729,4 +746,38 @@ async fn an_action_body_that_stalls_gets_408_and_frees_its_connection() {
     assert!(answer.contains("http.idle-timeout-ms"), "{answer}");
     shutdown.cancel();
     server.await.unwrap();
+}
+
+#[tokio::test]
+async fn event_streams_take_at_most_a_quarter_of_the_connections() {
+    let settings = |max_connections, max_event_streams| HttpSettings {
+        max_connections,
+        max_event_streams,
+        ..HttpSettings::default()
+    };
+    assert_eq!(event_stream_cap(&settings(512, 128)), 128);
+    assert_eq!(event_stream_cap(&settings(512, 500)), 128);
+    assert_eq!(event_stream_cap(&settings(100, 128)), 25);
+    assert_eq!(
+        event_stream_cap(&settings(2, 128)),
+        1,
+        "one stream still works"
+    );
+
+    // The cap in force is what the route refuses above.
+    let writer = StoreWriter::new(None);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(settings(8, 128)));
+    let app = router(state);
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let response = get_with(&app, "/v1/events", &[]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        open.push(response);
+    }
+    let third = get_with(&app, "/v1/events", &[]).await;
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let text = body_text(third).await;
+    assert!(text.contains("2 event streams are open"), "{text}");
 }
