@@ -781,3 +781,50 @@ async fn event_streams_take_at_most_a_quarter_of_the_connections() {
     let text = body_text(third).await;
     assert!(text.contains("2 event streams are open"), "{text}");
 }
+
+#[tokio::test]
+async fn long_polls_take_at_most_a_quarter_of_the_connections() {
+    let writer = StoreWriter::new(None);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        max_connections: 4,
+        ..HttpSettings::default()
+    }));
+    let app = router(state);
+    // No leader: the redirect waits for one, holding the single long-poll slot.
+    let mut waiting = Box::pin(get_with(&app, "/v1/leader-redirect-by-node-name", &[]));
+    tokio::select! {
+        biased;
+        _ = &mut waiting => panic!("answered without a leader"),
+        () = std::future::ready(()) => {}
+    }
+    for path in [
+        "/v1/leader-redirect-by-node-name/v1/status",
+        "/v1/wait_action",
+    ] {
+        let method = if path == "/v1/wait_action" {
+            "POST"
+        } else {
+            "GET"
+        };
+        let response = send(&app, method, path, &[("content-type", "application/json")]).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
+        assert_eq!(response.headers()["retry-after"], "5");
+        let text = body_text(response).await;
+        assert!(text.contains("1 requests that wait"), "{text}");
+    }
+    // Other routes are not limited.
+    let response = get_with(&app, "/v1/status", &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // The slot comes back when the long poll ends.
+    drop(waiting);
+    let response = send(
+        &app,
+        "POST",
+        "/v1/wait_action",
+        &[("content-type", "application/json")],
+    )
+    .await;
+    assert_ne!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+}
