@@ -655,6 +655,23 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_client_that_pipelines_requests_and_reads_no_answer_is_closed() {
+        use axum::routing::get;
+        let app = Router::new().route("/mid", get(|| async { vec![b'x'; 256 << 10] }));
+        let settings = HttpSettings {
+            stream_stall_timeout: Duration::from_millis(300),
+            ..HttpSettings::default()
+        };
+        let (addr, metrics, shutdown) = serving(app, settings).await;
+        // 64 MiB of answers in all, far more than the socket buffers hold.
+        let requests = "GET /mid HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(256);
+        let _reader = connect_and_send(addr, &requests).await;
+        open_connections_become(&metrics, 1).await;
+        open_connections_become(&metrics, 0).await;
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
     async fn a_request_whose_handler_panics_leaves_no_connection_counted() {
         use axum::routing::get;
         use tokio::io::AsyncReadExt;
