@@ -261,6 +261,7 @@ struct Watched {
     deadline: Option<Pin<Box<Sleep>>>,
     /// Shown to the registry, which closes such a connection to make room.
     blocked: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
 }
 
 impl Watched {
@@ -282,10 +283,16 @@ impl Watched {
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
         self.blocked.store(true, Ordering::SeqCst);
         match deadline.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "the client took no response data for the stall timeout",
-            ))),
+            Poll::Ready(()) => {
+                self.metrics
+                    .http_closed
+                    .with_label_values(&["stalled_write"])
+                    .inc();
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client took no response data for the stall timeout",
+                )))
+            }
             Poll::Pending => Poll::Pending,
         }
     }
@@ -512,6 +519,7 @@ pub async fn serve(
             stall: settings.stream_stall_timeout,
             deadline: None,
             blocked,
+            metrics: metrics.clone(),
         };
         let conn = builder.serve_connection(TokioIo::new(io), service);
         let shutdown = shutdown.clone();
@@ -651,6 +659,8 @@ mod tests {
         open_connections_become(&metrics, 1).await;
         // Well within the idle timeout (30 s), which does not run while a response is written.
         open_connections_become(&metrics, 0).await;
+        let stalled = metrics.http_closed.with_label_values(&["stalled_write"]);
+        assert_eq!(stalled.get(), 1);
         shutdown.cancel();
     }
 
