@@ -98,11 +98,12 @@ pub struct SettingsFile {
 pub struct HttpFileSettings {
     /// Open connections at most [default: 512, and at most half the descriptor limit].
     pub max_connections: Option<usize>,
-    /// A connection that sends no complete request head for this long is closed [default: 30000].
+    /// A connection that sends no complete request head, or a request body that sends nothing,
+    /// for this long is closed [default: 30000].
     pub idle_timeout_ms: Option<u64>,
-    /// `/v1/events` streams at most [default: 64].
+    /// `/v1/events` streams at most, and at most a quarter of the connections [default: 128].
     pub max_event_streams: Option<usize>,
-    /// A stream client that takes no event for this long is dropped [default: 30000].
+    /// A client that takes no event or response data for this long is dropped [default: 30000].
     pub stream_stall_timeout_ms: Option<u64>,
     /// Host names (besides IP addresses, single-label names, `*.localhost` and this node's name
     /// and host name) the API answers to; `*` for any.

@@ -330,6 +330,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     .map_err(StartError::Actions)?;
     tasks.spawn(action_queue.clone().run(shutdown.clone()));
     let server_metrics = metrics.clone();
+    let mut limits = config.http.clone();
+    limits.max_connections = http::connection_cap(limits.max_connections, nofile);
     let app = http::router(AppState {
         store,
         actions: action_queue,
@@ -347,10 +349,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             default_frontend: config.default_frontend.clone(),
         }),
         frontend_dir: config.config_dir.join("frontend"),
-        http: Arc::new(http::HttpState::new(config.http.clone())),
+        http: Arc::new(http::HttpState::new(limits.clone())),
     });
-    let mut limits = config.http.clone();
-    limits.max_connections = http::connection_cap(limits.max_connections, nofile);
     // Tests and scripts started with `--port 0` read the port from this line.
     tracing::info!(
         %addr,

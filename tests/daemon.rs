@@ -349,3 +349,52 @@ fn idle_connections_cannot_starve_the_api_under_a_low_descriptor_limit() {
     });
     assert!(open.is_some(), "connections still counted open");
 }
+
+#[test]
+fn request_bodies_that_never_come_do_not_hold_connections() {
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+
+    let (tmp, config, storage) = example_site("minimal");
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        "http:\n  max-connections: 8\n  idle-timeout-ms: 1000\n",
+    )
+    .unwrap();
+    let daemon = Daemon::launch(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    wait_for(SOON, || daemon.json("/v1/status"))
+        .unwrap_or_else(|| panic!("no status:\n{}", daemon.logs()));
+
+    // Busy connections (a request in progress) are not evicted; these promise a body and send
+    // none, which used to hold them for ever.
+    let mut stalled: Vec<TcpStream> = (0..6)
+        .map(|_| {
+            let mut stream = TcpStream::connect(("127.0.0.1", daemon.port)).unwrap();
+            write!(
+                stream,
+                "POST /v1/action HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+            )
+            .unwrap();
+            stream
+        })
+        .collect();
+    for (i, stream) in stalled.iter_mut().enumerate() {
+        stream.set_read_timeout(Some(SOON)).unwrap();
+        let mut answer = String::new();
+        stream
+            .read_to_string(&mut answer)
+            .unwrap_or_else(|e| panic!("connection {i}: {e}\n{}", daemon.logs()));
+        assert!(
+            answer.starts_with("HTTP/1.1 408 "),
+            "connection {i}: {answer}"
+        );
+    }
+    assert!(daemon.json("/v1/status").is_some());
+}

@@ -19,7 +19,8 @@
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
 //!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
-//!   the cap under a low descriptor limit cannot starve the API.
+//!   the cap under a low descriptor limit cannot starve the API, nor can request bodies that
+//!   never come (408).
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `partition`: five nodes behind forwarding proxies the test cuts: a minority side does not

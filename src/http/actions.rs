@@ -29,6 +29,19 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"error": message.into()}))).into_response()
 }
 
+/// Whether reading a body failed because the client stopped sending it (the server's
+/// `RequestBodyTimeoutLayer`, see `serve.rs`); the error is wrapped by the body adapters.
+fn body_timed_out(error: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.is::<tower_http::timeout::TimeoutError>() {
+            return true;
+        }
+        source = e.source();
+    }
+    false
+}
+
 /// The JSON body of an action request, or the error response.
 /// Checks and registers the action of `request`; with `wait`, also a waiter for its outcome.
 async fn read_action(
@@ -56,11 +69,18 @@ async fn read_action(
         .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
     let bytes = axum::body::to_bytes(request.into_body(), BODY_LIMIT)
         .await
-        .map_err(|_| {
-            error(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("an action body is at most {BODY_LIMIT} bytes"),
-            )
+        .map_err(|e| {
+            if body_timed_out(&e) {
+                error(
+                    StatusCode::REQUEST_TIMEOUT,
+                    "the request body stalled for the idle timeout (http.idle-timeout-ms)",
+                )
+            } else {
+                error(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("an action body is at most {BODY_LIMIT} bytes"),
+                )
+            }
         })?;
     let action: Value = serde_json::from_slice(&bytes).map_err(|e| {
         error(

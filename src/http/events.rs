@@ -71,8 +71,9 @@ pub async fn events(
             [(header::RETRY_AFTER, "5")],
             Json(serde_json::json!({
                 "error": format!(
-                    "{} event streams are open, the most this node serves (http.max-event-streams)",
-                    state.http.settings.max_event_streams
+                    "{} event streams are open, the most this node serves \
+                     (http.max-event-streams, at most a quarter of the connection cap)",
+                    state.http.max_streams
                 )
             })),
         )

@@ -69,8 +69,14 @@ async fn serve(path: PathBuf, mut request: Request) -> Response {
 ///   (14.1.2), but tower-http answers 416. 0.13's log page asks for the last MiB of a usually
 ///   smaller index, so such a range becomes the whole file.
 ///
-/// A single range that starts past the end is still 416, as it should be.
+/// A single range that starts past the end is still 416, as it should be. An empty file has no
+/// byte to range over: the header is ignored and the (empty) file sent with 200, where
+/// tower-http answered `bytes=0-` with a 206 claiming the impossible `bytes 0-0/0`.
 pub(super) fn normalize_range(request: &mut Request, len: u64) {
+    if len == 0 {
+        request.headers_mut().remove(header::RANGE);
+        return;
+    }
     let Some(value) = request.headers().get(header::RANGE) else {
         return;
     };

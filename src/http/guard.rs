@@ -7,8 +7,8 @@
 //!   one of `http.allowed-hosts` (`*` lets any through). Otherwise 403.
 //! - Cross-site requests that change state: a page elsewhere can POST a form or a `text/plain`
 //!   body without asking the node first. Other than GET, HEAD and OPTIONS, a request whose
-//!   `Origin` (or, without one, `Referer`) names another host and port than its `Host` is
-//!   refused (403), and so is one with a body type a form can send (`text/plain`,
+//!   `Origin` (or, without one, `Referer`) names another host and port than its `Host` (one
+//!   without a port matches 80 and 443, for a proxy that terminates TLS) is refused (403), and so is one with a body type a form can send (`text/plain`,
 //!   `application/x-www-form-urlencoded`, `multipart/form-data`: 415).
 //!
 //! Clients that are not browsers (curl, scripts, other nodes) send no `Origin` and usually an IP
@@ -54,7 +54,7 @@ fn refusal(state: &AppState, method: &Method, headers: &HeaderMap) -> Option<Res
     if let Some(source) = source {
         let same = host
             .as_deref()
-            .is_some_and(|host| origin_authority(source).is_some_and(|a| a == with_port(host)));
+            .is_some_and(|host| same_origin(source, host));
         if !same {
             return Some(
                 ApiError::Forbidden(format!(
@@ -116,6 +116,18 @@ fn host_allowed(state: &AppState, host: &str) -> bool {
         || allowed.iter().any(|a| a == "*" || a == name)
 }
 
+/// Whether an `Origin` or `Referer` URL names the host and port of `Host` (lowercase). A `Host`
+/// without a port matches either scheme's default port: behind a proxy that terminates TLS the
+/// page is `https://name` (443) while the request reaches the node as `Host: name`.
+fn same_origin(source: &str, host: &str) -> bool {
+    let Some(authority) = origin_authority(source) else {
+        return false;
+    };
+    let explicit = with_port(host);
+    let port_given = explicit != format!("{host}:80");
+    authority == explicit || (!port_given && authority == format!("{host}:443"))
+}
+
 /// `host:port` with the port made explicit (80 when absent, as a `Host` of plain HTTP).
 fn with_port(host: &str) -> String {
     let name = host_name(host);
@@ -174,5 +186,22 @@ mod tests {
         assert_eq!(with_port("[::1]:8379"), "[::1]:8379");
         assert_eq!(host_name("[::1]:8379"), "::1");
         assert_eq!(host_name("alpha:8379"), "alpha");
+    }
+
+    #[test]
+    fn a_host_without_port_is_the_same_origin_as_either_default_port() {
+        // The node's own frontend behind a proxy that terminates TLS.
+        assert!(same_origin("https://ops.example", "ops.example"));
+        assert!(same_origin("https://ops.example:443/roles", "ops.example"));
+        assert!(same_origin("http://ops.example/", "ops.example"));
+        assert!(same_origin("https://[::1]/", "[::1]"));
+        // An explicit port must match.
+        assert!(!same_origin("https://ops.example", "ops.example:80"));
+        assert!(!same_origin("https://ops.example", "ops.example:8379"));
+        assert!(same_origin("http://ops.example:8379", "ops.example:8379"));
+        // Other hosts and ports stay refused.
+        assert!(!same_origin("https://evil.example", "ops.example"));
+        assert!(!same_origin("https://ops.example:8443", "ops.example"));
+        assert!(!same_origin("null", "ops.example"));
     }
 }

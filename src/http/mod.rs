@@ -67,22 +67,80 @@ pub struct AppState {
 #[derive(Debug)]
 pub struct HttpState {
     pub settings: HttpSettings,
+    /// Event streams allowed at once: see [`event_stream_cap`].
+    max_streams: usize,
     streams: Arc<tokio::sync::Semaphore>,
+    /// Long polls allowed at once: see [`long_poll_cap`].
+    max_long_polls: usize,
+    long_polls: Arc<tokio::sync::Semaphore>,
 }
 
 impl HttpState {
+    /// `settings.max_connections` is the cap in force (see [`connection_cap`]).
     pub fn new(settings: HttpSettings) -> HttpState {
+        let max_streams = event_stream_cap(&settings);
+        let max_long_polls = long_poll_cap(&settings);
         HttpState {
-            streams: Arc::new(tokio::sync::Semaphore::new(settings.max_event_streams)),
+            max_streams,
+            streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
+            max_long_polls,
+            long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             settings,
         }
     }
+}
+
+/// `max-event-streams`, but at most a quarter of the connections: streams last as long as their
+/// readers and never make room for a new connection, so they must leave most of them to the
+/// rest of the API (and to followers fetching schedules).
+pub fn event_stream_cap(settings: &HttpSettings) -> usize {
+    settings
+        .max_event_streams
+        .min(settings.max_connections / 4)
+        .max(1)
 }
 
 impl Default for HttpState {
     fn default() -> Self {
         HttpState::new(HttpSettings::default())
     }
+}
+
+/// A quarter of the connections: a long poll holds its connection busy with no IO, so it is
+/// neither evicted nor timed out, and together with event streams (another quarter) they must
+/// leave half the connections to the rest of the API.
+pub fn long_poll_cap(settings: &HttpSettings) -> usize {
+    (settings.max_connections / 4).max(1)
+}
+
+/// Routes that may wait long for something to happen before they answer.
+const LONG_POLLS: [&str; 3] = [
+    "wait_action",
+    "/v1/leader-redirect-by-node-name",
+    "/v1/leader-redirect-by-node-name/{*tail}",
+];
+
+/// Runs a long poll if one of [`long_poll_cap`] slots is free, else answers 503.
+async fn long_poll_slot(
+    axum::extract::State(state): axum::extract::State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Ok(_slot) = state.http.long_polls.clone().try_acquire_owned() else {
+        return (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            axum::Json(serde_json::json!({
+                "error": format!(
+                    "{} requests that wait (wait_action, leader redirects) are in progress, \
+                     the most this node serves; retry later",
+                    state.http.max_long_polls
+                )
+            })),
+        )
+            .into_response();
+    };
+    next.run(request).await
 }
 
 /// Largest body the `.pretty` formatter re-reads; far above any schedule we serve.
@@ -147,12 +205,22 @@ pub fn route_paths() -> Vec<String> {
 
 /// The whole HTTP app.
 pub fn router(state: AppState) -> Router {
+    let long_poll = |name: &str, route: MethodRouter<AppState>| {
+        if LONG_POLLS.contains(&name) {
+            route.route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                long_poll_slot,
+            ))
+        } else {
+            route
+        }
+    };
     let mut app = Router::new();
     for (name, route) in formatted_routes() {
-        app = with_formats(app, name, route);
+        app = with_formats(app, name, long_poll(name, route));
     }
     for (path, route) in plain_routes() {
-        app = app.route(path, route);
+        app = app.route(path, long_poll(path, route));
     }
     app.route("/v1/{*rest}", axum::routing::any(api::unknown_api))
         .fallback(frontend::fallback)

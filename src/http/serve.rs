@@ -4,10 +4,16 @@
 //! - a connection that sends no complete request head within the idle timeout is closed (hyper's
 //!   header read timeout: it runs on a new connection, between keep-alive requests and while a
 //!   head trickles in);
+//! - a request body that stalls for the idle timeout ends its request (`408` from the routes
+//!   that read bodies): hyper's header timeout does not run while a body is read;
+//! - a response write the client does not take for `stream-stall-timeout` (the client stopped
+//!   reading, or pipelined requests without reading the answers) closes the connection (see
+//!   [`Watched`]): hyper's header timeout does not run while a response is written either;
 //! - at most `max-connections` are open (and at most half the descriptor limit, leaving the rest
 //!   to files, sockets and commands). One more is taken by closing the oldest idle connection (no
-//!   request in progress), so the API still answers while idle clients hold every slot; when
-//!   every connection is busy, the new one gets a 503 and is closed;
+//!   request in progress), else the oldest whose client is not reading a response, so the API
+//!   still answers while such clients hold every slot; when every connection is busy otherwise
+//!   (long polls, handlers at work), the new one gets a 503 and is closed;
 //! - hyper buffers at most [`BUFFER`] per connection, so a client that does not read costs that
 //!   and the kernel's socket buffers, not a growing queue.
 //!
@@ -16,8 +22,9 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -27,8 +34,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::ConnectInfo;
 use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
 
@@ -63,6 +72,15 @@ pub const BUFFER: usize = 64 << 10;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Pause after a failed accept (usually out of descriptors), so the loop does not spin.
 const ACCEPT_RETRY: Duration = Duration::from_millis(50);
+/// How long a refused connection is read from after its 503, so that the kernel does not answer
+/// the client's unread request with a reset that destroys the 503 before the client reads it.
+/// A client reads a 503 in well under this; one that keeps sending is cut off anyway.
+const REFUSAL_DRAIN: Duration = Duration::from_millis(500);
+/// The most a refused connection is drained of: a request head or a small body.
+const REFUSAL_DRAIN_BYTES: usize = 64 << 10;
+/// Refused connections drained at once; past that they are closed at once (a flood of new
+/// connections must not hold descriptors through the drain).
+const MAX_DRAINING: usize = 64;
 
 impl Default for HttpSettings {
     fn default() -> Self {
@@ -182,6 +200,8 @@ impl ConnectionHandle {
 struct Open {
     /// Requests in progress, counting a response until its body is sent or dropped.
     busy: Arc<AtomicUsize>,
+    /// A response write is waiting for the client to read (see [`Watched`]).
+    blocked: Arc<AtomicBool>,
     close: CancellationToken,
 }
 
@@ -196,12 +216,15 @@ impl Registry {
         self.open.lock().unwrap().len()
     }
 
-    /// Closes the oldest connection with no request in progress; false when there is none.
+    /// Closes the oldest connection with no request in progress, else the oldest one whose
+    /// client does not take its response; false when there is none. A client reading slowly may
+    /// be cut off this way, but only when the connections are all taken.
     fn close_oldest_idle(&self) -> bool {
         let mut open = self.open.lock().unwrap();
         let idle = open
             .iter()
             .find(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
+            .or_else(|| open.iter().find(|(_, c)| c.blocked.load(Ordering::SeqCst)))
             .map(|(id, _)| *id);
         match idle.and_then(|id| open.remove(&id)) {
             Some(conn) => {
@@ -211,6 +234,138 @@ impl Registry {
             None => false,
         }
     }
+}
+
+/// Removes a connection from the registry and the gauge when its task ends, also by a panic in a
+/// handler (hyper polls the handler's future inside the connection's task).
+struct Registered {
+    registry: Arc<Registry>,
+    id: u64,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.registry.open.lock().unwrap().remove(&self.id);
+        self.metrics.http_connections.dec();
+    }
+}
+
+/// A connection's socket that fails a write the client has not taken for `stall` (the socket
+/// buffer stayed full: the client stopped reading), so hyper drops the connection. Only writes
+/// count: a long poll waiting with nothing to write is not touched.
+struct Watched {
+    io: TcpStream,
+    stall: Duration,
+    /// Since when the current write has waited, while it waits.
+    deadline: Option<Pin<Box<Sleep>>>,
+    /// Shown to the registry, which closes such a connection to make room.
+    blocked: Arc<AtomicBool>,
+    metrics: Arc<Metrics>,
+}
+
+impl Watched {
+    /// Passes on what a write returned, counting how long it has been `Pending`.
+    fn watch<T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if result.is_ready() {
+            if self.deadline.take().is_some() {
+                self.blocked.store(false, Ordering::SeqCst);
+            }
+            return result;
+        }
+        let stall = self.stall;
+        let deadline = self
+            .deadline
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(stall)));
+        self.blocked.store(true, Ordering::SeqCst);
+        match deadline.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                self.metrics
+                    .http_closed
+                    .with_label_values(&["stalled_write"])
+                    .inc();
+                Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "the client took no response data for the stall timeout",
+                )))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.watch(cx, result)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let result = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.watch(cx, result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// Whether an accept failed for want of descriptors, which closing an idle connection helps.
+fn out_of_descriptors(error: &io::Error) -> bool {
+    matches!(error.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+}
+
+/// Sends the 503 to a connection over the cap, then reads what the client sent for a short
+/// while before closing: closing a socket with unread input makes the kernel send a reset, and
+/// the client would often see that instead of the 503.
+async fn refuse(mut stream: TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // A fresh socket's buffer takes these few hundred bytes at once.
+    if stream.try_write(busy_response().as_bytes()).is_err() {
+        return;
+    }
+    let _ = stream.shutdown().await;
+    let _ = tokio::time::timeout(REFUSAL_DRAIN, async {
+        let mut sink = [0u8; 4096];
+        let mut total = 0;
+        while total < REFUSAL_DRAIN_BYTES {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => total += n,
+            }
+        }
+    })
+    .await;
 }
 
 /// Counts a request as in progress until dropped.
@@ -280,25 +435,32 @@ pub async fn serve(
         .header_read_timeout(settings.idle_timeout)
         .max_buf_size(BUFFER);
     let cap = settings.max_connections;
+    // Only `POST /v1/action` and `/v1/wait_action` read bodies; their handlers answer 408.
+    let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+        settings.idle_timeout,
+    ));
     let registry = Arc::new(Registry::default());
     let mut tasks = JoinSet::new();
+    let mut draining = JoinSet::new();
     let mut next_id = 0u64;
     let mut warned_at: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             _ = shutdown.cancelled() => break,
             Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            Some(_) = draining.join_next(), if !draining.is_empty() => continue,
             accepted = listener.accept() => accepted,
         };
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
-                // Usually out of descriptors (EMFILE): an idle connection gives one back.
                 if warned_at.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
                     tracing::warn!(%error, open = registry.len(), "Cannot accept a connection.");
                     warned_at = Some(tokio::time::Instant::now());
                 }
-                if registry.close_oldest_idle() {
+                // Out of descriptors, an idle connection gives one back; other errors (a
+                // client that reset before the accept, ...) are no reason to close one.
+                if out_of_descriptors(&error) && registry.close_oldest_idle() {
                     metrics.http_closed.with_label_values(&["evicted"]).inc();
                 }
                 tokio::time::sleep(ACCEPT_RETRY).await;
@@ -309,23 +471,34 @@ pub async fn serve(
             if registry.close_oldest_idle() {
                 metrics.http_closed.with_label_values(&["evicted"]).inc();
             } else {
-                let _ = stream.try_write(busy_response().as_bytes());
                 metrics.http_closed.with_label_values(&["refused"]).inc();
+                if draining.len() < MAX_DRAINING {
+                    draining.spawn(refuse(stream));
+                } else {
+                    let _ = stream.try_write(busy_response().as_bytes());
+                }
                 continue;
             }
         }
         let id = next_id;
         next_id += 1;
         let busy = Arc::new(AtomicUsize::new(0));
+        let blocked = Arc::new(AtomicBool::new(false));
         let close = CancellationToken::new();
         registry.open.lock().unwrap().insert(
             id,
             Open {
                 busy: busy.clone(),
+                blocked: blocked.clone(),
                 close: close.clone(),
             },
         );
         metrics.http_connections.inc();
+        let registered = Registered {
+            registry: registry.clone(),
+            id,
+            metrics: metrics.clone(),
+        };
         let handle = ConnectionHandle(close.clone());
         let app = app.clone();
         let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
@@ -341,11 +514,17 @@ pub async fn serve(
                 Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _busy: busy })))
             }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), service);
-        let registry = registry.clone();
-        let metrics = metrics.clone();
+        let io = Watched {
+            io: stream,
+            stall: settings.stream_stall_timeout,
+            deadline: None,
+            blocked,
+            metrics: metrics.clone(),
+        };
+        let conn = builder.serve_connection(TokioIo::new(io), service);
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
+            let _registered = registered;
             tokio::pin!(conn);
             tokio::select! {
                 result = conn.as_mut() => {
@@ -359,10 +538,9 @@ pub async fn serve(
                     let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
                 }
             }
-            registry.open.lock().unwrap().remove(&id);
-            metrics.http_connections.dec();
         });
     }
+    draining.abort_all();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
         while tasks.join_next().await.is_some() {}
     })
@@ -389,11 +567,15 @@ mod tests {
             let close = CancellationToken::new();
             let busy = Arc::new(AtomicUsize::new(usize::from(id == 0)));
             tokens.push((close.clone(), busy.clone()));
-            registry
-                .open
-                .lock()
-                .unwrap()
-                .insert(id, Open { busy, close });
+            let blocked = Arc::new(AtomicBool::new(false));
+            registry.open.lock().unwrap().insert(
+                id,
+                Open {
+                    busy,
+                    blocked,
+                    close,
+                },
+            );
         }
         assert!(registry.close_oldest_idle());
         assert!(!tokens[0].0.is_cancelled(), "busy: stays");
@@ -425,6 +607,174 @@ mod tests {
         assert!(problems[0].starts_with("http.max-connections"));
         assert!(problems[1].starts_with("http.stream-stall-timeout-ms"));
         assert!(problems[2].contains("allowed-hosts[0]"));
+    }
+
+    /// Serves `app` on a loopback port with `settings`; the address and the server's metrics.
+    pub(crate) async fn serving(
+        app: Router,
+        settings: HttpSettings,
+    ) -> (std::net::SocketAddr, Arc<Metrics>, CancellationToken) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let metrics = Arc::new(Metrics::new());
+        let shutdown = CancellationToken::new();
+        let (m, s) = (metrics.clone(), shutdown.clone());
+        tokio::spawn(async move { serve(listener, app, &settings, m, s).await });
+        (addr, metrics, shutdown)
+    }
+
+    /// Waits (up to a generous deadline, for loaded machines) until `open` connections are left.
+    async fn open_connections_become(metrics: &Metrics, open: i64) {
+        let reached = tokio::time::timeout(Duration::from_secs(20), async {
+            while metrics.http_connections.get() != open {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(
+            reached.is_ok(),
+            "{} connections open, expected {open}",
+            metrics.http_connections.get()
+        );
+    }
+
+    async fn connect_and_send(addr: std::net::SocketAddr, request: &str) -> TcpStream {
+        use tokio::io::AsyncWriteExt;
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        stream
+    }
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_its_response_is_closed_after_the_stall_timeout() {
+        use axum::routing::get;
+        // Far more than loopback socket buffers and hyper's buffer hold.
+        let app = Router::new().route("/big", get(|| async { vec![b'x'; 64 << 20] }));
+        let settings = HttpSettings {
+            stream_stall_timeout: Duration::from_millis(300),
+            ..HttpSettings::default()
+        };
+        let (addr, metrics, shutdown) = serving(app, settings).await;
+        let _reader = connect_and_send(addr, "GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+        open_connections_become(&metrics, 1).await;
+        // Well within the idle timeout (30 s), which does not run while a response is written.
+        open_connections_become(&metrics, 0).await;
+        let stalled = metrics.http_closed.with_label_values(&["stalled_write"]);
+        assert_eq!(stalled.get(), 1);
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_client_that_pipelines_requests_and_reads_no_answer_is_closed() {
+        use axum::routing::get;
+        let app = Router::new().route("/mid", get(|| async { vec![b'x'; 256 << 10] }));
+        let settings = HttpSettings {
+            stream_stall_timeout: Duration::from_millis(300),
+            ..HttpSettings::default()
+        };
+        let (addr, metrics, shutdown) = serving(app, settings).await;
+        // 64 MiB of answers in all, far more than the socket buffers hold.
+        let requests = "GET /mid HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(256);
+        let _reader = connect_and_send(addr, &requests).await;
+        open_connections_become(&metrics, 1).await;
+        open_connections_become(&metrics, 0).await;
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_handler_panics_leaves_no_connection_counted() {
+        use axum::routing::get;
+        use tokio::io::AsyncReadExt;
+        let app = Router::new().route(
+            "/panic",
+            get(|| async {
+                if true {
+                    panic!("a handler bug");
+                }
+            }),
+        );
+        let (addr, metrics, shutdown) = serving(app, HttpSettings::default()).await;
+        let mut stream =
+            connect_and_send(addr, "GET /panic HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+        let mut sink = Vec::new();
+        let _ = stream.read_to_end(&mut sink).await;
+        open_connections_become(&metrics, 0).await;
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_connection_over_the_cap_reads_its_503() {
+        use axum::routing::get;
+        use tokio::io::AsyncReadExt;
+        let release = Arc::new(tokio::sync::Notify::new());
+        let held = release.clone();
+        // A long poll: busy without any IO, so it is not evicted.
+        let app = Router::new().route(
+            "/hold",
+            get(move || {
+                let held = held.clone();
+                async move { held.notified().await }
+            }),
+        );
+        let settings = HttpSettings {
+            max_connections: 1,
+            ..HttpSettings::default()
+        };
+        let (addr, metrics, shutdown) = serving(app, settings).await;
+        let _holder = connect_and_send(addr, "GET /hold HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+        open_connections_become(&metrics, 1).await;
+        for _ in 0..5 {
+            // The request is sent before the server answers, so it is unread when it closes.
+            let mut refused =
+                connect_and_send(addr, "GET /hold HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+            let mut answer = Vec::new();
+            refused
+                .read_to_end(&mut answer)
+                .await
+                .expect("the 503 is read, not reset away");
+            let answer = String::from_utf8(answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+            assert!(answer.ends_with("retry later\"}"), "{answer}");
+        }
+        release.notify_waiters();
+        shutdown.cancel();
+    }
+
+    #[test]
+    fn only_running_out_of_descriptors_closes_a_connection_to_accept() {
+        assert!(out_of_descriptors(&io::Error::from_raw_os_error(
+            libc::EMFILE
+        )));
+        assert!(out_of_descriptors(&io::Error::from_raw_os_error(
+            libc::ENFILE
+        )));
+        assert!(!out_of_descriptors(&io::Error::from_raw_os_error(
+            libc::ECONNABORTED
+        )));
+        assert!(!out_of_descriptors(&io::Error::other("other")));
+    }
+
+    #[test]
+    fn a_connection_whose_client_stopped_reading_makes_room_when_none_is_idle() {
+        let registry = Registry::default();
+        let mut tokens = Vec::new();
+        for id in 0..3 {
+            let close = CancellationToken::new();
+            let blocked = Arc::new(AtomicBool::new(id == 1));
+            tokens.push(close.clone());
+            registry.open.lock().unwrap().insert(
+                id,
+                Open {
+                    busy: Arc::new(AtomicUsize::new(1)),
+                    blocked,
+                    close,
+                },
+            );
+        }
+        assert!(registry.close_oldest_idle());
+        assert!(!tokens[0].is_cancelled(), "busy without blocking: stays");
+        assert!(tokens[1].is_cancelled(), "its client does not read: goes");
+        assert!(!registry.close_oldest_idle(), "long polls are not closed");
     }
 
     #[test]

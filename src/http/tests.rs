@@ -500,6 +500,23 @@ async fn range_headers_other_than_one_byte_range_are_ignored_not_refused() {
 }
 
 #[tokio::test]
+async fn a_range_on_an_empty_file_is_ignored() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("frontend");
+    std::fs::create_dir_all(dir.join("ops/files")).unwrap();
+    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
+    std::fs::write(dir.join("ops/files/empty.log"), "").unwrap();
+    let writer = StoreWriter::new(None);
+    let app = app_serving(&writer, dir, "common");
+    for range in ["bytes=0-", "bytes=-100", "bytes=0-0", "bytes=5-"] {
+        let response = get_with(&app, "/~ops/files/empty.log", &[("range", range)]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{range}");
+        assert!(response.headers().get("content-range").is_none(), "{range}");
+        assert_eq!(body_text(response).await, "", "{range}");
+    }
+}
+
+#[tokio::test]
 async fn leader_redirect_keeps_an_encoded_crlf_encoded() {
     let writer = StoreWriter::new(None);
     writer.election.set(ElectionState {
@@ -692,4 +709,122 @@ async fn event_streams_are_capped_and_a_reader_that_stops_is_dropped() {
     drop(body);
     let again = open(ConnectionHandle::detached()).await.unwrap();
     assert_eq!(again.status(), StatusCode::OK);
+}
+
+#[tokio::test]
+async fn an_action_body_that_stalls_gets_408_and_frees_its_connection() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let writer = StoreWriter::new(None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let metrics = Arc::new(crate::metrics::Metrics::new());
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let settings = HttpSettings {
+        idle_timeout: std::time::Duration::from_millis(300),
+        ..HttpSettings::default()
+    };
+    let (app, m, s) = (app(&writer), metrics.clone(), shutdown.clone());
+    let server = tokio::spawn(async move { serve(listener, app, &settings, m, s).await });
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The head promises a body that never comes.
+    stream
+        .write_all(
+            b"POST /v1/action HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\":",
+        )
+        .await
+        .unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stream.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(read.is_ok(), "the request is ended, not left waiting");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 408 "), "{answer}");
+    assert!(answer.contains("http.idle-timeout-ms"), "{answer}");
+    shutdown.cancel();
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn event_streams_take_at_most_a_quarter_of_the_connections() {
+    let settings = |max_connections, max_event_streams| HttpSettings {
+        max_connections,
+        max_event_streams,
+        ..HttpSettings::default()
+    };
+    assert_eq!(event_stream_cap(&settings(512, 128)), 128);
+    assert_eq!(event_stream_cap(&settings(512, 500)), 128);
+    assert_eq!(event_stream_cap(&settings(100, 128)), 25);
+    assert_eq!(
+        event_stream_cap(&settings(2, 128)),
+        1,
+        "one stream still works"
+    );
+
+    // The cap in force is what the route refuses above.
+    let writer = StoreWriter::new(None);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(settings(8, 128)));
+    let app = router(state);
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let response = get_with(&app, "/v1/events", &[]).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        open.push(response);
+    }
+    let third = get_with(&app, "/v1/events", &[]).await;
+    assert_eq!(third.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let text = body_text(third).await;
+    assert!(text.contains("2 event streams are open"), "{text}");
+}
+
+#[tokio::test]
+async fn long_polls_take_at_most_a_quarter_of_the_connections() {
+    let writer = StoreWriter::new(None);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        max_connections: 4,
+        ..HttpSettings::default()
+    }));
+    let app = router(state);
+    // No leader: the redirect waits for one, holding the single long-poll slot.
+    let mut waiting = Box::pin(get_with(&app, "/v1/leader-redirect-by-node-name", &[]));
+    tokio::select! {
+        biased;
+        _ = &mut waiting => panic!("answered without a leader"),
+        () = std::future::ready(()) => {}
+    }
+    for path in [
+        "/v1/leader-redirect-by-node-name/v1/status",
+        "/v1/wait_action",
+    ] {
+        let method = if path == "/v1/wait_action" {
+            "POST"
+        } else {
+            "GET"
+        };
+        let response = send(&app, method, path, &[("content-type", "application/json")]).await;
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{path}");
+        assert_eq!(response.headers()["retry-after"], "5");
+        let text = body_text(response).await;
+        assert!(text.contains("1 requests that wait"), "{text}");
+    }
+    // Other routes are not limited.
+    let response = get_with(&app, "/v1/status", &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    // The slot comes back when the long poll ends.
+    drop(waiting);
+    let response = send(
+        &app,
+        "POST",
+        "/v1/wait_action",
+        &[("content-type", "application/json")],
+    )
+    .await;
+    assert_ne!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
