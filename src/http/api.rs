@@ -240,10 +240,22 @@ pub async fn status(State(state): State<AppState>) -> Json<Status> {
 
 pub async fn schedule(State(state): State<AppState>) -> Result<Response, ApiError> {
     let schedule = state.store.schedule.peek();
-    match schedule.as_ref() {
-        Some(schedule) => Ok(Json(schedule).into_response()),
-        None => Err(ApiError::NotFound("no schedule yet".into())),
+    if schedule.is_none() {
+        return Err(ApiError::NotFound("no schedule yet".into()));
     }
+    Ok(shared_json(state.http.schedule_json.body(&schedule)))
+}
+
+/// A JSON response whose body is shared with other responses (see `SharedJson`).
+fn shared_json(body: axum::body::Bytes) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// `/v1/schedule/<hash>`: the schedule in force if it has that hash, or one of other leaders
@@ -253,8 +265,8 @@ pub async fn schedule_by_hash(
     axum::extract::Path(hash): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
     let current = state.store.schedule.peek();
-    if let Some(schedule) = current.as_ref().as_ref().filter(|s| s.hash == hash) {
-        return Ok(Json(schedule).into_response());
+    if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
+        return Ok(shared_json(state.http.schedule_json.body(&current)));
     }
     let replaced = state.store.replaced.peek();
     match replaced.iter().find(|s| s.hash == hash) {

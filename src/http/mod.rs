@@ -73,6 +73,43 @@ pub struct HttpState {
     /// Long polls allowed at once: see [`long_poll_cap`].
     max_long_polls: usize,
     long_polls: Arc<tokio::sync::Semaphore>,
+    /// `/v1/schedule`'s body, serialized once per schedule and shared by every response.
+    pub schedule_json: SharedJson<Option<verwalter_controllers::state::Schedule>>,
+}
+
+/// A JSON body serialized once per store snapshot and shared by every response: `Bytes` is
+/// reference-counted, so a client that does not read its answer holds a reference to the one
+/// buffer, not a copy (512 stalled clients of a 1 MB schedule hold 1 MB, not 512).
+#[derive(Debug)]
+pub struct SharedJson<T> {
+    /// The snapshot the body was made from, held so that its address cannot be reused by a
+    /// new snapshot while it is compared by pointer.
+    slot: std::sync::Mutex<Option<(Arc<T>, axum::body::Bytes)>>,
+}
+
+impl<T> Default for SharedJson<T> {
+    fn default() -> Self {
+        SharedJson {
+            slot: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl<T: serde::Serialize> SharedJson<T> {
+    /// The body for `snapshot`: the shared one if it was made from this very snapshot.
+    pub fn body(&self, snapshot: &Arc<T>) -> axum::body::Bytes {
+        let mut slot = self.slot.lock().unwrap();
+        if let Some((held, bytes)) = slot.as_ref()
+            && Arc::ptr_eq(held, snapshot)
+        {
+            return bytes.clone();
+        }
+        let bytes = axum::body::Bytes::from(
+            serde_json::to_vec(&**snapshot).expect("store values serialize to JSON"),
+        );
+        *slot = Some((snapshot.clone(), bytes.clone()));
+        bytes
+    }
 }
 
 impl HttpState {
@@ -85,6 +122,7 @@ impl HttpState {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_long_polls,
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
+            schedule_json: SharedJson::default(),
             settings,
         }
     }

@@ -828,3 +828,34 @@ async fn long_polls_take_at_most_a_quarter_of_the_connections() {
     .await;
     assert_ne!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
+
+/// `/v1/schedule` is serialized once per schedule and shared by every response (a client that
+/// does not read holds a reference, not a copy); a new schedule gets a new body at once.
+#[tokio::test]
+async fn the_schedule_body_is_shared_per_schedule_and_follows_a_new_one() {
+    let writer = StoreWriter::new(None);
+    let app = app(&writer);
+    let first = Schedule::test().with_role("web", "v1").build();
+    writer.schedule.set(Some(first.clone()));
+    assert_eq!(
+        get_json(&app, "/v1/schedule").await,
+        serde_json::to_value(&first).unwrap()
+    );
+    let by_hash = format!("/v1/schedule/{}", first.hash);
+    assert_eq!(get_json(&app, &by_hash).await["hash"], json!(first.hash));
+    let second = Schedule::test().with_role("web", "v2").build();
+    writer.schedule.set(Some(second.clone()));
+    assert_eq!(
+        get_json(&app, "/v1/schedule").await,
+        serde_json::to_value(&second).unwrap()
+    );
+
+    let shared = SharedJson::default();
+    let snapshot = writer.store().schedule.peek();
+    let a = shared.body(&snapshot);
+    let b = shared.body(&snapshot);
+    assert_eq!(a.as_ptr(), b.as_ptr(), "one buffer for one snapshot");
+    writer.schedule.set(Some(first));
+    let c = shared.body(&writer.store().schedule.peek());
+    assert_ne!(c, a, "a new snapshot is serialized anew");
+}
