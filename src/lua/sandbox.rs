@@ -485,13 +485,16 @@ fn classify(
     deadline_passed: bool,
     limits: Limits,
 ) -> (SchedulerFailure, String) {
-    if deadline_passed {
+    let (kind, message) = classify_error(error);
+    // The watchdog's hook and the metered C-function replacements both stop a run at the
+    // deadline; whichever noticed first, the message is the same.
+    if deadline_passed || kind == SchedulerFailure::Timeout {
         return (
             SchedulerFailure::Timeout,
             format!("{TIMEOUT_MARK} of {:?}", limits.time),
         );
     }
-    classify_error(error)
+    (kind, message)
 }
 
 fn classify_error(error: &mlua::Error) -> (SchedulerFailure, String) {
