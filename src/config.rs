@@ -7,18 +7,21 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use verwalter_controllers::defaults;
+
+use crate::identity::{self, parse_machine_id};
 use crate::lua::Limits;
 
 /// Flags of `verwalter run` (also accepted without the subcommand, as verwalter 0.13 took them).
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct RunArgs {
-    /// Config root: scheduler, runtime, templates [default: /etc/verwalter]
+    /// Config root: scheduler, runtime, templates
     #[arg(long, value_name = "DIR")]
     pub config_dir: Option<PathBuf>,
-    /// Persistent storage: the schedule in force and its backups [default: /var/lib/verwalter]
+    /// Persistent storage: the schedule in force and its backups
     #[arg(long, value_name = "DIR")]
     pub storage_dir: Option<PathBuf>,
-    /// Deployment logs: index, global, changes and per-role logs [default: /var/log/verwalter]
+    /// Deployment logs: index, global, changes and per-role logs
     #[arg(long, value_name = "DIR")]
     pub log_dir: Option<PathBuf>,
     /// Short host name: `current_host` for the scheduler, the key into `nodes` [default: the system's]
@@ -27,10 +30,10 @@ pub struct RunArgs {
     /// Node name, usually the FQDN [default: the host name]
     #[arg(long)]
     pub name: Option<String>,
-    /// Address to listen on, for HTTP (TCP) and election packets (UDP) [default: 127.0.0.1]
+    /// Address to listen on, for HTTP (TCP) and election packets (UDP)
     #[arg(long)]
     pub host: Option<IpAddr>,
-    /// Port to listen on; the same on every node of a cluster [default: 8379]
+    /// Port to listen on; the same on every node of a cluster
     #[arg(long)]
     pub port: Option<u16>,
     /// Use this 32-hex-digit machine id instead of /etc/machine-id (tests, several nodes on one machine)
@@ -42,8 +45,8 @@ pub struct RunArgs {
     /// YAML settings file; flags override it
     #[arg(long, value_name = "FILE")]
     pub settings: Option<PathBuf>,
-    /// Learn peers from cantal's /all_peers.json [URL default: http://127.0.0.1:22682]
-    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = DEFAULT_CANTAL_URL)]
+    /// Learn peers from cantal's /all_peers.json
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = defaults::CANTAL_URL)]
     pub cantal_url: Option<String>,
     /// Let a minority partition elect a leader (only peers heard from in the last 75 s count)
     #[arg(long)]
@@ -51,12 +54,35 @@ pub struct RunArgs {
     /// Lead at once without an election (debugging; two such nodes make two leaders)
     #[arg(long)]
     pub debug_force_leader: bool,
-    /// Frontend served at `/`: `common` (built in) or a dir under <config>/frontend/ [default: common]
+    /// Frontend served at `/`: `common` (built in) or a dir under <config>/frontend/
     #[arg(long, value_name = "NAME")]
     pub default_frontend: Option<String>,
 }
 
-/// The settings file. Every field is optional; unknown fields are an error.
+/// `verwalter run`'s flags (`cmd` holds [`RunArgs`]) with their defaults from
+/// [`defaults::shown`] at the end of their help.
+pub fn with_defaults(mut cmd: clap::Command) -> clap::Command {
+    for default in defaults::shown() {
+        let Some(flag) = default.flag else { continue };
+        let Some(arg) = cmd.get_arguments().find(|a| a.get_long() == Some(flag)) else {
+            continue;
+        };
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        // `--cantal-url` is off unless given; the default is the URL it takes without one.
+        let label = if arg.get_num_args().is_none_or(|n| n.min_values() > 0) {
+            "default"
+        } else {
+            "URL default"
+        };
+        let help = format!("{help} [{label}: {}]", default.value);
+        let id = arg.get_id().clone();
+        cmd = cmd.mut_arg(id, |a| a.help(help));
+    }
+    cmd
+}
+
+/// The settings file. Every field is optional; unknown fields are an error. A missing field takes
+/// its default from [`verwalter_controllers::defaults`].
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SettingsFile {
@@ -86,7 +112,7 @@ pub struct SettingsFile {
     pub allow_minority_cluster: Option<bool>,
     #[serde(default)]
     pub election: ElectionSettings,
-    /// Frontend served at `/` [default: common, the built-in one].
+    /// Frontend served at `/`.
     pub default_frontend: Option<String>,
     #[serde(default)]
     pub http: HttpFileSettings,
@@ -96,14 +122,14 @@ pub struct SettingsFile {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct HttpFileSettings {
-    /// Open connections at most [default: 512, and at most half the descriptor limit].
+    /// Open connections at most.
     pub max_connections: Option<usize>,
     /// A connection that sends no complete request head, or a request body that sends nothing,
-    /// for this long is closed [default: 30000].
+    /// for this long is closed.
     pub idle_timeout_ms: Option<u64>,
-    /// `/v1/events` streams at most, and at most a quarter of the connections [default: 128].
+    /// `/v1/events` streams at most, and at most a quarter of the connections.
     pub max_event_streams: Option<usize>,
-    /// A client that takes no event or response data for this long is dropped [default: 30000].
+    /// A client that takes no event or response data for this long is dropped.
     pub stream_stall_timeout_ms: Option<u64>,
     /// Host names (besides IP addresses, single-label names, `*.localhost` and this node's name
     /// and host name) the API answers to; `*` for any.
@@ -127,18 +153,18 @@ pub struct StaticPeer {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ElectionSettings {
-    /// Leader ping period and election round [default: 250].
+    /// Leader ping period and election round.
     pub heartbeat_ms: Option<u64>,
     /// A follower starts an election after hearing nothing from its leader for a random time
-    /// between these [default: 750 and 1250].
+    /// between these.
     pub leader_timeout_min_ms: Option<u64>,
     pub leader_timeout_max_ms: Option<u64>,
-    /// A starting node waits this (plus the random part) before nominating itself [default: 1000].
+    /// A starting node waits this (plus the random part) before nominating itself.
     pub start_timeout_ms: Option<u64>,
-    /// A new leader waits at most this for its peers' schedules before scheduling [default: 2000].
+    /// A new leader waits at most this for its peers' schedules before scheduling.
     pub prefetch_ms: Option<u64>,
     /// With allow-minority-cluster, peers not heard from directly for this long do not count
-    /// for the vote [default: 75000, as verwalter 0.13].
+    /// for the vote.
     pub minority_window_ms: Option<u64>,
     /// A file holding a key shared by every node (at least 16 bytes; surrounding whitespace is
     /// dropped): election packets then carry an HMAC tag, and packets without a valid one are
@@ -149,45 +175,45 @@ pub struct ElectionSettings {
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct RenderSettings {
-    /// Time limit of one apply command, in seconds [default: 180].
+    /// Time limit of one apply command, in seconds.
     pub command_timeout_secs: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct LogSettings {
-    /// A log file is continued in a new segment past this size [default: 10].
+    /// A log file is continued in a new segment past this size.
     pub segment_mib: Option<u64>,
-    /// Deployment log files older than this are deleted [default: 30].
+    /// Deployment log files older than this are deleted.
     pub max_age_days: Option<u64>,
-    /// The oldest deployment log files go while all together exceed this [default: 1024].
+    /// The oldest deployment log files go while all together exceed this.
     pub max_total_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ActionSettings {
-    /// At most this many actions pending on the leader [default: 1000].
+    /// At most this many actions pending on the leader.
     pub max_pending: Option<u64>,
-    /// At most this much pending action JSON, in KiB [default: 4096].
+    /// At most this much pending action JSON, in KiB.
     pub max_pending_kib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct SchedulerSettings {
-    /// Rerun the scheduler at least this often [default: 10000].
+    /// Rerun the scheduler at least this often.
     pub period_ms: Option<u64>,
-    /// Time budget of one run [default: 2000].
+    /// Time budget of one run.
     pub time_limit_ms: Option<u64>,
-    /// Memory cap of the Lua state [default: 256].
+    /// Memory cap of the Lua state.
     pub memory_limit_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct InputSettings {
-    /// Quiet time after a change before the config dir is re-read [default: 100].
+    /// Quiet time after a change before the config dir is re-read.
     pub debounce_ms: Option<u64>,
 }
 
@@ -238,13 +264,6 @@ pub struct ConfigError {
     pub problems: Vec<String>,
 }
 
-pub const DEFAULT_PORT: u16 = 8379;
-/// verwalter 0.13 reran the scheduler every 5 s plus run time; 10 s is what its README promised
-/// and keeps an idle leader quiet. Input changes rerun it at once anyway.
-pub const DEFAULT_SCHEDULER_PERIOD: Duration = Duration::from_secs(10);
-const MACHINE_ID_FILE: &str = "/etc/machine-id";
-pub const DEFAULT_CANTAL_URL: &str = "http://127.0.0.1:22682";
-
 impl Config {
     pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
@@ -258,47 +277,43 @@ impl Config {
             },
             None => SettingsFile::default(),
         };
-        let machine_id = match (&args.override_machine_id, &file.machine_id) {
-            (Some(id), _) => {
-                parse_machine_id(id).map_err(|e| format!("--override-machine-id: {e}"))
-            }
-            (None, Some(id)) => {
-                parse_machine_id(id).map_err(|e| format!("machine-id in the settings file: {e}"))
-            }
-            (None, None) => read_machine_id(Path::new(MACHINE_ID_FILE)),
-        };
-        let machine_id = machine_id.unwrap_or_else(|problem| {
+        let machine_id = identity::machine_id(
+            args.override_machine_id.as_deref(),
+            file.machine_id.as_deref(),
+        )
+        .unwrap_or_else(|problem| {
             problems.push(problem);
             String::new()
         });
-        let hostname = args
-            .hostname
-            .clone()
-            .or(file.hostname.clone())
-            .unwrap_or_else(system_hostname);
-        if hostname.is_empty() {
-            problems.push("host name is empty: pass --hostname".into());
-        }
+        let hostname = identity::hostname(args.hostname.as_deref(), file.hostname.as_deref())
+            .unwrap_or_else(|problem| {
+                problems.push(problem);
+                String::new()
+            });
         let name = args
             .name
             .clone()
             .or(file.name.clone())
             .unwrap_or_else(|| hostname.clone());
-        let port = args.port.or(file.port).unwrap_or(DEFAULT_PORT);
+        let port = args.port.or(file.port).unwrap_or(defaults::PORT);
         let sched = &file.scheduler;
-        let memory_mib = sched.memory_limit_mib.unwrap_or(256);
+        let memory_mib = sched
+            .memory_limit_mib
+            .unwrap_or(defaults::SCHEDULER_MEMORY_MIB);
         if memory_mib < 4 {
             problems.push(format!(
                 "scheduler.memory-limit-mib: {memory_mib} is too small (at least 4)"
             ));
         }
-        let time_ms = sched.time_limit_ms.unwrap_or(2000);
+        let time_ms = sched
+            .time_limit_ms
+            .unwrap_or(defaults::SCHEDULER_TIME_LIMIT.as_millis() as u64);
         if time_ms == 0 {
             problems.push("scheduler.time-limit-ms: must be above 0".into());
         }
         let period_ms = sched
             .period_ms
-            .unwrap_or(DEFAULT_SCHEDULER_PERIOD.as_millis() as u64);
+            .unwrap_or(defaults::SCHEDULER_PERIOD.as_millis() as u64);
         if period_ms < 100 {
             problems.push(format!(
                 "scheduler.period-ms: {period_ms} is too short (at least 100)"
@@ -354,7 +369,6 @@ impl Config {
             (None, true) => PeerSource::None,
         };
         let el = &file.election;
-        let ms = |v: Option<u64>, default: u64| Duration::from_millis(v.unwrap_or(default));
         let defaults = verwalter_controllers::election::machine::Timings::default();
         let or = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
         let timings = verwalter_controllers::election::machine::Timings {
@@ -396,7 +410,7 @@ impl Config {
             args.config_dir
                 .clone()
                 .or(file.config_dir.clone())
-                .unwrap_or_else(|| "/etc/verwalter".into()),
+                .unwrap_or_else(|| defaults::CONFIG_DIR.into()),
         );
         let default_frontend = args
             .default_frontend
@@ -420,20 +434,17 @@ impl Config {
                 args.storage_dir
                     .clone()
                     .or(file.storage_dir)
-                    .unwrap_or_else(|| "/var/lib/verwalter".into()),
+                    .unwrap_or_else(|| defaults::STORAGE_DIR.into()),
             ),
             log_dir: absolute(
                 args.log_dir
                     .clone()
                     .or(file.log_dir)
-                    .unwrap_or_else(|| "/var/log/verwalter".into()),
+                    .unwrap_or_else(|| defaults::LOG_DIR.into()),
             ),
             hostname,
             name,
-            host: args
-                .host
-                .or(file.host)
-                .unwrap_or(IpAddr::from([127, 0, 0, 1])),
+            host: args.host.or(file.host).unwrap_or(defaults::HOST),
             port,
             machine_id,
             dry_run: args.dry_run,
@@ -442,12 +453,24 @@ impl Config {
                 memory: (memory_mib as usize) << 20,
                 time: Duration::from_millis(time_ms),
             },
-            debounce: Duration::from_millis(file.inputs.debounce_ms.unwrap_or(100)),
-            command_timeout: Duration::from_secs(file.render.command_timeout_secs.unwrap_or(180)),
+            debounce: file
+                .inputs
+                .debounce_ms
+                .map_or(defaults::INPUT_DEBOUNCE, Duration::from_millis),
+            command_timeout: file
+                .render
+                .command_timeout_secs
+                .map_or(defaults::COMMAND_TIMEOUT, Duration::from_secs),
             log_limits: crate::logs::LogLimits {
-                segment_size: file.logs.segment_mib.unwrap_or(10) << 20,
-                max_age: Duration::from_secs(file.logs.max_age_days.unwrap_or(30) * 86_400),
-                max_total: file.logs.max_total_mib.unwrap_or(1024) << 20,
+                segment_size: file.logs.segment_mib.unwrap_or(defaults::LOG_SEGMENT_MIB) << 20,
+                max_age: Duration::from_secs(
+                    file.logs.max_age_days.unwrap_or(defaults::LOG_MAX_AGE_DAYS) * 86_400,
+                ),
+                max_total: file
+                    .logs
+                    .max_total_mib
+                    .unwrap_or(defaults::LOG_MAX_TOTAL_MIB)
+                    << 20,
             },
             action_limits: {
                 let default = crate::actions::ActionLimits::default();
@@ -468,15 +491,15 @@ impl Config {
             debug_force_leader: args.debug_force_leader,
             default_frontend,
             timings,
-            prefetch: ms(file.election.prefetch_ms, 2000),
-            minority_window: ms(file.election.minority_window_ms, 75_000),
+            prefetch: or(file.election.prefetch_ms, defaults::PREFETCH),
+            minority_window: or(file.election.minority_window_ms, defaults::MINORITY_WINDOW),
             election_key,
         })
     }
 }
 
 /// The frontend built into the binary; 0.13 called its default frontend `common` too.
-pub const BUILTIN_FRONTEND: &str = "common";
+pub const BUILTIN_FRONTEND: &str = defaults::FRONTEND;
 
 /// A frontend name is one plain path component, and other than the built-in one, a dir under
 /// `<config-dir>/frontend/` with an `index.html`.
@@ -537,33 +560,77 @@ fn read_settings(path: &Path) -> Result<SettingsFile, String> {
     })
 }
 
-/// A machine id is 32 hex digits (16 bytes); stored lowercase.
-pub fn parse_machine_id(text: &str) -> Result<String, String> {
-    let id = text.trim();
-    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
-        Ok(id.to_ascii_lowercase())
-    } else {
-        Err(format!("machine id must be 32 hex digits, got {id:?}"))
-    }
-}
-
-fn read_machine_id(path: &Path) -> Result<String, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        format!("cannot read the machine id from {}: {e}; run `systemd-machine-id-setup` or pass --override-machine-id", path.display())
-    })?;
-    parse_machine_id(&text).map_err(|e| format!("{}: {e}", path.display()))
-}
-
-fn system_hostname() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/running.md shows the defaults of [`defaults::shown`]: in the settings-file sample
+    /// and in the flags table.
+    #[test]
+    fn the_documented_defaults_are_the_built_in_ones() {
+        let doc =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/running.md"))
+                .unwrap();
+        let sample = doc
+            .split("```yaml\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let sample: serde_json::Value = serde_norway::from_str(sample).unwrap();
+        for default in defaults::shown() {
+            let mut found = false;
+            let in_file = default
+                .key
+                .split('.')
+                .try_fold(&sample, |at, part| at.get(part));
+            if let Some(value) = in_file {
+                let value = match value {
+                    serde_json::Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                assert_eq!(value, default.value, "running.md sample, {}", default.key);
+                found = true;
+            }
+            if let Some(flag) = default.flag {
+                let row = doc
+                    .lines()
+                    .find(|l| {
+                        l.starts_with(&format!("| `--{flag} "))
+                            || l.starts_with(&format!("| `--{flag}`"))
+                    })
+                    .unwrap_or_else(|| panic!("running.md has no row for --{flag}"));
+                assert!(
+                    row.contains(&format!("`{}`", default.value)),
+                    "running.md row of --{flag} does not show `{}`: {row}",
+                    default.value
+                );
+                found = true;
+            }
+            assert!(
+                found,
+                "running.md does not show the default of {}",
+                default.key
+            );
+        }
+    }
+
+    #[test]
+    fn run_help_shows_the_built_in_defaults() {
+        let cmd = with_defaults(<RunArgs as clap::Args>::augment_args(clap::Command::new(
+            "run",
+        )));
+        let help = cmd.clone().render_help().to_string();
+        for default in defaults::shown() {
+            if default.flag.is_some() {
+                assert!(
+                    help.contains(&default.value),
+                    "--help lacks {}: {help}",
+                    default.value
+                );
+            }
+        }
+        assert!(help.contains("[default: 8379]"), "{help}");
+    }
 
     #[test]
     fn flags_override_the_file_and_all_problems_are_reported() {
@@ -698,15 +765,6 @@ mod tests {
         assert_eq!(
             Config::load(&args(Some("ops"))).unwrap().default_frontend,
             "ops"
-        );
-    }
-
-    #[test]
-    fn missing_machine_id_file_says_what_to_do() {
-        let err = read_machine_id(Path::new("/nonexistent/machine-id")).unwrap_err();
-        assert!(
-            err.contains("/nonexistent/machine-id") && err.contains("--override-machine-id"),
-            "{err}"
         );
     }
 }

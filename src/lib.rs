@@ -4,6 +4,7 @@
 //! `verwalter-controllers`. A tour:
 //! - [`actions`]: the leader's queue of operator actions.
 //! - [`allocator`]: glibc malloc tuning for the Lua VM.
+//! - [`identity`]: the machine id and host name, read in one place.
 //! - [`config`]: daemon settings from the command line and an optional settings file.
 //! - [`inputs`]: reads `/etc/verwalter` (runtime tree, scheduler sources) and watches it.
 //! - [`lua`]: the sandboxed Lua scheduler.
@@ -14,6 +15,7 @@
 //! - [`backups`]: hourly, daily and weekly gzipped copies of the schedule.
 //! - [`state_dir`]: `/var/lib/verwalter`, where the schedule in force is persisted.
 //! - [`http`]: the HTTP API, `/metrics` and the web frontend (`frontend/`, embedded).
+//! - [`paths`]: path containment (symlinks must not lead out of a dir).
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
 
@@ -25,9 +27,11 @@ pub mod cluster;
 pub mod config;
 pub mod daemon;
 pub mod http;
+pub mod identity;
 pub mod inputs;
 pub mod logs;
 pub mod lua;
 pub mod metrics;
+pub mod paths;
 pub mod render;
 pub mod state_dir;

@@ -4,12 +4,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
-use verwalter::config::{Config, RunArgs, parse_machine_id};
+use verwalter::config::{Config, RunArgs};
+use verwalter::identity;
 use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
 use verwalter::lua::Limits;
+use verwalter_controllers::defaults;
 use verwalter_controllers::ports::{Clock, SystemClock};
 use verwalter_controllers::state::{Schedule, SchedulerInput};
 use verwalter_controllers::vars;
@@ -51,7 +53,7 @@ enum Command {
 ))]
 struct RenderCliArgs {
     /// Config dir to use
-    #[arg(long, value_name = "DIR", default_value = "/etc/verwalter")]
+    #[arg(long, value_name = "DIR", default_value = defaults::CONFIG_DIR)]
     config_dir: PathBuf,
     /// Role to render
     #[arg(long, required_unless_present = "check_dir")]
@@ -72,14 +74,14 @@ struct RenderCliArgs {
     #[arg(short = 'C', long, value_name = "DIR")]
     check_dir: Option<PathBuf>,
     /// Time limit of each command, in seconds
-    #[arg(long, default_value_t = 180)]
+    #[arg(long, default_value_t = defaults::COMMAND_TIMEOUT.as_secs())]
     command_timeout: u64,
 }
 
 #[derive(Debug, clap::Args)]
 struct OfflineArgs {
     /// Config dir to use
-    #[arg(long, value_name = "DIR", default_value = "/etc/verwalter")]
+    #[arg(long, value_name = "DIR", default_value = defaults::CONFIG_DIR)]
     config_dir: PathBuf,
     /// `current_host` for the scheduler [default: the system's host name]
     #[arg(long)]
@@ -100,7 +102,12 @@ struct ScheduleArgs {
 
 fn main() -> ExitCode {
     verwalter::allocator::tune();
-    let cli = Cli::parse();
+    let command = verwalter::config::with_defaults(Cli::command())
+        .mut_subcommand("run", verwalter::config::with_defaults);
+    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+        Ok(cli) => cli,
+        Err(error) => error.exit(),
+    };
     match cli.command {
         Some(Command::Run(args)) => run(&args),
         None => run(&cli.run),
@@ -247,22 +254,17 @@ fn offline_input(
     args: &OfflineArgs,
     runtime: Arc<serde_json::Value>,
 ) -> Result<SchedulerInput, String> {
-    let current_id = match &args.override_machine_id {
-        Some(id) => parse_machine_id(id).map_err(|e| format!("--override-machine-id: {e}"))?,
-        None => std::fs::read_to_string("/etc/machine-id")
-            .ok()
-            .and_then(|t| parse_machine_id(&t).ok())
-            .unwrap_or_else(|| "0".repeat(32)),
+    // An offline run on a workstation has no use for the real machine id: without one it goes
+    // on with zeros, saying so (the daemon refuses to start instead).
+    let current_id = match identity::machine_id(args.override_machine_id.as_deref(), None) {
+        Ok(id) => id,
+        Err(problem) if args.override_machine_id.is_none() => {
+            tracing::warn!("{problem}; current_id is 32 zeros");
+            "0".repeat(32)
+        }
+        Err(problem) => return Err(problem),
     };
-    let current_host = args
-        .hostname
-        .clone()
-        .or_else(|| {
-            nix::unistd::gethostname()
-                .ok()
-                .and_then(|h| h.into_string().ok())
-        })
-        .unwrap_or_default();
+    let current_host = identity::hostname(args.hostname.as_deref(), None)?;
     Ok(SchedulerInput {
         now: SystemClock.now_ms(),
         current_host,

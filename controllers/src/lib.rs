@@ -5,6 +5,7 @@
 //! - [`store`]: the shared store; readers get `Arc` snapshots and wake on change, one writer per
 //!   field, and a write that changes nothing wakes no one.
 //! - [`ports`]: traits for every side effect (scheduler, schedule persistence, clock).
+//! - [`defaults`]: every built-in default of the settings, in one table.
 //! - [`cleanup`]: forgets roles gone from the schedule; log and backup retention.
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
@@ -14,9 +15,11 @@
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
+//! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
 //! - [`testing`]: fakes and fixtures for tests.
 
 pub mod cleanup;
+pub mod defaults;
 pub mod driver;
 pub mod election;
 pub mod hash;
@@ -28,3 +31,4 @@ pub mod state;
 pub mod store;
 pub mod testing;
 pub mod vars;
+pub mod wallclock;

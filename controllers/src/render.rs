@@ -238,21 +238,13 @@ impl RenderController {
             hasher.update((text.len() as u64).to_le_bytes());
             hasher.update(text.as_bytes());
         }
-        let mut files = 0;
-        let mut full_schedule = false;
-        for (path, file) in templates.dir(&template) {
-            files += 1;
-            full_schedule |= file.mentions_full_schedule;
-            hasher.update((path.len() as u64).to_le_bytes());
-            hasher.update(path.as_bytes());
-            hasher.update(file.hash.as_bytes());
-        }
-        if files == 0 {
+        let dir = templates.hash_dir(&template, &mut hasher);
+        if dir.files == 0 {
             return Err(RenderError::Templates(format!(
                 "role {role:?}: template dir templates/{template} is missing or empty"
             )));
         }
-        if full_schedule {
+        if dir.mentions_full_schedule {
             hasher.update(schedule.hash.as_bytes());
         }
         Ok(Desired {
@@ -535,7 +527,7 @@ impl RenderController {
         let full = vars::with_pass(
             merged,
             &id,
-            &rfc3339(now),
+            &crate::wallclock::rfc3339(now),
             mentions_full_schedule.then_some(data),
         );
         let job = RoleJob {
@@ -611,18 +603,6 @@ fn schedule_changes(schedule: Option<&Schedule>) -> Vec<String> {
             .collect(),
         _ => Vec::new(),
     }
-}
-
-/// `2026-11-22T04:55:49Z` for wall-clock milliseconds.
-pub fn rfc3339(ms: u64) -> String {
-    let secs = (ms / 1000) as i64;
-    time::OffsetDateTime::from_unix_timestamp(secs)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -211,6 +211,38 @@ impl Templates {
             .range(prefix.clone()..)
             .take_while(move |(path, _)| path.starts_with(&prefix))
     }
+
+    /// Feeds what template dir `dir` is made of (each file's path and content hash, in path
+    /// order) to `hasher`. This is the one fingerprint of a template dir: the render
+    /// controller's desired hash and the applier's cache of parsed dirs both key on it.
+    pub fn hash_dir(&self, dir: &str, hasher: &mut sha1::Sha1) -> TemplateDirSummary {
+        use sha1::Digest;
+        let mut summary = TemplateDirSummary::default();
+        for (path, file) in self.dir(dir) {
+            summary.files += 1;
+            summary.mentions_full_schedule |= file.mentions_full_schedule;
+            hasher.update((path.len() as u64).to_le_bytes());
+            hasher.update(path.as_bytes());
+            hasher.update(file.hash.as_bytes());
+        }
+        summary
+    }
+
+    /// [`Templates::hash_dir`] alone, in hex.
+    pub fn fingerprint(&self, dir: &str) -> String {
+        use sha1::Digest;
+        let mut hasher = sha1::Sha1::new();
+        self.hash_dir(dir, &mut hasher);
+        hex::encode(hasher.finalize())
+    }
+}
+
+/// What [`Templates::hash_dir`] saw of a template dir.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TemplateDirSummary {
+    pub files: usize,
+    /// A file mentions `full_schedule`.
+    pub mentions_full_schedule: bool,
 }
 
 /// Why a role on this node is not in its desired state.
@@ -271,4 +303,44 @@ pub struct Prefetched {
     /// The epoch of the leadership they were gathered for (0: none yet).
     pub epoch: u64,
     pub schedules: Vec<Schedule>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn templates(files: &[(&str, &str, bool)]) -> Templates {
+        Templates {
+            files: Arc::new(
+                files
+                    .iter()
+                    .map(|(path, hash, full)| {
+                        let file = TemplateFile {
+                            hash: hash.to_string(),
+                            mentions_full_schedule: *full,
+                        };
+                        (path.to_string(), file)
+                    })
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn a_template_dir_fingerprint_changes_with_its_files_only() {
+        let base = templates(&[("web/a.hbs", "1", false), ("webx/b.hbs", "2", false)]);
+        let edited = templates(&[("web/a.hbs", "9", false), ("webx/b.hbs", "2", false)]);
+        let renamed = templates(&[("web/c.hbs", "1", false), ("webx/b.hbs", "2", false)]);
+        let other = templates(&[("web/a.hbs", "1", false), ("webx/b.hbs", "7", true)]);
+        let web = base.fingerprint("web");
+        assert_ne!(web, edited.fingerprint("web"));
+        assert_ne!(web, renamed.fingerprint("web"));
+        // `webx/` is another dir, though its name starts with `web`.
+        assert_eq!(web, other.fingerprint("web"));
+        let mut hasher = <sha1::Sha1 as sha1::Digest>::new();
+        let summary = other.hash_dir("webx", &mut hasher);
+        assert_eq!(summary.files, 1);
+        assert!(summary.mentions_full_schedule);
+        assert_eq!(templates(&[]).hash_dir("web", &mut hasher).files, 0);
+    }
 }

@@ -10,8 +10,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use verwalter_controllers::election::ElectionState;
 use verwalter_controllers::ports::SchedulerFailure;
-use verwalter_controllers::render::{deployment_id, rfc3339};
+use verwalter_controllers::render::deployment_id;
 use verwalter_controllers::vars;
+use verwalter_controllers::wallclock::rfc3339;
 
 use super::{ApiError, AppState};
 

@@ -11,7 +11,7 @@
 //! plain components only, and once symlinks are resolved it must still be inside its dir: no way
 //! out with `..`, an absolute path or a symlink.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use axum::Json;
 use axum::extract::{Path as UrlPath, Request, State};
@@ -21,30 +21,26 @@ use tower::ServiceExt;
 use tower_http::services::ServeFile;
 
 use super::{ApiError, AppState};
+use crate::paths::{Boundary, Escape};
 
 /// `rel` joined to `base`, checked: plain components, and inside `base` after symlinks.
 pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
-    let rel_path = Path::new(rel);
-    let plain = !rel.is_empty()
-        && !rel.contains('\0')
-        && rel_path
-            .components()
-            .all(|c| matches!(c, Component::Normal(_)));
-    if !plain {
-        return Err(ApiError::NotFound(format!(
-            "{rel:?} is not a plain relative path"
-        )));
-    }
-    let root = base
-        .canonicalize()
+    let boundary = Boundary::new(base)
         .map_err(|_| ApiError::NotFound(format!("{} does not exist", base.display())))?;
-    let real = root
-        .join(rel_path)
-        .canonicalize()
-        .map_err(|_| ApiError::NotFound(format!("no file {rel}")))?;
-    if !real.starts_with(&root) {
-        return Err(ApiError::Forbidden(format!("{rel} leads out of its dir")));
-    }
+    let real = match boundary.join_plain(rel) {
+        None => {
+            return Err(ApiError::NotFound(format!(
+                "{rel:?} is not a plain relative path"
+            )));
+        }
+        Some(Err(Escape::Unresolved(_))) => {
+            return Err(ApiError::NotFound(format!("no file {rel}")));
+        }
+        Some(Err(Escape::Outside(_))) => {
+            return Err(ApiError::Forbidden(format!("{rel} leads out of its dir")));
+        }
+        Some(Ok(real)) => real,
+    };
     if !real.is_file() {
         return Err(ApiError::NotFound(format!("{rel} is not a file")));
     }

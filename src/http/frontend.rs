@@ -204,11 +204,8 @@ async fn serve_file(dir: &Path, file: PathBuf, mut request: Request) -> Response
     }
     let mut gz = file.clone().into_os_string();
     gz.push(".gz");
-    let gz_inside = dir.canonicalize().is_ok_and(|root| {
-        Path::new(&gz)
-            .canonicalize()
-            .is_ok_and(|real| real.starts_with(root))
-    });
+    let gz_inside =
+        crate::paths::Boundary::new(dir).is_ok_and(|b| b.resolve(Path::new(&gz)).is_ok());
     let service = if gz_inside {
         ServeFile::new(file).precompressed_gzip()
     } else {

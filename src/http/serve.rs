@@ -57,14 +57,16 @@ pub struct HttpSettings {
 
 /// Far above what operators' browsers, peers and scripts open, far below systemd's default
 /// descriptor limit (1024 soft).
-pub const DEFAULT_MAX_CONNECTIONS: usize = 512;
+pub const DEFAULT_MAX_CONNECTIONS: usize = verwalter_controllers::defaults::HTTP_MAX_CONNECTIONS;
 /// Long enough for any client that means to send a request (browsers keep idle connections for
 /// at most a few minutes and reopen them at no cost), short enough that idle ones do not pile up.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_IDLE_TIMEOUT: Duration = verwalter_controllers::defaults::HTTP_IDLE_TIMEOUT;
 /// A browser tab holds one stream; this is many operators with several tabs each.
-pub const DEFAULT_MAX_EVENT_STREAMS: usize = 128;
+pub const DEFAULT_MAX_EVENT_STREAMS: usize =
+    verwalter_controllers::defaults::HTTP_MAX_EVENT_STREAMS;
 /// A reader that took no event for this long is stuck, not slow: events are a few KiB.
-pub const DEFAULT_STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_STREAM_STALL_TIMEOUT: Duration =
+    verwalter_controllers::defaults::HTTP_STREAM_STALL_TIMEOUT;
 /// hyper's per-connection read and write buffer (its default is ~400 KiB): large request heads
 /// and large responses still pass, in pieces, while a client that does not read holds this much.
 pub const BUFFER: usize = 64 << 10;

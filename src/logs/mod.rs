@@ -28,6 +28,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use serde_json::{Value, json};
+use verwalter_controllers::defaults;
 use verwalter_controllers::ports::DeploymentLog;
 
 mod role;
@@ -50,9 +51,9 @@ pub struct LogLimits {
 impl Default for LogLimits {
     fn default() -> Self {
         LogLimits {
-            segment_size: 10 << 20,
-            max_age: Duration::from_secs(30 * 86_400),
-            max_total: 1 << 30,
+            segment_size: defaults::LOG_SEGMENT_MIB << 20,
+            max_age: Duration::from_secs(defaults::LOG_MAX_AGE_DAYS * 86_400),
+            max_total: defaults::LOG_MAX_TOTAL_MIB << 20,
         }
     }
 }
@@ -540,9 +541,10 @@ fn format_utc(t: SystemTime, format: &[time::format_description::FormatItem<'sta
         .unwrap_or_default()
 }
 
-/// `2026-11-22T04:55:49Z`.
+/// `2026-11-22T04:55:49Z` (see [`verwalter_controllers::wallclock::rfc3339`]).
 pub fn rfc3339(t: SystemTime) -> String {
-    const F: &[time::format_description::FormatItem<'static>] =
-        time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
-    format_utc(t, F)
+    let ms = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    verwalter_controllers::wallclock::rfc3339(ms)
 }

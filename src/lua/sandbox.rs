@@ -14,8 +14,11 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue};
+use verwalter_controllers::defaults;
 use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
+
+use crate::paths::{Boundary, Escape};
 
 use super::convert::{
     Budget, ConvertError, ParseError, input_to_lua, json_to_lua, lua_to_json, parse_json_text,
@@ -35,10 +38,8 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits {
-            // Far above what a scheduler for thousands of nodes needs, far below the machine.
-            memory: 256 * 1024 * 1024,
-            // A placement over 1,000 nodes takes tens of ms; 2 s is a clear runaway.
-            time: Duration::from_secs(2),
+            memory: (defaults::SCHEDULER_MEMORY_MIB as usize) << 20,
+            time: defaults::SCHEDULER_TIME_LIMIT,
         }
     }
 }
@@ -107,9 +108,8 @@ struct Place {
     dir: PathBuf,
     /// How messages name `dir` (`scheduler/v1`).
     display_dir: String,
-    /// The config dir as given, and its real path.
-    boundary: PathBuf,
-    real_boundary: PathBuf,
+    /// The config dir: symlinks must stay inside it; messages name other files relative to it.
+    boundary: Boundary,
 }
 
 /// Why a code file was not read.
@@ -128,7 +128,7 @@ impl Place {
         match path.strip_prefix(&self.dir) {
             Ok(rel) if rel.as_os_str().is_empty() => self.display_dir.clone(),
             Ok(rel) => format!("{}/{}", self.display_dir, rel.display()),
-            Err(_) => match path.strip_prefix(&self.boundary) {
+            Err(_) => match path.strip_prefix(self.boundary.given()) {
                 Ok(rel) => rel.display().to_string(),
                 Err(_) => path.display().to_string(),
             },
@@ -140,32 +140,24 @@ impl Place {
     /// tree and the scheduler's own hash: a module linked to a file elsewhere on the machine
     /// would otherwise run it as scheduler code.
     fn contained(&self, path: &Path) -> Result<PathBuf, Refused> {
-        let real = path
-            .canonicalize()
-            .map_err(|e| Refused::Unreadable(format!("{}: {e}", self.show(path))))?;
-        if real.starts_with(&self.real_boundary) {
-            return Ok(real);
-        }
-        // Name the first entry on the way that leads out: everything before it is inside, so it
-        // is a symlink (`scheduler/v1` itself, a dir of modules, or the file).
-        let (mut link, mut target) = (path.to_path_buf(), real);
-        if let Ok(rel) = path.strip_prefix(&self.boundary) {
-            let mut at = self.boundary.clone();
-            for part in rel.components() {
-                at.push(part);
-                if let Ok(leads) = at.canonicalize()
-                    && !leads.starts_with(&self.real_boundary)
-                {
-                    (link, target) = (at, leads);
-                    break;
-                }
+        let target = match self.boundary.resolve(path) {
+            Ok(real) => return Ok(real),
+            Err(Escape::Unresolved(e)) => {
+                return Err(Refused::Unreadable(format!("{}: {e}", self.show(path))));
             }
-        }
+            Err(Escape::Outside(real)) => real,
+        };
+        // Name the symlink on the way that leads out (`scheduler/v1` itself, a dir of modules,
+        // or the file).
+        let (link, target) = self
+            .boundary
+            .first_exit(path)
+            .unwrap_or_else(|| (path.to_path_buf(), target));
         Err(Refused::Outside(format!(
             "{}: symlink to {}, outside {}; links may not leave it",
             self.show(&link),
             target.display(),
-            self.real_boundary.display()
+            self.boundary.real().display()
         )))
     }
 }
@@ -187,14 +179,10 @@ impl Sandbox {
         limits: Limits,
     ) -> Result<Sandbox, SchedulerError> {
         // A missing config dir shows as `main.lua` that cannot be read, below.
-        let real_boundary = boundary
-            .canonicalize()
-            .unwrap_or_else(|_| boundary.to_path_buf());
         let place = Place {
             dir: dir.to_path_buf(),
             display_dir: display_dir.to_string(),
-            boundary: boundary.to_path_buf(),
-            real_boundary,
+            boundary: Boundary::new_or_given(boundary),
         };
         let lua = Lua::new_with(
             StdLib::TABLE | StdLib::STRING | StdLib::MATH | StdLib::UTF8,

@@ -1006,7 +1006,13 @@ fn pattern_functions_agree_with_lua() {
                 .join(", ")
         ),
     );
-    let out = Sandbox::load(tmp.path(), "scheduler/v1", small())
+    // A correctness test: the time budget is far above what the harness needs, so that a
+    // loaded machine does not fail it.
+    let limits = Limits {
+        time: Duration::from_secs(30),
+        ..small()
+    };
+    let out = Sandbox::load(tmp.path(), "scheduler/v1", limits)
         .unwrap()
         .run(&input())
         .unwrap();

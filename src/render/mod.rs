@@ -136,15 +136,7 @@ impl Applier {
 impl Inner {
     /// The parsed template dir, reparsed only when one of its files changed.
     fn template_set(&self, name: &str) -> Result<Arc<TemplateSet>, String> {
-        let fingerprint = {
-            let snapshot = self.templates.peek();
-            let mut h = Sha1::new();
-            for (path, file) in snapshot.dir(name) {
-                h.update(path.as_bytes());
-                h.update(file.hash.as_bytes());
-            }
-            hex::encode(h.finalize())
-        };
+        let fingerprint = self.templates.peek().fingerprint(name);
         if let Some((f, set)) = self.cache.lock().unwrap().get(name)
             && *f == fingerprint
         {

@@ -10,6 +10,7 @@ use serde_norway::Value as Yaml;
 
 use super::engines::{Engine, EngineKind, HandlebarsEngine, TeraEngine, Vars, kind_of};
 use crate::apply::{self, Command};
+use crate::paths::{Boundary, Escape};
 
 /// One `*.render.yaml`: the templates it renders and the commands that apply them.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,18 +59,14 @@ impl TemplateSet {
     pub fn load(templates_root: &Path, name: &str) -> Result<TemplateSet, String> {
         let dir = templates_root.join(name);
         // A symlink must not lead the template dir out of templates/.
-        let root = templates_root
-            .canonicalize()
-            .map_err(|e| format!("templates/: {e}"))?;
-        let real = dir
-            .canonicalize()
-            .map_err(|e| format!("templates/{name}: {e}"))?;
-        if !real.starts_with(&root) {
-            return Err(format!(
-                "templates/{name}: leads outside templates/ (a symlink?)"
-            ));
-        }
-        TemplateSet::load_dir(&real, &root, name, &format!("templates/{name}"))
+        let root = Boundary::new(templates_root).map_err(|e| format!("templates/: {e}"))?;
+        let real = root.resolve(&dir).map_err(|escape| match escape {
+            Escape::Unresolved(e) => format!("templates/{name}: {e}"),
+            Escape::Outside(_) => {
+                format!("templates/{name}: leads outside templates/ (a symlink?)")
+            }
+        })?;
+        TemplateSet::load_dir(&real, root.real(), name, &format!("templates/{name}"))
     }
 
     /// Loads the template dir `dir`, whose symlinks must stay inside `boundary` (`templates/`:

@@ -28,10 +28,10 @@ pub struct Timings {
 impl Default for Timings {
     fn default() -> Self {
         Timings {
-            start_timeout: Duration::from_millis(1000),
-            message_timeout_min: Duration::from_millis(750),
-            message_timeout_max: Duration::from_millis(1250),
-            heartbeat: Duration::from_millis(250),
+            start_timeout: crate::defaults::START_TIMEOUT,
+            message_timeout_min: crate::defaults::LEADER_TIMEOUT_MIN,
+            message_timeout_max: crate::defaults::LEADER_TIMEOUT_MAX,
+            heartbeat: crate::defaults::HEARTBEAT,
         }
     }
 }
