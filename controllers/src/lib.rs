@@ -16,7 +16,7 @@
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
-//! - [`testing`]: fakes and fixtures for tests.
+//! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
 pub mod cleanup;
 pub mod defaults;
@@ -29,6 +29,7 @@ pub mod render;
 pub mod schedule;
 pub mod state;
 pub mod store;
+#[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod vars;
 pub mod wallclock;
