@@ -12,7 +12,7 @@ use prometheus::{
 use verwalter_controllers::driver::DriverObserver;
 use verwalter_controllers::ports::SchedulerFailure;
 use verwalter_controllers::schedule::ScheduleObserver;
-use verwalter_controllers::store::Store;
+use verwalter_controllers::status::{SCHEDULE_PERSIST, SchedulerRuns, Snapshot, Status};
 
 /// Buckets for pass and scheduler durations: 1 ms to 10 s.
 const DURATION_BUCKETS: &[f64] = &[
@@ -141,7 +141,12 @@ impl Metrics {
             ),
             scheduler_failures: counter_vec(
                 "verwalter_scheduler_failures_total",
-                "Failed scheduler runs by reason (load, runtime, timeout, memory, bad_output, internal).",
+                &format!(
+                    "Failed scheduler runs by reason ({}).",
+                    SchedulerFailure::ALL
+                        .map(SchedulerFailure::label)
+                        .join(", ")
+                ),
                 &["reason"],
             ),
             scheduler_duration: reg(
@@ -261,23 +266,32 @@ impl Metrics {
         metrics
     }
 
-    /// Prometheus text format, with the store-derived gauges refreshed first.
-    pub fn render(&self, store: &Store) -> String {
-        let election = store.election.peek();
+    /// Scheduler runs since start, and how many failed (of every kind).
+    pub fn scheduler_runs(&self) -> SchedulerRuns {
+        SchedulerRuns::count(self.scheduler_runs.get(), |kind| {
+            self.scheduler_failures
+                .with_label_values(&[kind.label()])
+                .get()
+        })
+    }
+
+    /// Prometheus text format, with the store-derived gauges refreshed first: those that repeat
+    /// a fact of the status from its view, the rest from the snapshot it was made from.
+    pub fn render(&self, status: &Status, snapshot: &Snapshot) -> String {
+        let election = &status.election_state;
         self.leader.set(i64::from(election.is_leader));
         self.election_epoch.set(election.epoch as i64);
-        let schedule = store.schedule.peek();
         self.schedule_timestamp.set(
-            schedule
+            snapshot
+                .schedule
                 .as_ref()
                 .as_ref()
                 .map_or(0, |s| (s.timestamp / 1000) as i64),
         );
-        self.peers.set(store.peers.peek().peers.len() as i64);
-        let scheduler = store.scheduler.peek();
+        self.peers.set(status.peers as i64);
         self.schedule_persist_failing
-            .set(i64::from(store.persist_error.peek().is_some()));
-        if let Some(ms) = scheduler.last_success {
+            .set(i64::from(status.errors.contains_key(SCHEDULE_PERSIST)));
+        if let Some(ms) = snapshot.scheduler.last_success {
             self.scheduler_last_success.set((ms / 1000) as i64);
         }
         let contact = self
@@ -293,11 +307,11 @@ impl Metrics {
                 .map_or(0, |d| d.as_millis() as u64);
             now.saturating_sub(contact) as f64 / 1000.0
         });
-        let roles = store.roles.peek();
-        self.roles_failing.set(roles.failed.len() as i64);
-        if let Some(d) = &roles.last_deployment {
+        self.roles_failing.set(status.failed_roles.len() as i64);
+        if let Some(d) = &status.last_deployment {
             self.last_deployment.set((d.started / 1000) as i64);
         }
+        let roles = &snapshot.roles;
         {
             let mut series = self.failing_series.lock().unwrap();
             for role in series.iter() {

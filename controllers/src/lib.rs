@@ -13,6 +13,7 @@
 //! - [`render`]: renders and applies each role of this node (one deployment id a pass).
 //! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
+//! - [`status`]: the status view (`/v1/status`, `/v1/events`, metrics) from one store snapshot.
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
@@ -28,6 +29,7 @@ pub mod ports;
 pub mod render;
 pub mod schedule;
 pub mod state;
+pub mod status;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -1,10 +1,9 @@
 //! `/v1/events`: a server-sent events stream of `/v1/status`, for pages that would otherwise poll.
 //!
-//! The first event is the status now; another follows each time something `/v1/status` shows
-//! changed (election, peers, schedule, scheduler, inputs, roles, peer reports, pending actions),
-//! at most one per 50 ms so that a burst of changes costs one event. Each event is
-//! `event: status` with the status JSON as data; a comment every 15 s keeps proxies from closing
-//! an idle stream.
+//! The first event is the status now; another follows each time a store field `/v1/status` is
+//! made from changed (the fields of `status::Sources`), at most one per 50 ms so that a burst of
+//! changes costs one event. Each event is `event: status` with the status JSON as data; a
+//! comment every 15 s keeps proxies from closing an idle stream.
 //!
 //! A slow reader costs no queue: an event is made from the status when the client is ready for
 //! it, so it gets the latest state, never a backlog. A reader that stops reading is dropped once
@@ -21,6 +20,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, watch};
+use verwalter_controllers::status::Sources;
 use verwalter_controllers::store::Trigger;
 
 use super::AppState;
@@ -84,20 +84,8 @@ pub async fn events(
         _permit: permit,
         metrics: state.metrics.clone(),
     };
-    let store = &state.store;
-    let mut triggers: Vec<Box<dyn Trigger>> = vec![
-        store.election.trigger(),
-        store.peers.trigger(),
-        store.schedule.trigger(),
-        store.scheduler.trigger(),
-        store.inputs.trigger(),
-        store.roles.trigger(),
-        store.reports.trigger(),
-        store.actions.trigger(),
-    ];
-    for t in &mut triggers {
-        t.mark_seen();
-    }
+    // Exactly the fields the status is made from.
+    let triggers = Sources::new(&state.store).triggers();
     let (progress, watched) = watch::channel((0, 0));
     if let Some(axum::Extension(connection)) = connection {
         tokio::spawn(watchdog(

@@ -24,22 +24,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use verwalter_controllers::store::{Field, Store};
 
+pub use api::version;
 pub use error::ApiError;
 pub use serve::{ConnectionHandle, HttpSettings, connection_cap, raise_nofile_limit, serve};
+/// Who this node is, for `/v1/status` and friends.
+pub use verwalter_controllers::status::NodeInfo;
 
 use crate::metrics::Metrics;
-
-/// Who this node is, for `/v1/status` and friends.
-#[derive(Debug, Clone)]
-pub struct NodeInfo {
-    pub id: String,
-    pub name: String,
-    pub hostname: String,
-    /// `host:port` the API listens on.
-    pub addr: String,
-    pub debug_force_leader: bool,
-    pub default_frontend: String,
-}
 
 /// What every handler gets.
 #[derive(Debug, Clone)]

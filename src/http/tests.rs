@@ -63,8 +63,10 @@ fn app_state(
             name: "alpha.example.com".into(),
             hostname: "alpha".into(),
             addr: "127.0.0.1:8379".into(),
+            port: 8379,
             debug_force_leader: false,
             default_frontend: default_frontend.into(),
+            version: version(),
         }),
         frontend_dir,
         http: Default::default(),
@@ -858,4 +860,122 @@ async fn the_schedule_body_is_shared_per_schedule_and_follows_a_new_one() {
     writer.schedule.set(Some(first));
     let c = shared.body(&writer.store().schedule.peek());
     assert_ne!(c, a, "a new snapshot is serialized anew");
+}
+
+/// `/v1/events` used to miss two fields the status shows: a schedule that could not be written
+/// (`errors.schedule_persist`) and a new leader's prefetch finishing (`fetch_state`).
+#[tokio::test]
+async fn events_follow_a_failed_schedule_write_and_the_end_of_a_prefetch() {
+    use http_body_util::BodyExt;
+    use verwalter_controllers::state::{Peer, Peers, Prefetched};
+    let writer = StoreWriter::new(None);
+    writer.election.set(ElectionState {
+        is_leader: true,
+        is_stable: true,
+        epoch: 2,
+        ..Default::default()
+    });
+    let beta = "77985419c732412ea38b94db00000002";
+    writer.peers.set(Peers {
+        peers: [(
+            beta.to_string(),
+            Peer {
+                id: beta.into(),
+                addr: None,
+                name: "beta".into(),
+                hostname: "beta".into(),
+                schedule: None,
+                known_since: 1,
+                last_report_direct: None,
+                errors: 0,
+            },
+        )]
+        .into(),
+        timestamp: Some(1),
+    });
+    let app = app(&writer);
+    let response = app
+        .oneshot(Request::get("/v1/events").body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    let mut body = response.into_body();
+    let mut next = async || {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), body.frame())
+            .await
+            .expect("an event within 10 s")
+            .unwrap()
+            .unwrap();
+        let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+        let data = text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap();
+        serde_json::from_str::<Value>(data).unwrap()
+    };
+    let first = next().await;
+    assert_eq!(
+        first["fetch_state"]["state"],
+        json!("Prefetching"),
+        "{first}"
+    );
+    assert_eq!(first["errors"], json!({}));
+
+    writer
+        .persist_error
+        .set(Some("schedule.json: No space left on device".into()));
+    let event = next().await;
+    assert_eq!(
+        event["errors"]["schedule_persist"],
+        json!("schedule.json: No space left on device"),
+        "{event}"
+    );
+    assert_eq!(event["num_errors"], json!(1));
+
+    writer.prefetched.set(Prefetched {
+        epoch: 2,
+        schedules: Vec::new(),
+    });
+    let event = next().await;
+    assert_eq!(
+        event["fetch_state"],
+        json!({"state": "StableLeader"}),
+        "{event}"
+    );
+}
+
+/// The redirect goes to the leader's port as the peer list gives it (a static list may give
+/// each node its own), and to this node's port when the list gives no address.
+#[tokio::test]
+async fn the_leader_redirect_uses_the_leaders_port_from_the_peer_list() {
+    use verwalter_controllers::state::{Peer, Peers};
+    let writer = StoreWriter::new(None);
+    let peer = |n: u32, addr: Option<&str>| Peer {
+        id: format!("77985419c732412ea38b94db{n:08}"),
+        addr: addr.map(Into::into),
+        name: format!("n{n}.example.com"),
+        hostname: format!("n{n}"),
+        schedule: None,
+        known_since: 1,
+        last_report_direct: None,
+        errors: 0,
+    };
+    writer.peers.set(Peers {
+        peers: [peer(2, Some("10.0.0.2:9000")), peer(3, None)]
+            .into_iter()
+            .map(|p| (p.id.clone(), p))
+            .collect(),
+        timestamp: Some(1),
+    });
+    let app = app(&writer);
+    for (leader, location) in [
+        (2, "http://n2.example.com:9000/v1/status"),
+        (3, "http://n3.example.com:8379/v1/status"),
+    ] {
+        writer.election.set(ElectionState {
+            is_stable: true,
+            leader: Some(format!("77985419c732412ea38b94db{leader:08}")),
+            epoch: 1,
+            ..Default::default()
+        });
+        let response = get_with(&app, "/v1/leader-redirect-by-node-name/v1/status", &[]).await;
+        assert_eq!(response.status(), StatusCode::PERMANENT_REDIRECT);
+        assert_eq!(response.headers()["location"], location);
+    }
 }
