@@ -1,6 +1,7 @@
 //! The reconcile core of verwalter: what the daemon decides, with no IO of its own.
 //!
 //! A tour of the modules:
+//! - [`actions`]: the leader's queue of operator actions (caps, ids, journal, answers).
 //! - [`state`]: typed observed and desired state (inputs, peers, schedule, scheduler status).
 //! - [`store`]: the shared store; readers get `Arc` snapshots and wake on change, one writer per
 //!   field, and a write that changes nothing wakes no one.
@@ -16,6 +17,7 @@
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`testing`]: fakes and fixtures for tests.
 
+pub mod actions;
 pub mod cleanup;
 pub mod driver;
 pub mod election;

@@ -46,7 +46,7 @@ pub struct NodeInfo {
 pub struct AppState {
     pub store: Store,
     /// The leader's pending operator actions.
-    pub actions: Arc<crate::actions::ActionQueue>,
+    pub actions: Arc<verwalter_controllers::actions::ActionQueue>,
     /// The deployment log: served under `/v1/log/`, and the audit line of each action (absent in
     /// some tests).
     pub logs: Option<Arc<crate::logs::LogDir>>,
