@@ -294,6 +294,8 @@ pub struct MemoryJournal {
     pub fail_appends: std::sync::atomic::AtomicBool,
     /// Rewrites fail and leave the file as it was.
     pub fail_rewrites: std::sync::atomic::AtomicBool,
+    /// While set, an append lands at once but is acknowledged only for a permit of this.
+    pub gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 impl MemoryJournal {
@@ -311,6 +313,14 @@ impl MemoryJournal {
 
     pub fn calls(&self) -> Vec<JournalCall> {
         self.calls.lock().unwrap().clone()
+    }
+
+    /// From now on each append waits for a permit of the returned gate before it is
+    /// acknowledged (a slow sync).
+    pub fn hold_appends(&self) -> Arc<tokio::sync::Semaphore> {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *self.gate.lock().unwrap() = Some(gate.clone());
+        gate
     }
 
     fn error(what: &str) -> JournalError {
@@ -349,7 +359,13 @@ impl ActionJournal for MemoryJournal {
             file.extend_from_slice(&records);
             Ok(())
         };
-        Box::pin(std::future::ready(result))
+        let gate = self.gate.lock().unwrap().clone();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("the gate stays open").forget();
+            }
+            result
+        })
     }
 
     fn rewrite(&self, records: Vec<u8>) -> BoxFuture<'static, Result<(), JournalError>> {

@@ -520,6 +520,65 @@ async fn a_waiter_learns_leadership_was_lost() {
     rig.stop().await;
 }
 
+/// Leadership lost while an action is being written: the drop did not see it, so it is dropped
+/// as soon as it is written, and its waiter told.
+#[tokio::test(start_paused = true)]
+async fn an_action_written_as_leadership_is_lost_is_dropped() {
+    let rig = rig(ActionLimits::default()).await;
+    let gate = rig.journal.hold_appends();
+    let queue = rig.queue.clone();
+    let registering = tokio::spawn(async move { queue.register(json!(1), true).await });
+    while appends(&rig.journal) == 0 {
+        tokio::task::yield_now().await;
+    }
+    rig.lead(false);
+    tokio::task::yield_now().await; // the queue drops what is pending: nothing yet
+    gate.add_permits(2); // this append, and the remove after it
+    let registered = registering.await.unwrap().unwrap();
+    assert_eq!(
+        registered.answer.unwrap().wait().await,
+        Outcome::LeadershipLost
+    );
+    assert!(rig.pending().is_empty());
+    while appends(&rig.journal) < 2 {
+        tokio::task::yield_now().await;
+    }
+    assert!(on_disk(&rig.journal).is_empty(), "{}", rig.journal.text());
+    rig.stop().await;
+}
+
+/// Requests that arrive while a sync runs wait for it and share the next append.
+#[tokio::test(start_paused = true)]
+async fn requests_during_a_sync_share_the_next_append() {
+    let rig = rig(ActionLimits::default()).await;
+    let gate = rig.journal.hold_appends();
+    let first = {
+        let queue = rig.queue.clone();
+        tokio::spawn(async move { queue.register(json!(0), false).await })
+    };
+    while appends(&rig.journal) == 0 {
+        tokio::task::yield_now().await;
+    }
+    let rest: Vec<_> = (1..10)
+        .map(|n| {
+            let queue = rig.queue.clone();
+            tokio::spawn(async move { queue.register(json!(n), false).await })
+        })
+        .collect();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(rig.pending().is_empty(), "not acknowledged before the sync");
+    gate.add_permits(2);
+    first.await.unwrap().unwrap();
+    for task in rest {
+        task.await.unwrap().unwrap();
+    }
+    assert_eq!(appends(&rig.journal), 2, "{:?}", rig.journal.calls());
+    assert_eq!(rig.pending().len(), 10);
+    rig.stop().await;
+}
+
 /// Without a schedule that takes it, a waiter gives up after [`WAIT_LIMIT`]; the action stays
 /// pending and a later schedule still consumes it.
 #[tokio::test(start_paused = true)]
