@@ -234,7 +234,7 @@ pub struct Config {
     pub debounce: Duration,
     pub command_timeout: Duration,
     pub log_limits: crate::logs::LogLimits,
-    pub action_limits: crate::actions::ActionLimits,
+    pub action_limits: verwalter_controllers::actions::ActionLimits,
     pub peer_source: PeerSource,
     pub allow_minority_cluster: bool,
     pub debug_force_leader: bool,
@@ -473,8 +473,8 @@ impl Config {
                     << 20,
             },
             action_limits: {
-                let default = crate::actions::ActionLimits::default();
-                crate::actions::ActionLimits {
+                let default = verwalter_controllers::actions::ActionLimits::default();
+                verwalter_controllers::actions::ActionLimits {
                     max_count: file
                         .actions
                         .max_pending
@@ -683,7 +683,7 @@ mod tests {
         let config = load("port: 9000\n").unwrap();
         assert_eq!(
             config.action_limits,
-            crate::actions::ActionLimits {
+            verwalter_controllers::actions::ActionLimits {
                 max_count: 1000,
                 max_bytes: 4 << 20
             }

@@ -19,7 +19,6 @@ use verwalter_controllers::render::RenderController;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
 
-use crate::actions::{ActionQueue, QueueConfig};
 use crate::backups;
 use crate::cluster::client::HttpClient;
 use crate::cluster::election::ElectionTask;
@@ -48,7 +47,7 @@ pub enum StartError {
     #[error("{0}")]
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
-    Actions(#[source] std::io::Error),
+    Actions(#[source] verwalter_controllers::ports::JournalError),
 }
 
 /// Runs the daemon until `shutdown` is cancelled.
@@ -318,16 +317,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             .run(shutdown.clone()),
     );
 
-    let action_queue = ActionQueue::new(
-        actions,
-        store.clone(),
-        QueueConfig {
-            journal: state_dir.actions_journal_path(),
-            legacy: Some(state_dir.old_actions_path()),
-            limits: config.action_limits,
-        },
-    )
-    .map_err(StartError::Actions)?;
+    let action_queue =
+        crate::actions::open(actions, store.clone(), &state_dir, config.action_limits)
+            .map_err(StartError::Actions)?;
     tasks.spawn(action_queue.clone().run(shutdown.clone()));
     let server_metrics = metrics.clone();
     let mut limits = config.http.clone();

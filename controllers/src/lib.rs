@@ -1,6 +1,7 @@
 //! The reconcile core of verwalter: what the daemon decides, with no IO of its own.
 //!
 //! A tour of the modules:
+//! - [`actions`]: the leader's queue of operator actions (caps, ids, journal, answers).
 //! - [`state`]: typed observed and desired state (inputs, peers, schedule, scheduler status).
 //! - [`store`]: the shared store; readers get `Arc` snapshots and wake on change, one writer per
 //!   field, and a write that changes nothing wakes no one.
@@ -19,6 +20,7 @@
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
+pub mod actions;
 pub mod cleanup;
 pub mod defaults;
 pub mod driver;

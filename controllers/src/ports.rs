@@ -124,3 +124,49 @@ pub trait DeploymentLog: Send + Sync + 'static {
     /// fails a deployment; this is how a broken log is reported.
     fn problem(&self) -> Option<String>;
 }
+
+/// Why the action journal could not be read or written (the I/O error is shared, so the one
+/// failure of a batch reaches every request in it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum JournalError {
+    /// The journal exists but cannot be read. Taking it for "no actions" would rewrite it empty
+    /// and lose every pending action, so the daemon does not start.
+    #[error("cannot read the action journal {path}: {source}")]
+    Read {
+        path: std::path::PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+    #[error("{path}: cannot write: {source}")]
+    Write {
+        path: std::path::PathBuf,
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+}
+
+/// What the action journal's storage held at start.
+#[derive(Debug, Default)]
+pub struct SavedJournal {
+    /// The journal's bytes; `None` when there is no journal yet.
+    pub journal: Option<Vec<u8>>,
+    /// The pending actions of versions before the journal (`actions.json`) when that file
+    /// exists: its bytes, or why it could not be read.
+    pub legacy: Option<Result<Vec<u8>, JournalError>>,
+}
+
+/// The storage of the leader's pending actions (`src/actions/journal.rs`): a file of records
+/// the [action queue](crate::actions) encodes and decides about; this only reads and writes
+/// bytes. The queue never calls two writes at once.
+pub trait ActionJournal: Send + Sync + 'static {
+    /// Reads what an earlier run left.
+    fn load(&self) -> Result<SavedJournal, JournalError>;
+    /// Appends `records` and syncs them; resolves once they are on disk. On failure none of
+    /// them may be taken as written (the file is cut back where that can be done).
+    fn append(&self, records: Vec<u8>) -> BoxFuture<'static, Result<(), JournalError>>;
+    /// Replaces the whole journal with `records`, atomically and synced. After a failure the
+    /// next append must not land in a file this replace may have unlinked.
+    fn rewrite(&self, records: Vec<u8>) -> BoxFuture<'static, Result<(), JournalError>>;
+    /// Removes the older versions' file once its actions are in the journal.
+    fn remove_legacy(&self) -> BoxFuture<'static, Result<(), JournalError>>;
+}

@@ -9,8 +9,8 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::ports::{
-    AppliedStore, Clock, DeploymentLog, RoleApplier, RoleJob, ScheduleStore, Scheduler,
-    SchedulerError, SchedulerFailure,
+    ActionJournal, AppliedStore, Clock, DeploymentLog, JournalError, RoleApplier, RoleJob,
+    SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
 };
 use crate::schedule::ScheduleObserver;
 use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
@@ -268,5 +268,123 @@ pub fn templates(files: &[(&str, &str)]) -> crate::state::Templates {
                 })
                 .collect(),
         ),
+    }
+}
+
+/// One call the action queue made to a [`MemoryJournal`], failed or not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JournalCall {
+    Append(Vec<u8>),
+    Rewrite(Vec<u8>),
+    RemoveLegacy,
+}
+
+/// An action journal in memory: the file's bytes, the older versions' file, every call, and
+/// failures to switch on (a full disk, an unreadable file).
+#[derive(Debug, Default)]
+pub struct MemoryJournal {
+    /// The journal file; `None` while there is none.
+    pub file: Mutex<Option<Vec<u8>>>,
+    /// The older versions' `actions.json`.
+    pub legacy: Mutex<Option<Vec<u8>>>,
+    pub calls: Mutex<Vec<JournalCall>>,
+    /// `load` fails (the file exists but cannot be read).
+    pub unreadable: std::sync::atomic::AtomicBool,
+    /// Appends fail after half of their bytes landed (what a failed sync may leave).
+    pub fail_appends: std::sync::atomic::AtomicBool,
+    /// Rewrites fail and leave the file as it was.
+    pub fail_rewrites: std::sync::atomic::AtomicBool,
+    /// While set, an append lands at once but is acknowledged only for a permit of this.
+    pub gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+}
+
+impl MemoryJournal {
+    /// A journal holding `bytes`.
+    pub fn holding(bytes: &[u8]) -> Arc<MemoryJournal> {
+        let journal = MemoryJournal::default();
+        *journal.file.lock().unwrap() = Some(bytes.to_vec());
+        Arc::new(journal)
+    }
+
+    /// The journal's text.
+    pub fn text(&self) -> String {
+        String::from_utf8(self.file.lock().unwrap().clone().unwrap_or_default()).unwrap()
+    }
+
+    pub fn calls(&self) -> Vec<JournalCall> {
+        self.calls.lock().unwrap().clone()
+    }
+
+    /// From now on each append waits for a permit of the returned gate before it is
+    /// acknowledged (a slow sync).
+    pub fn hold_appends(&self) -> Arc<tokio::sync::Semaphore> {
+        let gate = Arc::new(tokio::sync::Semaphore::new(0));
+        *self.gate.lock().unwrap() = Some(gate.clone());
+        gate
+    }
+
+    fn error(what: &str) -> JournalError {
+        JournalError::Write {
+            path: "memory/actions.journal".into(),
+            source: Arc::new(std::io::Error::other(what.to_string())),
+        }
+    }
+}
+
+impl ActionJournal for MemoryJournal {
+    fn load(&self) -> Result<SavedJournal, JournalError> {
+        if self.unreadable.load(Ordering::SeqCst) {
+            return Err(JournalError::Read {
+                path: "memory/actions.journal".into(),
+                source: Arc::new(std::io::Error::from(std::io::ErrorKind::PermissionDenied)),
+            });
+        }
+        Ok(SavedJournal {
+            journal: self.file.lock().unwrap().clone(),
+            legacy: self.legacy.lock().unwrap().clone().map(Ok),
+        })
+    }
+
+    fn append(&self, records: Vec<u8>) -> BoxFuture<'static, Result<(), JournalError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(JournalCall::Append(records.clone()));
+        let mut file = self.file.lock().unwrap();
+        let file = file.get_or_insert_with(Vec::new);
+        let result = if self.fail_appends.load(Ordering::SeqCst) {
+            file.extend_from_slice(&records[..records.len() / 2]);
+            Err(MemoryJournal::error("No space left on device"))
+        } else {
+            file.extend_from_slice(&records);
+            Ok(())
+        };
+        let gate = self.gate.lock().unwrap().clone();
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.acquire().await.expect("the gate stays open").forget();
+            }
+            result
+        })
+    }
+
+    fn rewrite(&self, records: Vec<u8>) -> BoxFuture<'static, Result<(), JournalError>> {
+        self.calls
+            .lock()
+            .unwrap()
+            .push(JournalCall::Rewrite(records.clone()));
+        let result = if self.fail_rewrites.load(Ordering::SeqCst) {
+            Err(MemoryJournal::error("Read-only file system"))
+        } else {
+            *self.file.lock().unwrap() = Some(records);
+            Ok(())
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn remove_legacy(&self) -> BoxFuture<'static, Result<(), JournalError>> {
+        self.calls.lock().unwrap().push(JournalCall::RemoveLegacy);
+        *self.legacy.lock().unwrap() = None;
+        Box::pin(std::future::ready(Ok(())))
     }
 }

@@ -1,5 +1,7 @@
 //! The action API: `POST /v1/action`, `POST /v1/wait_action`, `GET /v1/pending_actions`,
-//! `GET /v1/action_is_pending/<id>` (verwalter 0.13's routes and shapes).
+//! `GET /v1/action_is_pending/<id>` (verwalter 0.13's routes and shapes). Reads requests and
+//! turns the queue's results into responses; the rules are the queue's
+//! (`verwalter_controllers::actions`).
 //!
 //! Requests must be `Content-Type: application/json` (a `charset` parameter is fine) with a body
 //! of at most 64 KiB; errors are JSON. On a follower, actions are refused with 503 and the
@@ -7,23 +9,19 @@
 //! `/v1/leader-redirect-by-node-name/v1/action`).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::sync::oneshot::Receiver;
+use verwalter_controllers::actions::{Outcome, RegisterError, Registered, WAIT_LIMIT};
 
 use super::AppState;
 use super::api::build_status;
-use crate::actions::{Outcome, RegisterError};
 
 /// Largest action body accepted.
 pub const BODY_LIMIT: usize = 64 << 10;
-/// How long `/v1/wait_action` waits for a schedule that consumes the action.
-pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
     (status, Json(json!({"error": message.into()}))).into_response()
@@ -42,13 +40,12 @@ fn body_timed_out(error: &axum::Error) -> bool {
     false
 }
 
-/// The JSON body of an action request, or the error response.
-/// Checks and registers the action of `request`; with `wait`, also a waiter for its outcome.
+/// Reads the action of `request` and registers it; with `wait`, also a waiter for its outcome.
 async fn read_action(
     state: &AppState,
     request: Request,
     wait: bool,
-) -> Result<(u64, Option<Receiver<Outcome>>), Response> {
+) -> Result<Registered, Response> {
     let json_type = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -88,63 +85,56 @@ async fn read_action(
             format!("the body is not JSON: {e}"),
         )
     })?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    // Spawned so that a client hanging up while the action is written to disk cannot leave it
-    // on disk but not pending.
-    let queue = state.actions.clone();
+    // A client hanging up while the action is written cannot leave it on disk but not
+    // pending: the queue's writer makes it pending, whether this call is still there or not.
     let logged = action.clone();
-    let registered = tokio::spawn(async move { queue.register(now, action, wait).await })
+    let registered = state
+        .actions
+        .register(action, wait)
         .await
-        .map_err(|e| {
-            error(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("registering the action failed: {e}"),
-            )
+        .map_err(|e| match e {
+            RegisterError::NotLeader => {
+                let status = build_status(state);
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    Json(json!({"error": e.to_string(), "leader": status.leader})),
+                )
+                    .into_response()
+            }
+            RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
+            RegisterError::TooManyPending { .. }
+            | RegisterError::PendingTooLarge { .. }
+            | RegisterError::Store(_)
+            | RegisterError::Stopped => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
         })?;
-    let (id, receiver) = registered.map_err(|e| match e {
-        RegisterError::NotLeader => {
-            let status = build_status(state);
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"error": e.to_string(), "leader": status.leader})),
-            )
-                .into_response()
-        }
-        RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
-        RegisterError::TooManyPending { .. }
-        | RegisterError::PendingTooLarge { .. }
-        | RegisterError::Store(_) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
-    })?;
-    let action = logged;
+    let id = registered.id;
     if let Some(logs) = &state.logs {
-        logs.audit(&format!("action {id} from {source}: {action}"));
+        logs.audit(&format!("action {id} from {source}: {logged}"));
     }
     tracing::info!(id, %source, "Action registered.");
-    Ok((id, receiver))
+    Ok(registered)
 }
 
 pub async fn action(State(state): State<AppState>, request: Request) -> Response {
     match read_action(&state, request, false).await {
-        Ok((id, _)) => Json(json!({"registered": id})).into_response(),
+        Ok(registered) => Json(json!({"registered": registered.id})).into_response(),
         Err(response) => response,
     }
 }
 
 pub async fn wait_action(State(state): State<AppState>, request: Request) -> Response {
-    let (id, receiver) = match read_action(&state, request, true).await {
-        Ok((id, receiver)) => (id, receiver.expect("registered with a waiter")),
+    let (id, answer) = match read_action(&state, request, true).await {
+        Ok(Registered { id, answer }) => (id, answer.expect("registered with a waiter")),
         Err(response) => return response,
     };
-    match tokio::time::timeout(WAIT_LIMIT, receiver).await {
-        Ok(Ok(Outcome::Reply(value))) => Json(value).into_response(),
-        Ok(Ok(Outcome::NoReply)) => StatusCode::NO_CONTENT.into_response(),
-        Ok(Ok(Outcome::LeadershipLost)) | Ok(Err(_)) => error(
+    match answer.wait().await {
+        Outcome::Reply(value) => Json(value).into_response(),
+        Outcome::NoReply => StatusCode::NO_CONTENT.into_response(),
+        Outcome::LeadershipLost => error(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("action {id}: this node stopped leading before a schedule took it"),
         ),
-        Err(_) => error(
+        Outcome::TimedOut => error(
             StatusCode::GATEWAY_TIMEOUT,
             format!(
                 "action {id}: no schedule took it within {} s (it stays pending)",

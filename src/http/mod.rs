@@ -37,7 +37,7 @@ use crate::metrics::Metrics;
 pub struct AppState {
     pub store: Store,
     /// The leader's pending operator actions.
-    pub actions: Arc<crate::actions::ActionQueue>,
+    pub actions: Arc<verwalter_controllers::actions::ActionQueue>,
     /// The deployment log: served under `/v1/log/`, and the audit line of each action (absent in
     /// some tests).
     pub logs: Option<Arc<crate::logs::LogDir>>,

@@ -12,16 +12,6 @@ use verwalter_controllers::testing::inputs;
 
 use super::*;
 
-/// A journal of its own for each test app: tests run in parallel threads (and test processes
-/// in parallel), and a shared file would hand one test's pending actions to another.
-fn journal_path() -> std::path::PathBuf {
-    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
-    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = DIR.get_or_init(|| tempfile::tempdir().unwrap());
-    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    dir.path().join(format!("actions-{n}.journal"))
-}
-
 fn app(writer: &StoreWriter) -> Router {
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     app_serving(writer, no_frontends, "common")
@@ -44,14 +34,13 @@ fn app_state(
     AppState {
         store: writer.store(),
         force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
-        actions: crate::actions::ActionQueue::new(
+        // Not run: these tests register no action (no node leads).
+        actions: verwalter_controllers::actions::ActionQueue::open(
             verwalter_controllers::store::Field::new(Default::default()),
             writer.store(),
-            crate::actions::QueueConfig {
-                journal: journal_path(),
-                legacy: None,
-                limits: Default::default(),
-            },
+            Arc::new(verwalter_controllers::testing::MemoryJournal::default()),
+            Arc::new(verwalter_controllers::ports::SystemClock),
+            Default::default(),
         )
         .unwrap(),
         logs: None,
