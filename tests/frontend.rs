@@ -550,6 +550,11 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
         status["last_deployment"]["finished"].is_u64().then_some(())
     })
     .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    wait_for(SOON, || {
+        let backups = daemon.json("/v1/backups")?;
+        (!backups.as_array()?.is_empty()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no backup:\n{}", daemon.logs()));
     let browser = Browser::start();
     // Each page with something that shows it has loaded what it reads.
     let pages = [
