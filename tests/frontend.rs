@@ -1,8 +1,10 @@
 //! The built-in web frontend in headless Chromium against a daemon on a temp copy of
 //! `examples/minimal`: the overview shows the leader and the roles and follows changes without a
 //! reload, a version button and a global action change the schedule, the re-render button starts
-//! a deployment, the log pages show it, and nothing is logged to the console. Screenshots go to
-//! `<target>/screenshots/frontend-*.png`.
+//! a deployment, the log pages show it, and nothing is logged to the console; every page loads
+//! without a script error, and a refused press, a missing log or a refused stream is shown with
+//! its cause. Without a browser: every module the page imports is served as JavaScript.
+//! Screenshots go to `<target>/screenshots/frontend-*.png`.
 
 use std::path::Path;
 use std::time::Duration;
@@ -318,7 +320,7 @@ fn buttons_send_what_the_schedule_declares() {
 }
 
 #[test]
-fn a_role_page_says_it_is_loading_until_the_status_comes_and_retries_a_full_stream_cap() {
+fn a_role_page_says_it_is_loading_until_the_status_comes_and_why_and_retries_a_full_stream_cap() {
     use std::io::{Read, Write};
     let (tmp, config, storage) = example_site("minimal");
     let settings = tmp.path().join("settings.yaml");
@@ -352,10 +354,344 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_retries_a_full_stre
     assert!(!browser.text(&content).contains("No role"));
     let page = browser.execute("return document.body.innerText", vec![]);
     assert!(!page.as_str().unwrap().contains("No role"), "{page}");
+    // Why: the node's answer to the stream, in a notice.
+    let notice = browser.wait_for_text("#notices", "Could not load /v1/events: 503", SOON);
+    let text = browser.text(&notice);
+    assert!(text.contains("event streams are open"), "{text}");
     shot(&browser, "role-loading");
 
-    // Once the stream is free the page connects again by itself and shows the role.
+    // Once the stream is free the page connects again by itself, shows the role, and the
+    // notice is gone.
     drop(held);
     browser.wait_for("#versions button", Duration::from_secs(60));
     assert!(browser.find("#role-loading").is_none());
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    browser.wait_for_text("#live", "live", SOON);
+}
+
+/// One HTTP/1.0 GET on 127.0.0.1: the status, the `Content-Type` and the body.
+fn get_typed(port: u16, path: &str) -> (u16, String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream.set_read_timeout(Some(SOON)).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: verwalter\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no HTTP answer for {path}: {response:?}"));
+    let code = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-type")
+                .then(|| value.trim().to_string())
+        })
+        .unwrap_or_default();
+    (code, content_type, body.to_string())
+}
+
+/// The `src` of each `<script type="module" src="...">` of a page.
+fn module_scripts(html: &str) -> Vec<String> {
+    html.split("<script")
+        .skip(1)
+        .map(|tag| tag.split('>').next().unwrap_or_default())
+        .filter(|tag| tag.contains(r#"type="module""#))
+        .filter_map(|tag| Some(tag.split(r#"src=""#).nth(1)?.split('"').next()?.to_string()))
+        .collect()
+}
+
+/// The specifiers of a module's static imports and re-exports (`import ... from "x"`,
+/// `import "x"`, `export ... from "x"`, the `} from "x"` line that ends a long import list).
+fn imports(module: &str) -> Vec<String> {
+    let quoted = |text: &str| {
+        let text = text.trim_start();
+        let quote = text.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+        Some(text[1..].split(quote).next()?.to_string())
+    };
+    module
+        .lines()
+        .map(str::trim)
+        .filter(|line| {
+            line.starts_with("import ") || line.starts_with("export ") || line.starts_with("} from")
+        })
+        .filter_map(|line| match line.rsplit_once(" from ") {
+            Some((_, rest)) => quoted(rest),
+            None => quoted(line.strip_prefix("import ")?),
+        })
+        .collect()
+}
+
+/// `specifier` resolved against the URL path `base` (the importing module's).
+fn resolve(base: &str, specifier: &str) -> String {
+    let mut parts: Vec<&str> = if specifier.starts_with('/') {
+        Vec::new()
+    } else {
+        let dir = &base[..base.rfind('/').unwrap()];
+        dir.split('/').filter(|p| !p.is_empty()).collect()
+    };
+    for part in specifier.split('/').filter(|p| !p.is_empty()) {
+        match part {
+            "." => {}
+            ".." => {
+                parts.pop();
+            }
+            _ => parts.push(part),
+        }
+    }
+    format!("/{}", parts.join("/"))
+}
+
+#[test]
+fn every_module_the_page_imports_is_served_as_javascript() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("frontend");
+    let mut on_disk: Vec<String> = walk_js(&source)
+        .into_iter()
+        .map(|p| {
+            let rel = p.strip_prefix(&source).unwrap().to_str().unwrap();
+            format!("/common/{rel}")
+        })
+        .collect();
+    on_disk.sort();
+
+    // The same page at `/`, a deep link and under `/~common/`: the modules are the same files.
+    for page in ["/", "/roles/web", "/~common/logs"] {
+        let (code, content_type, html) = get_typed(daemon.port, page);
+        assert_eq!(code, 200, "{page}");
+        assert!(
+            content_type.starts_with("text/html"),
+            "{page}: {content_type}"
+        );
+        let mut queue = module_scripts(&html);
+        assert_eq!(queue, ["/common/app.js"], "the module scripts of {page}");
+        let mut served = Vec::new();
+        while let Some(url) = queue.pop() {
+            if served.contains(&url) {
+                continue;
+            }
+            let (code, content_type, text) = get_typed(daemon.port, &url);
+            assert_eq!(
+                code, 200,
+                "{url} (imported by the page) is not served: is it in FILES in src/http/frontend.rs?"
+            );
+            assert!(
+                content_type.starts_with("text/javascript"),
+                "{url} is served as {content_type:?}: browsers run modules only as JavaScript"
+            );
+            assert!(
+                !text.contains("import("),
+                "{url}: a dynamic import, which this test cannot follow"
+            );
+            for specifier in imports(&text) {
+                assert!(
+                    specifier.starts_with("./") || specifier.starts_with("../"),
+                    "{url} imports {specifier:?}: imports are relative, so that they work \
+                     wherever the files are served"
+                );
+                queue.push(resolve(&url, &specifier));
+            }
+            served.push(url);
+        }
+        served.sort();
+        assert_eq!(
+            served, on_disk,
+            "the modules the page loads from {page} and the .js files of frontend/ differ"
+        );
+    }
+}
+
+/// Every `.js` file under `dir`.
+fn walk_js(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            found.extend(walk_js(&path));
+        } else if path.extension().is_some_and(|e| e == "js") {
+            found.push(path);
+        }
+    }
+    found
+}
+
+#[test]
+fn imports_are_found_and_resolved_as_a_browser_does() {
+    let module = "import {a, b} from \"./js/x.js\";\nimport './side.js';\nimport {\n  c,\n} from \"../y.js\";\nexport {d} from \"./pages/z.js\";\nconst s = \"not an import from './no.js'\";\n";
+    assert_eq!(
+        imports(module),
+        ["./js/x.js", "./side.js", "../y.js", "./pages/z.js"]
+    );
+    assert_eq!(resolve("/common/app.js", "./js/x.js"), "/common/js/x.js");
+    assert_eq!(
+        resolve("/common/js/pages/roles.js", "../dom.js"),
+        "/common/js/dom.js"
+    );
+    assert_eq!(resolve("/common/js/api.js", "/other.js"), "/other.js");
+}
+
+/// The notices shown now (`#notices`), by text.
+fn notices(browser: &Browser) -> Vec<String> {
+    browser
+        .find_all("#notices .notice .notice-text")
+        .iter()
+        .map(|n| browser.text(n))
+        .collect()
+}
+
+#[test]
+fn every_page_loads_without_a_script_error_or_a_notice() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["last_deployment"]["finished"].is_u64().then_some(())
+    })
+    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    wait_for(SOON, || {
+        let backups = daemon.json("/v1/backups")?;
+        (!backups.as_array()?.is_empty()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no backup:\n{}", daemon.logs()));
+    let browser = Browser::start();
+    // Each page with something that shows it has loaded what it reads.
+    let pages = [
+        ("", "#roles-table", "web"),
+        ("/roles", "#role-list", "cache"),
+        ("/roles/web", "#role-deployments", "log"),
+        ("/nodes", "#nodes", "alpha"),
+        ("/schedule", "#schedule-tree", "roles"),
+        ("/scheduler", "#scheduler-log", ""),
+        ("/logs", "#log-rows", "RoleStart"),
+        ("/tail/global/latest", ".toolbar", "bytes "),
+        ("/backups", "#backups", ""),
+        ("/api", "main", "/v1/roles_data"),
+    ];
+    for base in ["", "/~common"] {
+        for (path, css, text) in pages {
+            let url = format!("http://127.0.0.1:{}{base}{path}", daemon.port);
+            browser.goto(&url);
+            browser.wait_for_text("#live", "live", SOON);
+            browser.wait_for_text(css, text, SOON);
+            assert_eq!(notices(&browser), Vec::<String>::new(), "notices on {url}");
+            let errors = browser.console_errors();
+            assert!(errors.is_empty(), "console errors on {url}: {errors:#?}");
+        }
+    }
+    // Back to a page left before: it is live again (the browser may have kept it with its
+    // stream closed, or load it anew).
+    browser.execute("history.back(); return null", vec![]);
+    browser.wait_for_text("#backups", "", SOON);
+    browser.wait_for_text("#live", "live", SOON);
+    assert!(
+        browser.url().ends_with("/~common/backups"),
+        "{}",
+        browser.url()
+    );
+    // Links inside the page keep the base they were served under.
+    let link = browser.wait_for("#nav a[href='/~common/roles']", SOON);
+    browser.click(&link);
+    browser.wait_for_text("#role-list", "web", SOON);
+    assert!(
+        browser.url().ends_with("/~common/roles"),
+        "{}",
+        browser.url()
+    );
+
+    // A script error is shown on the page too, not only in the console.
+    // (From a script of the page: the browser hides the text of errors of the test's own
+    // scripts from the page.)
+    browser.execute(
+        "const script = document.createElement('script'); \
+         script.textContent = \"setTimeout(() => { throw new Error('thrown by the test') })\"; \
+         document.head.append(script); return null",
+        vec![],
+    );
+    let notice = browser.wait_for_text("#notices", "Script error", SOON);
+    assert!(
+        browser.text(&notice).contains("thrown by the test"),
+        "{}",
+        browser.text(&notice)
+    );
+    let errors = browser.console_errors();
+    assert!(
+        errors.len() == 1 && errors[0].contains("thrown by the test"),
+        "{errors:#?}"
+    );
+}
+
+/// A role whose one button sends more than the leader may hold pending (`actions.max-pending-kib:
+/// 1` in the test's settings), and a small one.
+const BIG_BUTTON_SCHEDULER: &str = r#"
+return {scheduler = function(state)
+  local replies = {}
+  for id, action in pairs(state.actions) do replies[id] = {ok = "took " .. action.button.action} end
+  return {
+    actions = replies,
+    roles = {app = {global_actions = {
+      {title = "Upload", id = "upload", data = {blob = string.rep("x", 2048)}},
+      {title = "Ping", id = "ping"},
+    }}},
+    nodes = {},
+  }, "ok"
+end}
+"#;
+
+#[test]
+fn operators_see_why_a_press_or_a_page_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    std::fs::create_dir_all(config.join("scheduler/v1")).unwrap();
+    std::fs::create_dir_all(config.join("runtime")).unwrap();
+    std::fs::write(config.join("scheduler/v1/main.lua"), BIG_BUTTON_SCHEDULER).unwrap();
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(&settings, "actions:\n  max-pending-kib: 1\n").unwrap();
+    let daemon = Daemon::launch(
+        &config,
+        &tmp.path().join("storage"),
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let base = format!("http://127.0.0.1:{}", daemon.port);
+    let browser = Browser::start();
+
+    // A press the leader refuses: the line under the buttons says so, with the node's reason.
+    browser.goto(&format!("{base}/roles/app"));
+    browser.click_on("#global-actions button", Some("Upload"), SOON);
+    let refused = browser.wait_for_text("#action-results .result.bad", "503", SOON);
+    let text = browser.text(&refused);
+    assert!(
+        text.contains("POST /v1/wait_action") && text.contains("at most 1024 may be pending"),
+        "{text}"
+    );
+    // The next press is sent and answered on its own line.
+    browser.click_on("#global-actions button", Some("Ping"), SOON);
+    browser.wait_for_text("#action-results .result.ok", "took ping", SOON);
+    assert!(browser.find("#action-results .result.pending").is_none());
+    shot(&browser, "refused");
+
+    // A log that does not exist: a notice names the request and the answer.
+    browser.goto(&format!("{base}/tail/role/nope/latest"));
+    let notice = browser.wait_for_text("#notices", "/v1/log/role/nope/latest", SOON);
+    assert!(
+        browser.text(&notice).contains("404"),
+        "{}",
+        browser.text(&notice)
+    );
+    browser.wait_for_text("#tail", "There is no log role/nope/latest", SOON);
+    shot(&browser, "missing-log");
+    // It belongs to that page: leaving it takes the notice away.
+    browser.click_on("#nav a[href='/']", None, SOON);
+    browser.wait_for("#roles-table", SOON);
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    // The browser's own lines for the refused requests are all the console has.
+    let errors = browser.console_errors();
+    assert!(
+        errors.iter().all(|e| e.contains("Failed to load resource")),
+        "{errors:#?}"
+    );
 }

@@ -21,6 +21,9 @@
 //!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
 //!   the cap under a low descriptor limit cannot starve the API, nor can request bodies that
 //!   never come (408).
+//! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
+//!   follower, failures shown with their cause, every page without a script error; its modules
+//!   served as JavaScript.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `partition`: five nodes behind forwarding proxies the test cuts: a minority side does not

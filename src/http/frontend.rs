@@ -39,7 +39,7 @@ struct Asset {
 }
 
 macro_rules! embed {
-    ($name:literal, $type:literal) => {
+    ($name:literal, $type:expr) => {
         (
             $name,
             $type,
@@ -48,13 +48,37 @@ macro_rules! embed {
     };
 }
 
-/// Every file of `frontend/`; `index.html` is the page, the rest are under `/common/`.
+/// Every file of `frontend/`; `index.html` is the page, the rest are under `/common/` (a module
+/// in `frontend/js/pages/x.js` at `/common/js/pages/x.js`). Modules must be sent as JavaScript:
+/// browsers refuse to run a module of another type. `tests/frontend.rs` follows every import of
+/// the page and fails on one missing here.
 const FILES: &[(&str, &str, &[u8])] = &[
     embed!("index.html", "text/html; charset=utf-8"),
-    embed!("app.js", "text/javascript; charset=utf-8"),
     embed!("app.css", "text/css; charset=utf-8"),
     embed!("favicon.svg", "image/svg+xml"),
+    embed!("app.js", JS),
+    embed!("js/actions.js", JS),
+    embed!("js/api.js", JS),
+    embed!("js/dom.js", JS),
+    embed!("js/header.js", JS),
+    embed!("js/logindex.js", JS),
+    embed!("js/notices.js", JS),
+    embed!("js/parts.js", JS),
+    embed!("js/router.js", JS),
+    embed!("js/state.js", JS),
+    embed!("js/stream.js", JS),
+    embed!("js/pages/api-links.js", JS),
+    embed!("js/pages/backups.js", JS),
+    embed!("js/pages/logs.js", JS),
+    embed!("js/pages/nodes.js", JS),
+    embed!("js/pages/overview.js", JS),
+    embed!("js/pages/roles.js", JS),
+    embed!("js/pages/schedule.js", JS),
+    embed!("js/pages/scheduler.js", JS),
+    embed!("js/pages/tail.js", JS),
 ];
+
+const JS: &str = "text/javascript; charset=utf-8";
 
 static ASSETS: LazyLock<Vec<Asset>> = LazyLock::new(|| {
     FILES

@@ -304,7 +304,14 @@ async fn the_built_in_frontend_is_served_for_every_page_path_with_cache_validati
     let (status, content_type, script) = get(&app, "/common/app.js").await;
     assert_eq!(status, StatusCode::OK);
     assert!(content_type.starts_with("text/javascript"));
-    assert!(script.contains("/v1/events"));
+    assert!(script.contains("./js/stream.js"), "{script}");
+    // The modules it imports, in folders under /common/ too.
+    let (status, content_type, module) = get(&app, "/common/js/stream.js").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(content_type.starts_with("text/javascript"));
+    assert!(module.contains("/v1/events"));
+    let (status, _, _) = get(&app, "/common/js/pages/roles.js").await;
+    assert_eq!(status, StatusCode::OK);
 
     let zipped = get_with(&app, "/common/app.js", &[("accept-encoding", "br, gzip")]).await;
     assert_eq!(zipped.headers()["content-encoding"], "gzip");

@@ -1,0 +1,58 @@
+// The Nodes page (`/nodes`, also `/peers`): this node and every peer, with their roles.
+
+import {card, fill, h, link, pill, short, table, when} from "../dom.js";
+import {isLeader} from "../state.js";
+
+/** The peer list's report times move without a status event: it is read again this often. */
+const PEERS_REFRESH_MS = 5000;
+
+export function nodesPage(ctx) {
+  const {state, api, notices} = ctx;
+  const root = h("div", {});
+  function draw() {
+    const s = state.status;
+    if (!s) return;
+    const d = (state.schedule && state.schedule.data) || {};
+    const nodes = d.nodes || {};
+    const self = {id: s.id, hostname: s.hostname, name: s.name, primary_addr: null, self: true,
+      known_since: null, last_report_direct: null, errors: s.num_errors,
+      schedule: s.schedule_id ? {hash: s.schedule_id} : null};
+    const all = [self, ...state.peers];
+    const rows = all.map((p) => {
+      const entry = nodes[p.hostname] || {};
+      const roles = Object.keys(entry.roles || {}).sort();
+      const info = Array.isArray(entry.shortinfo) ? entry.shortinfo.filter(Array.isArray)
+        .map((i) => i[1] + ": " + (i[0] === "gauge" && i.length >= 4 ? i[2] + "/" + i[3] : i[2])).join(", ") : "";
+      const leaderMark = s.leader && s.leader.id === p.id ? [" ", pill("leader")] : null;
+      return h("tr", {},
+        h("td", {}, p.self ? h("strong", {}, p.hostname) : p.primary_addr
+          ? h("a", {href: "http://" + p.primary_addr + "/"}, p.hostname) : p.hostname, leaderMark,
+        p.self ? [" ", pill("this node")] : null),
+        h("td", {}, p.name),
+        h("td", {class: "mono"}, p.primary_addr || (p.self ? location.host : "—")),
+        h("td", {}, roles.map((r) => [link("/roles/" + encodeURIComponent(r), r), " "]), info ? h("div", {class: "muted"}, info) : null),
+        h("td", {}, !p.self && !isLeader(state) ? h("span", {class: "muted"}, "—")
+          : p.errors ? pill(p.errors + " error(s)", "bad") : pill("ok", "ok")),
+        h("td", {class: "mono", title: (p.schedule && p.schedule.hash) || ""}, p.schedule ? short(p.schedule.hash) : "—"),
+        h("td", {}, p.self ? "—" : when(p.last_report_direct)),
+        h("td", {}, p.self ? "—" : when(p.known_since)),
+        h("td", {class: "mono muted", title: p.id}, short(p.id)));
+    });
+    const extra = Object.keys(nodes).filter((n) => !all.some((p) => p.hostname === n)).sort();
+    fill(root, h("h1", {}, "Nodes"),
+      card(null, table(["Host", "Name", "Address", "Roles", "Errors", "Schedule", "Last report", "Known since", "Id"], rows, {id: "nodes"}),
+        isLeader(state) ? null : h("p", {class: "muted"}, "Errors of other nodes reach the leader only.")),
+      extra.length ? card("In the schedule, not in the peer list", h("p", {}, extra.join(", "))) : null);
+  }
+  async function refresh() {
+    try {
+      state.peers = await api.getJson("/v1/peers");
+      draw();
+    } catch (e) {
+      notices.show(e);
+    }
+  }
+  draw();
+  const timer = setInterval(refresh, PEERS_REFRESH_MS);
+  return {node: root, live: draw, leave: () => clearInterval(timer)};
+}
