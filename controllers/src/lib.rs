@@ -11,6 +11,7 @@
 //! - [`election`]: the sans-IO leader election state machine and its controller.
 //! - [`render`]: renders and applies each role of this node (one deployment id a pass).
 //! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
+//! - [`replication`]: what a follower fetches, what a new leader gathers as parents (sans-IO).
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
@@ -23,6 +24,7 @@ pub mod hash;
 pub mod persist;
 pub mod ports;
 pub mod render;
+pub mod replication;
 pub mod schedule;
 pub mod state;
 pub mod store;
