@@ -15,10 +15,14 @@
 //! - a new leader waits until every peer it had an election packet from lately (two heartbeats)
 //!   has answered in its epoch, or until the prefetch window ends, then fetches every distinct
 //!   schedule its peers report, and those of other nodes that peers reported since shortly
-//!   before it won; they become the parents of its first run (verwalter 0.13 waited 15–75 s);
+//!   before it won; with the one it holds they become the parents of its first run (verwalter
+//!   0.13 waited 15–75 s);
 //! - once that is done, a schedule of another node that a peer reports later (the other side of
 //!   a healed partition, whose leader followed this one without an election) is fetched and
 //!   added to the parents, tried up to [`PARENT_TRIES`] times;
+//! - schedules are fetched only from peers heard from lately (in the last two heartbeats): a
+//!   schedule only silent peers report (the other side of a partition that lasts) waits until
+//!   a peer that has it is heard again, instead of using up its tries before the heal;
 //! - a result for a fetch that no longer matters (the leader changed, leadership was lost or
 //!   the epoch moved on) is ignored.
 
@@ -219,6 +223,8 @@ pub struct Replication {
     skipped: BTreeMap<String, (u32, Instant)>,
     /// `replaced` in the store.
     replaced: Vec<Schedule>,
+    /// When to look again for a late parent only silent peers report.
+    poll_at: Option<Instant>,
 }
 
 impl Replication {
@@ -232,6 +238,7 @@ impl Replication {
             parents: Prefetched::default(),
             skipped: BTreeMap::new(),
             replaced: Vec::new(),
+            poll_at: None,
         }
     }
 
@@ -367,6 +374,7 @@ impl Replication {
                 .values()
                 .filter(|(tries, _)| *tries < PARENT_TRIES)
                 .map(|(_, next)| *next)
+                .chain(self.poll_at)
                 .min(),
             _ => None,
         };
@@ -434,7 +442,8 @@ impl Replication {
             if waiting > 0 && now < lead.deadline {
                 return;
             }
-            lead.gathering = Some(gathering(world, lead.from_ms, &self.config.id));
+            let live_since = live_since(world, self.config.recent);
+            lead.gathering = Some(gathering(world, lead.from_ms, live_since, &self.config.id));
         }
         if self.in_flight.is_some() {
             return;
@@ -468,6 +477,7 @@ impl Replication {
     /// added to the parents, so the next scheduler run merges it. Reports since the leadership
     /// began count even when the peer has moved on since.
     fn late_parent(&mut self, now: Instant, world: &World, out: &mut Vec<Action>) {
+        self.poll_at = None;
         if self.in_flight.is_some() {
             return;
         }
@@ -479,26 +489,33 @@ impl Replication {
             },
             |l| l.from_ms,
         );
+        let live_since = live_since(world, self.config.recent);
         let own = world.held.map(|s| &s.hash);
-        let next = foreign_stamps(world, from_ms, &self.config.id)
-            .into_iter()
-            .find(|(_, stamp)| {
-                let waiting = self
-                    .skipped
-                    .get(&stamp.hash)
-                    .is_some_and(|(tries, next)| *tries >= PARENT_TRIES || now < *next);
-                let known = Some(&stamp.hash) == own
-                    || self.parents.schedules.iter().any(|s| s.hash == stamp.hash);
-                !known && !waiting
-            });
-        if let Some((peer, stamp)) = next {
-            let epoch = world.election.epoch;
+        for (hash, source) in sources(world, from_ms, live_since, &self.config.id, false) {
+            let waiting = self
+                .skipped
+                .get(&hash)
+                .is_some_and(|(tries, next)| *tries >= PARENT_TRIES || now < *next);
+            let known = Some(&hash) == own || self.parents.schedules.iter().any(|s| s.hash == hash);
+            if known || waiting {
+                continue;
+            }
+            if !source.live {
+                // Only peers not heard from lately report it (the other side of a partition
+                // that lasts): a fetch would fail and use up a try. Look again soon: a report
+                // from a peer heard again does not always change the reports.
+                self.poll_at = Some(now + self.config.recent);
+                continue;
+            }
             let fetch = Fetch {
-                peer,
-                stamp,
-                purpose: Purpose::LateParent { epoch },
+                peer: source.peer,
+                stamp: source.stamp,
+                purpose: Purpose::LateParent {
+                    epoch: world.election.epoch,
+                },
             };
             self.ask(fetch, out);
+            return;
         }
     }
 
@@ -545,50 +562,74 @@ fn follow_retry(failures: u32) -> Duration {
     (FOLLOW_RETRY_FIRST * (1 << (failures.clamp(1, 7) - 1))).min(FOLLOW_RETRY_MAX)
 }
 
-/// Schedules made by other nodes that peers report now, or reported since `since_ms`, each with
-/// a peer to fetch it from, by hash.
-fn foreign_stamps(world: &World, since_ms: u64, me: &NodeId) -> Vec<(NodeId, ScheduleStamp)> {
-    let mut found: BTreeMap<&String, (NodeId, ScheduleStamp)> = world
-        .sightings
-        .since(since_ms)
-        .filter(|s| s.stamp.origin != *me)
-        .map(|s| (&s.stamp.hash, (s.peer.clone(), s.stamp.clone())))
-        .collect();
-    // A peer holding it now is the likelier one to serve it.
+/// Peers whose last election packet came at or after this (wall-clock ms) count as heard from
+/// lately: a fetch from them is likely to work.
+fn live_since(world: &World, recent: Duration) -> u64 {
+    world.now_ms.saturating_sub(recent.as_millis() as u64)
+}
+
+/// A peer to fetch a schedule from.
+#[derive(Debug)]
+struct Source {
+    peer: NodeId,
+    stamp: ScheduleStamp,
+    /// The peer was heard from lately.
+    live: bool,
+}
+
+/// Schedules that peers report now (made by any node with `any_origin`, else by other nodes) and
+/// schedules of other nodes that peers reported since `since_ms`, by hash, each with a peer to
+/// fetch it from: one heard from since `live_since` if there is one, else a peer holding it now
+/// (the likelier one to serve it), else the last one that reported it.
+fn sources(
+    world: &World,
+    since_ms: u64,
+    live_since: u64,
+    me: &NodeId,
+    any_origin: bool,
+) -> BTreeMap<String, Source> {
+    let mut found: BTreeMap<String, Source> = BTreeMap::new();
+    let mut offer = |peer: &NodeId, stamp: &ScheduleStamp| {
+        let live = world.packets.get(peer).is_some_and(|at| *at >= live_since);
+        let better = found.get(&stamp.hash).is_none_or(|s| live && !s.live);
+        if better {
+            let source = Source {
+                peer: peer.clone(),
+                stamp: stamp.clone(),
+                live,
+            };
+            found.insert(stamp.hash.clone(), source);
+        }
+    };
     for (peer, report) in world.reports {
         if let Some(stamp) = &report.schedule
-            && stamp.origin != *me
+            && (any_origin || stamp.origin != *me)
         {
-            found.insert(&stamp.hash, (peer.clone(), stamp.clone()));
+            offer(peer, stamp);
         }
     }
-    found.into_values().collect()
+    for sighting in world.sightings.since(since_ms) {
+        if sighting.stamp.origin != *me {
+            offer(&sighting.peer, &sighting.stamp);
+        }
+    }
+    found
 }
 
 /// What a new leader fetches once its wait ended: every distinct schedule its peers report (any
-/// origin) and every schedule of another node reported since `from_ms`, but the one it holds.
-fn gathering(world: &World, from_ms: u64, me: &NodeId) -> Gathering {
+/// origin) and every schedule of another node reported since `from_ms`, but the one it holds,
+/// each from a peer heard from lately. (A schedule only silent peers report would cost the
+/// first scheduler run a fetch timeout; another node's is fetched later, as a late parent, once
+/// a peer heard from reports it.)
+fn gathering(world: &World, from_ms: u64, live_since: u64, me: &NodeId) -> Gathering {
     let mut found = BTreeMap::new();
     if let Some(held) = world.held {
         found.insert(held.hash.clone(), held.clone());
     }
-    let mut wanted: BTreeMap<String, (NodeId, ScheduleStamp)> = BTreeMap::new();
-    for (peer, report) in world.reports {
-        if let Some(stamp) = &report.schedule
-            && !found.contains_key(&stamp.hash)
-        {
-            wanted
-                .entry(stamp.hash.clone())
-                .or_insert((peer.clone(), stamp.clone()));
-        }
-    }
-    for (peer, stamp) in foreign_stamps(world, from_ms, me) {
-        if !found.contains_key(&stamp.hash) {
-            wanted.entry(stamp.hash.clone()).or_insert((peer, stamp));
-        }
-    }
-    Gathering {
-        queue: wanted.into_values().collect(),
-        found,
-    }
+    let queue = sources(world, from_ms, live_since, me, true)
+        .into_iter()
+        .filter(|(hash, source)| source.live && !found.contains_key(hash))
+        .map(|(_, source)| (source.peer, source.stamp))
+        .collect();
+    Gathering { queue, found }
 }

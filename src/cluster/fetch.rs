@@ -248,12 +248,21 @@ mod tests {
     const PEER: &str = "77985419c732412ea38b94db00000002";
     const OTHER_LEADER: &str = "77985419c732412ea38b94db00000003";
 
+    /// Peers count as heard from lately for a minute: these tests run on the real clock, and
+    /// the peer's packets are noted once (see [`heard`]).
     fn config() -> ReplicationConfig {
         ReplicationConfig {
             id: ME.into(),
             window: Duration::from_secs(2),
-            recent: Duration::from_millis(500),
+            recent: Duration::from_secs(60),
         }
+    }
+
+    /// What the election transport notes when a packet from `peer` arrives.
+    fn heard(peer: &str) -> Liveness {
+        let live = Liveness::default();
+        live.packet(peer, SystemClock.now_ms());
+        live
     }
 
     fn stamp(s: &Schedule) -> ScheduleStamp {
@@ -406,7 +415,7 @@ mod tests {
                     persist_error,
                 )),
                 metrics: Arc::new(Metrics::new()),
-                live: Default::default(),
+                live: heard(PEER),
                 clock,
                 sightings,
             },
@@ -500,7 +509,7 @@ mod tests {
                 replaced,
                 persister: persister.clone(),
                 metrics: Arc::new(Metrics::new()),
-                live: Default::default(),
+                live: heard(PEER),
                 clock: Arc::new(SystemClock),
                 sightings: Default::default(),
             },

@@ -525,6 +525,7 @@ fn a_new_leader_gathers_at_the_end_of_the_window_without_the_silent_peers() {
     node.packet(A, 2, Some(&a_holds));
     assert_eq!(node.step(), vec![], "B has not answered");
     node.advance(WINDOW - ms(101));
+    node.packet(A, 2, Some(&a_holds));
     assert_eq!(node.step(), vec![], "1 ms before the window ends");
     let asked = node.wake();
     assert_eq!(
@@ -719,7 +720,10 @@ fn a_late_parent_is_tried_up_to_four_times_then_given_up() {
         let Some(at) = retry_at else { break };
         assert!(fetches(&actions).is_empty(), "not before the wait");
         assert_eq!(node.wake_at(), Some(*at));
-        assert_eq!(fetches(&node.wake()).len(), 1);
+        // B keeps answering pings meanwhile (UDP works, TCP does not yet).
+        node.advance(*at - node.now);
+        node.packet(B, 5, Some(&other_side));
+        assert_eq!(fetches(&node.step()).len(), 1);
         tries_at.push(node.now);
     }
     assert_eq!(tries_at.len() as u32, PARENT_TRIES);
@@ -735,6 +739,60 @@ fn a_late_parent_is_tried_up_to_four_times_then_given_up() {
     node.packet(B, 5, Some(&other_side));
     assert_eq!(node.step(), vec![]);
     assert_eq!(node.wake_at(), None);
+}
+
+#[test]
+fn a_schedule_only_silent_peers_report_waits_until_one_is_heard_again() {
+    // Minority mode: this node leads its side of a partition; B, cut off on the other side,
+    // last reported its own leader's schedule before the cut.
+    let mut node = Node::new();
+    let own = made_by(ME, 1);
+    node.held = Some(own.clone());
+    let other_side = made_by(C, 1);
+    node.packet(B, 1, Some(&other_side));
+    node.advance(Duration::from_secs(60));
+    node.packet(A, 7, Some(&own));
+    node.lead(7);
+    node.packet(A, 7, Some(&own));
+    let actions = node.step();
+    assert!(
+        fetches(&actions).is_empty(),
+        "no fetch to wait out: {actions:?}"
+    );
+    assert_eq!(node.prefetched.epoch, 7, "gathered without waiting for B");
+    assert_eq!(hashes(&node.prefetched.schedules), vec![own.hash.as_str()]);
+    // While the cut lasts: no fetch, so no try used up; a look every `recent`.
+    for _ in 0..100 {
+        assert_eq!(node.wake_at(), Some(node.now + RECENT));
+        assert!(fetches(&node.wake()).is_empty());
+    }
+    // The heal: B is heard again (it follows this node now) and still holds that schedule.
+    node.packet(B, 7, Some(&other_side));
+    let asked = node.step();
+    assert_eq!(fetches(&asked)[0].stamp, other_side.stamp());
+    node.answer(Ok(other_side.clone()));
+    assert_eq!(
+        hashes(&node.prefetched.schedules),
+        sorted(&[&own, &other_side])
+    );
+    assert_eq!(node.wake_at(), None);
+}
+
+#[test]
+fn a_late_parent_is_fetched_from_a_peer_heard_lately() {
+    let (mut node, own) = settled_leader();
+    let other_side = made_by(C, 1);
+    // B reported it long ago and went silent; A reports it now.
+    node.packet(B, 5, Some(&other_side));
+    node.advance(Duration::from_secs(10));
+    node.packet(A, 5, Some(&other_side));
+    let asked = node.step();
+    assert_eq!(fetches(&asked)[0].peer, A);
+    node.answer(Ok(other_side.clone()));
+    assert_eq!(
+        hashes(&node.prefetched.schedules),
+        sorted(&[&own, &other_side])
+    );
 }
 
 #[test]
