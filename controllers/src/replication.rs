@@ -242,12 +242,6 @@ impl Replication {
         }
     }
 
-    /// The parents gathered so far (what [`Action::Gathered`] and [`Action::AddedParent`] last
-    /// handed out).
-    pub fn parents(&self) -> &Prefetched {
-        &self.parents
-    }
-
     /// The fetch whose result is awaited, if any.
     pub fn in_flight(&self) -> Option<&Fetch> {
         self.in_flight.as_ref()
