@@ -194,11 +194,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         };
         tasks.spawn(task.run(shutdown.clone()));
         let fetcher = Fetcher::new(
-            ReplicationConfig {
-                id: config.machine_id.clone(),
-                window: config.prefetch,
-                recent: config.timings.heartbeat * 2,
-            },
+            ReplicationConfig::new(
+                config.machine_id.clone(),
+                config.prefetch,
+                config.timings.heartbeat,
+            ),
             FetcherParts {
                 store: store.clone(),
                 schedule: schedule.clone(),

@@ -62,10 +62,23 @@ pub struct ReplicationConfig {
     pub id: NodeId,
     /// The longest a new leader gathers its peers' schedules before its first scheduler run.
     pub window: Duration,
-    /// A new leader waits for the peers it had election packets from within this (two
-    /// heartbeats): the live ones. A dead peer would otherwise hold every failover for the
-    /// whole window. Reports of other nodes' schedules count from this long before it won.
+    /// Peers heard from within this are live (two heartbeats, see [`ReplicationConfig::new`]):
+    /// a new leader waits for them, and fetches go to them only. A dead peer would otherwise
+    /// hold every failover for the whole window. Reports of other nodes' schedules count from
+    /// this long before a leadership was won.
     pub recent: Duration,
+}
+
+impl ReplicationConfig {
+    /// The settings for a node with this election `heartbeat`: a live peer answers every ping,
+    /// so two heartbeats without a packet allow one lost one.
+    pub fn new(id: NodeId, window: Duration, heartbeat: Duration) -> ReplicationConfig {
+        ReplicationConfig {
+            id,
+            window,
+            recent: heartbeat * 2,
+        }
+    }
 }
 
 /// A schedule made by another node that a peer reported in an election packet.

@@ -535,16 +535,16 @@ impl Sim {
     /// Runs a replication machine on every node, next to its election (see the module docs).
     /// A new leader gathers for at most 2 s (the daemon's default).
     fn with_replication(mut self) -> Sim {
-        let recent = self.timings.heartbeat * 2;
+        let heartbeat = self.timings.heartbeat;
         self.replicas = self
             .ids
             .iter()
             .map(|id| Replica {
-                machine: Replication::new(ReplicationConfig {
-                    id: id.clone(),
-                    window: Duration::from_secs(2),
-                    recent,
-                }),
+                machine: Replication::new(ReplicationConfig::new(
+                    id.clone(),
+                    Duration::from_secs(2),
+                    heartbeat,
+                )),
                 held: None,
                 replaced: Vec::new(),
                 prefetched: Prefetched::default(),
