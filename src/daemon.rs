@@ -16,13 +16,13 @@ use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
 use verwalter_controllers::render::RenderController;
+use verwalter_controllers::replication::ReplicationConfig;
 use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
 use verwalter_controllers::store::StoreWriter;
 
 use crate::backups;
-use crate::cluster::client::HttpClient;
 use crate::cluster::election::ElectionTask;
-use crate::cluster::fetch::Fetcher;
+use crate::cluster::fetch::{Fetcher, FetcherParts};
 use crate::cluster::peers::{self, Liveness};
 use crate::config::{Config, PeerSource};
 use crate::http::{self, AppState, NodeInfo};
@@ -176,7 +176,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         )
         .force_leader(config.debug_force_leader)
         .keep_leading_without_majority(config.allow_minority_cluster);
-        let sightings = crate::cluster::fetch::Sightings::default();
+        let sightings = crate::cluster::fetch::SharedSightings::default();
         let task = ElectionTask {
             machine,
             socket: Arc::new(udp),
@@ -192,22 +192,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             key: config.election_key.clone(),
         };
         tasks.spawn(task.run(shutdown.clone()));
-        let fetcher = Fetcher {
-            store: store.clone(),
-            schedule: schedule.clone(),
-            prefetched,
-            replaced,
-            persister: persister.clone(),
-            metrics: metrics.clone(),
-            id: config.machine_id.clone(),
-            window: config.prefetch,
-            recent: config.timings.heartbeat * 2,
-            live: live.clone(),
-            clock: clock.clone(),
-            client: HttpClient::default(),
-            skipped: Default::default(),
-            sightings,
-        };
+        let fetcher = Fetcher::new(
+            ReplicationConfig::new(
+                config.machine_id.clone(),
+                config.prefetch,
+                config.timings.heartbeat,
+            ),
+            FetcherParts {
+                store: store.clone(),
+                schedule: schedule.clone(),
+                prefetched,
+                replaced,
+                persister: persister.clone(),
+                metrics: metrics.clone(),
+                live: live.clone(),
+                clock: clock.clone(),
+                sightings,
+            },
+        );
         tasks.spawn(fetcher.run(shutdown.clone()));
     } else {
         // No peer source: the node cannot have peers, so it leads itself at once.

@@ -13,6 +13,7 @@
 //! - [`election`]: the sans-IO leader election state machine and its controller.
 //! - [`render`]: renders and applies each role of this node (one deployment id a pass).
 //! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
+//! - [`replication`]: what a follower fetches, what a new leader gathers as parents (sans-IO).
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`status`]: the status view (`/v1/status`, `/v1/events`, metrics) from one store snapshot.
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
@@ -29,6 +30,7 @@ pub mod hash;
 pub mod persist;
 pub mod ports;
 pub mod render;
+pub mod replication;
 pub mod schedule;
 pub mod state;
 pub mod status;

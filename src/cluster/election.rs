@@ -17,7 +17,7 @@ use verwalter_controllers::ports::Clock;
 use verwalter_controllers::state::{Report, Reports, ScheduleStamp};
 use verwalter_controllers::store::{Field, Store};
 
-use super::fetch::Sightings;
+use super::fetch::SharedSightings;
 use super::peers::Liveness;
 use crate::metrics::Metrics;
 
@@ -42,7 +42,7 @@ pub struct ElectionTask {
     /// With `allow_minority`, peers not heard from directly for this long do not count.
     pub minority_window: Duration,
     /// Where the schedules of other nodes that peers report are noted for the fetcher.
-    pub sightings: Sightings,
+    pub sightings: SharedSightings,
     /// `election.key-file`: packets are tagged, and only tagged ones taken.
     pub key: Option<AuthKey>,
 }
@@ -171,7 +171,10 @@ impl ElectionTask {
         if let Some(stamp) = &packet.schedule
             && stamp.origin != *self.machine.id()
         {
-            self.sightings.saw(&packet.from, stamp, now_ms);
+            self.sightings
+                .lock()
+                .unwrap()
+                .saw(&packet.from, stamp, now_ms);
         }
         let from_leader = matches!(self.machine.state(), State::Follower { leader, .. } if *leader == packet.from);
         if matches!(packet.kind, Kind::Ping) && from_leader {

@@ -1,91 +1,44 @@
-//! Schedule distribution over HTTP (`GET /v1/schedule`, as verwalter 0.13):
-//!
-//! - a follower fetches the leader's schedule whenever the stamp in the leader's ping differs
-//!   from the schedule it holds; the envelope's hash is checked and its origin must be the
-//!   leader; then it is saved through the [`Persister`] (which writes it again until it is
-//!   written, and reports a failure) and put in force (and rendered);
-//! - a new leader first gathers every distinct schedule its peers report (stamps arrive in their
-//!   votes and pongs) for at most the prefetch window, and hands them all to its first scheduler
-//!   run as `parents` (0.13 waited 15–75 s; a window ends early once every peer answered).
+//! Schedule distribution over HTTP (`GET /v1/schedule`, as verwalter 0.13): the adapter around
+//! the replication machine (`verwalter_controllers::replication`), which decides what to fetch,
+//! from whom and when, and what to do with it. This task feeds it the store's election state,
+//! the peers' reports, the schedule held and the schedules peers reported; runs the fetches it
+//! asks for (within [`FETCH_TIMEOUT`] and [`MAX_SCHEDULE`], checking that the data matches the
+//! envelope's hash); and carries out its actions: a follower's schedule saved through the
+//! [`Persister`] (which writes it again until it is written, and reports a failure) and put in
+//! force (and rendered), `replaced`, and a leader's `prefetched` parents.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::persist::Persister;
-use verwalter_controllers::state::{NodeId, Prefetched, Schedule, ScheduleStamp};
+use verwalter_controllers::ports::Clock;
+use verwalter_controllers::replication::{
+    Action, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
+};
+use verwalter_controllers::state::{Prefetched, Schedule};
 use verwalter_controllers::store::{Field, Store};
 
 use super::client::HttpClient;
+use super::peers::Liveness;
 use crate::metrics::Metrics;
 
-/// Schedules larger than this are refused.
+/// Schedules larger than this are refused (a transport limit: the body is read into memory).
 pub const MAX_SCHEDULE: usize = 64 << 20;
-/// Schedules of other leaders kept after replacing them.
-const REPLACED_KEPT: usize = 4;
-/// One fetch may take this long.
+/// One request may take this long (a fetch is one or two requests, see [`get_schedule`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
-/// A schedule of another leader that could not be fetched for the parents is tried this often
-/// in all, the waits between tries doubling from [`PARENT_RETRY`]: a heal often brings UDP back
-/// a moment before TCP works, and one failure should not lose a side's decisions.
-const PARENT_TRIES: u32 = 4;
-const PARENT_RETRY: Duration = Duration::from_millis(500);
-/// Sightings kept at most: far more than the sides a heal brings together; only a flood of
-/// schedules from misbehaving peers gets near it, and then the oldest go first.
-const SIGHTINGS_KEPT: usize = 64;
 
-/// Every schedule made by another node that a peer reported in an election packet, by hash,
-/// with the last peer that reported it and when. [`Reports`](verwalter_controllers::state::Reports)
-/// keep only each peer's latest stamp, and after a heal a peer reports the other side's
-/// schedule for about one heartbeat only (until it has fetched the surviving leader's): a
-/// leader busy with a fetch or its prefetch would miss it, and that side's decisions with it.
-#[derive(Debug, Clone, Default)]
-pub struct Sightings(Arc<std::sync::Mutex<BTreeMap<String, Sighting>>>);
+/// The schedules of other nodes that peers reported, noted by the election transport as packets
+/// arrive and read by the fetcher (see [`Sightings`] for why the reports alone do not do).
+pub type SharedSightings = Arc<Mutex<Sightings>>;
 
-#[derive(Debug, Clone, PartialEq)]
-pub struct Sighting {
-    pub peer: NodeId,
-    pub stamp: ScheduleStamp,
-    /// Wall-clock ms of the last report.
-    pub at_ms: u64,
-}
-
-impl Sightings {
-    /// `peer` reported holding `stamp` at `at_ms`.
-    pub fn saw(&self, peer: &NodeId, stamp: &ScheduleStamp, at_ms: u64) {
-        let mut all = self.0.lock().unwrap();
-        all.insert(
-            stamp.hash.clone(),
-            Sighting {
-                peer: peer.clone(),
-                stamp: stamp.clone(),
-                at_ms,
-            },
-        );
-        while all.len() > SIGHTINGS_KEPT {
-            let oldest = all
-                .iter()
-                .min_by_key(|(_, s)| s.at_ms)
-                .map(|(hash, _)| hash.clone());
-            if let Some(hash) = oldest {
-                all.remove(&hash);
-            }
-        }
-    }
-
-    /// Sightings not older than `since_ms`.
-    pub fn since(&self, since_ms: u64) -> Vec<Sighting> {
-        let all = self.0.lock().unwrap();
-        all.values()
-            .filter(|s| s.at_ms >= since_ms)
-            .cloned()
-            .collect()
-    }
-}
-
-pub struct Fetcher {
+/// What the fetcher reads, writes and talks through (the wiring; no state of its own).
+pub struct FetcherParts {
     pub store: Store,
     /// Shared with the schedule controller; written here only while following.
     pub schedule: Arc<Field<Option<Schedule>>>,
@@ -95,76 +48,50 @@ pub struct Fetcher {
     /// Shared with the schedule controller: writes the schedule in force, for both roles.
     pub persister: Arc<Persister>,
     pub metrics: Arc<Metrics>,
-    pub id: NodeId,
-    /// The prefetch window of a new leader.
-    pub window: Duration,
-    /// A new leader waits for the peers it had election packets from within this (two
-    /// heartbeats): the live ones. A dead peer would otherwise hold every failover for the
-    /// whole window.
-    pub recent: Duration,
-    pub live: super::peers::Liveness,
-    pub clock: Arc<dyn verwalter_controllers::ports::Clock>,
-    pub client: HttpClient,
-    /// Foreign schedules that could not be fetched for the parents, by hash: how often, and when
-    /// to try again (not after [`PARENT_TRIES`], while leading).
-    pub skipped: std::sync::Mutex<BTreeMap<String, (u32, Instant)>>,
-    /// Other nodes' schedules peers reported (fed by the election transport).
-    pub sightings: Sightings,
+    /// When each peer's last election packet came (which peers a new leader waits for).
+    pub live: Liveness,
+    pub clock: Arc<dyn Clock>,
+    /// Fed by the election transport.
+    pub sightings: SharedSightings,
 }
 
+/// The fetcher task: the replication machine and what it acts through.
+pub struct Fetcher {
+    machine: Replication,
+    io: FetcherParts,
+    client: HttpClient,
+}
+
+/// A fetch running, with the fetch it answers.
+type Running = BoxFuture<'static, (Fetch, Result<Schedule, String>)>;
+
 impl Fetcher {
-    pub async fn run(self, shutdown: CancellationToken) {
-        let mut election = self.store.election.clone();
-        let mut reports = self.store.reports.clone();
-        let mut peers = self.store.peers.clone();
-        let mut failures = 0u32;
-        let mut retry_at: Option<Instant> = None;
-        // Wall-clock ms from when sightings count for this leadership: from a little before it
-        // was won, so that what the voters reported is in.
-        let mut lead_from = 0u64;
+    pub fn new(config: ReplicationConfig, parts: FetcherParts) -> Fetcher {
+        Fetcher {
+            machine: Replication::new(config),
+            io: parts,
+            client: HttpClient::default(),
+        }
+    }
+
+    pub async fn run(mut self, shutdown: CancellationToken) {
+        let mut election = self.io.store.election.clone();
+        let mut reports = self.io.store.reports.clone();
+        let mut peers = self.io.store.peers.clone();
+        // Fetches run beside the loop, so that the machine sees the world change meanwhile (and
+        // ignores a result that no longer matters). It asks for one at a time; a result it
+        // stopped waiting for may still be running.
+        let mut running: FuturesUnordered<Running> = FuturesUnordered::new();
         loop {
-            let state = election.get();
+            election.get();
             reports.get();
             peers.get();
-            if state.is_leader {
-                failures = 0;
-                retry_at = None;
-                if self.prefetched.get().epoch != state.epoch {
-                    lead_from = self
-                        .clock
-                        .now_ms()
-                        .saturating_sub(self.recent.as_millis() as u64);
-                    self.prefetch(state.epoch, lead_from, &shutdown).await;
-                    continue;
-                }
-                if self.late_parents(lead_from).await {
-                    continue;
-                }
-                retry_at = self.next_parent_try();
-            } else if let Some(leader) = state.leader.clone().filter(|_| state.is_stable) {
-                self.skipped.lock().unwrap().clear();
-                let due = retry_at.is_none_or(|at| Instant::now() >= at);
-                if due && let Some(target) = self.wanted(&leader) {
-                    match self.replicate(&leader, &target).await {
-                        Ok(()) => {
-                            failures = 0;
-                            retry_at = None;
-                        }
-                        Err(e) => {
-                            failures += 1;
-                            // 100 ms, doubling, at most 5 s.
-                            let delay =
-                                Duration::from_millis(100 << failures.min(7).saturating_sub(1))
-                                    .min(Duration::from_secs(5));
-                            tracing::warn!(leader = %leader, error = %e, retry_in = ?delay, "Cannot fetch the leader's schedule.");
-                            retry_at = Some(Instant::now() + delay);
-                        }
-                    }
-                    continue;
-                }
-            }
+            let now = Instant::now();
+            let actions = self.io.with_world(|world| self.machine.step(now, world));
+            self.act(actions, &mut running);
+            let wake = self.machine.wake_at(now);
             let sleep = async {
-                match retry_at {
+                match wake {
                     Some(at) => tokio::time::sleep_until(at).await,
                     None => std::future::pending().await,
                 }
@@ -174,247 +101,132 @@ impl Fetcher {
                 _ = election.changed() => {}
                 _ = reports.changed() => {}
                 _ = peers.changed() => {}
+                Some((fetch, result)) = running.next(), if !running.is_empty() => {
+                    let ok = result.as_ref().is_ok_and(|s| {
+                        verwalter_controllers::replication::refusal(&fetch, s).is_none()
+                    });
+                    self.io
+                        .metrics
+                        .schedule_fetches
+                        .with_label_values(&[if ok { "ok" } else { "error" }])
+                        .inc();
+                    let now = Instant::now();
+                    let actions = self
+                        .io
+                        .with_world(|world| self.machine.fetched(now, world, fetch, result));
+                    self.act(actions, &mut running);
+                }
                 _ = sleep => {}
             }
         }
     }
 
-    /// The leader's stamp, when it differs from the schedule held here.
-    fn wanted(&self, leader: &NodeId) -> Option<ScheduleStamp> {
-        let stamp = self.store.reports.peek().get(leader)?.schedule.clone()?;
-        let current = self.store.schedule.peek();
-        match current.as_ref() {
-            Some(s) if s.hash == stamp.hash => None,
-            _ => Some(stamp),
-        }
-    }
-
-    fn addr_of(&self, peer: &NodeId) -> Option<String> {
-        self.store.peers.peek().peers.get(peer)?.addr.clone()
-    }
-
-    /// Fetches and verifies the schedule `stamp` from `peer`.
-    async fn fetch(&self, peer: &NodeId, stamp: &ScheduleStamp) -> Result<Schedule, String> {
-        let addr = self
-            .addr_of(peer)
-            .ok_or_else(|| format!("no address known for {peer}"))?;
-        // `/v1/schedule/<hash>` also finds a schedule the peer replaced a moment ago; a peer
-        // without that route (verwalter 0.13) gets the plain `/v1/schedule`.
-        let by_hash = format!("http://{addr}/v1/schedule/{}", stamp.hash);
-        let url = format!("http://{addr}/v1/schedule");
-        let result = async {
-            let body = match self.client.get(&by_hash, MAX_SCHEDULE, FETCH_TIMEOUT).await {
-                Ok(body) => body,
-                Err(_) => self.client.get(&url, MAX_SCHEDULE, FETCH_TIMEOUT).await?,
-            };
-            let schedule: Schedule =
-                serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
-            schedule.verify().map_err(|e| format!("{url}: {e}"))?;
-            if schedule.hash != stamp.hash {
-                return Err(format!(
-                    "{url}: got schedule {}, wanted {} (it changed meanwhile)",
-                    schedule.hash, stamp.hash
-                ));
+    fn act(&self, actions: Vec<Action>, running: &mut FuturesUnordered<Running>) {
+        for action in actions {
+            match action {
+                Action::Fetch(fetch) => {
+                    let addr = self
+                        .io
+                        .store
+                        .peers
+                        .peek()
+                        .peers
+                        .get(&fetch.peer)
+                        .and_then(|p| p.addr.clone());
+                    let client = self.client.clone();
+                    running.push(Box::pin(async move {
+                        let result = match addr {
+                            Some(addr) => get_schedule(&client, &addr, &fetch.stamp.hash).await,
+                            None => Err(format!("no address known for {}", fetch.peer)),
+                        };
+                        (fetch, result)
+                    }));
+                }
+                Action::Replaced(list) => {
+                    self.io.replaced.set(list);
+                }
+                Action::Accept(schedule) => {
+                    // A failure is reported and retried by the persister; the schedule is in
+                    // force anyway.
+                    let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
+                    let _ = self.io.persister.save(&schedule, canonical);
+                    tracing::info!(hash = %schedule.hash, leader = %schedule.origin, "Took the leader's schedule.");
+                    self.io.schedule.set(Some(schedule));
+                }
+                Action::Gathered { parents, took } => {
+                    tracing::info!(
+                        epoch = parents.epoch,
+                        parents = parents.schedules.len(),
+                        ?took,
+                        "Leading; gathered the peers' schedules."
+                    );
+                    self.io.prefetched.set(parents);
+                }
+                Action::AddedParent { parents, added } => {
+                    tracing::info!(hash = %added.hash, origin = %added.origin, "A peer holds another leader's schedule; adding it to the parents.");
+                    self.io.prefetched.set(parents);
+                }
+                Action::Failed {
+                    fetch,
+                    error,
+                    retry_at,
+                } => {
+                    let peer = &fetch.peer;
+                    let retry_in = retry_at.map(|at| at.saturating_duration_since(Instant::now()));
+                    match (&fetch.purpose, retry_in) {
+                        (Purpose::Follow { .. }, _) => {
+                            tracing::warn!(leader = %peer, %error, ?retry_in, "Cannot fetch the leader's schedule.")
+                        }
+                        (Purpose::Gather { .. }, _) => {
+                            tracing::warn!(%peer, %error, "A parent schedule could not be fetched; scheduling without it.")
+                        }
+                        (Purpose::LateParent { .. }, Some(retry_in)) => {
+                            tracing::warn!(%peer, %error, ?retry_in, "Cannot fetch a peer's schedule for the parents; trying again.")
+                        }
+                        (Purpose::LateParent { .. }, None) => {
+                            tracing::warn!(%peer, %error, "Cannot fetch a peer's schedule for the parents; giving up on it.")
+                        }
+                    }
+                }
             }
-            Ok(schedule)
         }
-        .await;
-        let label = if result.is_ok() { "ok" } else { "error" };
-        self.metrics
-            .schedule_fetches
-            .with_label_values(&[label])
-            .inc();
-        result
     }
+}
 
-    async fn replicate(&self, leader: &NodeId, stamp: &ScheduleStamp) -> Result<(), String> {
-        let schedule = self.fetch(leader, stamp).await?;
-        if schedule.origin != *leader {
-            return Err(format!(
-                "the leader sent a schedule made by {}, not by itself",
-                schedule.origin
-            ));
-        }
-        // Leadership may have changed while fetching.
+impl FetcherParts {
+    /// Runs `decide` on what the node sees now.
+    fn with_world<R>(&self, decide: impl FnOnce(&World) -> R) -> R {
         let election = self.store.election.peek();
-        if election.is_leader || election.leader.as_ref() != Some(leader) {
-            return Ok(());
-        }
-        // A failure is reported and retried by the persister; the schedule is in force anyway.
-        let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
-        let _ = self.persister.save(&schedule, canonical);
-        tracing::info!(hash = %schedule.hash, %leader, "Took the leader's schedule.");
-        // Another leader's schedule (a healed partition's other side) stays available to the new
-        // leader, which may not have gathered it yet.
-        if let Some(old) = self.store.schedule.peek().as_ref()
-            && old.origin != schedule.origin
-        {
-            let old = old.clone();
-            self.replaced.update(|list| {
-                list.retain(|s| s.hash != old.hash);
-                list.insert(0, old);
-                list.truncate(REPLACED_KEPT);
-            });
-        }
-        self.schedule.set(Some(schedule));
-        Ok(())
+        let reports = self.store.reports.peek();
+        let held = self.store.schedule.peek();
+        let packets: BTreeMap<String, u64> = self.live.packets();
+        let sightings = self.sightings.lock().unwrap();
+        decide(&World {
+            election: &election,
+            reports: &reports,
+            held: held.as_ref().as_ref(),
+            sightings: &sightings,
+            packets: &packets,
+            now_ms: self.clock.now_ms(),
+        })
     }
+}
 
-    /// Schedules made by other nodes that peers report now, or reported since `since_ms`
-    /// (see [`Sightings`]), each with a peer to fetch it from.
-    fn foreign_stamps(&self, since_ms: u64) -> Vec<(NodeId, ScheduleStamp)> {
-        let mut found: BTreeMap<String, (NodeId, ScheduleStamp)> = self
-            .sightings
-            .since(since_ms)
-            .into_iter()
-            .filter(|s| s.stamp.origin != self.id)
-            .map(|s| (s.stamp.hash.clone(), (s.peer, s.stamp)))
-            .collect();
-        // A peer holding it now is the likelier one to serve it.
-        for (peer, report) in self.store.reports.peek().iter() {
-            if let Some(stamp) = &report.schedule
-                && stamp.origin != self.id
-            {
-                found.insert(stamp.hash.clone(), (peer.clone(), stamp.clone()));
-            }
-        }
-        found.into_values().collect()
-    }
-
-    /// While leading: a peer reporting a schedule made by another node that is neither this
-    /// node's nor among the parents already (the other side of a healed partition, whose leader
-    /// followed this one without a new election) is fetched and added to the parents, so the next
-    /// scheduler run merges it. Reports since `lead_from` count even when the peer has moved on
-    /// since. Returns whether it added one.
-    async fn late_parents(&self, lead_from: u64) -> bool {
-        let prefetched = self.prefetched.get();
-        let own = self
-            .store
-            .schedule
-            .peek()
-            .as_ref()
-            .as_ref()
-            .map(|s| s.hash.clone());
-        let now = Instant::now();
-        let foreign = self
-            .foreign_stamps(lead_from)
-            .into_iter()
-            .find(|(_, stamp)| {
-                let waiting = self
-                    .skipped
-                    .lock()
-                    .unwrap()
-                    .get(&stamp.hash)
-                    .is_some_and(|(tries, next)| *tries >= PARENT_TRIES || now < *next);
-                let known = Some(&stamp.hash) == own.as_ref()
-                    || prefetched.schedules.iter().any(|s| s.hash == stamp.hash);
-                !known && !waiting
-            });
-        let Some((peer, stamp)) = foreign else {
-            return false;
-        };
-        match self.fetch(&peer, &stamp).await {
-            Ok(schedule) => {
-                tracing::info!(hash = %schedule.hash, origin = %schedule.origin, "A peer holds another leader's schedule; adding it to the parents.");
-                self.skipped.lock().unwrap().remove(&schedule.hash);
-                let mut next = (*prefetched).clone();
-                next.schedules.push(schedule);
-                self.prefetched.set(next);
-            }
-            Err(e) => {
-                let mut skipped = self.skipped.lock().unwrap();
-                let (tries, next) = skipped.entry(stamp.hash).or_insert((0, now));
-                *tries += 1;
-                *next = Instant::now() + PARENT_RETRY * (1 << (*tries - 1).min(8));
-                let tries = *tries;
-                if tries >= PARENT_TRIES {
-                    tracing::warn!(%peer, error = %e, tries, "Cannot fetch a peer's schedule for the parents; giving up on it.");
-                } else {
-                    tracing::warn!(%peer, error = %e, tries, "Cannot fetch a peer's schedule for the parents; trying again.");
-                }
-            }
-        }
-        true
-    }
-
-    /// When the next try at a parent that failed to fetch is due, if any is left. (One due
-    /// already was not taken by [`Fetcher::late_parents`]: it is among the parents by now.)
-    fn next_parent_try(&self) -> Option<Instant> {
-        let now = Instant::now();
-        let skipped = self.skipped.lock().unwrap();
-        skipped
-            .values()
-            .filter(|(tries, next)| *tries < PARENT_TRIES && *next > now)
-            .map(|(_, next)| *next)
-            .min()
-    }
-
-    /// Gathers the schedules peers report for leadership `epoch` (see the module docs), and
-    /// those made by other nodes that peers reported since `lead_from`.
-    async fn prefetch(&self, epoch: u64, lead_from: u64, shutdown: &CancellationToken) {
-        let started = Instant::now();
-        let deadline = started + self.window;
-        let mut reports = self.store.reports.clone();
-        let live = self.live.packets_since(
-            self.clock
-                .now_ms()
-                .saturating_sub(self.recent.as_millis() as u64),
-        );
-        // Wait until every live peer has answered in this epoch, or the window ends.
-        loop {
-            let now_reports = reports.get();
-            let waiting = live
-                .iter()
-                .filter(|id| now_reports.get(*id).is_none_or(|r| r.epoch < epoch))
-                .count();
-            if waiting == 0 || Instant::now() >= deadline {
-                break;
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => return,
-                _ = reports.changed() => {}
-                _ = tokio::time::sleep_until(deadline) => {}
-            }
-        }
-        let own = self.store.schedule.peek().as_ref().clone();
-        let mut found: BTreeMap<String, Schedule> = BTreeMap::new();
-        if let Some(s) = own {
-            found.insert(s.hash.clone(), s);
-        }
-        let mut wanted: BTreeMap<String, (NodeId, ScheduleStamp)> = BTreeMap::new();
-        for (peer, report) in self.store.reports.peek().iter() {
-            if let Some(stamp) = &report.schedule
-                && !found.contains_key(&stamp.hash)
-            {
-                wanted
-                    .entry(stamp.hash.clone())
-                    .or_insert((peer.clone(), stamp.clone()));
-            }
-        }
-        for (peer, stamp) in self.foreign_stamps(lead_from) {
-            if !found.contains_key(&stamp.hash) {
-                wanted.entry(stamp.hash.clone()).or_insert((peer, stamp));
-            }
-        }
-        for (hash, (peer, stamp)) in wanted {
-            match self.fetch(&peer, &stamp).await {
-                Ok(schedule) => {
-                    found.insert(hash, schedule);
-                }
-                Err(e) => {
-                    tracing::warn!(%peer, error = %e, "A parent schedule could not be fetched; scheduling without it.")
-                }
-            }
-        }
-        let schedules: Vec<Schedule> = found.into_values().collect();
-        tracing::info!(
-            epoch,
-            parents = schedules.len(),
-            took = ?started.elapsed(),
-            "Leading; gathered the peers' schedules."
-        );
-        self.prefetched.set(Prefetched { epoch, schedules });
-    }
+/// Fetches schedule `hash` from the peer at `addr` and checks that its data matches its hash
+/// (whether it is the schedule wanted is the machine's call). `/v1/schedule/<hash>` also finds
+/// a schedule the peer replaced a moment ago; a peer without that route (verwalter 0.13) gets
+/// the plain `/v1/schedule`.
+async fn get_schedule(client: &HttpClient, addr: &str, hash: &str) -> Result<Schedule, String> {
+    let by_hash = format!("http://{addr}/v1/schedule/{hash}");
+    let url = format!("http://{addr}/v1/schedule");
+    let body = match client.get(&by_hash, MAX_SCHEDULE, FETCH_TIMEOUT).await {
+        Ok(body) => body,
+        Err(_) => client.get(&url, MAX_SCHEDULE, FETCH_TIMEOUT).await?,
+    };
+    let schedule: Schedule =
+        serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
+    schedule.verify().map_err(|e| format!("{url}: {e}"))?;
+    Ok(schedule)
 }
 
 #[cfg(test)]
@@ -425,7 +237,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use verwalter_controllers::election::ElectionState;
     use verwalter_controllers::ports::SystemClock;
-    use verwalter_controllers::state::{Peer, Peers, Report};
+    use verwalter_controllers::state::{Peer, Peers, Report, ScheduleStamp};
     use verwalter_controllers::store::StoreWriter;
     use verwalter_controllers::testing::MemoryScheduleStore;
 
@@ -435,6 +247,23 @@ mod tests {
     const ME: &str = "77985419c732412ea38b94db00000001";
     const PEER: &str = "77985419c732412ea38b94db00000002";
     const OTHER_LEADER: &str = "77985419c732412ea38b94db00000003";
+
+    /// Peers count as heard from lately for a minute: these tests run on the real clock, and
+    /// the peer's packets are noted once (see [`heard`]).
+    fn config() -> ReplicationConfig {
+        ReplicationConfig {
+            id: ME.into(),
+            window: Duration::from_secs(2),
+            recent: Duration::from_secs(60),
+        }
+    }
+
+    /// What the election transport notes when a packet from `peer` arrives.
+    fn heard(peer: &str) -> Liveness {
+        let live = Liveness::default();
+        live.packet(peer, SystemClock.now_ms());
+        live
+    }
 
     fn stamp(s: &Schedule) -> ScheduleStamp {
         ScheduleStamp {
@@ -544,9 +373,12 @@ mod tests {
         });
         // What the transport saw: the peer's pong with the other side's schedule, then (before
         // the fetcher looked) its next pong with this leader's.
-        let sightings = Sightings::default();
+        let sightings = SharedSightings::default();
         let clock: Arc<dyn verwalter_controllers::ports::Clock> = Arc::new(SystemClock);
-        sightings.saw(&PEER.into(), &stamp(&other), clock.now_ms());
+        sightings
+            .lock()
+            .unwrap()
+            .saw(&PEER.into(), &stamp(&other), clock.now_ms());
         for held in [&other, &own] {
             writer.reports.update(|all| {
                 all.insert(
@@ -571,25 +403,23 @@ mod tests {
             persist_error,
             ..
         } = writer;
-        let fetcher = Fetcher {
-            store: store.clone(),
-            schedule: Arc::new(schedule),
-            prefetched,
-            replaced,
-            persister: Arc::new(Persister::new(
-                Arc::new(StateDir::new(tmp.path())),
-                persist_error,
-            )),
-            metrics: Arc::new(Metrics::new()),
-            id: ME.into(),
-            window: Duration::from_secs(2),
-            recent: Duration::from_millis(500),
-            live: Default::default(),
-            clock,
-            client: HttpClient::default(),
-            skipped: Default::default(),
-            sightings,
-        };
+        let fetcher = Fetcher::new(
+            config(),
+            FetcherParts {
+                store: store.clone(),
+                schedule: Arc::new(schedule),
+                prefetched,
+                replaced,
+                persister: Arc::new(Persister::new(
+                    Arc::new(StateDir::new(tmp.path())),
+                    persist_error,
+                )),
+                metrics: Arc::new(Metrics::new()),
+                live: heard(PEER),
+                clock,
+                sightings,
+            },
+        );
         let stop = CancellationToken::new();
         let task = tokio::spawn(fetcher.run(stop.clone()));
         let mut prefetched = store.prefetched.clone();
@@ -670,22 +500,20 @@ mod tests {
         let disk = Arc::new(MemoryScheduleStore::default());
         *disk.fail.lock().unwrap() = Some(FULL.into());
         let persister = Arc::new(Persister::new(disk.clone(), persist_error));
-        let fetcher = Fetcher {
-            store: store.clone(),
-            schedule: Arc::new(schedule),
-            prefetched,
-            replaced,
-            persister: persister.clone(),
-            metrics: Arc::new(Metrics::new()),
-            id: ME.into(),
-            window: Duration::from_secs(2),
-            recent: Duration::from_millis(500),
-            live: Default::default(),
-            clock: Arc::new(SystemClock),
-            client: HttpClient::default(),
-            skipped: Default::default(),
-            sightings: Sightings::default(),
-        };
+        let fetcher = Fetcher::new(
+            config(),
+            FetcherParts {
+                store: store.clone(),
+                schedule: Arc::new(schedule),
+                prefetched,
+                replaced,
+                persister: persister.clone(),
+                metrics: Arc::new(Metrics::new()),
+                live: heard(PEER),
+                clock: Arc::new(SystemClock),
+                sightings: Default::default(),
+            },
+        );
         let stop = CancellationToken::new();
         let task = tokio::spawn(fetcher.run(stop.clone()));
         let retries = tokio::spawn(

@@ -55,14 +55,9 @@ impl Liveness {
         self.0.packets.lock().unwrap().insert(id.to_string(), ms);
         self.heard(id, ms);
     }
-    /// Peers whose last election packet is not older than `since_ms`.
-    pub fn packets_since(&self, since_ms: u64) -> Vec<String> {
-        let packets = self.0.packets.lock().unwrap();
-        packets
-            .iter()
-            .filter(|(_, at)| **at >= since_ms)
-            .map(|(id, _)| id.clone())
-            .collect()
+    /// When each peer's last election packet came (wall-clock ms).
+    pub fn packets(&self) -> BTreeMap<String, u64> {
+        self.0.packets.lock().unwrap().clone()
     }
     /// How many of `ids` were heard from directly since `since_ms`.
     pub fn heard_since<'a>(&self, ids: impl Iterator<Item = &'a String>, since_ms: u64) -> usize {

@@ -6,6 +6,10 @@
 //! that seed in every simulation test and `ELECTION_SIM_TRACE=1` prints every state change.
 //! `ELECTION_SIM_SCALE=<n>` runs n times the usual seeds. With `--nocapture` each test prints the
 //! worst time it measured.
+//!
+//! [`Sim::with_replication`] also runs each node's replication machine next to its election, the
+//! way the daemon does: packets carry the sender's schedule stamp, fetches take a round trip (or
+//! fail after a timeout across a cut), and a leader makes a new schedule from its parents.
 
 use std::collections::{BTreeMap, HashMap};
 use std::ops::RangeInclusive;
@@ -16,7 +20,8 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::machine::{Action, Machine, Message, State, Timings};
-use crate::state::NodeId;
+use crate::replication::{self, Fetch, Replication, ReplicationConfig, Sightings, World};
+use crate::state::{NodeId, Prefetched, Report, Reports, Schedule, ScheduleStamp};
 
 /// Delivery delay on a healthy network: a LAN with busy hosts. Two candidates whose rounds
 /// start closer together than the shortest delay never hear each other in time (see the
@@ -75,7 +80,42 @@ enum Event {
         to: usize,
         epoch: u64,
         message: Message,
+        /// The schedule the sender held (with replication).
+        stamp: Option<ScheduleStamp>,
     },
+    /// A schedule fetch of `node` from `peer` ends; `cut`: the peer could not be reached when it
+    /// started (it fails after the fetch timeout).
+    Fetched {
+        node: usize,
+        peer: usize,
+        fetch: Fetch,
+        cut: bool,
+    },
+    /// A replication machine's wake-up.
+    ReplicaWake(usize),
+}
+
+/// A fetch across a cut link fails after this long (the daemon's fetch timeout).
+const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
+/// Wall-clock ms at virtual time zero.
+const WALL_START: u64 = 1_700_000_000_000;
+
+/// One node's replication, driven next to its election machine: what the daemon's fetcher and
+/// schedule controller keep in the store.
+struct Replica {
+    machine: Replication,
+    held: Option<Schedule>,
+    replaced: Vec<Schedule>,
+    prefetched: Prefetched,
+    reports: Reports,
+    sightings: Sightings,
+    packets: BTreeMap<NodeId, u64>,
+    /// The wake-up an event is queued for.
+    wake: Option<Instant>,
+    /// The parents the last schedule made here was made from.
+    made_from: Option<Prefetched>,
+    /// Schedules made here.
+    made: u64,
 }
 
 struct Sim {
@@ -108,6 +148,10 @@ struct Sim {
     deposed: Vec<(Instant, usize, u64)>,
     /// Print every state change (`ELECTION_SIM_TRACE=1`, best with one seed).
     trace: bool,
+    /// Each node's replication (empty: the election alone).
+    replicas: Vec<Replica>,
+    /// Fetch delays, drawn apart from `rng` so that the election's draws stay those of its seed.
+    fetch_rng: SmallRng,
 }
 
 impl Sim {
@@ -157,6 +201,8 @@ impl Sim {
             elected: Vec::new(),
             deposed: Vec::new(),
             trace: std::env::var_os("ELECTION_SIM_TRACE").is_some(),
+            replicas: Vec::new(),
+            fetch_rng: SmallRng::seed_from_u64(seed ^ 0x5eed_f37c),
         };
         for i in 0..n {
             sim.schedule_timer(i);
@@ -270,6 +316,11 @@ impl Sim {
         let max = self.delay_max.as_micros() as u64;
         let delay = Duration::from_micros(self.rng.random_range(min..=max));
         let at = self.now + delay;
+        let stamp = self
+            .replicas
+            .get(from)
+            .and_then(|r| r.held.as_ref())
+            .map(Schedule::stamp);
         self.push(
             at,
             Event::Deliver {
@@ -277,6 +328,7 @@ impl Sim {
                 to,
                 epoch,
                 message,
+                stamp,
             },
         );
     }
@@ -302,10 +354,12 @@ impl Sim {
                 to,
                 epoch,
                 message,
+                stamp,
             } => {
                 if !self.connected(from, to) {
                     return;
                 }
+                self.note_packet(to, from, epoch, stamp);
                 if message == Message::Ping
                     && self.nodes[from].summary.role == Role::Leader
                     && self.nodes[to].summary.role == Role::Leader
@@ -321,6 +375,28 @@ impl Sim {
                         .machine
                         .message(at, &self.ids[from], epoch, message, peers);
                 self.after_input(to, actions);
+            }
+            Event::Fetched {
+                node,
+                peer,
+                fetch,
+                cut,
+            } => {
+                if !self.nodes[node].alive {
+                    return;
+                }
+                let result = if cut || !self.connected(node, peer) {
+                    Err(format!("node {peer} cannot be reached"))
+                } else {
+                    self.serve(peer, &fetch.stamp.hash)
+                };
+                self.replica_input(node, Some((fetch, result)));
+            }
+            Event::ReplicaWake(node) => {
+                if self.nodes[node].alive && self.replicas[node].wake == Some(at) {
+                    self.replicas[node].wake = None;
+                    self.replica_input(node, None);
+                }
             }
         }
     }
@@ -343,6 +419,7 @@ impl Sim {
         }
         self.schedule_timer(node);
         self.observe(node);
+        self.replica_input(node, None);
     }
 
     fn broadcast(&mut self, from: usize, epoch: u64, message: Message) {
@@ -455,6 +532,211 @@ impl Sim {
         }
     }
 
+    /// Runs a replication machine on every node, next to its election (see the module docs).
+    /// A new leader gathers for at most 2 s (the daemon's default).
+    fn with_replication(mut self) -> Sim {
+        let heartbeat = self.timings.heartbeat;
+        self.replicas = self
+            .ids
+            .iter()
+            .map(|id| Replica {
+                machine: Replication::new(ReplicationConfig::new(
+                    id.clone(),
+                    Duration::from_secs(2),
+                    heartbeat,
+                )),
+                held: None,
+                replaced: Vec::new(),
+                prefetched: Prefetched::default(),
+                reports: Reports::new(),
+                sightings: Sightings::default(),
+                packets: BTreeMap::new(),
+                wake: None,
+                made_from: None,
+                made: 0,
+            })
+            .collect();
+        self
+    }
+
+    fn wall_ms(&self) -> u64 {
+        WALL_START + (self.now - self.origin).as_millis() as u64
+    }
+
+    /// What the election transport notes of a packet before the machine gets it: when the peer
+    /// was heard, the schedule it holds (a sighting if another node made it).
+    fn note_packet(&mut self, to: usize, from: usize, epoch: u64, stamp: Option<ScheduleStamp>) {
+        if self.replicas.is_empty() {
+            return;
+        }
+        let now_ms = self.wall_ms();
+        let peer = self.ids[from].clone();
+        let replica = &mut self.replicas[to];
+        replica.packets.insert(peer.clone(), now_ms);
+        if let Some(stamp) = &stamp
+            && stamp.origin != self.ids[to]
+        {
+            replica.sightings.saw(&peer, stamp, now_ms);
+        }
+        let report = Report {
+            schedule: stamp,
+            errors: 0,
+            epoch,
+        };
+        replica.reports.insert(peer, report);
+    }
+
+    /// Feeds `node`'s replication machine a fetch result (if any), then lets it look at the
+    /// world, carrying out what it asks for; a leader then makes a schedule if its parents
+    /// changed.
+    fn replica_input(&mut self, node: usize, result: Option<(Fetch, Result<Schedule, String>)>) {
+        if self.replicas.is_empty() || !self.nodes[node].alive {
+            return;
+        }
+        let (now, now_ms) = (self.now, self.wall_ms());
+        let election = super::view(
+            &self.nodes[node].machine,
+            now,
+            now_ms,
+            &mut super::StableWall::default(),
+        );
+        if let Some((fetch, result)) = result {
+            let actions = self.replica_world(node, &election, |machine, world| {
+                machine.fetched(now, world, fetch, result)
+            });
+            self.carry_out(node, actions);
+        }
+        let actions =
+            self.replica_world(node, &election, |machine, world| machine.step(now, world));
+        self.carry_out(node, actions);
+        self.make_schedule(node, &election);
+        let replica = &mut self.replicas[node];
+        if let Some(at) = replica.machine.wake_at(now)
+            && replica.wake != Some(at)
+        {
+            replica.wake = Some(at);
+            self.push(at, Event::ReplicaWake(node));
+        }
+    }
+
+    fn replica_world<R>(
+        &mut self,
+        node: usize,
+        election: &super::ElectionState,
+        decide: impl FnOnce(&mut Replication, &World) -> R,
+    ) -> R {
+        let now_ms = self.wall_ms();
+        let Replica {
+            machine,
+            held,
+            reports,
+            sightings,
+            packets,
+            ..
+        } = &mut self.replicas[node];
+        let world = World {
+            election,
+            reports,
+            held: held.as_ref(),
+            sightings,
+            packets,
+            now_ms,
+        };
+        decide(machine, &world)
+    }
+
+    fn carry_out(&mut self, node: usize, actions: Vec<replication::Action>) {
+        for action in actions {
+            match action {
+                replication::Action::Fetch(fetch) => {
+                    let peer = self.index[&fetch.peer];
+                    let cut = !self.connected(node, peer);
+                    let delay = if cut {
+                        FETCH_TIMEOUT
+                    } else {
+                        // A round trip.
+                        let (min, max) = (self.delay_min * 2, self.delay_max * 2);
+                        let micros = self
+                            .fetch_rng
+                            .random_range(min.as_micros() as u64..=max.as_micros() as u64);
+                        Duration::from_micros(micros)
+                    };
+                    self.push(
+                        self.now + delay,
+                        Event::Fetched {
+                            node,
+                            peer,
+                            fetch,
+                            cut,
+                        },
+                    );
+                }
+                replication::Action::Replaced(list) => self.replicas[node].replaced = list,
+                replication::Action::Accept(schedule) => self.replicas[node].held = Some(schedule),
+                replication::Action::Gathered { parents, .. }
+                | replication::Action::AddedParent { parents, .. } => {
+                    self.replicas[node].prefetched = parents
+                }
+                replication::Action::Failed { fetch, error, .. } => {
+                    if self.trace {
+                        let t = self.t(self.now);
+                        eprintln!("{t:?} node {node}: fetch {fetch:?} failed: {error}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// `GET /v1/schedule/<hash>` on `peer`: the schedule in force or one it replaced; else, as
+    /// `/v1/schedule` would, the schedule in force (which the machine refuses).
+    fn serve(&self, peer: usize, hash: &str) -> Result<Schedule, String> {
+        let replica = &self.replicas[peer];
+        let by_hash = replica.held.iter().chain(&replica.replaced);
+        by_hash
+            .clone()
+            .find(|s| s.hash == hash)
+            .or(replica.held.as_ref())
+            .cloned()
+            .ok_or_else(|| format!("node {peer} has no schedule"))
+    }
+
+    /// The leader's schedule controller: once the parents of this leadership are gathered, and
+    /// whenever they change, a new schedule whose data lists every schedule it descends from
+    /// (its `lineage`). Then a ping to every peer, as the daemon sends on a new schedule.
+    fn make_schedule(&mut self, node: usize, election: &super::ElectionState) {
+        let now_ms = self.wall_ms();
+        let replica = &mut self.replicas[node];
+        let prefetched = &replica.prefetched;
+        if !election.is_leader
+            || prefetched.epoch != election.epoch
+            || replica.made_from.as_ref() == Some(prefetched)
+        {
+            return;
+        }
+        let mut parents = prefetched.schedules.clone();
+        // As the schedule controller does: a later addition keeps this node's latest schedule.
+        if let Some(own) = &replica.held
+            && own.origin == self.ids[node]
+            && replica
+                .made_from
+                .as_ref()
+                .is_some_and(|m| m.epoch == election.epoch)
+            && !parents.iter().any(|p| p.hash == own.hash)
+        {
+            parents.push(own.clone());
+        }
+        replica.made += 1;
+        let label = format!("{node}@{}#{}", election.epoch, replica.made);
+        let mut lineage: Vec<String> = parents.iter().flat_map(lineage).collect();
+        lineage.push(label);
+        lineage.sort();
+        lineage.dedup();
+        let data = serde_json::json!({ "lineage": lineage });
+        replica.held = Some(Schedule::new(data, now_ms, self.ids[node].clone()));
+        replica.made_from = Some(prefetched.clone());
+        self.after_input(node, vec![Action::PingAll]);
+    }
+
     /// A short picture of the cluster for failure messages.
     fn describe(&self) -> String {
         let mut counts = BTreeMap::new();
@@ -490,6 +772,18 @@ impl Sim {
     fn t(&self, at: Instant) -> Duration {
         at - self.origin
     }
+}
+
+/// The labels (`node@epoch#n`) of every schedule `schedule` descends from, itself included.
+fn lineage(schedule: &Schedule) -> Vec<String> {
+    schedule.data["lineage"]
+        .as_array()
+        .map(|all| {
+            all.iter()
+                .filter_map(|l| l.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 mod tests {
@@ -1145,6 +1439,152 @@ mod tests {
             first,
             failover_bound(&t),
             "2 nodes starting 0.4 ms apart, 1 ms delays",
+        );
+    }
+
+    /// Replication: the time a follower may still need once the election settled: its longest
+    /// fetch backoff after the faults, and a round trip.
+    const CATCH_UP: Duration = Duration::from_secs(6);
+
+    /// With replication, after [`CATCH_UP`]: the leader holds a schedule it made in its current
+    /// epoch and every live node holds that one. Returns the leader.
+    fn assert_replicated(sim: &mut Sim, what: &str) -> usize {
+        sim.run_for(CATCH_UP);
+        let Some((leader, epoch)) = sim.converged() else {
+            panic!("{what}: no longer converged: {}", sim.describe());
+        };
+        let Some(held) = sim.replicas[leader].held.clone() else {
+            panic!("{what}: the leader {leader} holds no schedule");
+        };
+        let mine = format!("{leader}@{epoch}#");
+        assert!(
+            held.origin == sim.ids[leader] && lineage(&held).iter().any(|l| l.starts_with(&mine)),
+            "{what}: the leader {leader} (epoch {epoch}) holds {:?}",
+            lineage(&held)
+        );
+        for (i, node) in sim.nodes.iter().enumerate().filter(|(_, n)| n.alive) {
+            let hash = sim.replicas[i].held.as_ref().map(|s| &s.hash);
+            assert_eq!(
+                hash,
+                Some(&held.hash),
+                "{what}: node {i} ({:?}) does not hold the leader {leader}'s schedule {:?} but {:?}",
+                node.summary,
+                lineage(&held),
+                sim.replicas[i].held.as_ref().map(lineage),
+            );
+        }
+        leader
+    }
+
+    /// Loss and delays for a while, then a healthy network: every node ends up with the leader's
+    /// schedule. Then the leader dies, and the next one's schedule descends from its last one
+    /// (every follower held it).
+    fn replication_through_faults(n: usize, seed: u64) -> Vec<Duration> {
+        let mut sim = Sim::new(seed, n, PeerCount::Everyone).with_replication();
+        let t = sim.timings.clone();
+        let loss = sim.rng.random_range(0.0..=0.2);
+        let delay = ms(sim
+            .rng
+            .random_range(20..=FAULT_DELAY_MAX.as_millis() as u64));
+        let faults = ms(sim.rng.random_range(2_000..=20_000));
+        sim.set_network(loss, DELAY_MIN..=delay);
+        sim.run_for(faults);
+        sim.set_network(0.0, HEALTHY);
+        let healed = sim.now;
+        let what = format!(
+            "seed {seed}, {n} nodes replicating, {:.0}% loss and up to {delay:?} delay for \
+             {faults:?}",
+            loss * 100.0
+        );
+        let took = converge(&mut sim, healed, convergence_bound(&t), &what);
+        let leader = assert_replicated(&mut sim, &what);
+        let last = sim.replicas[leader].held.clone().expect("checked");
+        sim.kill(leader);
+        let died = sim.now;
+        let what = format!("{what}, then leader {leader} died");
+        let failover = converge(&mut sim, died, failover_bound(&t), &what);
+        let next = assert_replicated(&mut sim, &what);
+        let descends = lineage(sim.replicas[next].held.as_ref().expect("checked"));
+        for label in lineage(&last) {
+            assert!(
+                descends.contains(&label),
+                "{what}: the new leader {next}'s schedule {descends:?} lost {label}"
+            );
+        }
+        vec![took, failover]
+    }
+
+    #[test]
+    fn replication_every_node_takes_the_leaders_schedule_after_faults_and_failover() {
+        let bound = convergence_bound(&Timings::default());
+        run(
+            "5 nodes replicating, time to one leader after faults / after its death",
+            seeds(8005, 40, &[]),
+            bound,
+            |seed| replication_through_faults(5, seed),
+        );
+    }
+
+    /// Minority mode, replicating: both sides of a long partition lead and make schedules; after
+    /// the heal, the one schedule every node holds descends from every schedule held at the heal
+    /// (neither side's decisions are lost).
+    fn replication_across_a_heal(seed: u64) -> Vec<Duration> {
+        let n = 5;
+        let mut sim = Sim::new(seed, n, PeerCount::Reachable(MINORITY_WINDOW)).with_replication();
+        let mut order: Vec<usize> = (0..n).collect();
+        order.shuffle(&mut sim.rng);
+        let before = ms(sim.rng.random_range(0..=15_000));
+        sim.run_for(before);
+        sim.split(&order[..2]);
+        let lasts = MINORITY_WINDOW + ms(sim.rng.random_range(10_000..=40_000));
+        sim.run_for(lasts);
+        let at_heal: Vec<(usize, Vec<String>)> = (0..n)
+            .map(|i| {
+                (
+                    i,
+                    sim.replicas[i]
+                        .held
+                        .as_ref()
+                        .map(lineage)
+                        .unwrap_or_default(),
+                )
+            })
+            .collect();
+        let what = format!(
+            "seed {seed}, 5 nodes replicating, minority {:?} healed",
+            &order[..2]
+        );
+        assert!(
+            sim.leaders >= 2,
+            "{what}: the test needs a leader on each side: {}",
+            sim.describe()
+        );
+        sim.heal();
+        let healed = sim.now;
+        let bound = convergence_bound(&sim.timings);
+        let took = converge(&mut sim, healed, bound, &what);
+        let leader = assert_replicated(&mut sim, &what);
+        let merged = lineage(sim.replicas[leader].held.as_ref().expect("checked"));
+        for (node, held) in at_heal {
+            for label in held {
+                assert!(
+                    merged.contains(&label),
+                    "{what}: node {node} held {label} at the heal; the leader {leader}'s \
+                     schedule {merged:?} lost it"
+                );
+            }
+        }
+        vec![took]
+    }
+
+    #[test]
+    fn replication_the_healed_leader_merges_both_sides() {
+        let bound = convergence_bound(&Timings::default());
+        run(
+            "5 nodes replicating in minority mode, time to one leader after the heal",
+            seeds(8105, 25, &[]),
+            bound,
+            replication_across_a_heal,
         );
     }
 }
