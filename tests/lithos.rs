@@ -87,11 +87,7 @@ impl Site {
 
     /// `[time, deployment_id, pointer, marker]` lines of the deployment log index.
     fn index(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.log_dir.join(".index/latest"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        deployment_index(&self.log_dir)
     }
 
     /// Deployment ids under which `role` started.
@@ -109,12 +105,9 @@ impl Site {
             .any(|l| l[1] == deployment_id && l[3] == "DeploymentFinish")
     }
 
-    /// Writes a runtime file the way a deploy tool should: complete, then renamed into place.
+    /// Writes a runtime file (see [`replace_file`]).
     fn write_runtime(&self, rel: &str, text: &str) {
-        let path = self.config.join("runtime").join(rel);
-        let tmp = path.with_extension("yaml~");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(tmp, path).unwrap();
+        replace_file(&self.config.join("runtime").join(rel), text);
     }
 
     fn fail(&self, what: &str) -> ! {
