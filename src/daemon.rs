@@ -16,7 +16,9 @@ use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
 use verwalter_controllers::render::RenderController;
-use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
+use verwalter_controllers::schedule::{
+    Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
+};
 use verwalter_controllers::store::StoreWriter;
 
 use crate::actions::{ActionQueue, QueueConfig};
@@ -240,15 +242,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             status,
             parents,
         },
-        Arc::new(scheduler),
-        persister,
-        clock.clone(),
-        metrics.clone(),
-        Identity {
-            id: config.machine_id.clone(),
-            hostname: config.hostname.clone(),
+        ScheduleDeps {
+            scheduler: Arc::new(scheduler),
+            persist: persister,
+            clock: clock.clone(),
+            observer: metrics.clone(),
+            identity: Identity {
+                id: config.machine_id.clone(),
+                hostname: config.hostname.clone(),
+            },
+            period: config.scheduler_period,
         },
-        config.scheduler_period,
     );
     let controller = Arc::new(if clustered {
         controller.with_prefetch()
