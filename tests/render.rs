@@ -132,6 +132,18 @@ impl Site {
         deployment_index(&self.log_dir)
     }
 
+    /// The index lines of role starts, oldest first.
+    fn role_starts(&self) -> Vec<Value> {
+        let mut index = self.index();
+        index.retain(|l| l[3] == "RoleStart");
+        index
+    }
+
+    /// What the `app` template copied out for `role`.
+    fn conf(&self, role: &str) -> String {
+        std::fs::read_to_string(self.out.join(format!("{role}.conf"))).unwrap()
+    }
+
     /// POST /v1/force_render_all, which must be accepted.
     fn force_render_all(&self) {
         let port = self.daemon.port;
@@ -148,12 +160,11 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     let mut calls = site.wait_calls(2);
     calls.sort();
     assert_eq!(calls, vec!["db", "web"], "each role applied once");
-    let web = std::fs::read_to_string(site.out.join("web.conf")).unwrap();
+    let web = site.conf("web");
     assert!(web.starts_with("BEGIN web\nvalue: 1\n"), "{web}");
     let first_ids: Vec<String> = site
-        .index()
+        .role_starts()
         .iter()
-        .filter(|l| l[3] == "RoleStart")
         .map(|l| l[1].as_str().unwrap().to_string())
         .collect();
     assert_eq!(first_ids.len(), 2);
@@ -167,13 +178,9 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     let calls = site.wait_calls(3);
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert_eq!(calls[2], "web", "only web rendered again: {calls:?}");
-    let web = std::fs::read_to_string(site.out.join("web.conf")).unwrap();
+    let web = site.conf("web");
     assert!(web.contains("value: 2"), "{web}");
-    let role_starts: Vec<Value> = site
-        .index()
-        .into_iter()
-        .filter(|l| l[3] == "RoleStart")
-        .collect();
+    let role_starts = site.role_starts();
     assert_eq!(role_starts.len(), 3);
     assert_eq!(role_starts[2][2]["fields"][0], "web");
     assert_ne!(role_starts[2][1], json!(first_ids[0]));

@@ -193,6 +193,19 @@ impl Daemon {
         }
     }
 
+    /// Polls GET `path` until it answers JSON that satisfies `ready`, and returns that; past
+    /// `timeout`, panics with `what` and the daemon's log.
+    pub fn wait_json(
+        &self,
+        timeout: Duration,
+        path: &str,
+        what: &str,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_for(timeout, || self.json(path).filter(&ready))
+            .unwrap_or_else(|| panic!("{what}:\n{}", self.logs()))
+    }
+
     pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
