@@ -166,9 +166,6 @@ pub struct Store {
 }
 
 impl Store {
-    /// How many problems this node has: one per input error, a failed scheduler run, a schedule
-    /// not written to the storage dir, a failing role, a deployment log that cannot be written.
-    /// The `num_errors` of `/v1/status`, and what a follower reports to its leader in pongs.
     /// The last scheduler run's error, while this node leads: only a leader runs the
     /// scheduler, so a node that stepped down does not keep reporting its last failure (as in
     /// verwalter 0.13; the run stays readable in `/v1/scheduler_debug_info`).
@@ -177,6 +174,9 @@ impl Store {
         (self.election.peek().is_leader && status.error.is_some()).then_some(status)
     }
 
+    /// How many problems this node has: one per input error, a failed scheduler run, a schedule
+    /// not written to the storage dir, a failing role, a deployment log that cannot be written.
+    /// The `num_errors` of `/v1/status`, and what a follower reports to its leader in pongs.
     pub fn error_count(&self) -> usize {
         let roles = self.roles.peek();
         self.inputs.peek().errors.len()
