@@ -8,10 +8,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, Sweeper};
-use verwalter_controllers::driver::DriverConfig;
+use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
 use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
@@ -51,6 +52,16 @@ pub enum StartError {
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
     Actions(#[source] std::io::Error),
+}
+
+/// Runs a controller's `driver` among `tasks` until `shutdown`, reporting to `metrics`.
+fn spawn_driver<R: Reconciler>(
+    tasks: &mut JoinSet<()>,
+    driver: Driver<R>,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) {
+    tasks.spawn(driver.observer(metrics.clone()).run(shutdown.clone()));
 }
 
 /// Runs the daemon until `shutdown` is cancelled.
@@ -108,7 +119,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = JoinSet::new();
 
     let watch = WatchConfig {
         debounce: config.debounce,
@@ -128,13 +139,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let schedule = Arc::new(schedule);
     // Both roles save the schedule in force through this one; it retries failed writes.
     let persister = Arc::new(Persister::new(Arc::new(state_dir.clone()), persist_error));
-    tasks.spawn(
-        persister
-            .clone()
-            .driver(DriverConfig::default())
-            .observer(metrics.clone())
-            .run(shutdown.clone()),
-    );
+    let driver = persister.clone().driver(DriverConfig::default());
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
     let clustered = config.peer_source != PeerSource::None;
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
@@ -259,10 +265,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     } else {
         controller
     });
-    let driver = controller
-        .driver(DriverConfig::default())
-        .observer(metrics.clone());
-    tasks.spawn(driver.run(shutdown.clone()));
+    let driver = controller.driver(DriverConfig::default());
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
 
     // Render and apply the roles of this node; clean up after them.
     let logs = LogDir::open(&config.log_dir, config.log_limits);
@@ -298,13 +302,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         logs.clone(),
         clock,
     ));
-    tasks.spawn(
-        render
-            .clone()
-            .driver(DriverConfig::default())
-            .observer(metrics.clone())
-            .run(shutdown.clone()),
-    );
+    let driver = render.clone().driver(DriverConfig::default());
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
     let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(
         store.clone(),
@@ -315,12 +314,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             state_dir: state_dir.clone(),
         }),
     ));
-    tasks.spawn(
-        cleanup
-            .driver(DriverConfig::default(), Duration::from_secs(3600))
-            .observer(metrics.clone())
-            .run(shutdown.clone()),
-    );
+    let driver = cleanup.driver(DriverConfig::default(), Duration::from_secs(3600));
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
 
     let action_queue = ActionQueue::new(
         actions,
