@@ -8,16 +8,19 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use tokio::net::{TcpListener, UdpSocket};
+use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, Sweeper};
-use verwalter_controllers::driver::DriverConfig;
+use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
 use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::replication::ReplicationConfig;
-use verwalter_controllers::schedule::{Identity, ScheduleController, ScheduleOutputs};
+use verwalter_controllers::schedule::{
+    Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
+};
 use verwalter_controllers::store::StoreWriter;
 
 use crate::backups;
@@ -48,6 +51,16 @@ pub enum StartError {
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
     Actions(#[source] verwalter_controllers::ports::JournalError),
+}
+
+/// Runs a controller's `driver` among `tasks` until `shutdown`, reporting to `metrics`.
+fn spawn_driver<R: Reconciler>(
+    tasks: &mut JoinSet<()>,
+    driver: Driver<R>,
+    metrics: &Arc<Metrics>,
+    shutdown: &CancellationToken,
+) {
+    tasks.spawn(driver.observer(metrics.clone()).run(shutdown.clone()));
 }
 
 /// Runs the daemon until `shutdown` is cancelled.
@@ -105,7 +118,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let mut tasks = tokio::task::JoinSet::new();
+    let mut tasks = JoinSet::new();
 
     let watch = WatchConfig {
         debounce: config.debounce,
@@ -125,13 +138,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     let schedule = Arc::new(schedule);
     // Both roles save the schedule in force through this one; it retries failed writes.
     let persister = Arc::new(Persister::new(Arc::new(state_dir.clone()), persist_error));
-    tasks.spawn(
-        persister
-            .clone()
-            .driver(DriverConfig::default())
-            .observer(metrics.clone())
-            .run(shutdown.clone()),
-    );
+    let driver = persister.clone().driver(DriverConfig::default());
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
     let clustered = config.peer_source != PeerSource::None;
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
@@ -241,25 +249,25 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             status,
             parents,
         },
-        Arc::new(scheduler),
-        persister,
-        clock.clone(),
-        metrics.clone(),
-        Identity {
-            id: config.machine_id.clone(),
-            hostname: config.hostname.clone(),
+        ScheduleDeps {
+            scheduler: Arc::new(scheduler),
+            persist: persister,
+            clock: clock.clone(),
+            observer: metrics.clone(),
+            identity: Identity {
+                id: config.machine_id.clone(),
+                hostname: config.hostname.clone(),
+            },
+            period: config.scheduler_period,
         },
-        config.scheduler_period,
     );
     let controller = Arc::new(if clustered {
         controller.with_prefetch()
     } else {
         controller
     });
-    let driver = controller
-        .driver(DriverConfig::default())
-        .observer(metrics.clone());
-    tasks.spawn(driver.run(shutdown.clone()));
+    let driver = controller.driver(DriverConfig::default());
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
 
     // Render and apply the roles of this node; clean up after them.
     let logs = LogDir::open(&config.log_dir, config.log_limits);
@@ -295,13 +303,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         logs.clone(),
         clock,
     ));
-    tasks.spawn(
-        render
-            .clone()
-            .driver(DriverConfig::default())
-            .observer(metrics.clone())
-            .run(shutdown.clone()),
-    );
+    let driver = render.clone().driver(DriverConfig::default());
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
     let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(
         store.clone(),
@@ -312,12 +315,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             state_dir: state_dir.clone(),
         }),
     ));
-    tasks.spawn(
-        cleanup
-            .driver(DriverConfig::default(), Duration::from_secs(3600))
-            .observer(metrics.clone())
-            .run(shutdown.clone()),
-    );
+    let driver = cleanup.driver(DriverConfig::default(), Duration::from_secs(3600));
+    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
 
     let action_queue =
         crate::actions::open(actions, store.clone(), &state_dir, config.action_limits)

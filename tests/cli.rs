@@ -1,5 +1,6 @@
 //! The offline commands and start-up errors.
 
+use std::path::Path;
 use std::process::Command;
 
 use crate::util::*;
@@ -13,27 +14,46 @@ fn run(args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// `verwalter <command> --config-dir <dir> <args>`: see [`run`].
+fn run_on(command: &str, dir: &Path, args: &[&str]) -> (i32, String, String) {
+    run(&[&[command, "--config-dir", dir.to_str().unwrap()], args].concat())
+}
+
+/// `verwalter schedule` on `dir` that must succeed: the schedule it printed and its stderr.
+fn schedule_of(dir: &Path, args: &[&str]) -> (serde_json::Value, String) {
+    let (code, stdout, stderr) = run_on("schedule", dir, args);
+    assert_eq!(code, 0, "{stderr}");
+    (serde_json::from_str(&stdout).unwrap(), stderr)
+}
+
+/// A temp copy of example `name` with `files` (path in the config dir, text) written over it.
+fn edited_example(name: &str, files: &[(&str, &str)]) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    copy_tree(&example(name), tmp.path());
+    for (path, text) in files {
+        std::fs::write(tmp.path().join(path), text).unwrap();
+    }
+    tmp
+}
+
 #[test]
 fn check_accepts_the_example_and_names_every_problem() {
-    let dir = example("minimal");
-    let (code, stdout, stderr) = run(&["check", "--config-dir", dir.to_str().unwrap()]);
+    let (code, stdout, stderr) = run_on("check", &example("minimal"), &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("ok"), "{stdout}");
 
-    let tmp = tempfile::tempdir().unwrap();
-    copy_tree(&dir, tmp.path());
-    std::fs::write(
-        tmp.path().join("runtime/web/v9.yaml"),
-        "image: x\ninstances: [1\n",
-    )
-    .unwrap();
-    std::fs::write(tmp.path().join("runtime/cache/v2.json"), "{\"image\": }").unwrap();
-    std::fs::write(
-        tmp.path().join("scheduler/v1/main.lua"),
-        "return {scheduler = function(state)\n  return nil .. 'x'\nend}\n",
-    )
-    .unwrap();
-    let (code, _, stderr) = run(&["check", "--config-dir", tmp.path().to_str().unwrap()]);
+    let tmp = edited_example(
+        "minimal",
+        &[
+            ("runtime/web/v9.yaml", "image: x\ninstances: [1\n"),
+            ("runtime/cache/v2.json", "{\"image\": }"),
+            (
+                "scheduler/v1/main.lua",
+                "return {scheduler = function(state)\n  return nil .. 'x'\nend}\n",
+            ),
+        ],
+    );
+    let (code, _, stderr) = run_on("check", tmp.path(), &[]);
     assert_eq!(code, 1);
     assert!(stderr.contains("runtime/web/v9.yaml:3"), "{stderr}");
     assert!(stderr.contains("runtime/cache/v2.json:1"), "{stderr}");
@@ -44,15 +64,7 @@ fn check_accepts_the_example_and_names_every_problem() {
 #[test]
 fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
     let dir = example("minimal");
-    let (code, stdout, stderr) = run(&[
-        "schedule",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--hostname",
-        "alpha",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let (schedule, stderr) = schedule_of(&dir, &["--hostname", "alpha"]);
     assert_eq!(schedule["data"]["roles"]["web"]["version"], "v2");
     assert_eq!(
         schedule["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
@@ -72,15 +84,8 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
         .to_string(),
     )
     .unwrap();
-    let (code, stdout, stderr) = run(&[
-        "schedule",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let input_args = ["--input", input.to_str().unwrap()];
+    let (schedule, _) = schedule_of(&dir, &input_args);
     assert_eq!(
         schedule["data"]["nodes"]["gamma"]["roles"]["db"]["instances"],
         4
@@ -88,13 +93,7 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
     assert!(schedule["data"]["roles"].get("web").is_none());
 
     std::fs::write(&input, "{\n  \"now\": \"soon\"\n}").unwrap();
-    let (code, _, stderr) = run(&[
-        "schedule",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-    ]);
+    let (code, _, stderr) = run_on("schedule", &dir, &input_args);
     assert_eq!(code, 1);
     assert!(stderr.contains("input.json:2"), "{stderr}");
 }
@@ -103,15 +102,7 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
 fn a_scheduler_split_into_modules_runs() {
     // examples/modules: modules that `require "string"` and find their siblings from `...`.
     let dir = example("modules");
-    let (code, stdout, stderr) = run(&[
-        "schedule",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--hostname",
-        "alpha",
-    ]);
-    assert_eq!(code, 0, "{stderr}");
-    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let (schedule, stderr) = schedule_of(&dir, &["--hostname", "alpha"]);
     assert_eq!(
         schedule["data"]["roles"],
         serde_json::json!({"web": {"version": "v2", "instances": 3}, "worker": {"version": "v1", "instances": 1}})
@@ -124,7 +115,7 @@ fn a_scheduler_split_into_modules_runs() {
         stderr.contains("web: v2 x3 on alpha\nworker: v1 x1 on alpha"),
         "{stderr}"
     );
-    let (code, stdout, stderr) = run(&["check", "--config-dir", dir.to_str().unwrap()]);
+    let (code, stdout, stderr) = run_on("check", &dir, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stdout.contains("ok"), "{stdout}");
 }
@@ -133,21 +124,16 @@ fn a_scheduler_split_into_modules_runs() {
 fn a_backtracking_pattern_ends_schedule_and_check_with_a_timeout() {
     // Issue 10: a pattern that backtracks for ages ran in C, where the time budget could not
     // stop it, and `schedule` and `check` hung forever.
-    let tmp = tempfile::tempdir().unwrap();
-    copy_tree(&example("minimal"), tmp.path());
-    std::fs::write(
-        tmp.path().join("scheduler/v1/main.lua"),
-        "return {scheduler = function(state)\n  string.find(string.rep('a', 40), string.rep('a*', 40) .. 'b')\nend}\n",
-    )
-    .unwrap();
-    let dir = tmp.path().to_str().unwrap();
-    let (code, _, stderr) = run(&["schedule", "--config-dir", dir, "--hostname", "alpha"]);
+    let backtracks = "return {scheduler = function(state)\n  \
+        string.find(string.rep('a', 40), string.rep('a*', 40) .. 'b')\nend}\n";
+    let tmp = edited_example("minimal", &[("scheduler/v1/main.lua", backtracks)]);
+    let (code, _, stderr) = run_on("schedule", tmp.path(), &["--hostname", "alpha"]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("scheduler (timeout): scheduler exceeded its time budget of 2s"),
         "{stderr}"
     );
-    let (code, _, stderr) = run(&["check", "--config-dir", dir]);
+    let (code, _, stderr) = run_on("check", tmp.path(), &[]);
     assert_eq!(code, 1, "{stderr}");
     assert!(stderr.contains("scheduler (timeout)"), "{stderr}");
 }
@@ -182,13 +168,8 @@ fn bad_settings_exit_3_with_every_problem() {
 
 #[test]
 fn check_names_a_broken_template_and_a_role_without_a_template() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_tree(&example("minimal"), tmp.path());
-    std::fs::write(
-        tmp.path().join("templates/minimal/v1/role.conf.hbs"),
-        "ok\n{{#if}}\n",
-    )
-    .unwrap();
+    let broken = [("templates/minimal/v1/role.conf.hbs", "ok\n{{#if}}\n")];
+    let tmp = edited_example("minimal", &broken);
     let main = tmp.path().join("scheduler/v1/main.lua");
     let lua = std::fs::read_to_string(&main).unwrap();
     std::fs::write(
@@ -196,7 +177,7 @@ fn check_names_a_broken_template_and_a_role_without_a_template() {
         lua.replace("template = \"minimal/v1\"", "template = \"../outside\""),
     )
     .unwrap();
-    let (code, _, stderr) = run(&["check", "--config-dir", tmp.path().to_str().unwrap()]);
+    let (code, _, stderr) = run_on("check", tmp.path(), &[]);
     assert_eq!(code, 1, "{stderr}");
     assert!(
         stderr.contains("templates/minimal/v1/role.conf.hbs: line "),
@@ -218,16 +199,8 @@ fn render_shows_files_and_commands_from_vars_or_a_schedule() {
         "template: minimal/v1\nnode: alpha\ncluster: demo\nversion: v7\ninstances: 3\n",
     )
     .unwrap();
-    let (code, stdout, stderr) = run(&[
-        "render",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--role",
-        "web",
-        "--vars",
-        vars.to_str().unwrap(),
-        "--dry-run",
-    ]);
+    let vars_args = ["--role", "web", "--vars", vars.to_str().unwrap()];
+    let (code, stdout, stderr) = run_on("render", &dir, &[&vars_args[..], &["--dry-run"]].concat());
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("--- files.conf = templates/minimal/v1/role.conf.hbs ---"),
@@ -238,15 +211,7 @@ fn render_shows_files_and_commands_from_vars_or_a_schedule() {
     assert!(stdout.contains("would run: cat "), "{stdout}");
 
     // Without --dry-run the command runs: `cat` prints the rendered file.
-    let (code, stdout, _) = run(&[
-        "render",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--role",
-        "web",
-        "--vars",
-        vars.to_str().unwrap(),
-    ]);
+    let (code, stdout, _) = run_on("render", &dir, &vars_args);
     assert_eq!(code, 0);
     assert_eq!(stdout.matches("version: v7").count(), 2, "{stdout}");
 
@@ -260,22 +225,22 @@ fn render_shows_files_and_commands_from_vars_or_a_schedule() {
             "nodes": {"alpha": {"roles": {"web": {"instances": 5}}}}}}"#,
     )
     .unwrap();
-    let base = [
+    let base = ["--schedule", schedule.to_str().unwrap(), "--dry-run"];
+    let (code, stdout, stderr) = run_on(
         "render",
-        "--config-dir",
-        dir.to_str().unwrap(),
-        "--schedule",
-        schedule.to_str().unwrap(),
-        "--dry-run",
-    ];
-    let (code, stdout, stderr) =
-        run(&[&base[..], &["--role", "web", "--hostname", "alpha"]].concat());
+        &dir,
+        &[&base[..], &["--role", "web", "--hostname", "alpha"]].concat(),
+    );
     assert_eq!(code, 0, "{stderr}");
     assert!(
         stdout.contains("(cluster prod)") && stdout.contains("instances: 5"),
         "{stdout}"
     );
-    let (code, _, stderr) = run(&[&base[..], &["--role", "web", "--hostname", "beta"]].concat());
+    let (code, _, stderr) = run_on(
+        "render",
+        &dir,
+        &[&base[..], &["--role", "web", "--hostname", "beta"]].concat(),
+    );
     assert_eq!(code, 1);
     assert!(stderr.contains("not assigned to \"beta\""), "{stderr}");
 }
@@ -305,8 +270,7 @@ fn render_check_dir_parses_and_renders_a_template_dir() {
 
 #[test]
 fn check_ends_on_symlink_loops_and_names_links_out_big_and_deep_files() {
-    let tmp = tempfile::tempdir().unwrap();
-    copy_tree(&example("minimal"), tmp.path());
+    let tmp = edited_example("minimal", &[]);
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.yaml"), "password: hunter2\n").unwrap();
     let rt = tmp.path().join("runtime");

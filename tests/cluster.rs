@@ -25,28 +25,16 @@ pub struct Node {
 impl Node {
     fn start(i: usize, dir: &Path, port: u16, cantal: &str) -> Node {
         let n = i + 1;
-        let config = dir.join(format!("config{n}"));
-        copy_tree(&example("minimal"), &config);
-        let storage = dir.join(format!("storage{n}"));
-        let log = dir.join(format!("node{n}.log"));
         let host = format!("127.0.0.{n}");
-        let child = Command::new(BIN)
-            .args(["run", "--hostname", NAMES[i], "--name"])
+        let (mut command, log) = cluster_node(dir, n);
+        let child = command
+            .args(["--hostname", NAMES[i], "--name"])
             .arg(format!("{}.test", NAMES[i]))
             .args(["--host", &host, "--port", &port.to_string()])
             .arg("--override-machine-id")
             .arg(format!("77985419c732412ea38b94db{n:08}"))
-            .arg("--config-dir")
-            .arg(&config)
-            .arg("--storage-dir")
-            .arg(&storage)
-            .arg("--log-dir")
-            .arg(storage.join("log"))
             .arg("--cantal-url")
             .arg(cantal)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         Node {

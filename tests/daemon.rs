@@ -1,5 +1,6 @@
 //! A single node on a temp copy of `examples/minimal`, driven over HTTP.
 
+use std::path::Path;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -8,14 +9,26 @@ use crate::util::*;
 
 const SOON: Duration = Duration::from_secs(10);
 
+/// Writes `runtime/web/v3.yaml` with `instances`, waits for the schedule with web at v3 (panics
+/// with `what` if none comes) and checks that it puts that many instances on alpha.
+fn deploy_web_v3(daemon: &Daemon, config: &Path, instances: u64, what: &str) -> Value {
+    let text = format!("image: web.v3\ninstances: {instances}\n");
+    std::fs::write(config.join("runtime/web/v3.yaml"), text).unwrap();
+    let schedule = daemon.wait_json(SOON, "/v1/schedule", what, |s| {
+        s["data"]["roles"]["web"]["version"] == "v3"
+    });
+    let alpha = &schedule["data"]["nodes"]["alpha"]["roles"]["web"];
+    assert_eq!(alpha["instances"], instances, "{schedule}");
+    schedule
+}
+
 #[test]
 fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
     let (_tmp, config, storage) = example_site("minimal");
     let daemon = Daemon::start(&config, &storage);
 
     // A node without peers leads itself and schedules.
-    let first = wait_for(SOON, || daemon.json("/v1/schedule"))
-        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule", |_| true);
     assert_eq!(
         first["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
         2
@@ -31,30 +44,13 @@ fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
     assert_eq!(input["runtime"]["web"]["v2"]["instances"], 2);
 
     // A new runtime file gives a new schedule without a restart.
-    std::fs::write(
-        config.join("runtime/web/v3.yaml"),
-        "image: web.v3\ninstances: 3\n",
-    )
-    .unwrap();
-    let second = wait_for(SOON, || {
-        daemon
-            .json("/v1/schedule")
-            .filter(|s| s["data"]["roles"]["web"]["version"] == "v3")
-    })
-    .unwrap_or_else(|| panic!("edit not picked up:\n{}", daemon.logs()));
-    assert_eq!(
-        second["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
-        3
-    );
+    let second = deploy_web_v3(&daemon, &config, 3, "edit not picked up");
 
     // A bad runtime file is reported with its path; the rest is still used.
     std::fs::write(config.join("runtime/cache/v2.yaml"), "image: [oops\n").unwrap();
-    let status = wait_for(SOON, || {
-        daemon
-            .json("/v1/status")
-            .filter(|s| s["errors"].get("runtime/cache/v2.yaml").is_some())
-    })
-    .unwrap_or_else(|| panic!("bad file not reported:\n{}", daemon.logs()));
+    let status = daemon.wait_json(SOON, "/v1/status", "bad file not reported", |s| {
+        s["errors"].get("runtime/cache/v2.yaml").is_some()
+    });
     assert!(
         status["errors"]["runtime/cache/v2.yaml"]
             .as_str()
@@ -69,12 +65,9 @@ fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
         "return {scheduler = function(state)\n  error('no capacity for web')\nend}\n",
     )
     .unwrap();
-    let status = wait_for(SOON, || {
-        daemon
-            .json("/v1/status")
-            .filter(|s| s["errors"].get("scheduler").is_some())
-    })
-    .unwrap_or_else(|| panic!("scheduler error not shown:\n{}", daemon.logs()));
+    let status = daemon.wait_json(SOON, "/v1/status", "scheduler error not shown", |s| {
+        s["errors"].get("scheduler").is_some()
+    });
     let message = status["errors"]["scheduler"].as_str().unwrap();
     assert!(
         message.contains("scheduler/v1/main.lua:2: no capacity for web"),
@@ -97,14 +90,11 @@ fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
         "return {scheduler = function() while true do end end}\n",
     )
     .unwrap();
-    let status = wait_for(SOON, || {
-        daemon.json("/v1/status").filter(|s| {
-            s["errors"]["scheduler"]
-                .as_str()
-                .is_some_and(|m| m.contains("time budget"))
-        })
-    })
-    .unwrap_or_else(|| panic!("timeout not reported:\n{}", daemon.logs()));
+    let status = daemon.wait_json(SOON, "/v1/status", "timeout not reported", |s| {
+        s["errors"]["scheduler"]
+            .as_str()
+            .is_some_and(|m| m.contains("time budget"))
+    });
     assert_eq!(status["schedule_id"], second["hash"]);
 
     // SIGTERM stops it cleanly; a restart serves the persisted schedule even though the
@@ -116,8 +106,7 @@ fn single_node_schedules_follows_edits_and_keeps_the_last_good_schedule() {
     .unwrap();
     assert_eq!(saved["hash"], second["hash"]);
     let daemon = Daemon::start(&config, &storage);
-    let restored = wait_for(SOON, || daemon.json("/v1/schedule"))
-        .unwrap_or_else(|| panic!("no schedule after restart:\n{}", daemon.logs()));
+    let restored = daemon.wait_json(SOON, "/v1/schedule", "no schedule after restart", |_| true);
     assert_eq!(restored["hash"], second["hash"]);
 }
 
@@ -203,15 +192,11 @@ fn set_open_files_limit(pid: u32, soft: usize) {
 fn a_node_out_of_descriptors_keeps_its_inputs_and_shows_the_failure() {
     let (tmp, config, storage) = example_site("minimal");
     let daemon = Daemon::start(&config, &storage);
-    let first = wait_for(SOON, || daemon.json("/v1/schedule"))
-        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule", |_| true);
     assert_eq!(first["data"]["roles"]["web"]["version"], "v2");
-    wait_for(SOON, || {
-        daemon
-            .json("/v1/status")
-            .filter(|s| !s["last_deployment"]["finished"].is_null())
-    })
-    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    daemon.wait_json(SOON, "/v1/status", "no deployment", |s| {
+        !s["last_deployment"]["finished"].is_null()
+    });
 
     // Starve the daemon as 1,100 idle connections did in the issue: with a soft limit of 3, every
     // new descriptor (numbered 3 or more: 0, 1 and 2 are open) fails with EMFILE, while the ones
@@ -233,8 +218,7 @@ fn a_node_out_of_descriptors_keeps_its_inputs_and_shows_the_failure() {
 
     // The failure is shown, and the schedule still has its roles: the scheduler never saw the
     // empty tree the failed read would have given.
-    let status = wait_for(SOON, || daemon.json("/v1/status"))
-        .unwrap_or_else(|| panic!("no status:\n{}", daemon.logs()));
+    let status = daemon.wait_json(SOON, "/v1/status", "no status", |_| true);
     let error = status["errors"]["runtime"].as_str().unwrap_or_default();
     assert!(error.contains("Too many open files"), "{status}");
     let schedule = daemon.json("/v1/schedule").unwrap();
@@ -243,21 +227,7 @@ fn a_node_out_of_descriptors_keeps_its_inputs_and_shows_the_failure() {
     assert_eq!(input["runtime"]["web"]["v2"]["instances"], 2);
 
     // With descriptors back, the next change is read as usual and the failure goes.
-    std::fs::write(
-        config.join("runtime/web/v3.yaml"),
-        "image: web.v3\ninstances: 4\n",
-    )
-    .unwrap();
-    let third = wait_for(SOON, || {
-        daemon
-            .json("/v1/schedule")
-            .filter(|s| s["data"]["roles"]["web"]["version"] == "v3")
-    })
-    .unwrap_or_else(|| panic!("not read after recovery:\n{}", daemon.logs()));
-    assert_eq!(
-        third["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
-        4
-    );
+    deploy_web_v3(&daemon, &config, 4, "not read after recovery");
     // (Roles that failed to render while starved retry on their own; only the inputs are ours.)
     let status = daemon.json("/v1/status").unwrap();
     assert!(status["errors"].get("runtime").is_none(), "{status}");
@@ -297,8 +267,7 @@ fn idle_connections_cannot_starve_the_api_under_a_low_descriptor_limit() {
         "{logs}"
     );
     assert!(logs.contains("max_connections=64"), "{logs}");
-    wait_for(SOON, || daemon.json("/v1/schedule"))
-        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |_| true);
 
     // More connections that send nothing than the cap, and than the daemon has descriptors;
     // the last one sends half a request head and stops.
@@ -313,8 +282,7 @@ fn idle_connections_cannot_starve_the_api_under_a_low_descriptor_limit() {
     let opened = Instant::now();
 
     // The API still answers, by closing the oldest idle connections to make room.
-    let status = wait_for(SOON, || daemon.json("/v1/status"))
-        .unwrap_or_else(|| panic!("/v1/status does not answer:\n{}", daemon.logs()));
+    let status = daemon.wait_json(SOON, "/v1/status", "/v1/status does not answer", |_| true);
     assert_eq!(status["election_state"]["is_leader"], true);
     let evicted = metric(
         daemon.port,
@@ -368,8 +336,7 @@ fn request_bodies_that_never_come_do_not_hold_connections() {
         &["--settings", settings.to_str().unwrap()],
         &[],
     );
-    wait_for(SOON, || daemon.json("/v1/status"))
-        .unwrap_or_else(|| panic!("no status:\n{}", daemon.logs()));
+    daemon.wait_json(SOON, "/v1/status", "no status", |_| true);
 
     // Busy connections (a request in progress) are not evicted; these promise a body and send
     // none, which used to hold them for ever.

@@ -87,11 +87,7 @@ impl Site {
 
     /// `[time, deployment_id, pointer, marker]` lines of the deployment log index.
     fn index(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.log_dir.join(".index/latest"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        deployment_index(&self.log_dir)
     }
 
     /// Deployment ids under which `role` started.
@@ -109,12 +105,23 @@ impl Site {
             .any(|l| l[1] == deployment_id && l[3] == "DeploymentFinish")
     }
 
-    /// Writes a runtime file the way a deploy tool should: complete, then renamed into place.
-    fn write_runtime(&self, rel: &str, text: &str) {
-        let path = self.config.join("runtime").join(rel);
-        let tmp = path.with_extension("yaml~");
-        std::fs::write(&tmp, text).unwrap();
-        std::fs::rename(tmp, path).unwrap();
+    /// Writes the runtime file of web `version` (image `web.<version>`), the way a deploy tool
+    /// should (see [`replace_file`]).
+    fn write_web(&self, version: &str, instances: i64) {
+        replace_file(
+            &self.config.join(format!("runtime/web/{version}.yaml")),
+            &format!("image: web.{version}\nconfig: /config/web.yaml\ninstances: {instances}\n"),
+        );
+    }
+
+    /// Waits until the installed web config runs the image of `version`; fails with `what`.
+    fn wait_web_switched(&self, version: &str, what: &str) {
+        let image = format!("web.{version}");
+        wait_for(SOON, || {
+            let web = self.processes("web")?;
+            (web["web"]["image"] == image.as_str()).then_some(())
+        })
+        .unwrap_or_else(|| self.fail(what));
     }
 
     fn fail(&self, what: &str) -> ! {
@@ -176,15 +183,8 @@ fn lithos_example_switches_both_roles_then_only_the_changed_one_and_recovers_fro
 
     // A new version of web: web is switched again under a new deployment id, worker is not.
     let worker_before = site.processes_text("worker").unwrap();
-    site.write_runtime(
-        "web/v3.yaml",
-        "image: web.v3\nconfig: /config/web.yaml\ninstances: 2\n",
-    );
-    wait_for(SOON, || {
-        let web = site.processes("web")?;
-        (web["web"]["image"] == "web.v3").then_some(())
-    })
-    .unwrap_or_else(|| site.fail("web v3 was not switched"));
+    site.write_web("v3", 2);
+    site.wait_web_switched("v3", "web v3 was not switched");
     let web_starts = site.role_starts("web");
     assert_eq!(web_starts.len(), 2, "{web_starts:?}");
     let new_id = web_starts[1].clone();
@@ -201,10 +201,7 @@ fn lithos_example_switches_both_roles_then_only_the_changed_one_and_recovers_fro
 
     // A version lithos would refuse: the scheduler passes it on, lithos_switch refuses it, the
     // role is shown as failing and retried; the installed config stays the last good one.
-    site.write_runtime(
-        "web/v4.yaml",
-        "image: web.v4\nconfig: /config/web.yaml\ninstances: -1\n",
-    );
+    site.write_web("v4", -1);
     let status = wait_for(SOON, || {
         let s = site.status();
         (s["failed_roles"] == json!(["web"])).then_some(s)
@@ -239,15 +236,8 @@ fn lithos_example_switches_both_roles_then_only_the_changed_one_and_recovers_fro
     assert_eq!(others, BTreeSet::from(["web".to_string()]));
 
     // Fixed: the failure clears without a restart.
-    site.write_runtime(
-        "web/v4.yaml",
-        "image: web.v4\nconfig: /config/web.yaml\ninstances: 1\n",
-    );
-    wait_for(SOON, || {
-        let web = site.processes("web")?;
-        (web["web"]["image"] == "web.v4").then_some(())
-    })
-    .unwrap_or_else(|| site.fail("the fixed v4 was not switched"));
+    site.write_web("v4", 1);
+    site.wait_web_switched("v4", "the fixed v4 was not switched");
     let status = wait_for(SOON, || {
         let s = site.status();
         (s["failed_roles"] == json!([])).then_some(s)

@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream, UdpSocket};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -144,9 +144,6 @@ impl Drop for Node {
 
 impl Node {
     fn start(n: usize, dir: &Path, port: u16, minority: bool, keyed: bool) -> Node {
-        let config = dir.join(format!("config{n}"));
-        copy_tree(&example("minimal"), &config);
-        let storage = dir.join(format!("storage{n}"));
         let peers: String = (1..=N)
             .filter(|&j| j != n)
             .map(|j| {
@@ -172,9 +169,9 @@ impl Node {
             ),
         )
         .unwrap();
-        let log = dir.join(format!("node{n}.log"));
-        let child = Command::new(BIN)
-            .args(["run", "--hostname", &format!("node{n}")])
+        let (mut command, log) = cluster_node(dir, n);
+        let child = command
+            .args(["--hostname", &format!("node{n}")])
             .args([
                 "--host",
                 &format!("127.0.0.{n}"),
@@ -182,17 +179,8 @@ impl Node {
                 &port.to_string(),
             ])
             .args(["--override-machine-id", &id(n)])
-            .arg("--config-dir")
-            .arg(&config)
-            .arg("--storage-dir")
-            .arg(&storage)
-            .arg("--log-dir")
-            .arg(storage.join("log"))
             .arg("--settings")
             .arg(&settings)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
             .unwrap();
         Node {

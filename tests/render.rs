@@ -43,7 +43,7 @@ impl Site {
         std::fs::write(config.join("scheduler/v1/main.lua"), PASSTHROUGH).unwrap();
         let o = out.display();
         // `app`: copy the rendered file into out/<role>.conf, then record the call.
-        write(
+        replace_file(
             &config.join("templates/app/v1/app.render.yaml"),
             &format!(
                 "templates:\n  conf: app.conf.hbs\ncommands:\n\
@@ -51,12 +51,12 @@ impl Site {
                  - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
             ),
         );
-        write(
+        replace_file(
             &config.join("templates/app/v1/app.conf.hbs"),
             "BEGIN {{role}}\nvalue: {{value}}\n{{filler}}\nEND\n",
         );
         // `flaky`: fails until out/fixed exists.
-        write(
+        replace_file(
             &config.join("templates/flaky/v1/flaky.render.yaml"),
             &format!(
                 "templates:\n  conf: flaky.conf.tera\ncommands:\n\
@@ -64,7 +64,7 @@ impl Site {
                  - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
             ),
         );
-        write(
+        replace_file(
             &config.join("templates/flaky/v1/flaky.conf.tera"),
             "{{ role }} {{ value }}\n",
         );
@@ -86,7 +86,7 @@ impl Site {
     }
 
     fn schedule_data(&self, data: Value) {
-        write(
+        replace_file(
             &self.config.join("runtime/schedule.json"),
             &data.to_string(),
         );
@@ -129,19 +129,27 @@ impl Site {
 
     /// Index lines of the deployment log.
     fn index(&self) -> Vec<Value> {
-        std::fs::read_to_string(self.log_dir.join(".index/latest"))
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+        deployment_index(&self.log_dir)
     }
-}
 
-fn write(path: &Path, text: &str) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    let tmp = path.with_extension("tmp~");
-    std::fs::write(&tmp, text).unwrap();
-    std::fs::rename(tmp, path).unwrap();
+    /// The index lines of role starts, oldest first.
+    fn role_starts(&self) -> Vec<Value> {
+        let mut index = self.index();
+        index.retain(|l| l[3] == "RoleStart");
+        index
+    }
+
+    /// What the `app` template copied out for `role`.
+    fn conf(&self, role: &str) -> String {
+        std::fs::read_to_string(self.out.join(format!("{role}.conf"))).unwrap()
+    }
+
+    /// POST /v1/force_render_all, which must be accepted.
+    fn force_render_all(&self) {
+        let port = self.daemon.port;
+        let (code, body) = http_post(port, "/v1/force_render_all", "application/json", b"");
+        assert_eq!((code, body.as_str()), (200, "\"ok\""));
+    }
 }
 
 #[test]
@@ -152,12 +160,11 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     let mut calls = site.wait_calls(2);
     calls.sort();
     assert_eq!(calls, vec!["db", "web"], "each role applied once");
-    let web = std::fs::read_to_string(site.out.join("web.conf")).unwrap();
+    let web = site.conf("web");
     assert!(web.starts_with("BEGIN web\nvalue: 1\n"), "{web}");
     let first_ids: Vec<String> = site
-        .index()
+        .role_starts()
         .iter()
-        .filter(|l| l[3] == "RoleStart")
         .map(|l| l[1].as_str().unwrap().to_string())
         .collect();
     assert_eq!(first_ids.len(), 2);
@@ -171,13 +178,9 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     let calls = site.wait_calls(3);
     assert_eq!(calls.len(), 3, "{calls:?}");
     assert_eq!(calls[2], "web", "only web rendered again: {calls:?}");
-    let web = std::fs::read_to_string(site.out.join("web.conf")).unwrap();
+    let web = site.conf("web");
     assert!(web.contains("value: 2"), "{web}");
-    let role_starts: Vec<Value> = site
-        .index()
-        .into_iter()
-        .filter(|l| l[3] == "RoleStart")
-        .collect();
+    let role_starts = site.role_starts();
     assert_eq!(role_starts.len(), 3);
     assert_eq!(role_starts[2][2]["fields"][0], "web");
     assert_ne!(role_starts[2][1], json!(first_ids[0]));
@@ -210,13 +213,7 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
 
     // force_render_all renders every role again.
     let before = site.calls().len();
-    let (code, body) = http_post(
-        site.daemon.port,
-        "/v1/force_render_all",
-        "application/json",
-        b"",
-    );
-    assert_eq!((code, body.as_str()), (200, "\"ok\""));
+    site.force_render_all();
     let calls = site.wait_calls(before + 2);
     let mut last_two = calls[before..].to_vec();
     last_two.sort();
@@ -499,7 +496,7 @@ fn a_restart_with_a_stored_schedule_renders_without_a_missing_template_error() {
     assert!(daemon.terminate().success());
     // Enough runtime files that reading them takes longer than starting the controllers.
     for i in 0..3000 {
-        write(&config.join(format!("runtime/bulk/f{i}.yaml")), "x: 1\n");
+        replace_file(&config.join(format!("runtime/bulk/f{i}.yaml")), "x: 1\n");
     }
     // The restart starts with the stored schedule. Rendering used to start before the first
     // read of the config dir and logged every role's template dir as missing.
@@ -526,7 +523,7 @@ fn a_restart_with_a_stored_schedule_renders_without_a_missing_template_error() {
 fn role_names_match_literally_in_clean_files_patterns() {
     let site = Site::start();
     let o = site.out.display();
-    write(
+    replace_file(
         &site.config.join("templates/clean/v1/clean.render.yaml"),
         &format!(
             "templates:\n  keep: keep.hbs\ncommands:\n\
@@ -534,11 +531,11 @@ fn role_names_match_literally_in_clean_files_patterns() {
              - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
         ),
     );
-    write(&site.config.join("templates/clean/v1/keep.hbs"), "keep\n");
-    write(&site.out.join("clean/victim/important.conf"), "precious");
+    replace_file(&site.config.join("templates/clean/v1/keep.hbs"), "keep\n");
+    replace_file(&site.out.join("clean/victim/important.conf"), "precious");
     for role in ["*", "a(b)"] {
-        write(&site.out.join(format!("clean/{role}/keep.conf")), "x");
-        write(&site.out.join(format!("clean/{role}/old.conf")), "x");
+        replace_file(&site.out.join(format!("clean/{role}/keep.conf")), "x");
+        replace_file(&site.out.join(format!("clean/{role}/old.conf")), "x");
     }
     let clean = json!({"template": "clean/v1"});
     site.schedule(json!({}), json!({"*": clean, "a(b)": clean}));
@@ -589,21 +586,13 @@ fn roles_apply_when_the_deployment_log_cannot_be_written_and_it_is_reported() {
     assert!(status["num_errors"].as_u64().unwrap() >= 1);
 
     // Another deployment: applied again, counted again, but logged only once.
-    let (code, _) = http_post(
-        site.daemon.port,
-        "/v1/force_render_all",
-        "application/json",
-        b"",
-    );
-    assert_eq!(code, 200);
+    site.force_render_all();
     site.wait_calls(2);
-    let metrics = site.daemon.get("/metrics").unwrap().1;
-    let errors: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("verwalter_deployment_log_write_errors_total "))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{metrics}"));
-    assert!(errors >= 2, "{errors}");
+    let errors = metric(
+        site.daemon.port,
+        "verwalter_deployment_log_write_errors_total",
+    );
+    assert!(errors.is_some_and(|n| n >= 2.0), "{errors:?}");
     let logged = site
         .daemon
         .logs()
@@ -613,13 +602,7 @@ fn roles_apply_when_the_deployment_log_cannot_be_written_and_it_is_reported() {
 
     // Fixed: the next deployment writes the log and the report goes.
     std::fs::remove_file(&blocker).unwrap();
-    let (code, _) = http_post(
-        site.daemon.port,
-        "/v1/force_render_all",
-        "application/json",
-        b"",
-    );
-    assert_eq!(code, 200);
+    site.force_render_all();
     site.wait_calls(3);
     wait_for(SOON, || {
         site.status()["errors"]

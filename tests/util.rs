@@ -39,6 +39,63 @@ pub fn example_site(name: &str) -> (tempfile::TempDir, PathBuf, PathBuf) {
     (tmp, config, storage)
 }
 
+/// Points `command` (a `verwalter run`) at `config_dir`, and at `storage_dir` for its storage
+/// and its logs (`log/` in it), with `RUST_LOG=info`, stdout dropped and stderr written to `log`.
+pub fn with_dirs<'a>(
+    command: &'a mut Command,
+    config_dir: &Path,
+    storage_dir: &Path,
+    log: &Path,
+) -> &'a mut Command {
+    command
+        .arg("--config-dir")
+        .arg(config_dir)
+        .arg("--storage-dir")
+        .arg(storage_dir)
+        .arg("--log-dir")
+        .arg(storage_dir.join("log"))
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(log).unwrap())
+}
+
+/// Node `n` of a test cluster in `dir`: `verwalter run` (see [`with_dirs`]) on `config{n}`, a
+/// fresh copy of `examples/minimal`, with `storage{n}` and the log `node{n}.log`, to which the
+/// caller adds the node's name, address and peers. The command and the log's path.
+pub fn cluster_node(dir: &Path, n: usize) -> (Command, PathBuf) {
+    let config = dir.join(format!("config{n}"));
+    copy_tree(&example("minimal"), &config);
+    let log = dir.join(format!("node{n}.log"));
+    let mut command = Command::new(BIN);
+    command.arg("run");
+    with_dirs(
+        &mut command,
+        &config,
+        &dir.join(format!("storage{n}")),
+        &log,
+    );
+    (command, log)
+}
+
+/// The lines of the deployment log's index under `log_dir` (`[time, deployment_id, pointer,
+/// marker]` each); none while there is no index yet.
+pub fn deployment_index(log_dir: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(log_dir.join(".index/latest"))
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Writes `text` to `path` the way a deploy tool should: complete under another name, then
+/// renamed into place (so the daemon never reads half a file); makes the parent dirs.
+pub fn replace_file(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let tmp = path.with_extension("tmp~");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(tmp, path).unwrap();
+}
+
 /// A running daemon; killed when dropped.
 pub struct Daemon {
     pub child: Child,
@@ -80,7 +137,6 @@ impl Daemon {
         nofile: Option<(u64, u64)>,
     ) -> Daemon {
         let log = storage_dir.with_extension("log");
-        let file = std::fs::File::create(&log).unwrap();
         let mut command = match nofile {
             Some((soft, hard)) => {
                 let mut sh = Command::new("sh");
@@ -93,31 +149,22 @@ impl Daemon {
             }
             None => Command::new(BIN),
         };
-        let child = command
-            .args([
-                "run",
-                "--hostname",
-                "alpha",
-                "--name",
-                "alpha.test",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--override-machine-id",
-                MACHINE_ID,
-            ])
-            .arg("--config-dir")
-            .arg(config_dir)
-            .arg("--storage-dir")
-            .arg(storage_dir)
-            .arg("--log-dir")
-            .arg(storage_dir.join("log"))
+        command.args([
+            "run",
+            "--hostname",
+            "alpha",
+            "--name",
+            "alpha.test",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--override-machine-id",
+            MACHINE_ID,
+        ]);
+        let child = with_dirs(&mut command, config_dir, storage_dir, &log)
             .args(args)
-            .env("RUST_LOG", "info")
             .envs(envs.iter().copied())
-            .stdout(Stdio::null())
-            .stderr(file)
             .spawn()
             .unwrap();
         let mut daemon = Daemon {
@@ -144,6 +191,19 @@ impl Daemon {
             Some((200, body)) => serde_json::from_str(&body).ok(),
             _ => None,
         }
+    }
+
+    /// Polls GET `path` until it answers JSON that satisfies `ready`, and returns that; past
+    /// `timeout`, panics with `what` and the daemon's log.
+    pub fn wait_json(
+        &self,
+        timeout: Duration,
+        path: &str,
+        what: &str,
+        ready: impl Fn(&serde_json::Value) -> bool,
+    ) -> serde_json::Value {
+        wait_for(timeout, || self.json(path).filter(&ready))
+            .unwrap_or_else(|| panic!("{what}:\n{}", self.logs()))
     }
 
     pub fn logs(&self) -> String {

@@ -62,15 +62,21 @@ pub struct ScheduleOutputs {
     pub parents: Field<Vec<Schedule>>,
 }
 
+/// What a scheduler run uses besides the store: the ports and this node's settings.
+pub struct ScheduleDeps {
+    pub scheduler: Arc<dyn Scheduler>,
+    pub persist: Arc<Persister>,
+    pub clock: Arc<dyn Clock>,
+    pub observer: Arc<dyn ScheduleObserver>,
+    pub identity: Identity,
+    /// How often the scheduler runs again on unchanged inputs.
+    pub period: Duration,
+}
+
 pub struct ScheduleController {
     store: Store,
     out: ScheduleOutputs,
-    scheduler: Arc<dyn Scheduler>,
-    persist: Arc<Persister>,
-    clock: Arc<dyn Clock>,
-    observer: Arc<dyn ScheduleObserver>,
-    identity: Identity,
-    period: Duration,
+    deps: ScheduleDeps,
     last: Mutex<Option<LastRun>>,
     /// In a cluster a new leader first gathers its peers' schedules ([`crate::state::Prefetched`]) and runs
     /// the scheduler only when they are in, with all of them as `parents`.
@@ -87,26 +93,11 @@ impl ScheduleController {
         self
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        store: Store,
-        out: ScheduleOutputs,
-        scheduler: Arc<dyn Scheduler>,
-        persist: Arc<Persister>,
-        clock: Arc<dyn Clock>,
-        observer: Arc<dyn ScheduleObserver>,
-        identity: Identity,
-        period: Duration,
-    ) -> ScheduleController {
+    pub fn new(store: Store, out: ScheduleOutputs, deps: ScheduleDeps) -> ScheduleController {
         ScheduleController {
             store,
             out,
-            scheduler,
-            persist,
-            clock,
-            observer,
-            identity,
-            period,
+            deps,
             last: Mutex::new(None),
             prefetch: false,
             parents_from: Mutex::new(None),
@@ -146,9 +137,9 @@ impl ScheduleController {
     /// Builds the scheduler input from a snapshot.
     fn input(&self, snap: &LastRun) -> SchedulerInput {
         SchedulerInput {
-            now: self.clock.now_ms(),
-            current_host: self.identity.hostname.clone(),
-            current_id: self.identity.id.clone(),
+            now: self.deps.clock.now_ms(),
+            current_host: self.deps.identity.hostname.clone(),
+            current_id: self.deps.identity.id.clone(),
             parents: snap.parents.iter().map(|s| s.data.clone()).collect(),
             actions: (*snap.actions).clone(),
             runtime: snap.inputs.runtime.clone(),
@@ -169,7 +160,7 @@ impl ScheduleController {
                 let mut parents = prefetched.schedules.clone();
                 // A later addition keeps this leader's own latest schedule among the parents.
                 if let Some(own) = self.store.schedule.peek().as_ref()
-                    && own.origin == self.identity.id
+                    && own.origin == self.deps.identity.id
                     && !parents.iter().any(|p| p.hash == own.hash)
                     && done.as_ref().is_some_and(|d| d.epoch == epoch)
                 {
@@ -185,22 +176,24 @@ impl ScheduleController {
         }
         if let Some(last) = &*self.last.lock().unwrap() {
             let elapsed = snap.at.saturating_duration_since(last.at);
-            if last.ok && last.same_inputs(&snap) && elapsed < self.period {
-                return Ok(Some(self.period - elapsed));
+            if last.ok && last.same_inputs(&snap) && elapsed < self.deps.period {
+                return Ok(Some(self.deps.period - elapsed));
             }
         }
         let input = Arc::new(self.input(&snap));
         let started = Instant::now();
         let result = self
+            .deps
             .scheduler
             .run(&snap.inputs.scheduler_hash, input.clone())
             .await;
-        self.observer
+        self.deps
+            .observer
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
                 let (schedule, canonical) =
-                    Schedule::encode(output.data, input.now, self.identity.id.clone());
+                    Schedule::encode(output.data, input.now, self.deps.identity.id.clone());
                 let current = self.out.schedule.get();
                 // Same data from another leader's run is taken anew as well: the envelope must
                 // name this node as origin, or its followers would not fetch it from it.
@@ -211,7 +204,7 @@ impl ScheduleController {
                 if !same {
                     // A failure is the persister's to report and retry; the schedule is in
                     // force either way.
-                    let _ = self.persist.save(&schedule, canonical);
+                    let _ = self.deps.persist.save(&schedule, canonical);
                     tracing::info!(hash = %schedule.hash, "New schedule.");
                     self.out.parents.set(vec![schedule.clone()]);
                     self.out.schedule.set(Some(schedule));
@@ -228,7 +221,7 @@ impl ScheduleController {
                 });
                 snap.ok = true;
                 *self.last.lock().unwrap() = Some(snap);
-                Ok(Some(self.period))
+                Ok(Some(self.deps.period))
             }
             Err(error) => {
                 let previous = self.out.status.get();

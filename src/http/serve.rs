@@ -640,6 +640,14 @@ mod tests {
         );
     }
 
+    /// Settings under which a response that stops moving is given up after 300 ms.
+    fn short_stall() -> HttpSettings {
+        HttpSettings {
+            stream_stall_timeout: Duration::from_millis(300),
+            ..HttpSettings::default()
+        }
+    }
+
     async fn connect_and_send(addr: std::net::SocketAddr, request: &str) -> TcpStream {
         use tokio::io::AsyncWriteExt;
         let mut stream = TcpStream::connect(addr).await.unwrap();
@@ -652,11 +660,7 @@ mod tests {
         use axum::routing::get;
         // Far more than loopback socket buffers and hyper's buffer hold.
         let app = Router::new().route("/big", get(|| async { vec![b'x'; 64 << 20] }));
-        let settings = HttpSettings {
-            stream_stall_timeout: Duration::from_millis(300),
-            ..HttpSettings::default()
-        };
-        let (addr, metrics, shutdown) = serving(app, settings).await;
+        let (addr, metrics, shutdown) = serving(app, short_stall()).await;
         let _reader = connect_and_send(addr, "GET /big HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
         open_connections_become(&metrics, 1).await;
         // Well within the idle timeout (30 s), which does not run while a response is written.
@@ -670,11 +674,7 @@ mod tests {
     async fn a_client_that_pipelines_requests_and_reads_no_answer_is_closed() {
         use axum::routing::get;
         let app = Router::new().route("/mid", get(|| async { vec![b'x'; 256 << 10] }));
-        let settings = HttpSettings {
-            stream_stall_timeout: Duration::from_millis(300),
-            ..HttpSettings::default()
-        };
-        let (addr, metrics, shutdown) = serving(app, settings).await;
+        let (addr, metrics, shutdown) = serving(app, short_stall()).await;
         // 64 MiB of answers in all, far more than the socket buffers hold.
         let requests = "GET /mid HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".repeat(256);
         let _reader = connect_and_send(addr, &requests).await;

@@ -278,38 +278,44 @@ unsafe fn set(state: *mut ffi::lua_State, name: &CStr) {
     unsafe { ffi::lua_setfield(state, -2, name.as_ptr()) };
 }
 
+/// Sets `t[name] = s` on the table at the top of the stack.
+unsafe fn set_str(state: *mut ffi::lua_State, name: &CStr, s: &str) {
+    unsafe {
+        push_str(state, s);
+        set(state, name);
+    }
+}
+
+/// Sets `t[name] = n` on the table at the top of the stack.
+unsafe fn set_int(state: *mut ffi::lua_State, name: &CStr, n: ffi::lua_Integer) {
+    unsafe {
+        ffi::lua_pushinteger(state, n);
+        set(state, name);
+    }
+}
+
 unsafe fn push_peer(state: *mut ffi::lua_State, peer: &Peer) {
     unsafe {
         ffi::luaL_checkstack(state, 4, c"peer".as_ptr());
         ffi::lua_createtable(state, 0, 8);
-        push_str(state, &peer.id);
-        set(state, c"id");
+        set_str(state, c"id", &peer.id);
         if let Some(addr) = &peer.addr {
-            push_str(state, addr);
-            set(state, c"addr");
+            set_str(state, c"addr", addr);
         }
-        push_str(state, &peer.name);
-        set(state, c"name");
-        push_str(state, &peer.hostname);
-        set(state, c"hostname");
+        set_str(state, c"name", &peer.name);
+        set_str(state, c"hostname", &peer.hostname);
         if let Some(stamp) = &peer.schedule {
             ffi::lua_createtable(state, 0, 3);
-            ffi::lua_pushinteger(state, stamp.timestamp as ffi::lua_Integer);
-            set(state, c"timestamp");
-            push_str(state, &stamp.hash);
-            set(state, c"hash");
-            push_str(state, &stamp.origin);
-            set(state, c"origin");
+            set_int(state, c"timestamp", stamp.timestamp as ffi::lua_Integer);
+            set_str(state, c"hash", &stamp.hash);
+            set_str(state, c"origin", &stamp.origin);
             set(state, c"schedule");
         }
-        ffi::lua_pushinteger(state, peer.known_since as ffi::lua_Integer);
-        set(state, c"known_since");
+        set_int(state, c"known_since", peer.known_since as ffi::lua_Integer);
         if let Some(last) = peer.last_report_direct {
-            ffi::lua_pushinteger(state, last as ffi::lua_Integer);
-            set(state, c"last_report_direct");
+            set_int(state, c"last_report_direct", last as ffi::lua_Integer);
         }
-        ffi::lua_pushinteger(state, peer.errors as ffi::lua_Integer);
-        set(state, c"errors");
+        set_int(state, c"errors", peer.errors as ffi::lua_Integer);
     }
 }
 
@@ -318,12 +324,9 @@ unsafe fn push_input(state: *mut ffi::lua_State, input: &SchedulerInput) {
     unsafe {
         ffi::luaL_checkstack(state, 6, c"scheduler input".as_ptr());
         ffi::lua_createtable(state, 0, 8);
-        ffi::lua_pushinteger(state, input.now as ffi::lua_Integer);
-        set(state, c"now");
-        push_str(state, &input.current_host);
-        set(state, c"current_host");
-        push_str(state, &input.current_id);
-        set(state, c"current_id");
+        set_int(state, c"now", input.now as ffi::lua_Integer);
+        set_str(state, c"current_host", &input.current_host);
+        set_str(state, c"current_id", &input.current_id);
         ffi::lua_createtable(state, input.parents.len() as c_int, 0);
         for (i, parent) in input.parents.iter().enumerate() {
             push_json(state, parent);

@@ -927,56 +927,42 @@ pub fn register(
     deadline: &Rc<Cell<Instant>>,
     memory_limit: usize,
 ) -> mlua::Result<()> {
-    let f = lua.create_function(move |lua, values: MultiValue| {
-        let args = Args {
-            lua,
-            name: "rep",
-            values: values.into_vec(),
-        };
-        finish(lua, rep(&args, memory_limit))
-    })?;
-    into.raw_set("rep", checked(lua, f)?)?;
+    set_function(lua, into, "rep", move |args| rep(args, memory_limit))?;
     let move_deadline = deadline.clone();
-    let f = lua.create_function(move |lua, values: MultiValue| {
-        let args = Args {
-            lua,
-            name: "move",
-            values: values.into_vec(),
-        };
-        finish(lua, move_items(&args, move_deadline.get()))
+    set_function(lua, table, "move", move |args| {
+        move_items(args, move_deadline.get())
     })?;
-    table.raw_set("move", checked(lua, f)?)?;
-    for (key, name, find) in [("find", "find", true), ("match", "match", false)] {
+    for (name, find) in [("find", true), ("match", false)] {
         let deadline = deadline.clone();
-        let f = lua.create_function(move |lua, values: MultiValue| {
-            let args = Args {
-                lua,
-                name,
-                values: values.into_vec(),
-            };
-            finish(lua, find_or_match(&args, find, deadline.get()))
+        set_function(lua, into, name, move |args| {
+            find_or_match(args, find, deadline.get())
         })?;
-        into.raw_set(key, checked(lua, f)?)?;
     }
     let gmatch_deadline = deadline.clone();
-    let f = lua.create_function(move |lua, values: MultiValue| {
-        let args = Args {
-            lua,
-            name: "gmatch",
-            values: values.into_vec(),
-        };
-        finish(lua, gmatch(&args, gmatch_deadline.clone()))
+    set_function(lua, into, "gmatch", move |args| {
+        gmatch(args, gmatch_deadline.clone())
     })?;
-    into.raw_set("gmatch", checked(lua, f)?)?;
     let gsub_deadline = deadline.clone();
+    set_function(lua, into, "gsub", move |args| {
+        gsub(args, gsub_deadline.get(), memory_limit)
+    })
+}
+
+/// Sets `table[name]` to a [`checked`] function that runs `body` on its arguments (`name` is
+/// what its error messages call it).
+fn set_function(
+    lua: &Lua,
+    table: &Table,
+    name: &'static str,
+    body: impl Fn(&Args) -> Outcome<Vec<Value>> + 'static,
+) -> mlua::Result<()> {
     let f = lua.create_function(move |lua, values: MultiValue| {
         let args = Args {
             lua,
-            name: "gsub",
+            name,
             values: values.into_vec(),
         };
-        finish(lua, gsub(&args, gsub_deadline.get(), memory_limit))
+        finish(lua, body(&args))
     })?;
-    into.raw_set("gsub", checked(lua, f)?)?;
-    Ok(())
+    table.raw_set(name, checked(lua, f)?)
 }

@@ -354,6 +354,23 @@ impl Sandbox {
                 format!("{printed}{log}")
             };
         }
+        // Parsing or converting what the scheduler returned shares the run's limits: its output
+        // counts against the memory limit (tiny values take many times their text) and it must
+        // end by the run's deadline.
+        let budget = Budget {
+            bytes: self.limits.memory,
+            deadline: self.deadline.get(),
+        };
+        let out_of_memory = |e: &dyn std::fmt::Display| SchedulerError {
+            kind: SchedulerFailure::Memory,
+            message: format!("scheduler ran out of its memory limit: {e}"),
+            log: log.clone(),
+        };
+        let timed_out = |doing: &str| SchedulerError {
+            kind: SchedulerFailure::Timeout,
+            message: format!("{TIMEOUT_MARK} of {:?} (while {doing})", self.limits.time),
+            log: log.clone(),
+        };
         let data = match &first {
             LuaValue::String(s) => {
                 let text = s.to_str().map_err(|_| {
@@ -362,58 +379,23 @@ impl Sandbox {
                         &log,
                     )
                 })?;
-                // Parsing shares the run's limits too: tiny values take many times their text.
-                let budget = Budget {
-                    bytes: self.limits.memory,
-                    deadline: self.deadline.get(),
-                };
                 parse_json_text(&text, budget).map_err(|e| match &e {
                     ParseError::Invalid(invalid) => bad(
                         format!("the scheduler returned invalid JSON: {invalid}"),
                         &log,
                     ),
-                    ParseError::TooLarge { .. } => SchedulerError {
-                        kind: SchedulerFailure::Memory,
-                        message: format!("scheduler ran out of its memory limit: {e}"),
-                        log: log.clone(),
-                    },
-                    ParseError::Timeout => SchedulerError {
-                        kind: SchedulerFailure::Timeout,
-                        message: format!(
-                            "{TIMEOUT_MARK} of {:?} (while parsing the returned JSON text)",
-                            self.limits.time
-                        ),
-                        log: log.clone(),
-                    },
+                    ParseError::TooLarge { .. } => out_of_memory(&e),
+                    ParseError::Timeout => timed_out("parsing the returned JSON text"),
                 })?
             }
-            LuaValue::Table(_) => {
-                // The conversion shares the run's limits: its output counts against the memory
-                // limit and it must end by the run's deadline.
-                let budget = Budget {
-                    bytes: self.limits.memory,
-                    deadline: self.deadline.get(),
-                };
-                lua_to_json(&self.lua, &first, budget).map_err(|e| match e {
-                    ConvertError::BadValue(message) => bad(
-                        format!("cannot convert the returned table: {message}"),
-                        &log,
-                    ),
-                    ConvertError::TooLarge { .. } => SchedulerError {
-                        kind: SchedulerFailure::Memory,
-                        message: format!("scheduler ran out of its memory limit: {e}"),
-                        log: log.clone(),
-                    },
-                    ConvertError::Timeout => SchedulerError {
-                        kind: SchedulerFailure::Timeout,
-                        message: format!(
-                            "{TIMEOUT_MARK} of {:?} (while converting the returned table)",
-                            self.limits.time
-                        ),
-                        log: log.clone(),
-                    },
-                })?
-            }
+            LuaValue::Table(_) => lua_to_json(&self.lua, &first, budget).map_err(|e| match e {
+                ConvertError::BadValue(message) => bad(
+                    format!("cannot convert the returned table: {message}"),
+                    &log,
+                ),
+                ConvertError::TooLarge { .. } => out_of_memory(&e),
+                ConvertError::Timeout => timed_out("converting the returned table"),
+            })?,
             LuaValue::Nil => {
                 return Err(bad(
                     "the scheduler returned nil (an error inside a wrapper that swallowed it?)"

@@ -73,6 +73,36 @@ fn config() -> DriverConfig {
     }
 }
 
+/// A probe whose passes each wait for a permit of the returned semaphore.
+fn gated_probe() -> (Arc<Probe>, Arc<Semaphore>) {
+    let gate = Arc::new(Semaphore::new(0));
+    let probe = Arc::new(Probe {
+        gate: Some(gate.clone()),
+        ..Probe::new()
+    });
+    (probe, gate)
+}
+
+/// A driver running in its own task.
+struct Running {
+    stop: CancellationToken,
+    handle: tokio::task::JoinHandle<()>,
+}
+
+fn spawn_driver(driver: Driver<Probe>) -> Running {
+    let stop = CancellationToken::new();
+    let handle = tokio::spawn(driver.run(stop.clone()));
+    Running { stop, handle }
+}
+
+impl Running {
+    /// Shuts the driver down and waits for it to end.
+    async fn stop(self) {
+        self.stop.cancel();
+        self.handle.await.unwrap();
+    }
+}
+
 /// Lets spawned tasks and timers run up to `d` of virtual time.
 async fn advance(d: Duration) {
     tokio::time::sleep(d).await;
@@ -82,9 +112,8 @@ async fn advance(d: Duration) {
 async fn runs_at_start_and_on_change_but_not_on_equal_writes() {
     let probe = Arc::new(Probe::new());
     let field = Field::new(0u32);
-    let stop = CancellationToken::new();
-    let driver = Driver::new(probe.clone(), config()).trigger(field.reader().trigger());
-    let handle = tokio::spawn(driver.run(stop.clone()));
+    let running =
+        spawn_driver(Driver::new(probe.clone(), config()).trigger(field.reader().trigger()));
     advance(Duration::from_millis(10)).await;
     assert_eq!(probe.count(), 1, "first pass at start");
     field.set(0);
@@ -93,21 +122,15 @@ async fn runs_at_start_and_on_change_but_not_on_equal_writes() {
     field.set(1);
     advance(Duration::from_millis(10)).await;
     assert_eq!(probe.count(), 2, "a change runs a pass");
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn one_running_plus_one_pending_per_key() {
-    let gate = Arc::new(Semaphore::new(0));
-    let probe = Arc::new(Probe {
-        gate: Some(gate.clone()),
-        ..Probe::new()
-    });
+    let (probe, gate) = gated_probe();
     let field = Field::new(0u32);
-    let stop = CancellationToken::new();
-    let driver = Driver::new(probe.clone(), config()).trigger(field.reader().trigger());
-    let handle = tokio::spawn(driver.run(stop.clone()));
+    let running =
+        spawn_driver(Driver::new(probe.clone(), config()).trigger(field.reader().trigger()));
     advance(Duration::from_millis(10)).await;
     assert_eq!(probe.count(), 1);
     for i in 1..=5 {
@@ -125,17 +148,15 @@ async fn one_running_plus_one_pending_per_key() {
     gate.add_permits(10);
     advance(Duration::from_millis(10)).await;
     assert_eq!(probe.count(), 2);
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn failures_back_off_exponentially_and_success_resets() {
     let probe = Arc::new(Probe::new());
     probe.failures_left.store(3, Ordering::SeqCst);
-    let stop = CancellationToken::new();
     let start = Instant::now();
-    let handle = tokio::spawn(Driver::new(probe.clone(), config()).run(stop.clone()));
+    let running = spawn_driver(Driver::new(probe.clone(), config()));
     advance(Duration::from_secs(20)).await;
     let offsets: Vec<u64> = probe
         .times()
@@ -145,8 +166,7 @@ async fn failures_back_off_exponentially_and_success_resets() {
     // Fail at 0, retry after 1 s, fail, retry after 2 s, fail, retry after 4 s, succeed.
     assert_eq!(offsets, vec![0, 1000, 3000, 7000]);
     // After the success the key is quiet until something happens.
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -171,9 +191,8 @@ async fn a_change_retries_at_once_during_backoff() {
     let probe = Arc::new(Probe::new());
     probe.failures_left.store(5, Ordering::SeqCst);
     let field = Field::new(0u32);
-    let stop = CancellationToken::new();
-    let driver = Driver::new(probe.clone(), config()).trigger(field.reader().trigger());
-    let handle = tokio::spawn(driver.run(stop.clone()));
+    let running =
+        spawn_driver(Driver::new(probe.clone(), config()).trigger(field.reader().trigger()));
     // Passes at 0, 1 s, 3 s; next backoff is 4 s (until 7 s).
     advance(Duration::from_millis(3500)).await;
     assert_eq!(probe.count(), 3);
@@ -184,8 +203,7 @@ async fn a_change_retries_at_once_during_backoff() {
         4,
         "the change is tried without waiting for the backoff"
     );
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -194,44 +212,35 @@ async fn requeue_and_resync_wake_the_key() {
         requeue: Some(Duration::from_secs(10)),
         ..Probe::new()
     });
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(Driver::new(probe.clone(), config()).run(stop.clone()));
+    let running = spawn_driver(Driver::new(probe.clone(), config()));
     advance(Duration::from_secs(35)).await;
     assert_eq!(probe.count(), 4, "passes at 0, 10, 20, 30 s");
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 
     let probe = Arc::new(Probe::new());
-    let stop = CancellationToken::new();
     let cfg = DriverConfig {
         resync: Duration::from_secs(60),
         ..config()
     };
-    let handle = tokio::spawn(Driver::new(probe.clone(), cfg).run(stop.clone()));
+    let running = spawn_driver(Driver::new(probe.clone(), cfg));
     advance(Duration::from_secs(150)).await;
     assert_eq!(
         probe.count(),
         3,
         "passes at 0, 60, 120 s from the resync alone"
     );
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn keys_run_concurrently_up_to_the_limit() {
-    let gate = Arc::new(Semaphore::new(0));
-    let probe = Arc::new(Probe {
-        gate: Some(gate.clone()),
-        ..Probe::new()
-    });
+    let (probe, gate) = gated_probe();
     *probe.keys.lock().unwrap() = (1..=6).collect();
-    let stop = CancellationToken::new();
     let cfg = DriverConfig {
         max_concurrent: 2,
         ..config()
     };
-    let handle = tokio::spawn(Driver::new(probe.clone(), cfg).run(stop.clone()));
+    let running = spawn_driver(Driver::new(probe.clone(), cfg));
     advance(Duration::from_millis(10)).await;
     assert_eq!(probe.count(), 2);
     gate.add_permits(1);
@@ -243,36 +252,25 @@ async fn keys_run_concurrently_up_to_the_limit() {
     let mut keys: Vec<u32> = probe.passes.lock().unwrap().iter().map(|p| p.0).collect();
     keys.sort();
     assert_eq!(keys, vec![1, 2, 3, 4, 5, 6]);
-    stop.cancel();
-    handle.await.unwrap();
+    running.stop().await;
 }
 
 #[tokio::test(start_paused = true)]
 async fn shutdown_waits_for_a_running_pass() {
-    let gate = Arc::new(Semaphore::new(0));
-    let probe = Arc::new(Probe {
-        gate: Some(gate.clone()),
-        ..Probe::new()
-    });
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(Driver::new(probe.clone(), config()).run(stop.clone()));
+    let (probe, gate) = gated_probe();
+    let running = spawn_driver(Driver::new(probe.clone(), config()));
     advance(Duration::from_millis(10)).await;
-    stop.cancel();
+    running.stop.cancel();
     advance(Duration::from_millis(100)).await;
-    assert!(!handle.is_finished(), "shutdown waits for the pass");
+    assert!(!running.handle.is_finished(), "shutdown waits for the pass");
     gate.add_permits(1);
     advance(Duration::from_millis(10)).await;
-    assert!(handle.is_finished());
+    assert!(running.handle.is_finished());
     // A pass that never ends is aborted after the grace period.
-    let gate = Arc::new(Semaphore::new(0));
-    let probe = Arc::new(Probe {
-        gate: Some(gate),
-        ..Probe::new()
-    });
-    let stop = CancellationToken::new();
-    let handle = tokio::spawn(Driver::new(probe, config()).run(stop.clone()));
+    let (probe, _gate) = gated_probe();
+    let running = spawn_driver(Driver::new(probe, config()));
     advance(Duration::from_millis(10)).await;
-    stop.cancel();
+    running.stop.cancel();
     advance(Duration::from_secs(6)).await;
-    assert!(handle.is_finished());
+    assert!(running.handle.is_finished());
 }

@@ -9,6 +9,12 @@ fn machine(now: Instant) -> Machine {
     Machine::new(ME.into(), now, Timings::v0_13(), 1)
 }
 
+/// A new machine and the time it was made.
+fn fresh() -> (Machine, Instant) {
+    let t0 = Instant::now();
+    (machine(t0), t0)
+}
+
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
@@ -22,8 +28,7 @@ fn test_starting() {
 
 #[test]
 fn test_alone() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     assert!(m.time_passed(t0 + ms(100), 0, true).is_empty());
     assert!(matches!(m.state(), State::Starting { .. }));
     assert_eq!(
@@ -35,8 +40,7 @@ fn test_alone() {
 
 #[test]
 fn test_start_vote() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     assert_eq!(m.time_passed(t0 + ms(10_000), 1, true), vec![Action::Vote]);
     assert!(matches!(
         m.state(),
@@ -50,8 +54,7 @@ fn test_start_vote() {
 
 #[test]
 fn test_vote_approved() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     m.time_passed(t0 + ms(10_000), 1, true);
     let actions = m.message(
         t0 + ms(10_010),
@@ -66,8 +69,7 @@ fn test_vote_approved() {
 
 #[test]
 fn test_election_expired() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     m.time_passed(t0 + ms(10_000), 1, true);
     assert_eq!(m.time_passed(t0 + ms(13_000), 1, true), vec![Action::Vote]);
     assert!(matches!(m.state(), State::Electing { epoch: 2, .. }));
@@ -75,8 +77,7 @@ fn test_election_expired() {
 
 #[test]
 fn test_voted_timeout() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     let actions = m.message(t0 + ms(100), &PEER.into(), 1, Message::Vote(PEER.into()), 1);
     assert_eq!(actions, vec![Action::ConfirmVote(PEER.into())]);
     assert!(matches!(m.state(), State::Voted { epoch: 1, .. }));
@@ -86,8 +87,7 @@ fn test_voted_timeout() {
 
 #[test]
 fn test_leader_timeout() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     m.time_passed(t0 + ms(10_000), 0, true);
     assert_eq!(
         m.time_passed(t0 + ms(13_000), 0, true),
@@ -98,8 +98,7 @@ fn test_leader_timeout() {
 
 #[test]
 fn test_follower_timeout() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     let actions = m.message(t0 + ms(100), &PEER.into(), 1, Message::Ping, 1);
     assert_eq!(actions, vec![Action::Pong(PEER.into())]);
     assert!(matches!(m.state(), State::Follower { epoch: 1, .. }));
@@ -109,8 +108,7 @@ fn test_follower_timeout() {
 
 #[test]
 fn test_voted_ping() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     m.message(t0 + ms(100), &PEER.into(), 1, Message::Vote(PEER.into()), 1);
     let actions = m.message(t0 + ms(200), &PEER.into(), 1, Message::Ping, 1);
     assert_eq!(actions, vec![Action::Pong(PEER.into())]);
@@ -127,8 +125,7 @@ fn minimum_votes_rule() {
 
 #[test]
 fn stale_hosts_demote_to_starting() {
-    let t0 = Instant::now();
-    let mut m = machine(t0);
+    let (mut m, t0) = fresh();
     m.time_passed(t0 + ms(10_000), 0, true);
     assert!(m.time_passed(t0 + ms(10_600), 0, false).is_empty());
     assert!(matches!(m.state(), State::Starting { .. }));

@@ -198,10 +198,18 @@ fn build(start: Start) -> (Machine, Instant) {
     (m, now)
 }
 
+fn follower(epoch: u64, leader: Node) -> Expect {
+    Expect::Follower { epoch, leader }
+}
+
+fn voted(epoch: u64, peer: Node) -> Expect {
+    Expect::Voted { epoch, peer }
+}
+
 fn matrix() -> Vec<Row> {
     use Act::{Confirm, PingAll, Pong};
     use Event::{Early, Ping, Timeout, Vote};
-    use Expect::{Electing, Follower, Leader, Unchanged, Voted};
+    use Expect::{Electing, Leader, Unchanged};
     use Start as S;
     let elect = |epoch| Electing {
         epoch,
@@ -220,137 +228,76 @@ fn matrix() -> Vec<Row> {
             Leader { epoch: 1 },
             &[PingAll],
         ),
-        row(
-            S::Starting,
-            Ping(B),
-            0,
-            Follower {
-                epoch: 0,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(
-            S::Starting,
-            Ping(B),
-            NEWER,
-            Follower {
-                epoch: NEWER,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(S::Starting, Event::Pong(B), 0, elect(1), &[Act::Vote]),
-        row(
-            S::Starting,
-            Event::Pong(B),
-            NEWER,
-            elect(NEWER + 1),
-            &[Act::Vote],
-        ),
-        row(
-            S::Starting,
-            Vote(C, C),
-            0,
-            Voted { epoch: 0, peer: C },
-            &[Confirm(C)],
-        ),
-        row(
-            S::Starting,
-            Vote(C, C),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: C,
-            },
-            &[Confirm(C)],
-        ),
-        // A vote for this node that it never asked for (only a leftover from before a restart
-        // can be one): the matrix treats it like any vote, so the node "votes for itself".
-        row(
-            S::Starting,
-            Vote(B, Me),
-            0,
-            Voted { epoch: 0, peer: Me },
-            &[Confirm(Me)],
-        ),
-        row(
-            S::Starting,
-            Vote(B, Me),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: Me,
-            },
-            &[Confirm(Me)],
-        ),
+    ];
+    for epoch in [0, NEWER] {
+        rows.extend([
+            row(S::Starting, Ping(B), epoch, follower(epoch, B), &[Pong(B)]),
+            row(
+                S::Starting,
+                Event::Pong(B),
+                epoch,
+                elect(epoch + 1),
+                &[Act::Vote],
+            ),
+            row(
+                S::Starting,
+                Vote(C, C),
+                epoch,
+                voted(epoch, C),
+                &[Confirm(C)],
+            ),
+            // A vote for this node that it never asked for (only a leftover from before a
+            // restart can be one): the matrix treats it like any vote, so the node "votes for
+            // itself".
+            row(
+                S::Starting,
+                Vote(B, Me),
+                epoch,
+                voted(epoch, Me),
+                &[Confirm(Me)],
+            ),
+        ]);
+    }
+    // The columns every state past Starting shares: no deadline yet changes nothing, a message
+    // of an older epoch changes nothing, a message of a newer epoch wins whatever the state.
+    for start in [S::Electing, S::Voted, S::Leader, S::Follower] {
+        // A vote for a node other than this one (in `Voted`, other than the one it voted for).
+        let (other, confirm): (Node, &'static [Act]) = if start == S::Voted {
+            (B, &[Confirm(B)])
+        } else {
+            (C, &[Confirm(C)])
+        };
+        rows.extend([
+            row(start, Early, 0, Unchanged, &[]),
+            row(start, Ping(B), OLDER, Unchanged, &[]),
+            row(start, Event::Pong(B), OLDER, Unchanged, &[]),
+            row(start, Vote(B, Me), OLDER, Unchanged, &[]),
+            row(start, Vote(other, other), OLDER, Unchanged, &[]),
+            row(start, Vote(other, other), E, Unchanged, &[]),
+            row(start, Ping(B), NEWER, follower(NEWER, B), &[Pong(B)]),
+            row(start, Event::Pong(B), NEWER, elect(NEWER + 1), &[Act::Vote]),
+            row(start, Vote(B, Me), NEWER, voted(NEWER, Me), &[Confirm(Me)]),
+            row(
+                start,
+                Vote(other, other),
+                NEWER,
+                voted(NEWER, other),
+                confirm,
+            ),
+        ]);
+    }
+    // The rest of each state's own epoch, and its timeout.
+    let one_more_vote = Electing {
+        epoch: E,
+        votes: &[Me, B],
+        needed: 3,
+    };
+    rows.extend([
         // Electing(E), only its own vote.
-        row(S::Electing, Early, 0, Unchanged, &[]),
         row(S::Electing, Timeout, 0, elect(E + 1), &[Act::Vote]),
-        row(S::Electing, Ping(B), OLDER, Unchanged, &[]),
-        row(
-            S::Electing,
-            Ping(B),
-            E,
-            Follower {
-                epoch: E,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(
-            S::Electing,
-            Ping(B),
-            NEWER,
-            Follower {
-                epoch: NEWER,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(S::Electing, Event::Pong(B), OLDER, Unchanged, &[]),
+        row(S::Electing, Ping(B), E, follower(E, B), &[Pong(B)]),
         row(S::Electing, Event::Pong(B), E, elect(E + 1), &[Act::Vote]),
-        row(
-            S::Electing,
-            Event::Pong(B),
-            NEWER,
-            elect(NEWER + 1),
-            &[Act::Vote],
-        ),
-        row(S::Electing, Vote(B, Me), OLDER, Unchanged, &[]),
-        row(
-            S::Electing,
-            Vote(B, Me),
-            E,
-            Electing {
-                epoch: E,
-                votes: &[Me, B],
-                needed: 3,
-            },
-            &[],
-        ),
-        row(
-            S::Electing,
-            Vote(B, Me),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: Me,
-            },
-            &[Confirm(Me)],
-        ),
-        row(S::Electing, Vote(C, C), OLDER, Unchanged, &[]),
-        row(S::Electing, Vote(C, C), E, Unchanged, &[]),
-        row(
-            S::Electing,
-            Vote(C, C),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: C,
-            },
-            &[Confirm(C)],
-        ),
+        row(S::Electing, Vote(B, Me), E, one_more_vote, &[]),
         // Electing(E) one vote short of a majority.
         row(
             S::ElectingOneShort,
@@ -365,18 +312,7 @@ fn matrix() -> Vec<Row> {
         // Late votes do not carry over into the next round.
         row(S::ElectingOneShort, Timeout, 0, elect(E + 1), &[Act::Vote]),
         // The peer count shrank since the election started: the votes needed then still count.
-        row(
-            S::Electing,
-            Vote(B, Me),
-            E,
-            Electing {
-                epoch: E,
-                votes: &[Me, B],
-                needed: 3,
-            },
-            &[],
-        )
-        .with_peers(1),
+        row(S::Electing, Vote(B, Me), E, one_more_vote, &[]).with_peers(1),
         // It grew: the larger minimum of now counts.
         row(
             S::ElectingOneShort,
@@ -391,199 +327,25 @@ fn matrix() -> Vec<Row> {
         )
         .with_peers(8),
         // Voted(E) for C.
-        row(S::Voted, Early, 0, Unchanged, &[]),
         row(S::Voted, Timeout, 0, elect(E + 1), &[Act::Vote]),
-        row(S::Voted, Ping(B), OLDER, Unchanged, &[]),
-        row(
-            S::Voted,
-            Ping(C),
-            E,
-            Follower {
-                epoch: E,
-                leader: C,
-            },
-            &[Pong(C)],
-        ),
-        row(
-            S::Voted,
-            Ping(B),
-            E,
-            Follower {
-                epoch: E,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(
-            S::Voted,
-            Ping(B),
-            NEWER,
-            Follower {
-                epoch: NEWER,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(S::Voted, Event::Pong(B), OLDER, Unchanged, &[]),
+        row(S::Voted, Ping(C), E, follower(E, C), &[Pong(C)]),
+        row(S::Voted, Ping(B), E, follower(E, B), &[Pong(B)]),
         row(S::Voted, Event::Pong(B), E, elect(E + 1), &[Act::Vote]),
-        row(
-            S::Voted,
-            Event::Pong(B),
-            NEWER,
-            elect(NEWER + 1),
-            &[Act::Vote],
-        ),
-        row(S::Voted, Vote(B, Me), OLDER, Unchanged, &[]),
         row(S::Voted, Vote(B, Me), E, Unchanged, &[]),
-        row(
-            S::Voted,
-            Vote(B, Me),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: Me,
-            },
-            &[Confirm(Me)],
-        ),
-        row(S::Voted, Vote(B, B), OLDER, Unchanged, &[]),
-        row(S::Voted, Vote(B, B), E, Unchanged, &[]),
-        row(
-            S::Voted,
-            Vote(B, B),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: B,
-            },
-            &[Confirm(B)],
-        ),
         // Leader(E).
-        row(S::Leader, Early, 0, Unchanged, &[]),
         row(S::Leader, Timeout, 0, Leader { epoch: E }, &[PingAll]),
-        row(S::Leader, Ping(B), OLDER, Unchanged, &[]),
         // Two leaders of one epoch: the partitions joined.
         row(S::Leader, Ping(B), E, elect(E + 1), &[Act::Vote]),
-        row(
-            S::Leader,
-            Ping(B),
-            NEWER,
-            Follower {
-                epoch: NEWER,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(S::Leader, Event::Pong(B), OLDER, Unchanged, &[]),
         row(S::Leader, Event::Pong(B), E, Unchanged, &[]),
-        row(
-            S::Leader,
-            Event::Pong(B),
-            NEWER,
-            elect(NEWER + 1),
-            &[Act::Vote],
-        ),
-        row(S::Leader, Vote(B, Me), OLDER, Unchanged, &[]),
         row(S::Leader, Vote(C, Me), E, Unchanged, &[]),
-        row(
-            S::Leader,
-            Vote(B, Me),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: Me,
-            },
-            &[Confirm(Me)],
-        ),
-        row(S::Leader, Vote(C, C), OLDER, Unchanged, &[]),
-        row(S::Leader, Vote(C, C), E, Unchanged, &[]),
-        row(
-            S::Leader,
-            Vote(C, C),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: C,
-            },
-            &[Confirm(C)],
-        ),
         // Follower(E) of B.
-        row(S::Follower, Early, 0, Unchanged, &[]),
         row(S::Follower, Timeout, 0, elect(E + 1), &[Act::Vote]),
-        row(S::Follower, Ping(B), OLDER, Unchanged, &[]),
-        row(
-            S::Follower,
-            Ping(B),
-            E,
-            Follower {
-                epoch: E,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(
-            S::Follower,
-            Ping(C),
-            E,
-            Follower {
-                epoch: E,
-                leader: C,
-            },
-            &[Pong(C)],
-        ),
-        row(
-            S::Follower,
-            Ping(B),
-            NEWER,
-            Follower {
-                epoch: NEWER,
-                leader: B,
-            },
-            &[Pong(B)],
-        ),
-        row(
-            S::Follower,
-            Ping(C),
-            NEWER,
-            Follower {
-                epoch: NEWER,
-                leader: C,
-            },
-            &[Pong(C)],
-        ),
-        row(S::Follower, Event::Pong(B), OLDER, Unchanged, &[]),
+        row(S::Follower, Ping(B), E, follower(E, B), &[Pong(B)]),
+        row(S::Follower, Ping(C), E, follower(E, C), &[Pong(C)]),
+        row(S::Follower, Ping(C), NEWER, follower(NEWER, C), &[Pong(C)]),
         row(S::Follower, Event::Pong(B), E, elect(E + 1), &[Act::Vote]),
-        row(
-            S::Follower,
-            Event::Pong(B),
-            NEWER,
-            elect(NEWER + 1),
-            &[Act::Vote],
-        ),
-        row(S::Follower, Vote(B, Me), OLDER, Unchanged, &[]),
         row(S::Follower, Vote(B, Me), E, Unchanged, &[]),
-        row(
-            S::Follower,
-            Vote(B, Me),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: Me,
-            },
-            &[Confirm(Me)],
-        ),
-        row(S::Follower, Vote(C, C), OLDER, Unchanged, &[]),
-        row(S::Follower, Vote(C, C), E, Unchanged, &[]),
-        row(
-            S::Follower,
-            Vote(C, C),
-            NEWER,
-            Voted {
-                epoch: NEWER,
-                peer: C,
-            },
-            &[Confirm(C)],
-        ),
-    ];
+    ]);
     // A message from the node itself is ignored in every state and at every epoch.
     for start in STARTS {
         for epoch in [0, OLDER, E, NEWER] {

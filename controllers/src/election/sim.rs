@@ -836,6 +836,12 @@ mod tests {
         t.heartbeat + DELAY_MAX
     }
 
+    /// A leader cut off into a minority steps down within the shortest leader timeout, a
+    /// heartbeat and a delivery after the split.
+    fn step_down_bound(t: &Timings) -> Duration {
+        t.message_timeout_min + t.heartbeat + DELAY_MAX
+    }
+
     /// `count` seeds for a test (different per test through `salt`) but those in `skip`, or
     /// only the seed in `ELECTION_SIM_SEED` to replay one. `ELECTION_SIM_SCALE=<n>` runs n times
     /// as many seeds (a soak run).
@@ -926,6 +932,38 @@ mod tests {
         took
     }
 
+    /// A fresh cluster of `n` nodes (each counting every peer) run until one leader holds;
+    /// returns it and how long that took.
+    fn started(seed: u64, n: usize, what: &str) -> (Sim, Duration) {
+        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
+        let start = sim.now;
+        let bound = convergence_bound(&sim.timings);
+        let took = converge(&mut sim, start, bound, what);
+        (sim, took)
+    }
+
+    /// The one leader and its epoch; panics unless the cluster is still converged.
+    fn the_leader(sim: &Sim) -> (usize, u64) {
+        let Some(leader) = sim.converged() else {
+            panic!("seed {}: no longer converged: {}", sim.seed, sim.describe());
+        };
+        leader
+    }
+
+    /// Runs for a random while (up to five seconds), then [`the_leader`].
+    fn the_leader_a_while_later(sim: &mut Sim) -> (usize, u64) {
+        let later = ms(sim.rng.random_range(0..=5_000));
+        sim.run_for(later);
+        the_leader(sim)
+    }
+
+    /// `nodes` in a random order.
+    fn shuffled(sim: &mut Sim, nodes: impl Iterator<Item = usize>) -> Vec<usize> {
+        let mut order: Vec<usize> = nodes.collect();
+        order.shuffle(&mut sim.rng);
+        order
+    }
+
     /// Message loss and long delays for a while, then a healthy network: one leader follows.
     fn lossy_mesh(n: usize, seed: u64) -> Vec<Duration> {
         let mut sim = Sim::new(seed, n, PeerCount::Everyone);
@@ -946,39 +984,6 @@ mod tests {
         let took = converge(&mut sim, healed, bound, &what);
         assert_one_leader_per_epoch(&sim, sim.origin);
         vec![took]
-    }
-
-    #[test]
-    fn a_lossy_mesh_of_5_elects_one_leader() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "lossy mesh of 5, time to one leader after the faults",
-            seeds(5, 500, &[]),
-            bound,
-            |seed| lossy_mesh(5, seed),
-        );
-    }
-
-    #[test]
-    fn a_lossy_mesh_of_50_elects_one_leader() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "lossy mesh of 50, time to one leader after the faults",
-            seeds(50, 200, &[]),
-            bound,
-            |seed| lossy_mesh(50, seed),
-        );
-    }
-
-    #[test]
-    fn a_lossy_mesh_of_200_elects_one_leader() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "lossy mesh of 200, time to one leader after the faults",
-            seeds(200, 40, &[]),
-            bound,
-            |seed| lossy_mesh(200, seed),
-        );
     }
 
     /// Splits off `group` at a random time for a while (with some loss) and checks that no node
@@ -1026,72 +1031,15 @@ mod tests {
     fn majority_and_minority(n: usize, seed: u64) -> Vec<Duration> {
         let mut sim = Sim::new(seed, n, PeerCount::Everyone);
         let size = sim.rng.random_range(1..=(n - 1) / 2);
-        let mut order: Vec<usize> = (0..n).collect();
-        order.shuffle(&mut sim.rng);
+        let order = shuffled(&mut sim, 0..n);
         let minority = &order[..size];
         vec![partition(&mut sim, minority, minority)]
     }
 
     fn even_halves(n: usize, seed: u64) -> Vec<Duration> {
         let mut sim = Sim::new(seed, n, PeerCount::Everyone);
-        let mut order: Vec<usize> = (0..n).collect();
-        order.shuffle(&mut sim.rng);
+        let order = shuffled(&mut sim, 0..n);
         vec![partition(&mut sim, &order[..n / 2], &order)]
-    }
-
-    #[test]
-    fn a_minority_of_5_cannot_elect_and_the_healed_cluster_converges() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "5 nodes, majority/minority, time to one leader after healing",
-            seeds(1005, 300, &[]),
-            bound,
-            |seed| majority_and_minority(5, seed),
-        );
-    }
-
-    #[test]
-    fn a_minority_of_50_cannot_elect_and_the_healed_cluster_converges() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "50 nodes, majority/minority, time to one leader after healing",
-            seeds(1050, 30, &[]),
-            bound,
-            |seed| majority_and_minority(50, seed),
-        );
-    }
-
-    #[test]
-    fn halves_of_4_cannot_elect_until_healed() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "4 nodes in halves, time to one leader after healing",
-            seeds(2004, 300, &[]),
-            bound,
-            |seed| even_halves(4, seed),
-        );
-    }
-
-    #[test]
-    fn halves_of_6_cannot_elect_until_healed() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "6 nodes in halves, time to one leader after healing",
-            seeds(2006, 200, &[]),
-            bound,
-            |seed| even_halves(6, seed),
-        );
-    }
-
-    #[test]
-    fn halves_of_50_cannot_elect_until_healed() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "50 nodes in halves, time to one leader after healing",
-            seeds(2050, 20, &[]),
-            bound,
-            |seed| even_halves(50, seed),
-        );
     }
 
     /// Heals a partition with a leader on each side: after a ping from one of two leaders
@@ -1141,8 +1089,7 @@ mod tests {
         let n = 7;
         let mut sim = Sim::new(seed, n, PeerCount::Everyone);
         let size = sim.rng.random_range(1..=(n - 1) / 2);
-        let mut order: Vec<usize> = (1..n).collect();
-        order.shuffle(&mut sim.rng);
+        let order = shuffled(&mut sim, 1..n);
         let mut minority = vec![0];
         minority.extend_from_slice(&order[..size - 1]);
         sim.force_leader_now(0);
@@ -1152,24 +1099,12 @@ mod tests {
         vec![two_leaders_resolve(&mut sim)]
     }
 
-    #[test]
-    fn a_forced_leader_and_the_majority_leader_settle_within_a_heartbeat() {
-        let limit = two_leaders_limit(&Timings::default());
-        run(
-            "7 nodes, forced + majority leader, two leaders after hearing each other",
-            seeds(3007, 300, &[]),
-            limit,
-            forced_leader,
-        );
-    }
-
     /// With `--allow-minority-cluster` both sides of a long partition elect a leader (the
     /// minority once its unreachable peers stop counting); the partition heals.
     fn minority_mode(seed: u64) -> Vec<Duration> {
         let n = 5;
         let mut sim = Sim::new(seed, n, PeerCount::Reachable(MINORITY_WINDOW));
-        let mut order: Vec<usize> = (0..n).collect();
-        order.shuffle(&mut sim.rng);
+        let order = shuffled(&mut sim, 0..n);
         let before = ms(sim.rng.random_range(0..=15_000));
         sim.run_for(before);
         sim.split(&order[..2]);
@@ -1178,37 +1113,15 @@ mod tests {
         vec![two_leaders_resolve(&mut sim)]
     }
 
-    #[test]
-    fn minority_mode_leaders_of_both_sides_settle_within_a_heartbeat() {
-        let limit = two_leaders_limit(&Timings::default());
-        run(
-            "5 nodes, minority mode, two leaders after hearing each other",
-            seeds(4005, 200, &[]),
-            limit,
-            minority_mode,
-        );
-    }
-
     /// The leader dies (at most twice, while the survivors keep a majority of the cluster:
     /// cantal still lists the dead); the survivors elect another within the failover bound.
     fn leader_crash(n: usize, seed: u64) -> Vec<Duration> {
-        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
+        let (mut sim, _) = started(seed, n, &format!("seed {seed}, {n} nodes starting"));
         let t = sim.timings.clone();
-        let start = sim.now;
-        converge(
-            &mut sim,
-            start,
-            convergence_bound(&t),
-            &format!("seed {seed}, {n} nodes starting"),
-        );
         let crashes = (n - minimum_votes(n - 1)).min(2);
         let mut took = Vec::new();
         for crash in 1..=crashes {
-            let later = ms(sim.rng.random_range(0..=5_000));
-            sim.run_for(later);
-            let Some((leader, _)) = sim.converged() else {
-                panic!("seed {seed}: no longer converged: {}", sim.describe());
-            };
+            let (leader, _) = the_leader_a_while_later(&mut sim);
             sim.kill(leader);
             let died = sim.now;
             let what = format!("seed {seed}, {n} nodes, leader {leader} crashed (crash {crash})");
@@ -1218,71 +1131,15 @@ mod tests {
         took
     }
 
-    #[test]
-    fn survivors_of_a_leader_crash_in_3_elect_another() {
-        let bound = failover_bound(&Timings::default());
-        run(
-            "3 nodes, time to a new leader after a crash",
-            seeds(5003, 300, &[]),
-            bound,
-            |seed| leader_crash(3, seed),
-        );
-    }
-
-    #[test]
-    fn survivors_of_a_leader_crash_in_5_elect_another() {
-        let bound = failover_bound(&Timings::default());
-        run(
-            "5 nodes, time to a new leader after a crash",
-            seeds(5005, 300, &[]),
-            bound,
-            |seed| leader_crash(5, seed),
-        );
-    }
-
-    #[test]
-    fn survivors_of_a_leader_crash_in_50_elect_another() {
-        let bound = failover_bound(&Timings::default());
-        run(
-            "50 nodes, time to a new leader after a crash",
-            seeds(5050, 100, &[]),
-            bound,
-            |seed| leader_crash(50, seed),
-        );
-    }
-
-    #[test]
-    fn survivors_of_a_leader_crash_in_200_elect_another() {
-        let bound = failover_bound(&Timings::default());
-        run(
-            "200 nodes, time to a new leader after a crash",
-            seeds(5200, 20, &[]),
-            bound,
-            |seed| leader_crash(200, seed),
-        );
-    }
-
     /// Without minority mode, the leader cut off into a minority (with some of its followers)
     /// steps down within the shortest leader timeout and a heartbeat: from then until the heal
     /// only the majority's leader leads. Returns how long after the split it stepped down.
     fn leader_in_a_minority(n: usize, seed: u64) -> Vec<Duration> {
-        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
+        let (mut sim, _) = started(seed, n, &format!("seed {seed}, starting"));
         let t = sim.timings.clone();
-        let start = sim.now;
-        converge(
-            &mut sim,
-            start,
-            convergence_bound(&t),
-            &format!("seed {seed}, starting"),
-        );
-        let later = ms(sim.rng.random_range(0..=5_000));
-        sim.run_for(later);
-        let Some((leader, epoch)) = sim.converged() else {
-            panic!("seed {seed}: no longer converged: {}", sim.describe());
-        };
+        let (leader, epoch) = the_leader_a_while_later(&mut sim);
         let size = sim.rng.random_range(1..=(n - 1) / 2);
-        let mut others: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
-        others.shuffle(&mut sim.rng);
+        let others = shuffled(&mut sim, (0..n).filter(|&i| i != leader));
         let mut minority = vec![leader];
         minority.extend_from_slice(&others[..size - 1]);
         sim.split(&minority);
@@ -1301,7 +1158,7 @@ mod tests {
             );
         };
         let took = down - split;
-        let bound = t.message_timeout_min + t.heartbeat + DELAY_MAX;
+        let bound = step_down_bound(&t);
         assert!(
             took <= bound,
             "{what}: stepped down {took:?} after the split"
@@ -1339,41 +1196,13 @@ mod tests {
         vec![took]
     }
 
-    #[test]
-    fn a_leader_cut_off_into_a_minority_of_5_steps_down() {
-        let t = Timings::default();
-        run(
-            "5 nodes, leader in the minority, time until it steps down",
-            seeds(7005, 300, &[]),
-            t.message_timeout_min + t.heartbeat + DELAY_MAX,
-            |seed| leader_in_a_minority(5, seed),
-        );
-    }
-
-    #[test]
-    fn a_leader_cut_off_into_a_minority_of_50_steps_down() {
-        let t = Timings::default();
-        run(
-            "50 nodes, leader in the minority, time until it steps down",
-            seeds(7050, 30, &[]),
-            t.message_timeout_min + t.heartbeat + DELAY_MAX,
-            |seed| leader_in_a_minority(50, seed),
-        );
-    }
-
     /// Once fewer than a majority survive, nobody leads any more.
     fn surviving_minority(seed: u64) -> Vec<Duration> {
         let n = 5;
-        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
-        let start = sim.now;
-        let bound = convergence_bound(&sim.timings);
-        let took = converge(&mut sim, start, bound, &format!("seed {seed}, starting"));
-        let Some((leader, _)) = sim.converged() else {
-            panic!("seed {seed}: no longer converged: {}", sim.describe());
-        };
+        let (mut sim, took) = started(seed, n, &format!("seed {seed}, starting"));
+        let (leader, _) = the_leader(&sim);
         // The leader and two followers die: two of five are left.
-        let mut others: Vec<usize> = (0..n).filter(|&i| i != leader).collect();
-        others.shuffle(&mut sim.rng);
+        let others = shuffled(&mut sim, (0..n).filter(|&i| i != leader));
         for node in [leader, others[0], others[1]] {
             sim.kill(node);
         }
@@ -1385,15 +1214,62 @@ mod tests {
         vec![took]
     }
 
-    #[test]
-    fn a_surviving_minority_elects_nobody() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "5 nodes, time to the first leader (then 3 die)",
-            seeds(6005, 100, &[]),
-            bound,
-            surviving_minority,
-        );
+    /// One test per row, so that the simulations run in parallel: each runs `scenario` for its
+    /// seeds (see [`seeds`]) and holds what it measured to the bound (a function of the timings).
+    macro_rules! sim_tests {
+        ($($name:ident: seeds($salt:expr, $count:expr), $bound:ident, $what:literal, $scenario:expr;)*) => {
+            $(
+                #[test]
+                fn $name() {
+                    let bound = $bound(&Timings::default());
+                    run($what, seeds($salt, $count, &[]), bound, $scenario);
+                }
+            )*
+        };
+    }
+
+    sim_tests! {
+        a_lossy_mesh_of_5_elects_one_leader: seeds(5, 500), convergence_bound,
+            "lossy mesh of 5, time to one leader after the faults", |seed| lossy_mesh(5, seed);
+        a_lossy_mesh_of_50_elects_one_leader: seeds(50, 200), convergence_bound,
+            "lossy mesh of 50, time to one leader after the faults", |seed| lossy_mesh(50, seed);
+        a_lossy_mesh_of_200_elects_one_leader: seeds(200, 40), convergence_bound,
+            "lossy mesh of 200, time to one leader after the faults", |seed| lossy_mesh(200, seed);
+        a_minority_of_5_cannot_elect_and_the_healed_cluster_converges: seeds(1005, 300),
+            convergence_bound, "5 nodes, majority/minority, time to one leader after healing",
+            |seed| majority_and_minority(5, seed);
+        a_minority_of_50_cannot_elect_and_the_healed_cluster_converges: seeds(1050, 30),
+            convergence_bound, "50 nodes, majority/minority, time to one leader after healing",
+            |seed| majority_and_minority(50, seed);
+        halves_of_4_cannot_elect_until_healed: seeds(2004, 300), convergence_bound,
+            "4 nodes in halves, time to one leader after healing", |seed| even_halves(4, seed);
+        halves_of_6_cannot_elect_until_healed: seeds(2006, 200), convergence_bound,
+            "6 nodes in halves, time to one leader after healing", |seed| even_halves(6, seed);
+        halves_of_50_cannot_elect_until_healed: seeds(2050, 20), convergence_bound,
+            "50 nodes in halves, time to one leader after healing", |seed| even_halves(50, seed);
+        a_forced_leader_and_the_majority_leader_settle_within_a_heartbeat: seeds(3007, 300),
+            two_leaders_limit,
+            "7 nodes, forced + majority leader, two leaders after hearing each other",
+            forced_leader;
+        minority_mode_leaders_of_both_sides_settle_within_a_heartbeat: seeds(4005, 200),
+            two_leaders_limit, "5 nodes, minority mode, two leaders after hearing each other",
+            minority_mode;
+        survivors_of_a_leader_crash_in_3_elect_another: seeds(5003, 300), failover_bound,
+            "3 nodes, time to a new leader after a crash", |seed| leader_crash(3, seed);
+        survivors_of_a_leader_crash_in_5_elect_another: seeds(5005, 300), failover_bound,
+            "5 nodes, time to a new leader after a crash", |seed| leader_crash(5, seed);
+        survivors_of_a_leader_crash_in_50_elect_another: seeds(5050, 100), failover_bound,
+            "50 nodes, time to a new leader after a crash", |seed| leader_crash(50, seed);
+        survivors_of_a_leader_crash_in_200_elect_another: seeds(5200, 20), failover_bound,
+            "200 nodes, time to a new leader after a crash", |seed| leader_crash(200, seed);
+        a_leader_cut_off_into_a_minority_of_5_steps_down: seeds(7005, 300), step_down_bound,
+            "5 nodes, leader in the minority, time until it steps down",
+            |seed| leader_in_a_minority(5, seed);
+        a_leader_cut_off_into_a_minority_of_50_steps_down: seeds(7050, 30), step_down_bound,
+            "50 nodes, leader in the minority, time until it steps down",
+            |seed| leader_in_a_minority(50, seed);
+        a_surviving_minority_elects_nobody: seeds(6005, 100), convergence_bound,
+            "5 nodes, time to the first leader (then 3 die)", surviving_minority;
     }
 
     /// Seeds on which a crash left a bare majority whose candidates stayed in lockstep past the

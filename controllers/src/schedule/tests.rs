@@ -69,15 +69,17 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
             status,
             parents,
         },
-        scheduler.clone(),
-        persister.clone(),
-        FakeClock::at(1_000),
-        observer.clone(),
-        Identity {
-            id: "aa".repeat(16),
-            hostname: "alpha".into(),
+        ScheduleDeps {
+            scheduler: scheduler.clone(),
+            persist: persister.clone(),
+            clock: FakeClock::at(1_000),
+            observer: observer.clone(),
+            identity: Identity {
+                id: "aa".repeat(16),
+                hostname: "alpha".into(),
+            },
+            period,
         },
-        period,
     ));
     let config = DriverConfig {
         resync: Duration::from_secs(3600),

@@ -39,6 +39,38 @@ fn packet(epoch: u64, schedule: Option<ScheduleStamp>, kind: Kind) -> Packet {
     }
 }
 
+/// A Vote from `FROM` for `TARGET`.
+fn vote(epoch: u64, schedule: Option<ScheduleStamp>) -> Packet {
+    packet(
+        epoch,
+        schedule,
+        Kind::Vote {
+            target: TARGET.into(),
+        },
+    )
+}
+
+/// The first entries every packet starts with, as CBOR: a map of `entries`, then the type
+/// `kind` (all three are four letters long), the sender `FROM` and the epoch (`epoch`, encoded).
+fn head(entries: u8, kind: &str, epoch: &[u8]) -> Vec<u8> {
+    assert!(entries < 24 && kind.len() == 4);
+    [
+        &[0xA0 + entries][..], // map of `entries`
+        &[0x64],               // text of 4:
+        b"type",
+        &[0x64], // text of 4:
+        kind.as_bytes(),
+        &[0x62], // text of 2:
+        b"id",
+        &[0x50], // bytes of 16:
+        &FROM_BYTES,
+        &[0x65], // text of 5:
+        b"epoch",
+        epoch,
+    ]
+    .concat()
+}
+
 /// The stamp of [`stamp()`] as CBOR.
 fn stamp_bytes() -> Vec<u8> {
     [
@@ -73,19 +105,8 @@ fn check_bytes(packet: &Packet, expected: &[u8]) {
 #[test]
 fn ping_without_schedule_bytes() {
     let expected: Vec<u8> = [
-        &[0xA4][..], // map of 4
-        &[0x64],     // text of 4:
-        b"type",
-        &[0x64], // text of 4:
-        b"Ping",
-        &[0x62], // text of 2:
-        b"id",
-        &[0x50], // bytes of 16:
-        &FROM_BYTES,
-        &[0x65], // text of 5:
-        b"epoch",
-        &[0x07], // uint 7, in the initial byte
-        &[0x68], // text of 8:
+        &head(4, "Ping", &[0x07])[..], // uint 7, in the initial byte
+        &[0x68],                       // text of 8:
         b"schedule",
         &[0xF6], // null
     ]
@@ -96,19 +117,8 @@ fn ping_without_schedule_bytes() {
 #[test]
 fn ping_with_schedule_bytes() {
     let expected: Vec<u8> = [
-        &[0xA4][..], // map of 4
-        &[0x64],     // text of 4:
-        b"type",
-        &[0x64], // text of 4:
-        b"Ping",
-        &[0x62], // text of 2:
-        b"id",
-        &[0x50], // bytes of 16:
-        &FROM_BYTES,
-        &[0x65], // text of 5:
-        b"epoch",
-        &[0x19, 0x03, 0xE8], // uint, 2 bytes follow: 1000
-        &[0x68],             // text of 8:
+        &head(4, "Ping", &[0x19, 0x03, 0xE8])[..], // uint, 2 bytes follow: 1000
+        &[0x68],                                   // text of 8:
         b"schedule",
         &stamp_bytes(), // the stamp map
     ]
@@ -119,23 +129,7 @@ fn ping_with_schedule_bytes() {
 #[test]
 fn pong_bytes() {
     let head = |epoch: &[u8]| -> Vec<u8> {
-        [
-            &[0xA5][..], // map of 5
-            &[0x64],     // text of 4:
-            b"type",
-            &[0x64], // text of 4:
-            b"Pong",
-            &[0x62], // text of 2:
-            b"id",
-            &[0x50], // bytes of 16:
-            &FROM_BYTES,
-            &[0x65], // text of 5:
-            b"epoch",
-            epoch,
-            &[0x68], // text of 8:
-            b"schedule",
-        ]
-        .concat()
+        [&head(5, "Pong", epoch)[..], &[0x68], b"schedule"].concat() // text of 8: "schedule"
     };
     let errors_0: Vec<u8> = [
         &head(&[0x17])[..], // uint 23, the largest in the initial byte
@@ -163,19 +157,8 @@ fn pong_bytes() {
 #[test]
 fn vote_bytes() {
     let expected: Vec<u8> = [
-        &[0xA5][..], // map of 5
-        &[0x64],     // text of 4:
-        b"type",
-        &[0x64], // text of 4:
-        b"Vote",
-        &[0x62], // text of 2:
-        b"id",
-        &[0x50], // bytes of 16:
-        &FROM_BYTES,
-        &[0x65], // text of 5:
-        b"epoch",
-        &[0x1A, 0x00, 0x01, 0x00, 0x00], // uint, 4 bytes follow: 65536
-        &[0x66],                         // text of 6:
+        &head(5, "Vote", &[0x1A, 0x00, 0x01, 0x00, 0x00])[..], // uint, 4 bytes follow: 65536
+        &[0x66],                                               // text of 6:
         b"target",
         &[0x50], // bytes of 16:
         &TARGET_BYTES,
@@ -184,14 +167,7 @@ fn vote_bytes() {
         &[0xF6], // null
     ]
     .concat();
-    let vote = packet(
-        65536,
-        None,
-        Kind::Vote {
-            target: TARGET.into(),
-        },
-    );
-    check_bytes(&vote, &expected);
+    check_bytes(&vote(65536, None), &expected);
 }
 
 #[test]
@@ -201,14 +177,7 @@ fn message_for_the_machine() {
         packet(1, None, Kind::Pong { errors: 3 }).message(),
         Message::Pong
     );
-    let vote = packet(
-        1,
-        None,
-        Kind::Vote {
-            target: TARGET.into(),
-        },
-    );
-    assert_eq!(vote.message(), Message::Vote(TARGET.into()));
+    assert_eq!(vote(1, None).message(), Message::Vote(TARGET.into()));
 }
 
 // Decoding hand-built maps.
@@ -231,6 +200,15 @@ fn map(entries: Vec<(&str, Value)>) -> Value {
     Value::Map(entries.into_iter().map(|(k, v)| (text(k), v)).collect())
 }
 
+/// A schedule stamp's map with the hash `HASH`.
+fn schedule_map(timestamp: Value, origin: impl Into<Value>) -> Value {
+    map(vec![
+        ("timestamp", timestamp),
+        ("hash", text(HASH)),
+        ("origin", origin.into()),
+    ])
+}
+
 /// A Vote as a list of entries, to be reordered, extended or cut by the tests.
 fn vote_entries() -> Vec<(&'static str, Value)> {
     vec![
@@ -240,23 +218,13 @@ fn vote_entries() -> Vec<(&'static str, Value)> {
         ("target", Value::Bytes(TARGET_BYTES.to_vec())),
         (
             "schedule",
-            map(vec![
-                ("timestamp", uint(1_700_000_000_000)),
-                ("hash", text(HASH)),
-                ("origin", Value::Bytes(ORIGIN_BYTES.to_vec())),
-            ]),
+            schedule_map(uint(1_700_000_000_000), ORIGIN_BYTES.to_vec()),
         ),
     ]
 }
 
 fn expected_vote() -> Packet {
-    packet(
-        5,
-        Some(stamp()),
-        Kind::Vote {
-            target: TARGET.into(),
-        },
-    )
+    vote(5, Some(stamp()))
 }
 
 fn decode_entries(entries: Vec<(&str, Value)>) -> Result<Packet, WireError> {
@@ -294,11 +262,7 @@ fn decodes_ids_given_as_hex_text() {
         .iter_mut()
         .find(|(k, _)| *k == "schedule")
         .unwrap()
-        .1 = map(vec![
-        ("timestamp", uint(1_700_000_000_000)),
-        ("hash", text(HASH)),
-        ("origin", text(ORIGIN)),
-    ]);
+        .1 = schedule_map(uint(1_700_000_000_000), text(ORIGIN));
     // Upper-case hex comes out as our lower-case NodeId.
     assert_eq!(decode_entries(entries).unwrap(), expected_vote());
 }
@@ -449,14 +413,7 @@ fn ids_of_wrong_length_or_kind() {
         error_of(vote_with("id", uint(7))),
         "id: expected an id (16 bytes or 32 hex characters), got 7"
     );
-    let short_origin = vote_with(
-        "schedule",
-        map(vec![
-            ("timestamp", uint(1)),
-            ("hash", text(HASH)),
-            ("origin", Value::Bytes(vec![0; 4])),
-        ]),
-    );
+    let short_origin = vote_with("schedule", schedule_map(uint(1), vec![0u8; 4]));
     assert_eq!(
         error_of(short_origin),
         "schedule.origin: expected 16 bytes, got 4"
@@ -491,11 +448,7 @@ fn schedule_must_be_null_or_a_map() {
     );
     let bad_timestamp = vote_with(
         "schedule",
-        map(vec![
-            ("timestamp", Value::Integer((-5i64).into())),
-            ("hash", text(HASH)),
-            ("origin", Value::Bytes(ORIGIN_BYTES.to_vec())),
-        ]),
+        schedule_map(Value::Integer((-5i64).into()), ORIGIN_BYTES.to_vec()),
     );
     assert_eq!(
         error_of(bad_timestamp),
@@ -642,13 +595,7 @@ fn with_a_key_packets_carry_a_tag_that_is_checked() {
     for p in [
         packet(7, Some(stamp()), Kind::Ping),
         packet(7, None, Kind::Pong { errors: 2 }),
-        packet(
-            8,
-            Some(stamp()),
-            Kind::Vote {
-                target: TARGET.into(),
-            },
-        ),
+        vote(8, Some(stamp())),
     ] {
         let plain = p.encode().unwrap();
         let sealed = p.encode_with(Some(&k)).unwrap();
