@@ -3,7 +3,7 @@
 CARGO ?= cargo
 DEMO_ID ?= 0000000000000000000000000000d3e0
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps test ci bench bench-rss
+.PHONY: all build run cluster fmt fmt-check lint browser-deps test ci sim bench bench-rss
 
 all: build
 
@@ -46,6 +46,10 @@ test: fmt-check lint browser-deps
 	$(CARGO) test --all
 
 ci: test
+
+## The election and replication simulation with every seed (the unit tests run a quarter)
+sim:
+	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib election::sim
 
 ## Criterion benchmarks (scheduler round) and the idle memory figure.
 bench:

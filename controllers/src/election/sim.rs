@@ -843,15 +843,17 @@ mod tests {
     }
 
     /// `count` seeds for a test (different per test through `salt`) but those in `skip`, or
-    /// only the seed in `ELECTION_SIM_SEED` to replay one. `ELECTION_SIM_SCALE=<n>` runs n times
-    /// as many seeds (a soak run).
+    /// only the seed in `ELECTION_SIM_SEED` to replay one. `count` is the long run's (`make
+    /// sim`, `ELECTION_SIM_SCALE=4`); the unit tests run a quarter of it (at least 5), which
+    /// keeps the whole crate's tests within seconds. `ELECTION_SIM_SCALE=<n>` runs n quarters.
     fn seeds(salt: u64, count: u64, skip: &[u64]) -> Vec<u64> {
-        let scale: u64 = std::env::var("ELECTION_SIM_SCALE")
+        let quarters: u64 = std::env::var("ELECTION_SIM_SCALE")
             .map(|n| n.parse().expect("ELECTION_SIM_SCALE is a number"))
             .unwrap_or(1);
+        let count = (count * quarters / 4).max(5);
         match std::env::var("ELECTION_SIM_SEED") {
             Ok(seed) => vec![seed.parse().expect("ELECTION_SIM_SEED is a number")],
-            Err(_) => (0..count * scale)
+            Err(_) => (0..count)
                 .map(|i| salt * 1_000_000 + i)
                 .filter(|seed| !skip.contains(seed))
                 .collect(),
