@@ -271,7 +271,10 @@ struct Timed {
 }
 
 impl RoleApplier for Timed {
-    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>> {
+    fn apply(
+        &self,
+        job: RoleJob,
+    ) -> BoxFuture<'static, Result<(), verwalter_controllers::ports::ApplyError>> {
         let role = job.role.clone();
         let inner = self.inner.apply(job);
         let last = self.last.clone();

@@ -15,7 +15,7 @@ use verwalter_controllers::cleanup::{CleanupController, Sweeper};
 use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
 use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
-use verwalter_controllers::ports::{AppliedStore, Clock, SystemClock};
+use verwalter_controllers::ports::{AppliedStore, Clock, StorageError, SystemClock};
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::replication::ReplicationConfig;
 use verwalter_controllers::schedule::{
@@ -375,10 +375,10 @@ impl AppliedStore for Forgetful {
     fn load(&self) -> std::collections::HashMap<String, String> {
         std::collections::HashMap::new()
     }
-    fn save(&self, _role: &str, _hash: &str) -> Result<(), String> {
+    fn save(&self, _role: &str, _hash: &str) -> Result<(), StorageError> {
         Ok(())
     }
-    fn remove(&self, _role: &str) -> Result<(), String> {
+    fn remove(&self, _role: &str) -> Result<(), StorageError> {
         Ok(())
     }
 }

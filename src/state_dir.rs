@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::collections::HashMap;
 
-use verwalter_controllers::ports::{AppliedStore, ScheduleStore};
+use verwalter_controllers::ports::{AppliedStore, ScheduleStore, StorageError};
 use verwalter_controllers::state::Schedule;
 
 #[derive(Debug, thiserror::Error)]
@@ -31,12 +31,6 @@ pub enum StateDirError {
         path: PathBuf,
         #[source]
         source: verwalter_controllers::state::HashMismatch,
-    },
-    #[error("{path}: cannot write: {source}")]
-    Write {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
     },
 }
 
@@ -76,7 +70,7 @@ impl StateDir {
         Ok(Some(schedule))
     }
 
-    pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StateDirError> {
+    pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StorageError> {
         self.save_encoded(
             schedule,
             &verwalter_controllers::hash::canonical_json(&schedule.data),
@@ -89,7 +83,7 @@ impl StateDir {
         &self,
         schedule: &Schedule,
         canonical_data: &[u8],
-    ) -> Result<(), StateDirError> {
+    ) -> Result<(), StorageError> {
         let path = self.schedule_path();
         // Compact JSON: half the bytes of indented JSON for large schedules, and the file is read
         // by programs (`jq .` shows it indented). Same field order as the envelope type.
@@ -103,7 +97,7 @@ impl StateDir {
         bytes.extend_from_slice(b",\"origin\":");
         serde_json::to_writer(&mut bytes, &schedule.origin).expect("a string serializes");
         bytes.extend_from_slice(b"}\n");
-        write_atomic(&path, &bytes).map_err(|source| StateDirError::Write { path, source })
+        write_atomic(&path, &bytes).map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 }
 
@@ -211,18 +205,18 @@ impl AppliedStore for StateDir {
     /// Rewritten in place, without fsync: after a crash the file may be old, empty or torn, and
     /// each only makes the role render once more (a hash that matches nothing counts as not
     /// applied). In place, because creating a new inode per apply costs more than the write.
-    fn save(&self, role: &str, hash: &str) -> Result<(), String> {
+    fn save(&self, role: &str, hash: &str) -> Result<(), StorageError> {
         let path = self.roles_dir().join(format!("{role}.applied"));
         fs::create_dir_all(self.roles_dir())
             .and_then(|()| fs::write(&path, format!("{hash}\n")))
-            .map_err(|e| format!("{}: cannot write: {e}", path.display()))
+            .map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 
-    fn remove(&self, role: &str) -> Result<(), String> {
+    fn remove(&self, role: &str) -> Result<(), StorageError> {
         let path = self.roles_dir().join(format!("{role}.applied"));
         match fs::remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                Err(format!("{}: cannot remove: {e}", path.display()))
+                Err(StorageError::io(&path, "cannot remove", &e))
             }
             _ => Ok(()),
         }
@@ -230,9 +224,8 @@ impl AppliedStore for StateDir {
 }
 
 impl ScheduleStore for StateDir {
-    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), String> {
+    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), StorageError> {
         self.save_encoded(schedule, canonical_data)
-            .map_err(|e| e.to_string())
     }
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::ports::ScheduleStore;
+use crate::ports::{ScheduleStore, StorageError};
 use crate::state::Schedule;
 use crate::store::Field;
 
@@ -52,7 +52,7 @@ impl Persister {
     /// Writes `schedule`, which the caller puts in force next whatever the outcome
     /// (`canonical_data` is the canonical JSON of its data). On failure it is kept and written
     /// again later; it replaces any older schedule still waiting to be written.
-    pub fn save(&self, schedule: &Schedule, canonical_data: Vec<u8>) -> Result<(), String> {
+    pub fn save(&self, schedule: &Schedule, canonical_data: Vec<u8>) -> Result<(), StorageError> {
         let mut unsaved = self.unsaved.lock().unwrap();
         let result = self.store.save(schedule, &canonical_data);
         *unsaved = result.as_ref().err().map(|_| Unsaved {
@@ -60,7 +60,7 @@ impl Persister {
             canonical: canonical_data,
             failed_at: Instant::now(),
         });
-        self.report(result.as_ref().err().cloned());
+        self.report(result.as_ref().err().map(ToString::to_string));
         result
     }
 
@@ -85,7 +85,7 @@ impl Persister {
                 Some(PERSIST_RETRY)
             }
         };
-        self.report(result.err());
+        self.report(result.err().map(|e| e.to_string()));
         retry
     }
 

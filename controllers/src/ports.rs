@@ -66,10 +66,34 @@ pub trait Scheduler: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<SchedulerOutput, SchedulerError>>;
 }
 
+/// A port could not write or remove what it keeps on disk (the storage dir).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {message}")]
+pub struct StorageError {
+    /// The file or dir, as messages show it.
+    pub path: String,
+    /// The OS error's kind: a full disk (`StorageFull`), a read-only file system, a missing
+    /// permission...
+    pub kind: std::io::ErrorKind,
+    /// What failed and the OS error (`cannot write: No space left on device`).
+    pub message: String,
+}
+
+impl StorageError {
+    /// `what` (`cannot write`) failed on `path` with `error`.
+    pub fn io(path: &std::path::Path, what: &str, error: &std::io::Error) -> StorageError {
+        StorageError {
+            path: path.display().to_string(),
+            kind: error.kind(),
+            message: format!("{what}: {error}"),
+        }
+    }
+}
+
 /// Persists the schedule in force so a restarted node starts from it.
 pub trait ScheduleStore: Send + Sync + 'static {
     /// `canonical_data` is the canonical JSON of `schedule.data`, from [`Schedule::encode`].
-    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), String>;
+    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), StorageError>;
 }
 
 /// Wall-clock time, as milliseconds since the Unix epoch.
@@ -101,17 +125,48 @@ pub struct RoleJob {
     pub vars: Arc<serde_json::Map<String, serde_json::Value>>,
 }
 
+/// Why a role could not be rendered and applied. Each message names the file, line or command
+/// that failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ApplyError {
+    /// The template dir cannot be loaded: a template or `*.render.yaml` does not parse.
+    #[error("{0}")]
+    Templates(String),
+    /// A template failed with the role's variables.
+    #[error("{0}")]
+    Render(String),
+    /// A rendered file could not be staged in the storage dir.
+    #[error("{0}")]
+    Staging(StorageError),
+    /// An apply command failed, or ran out of time.
+    #[error("{0}")]
+    Command(String),
+}
+
+impl ApplyError {
+    /// The same error, its message prefixed with where it happened (`templates/web/nginx`).
+    /// A staging error stays as it is: its path names the role's staging file.
+    pub fn within(self, place: &str) -> ApplyError {
+        let at = |message: String| format!("{place}: {message}");
+        match self {
+            ApplyError::Templates(m) => ApplyError::Templates(at(m)),
+            ApplyError::Render(m) => ApplyError::Render(at(m)),
+            ApplyError::Staging(e) => ApplyError::Staging(e),
+            ApplyError::Command(m) => ApplyError::Command(at(m)),
+        }
+    }
+}
+
 /// Renders a role's templates and runs its commands (`src/render`, `src/apply`).
 pub trait RoleApplier: Send + Sync + 'static {
-    /// Err is a message naming the file, line or command that failed.
-    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>>;
+    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), ApplyError>>;
 }
 
 /// The applied hash of every role, kept across restarts (the storage dir).
 pub trait AppliedStore: Send + Sync + 'static {
     fn load(&self) -> std::collections::HashMap<String, String>;
-    fn save(&self, role: &str, hash: &str) -> Result<(), String>;
-    fn remove(&self, role: &str) -> Result<(), String>;
+    fn save(&self, role: &str, hash: &str) -> Result<(), StorageError>;
+    fn remove(&self, role: &str) -> Result<(), StorageError>;
 }
 
 /// Deployment-level entries of the deployment log (role entries are the applier's).

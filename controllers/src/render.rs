@@ -21,7 +21,9 @@ use serde_json::Value;
 use sha1::{Digest, Sha1};
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::ports::{AppliedStore, Clock, DeploymentLog, RoleApplier, RoleJob};
+use crate::ports::{
+    AppliedStore, ApplyError, Clock, DeploymentLog, RoleApplier, RoleJob, StorageError,
+};
 use crate::state::{Deployment, RoleFailure, RolesStatus, Schedule, Templates};
 use crate::store::{Field, Store};
 use crate::vars;
@@ -49,10 +51,10 @@ pub enum RenderError {
     Templates(String),
     /// Rendering or a command failed.
     #[error("{0}")]
-    Apply(String),
+    Apply(ApplyError),
     /// The applied hash could not be stored.
     #[error("{0}")]
-    Store(String),
+    Store(StorageError),
 }
 
 impl RenderError {

@@ -9,8 +9,9 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
 use crate::ports::{
-    ActionJournal, AppliedStore, Clock, DeploymentLog, JournalError, RoleApplier, RoleJob,
-    SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
+    ActionJournal, AppliedStore, ApplyError, Clock, DeploymentLog, JournalError, RoleApplier,
+    RoleJob, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
+    StorageError,
 };
 use crate::schedule::ScheduleObserver;
 use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
@@ -59,20 +60,29 @@ impl Scheduler for FakeScheduler {
     }
 }
 
-/// Records saved schedules; while `fail` holds a message, every save fails with it (a full
-/// disk) and is counted in `failed`.
+/// Records saved schedules; while `fail` holds an error, every save fails with it and is
+/// counted in `failed`.
 #[derive(Default)]
 pub struct MemoryScheduleStore {
     pub saved: Mutex<Vec<Schedule>>,
-    pub fail: Mutex<Option<String>>,
+    pub fail: Mutex<Option<StorageError>>,
     pub failed: AtomicU64,
 }
 
+/// The error of a schedule write to a full disk: `schedule.json: No space left on device`.
+pub fn disk_full() -> StorageError {
+    StorageError {
+        path: "schedule.json".into(),
+        kind: std::io::ErrorKind::StorageFull,
+        message: "No space left on device".into(),
+    }
+}
+
 impl ScheduleStore for MemoryScheduleStore {
-    fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), String> {
-        if let Some(message) = self.fail.lock().unwrap().clone() {
+    fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), StorageError> {
+        if let Some(error) = self.fail.lock().unwrap().clone() {
             self.failed.fetch_add(1, Ordering::SeqCst);
-            return Err(message);
+            return Err(error);
         }
         self.saved.lock().unwrap().push(schedule.clone());
         Ok(())
@@ -191,10 +201,10 @@ impl FakeApplier {
 }
 
 impl RoleApplier for FakeApplier {
-    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>> {
+    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), ApplyError>> {
         let failure = self.failing.lock().unwrap().get(&job.role).cloned();
         self.jobs.lock().unwrap().push(job);
-        Box::pin(async move { failure.map_or(Ok(()), Err) })
+        Box::pin(async move { failure.map_or(Ok(()), |m| Err(ApplyError::Command(m))) })
     }
 }
 
@@ -206,11 +216,11 @@ impl AppliedStore for MemoryAppliedStore {
     fn load(&self) -> std::collections::HashMap<String, String> {
         self.0.lock().unwrap().clone()
     }
-    fn save(&self, role: &str, hash: &str) -> Result<(), String> {
+    fn save(&self, role: &str, hash: &str) -> Result<(), StorageError> {
         self.0.lock().unwrap().insert(role.into(), hash.into());
         Ok(())
     }
-    fn remove(&self, role: &str) -> Result<(), String> {
+    fn remove(&self, role: &str) -> Result<(), StorageError> {
         self.0.lock().unwrap().remove(role);
         Ok(())
     }

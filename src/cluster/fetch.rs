@@ -239,7 +239,7 @@ mod tests {
     use verwalter_controllers::ports::SystemClock;
     use verwalter_controllers::state::{Peer, Peers, Report, ScheduleStamp};
     use verwalter_controllers::store::StoreWriter;
-    use verwalter_controllers::testing::MemoryScheduleStore;
+    use verwalter_controllers::testing::{MemoryScheduleStore, disk_full};
 
     use super::*;
     use crate::state_dir::StateDir;
@@ -498,7 +498,7 @@ mod tests {
             ..
         } = writer;
         let disk = Arc::new(MemoryScheduleStore::default());
-        *disk.fail.lock().unwrap() = Some(FULL.into());
+        *disk.fail.lock().unwrap() = Some(disk_full());
         let persister = Arc::new(Persister::new(disk.clone(), persist_error));
         let fetcher = Fetcher::new(
             config(),

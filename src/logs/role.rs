@@ -96,7 +96,7 @@ impl RoleLog {
     }
 
     /// Writes the result and the `RoleFinish` marker.
-    pub fn finish(mut self, result: &Result<(), String>) {
+    pub fn finish(mut self, result: &Result<(), verwalter_controllers::ports::ApplyError>) {
         let text = match result {
             Ok(()) => "result: ok\n".to_string(),
             Err(e) => format!("result: error: {e}\n"),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sha1::{Digest, Sha1};
-use verwalter_controllers::ports::{RoleApplier, RoleJob};
+use verwalter_controllers::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
 use verwalter_controllers::store::Reader;
 
@@ -153,7 +153,7 @@ impl Inner {
         Ok(set)
     }
 
-    async fn run(self: Arc<Self>, job: RoleJob) -> Result<(), String> {
+    async fn run(self: Arc<Self>, job: RoleJob) -> Result<(), ApplyError> {
         // A role log that cannot be written does not stop the role (the log dir reports it).
         let mut log = self.logs.role(&job.role, &job.deployment_id);
         log.vars(&job.vars);
@@ -166,12 +166,13 @@ impl Inner {
         self: Arc<Self>,
         job: &RoleJob,
         log: &mut crate::logs::RoleLog,
-    ) -> Result<(), String> {
+    ) -> Result<(), ApplyError> {
         let this = self.clone();
         let template = job.template.clone();
         let set = tokio::task::spawn_blocking(move || this.template_set(&template))
             .await
-            .map_err(|e| format!("loading templates: {e}"))??;
+            .map_err(|e| ApplyError::Templates(format!("loading templates: {e}")))?
+            .map_err(ApplyError::Templates)?;
         // The role's staging dir stays between attempts: its files are rewritten in place, which
         // is much cheaper on ext4 than creating and deleting them each time. Files no attempt
         // wrote are removed below; the dir goes when the role leaves the schedule.
@@ -180,7 +181,7 @@ impl Inner {
             .recursive(true)
             .mode(0o700)
             .create(&staging)
-            .map_err(|e| format!("{}: {e}", staging.display()))?;
+            .map_err(|e| ApplyError::Staging(StorageError::io(&staging, "cannot create", &e)))?;
         let vars = Vars::new(job.vars.clone());
         let mut written = Vec::new();
         for (index, renderer) in set.renderers.iter().enumerate() {
@@ -198,7 +199,7 @@ impl Inner {
                 )
                 .await;
             log.action_finish(&renderer.name);
-            result.map_err(|e| format!("{}/{}: {e}", set.shown, renderer.name))?;
+            result.map_err(|e| e.within(&format!("{}/{}", set.shown, renderer.name)))?;
         }
         remove_others(&staging, &written);
         Ok(())
@@ -215,15 +216,15 @@ impl Inner {
         job: &RoleJob,
         log: &mut crate::logs::RoleLog,
         written: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> Result<(), ApplyError> {
         let mut files = BTreeMap::new();
         for (name, template) in &renderer.templates {
-            let text = set.render(template, vars)?;
+            let text = set.render(template, vars).map_err(ApplyError::Render)?;
             let file_name = format!("{index}.{}", name.replace(['/', '\\'], "_"));
             let path = staging.join(&file_name);
             written.push(file_name);
             write_private(&path, text.as_bytes())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+                .map_err(|e| ApplyError::Staging(StorageError::io(&path, "cannot write", &e)))?;
             log.text(&format!(
                 "rendered {template} -> {} ({} bytes)\n",
                 path.display(),
@@ -240,12 +241,12 @@ impl Inner {
         };
         apply::run_commands(&renderer.commands, &ctx, log)
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| ApplyError::Command(e.to_string()))
     }
 }
 
 impl RoleApplier for Applier {
-    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), String>> {
+    fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), ApplyError>> {
         Box::pin(self.0.clone().run(job))
     }
 }

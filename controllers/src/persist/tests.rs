@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use crate::store::Reader;
-use crate::testing::MemoryScheduleStore;
+use crate::testing::{MemoryScheduleStore, disk_full};
 
 struct Rig {
     saved: Arc<MemoryScheduleStore>,
@@ -49,7 +49,7 @@ const FULL: &str = "schedule.json: No space left on device";
 #[tokio::test(start_paused = true)]
 async fn a_failed_save_is_reported_and_retried_until_written() {
     let rig = rig();
-    *rig.saved.fail.lock().unwrap() = Some(FULL.into());
+    *rig.saved.fail.lock().unwrap() = Some(disk_full());
     let (first, canonical) = schedule(1);
     assert!(rig.persister.save(&first, canonical).is_err());
     assert_eq!(rig.error.peek().as_deref(), Some(FULL));
@@ -74,7 +74,7 @@ async fn a_failed_save_is_reported_and_retried_until_written() {
 #[tokio::test(start_paused = true)]
 async fn a_retry_writes_the_latest_schedule_only() {
     let rig = rig();
-    *rig.saved.fail.lock().unwrap() = Some(FULL.into());
+    *rig.saved.fail.lock().unwrap() = Some(disk_full());
     let (first, canonical) = schedule(1);
     assert!(rig.persister.save(&first, canonical).is_err());
     tokio::time::sleep(PERSIST_RETRY / 2).await;

@@ -209,7 +209,7 @@ async fn follower_does_not_schedule_until_it_leads() {
 #[tokio::test(start_paused = true)]
 async fn a_schedule_that_failed_to_persist_is_written_when_the_disk_recovers() {
     let saved = Arc::new(MemoryScheduleStore::default());
-    *saved.fail.lock().unwrap() = Some("schedule.json: No space left on device".into());
+    *saved.fail.lock().unwrap() = Some(crate::testing::disk_full());
     let period = Duration::from_secs(60);
     let rig = rig_with(true, saved.clone(), period);
     settle().await;
@@ -244,7 +244,7 @@ async fn a_schedule_that_failed_to_persist_is_written_when_the_disk_recovers() {
 /// The schedule this node holds after a failed write (issue 10).
 async fn a_leader_with_an_unsaved_schedule() -> (Rig, Schedule) {
     let saved = Arc::new(MemoryScheduleStore::default());
-    *saved.fail.lock().unwrap() = Some("schedule.json: No space left on device".into());
+    *saved.fail.lock().unwrap() = Some(crate::testing::disk_full());
     let rig = rig_with(true, saved, Duration::from_secs(60));
     settle().await;
     let in_force = rig
