@@ -12,6 +12,8 @@
 //! - [`election`]: the sans-IO leader election state machine and its controller.
 //! - [`render`]: renders and applies each role of this node (one deployment id a pass).
 //! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
+//! - [`retention`]: which schedule backups to take and prune, which deployment log files to
+//!   delete (age, total size), when a log segment is full.
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
@@ -26,6 +28,7 @@ pub mod hash;
 pub mod persist;
 pub mod ports;
 pub mod render;
+pub mod retention;
 pub mod schedule;
 pub mod state;
 pub mod store;

@@ -47,7 +47,7 @@ impl RoleLog {
     /// failure is reported by the log dir.
     pub(super) fn start(dir: Arc<LogDir>, role: &str, deployment_id: &str) -> RoleLog {
         let path = dir.dir.join(role);
-        let segment = match open_segment(&path, dir.limits.segment_size) {
+        let segment = match open_segment(&path, &dir.limits) {
             Ok(segment) => Some(segment),
             Err(e) => {
                 dir.write_failed(role, format_args!("{}: {e}", path.display()));

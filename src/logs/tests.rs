@@ -1,4 +1,5 @@
 use std::fs;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
