@@ -6,6 +6,8 @@
 //!   field, and a write that changes nothing wakes no one.
 //! - [`ports`]: traits for every side effect (scheduler, schedule persistence, clock).
 //! - [`defaults`]: every built-in default of the settings, in one table.
+//! - [`access`]: which HTTP requests are refused (Host names of this node, same origin, form
+//!   body types).
 //! - [`cleanup`]: forgets roles gone from the schedule; log and backup retention.
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
@@ -20,6 +22,7 @@
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
+pub mod access;
 pub mod cleanup;
 pub mod defaults;
 pub mod driver;
