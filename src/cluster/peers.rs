@@ -64,11 +64,9 @@ impl Liveness {
             .map(|(id, _)| id.clone())
             .collect()
     }
-    /// How many of `ids` were heard from directly since `since_ms`.
-    pub fn heard_since<'a>(&self, ids: impl Iterator<Item = &'a String>, since_ms: u64) -> usize {
-        let direct = self.0.direct.lock().unwrap();
-        ids.filter(|id| direct.get(*id).is_some_and(|at| *at >= since_ms))
-            .count()
+    /// Calls `f` with when each peer was last heard from directly (wall-clock ms by id).
+    pub fn with_heard<R>(&self, f: impl FnOnce(&BTreeMap<String, u64>) -> R) -> R {
+        f(&self.0.direct.lock().unwrap())
     }
 }
 
