@@ -17,6 +17,8 @@
 //! - [`retention`]: which schedule backups to take and prune, which deployment log files to
 //!   delete (age, total size), when a log segment is full.
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
+//! - [`sources`]: what the sources of the store decide before writing (when a burst of config
+//!   changes is read, what stays after a failed read, when a peer list changed).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
@@ -33,6 +35,7 @@ pub mod ports;
 pub mod render;
 pub mod retention;
 pub mod schedule;
+pub mod sources;
 pub mod state;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
