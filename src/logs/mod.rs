@@ -35,7 +35,7 @@ mod role;
 #[cfg(test)]
 mod tests;
 
-pub use role::{RoleLog, mask_secrets};
+pub use role::RoleLog;
 
 /// Limits of the deployment log (rotation and retention are decided in
 /// [`verwalter_controllers::retention`]).
