@@ -15,6 +15,9 @@
 //! Clients that are not browsers (curl, scripts, other nodes) send no `Origin` and usually an IP
 //! address or the node's name as `Host`, and are not affected. The HTTP layer
 //! (`src/http/guard.rs`) reads the headers and turns a [`Refusal`] into a response.
+//!
+//! Requests that hold their connection long are limited to a share of the connections
+//! ([`event_stream_cap`], [`long_poll_cap`]), so that they never starve the rest of the API.
 
 use std::net::IpAddr;
 
@@ -51,6 +54,20 @@ pub enum Refusal {
     CrossSite(String),
     /// A state-changing request with a body type a form can send.
     FormBody,
+}
+
+/// `max-event-streams`, but at most a quarter of the connections: streams last as long as their
+/// readers and never make room for a new connection, so they must leave most of them to the
+/// rest of the API (and to followers fetching schedules). At least one.
+pub fn event_stream_cap(max_event_streams: usize, max_connections: usize) -> usize {
+    max_event_streams.min(max_connections / 4).max(1)
+}
+
+/// A quarter of the connections (at least one): a long poll holds its connection busy with no
+/// IO, so it is neither evicted nor timed out, and together with event streams (another quarter)
+/// they must leave half the connections to the rest of the API.
+pub fn long_poll_cap(max_connections: usize) -> usize {
+    (max_connections / 4).max(1)
 }
 
 /// Whether `asked` is refused, and why; `None` lets it through.
@@ -161,6 +178,22 @@ fn origin_authority(url: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_requests_leave_at_least_half_the_connections_to_the_rest() {
+        assert_eq!(event_stream_cap(128, 512), 128, "the setting when it fits");
+        assert_eq!(event_stream_cap(500, 512), 128, "a quarter at most");
+        assert_eq!(long_poll_cap(512), 128);
+        assert_eq!(long_poll_cap(100), 25);
+        for connections in [4, 8, 100, 513] {
+            assert!(
+                event_stream_cap(usize::MAX, connections) + long_poll_cap(connections)
+                    <= connections / 2
+            );
+        }
+        // A tiny server still serves one of each.
+        assert_eq!((event_stream_cap(128, 2), long_poll_cap(2)), (1, 1));
+    }
 
     #[test]
     fn origins_and_hosts_compare_with_explicit_ports() {
