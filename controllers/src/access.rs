@@ -17,7 +17,9 @@
 //! (`src/http/guard.rs`) reads the headers and turns a [`Refusal`] into a response.
 //!
 //! Requests that hold their connection long are limited to a share of the connections
-//! ([`event_stream_cap`], [`long_poll_cap`]), so that they never starve the rest of the API.
+//! ([`event_stream_cap`], [`long_poll_cap`]), so that they never starve the rest of the API;
+//! the connections themselves to [`connection_cap`], and when all are taken [`evict`] picks
+//! the one that makes room (`src/http/serve.rs` counts and closes).
 
 use std::net::IpAddr;
 
@@ -68,6 +70,32 @@ pub fn event_stream_cap(max_event_streams: usize, max_connections: usize) -> usi
 /// they must leave half the connections to the rest of the API.
 pub fn long_poll_cap(max_connections: usize) -> usize {
     (max_connections / 4).max(1)
+}
+
+/// The connection cap in force: the setting, but at most half the descriptor limit (`nofile`,
+/// when known), leaving the rest to files, sockets and commands. At least one.
+pub fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
+    let by_descriptors = nofile.map_or(usize::MAX, |n| (n / 2) as usize);
+    configured.min(by_descriptors).max(1)
+}
+
+/// What an open connection is doing, as [`evict`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InUse {
+    /// A request is in progress (counting its response until sent).
+    pub busy: bool,
+    /// A response write waits for the client to read it.
+    pub blocked: bool,
+}
+
+/// The connection to close to take a new one when all are taken, from the open ones oldest
+/// first: the oldest with no request in progress, else the oldest whose client does not take
+/// its response (a slow reader may be cut off, but only when every connection is taken);
+/// `None` when every one is at work, and the new connection is refused instead.
+pub fn evict<K>(open: impl IntoIterator<Item = (K, InUse)> + Clone) -> Option<K> {
+    let idle = open.clone().into_iter().find(|(_, c)| !c.busy);
+    idle.or_else(|| open.into_iter().find(|(_, c)| c.blocked))
+        .map(|(key, _)| key)
 }
 
 /// Whether `asked` is refused, and why; `None` lets it through.
@@ -193,6 +221,39 @@ mod tests {
         }
         // A tiny server still serves one of each.
         assert_eq!((event_stream_cap(128, 2), long_poll_cap(2)), (1, 1));
+    }
+
+    #[test]
+    fn connections_are_capped_by_half_the_descriptors() {
+        assert_eq!(connection_cap(512, None), 512);
+        assert_eq!(connection_cap(512, Some(1024)), 512);
+        assert_eq!(connection_cap(512, Some(256)), 128);
+        assert_eq!(connection_cap(512, Some(1)), 1, "at least one");
+        assert_eq!(connection_cap(0, None), 1);
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_goes_then_the_oldest_not_reading() {
+        let (idle, busy, stuck) = (
+            InUse::default(),
+            InUse {
+                busy: true,
+                blocked: false,
+            },
+            InUse {
+                busy: true,
+                blocked: true,
+            },
+        );
+        assert_eq!(evict([(1, busy), (2, idle), (3, idle)]), Some(2));
+        assert_eq!(evict([(1, busy), (2, stuck), (3, stuck)]), Some(2));
+        assert_eq!(
+            evict([(1, stuck), (2, busy), (3, idle)]),
+            Some(3),
+            "an idle one before any client that is not reading"
+        );
+        assert_eq!(evict([(1, busy), (2, busy)]), None, "all at work");
+        assert_eq!(evict(Vec::<(u64, InUse)>::new()), None);
     }
 
     #[test]
