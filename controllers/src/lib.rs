@@ -8,7 +8,7 @@
 //! - [`defaults`]: every built-in default of the settings, in one table.
 //! - [`access`]: which HTTP requests are refused (Host names of this node, same origin, form
 //!   body types).
-//! - [`cleanup`]: forgets roles gone from the schedule; log and backup retention.
+//! - [`cleanup`]: forgets roles gone from the schedule; runs the sweep (log and backup retention).
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
 //! - [`election`]: the sans-IO leader election state machine and its controller.
