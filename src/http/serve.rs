@@ -551,14 +551,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cap_leaves_half_the_descriptors_to_the_rest_of_the_daemon() {
-        assert_eq!(connection_cap(512, Some(1024)), 512);
-        assert_eq!(connection_cap(512, Some(256)), 128);
-        assert_eq!(connection_cap(512, None), 512);
-        assert_eq!(connection_cap(512, Some(1)), 1);
-    }
-
-    #[test]
     fn the_oldest_idle_connection_makes_room_and_busy_ones_stay() {
         let registry = Registry::default();
         let mut tokens = Vec::new();
