@@ -1,39 +1,25 @@
 //! Backups of the schedule in force, as verwalter 0.13 keeps them: gzipped copies of
-//! `schedule.json` named `hourly-YYYYmmddTHH`, `daily-YYYYmmdd` and `weekly-YYYYwWW` (UTC, week
-//! of the year starting on Monday), at most 36 hourly, 14 daily and 12 weekly.
+//! `schedule.json`. Which to take and which to delete is decided by
+//! [`verwalter_controllers::retention::plan_backups`]; this file reads, writes and deletes them.
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
 use time::OffsetDateTime;
+use verwalter_controllers::retention;
 
 use crate::state_dir::{create_private, temp_path};
 
-/// How many backups of each kind are kept.
-pub const KEEP: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
-
-/// The names the backups of the period containing `now` have.
-pub fn names_for(now: OffsetDateTime) -> [String; 3] {
-    let (year, month, day, hour) = (now.year(), now.month() as u8, now.day(), now.hour());
-    [
-        format!("hourly-{year:04}{month:02}{day:02}T{hour:02}"),
-        format!("daily-{year:04}{month:02}{day:02}"),
-        format!("weekly-{year:04}w{:02}", now.monday_based_week()),
-    ]
-}
-
 /// Takes the backups of the current periods that do not exist yet from `schedule` (the stored
-/// schedule file), then deletes the oldest past [`KEEP`]. Returns the names created.
+/// schedule file), then deletes those past retention. Returns the names created.
 pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<Vec<String>> {
     if !schedule.exists() {
         return Ok(Vec::new());
     }
     fs::create_dir_all(dir)?;
-    let missing: Vec<String> = names_for(now)
-        .into_iter()
-        .filter(|n| !dir.join(n).exists())
-        .collect();
+    let plan = retention::plan_backups(&list(dir)?, now);
+    let missing = plan.take;
     if !missing.is_empty() {
         let data = fs::read(schedule)?;
         // Private like the schedule itself; the links share the temp file's mode.
@@ -51,39 +37,26 @@ pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<
         let _ = fs::remove_file(&tmp);
         result?;
     }
-    for (kind, keep) in KEEP {
-        let mut names = list_kind(dir, kind)?;
-        names.sort();
-        let excess = names.len().saturating_sub(keep);
-        for name in &names[..excess] {
-            fs::remove_file(dir.join(name))?;
-        }
+    for name in &plan.prune {
+        fs::remove_file(dir.join(name))?;
     }
     Ok(missing)
 }
 
 /// Every backup name, sorted (the `/v1/backups` list).
 pub fn list(dir: &Path) -> io::Result<Vec<String>> {
-    let mut all = Vec::new();
-    for (kind, _) in KEEP {
-        all.extend(list_kind(dir, kind)?);
-    }
-    all.sort();
-    Ok(all)
-}
-
-fn list_kind(dir: &Path, kind: &str) -> io::Result<Vec<String>> {
-    let prefix = format!("{kind}-");
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(e),
     };
-    Ok(entries
+    let mut all: Vec<String> = entries
         .flatten()
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&prefix))
-        .collect())
+        .filter(|n| retention::is_backup(n))
+        .collect();
+    all.sort();
+    Ok(all)
 }
 
 #[cfg(test)]
@@ -94,15 +67,6 @@ mod tests {
     use time::macros::datetime;
 
     use super::*;
-
-    #[test]
-    fn names_follow_0_13() {
-        let names = names_for(datetime!(2018-08-10 15:11:50 UTC));
-        assert_eq!(
-            names,
-            ["hourly-20180810T15", "daily-20180810", "weekly-2018w32"]
-        );
-    }
 
     #[test]
     fn backups_are_gzipped_copies_and_pruned_per_kind() {

@@ -7,7 +7,9 @@
 //!   field, and a write that changes nothing wakes no one.
 //! - [`ports`]: traits for every side effect (scheduler, schedule persistence, clock).
 //! - [`defaults`]: every built-in default of the settings, in one table.
-//! - [`cleanup`]: forgets roles gone from the schedule; log and backup retention.
+//! - [`access`]: which HTTP requests are refused (Host names of this node, same origin, form
+//!   body types).
+//! - [`cleanup`]: forgets roles gone from the schedule; runs the sweep (log and backup retention).
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
 //! - [`election`]: the sans-IO leader election state machine and its controller.
@@ -16,11 +18,16 @@
 //! - [`replication`]: what a follower fetches, what a new leader gathers as parents (sans-IO).
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
 //! - [`status`]: the status view (`/v1/status`, `/v1/events`, metrics) from one store snapshot.
+//! - [`retention`]: which schedule backups to take and prune, which deployment log files to
+//!   delete (age, total size), when a log segment is full.
+//! - [`sources`]: what the sources of the store decide before writing (when a burst of config
+//!   changes is read, what stays after a failed read, when a peer list changed).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
+pub mod access;
 pub mod actions;
 pub mod cleanup;
 pub mod defaults;
@@ -31,7 +38,9 @@ pub mod persist;
 pub mod ports;
 pub mod render;
 pub mod replication;
+pub mod retention;
 pub mod schedule;
+pub mod sources;
 pub mod state;
 pub mod status;
 pub mod store;

@@ -19,6 +19,30 @@ pub const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
 /// role's desired hash (see [`write_hashed_source`]).
 pub const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedule"];
 
+/// Words that mark a key as holding a secret (matched case-insensitively within the key).
+const SECRET_WORDS: &[&str] = &["password", "secret", "token", "key"];
+
+/// A copy of role variables `value` for people to read (the role log), where the value of every key that looks like a secret (contains
+/// `password`, `secret`, `token` or `key`, any case) is `"***"`, at any depth.
+pub fn mask_secrets(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| {
+                    let lower = k.to_ascii_lowercase();
+                    if SECRET_WORDS.iter().any(|w| lower.contains(w)) {
+                        (k.clone(), Value::String("***".into()))
+                    } else {
+                        (k.clone(), mask_secrets(v))
+                    }
+                })
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(mask_secrets).collect()),
+        other => other.clone(),
+    }
+}
+
 /// A role that cannot be rendered as the schedule stands.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("role {role:?}: {message}")]

@@ -1,5 +1,6 @@
 //! The election over UDP: the sans-IO machine fed with packets from peers and with time, its
-//! actions sent as verwalter 0.13's CBOR packets on the HTTP port.
+//! actions sent as verwalter 0.13's CBOR packets on the HTTP port. What is taken, counted and
+//! sent where is decided in [`verwalter_controllers::election::transport`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,11 +11,12 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::election::machine::{Action, MAX_EPOCH, Machine, Message, State};
+use verwalter_controllers::election::machine::{Action, Machine, State};
+use verwalter_controllers::election::transport::{self, Cause, To};
 use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
 use verwalter_controllers::ports::Clock;
-use verwalter_controllers::state::{Report, Reports, ScheduleStamp};
+use verwalter_controllers::state::{Reports, ScheduleStamp};
 use verwalter_controllers::store::{Field, Store};
 
 use super::fetch::SharedSightings;
@@ -24,9 +26,6 @@ use crate::metrics::Metrics;
 /// Sources of dropped packets warned about (the first packet of each); later ones, and sources
 /// past this many, only at debug level, so that a flood of forged packets cannot flood the log.
 const WARNED_SOURCES: usize = 64;
-
-/// The peer list counts as stale (and elections stop) when not refreshed for this long.
-const HOSTS_FRESH: Duration = Duration::from_millis(1500);
 
 /// Everything the election task needs.
 pub struct ElectionTask {
@@ -70,7 +69,7 @@ impl ElectionTask {
                     let now = Instant::now();
                     let before = self.machine.state().clone();
                     let actions = self.machine.time_passed(now, self.peer_count(), self.hosts_fresh());
-                    self.count_election(&before, "timeout");
+                    self.count_election(&before, Cause::Timeout);
                     self.act(actions).await;
                 }
                 // A leader tells its followers about a new schedule at once, not at the next
@@ -92,21 +91,16 @@ impl ElectionTask {
 
     /// Peers that count for the vote.
     fn peer_count(&self) -> usize {
+        let window = self.allow_minority.then_some(self.minority_window);
         let peers = self.store.peers.peek();
-        if self.allow_minority {
-            let since = self
-                .clock
-                .now_ms()
-                .saturating_sub(self.minority_window.as_millis() as u64);
-            self.live.heard_since(peers.peers.keys(), since)
-        } else {
-            peers.peers.len()
-        }
+        let now_ms = self.clock.now_ms();
+        self.live
+            .with_heard(|heard| transport::voters(&peers, window, now_ms, heard))
     }
 
     fn hosts_fresh(&self) -> bool {
-        let last = self.live.last_refresh();
-        last != 0 && self.clock.now_ms().saturating_sub(last) <= HOSTS_FRESH.as_millis() as u64
+        let last = Some(self.live.last_refresh()).filter(|t| *t != 0);
+        transport::hosts_fresh(last, self.clock.now_ms())
     }
 
     async fn packet(
@@ -130,31 +124,33 @@ impl ElectionTask {
                 return;
             }
         };
-        if packet.from == *self.machine.id() {
-            return;
-        }
-        // Only listed peers, from their own address, take part: anyone else could move
-        // leadership with one forged packet, and an answer to them would let them aim our
-        // (larger) pongs at a spoofed source.
-        if !self.is_peer(&packet.from, from_addr) {
-            self.metrics
-                .messages_dropped
-                .with_label_values(&["unknown_peer"])
-                .inc();
-            let ip = from_addr.ip().to_canonical();
-            if warned.len() < WARNED_SOURCES && warned.insert(ip) {
-                tracing::warn!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address (only the first from this address is logged).");
-            } else {
-                tracing::debug!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address.");
+        let admitted = transport::admit(
+            self.machine.id(),
+            &packet,
+            from_addr,
+            &self.store.peers.peek(),
+        );
+        if let Err(dropped) = admitted {
+            if let Some(label) = dropped.label() {
+                self.metrics
+                    .messages_dropped
+                    .with_label_values(&[label])
+                    .inc();
             }
-            return;
-        }
-        if packet.epoch > MAX_EPOCH {
-            self.metrics
-                .messages_dropped
-                .with_label_values(&["bad_epoch"])
-                .inc();
-            tracing::debug!(from = %from_addr, epoch = packet.epoch, "Dropped an election packet with an impossible epoch.");
+            match dropped {
+                transport::Dropped::Own => {}
+                transport::Dropped::UnknownPeer => {
+                    let ip = from_addr.ip().to_canonical();
+                    if warned.len() < WARNED_SOURCES && warned.insert(ip) {
+                        tracing::warn!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address (only the first from this address is logged).");
+                    } else {
+                        tracing::debug!(from = %from_addr, id = %packet.from, "Dropped an election packet from a node that is not a listed peer at that address.");
+                    }
+                }
+                transport::Dropped::BadEpoch => {
+                    tracing::debug!(from = %from_addr, epoch = packet.epoch, "Dropped an election packet with an impossible epoch.");
+                }
+            }
             return;
         }
         let kind = match packet.kind {
@@ -168,34 +164,18 @@ impl ElectionTask {
             .inc();
         let now_ms = self.clock.now_ms();
         self.live.packet(&packet.from, now_ms);
-        if let Some(stamp) = &packet.schedule
-            && stamp.origin != *self.machine.id()
-        {
+        if let Some(stamp) = transport::sighting(self.machine.id(), &packet) {
             self.sightings
                 .lock()
                 .unwrap()
                 .saw(&packet.from, stamp, now_ms);
         }
-        let from_leader = matches!(self.machine.state(), State::Follower { leader, .. } if *leader == packet.from);
-        if matches!(packet.kind, Kind::Ping) && from_leader {
+        if transport::from_my_leader(self.machine.state(), &packet) {
             self.metrics
                 .leader_contact_ms
                 .store(now_ms, Ordering::Relaxed);
         }
-        let errors = match packet.kind {
-            Kind::Pong { errors } => errors,
-            _ => self
-                .store
-                .reports
-                .peek()
-                .get(&packet.from)
-                .map_or(0, |r| r.errors),
-        };
-        let report = Report {
-            schedule: packet.schedule.clone(),
-            errors,
-            epoch: packet.epoch,
-        };
+        let report = transport::report(&packet, self.store.reports.peek().get(&packet.from));
         if self.store.reports.peek().get(&packet.from) != Some(&report) {
             self.reports.update(|all| {
                 all.insert(packet.from.clone(), report);
@@ -210,45 +190,18 @@ impl ElectionTask {
             message.clone(),
             self.peer_count(),
         );
-        let reason = match (&before, &message) {
-            (State::Leader { .. }, Message::Ping) => "two_leaders",
-            (_, Message::Pong) => "pong",
-            _ => "message",
-        };
-        self.count_election(&before, reason);
+        self.count_election(&before, Cause::of_message(&before, &message));
         self.act(actions).await;
     }
 
-    /// Whether `id` is in the peer list with an address of the IP the packet came from (the port
-    /// is not compared: it is the peer's, but a NAT may change it). A peer without an address
-    /// cannot be checked, so it is not trusted either.
-    fn is_peer(&self, id: &str, from: SocketAddr) -> bool {
-        let peers = self.store.peers.peek();
-        peers
-            .peers
-            .get(id)
-            .and_then(|p| p.addr.as_deref()?.parse::<SocketAddr>().ok())
-            .is_some_and(|addr| addr.ip().to_canonical() == from.ip().to_canonical())
-    }
-
     /// Counts an election this node started, by why.
-    fn count_election(&self, before: &State, reason: &'static str) {
-        let State::Electing { epoch, .. } = self.machine.state() else {
-            return;
-        };
-        let was = match before {
-            State::Electing { epoch: e, .. } if e == epoch => return, // still the same one
-            State::Starting { .. } => "start",
-            State::Follower { .. } if reason == "timeout" => "leader_timeout",
-            State::Electing { .. } if reason == "timeout" => "election_timeout",
-            State::Voted { .. } if reason == "timeout" => "vote_timeout",
-            State::Leader { .. } if reason == "timeout" => "lost_majority",
-            _ => reason,
-        };
-        self.metrics
-            .elections_started
-            .with_label_values(&[was])
-            .inc();
+    fn count_election(&self, before: &State, cause: Cause) {
+        if let Some(reason) = transport::election_started(before, self.machine.state(), cause) {
+            self.metrics
+                .elections_started
+                .with_label_values(&[reason])
+                .inc();
+        }
     }
 
     async fn act(&mut self, actions: Vec<Action>) {
@@ -276,44 +229,22 @@ impl ElectionTask {
             .iter()
             .filter_map(|(pid, p)| Some((pid.clone(), p.addr.as_ref()?.parse().ok()?)))
             .collect();
-        let addr_of = |peer: &String| addrs.get(peer).copied();
+        // Only a follower's pong reports the error count.
+        let errors = if actions.iter().any(|a| matches!(a, Action::Pong(_))) {
+            self.errors()
+        } else {
+            0
+        };
         for action in actions {
-            let (kind, targets): (Kind, Vec<SocketAddr>) = match action {
-                Action::PingAll => (Kind::Ping, addrs.values().copied().collect()),
-                Action::Vote => (
-                    Kind::Vote { target: id.clone() },
-                    addrs.values().copied().collect(),
-                ),
-                Action::ConfirmVote(candidate) => {
-                    let to = addr_of(&candidate).into_iter().collect();
-                    (Kind::Vote { target: candidate }, to)
-                }
-                Action::Pong(leader) => {
-                    let to = addr_of(&leader).into_iter().collect();
-                    (
-                        Kind::Pong {
-                            errors: self.errors(),
-                        },
-                        to,
-                    )
-                }
+            let (packet, to) = transport::outgoing(action, &id, epoch, errors, stamp.as_ref());
+            let targets: Vec<SocketAddr> = match to {
+                To::All => addrs.values().copied().collect(),
+                To::Peer(peer) => addrs.get(&peer).copied().into_iter().collect(),
             };
-            let label = match kind {
+            let label = match packet.kind {
                 Kind::Ping => "ping",
                 Kind::Pong { .. } => "pong",
                 Kind::Vote { .. } => "vote",
-            };
-            // A leader's ping carries only a schedule it produced itself: that is what its
-            // followers fetch (its copy of an older leader's schedule is not theirs to take).
-            let schedule = match kind {
-                Kind::Ping => stamp.clone().filter(|s| s.origin == id),
-                _ => stamp.clone(),
-            };
-            let packet = Packet {
-                from: id.clone(),
-                epoch,
-                schedule,
-                kind,
             };
             let bytes = match packet.encode_with(self.key.as_ref()) {
                 Ok(b) => b,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ports::Clock;
+use verwalter_controllers::sources;
 use verwalter_controllers::state::{Peer, Peers};
 use verwalter_controllers::store::Field;
 
@@ -59,11 +60,9 @@ impl Liveness {
     pub fn packets(&self) -> BTreeMap<String, u64> {
         self.0.packets.lock().unwrap().clone()
     }
-    /// How many of `ids` were heard from directly since `since_ms`.
-    pub fn heard_since<'a>(&self, ids: impl Iterator<Item = &'a String>, since_ms: u64) -> usize {
-        let direct = self.0.direct.lock().unwrap();
-        ids.filter(|id| direct.get(*id).is_some_and(|at| *at >= since_ms))
-            .count()
+    /// Calls `f` with when each peer was last heard from directly (wall-clock ms by id).
+    pub fn with_heard<R>(&self, f: impl FnOnce(&BTreeMap<String, u64>) -> R) -> R {
+        f(&self.0.direct.lock().unwrap())
     }
 }
 
@@ -125,20 +124,10 @@ pub fn parse_cantal(body: &[u8], port: u16, own_id: &str) -> Result<Parsed, Stri
     Ok(parsed)
 }
 
-/// Stores the list if it changed, ignoring `last_report_direct` times (they move every second;
-/// the election reads them from [`Liveness`]).
+/// Stores the list if it changed ([`sources::peers_changed`]: `last_report_direct` times move
+/// every second; the election reads them from [`Liveness`]).
 fn publish(out: &Field<Peers>, peers: BTreeMap<String, Peer>, now_ms: u64) {
-    let current = out.get();
-    let same = current.peers.len() == peers.len()
-        && current.peers.iter().zip(&peers).all(|((a, pa), (b, pb))| {
-            a == b
-                && pa.addr == pb.addr
-                && pa.name == pb.name
-                && pa.hostname == pb.hostname
-                && pa.known_since == pb.known_since
-                && pa.last_report_direct.is_some() == pb.last_report_direct.is_some()
-        });
-    if !same || current.timestamp.is_none() {
+    if sources::peers_changed(&out.get(), &peers) {
         tracing::info!(peers = peers.len(), "Peer list changed.");
         out.set(Peers {
             peers,

@@ -22,6 +22,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
+use verwalter_controllers::access;
 use verwalter_controllers::store::{Field, Store};
 
 pub use api::version;
@@ -119,14 +120,9 @@ impl HttpState {
     }
 }
 
-/// `max-event-streams`, but at most a quarter of the connections: streams last as long as their
-/// readers and never make room for a new connection, so they must leave most of them to the
-/// rest of the API (and to followers fetching schedules).
+/// Event streams allowed at once ([`access::event_stream_cap`]).
 pub fn event_stream_cap(settings: &HttpSettings) -> usize {
-    settings
-        .max_event_streams
-        .min(settings.max_connections / 4)
-        .max(1)
+    access::event_stream_cap(settings.max_event_streams, settings.max_connections)
 }
 
 impl Default for HttpState {
@@ -135,11 +131,9 @@ impl Default for HttpState {
     }
 }
 
-/// A quarter of the connections: a long poll holds its connection busy with no IO, so it is
-/// neither evicted nor timed out, and together with event streams (another quarter) they must
-/// leave half the connections to the rest of the API.
+/// Long polls allowed at once ([`access::long_poll_cap`]).
 pub fn long_poll_cap(settings: &HttpSettings) -> usize {
-    (settings.max_connections / 4).max(1)
+    access::long_poll_cap(settings.max_connections)
 }
 
 /// Routes that may wait long for something to happen before they answer.

@@ -40,6 +40,7 @@ use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
+use verwalter_controllers::access;
 
 use crate::config::HttpFileSettings;
 use crate::metrics::Metrics;
@@ -173,11 +174,7 @@ pub fn raise_nofile_limit() -> Option<u64> {
     }
 }
 
-/// The connection cap in force: the setting, but at most half the descriptor limit.
-pub fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
-    let by_descriptors = nofile.map_or(usize::MAX, |n| (n / 2) as usize);
-    configured.min(by_descriptors).max(1)
-}
+pub use verwalter_controllers::access::connection_cap;
 
 /// Closes the connection a request came on (an extension of every request served by [`serve`]).
 #[derive(Debug, Clone)]
@@ -218,16 +215,16 @@ impl Registry {
         self.open.lock().unwrap().len()
     }
 
-    /// Closes the oldest connection with no request in progress, else the oldest one whose
-    /// client does not take its response; false when there is none. A client reading slowly may
-    /// be cut off this way, but only when the connections are all taken.
+    /// Closes the connection [`access::evict`] picks; false when there is none.
     fn close_oldest_idle(&self) -> bool {
         let mut open = self.open.lock().unwrap();
-        let idle = open
-            .iter()
-            .find(|(_, c)| c.busy.load(Ordering::SeqCst) == 0)
-            .or_else(|| open.iter().find(|(_, c)| c.blocked.load(Ordering::SeqCst)))
-            .map(|(id, _)| *id);
+        let idle = access::evict(open.iter().map(|(id, c)| {
+            let in_use = access::InUse {
+                busy: c.busy.load(Ordering::SeqCst) != 0,
+                blocked: c.blocked.load(Ordering::SeqCst),
+            };
+            (*id, in_use)
+        }));
         match idle.and_then(|id| open.remove(&id)) {
             Some(conn) => {
                 conn.close.cancel();
@@ -552,14 +549,6 @@ pub async fn serve(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_cap_leaves_half_the_descriptors_to_the_rest_of_the_daemon() {
-        assert_eq!(connection_cap(512, Some(1024)), 512);
-        assert_eq!(connection_cap(512, Some(256)), 128);
-        assert_eq!(connection_cap(512, None), 512);
-        assert_eq!(connection_cap(512, Some(1)), 1);
-    }
 
     #[test]
     fn the_oldest_idle_connection_makes_room_and_busy_ones_stay() {

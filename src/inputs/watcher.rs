@@ -19,6 +19,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::sources;
 use verwalter_controllers::state::{InputError, Inputs, Templates};
 use verwalter_controllers::store::Field;
 
@@ -140,12 +141,17 @@ impl InputsWatcher {
                         continue;
                     }
                     let first = Instant::now();
+                    let mut last = first;
                     loop {
+                        let WatchConfig { debounce, max_delay, .. } = self.config;
+                        let read_at = sources::read_at(first, last, debounce, max_delay);
                         tokio::select! {
                             _ = shutdown.cancelled() => return,
-                            more = next_event(&mut self.events) => if !more { break },
-                            _ = tokio::time::sleep(self.config.debounce) => break,
-                            _ = tokio::time::sleep_until(first + self.config.max_delay) => break,
+                            more = next_event(&mut self.events) => {
+                                if !more { break }
+                                last = Instant::now();
+                            }
+                            _ = tokio::time::sleep_until(read_at) => break,
                         }
                     }
                 }
@@ -188,10 +194,7 @@ impl InputsWatcher {
                     "Cannot read the config dir; keeping the last good inputs.");
             }
         }
-        let mut kept = Inputs::clone(&self.out.inputs.get());
-        kept.errors = self.good_errors.clone();
-        kept.errors.extend(failures.iter().cloned());
-        kept.errors.sort_by(|a, b| a.path.cmp(&b.path));
+        let kept = sources::kept_inputs(&self.out.inputs.get(), &self.good_errors, &failures);
         self.failures = failures;
         self.metrics.input_reads.inc();
         self.metrics.input_errors.set(kept.errors.len() as i64);

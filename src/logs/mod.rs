@@ -25,38 +25,21 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde_json::{Value, json};
-use verwalter_controllers::defaults;
 use verwalter_controllers::ports::DeploymentLog;
+use verwalter_controllers::retention::{self, LogFile};
 
 mod role;
 #[cfg(test)]
 mod tests;
 
-pub use role::{RoleLog, mask_secrets};
+pub use role::RoleLog;
 
-/// Limits of the deployment log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LogLimits {
-    /// A new segment starts when the current one is at least this big.
-    pub segment_size: u64,
-    /// Segments and index files older than this are deleted.
-    pub max_age: Duration,
-    /// The oldest segments go when all of them together exceed this.
-    pub max_total: u64,
-}
-
-impl Default for LogLimits {
-    fn default() -> Self {
-        LogLimits {
-            segment_size: defaults::LOG_SEGMENT_MIB << 20,
-            max_age: Duration::from_secs(defaults::LOG_MAX_AGE_DAYS * 86_400),
-            max_total: defaults::LOG_MAX_TOTAL_MIB << 20,
-        }
-    }
-}
+/// Limits of the deployment log (rotation and retention are decided in
+/// [`verwalter_controllers::retention`]).
+pub use verwalter_controllers::retention::LogLimits;
 
 /// The deployment log directory. Cheap to share; every write is one `write(2)` of whole lines
 /// under a lock, so readers never see half a line.
@@ -279,13 +262,8 @@ impl LogDir {
             let mut files = self.files.lock().unwrap();
             let dir = self.dir.join(".global");
             let bytes = format!("{header}{text}");
-            write_segment(
-                &mut files.global,
-                &dir,
-                self.limits.segment_size,
-                bytes.as_bytes(),
-            )
-            .map(|(seg, off)| Pointer::Global(seg, off))
+            write_segment(&mut files.global, &dir, &self.limits, bytes.as_bytes())
+                .map(|(seg, off)| Pointer::Global(seg, off))
         };
         match pointer {
             Ok(p) => {
@@ -304,12 +282,7 @@ impl LogDir {
         let line = format!("{} audit: {text}\n", rfc3339(SystemTime::now()));
         let mut files = self.files.lock().unwrap();
         let dir = self.dir.join(".global");
-        let result = write_segment(
-            &mut files.global,
-            &dir,
-            self.limits.segment_size,
-            line.as_bytes(),
-        );
+        let result = write_segment(&mut files.global, &dir, &self.limits, line.as_bytes());
         drop(files);
         match result {
             Ok(_) => self.write_ok(".global"),
@@ -334,13 +307,8 @@ impl LogDir {
         let pointer = {
             let mut files = self.files.lock().unwrap();
             let dir = self.dir.join(".changes");
-            write_segment(
-                &mut files.changes,
-                &dir,
-                self.limits.segment_size,
-                text.as_bytes(),
-            )
-            .map(|(seg, off)| Pointer::Changes(seg, off))
+            write_segment(&mut files.changes, &dir, &self.limits, text.as_bytes())
+                .map(|(seg, off)| Pointer::Changes(seg, off))
         };
         match pointer {
             Ok(p) => {
@@ -365,10 +333,6 @@ impl LogDir {
     /// limit, not the age limit: a role gone from the node for longer than the age limit loses
     /// its whole log dir. Returns the number of files deleted.
     pub fn retain(&self) -> io::Result<usize> {
-        let cutoff = SystemTime::now()
-            .checked_sub(self.limits.max_age)
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        // (modified, len, path, is the stream's latest)
         let mut all = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -381,34 +345,30 @@ impl LogDir {
                 let file = file?;
                 let name = file.file_name();
                 let name = name.to_string_lossy();
-                let is_log = (name.starts_with("log.") && name.ends_with(".txt"))
-                    || (name.starts_with("index.") && name.ends_with(".json"));
-                if !is_log {
+                if !retention::is_log_file(&name) {
                     continue;
                 }
-                let latest = current.as_deref() == Some(Path::new(&*name));
                 let meta = file.metadata()?;
-                all.push((meta.modified()?, meta.len(), file.path(), latest));
+                all.push(LogFile {
+                    modified: meta.modified()?,
+                    len: meta.len(),
+                    path: file.path(),
+                    latest: current.as_deref() == Some(Path::new(&*name)),
+                });
             }
         }
-        all.sort();
-        let mut total: u64 = all.iter().map(|(_, len, _, _)| len).sum();
-        let mut deleted = 0;
-        for (modified, len, path, latest) in all {
-            let too_old = modified < cutoff;
-            if too_old || (!latest && total > self.limits.max_total) {
-                fs::remove_file(&path)?;
-                total -= len;
-                deleted += 1;
-                if latest && let Some(stream) = path.parent() {
-                    let _ = fs::remove_file(stream.join("latest"));
-                    let is_role = stream
-                        .file_name()
-                        .is_some_and(|n| !n.to_string_lossy().starts_with('.'));
-                    if is_role {
-                        // Only removes the dir when nothing else is in it.
-                        let _ = fs::remove_dir(stream);
-                    }
+        let doomed = retention::logs_to_delete(all, &self.limits, SystemTime::now());
+        let deleted = doomed.len();
+        for LogFile { path, latest, .. } in doomed {
+            fs::remove_file(&path)?;
+            if latest && let Some(stream) = path.parent() {
+                let _ = fs::remove_file(stream.join("latest"));
+                let is_role = stream
+                    .file_name()
+                    .is_some_and(|n| !n.to_string_lossy().starts_with('.'));
+                if is_role {
+                    // Only removes the dir when nothing else is in it.
+                    let _ = fs::remove_dir(stream);
                 }
             }
         }
@@ -469,11 +429,11 @@ fn marker_line(deployment_id: &str, role: Option<&str>, marker: &Marker) -> Stri
 pub(crate) fn write_segment(
     current: &mut Option<Segment>,
     dir: &Path,
-    limit: u64,
+    limits: &LogLimits,
     bytes: &[u8],
 ) -> io::Result<(String, u64)> {
-    if current.as_ref().is_none_or(|s| s.len >= limit) {
-        *current = Some(open_segment(dir, limit)?);
+    if current.as_ref().is_none_or(|s| limits.segment_full(s.len)) {
+        *current = Some(open_segment(dir, limits)?);
     }
     let seg = current.as_mut().unwrap();
     let offset = seg.len;
@@ -485,8 +445,8 @@ pub(crate) fn write_segment(
     Ok((seg.name.clone(), offset))
 }
 
-/// Opens the stream's `latest` segment if it is under the limit, else starts a new one.
-pub(crate) fn open_segment(dir: &Path, limit: u64) -> io::Result<Segment> {
+/// Opens the stream's `latest` segment if it is not full, else starts a new one.
+pub(crate) fn open_segment(dir: &Path, limits: &LogLimits) -> io::Result<Segment> {
     fs::create_dir_all(dir)?;
     if let Ok(target) = fs::read_link(dir.join("latest"))
         && let Some(name) = target
@@ -496,7 +456,7 @@ pub(crate) fn open_segment(dir: &Path, limit: u64) -> io::Result<Segment> {
     {
         let path = dir.join(&target);
         if let Ok(meta) = fs::metadata(&path)
-            && meta.len() < limit
+            && !limits.segment_full(meta.len())
         {
             return Ok(Segment {
                 name: name.to_string(),

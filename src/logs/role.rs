@@ -5,33 +5,10 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
+use verwalter_controllers::vars::mask_secrets;
 
 use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
 use crate::apply::ApplyLog;
-
-/// Words that mark a key as holding a secret (matched case-insensitively within the key).
-const SECRET_WORDS: &[&str] = &["password", "secret", "token", "key"];
-
-/// A copy of `value` where the value of every key that looks like a secret (contains
-/// `password`, `secret`, `token` or `key`, any case) is `"***"`, at any depth.
-pub fn mask_secrets(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let lower = k.to_ascii_lowercase();
-                    if SECRET_WORDS.iter().any(|w| lower.contains(w)) {
-                        (k.clone(), Value::String("***".into()))
-                    } else {
-                        (k.clone(), mask_secrets(v))
-                    }
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(mask_secrets).collect()),
-        other => other.clone(),
-    }
-}
 
 /// Writer of one role's entries; every entry is indexed under the deployment id.
 #[derive(Debug)]
@@ -47,7 +24,7 @@ impl RoleLog {
     /// failure is reported by the log dir.
     pub(super) fn start(dir: Arc<LogDir>, role: &str, deployment_id: &str) -> RoleLog {
         let path = dir.dir.join(role);
-        let segment = match open_segment(&path, dir.limits.segment_size) {
+        let segment = match open_segment(&path, &dir.limits) {
             Ok(segment) => Some(segment),
             Err(e) => {
                 dir.write_failed(role, format_args!("{}: {e}", path.display()));

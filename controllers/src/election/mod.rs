@@ -1,4 +1,5 @@
-//! Leader election: the sans-IO [`machine`] and the controller that drives it on this node.
+//! Leader election: the sans-IO [`machine`] and the controller that drives it on this node;
+//! [`wire`] is the packet format and [`transport`] what the UDP transport decides.
 //!
 //! Without a peer transport (a single node, no peer source configured) the controller only
 //! feeds the machine time and the peer count; the cluster transport plugs into the same loop.
@@ -8,10 +9,10 @@ pub mod machine;
 mod matrix_tests;
 #[cfg(test)]
 mod sim;
+pub mod transport;
 pub mod wire;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde::Serialize;
 use tokio::time::Instant;
@@ -115,10 +116,6 @@ pub fn publish(out: &Field<ElectionState>, new: ElectionState) {
     out.set(new);
 }
 
-/// Peer info older than this makes the node stop trusting its view of the cluster
-/// (verwalter 0.13: 1.5 × the 1 s peer refresh).
-pub const HOSTS_FRESH: Duration = Duration::from_millis(1500);
-
 /// Runs the election for a node without a peer transport: the machine sees the peer count from
 /// the store and its own timers. Publishes every state change into `out`.
 pub async fn run_local(
@@ -135,10 +132,7 @@ pub async fn run_local(
         let snapshot = peers.get();
         let now_ms = clock.now_ms();
         // Without a peer source there is nothing to go stale.
-        let fresh = !peer_source
-            || snapshot
-                .timestamp
-                .is_some_and(|t| now_ms.saturating_sub(t) <= HOSTS_FRESH.as_millis() as u64);
+        let fresh = !peer_source || transport::hosts_fresh(snapshot.timestamp, now_ms);
         let actions = machine.time_passed(now, snapshot.peers.len(), fresh);
         if !actions.is_empty() {
             tracing::debug!(
@@ -157,6 +151,8 @@ pub async fn run_local(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::testing::FakeClock;
 

@@ -214,3 +214,14 @@ fn a_source_that_is_not_an_object_is_named() {
     let data = json!({"vars": {"template": "t"}, "nodes": {HOST: {"roles": {ROLE: null}}}});
     assert!(role_vars(&data, HOST, ROLE).is_ok());
 }
+
+#[test]
+fn secrets_are_masked_at_any_depth_and_any_case() {
+    let masked = mask_secrets(&json!({
+        "PASSWORD": "a", "list": [{"SecretKey": "b"}], "keys": ["c"], "plain": "d"
+    }));
+    assert_eq!(
+        masked,
+        json!({"PASSWORD": "***", "list": [{"SecretKey": "***"}], "keys": "***", "plain": "d"})
+    );
+}

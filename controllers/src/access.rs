@@ -1,0 +1,401 @@
+//! Which HTTP requests a browser could be tricked into sending are refused:
+//!
+//! - DNS rebinding: a page of `evil.example` whose name is made to resolve to the node reads the
+//!   API as same-origin, but its requests carry `Host: evil.example`. So the `Host` must be an IP
+//!   address, a name without a dot (`localhost`, `verwalter`, a short host name: no outside
+//!   party controls how those resolve), a `*.localhost` name, this node's name or host name, or
+//!   one of `http.allowed-hosts` (`*` lets any through).
+//! - Cross-site requests that change state: a page elsewhere can POST a form or a `text/plain`
+//!   body without asking the node first. Other than GET, HEAD and OPTIONS, a request whose
+//!   `Origin` (or, without one, `Referer`) names another host and port than its `Host` (one
+//!   without a port matches 80 and 443, for a proxy that terminates TLS) is refused, and so is
+//!   one with a body type a form can send (`text/plain`, `application/x-www-form-urlencoded`,
+//!   `multipart/form-data`).
+//!
+//! Clients that are not browsers (curl, scripts, other nodes) send no `Origin` and usually an IP
+//! address or the node's name as `Host`, and are not affected. The HTTP layer
+//! (`src/http/guard.rs`) reads the headers and turns a [`Refusal`] into a response.
+//!
+//! Requests that hold their connection long are limited to a share of the connections
+//! ([`event_stream_cap`], [`long_poll_cap`]), so that they never starve the rest of the API;
+//! the connections themselves to [`connection_cap`], and when all are taken [`evict`] picks
+//! the one that makes room (`src/http/serve.rs` counts and closes).
+
+use std::net::IpAddr;
+
+/// The names this node answers to.
+#[derive(Debug, Clone, Copy)]
+pub struct Names<'a> {
+    /// The node's name (`--name`).
+    pub name: &'a str,
+    /// The node's host name.
+    pub hostname: &'a str,
+    /// `http.allowed-hosts`.
+    pub allowed: &'a [String],
+}
+
+/// What of a request the policy looks at, each header as text (an unreadable one as `""`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asked<'a> {
+    /// The method, `GET`, `POST`, ...
+    pub method: &'a str,
+    /// `Host`, if sent.
+    pub host: Option<&'a str>,
+    /// `Origin`, or without one `Referer`, if either was sent.
+    pub source: Option<&'a str>,
+    /// `Content-Type`, if sent and readable.
+    pub content_type: Option<&'a str>,
+}
+
+/// Why a request is refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The `Host` (lowercase) is not a name of this node.
+    UnknownHost(String),
+    /// A state-changing request from a page of another origin (the `Origin` or `Referer`).
+    CrossSite(String),
+    /// A state-changing request with a body type a form can send.
+    FormBody,
+}
+
+/// `max-event-streams`, but at most a quarter of the connections: streams last as long as their
+/// readers and never make room for a new connection, so they must leave most of them to the
+/// rest of the API (and to followers fetching schedules). At least one.
+pub fn event_stream_cap(max_event_streams: usize, max_connections: usize) -> usize {
+    max_event_streams.min(max_connections / 4).max(1)
+}
+
+/// A quarter of the connections (at least one): a long poll holds its connection busy with no
+/// IO, so it is neither evicted nor timed out, and together with event streams (another quarter)
+/// they must leave half the connections to the rest of the API.
+pub fn long_poll_cap(max_connections: usize) -> usize {
+    (max_connections / 4).max(1)
+}
+
+/// The connection cap in force: the setting, but at most half the descriptor limit (`nofile`,
+/// when known), leaving the rest to files, sockets and commands. At least one.
+pub fn connection_cap(configured: usize, nofile: Option<u64>) -> usize {
+    let by_descriptors = nofile.map_or(usize::MAX, |n| (n / 2) as usize);
+    configured.min(by_descriptors).max(1)
+}
+
+/// What an open connection is doing, as [`evict`] sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct InUse {
+    /// A request is in progress (counting its response until sent).
+    pub busy: bool,
+    /// A response write waits for the client to read it.
+    pub blocked: bool,
+}
+
+/// The connection to close to take a new one when all are taken, from the open ones oldest
+/// first: the oldest with no request in progress, else the oldest whose client does not take
+/// its response (a slow reader may be cut off, but only when every connection is taken);
+/// `None` when every one is at work, and the new connection is refused instead.
+pub fn evict<K>(open: impl IntoIterator<Item = (K, InUse)> + Clone) -> Option<K> {
+    let idle = open.clone().into_iter().find(|(_, c)| !c.busy);
+    idle.or_else(|| open.into_iter().find(|(_, c)| c.blocked))
+        .map(|(key, _)| key)
+}
+
+/// Whether `asked` is refused, and why; `None` lets it through.
+pub fn judge(names: Names<'_>, asked: Asked<'_>) -> Option<Refusal> {
+    let host = asked.host.map(str::to_ascii_lowercase);
+    if let Some(host) = host.as_deref().filter(|h| !host_allowed(names, h)) {
+        return Some(Refusal::UnknownHost(host.to_string()));
+    }
+    if matches!(asked.method, "GET" | "HEAD" | "OPTIONS") {
+        return None;
+    }
+    if let Some(source) = asked.source {
+        let same = host
+            .as_deref()
+            .is_some_and(|host| same_origin(source, host));
+        if !same {
+            return Some(Refusal::CrossSite(source.to_string()));
+        }
+    }
+    if asked.content_type.is_some_and(form_body_type) {
+        return Some(Refusal::FormBody);
+    }
+    None
+}
+
+/// Whether a `Content-Type` is one a form can send without asking the server first.
+fn form_body_type(content_type: &str) -> bool {
+    let media = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    matches!(
+        media.as_str(),
+        "text/plain" | "application/x-www-form-urlencoded" | "multipart/form-data"
+    )
+}
+
+/// `host[:port]` without the port.
+fn host_name(host: &str) -> &str {
+    if let Some(rest) = host.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or(rest);
+    }
+    match host.rsplit_once(':') {
+        Some((name, port)) if port.bytes().all(|b| b.is_ascii_digit()) => name,
+        _ => host,
+    }
+}
+
+/// Whether `host` (a lowercase `Host` header) names this node.
+fn host_allowed(names: Names<'_>, host: &str) -> bool {
+    let name = host_name(host).trim_end_matches('.');
+    name.parse::<IpAddr>().is_ok()
+        || !name.contains('.')
+        || name.ends_with(".localhost")
+        || name.eq_ignore_ascii_case(names.name.trim_end_matches('.'))
+        || name.eq_ignore_ascii_case(names.hostname)
+        || names.allowed.iter().any(|a| a == "*" || a == name)
+}
+
+/// Whether an `Origin` or `Referer` URL names the host and port of `Host` (lowercase). A `Host`
+/// without a port matches either scheme's default port: behind a proxy that terminates TLS the
+/// page is `https://name` (443) while the request reaches the node as `Host: name`.
+fn same_origin(source: &str, host: &str) -> bool {
+    let Some(authority) = origin_authority(source) else {
+        return false;
+    };
+    let explicit = with_port(host);
+    let port_given = explicit != format!("{host}:80");
+    authority == explicit || (!port_given && authority == format!("{host}:443"))
+}
+
+/// `host:port` with the port made explicit (80 when absent, as a `Host` of plain HTTP).
+fn with_port(host: &str) -> String {
+    let name = host_name(host);
+    if name.len() == host.len() || (host.starts_with('[') && host.ends_with(']')) {
+        format!("{host}:80")
+    } else {
+        host.to_string()
+    }
+}
+
+/// The `host:port` of an `Origin` or `Referer` URL, the port made explicit; `None` for `null`
+/// and anything that is not an http(s) URL.
+fn origin_authority(url: &str) -> Option<String> {
+    let url = url.to_ascii_lowercase();
+    let (default_port, rest) = if let Some(rest) = url.strip_prefix("http://") {
+        (80, rest.to_string())
+    } else if let Some(rest) = url.strip_prefix("https://") {
+        (443, rest.to_string())
+    } else {
+        return None;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    if authority.is_empty() {
+        return None;
+    }
+    let name = host_name(authority);
+    if name.len() == authority.len() || (authority.starts_with('[') && authority.ends_with(']')) {
+        Some(format!("{authority}:{default_port}"))
+    } else {
+        Some(authority.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_requests_leave_at_least_half_the_connections_to_the_rest() {
+        assert_eq!(event_stream_cap(128, 512), 128, "the setting when it fits");
+        assert_eq!(event_stream_cap(500, 512), 128, "a quarter at most");
+        assert_eq!(long_poll_cap(512), 128);
+        assert_eq!(long_poll_cap(100), 25);
+        for connections in [4, 8, 100, 513] {
+            assert!(
+                event_stream_cap(usize::MAX, connections) + long_poll_cap(connections)
+                    <= connections / 2
+            );
+        }
+        // A tiny server still serves one of each.
+        assert_eq!((event_stream_cap(128, 2), long_poll_cap(2)), (1, 1));
+    }
+
+    #[test]
+    fn connections_are_capped_by_half_the_descriptors() {
+        assert_eq!(connection_cap(512, None), 512);
+        assert_eq!(connection_cap(512, Some(1024)), 512);
+        assert_eq!(connection_cap(512, Some(256)), 128);
+        assert_eq!(connection_cap(512, Some(1)), 1, "at least one");
+        assert_eq!(connection_cap(0, None), 1);
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_goes_then_the_oldest_not_reading() {
+        let (idle, busy, stuck) = (
+            InUse::default(),
+            InUse {
+                busy: true,
+                blocked: false,
+            },
+            InUse {
+                busy: true,
+                blocked: true,
+            },
+        );
+        assert_eq!(evict([(1, busy), (2, idle), (3, idle)]), Some(2));
+        assert_eq!(evict([(1, busy), (2, stuck), (3, stuck)]), Some(2));
+        assert_eq!(
+            evict([(1, stuck), (2, busy), (3, idle)]),
+            Some(3),
+            "an idle one before any client that is not reading"
+        );
+        assert_eq!(evict([(1, busy), (2, busy)]), None, "all at work");
+        assert_eq!(evict(Vec::<(u64, InUse)>::new()), None);
+    }
+
+    #[test]
+    fn origins_and_hosts_compare_with_explicit_ports() {
+        assert_eq!(
+            origin_authority("http://127.0.0.1:8379").as_deref(),
+            Some("127.0.0.1:8379")
+        );
+        assert_eq!(
+            origin_authority("http://Node.Example/roles/web?x").as_deref(),
+            Some("node.example:80")
+        );
+        assert_eq!(
+            origin_authority("https://[::1]/").as_deref(),
+            Some("[::1]:443")
+        );
+        assert_eq!(
+            origin_authority("https://user@ops.example:8443/x").as_deref(),
+            Some("ops.example:8443")
+        );
+        assert_eq!(origin_authority("null"), None);
+        assert_eq!(origin_authority("http:///path"), None);
+        assert_eq!(with_port("node.example"), "node.example:80");
+        assert_eq!(with_port("[::1]"), "[::1]:80");
+        assert_eq!(with_port("[::1]:8379"), "[::1]:8379");
+        assert_eq!(host_name("[::1]:8379"), "::1");
+        assert_eq!(host_name("alpha:8379"), "alpha");
+    }
+
+    #[test]
+    fn a_host_without_port_is_the_same_origin_as_either_default_port() {
+        // The node's own frontend behind a proxy that terminates TLS.
+        assert!(same_origin("https://ops.example", "ops.example"));
+        assert!(same_origin("https://ops.example:443/roles", "ops.example"));
+        assert!(same_origin("http://ops.example/", "ops.example"));
+        assert!(same_origin("https://[::1]/", "[::1]"));
+        // An explicit port must match.
+        assert!(!same_origin("https://ops.example", "ops.example:80"));
+        assert!(!same_origin("https://ops.example", "ops.example:8379"));
+        assert!(same_origin("http://ops.example:8379", "ops.example:8379"));
+        // Other hosts and ports stay refused.
+        assert!(!same_origin("https://evil.example", "ops.example"));
+        assert!(!same_origin("https://ops.example:8443", "ops.example"));
+        assert!(!same_origin("null", "ops.example"));
+    }
+
+    const NAMES: Names<'static> = Names {
+        name: "alpha.example.com.",
+        hostname: "alpha",
+        allowed: &[],
+    };
+
+    fn get(host: &str) -> Asked<'_> {
+        Asked {
+            method: "GET",
+            host: Some(host),
+            ..Asked::default()
+        }
+    }
+
+    #[test]
+    fn only_names_of_this_node_pass_as_host() {
+        for host in [
+            "127.0.0.1:8379",
+            "[::1]:8379",
+            "localhost",
+            "verwalter:8379",
+            "web.localhost",
+            "ALPHA.example.com",
+            "alpha.example.com.:8379",
+        ] {
+            assert_eq!(judge(NAMES, get(host)), None, "{host}");
+        }
+        assert_eq!(
+            judge(NAMES, get("Evil.Example:8379")),
+            Some(Refusal::UnknownHost("evil.example:8379".into())),
+            "a rebinding name, reported lowercase"
+        );
+        let allowed = ["ops.example".to_string()];
+        let listed = Names {
+            allowed: &allowed,
+            ..NAMES
+        };
+        assert_eq!(judge(listed, get("ops.example")), None);
+        assert!(judge(listed, get("other.example")).is_some());
+        let any = ["*".to_string()];
+        let open = Names {
+            allowed: &any,
+            ..NAMES
+        };
+        assert_eq!(judge(open, get("other.example")), None);
+        // No Host at all (HTTP/1.0 clients) is not refused for it.
+        assert_eq!(judge(NAMES, Asked::default()), None);
+    }
+
+    #[test]
+    fn requests_that_change_state_must_come_from_this_origin_without_a_form_body() {
+        let post = |source, content_type| Asked {
+            method: "POST",
+            host: Some("alpha:8379"),
+            source,
+            content_type,
+        };
+        assert_eq!(judge(NAMES, post(None, Some("application/json"))), None);
+        assert_eq!(
+            judge(NAMES, post(Some("http://alpha:8379/roles/web"), None)),
+            None
+        );
+        assert_eq!(
+            judge(NAMES, post(Some("http://evil.example"), None)),
+            Some(Refusal::CrossSite("http://evil.example".into()))
+        );
+        assert_eq!(
+            judge(NAMES, post(Some("null"), None)),
+            Some(Refusal::CrossSite("null".into()))
+        );
+        for form in [
+            "text/plain",
+            "Text/Plain; charset=utf-8",
+            "application/x-www-form-urlencoded",
+            "multipart/form-data; boundary=x",
+        ] {
+            assert_eq!(
+                judge(NAMES, post(None, Some(form))),
+                Some(Refusal::FormBody),
+                "{form}"
+            );
+        }
+        // Reading is never refused for its origin or body type.
+        let read = Asked {
+            method: "GET",
+            ..post(Some("http://evil.example"), Some("text/plain"))
+        };
+        assert_eq!(judge(NAMES, read), None);
+        // A cross-site request without a Host cannot be the same origin.
+        let hostless = Asked {
+            host: None,
+            ..post(Some("http://alpha:8379"), None)
+        };
+        assert!(matches!(
+            judge(NAMES, hostless),
+            Some(Refusal::CrossSite(_))
+        ));
+    }
+}

@@ -1,0 +1,157 @@
+//! What the sources that feed the store decide before they write: when a burst of changes in the
+//! config dir is read, what stays after a read that could not see everything, and when a new
+//! peer list counts as a change. `src/inputs/watcher.rs` and `src/cluster/peers.rs` read the
+//! outside world and write what this says.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::state::{InputError, Inputs, NodeId, Peer, Peers};
+
+/// When the watcher reads after a burst of events that started at `first` and whose latest
+/// came at `last`: once the dir has been quiet for `debounce`, or at the latest `max_delay`
+/// after the first event (so an editor's save sequence costs one read and a steady stream of
+/// changes cannot postpone the read forever).
+pub fn read_at(first: Instant, last: Instant, debounce: Duration, max_delay: Duration) -> Instant {
+    (last + debounce).min(first + max_delay)
+}
+
+/// The inputs in force after a read that could not see everything (`failures`: files or dirs
+/// that exist but could not be read): the last good ones (`last`), their own errors
+/// (`good_errors`, the errors of the read that produced them) and the failures, sorted by path.
+pub fn kept_inputs(last: &Inputs, good_errors: &[InputError], failures: &[InputError]) -> Inputs {
+    let mut kept = last.clone();
+    kept.errors = good_errors.to_vec();
+    kept.errors.extend(failures.iter().cloned());
+    kept.errors.sort_by(|a, b| a.path.cmp(&b.path));
+    kept
+}
+
+/// Whether `new` (a fresh read of the peer source) changes the published peer list. When each
+/// peer was last heard from directly moves every second; only whether it is known counts here
+/// (the election reads the times elsewhere). Before the first publication any list is a change.
+pub fn peers_changed(current: &Peers, new: &BTreeMap<NodeId, Peer>) -> bool {
+    let same = current.peers.len() == new.len()
+        && current.peers.iter().zip(new).all(|((a, pa), (b, pb))| {
+            a == b
+                && pa.addr == pb.addr
+                && pa.name == pb.name
+                && pa.hostname == pb.hostname
+                && pa.known_since == pb.known_since
+                && pa.last_report_direct.is_some() == pb.last_report_direct.is_some()
+        });
+    !same || current.timestamp.is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    #[test]
+    fn a_burst_is_read_when_quiet_or_at_the_latest_after_max_delay() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (debounce, max) = (ms(100), ms(1000));
+        assert_eq!(read_at(t0, t0, debounce, max), t0 + ms(100), "one event");
+        assert_eq!(
+            read_at(t0, t0 + ms(450), debounce, max),
+            t0 + ms(550),
+            "each event restarts the quiet time"
+        );
+        assert_eq!(
+            read_at(t0, t0 + ms(950), debounce, max),
+            t0 + ms(1000),
+            "but not past max_delay"
+        );
+    }
+
+    fn error(path: &str) -> InputError {
+        InputError {
+            path: path.to_string(),
+            line: None,
+            message: format!("bad {path}"),
+        }
+    }
+
+    #[test]
+    fn a_failed_read_keeps_the_last_good_inputs_and_shows_why() {
+        let good = Inputs {
+            runtime: Arc::new(serde_json::json!({"app": 1})),
+            scheduler_hash: "s".into(),
+            hash: "h".into(),
+            errors: vec![error("runtime/b.yaml")],
+        };
+        // A previous failure shown in `good.errors` is not carried over: only its own errors.
+        let shown = Inputs {
+            errors: vec![error("runtime/b.yaml"), error("runtime/old")],
+            ..good.clone()
+        };
+        let kept = kept_inputs(
+            &shown,
+            &good.errors,
+            &[error("scheduler/v1"), error("runtime/a")],
+        );
+        assert_eq!((kept.hash.as_str(), &kept.runtime), ("h", &good.runtime));
+        let paths: Vec<&str> = kept.errors.iter().map(|e| e.path.as_str()).collect();
+        assert_eq!(paths, ["runtime/a", "runtime/b.yaml", "scheduler/v1"]);
+    }
+
+    fn peer(id: &str, addr: &str, direct: Option<u64>) -> (NodeId, Peer) {
+        let peer = Peer {
+            id: id.to_string(),
+            addr: Some(addr.to_string()),
+            name: format!("{id}.example"),
+            hostname: id.to_string(),
+            schedule: None,
+            known_since: 5,
+            last_report_direct: direct,
+            errors: 0,
+        };
+        (id.to_string(), peer)
+    }
+
+    #[test]
+    fn a_peer_list_changes_with_its_members_not_with_their_report_times() {
+        let list: BTreeMap<_, _> = [
+            peer("beta", "10.0.0.2:8379", Some(100)),
+            peer("gamma", "10.0.0.3:8379", None),
+        ]
+        .into();
+        let published = Peers {
+            peers: list.clone(),
+            timestamp: Some(1),
+        };
+        assert!(
+            peers_changed(&Peers::default(), &BTreeMap::new()),
+            "the first list is published, even empty"
+        );
+        assert!(!peers_changed(&published, &list));
+        let later: BTreeMap<_, _> = [
+            peer("beta", "10.0.0.2:8379", Some(2000)),
+            peer("gamma", "10.0.0.3:8379", None),
+        ]
+        .into();
+        assert!(
+            !peers_changed(&published, &later),
+            "only a report time moved"
+        );
+        let heard: BTreeMap<_, _> = [
+            peer("beta", "10.0.0.2:8379", Some(100)),
+            peer("gamma", "10.0.0.3:8379", Some(100)),
+        ]
+        .into();
+        assert!(peers_changed(&published, &heard), "gamma is now reported");
+        let moved: BTreeMap<_, _> = [
+            peer("beta", "10.0.0.9:8379", Some(100)),
+            peer("gamma", "10.0.0.3:8379", None),
+        ]
+        .into();
+        assert!(peers_changed(&published, &moved), "a new address");
+        let fewer: BTreeMap<_, _> = [peer("beta", "10.0.0.2:8379", Some(100))].into();
+        assert!(peers_changed(&published, &fewer));
+    }
+}
