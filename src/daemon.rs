@@ -24,7 +24,7 @@ use verwalter_controllers::schedule::{
 use verwalter_controllers::store::StoreWriter;
 
 use crate::backups;
-use crate::cluster::election::ElectionTask;
+use crate::cluster::election::{ElectionTask, ElectionWiring};
 use crate::cluster::fetch::{Fetcher, FetcherParts};
 use crate::cluster::peers::{self, Liveness};
 use crate::config::{Config, PeerSource};
@@ -182,11 +182,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             config.timings.clone(),
             rand::random(),
         )
-        .force_leader(config.debug_force_leader)
-        .keep_leading_without_majority(config.allow_minority_cluster);
+        .force_leader(config.debug_force_leader);
         let sightings = crate::cluster::fetch::SharedSightings::default();
-        let task = ElectionTask {
-            machine,
+        let wiring = ElectionWiring {
             socket: Arc::new(udp),
             store: store.clone(),
             out: election_out,
@@ -194,11 +192,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             live: live.clone(),
             clock: clock.clone(),
             metrics: metrics.clone(),
-            allow_minority: config.allow_minority_cluster,
-            minority_window: config.minority_window,
             sightings: sightings.clone(),
-            key: config.election_key.clone(),
         };
+        let task = ElectionTask::new(
+            machine,
+            wiring,
+            config
+                .allow_minority_cluster
+                .then_some(config.minority_window),
+            config.election_key.clone(),
+        );
         tasks.spawn(task.run(shutdown.clone()));
         let fetcher = Fetcher::new(
             ReplicationConfig::new(
@@ -271,7 +274,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
 
     // Render and apply the roles of this node; clean up after them.
     let logs = LogDir::open(&config.log_dir, config.log_limits);
-    logs.count_write_errors(metrics.deployment_log_write_errors.clone());
+    logs.count_write_errors(metrics.deployment_log_write_errors());
     let log_dirs = render::read_log_dirs(&config.config_dir).map_err(StartError::Sandbox)?;
     let log_dirs_for_http = log_dirs.clone();
     let applier = Applier::new(

@@ -21,42 +21,66 @@ const DURATION_BUCKETS: &[f64] = &[
 
 pub struct Metrics {
     registry: Registry,
-    pub controller_passes: IntCounterVec,
-    pub controller_failures: IntCounterVec,
-    pub controller_pass_duration: HistogramVec,
-    pub controller_running: IntGaugeVec,
-    pub controller_waiting: IntGaugeVec,
-    pub controller_backing_off: IntGaugeVec,
-    pub scheduler_runs: IntCounter,
-    pub scheduler_failures: IntCounterVec,
-    pub scheduler_duration: prometheus::Histogram,
-    pub scheduler_last_success: IntGauge,
-    pub input_reads: IntCounter,
-    pub input_errors: IntGauge,
-    pub input_read_failures: IntCounter,
-    pub leader: IntGauge,
-    pub election_epoch: IntGauge,
-    pub schedule_timestamp: IntGauge,
-    pub peers: IntGauge,
-    pub peer_refreshes: IntCounterVec,
-    pub messages_sent: IntCounterVec,
-    pub messages_received: IntCounterVec,
-    pub messages_dropped: IntCounterVec,
-    pub elections_started: IntCounterVec,
-    pub schedule_fetches: IntCounterVec,
+    controller_passes: IntCounterVec,
+    controller_failures: IntCounterVec,
+    controller_pass_duration: HistogramVec,
+    controller_running: IntGaugeVec,
+    controller_waiting: IntGaugeVec,
+    controller_backing_off: IntGaugeVec,
+    scheduler_runs: IntCounter,
+    scheduler_failures: IntCounterVec,
+    scheduler_duration: prometheus::Histogram,
+    scheduler_last_success: IntGauge,
+    input_reads: IntCounter,
+    input_errors: IntGauge,
+    input_read_failures: IntCounter,
+    leader: IntGauge,
+    election_epoch: IntGauge,
+    schedule_timestamp: IntGauge,
+    peers: IntGauge,
+    peer_refreshes: IntCounterVec,
+    messages_sent: IntCounterVec,
+    messages_received: IntCounterVec,
+    messages_dropped: IntCounterVec,
+    elections_started: IntCounterVec,
+    schedule_fetches: IntCounterVec,
     /// Wall-clock ms of the last packet from the leader (0: none), for the age gauge.
-    pub leader_contact_ms: std::sync::atomic::AtomicU64,
-    pub leader_contact_age: prometheus::Gauge,
-    pub roles_failing: IntGauge,
-    pub schedule_persist_failing: IntGauge,
-    pub role_failed_attempts: IntGaugeVec,
-    pub last_deployment: IntGauge,
-    pub deployment_log_write_errors: IntCounter,
-    pub http_connections: IntGauge,
-    pub http_closed: IntCounterVec,
-    pub event_streams: IntGauge,
+    leader_contact_ms: std::sync::atomic::AtomicU64,
+    leader_contact_age: prometheus::Gauge,
+    roles_failing: IntGauge,
+    schedule_persist_failing: IntGauge,
+    role_failed_attempts: IntGaugeVec,
+    last_deployment: IntGauge,
+    deployment_log_write_errors: IntCounter,
+    http_connections: IntGauge,
+    http_closed: IntCounterVec,
+    event_streams: IntGauge,
     /// Roles with a `role_failed_attempts` series now (to drop series of recovered roles).
     failing_series: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+/// Why the server closed or refused a connection (`verwalter_http_connections_closed_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpClose {
+    /// Over the connection cap: refused at once.
+    Refused,
+    /// Closed to make room for a new connection.
+    Evicted,
+    /// An events client stopped reading its stream.
+    StalledStream,
+    /// The client took no response data for the stall timeout.
+    StalledWrite,
+}
+
+impl HttpClose {
+    pub fn label(self) -> &'static str {
+        match self {
+            HttpClose::Refused => "refused",
+            HttpClose::Evicted => "evicted",
+            HttpClose::StalledStream => "stalled_stream",
+            HttpClose::StalledWrite => "stalled_write",
+        }
+    }
 }
 
 /// At most this many roles get a `verwalter_role_failed_attempts` series (labels stay bounded).
@@ -243,7 +267,7 @@ impl Metrics {
             http_connections: gauge("verwalter_http_connections", "HTTP connections open now."),
             http_closed: counter_vec(
                 "verwalter_http_connections_closed_total",
-                "HTTP connections the server closed to stay within its limits, by reason (evicted: idle, to make room; refused: over the cap with none idle; stalled_stream: an events client that stopped reading).",
+                "HTTP connections the server closed to stay within its limits, by reason (evicted: idle, to make room; refused: over the cap with none idle; stalled_stream: an events client that stopped reading; stalled_write: a client that took no response data).",
                 &["reason"],
             ),
             event_streams: gauge("verwalter_event_streams", "/v1/events streams open now."),
@@ -267,6 +291,92 @@ impl Metrics {
     }
 
     /// Scheduler runs since start, and how many failed (of every kind).
+    /// The config dir was read, with `errors` problems in what it holds.
+    pub fn input_read(&self, errors: usize) {
+        self.input_reads.inc();
+        self.input_errors.set(errors as i64);
+    }
+
+    /// A read of the config dir could not see everything (the last good inputs stay).
+    pub fn input_read_failed(&self) {
+        self.input_read_failures.inc();
+    }
+
+    /// A peer list refresh (cantal) succeeded or failed.
+    pub fn peer_refresh(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.peer_refreshes.with_label_values(&[result]).inc();
+    }
+
+    /// An election packet of `kind` was sent. Labels are static strings, so the number of
+    /// series stays bounded whatever arrives.
+    pub fn message_sent(&self, kind: &'static str) {
+        self.messages_sent.with_label_values(&[kind]).inc();
+    }
+
+    /// An election packet of `kind` was taken.
+    pub fn message_received(&self, kind: &'static str) {
+        self.messages_received.with_label_values(&[kind]).inc();
+    }
+
+    /// An election packet was dropped, or could not be sent, for `reason`.
+    pub fn message_dropped(&self, reason: &'static str) {
+        self.messages_dropped.with_label_values(&[reason]).inc();
+    }
+
+    /// This node started an election, for `reason`.
+    pub fn election_started(&self, reason: &'static str) {
+        self.elections_started.with_label_values(&[reason]).inc();
+    }
+
+    /// A follower heard its leader at wall-clock `now_ms` (for the contact age gauge).
+    pub fn leader_contact(&self, now_ms: u64) {
+        self.leader_contact_ms
+            .store(now_ms, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// A schedule fetch from a peer ended.
+    pub fn schedule_fetch(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.schedule_fetches.with_label_values(&[result]).inc();
+    }
+
+    /// The counter the deployment log counts its failed writes in.
+    pub fn deployment_log_write_errors(&self) -> IntCounter {
+        self.deployment_log_write_errors.clone()
+    }
+
+    /// An HTTP connection was opened / closed.
+    pub fn http_connection_opened(&self) {
+        self.http_connections.inc();
+    }
+    pub fn http_connection_closed(&self) {
+        self.http_connections.dec();
+    }
+
+    /// HTTP connections open now.
+    pub fn http_connections_open(&self) -> i64 {
+        self.http_connections.get()
+    }
+
+    /// The counter of connections closed (or refused) by the server for `reason`.
+    pub fn http_closed(&self, reason: HttpClose) -> IntCounter {
+        self.http_closed.with_label_values(&[reason.label()])
+    }
+
+    /// A `/v1/events` stream was opened / closed.
+    pub fn event_stream_opened(&self) {
+        self.event_streams.inc();
+    }
+    pub fn event_stream_closed(&self) {
+        self.event_streams.dec();
+    }
+
+    /// What the input gauges and counters say now (for tests of the watcher).
+    pub fn input_figures(&self) -> (u64, i64) {
+        (self.input_read_failures.get(), self.input_errors.get())
+    }
+
     pub fn scheduler_runs(&self) -> SchedulerRuns {
         SchedulerRuns::count(self.scheduler_runs.get(), |kind| {
             self.scheduler_failures

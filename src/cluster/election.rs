@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
@@ -27,9 +26,8 @@ use crate::metrics::Metrics;
 /// past this many, only at debug level, so that a flood of forged packets cannot flood the log.
 const WARNED_SOURCES: usize = 64;
 
-/// Everything the election task needs.
-pub struct ElectionTask {
-    pub machine: Machine,
+/// What the election task reads, writes and talks through (the wiring; no state of its own).
+pub struct ElectionWiring {
     pub socket: Arc<UdpSocket>,
     pub store: Store,
     pub out: Field<ElectionState>,
@@ -37,29 +35,51 @@ pub struct ElectionTask {
     pub live: Liveness,
     pub clock: Arc<dyn Clock>,
     pub metrics: Arc<Metrics>,
-    pub allow_minority: bool,
-    /// With `allow_minority`, peers not heard from directly for this long do not count.
-    pub minority_window: Duration,
     /// Where the schedules of other nodes that peers report are noted for the fetcher.
     pub sightings: SharedSightings,
+}
+
+/// The UDP transport around the election machine.
+pub struct ElectionTask {
+    machine: Machine,
+    io: ElectionWiring,
+    /// `allow-minority-cluster`: peers not heard from directly for this long do not count.
+    /// The machine keeps leading without a majority exactly when this is set.
+    minority_window: Option<Duration>,
     /// `election.key-file`: packets are tagged, and only tagged ones taken.
-    pub key: Option<AuthKey>,
+    key: Option<AuthKey>,
 }
 
 impl ElectionTask {
+    /// The task for `machine`; with `minority_window` (allow-minority-cluster) the machine keeps
+    /// leading without a majority, and only peers heard from within the window count.
+    pub fn new(
+        machine: Machine,
+        io: ElectionWiring,
+        minority_window: Option<Duration>,
+        key: Option<AuthKey>,
+    ) -> ElectionTask {
+        ElectionTask {
+            machine: machine.keep_leading_without_majority(minority_window.is_some()),
+            io,
+            minority_window,
+            key,
+        }
+    }
+
     /// Runs until shutdown.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut stable = StableWall::default();
         let mut warned = std::collections::BTreeSet::new();
-        let mut schedule = self.store.schedule.clone();
+        let mut schedule = self.io.store.schedule.clone();
         schedule.get();
         loop {
             let deadline = self.machine.deadline();
             let is_leader = matches!(self.machine.state(), State::Leader { .. });
             tokio::select! {
                 _ = shutdown.cancelled() => return,
-                got = self.socket.recv_from(&mut buf) => {
+                got = self.io.socket.recv_from(&mut buf) => {
                     match got {
                         Ok((n, from)) => self.packet(&buf[..n], from, &mut warned).await,
                         Err(e) => tracing::debug!(error = %e, "UDP receive failed."),
@@ -82,25 +102,26 @@ impl ElectionTask {
             let view = election::view(
                 &self.machine,
                 Instant::now(),
-                self.clock.now_ms(),
+                self.io.clock.now_ms(),
                 &mut stable,
             );
-            election::publish(&self.out, view);
+            election::publish(&self.io.out, view);
         }
     }
 
     /// Peers that count for the vote.
     fn peer_count(&self) -> usize {
-        let window = self.allow_minority.then_some(self.minority_window);
-        let peers = self.store.peers.peek();
-        let now_ms = self.clock.now_ms();
-        self.live
+        let window = self.minority_window;
+        let peers = self.io.store.peers.peek();
+        let now_ms = self.io.clock.now_ms();
+        self.io
+            .live
             .with_heard(|heard| transport::voters(&peers, window, now_ms, heard))
     }
 
     fn hosts_fresh(&self) -> bool {
-        let last = Some(self.live.last_refresh()).filter(|t| *t != 0);
-        transport::hosts_fresh(last, self.clock.now_ms())
+        let last = Some(self.io.live.last_refresh()).filter(|t| *t != 0);
+        transport::hosts_fresh(last, self.io.clock.now_ms())
     }
 
     async fn packet(
@@ -116,10 +137,7 @@ impl ElectionTask {
                     WireError::BadTag => "bad_auth",
                     _ => "decode",
                 };
-                self.metrics
-                    .messages_dropped
-                    .with_label_values(&[reason])
-                    .inc();
+                self.io.metrics.message_dropped(reason);
                 tracing::debug!(from = %from_addr, error = %e, "Dropped a bad election packet.");
                 return;
             }
@@ -128,14 +146,11 @@ impl ElectionTask {
             self.machine.id(),
             &packet,
             from_addr,
-            &self.store.peers.peek(),
+            &self.io.store.peers.peek(),
         );
         if let Err(dropped) = admitted {
             if let Some(label) = dropped.label() {
-                self.metrics
-                    .messages_dropped
-                    .with_label_values(&[label])
-                    .inc();
+                self.io.metrics.message_dropped(label);
             }
             match dropped {
                 transport::Dropped::Own => {}
@@ -158,26 +173,22 @@ impl ElectionTask {
             Kind::Pong { .. } => "pong",
             Kind::Vote { .. } => "vote",
         };
-        self.metrics
-            .messages_received
-            .with_label_values(&[kind])
-            .inc();
-        let now_ms = self.clock.now_ms();
-        self.live.packet(&packet.from, now_ms);
+        self.io.metrics.message_received(kind);
+        let now_ms = self.io.clock.now_ms();
+        self.io.live.packet(&packet.from, now_ms);
         if let Some(stamp) = transport::sighting(self.machine.id(), &packet) {
-            self.sightings
+            self.io
+                .sightings
                 .lock()
                 .unwrap()
                 .saw(&packet.from, stamp, now_ms);
         }
         if transport::from_my_leader(self.machine.state(), &packet) {
-            self.metrics
-                .leader_contact_ms
-                .store(now_ms, Ordering::Relaxed);
+            self.io.metrics.leader_contact(now_ms);
         }
-        let report = transport::report(&packet, self.store.reports.peek().get(&packet.from));
-        if self.store.reports.peek().get(&packet.from) != Some(&report) {
-            self.reports.update(|all| {
+        let report = transport::report(&packet, self.io.store.reports.peek().get(&packet.from));
+        if self.io.store.reports.peek().get(&packet.from) != Some(&report) {
+            self.io.reports.update(|all| {
                 all.insert(packet.from.clone(), report);
             });
         }
@@ -197,10 +208,7 @@ impl ElectionTask {
     /// Counts an election this node started, by why.
     fn count_election(&self, before: &State, cause: Cause) {
         if let Some(reason) = transport::election_started(before, self.machine.state(), cause) {
-            self.metrics
-                .elections_started
-                .with_label_values(&[reason])
-                .inc();
+            self.io.metrics.election_started(reason);
         }
     }
 
@@ -211,6 +219,7 @@ impl ElectionTask {
         let epoch = self.machine.epoch();
         let id = self.machine.id().clone();
         let stamp = self
+            .io
             .store
             .schedule
             .peek()
@@ -222,6 +231,7 @@ impl ElectionTask {
                 origin: s.origin.clone(),
             });
         let addrs: BTreeMap<String, SocketAddr> = self
+            .io
             .store
             .peers
             .peek()
@@ -255,13 +265,10 @@ impl ElectionTask {
             };
             debug_assert!(bytes.len() <= MAX_PACKET);
             for to in targets {
-                match self.socket.send_to(&bytes, to).await {
-                    Ok(_) => self.metrics.messages_sent.with_label_values(&[label]).inc(),
+                match self.io.socket.send_to(&bytes, to).await {
+                    Ok(_) => self.io.metrics.message_sent(label),
                     Err(e) => {
-                        self.metrics
-                            .messages_dropped
-                            .with_label_values(&["send_error"])
-                            .inc();
+                        self.io.metrics.message_dropped("send_error");
                         tracing::debug!(%to, error = %e, "Cannot send an election packet.");
                     }
                 }
@@ -271,6 +278,6 @@ impl ElectionTask {
 
     /// What a follower reports in its pongs: the `num_errors` of its `/v1/status`.
     fn errors(&self) -> u64 {
-        self.store.error_count() as u64
+        self.io.store.error_count() as u64
     }
 }

@@ -105,11 +105,7 @@ impl Fetcher {
                     let ok = result.as_ref().is_ok_and(|s| {
                         verwalter_controllers::replication::refusal(&fetch, s).is_none()
                     });
-                    self.io
-                        .metrics
-                        .schedule_fetches
-                        .with_label_values(&[if ok { "ok" } else { "error" }])
-                        .inc();
+                    self.io.metrics.schedule_fetch(ok);
                     let now = Instant::now();
                     let actions = self
                         .io

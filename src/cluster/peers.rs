@@ -173,7 +173,7 @@ pub async fn run_cantal(
             .and_then(|body| parse_cantal(&body, port, &own_id));
         match result {
             Ok(parsed) => {
-                metrics.peer_refreshes.with_label_values(&["ok"]).inc();
+                metrics.peer_refresh(true);
                 for problem in &parsed.skipped {
                     if *problem != last_problem {
                         tracing::warn!(%problem, "Skipped a peer cantal listed.");
@@ -190,7 +190,7 @@ pub async fn run_cantal(
                 live.refreshed(now);
             }
             Err(problem) => {
-                metrics.peer_refreshes.with_label_values(&["error"]).inc();
+                metrics.peer_refresh(false);
                 if problem != last_problem {
                     tracing::warn!(%problem, "Cannot get the peer list from cantal.");
                     last_problem = problem;

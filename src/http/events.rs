@@ -48,7 +48,7 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.metrics.event_streams.dec();
+        self.metrics.event_stream_closed();
     }
 }
 
@@ -79,7 +79,7 @@ pub async fn events(
         )
             .into_response();
     };
-    state.metrics.event_streams.inc();
+    state.metrics.event_stream_opened();
     let slot = Slot {
         _permit: permit,
         metrics: state.metrics.clone(),
@@ -158,8 +158,7 @@ async fn watchdog(
                     "Dropped an events client that stopped reading."
                 );
                 metrics
-                    .http_closed
-                    .with_label_values(&["stalled_stream"])
+                    .http_closed(crate::metrics::HttpClose::StalledStream)
                     .inc();
                 connection.close();
                 return;

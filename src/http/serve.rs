@@ -43,7 +43,7 @@ use tower::ServiceExt;
 use verwalter_controllers::access;
 
 use crate::config::HttpFileSettings;
-use crate::metrics::Metrics;
+use crate::metrics::{HttpClose, Metrics};
 
 /// Limits of the HTTP server (settings file section `http`).
 #[derive(Debug, Clone)]
@@ -246,7 +246,7 @@ struct Registered {
 impl Drop for Registered {
     fn drop(&mut self) {
         self.registry.open.lock().unwrap().remove(&self.id);
-        self.metrics.http_connections.dec();
+        self.metrics.http_connection_closed();
     }
 }
 
@@ -283,10 +283,7 @@ impl Watched {
         self.blocked.store(true, Ordering::SeqCst);
         match deadline.as_mut().poll(cx) {
             Poll::Ready(()) => {
-                self.metrics
-                    .http_closed
-                    .with_label_values(&["stalled_write"])
-                    .inc();
+                self.metrics.http_closed(HttpClose::StalledWrite).inc();
                 Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "the client took no response data for the stall timeout",
@@ -460,7 +457,7 @@ pub async fn serve(
                 // Out of descriptors, an idle connection gives one back; other errors (a
                 // client that reset before the accept, ...) are no reason to close one.
                 if out_of_descriptors(&error) && registry.close_oldest_idle() {
-                    metrics.http_closed.with_label_values(&["evicted"]).inc();
+                    metrics.http_closed(HttpClose::Evicted).inc();
                 }
                 tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
@@ -468,9 +465,9 @@ pub async fn serve(
         };
         if registry.len() >= cap {
             if registry.close_oldest_idle() {
-                metrics.http_closed.with_label_values(&["evicted"]).inc();
+                metrics.http_closed(HttpClose::Evicted).inc();
             } else {
-                metrics.http_closed.with_label_values(&["refused"]).inc();
+                metrics.http_closed(HttpClose::Refused).inc();
                 if draining.len() < MAX_DRAINING {
                     draining.spawn(refuse(stream));
                 } else {
@@ -492,7 +489,7 @@ pub async fn serve(
                 close: close.clone(),
             },
         );
-        metrics.http_connections.inc();
+        metrics.http_connection_opened();
         let registered = Registered {
             registry: registry.clone(),
             id,
@@ -617,7 +614,7 @@ mod tests {
     /// Waits (up to a generous deadline, for loaded machines) until `open` connections are left.
     async fn open_connections_become(metrics: &Metrics, open: i64) {
         let reached = tokio::time::timeout(Duration::from_secs(20), async {
-            while metrics.http_connections.get() != open {
+            while metrics.http_connections_open() != open {
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
         })
@@ -625,7 +622,7 @@ mod tests {
         assert!(
             reached.is_ok(),
             "{} connections open, expected {open}",
-            metrics.http_connections.get()
+            metrics.http_connections_open()
         );
     }
 
@@ -654,7 +651,7 @@ mod tests {
         open_connections_become(&metrics, 1).await;
         // Well within the idle timeout (30 s), which does not run while a response is written.
         open_connections_become(&metrics, 0).await;
-        let stalled = metrics.http_closed.with_label_values(&["stalled_write"]);
+        let stalled = metrics.http_closed(HttpClose::StalledWrite);
         assert_eq!(stalled.get(), 1);
         shutdown.cancel();
     }

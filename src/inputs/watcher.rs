@@ -187,7 +187,7 @@ impl InputsWatcher {
             publish(&self.out.inputs, inputs, &self.metrics);
             return;
         }
-        self.metrics.input_read_failures.inc();
+        self.metrics.input_read_failed();
         for failure in &failures {
             if !self.failures.contains(failure) {
                 tracing::error!(file = %failure.path, error = %failure.message,
@@ -196,8 +196,7 @@ impl InputsWatcher {
         }
         let kept = sources::kept_inputs(&self.out.inputs.get(), &self.good_errors, &failures);
         self.failures = failures;
-        self.metrics.input_reads.inc();
-        self.metrics.input_errors.set(kept.errors.len() as i64);
+        self.metrics.input_read(kept.errors.len());
         self.out.inputs.set(kept);
     }
 }
@@ -229,8 +228,7 @@ pub fn read_all(fs: &dyn FileSystem, dir: &Path) -> (Inputs, Templates, Vec<Inpu
 
 /// Stores new inputs, logging what changed and each error once.
 pub fn publish(out: &Field<Inputs>, inputs: Inputs, metrics: &Metrics) {
-    metrics.input_reads.inc();
-    metrics.input_errors.set(inputs.errors.len() as i64);
+    metrics.input_read(inputs.errors.len());
     let previous = out.get();
     for error in &inputs.errors {
         if !previous.errors.contains(error) {
