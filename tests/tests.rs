@@ -26,9 +26,9 @@
 //!   served as JavaScript.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
-//! - `partition`: five nodes behind forwarding proxies the test cuts: a minority side does not
-//!   elect, and a leader cut off into it steps down (unless in minority mode, where both sides
-//!   lead and the healed leader merges both, whichever side the first leader was on).
+//! - `partition`: five nodes behind forwarding proxies the test cuts (the wiring; the rules are
+//!   simulated in controllers): a leader cut off into a minority steps down and the minority
+//!   elects nobody; in minority mode both sides lead and the healed leader merges both.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
