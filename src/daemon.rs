@@ -11,7 +11,7 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::cleanup::{CleanupController, Sweeper};
+use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
 use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
 use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
@@ -393,7 +393,7 @@ struct Sweep {
 }
 
 impl Sweeper for Sweep {
-    fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), String>> {
+    fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), SweepError>> {
         let logs = self.logs.clone();
         let state_dir = self.state_dir.clone();
         Box::pin(async move {
@@ -401,17 +401,21 @@ impl Sweeper for Sweep {
                 if let Some(keep) = &roles {
                     render::retain_staging(&state_dir.staging_dir(), keep);
                 }
-                let deleted = logs.retain().map_err(|e| format!("log retention: {e}"))?;
+                let deleted = logs.retain().map_err(|e| {
+                    SweepError::Logs(StorageError::io(logs.path(), "cannot clean up", &e))
+                })?;
                 if deleted > 0 {
                     tracing::info!(deleted, "Deleted deployment log files past retention.");
                 }
                 let now = time::OffsetDateTime::now_utc();
-                backups::maintain(&state_dir.schedule_path(), &state_dir.backups_dir(), now)
-                    .map_err(|e| format!("schedule backups: {e}"))?;
+                let dir = state_dir.backups_dir();
+                backups::maintain(&state_dir.schedule_path(), &dir, now).map_err(|e| {
+                    SweepError::Backups(StorageError::io(&dir, "cannot back up", &e))
+                })?;
                 Ok(())
             })
             .await
-            .map_err(|e| format!("sweep: {e}"))?
+            .map_err(|e| SweepError::Interrupted(e.to_string()))?
         })
     }
 }

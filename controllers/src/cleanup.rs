@@ -10,6 +10,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::ports::StorageError;
 use crate::render::RenderController;
 use crate::store::Store;
 use crate::vars;
@@ -17,7 +18,21 @@ use crate::vars;
 /// Housekeeping with IO: log retention, schedule backups, stale staging files.
 pub trait Sweeper: Send + Sync + 'static {
     /// `roles`: the roles of this node now, or `None` before the first schedule.
-    fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), String>>;
+    fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), SweepError>>;
+}
+
+/// Why a sweep stopped; the next sweep tries again (the driver's backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// Deployment log files past retention could not be listed or deleted.
+    #[error("log retention: {0}")]
+    Logs(StorageError),
+    /// A schedule backup could not be written, or an old one deleted.
+    #[error("schedule backups: {0}")]
+    Backups(StorageError),
+    /// The sweep could not run to its end (its thread panicked or was cancelled).
+    #[error("sweep: {0}")]
+    Interrupted(String),
 }
 
 pub struct CleanupController {
@@ -59,7 +74,7 @@ impl CleanupController {
 
 impl Reconciler for CleanupController {
     type Key = ();
-    type Error = String;
+    type Error = SweepError;
 
     fn name(&self) -> &'static str {
         "cleanup"
@@ -69,7 +84,7 @@ impl Reconciler for CleanupController {
         vec![()]
     }
 
-    async fn reconcile(self: Arc<Self>, _key: ()) -> Result<Requeue, String> {
+    async fn reconcile(self: Arc<Self>, _key: ()) -> Result<Requeue, SweepError> {
         // Without a schedule nothing is known to be gone.
         let roles = self
             .store
@@ -92,7 +107,7 @@ impl Reconciler for CleanupController {
         Ok(Requeue::None)
     }
 
-    fn error_reason(&self, _error: &String) -> &'static str {
+    fn error_reason(&self, _error: &SweepError) -> &'static str {
         "sweep"
     }
 }
