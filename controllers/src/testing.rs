@@ -398,3 +398,72 @@ impl ActionJournal for MemoryJournal {
         Box::pin(std::future::ready(Ok(())))
     }
 }
+
+/// What a node running a [`crate::replication::Replication`] machine holds and hears, kept the
+/// way the daemon keeps it (the election transport notes packets, `src/cluster/fetch.rs` carries
+/// out the actions): the world of the replication tests and of the election simulation.
+#[derive(Debug, Default)]
+pub struct ReplicaWorld {
+    pub held: Option<Schedule>,
+    pub replaced: Vec<Schedule>,
+    pub prefetched: crate::state::Prefetched,
+    pub reports: crate::state::Reports,
+    pub sightings: crate::replication::Sightings,
+    pub packets: std::collections::BTreeMap<crate::state::NodeId, u64>,
+}
+
+impl ReplicaWorld {
+    /// An election packet from `peer` in `epoch`, holding `stamp`, arrives at node `me` at
+    /// `now_ms`: the peer was heard, its report replaced, and a schedule another node made is
+    /// a sighting.
+    pub fn note_packet(
+        &mut self,
+        me: &str,
+        peer: &crate::state::NodeId,
+        epoch: u64,
+        stamp: Option<crate::state::ScheduleStamp>,
+        now_ms: u64,
+    ) {
+        self.packets.insert(peer.clone(), now_ms);
+        if let Some(stamp) = &stamp
+            && stamp.origin != me
+        {
+            self.sightings.saw(peer, stamp, now_ms);
+        }
+        let report = crate::state::Report {
+            schedule: stamp,
+            errors: 0,
+            epoch,
+        };
+        self.reports.insert(peer.clone(), report);
+    }
+
+    /// The snapshot the machine looks at.
+    pub fn view<'a>(
+        &'a self,
+        election: &'a crate::election::ElectionState,
+        now_ms: u64,
+    ) -> crate::replication::World<'a> {
+        crate::replication::World {
+            election,
+            reports: &self.reports,
+            held: self.held.as_ref(),
+            sightings: &self.sightings,
+            packets: &self.packets,
+            now_ms,
+        }
+    }
+
+    /// Carries out the store writes `action` asks for (a fetch is the caller's).
+    pub fn keep(&mut self, action: &crate::replication::Action) {
+        use crate::replication::Action;
+        match action {
+            Action::Accept(schedule) => self.held = Some(schedule.clone()),
+            Action::Replaced(list) => self.replaced = list.clone(),
+            Action::Gathered { parents, .. } | Action::AddedParent { parents, .. } => {
+                self.prefetched = parents.clone()
+            }
+            Action::Fetch(_) | Action::Failed { .. } => {}
+        }
+    }
+}
