@@ -467,3 +467,28 @@ impl ReplicaWorld {
         }
     }
 }
+
+/// The keys of `/v1/status`, in verwalter 0.13's order (the frontend and scripts read them).
+pub const STATUS_KEYS: &[&str] = &[
+    "version",
+    "id",
+    "name",
+    "hostname",
+    "peers",
+    "peers_timestamp",
+    "leader",
+    "roles",
+    "last_stable_timestamp",
+    "num_errors",
+    "errors",
+    "failed_roles",
+    "debug_force_leader",
+    "metrics",
+    "fetch_state",
+    "election_state",
+    "schedule_id",
+    "schedule_status",
+    "default_frontend",
+    "failing_nodes",
+    "last_deployment",
+];

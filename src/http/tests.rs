@@ -8,7 +8,7 @@ use verwalter_controllers::election::ElectionState;
 use verwalter_controllers::ports::SchedulerFailure;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};
 use verwalter_controllers::store::StoreWriter;
-use verwalter_controllers::testing::inputs;
+use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 
 use super::*;
 
@@ -147,27 +147,7 @@ async fn status_has_the_verwalter_shape_and_shows_errors() {
     });
     let app = app(&writer);
     let status = get_json(&app, "/v1/status").await;
-    for key in [
-        "version",
-        "id",
-        "name",
-        "hostname",
-        "peers",
-        "peers_timestamp",
-        "leader",
-        "roles",
-        "last_stable_timestamp",
-        "num_errors",
-        "errors",
-        "failed_roles",
-        "debug_force_leader",
-        "metrics",
-        "fetch_state",
-        "election_state",
-        "schedule_id",
-        "schedule_status",
-        "default_frontend",
-    ] {
+    for key in STATUS_KEYS {
         assert!(status.get(key).is_some(), "status lacks {key}: {status}");
     }
     assert_eq!(
