@@ -78,6 +78,14 @@ pub fn disk_full() -> StorageError {
     }
 }
 
+impl MemoryScheduleStore {
+    /// The hashes of the schedules saved, in order.
+    pub fn hashes(&self) -> Vec<String> {
+        let saved = self.saved.lock().unwrap();
+        saved.iter().map(|s| s.hash.clone()).collect()
+    }
+}
+
 impl ScheduleStore for MemoryScheduleStore {
     fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), StorageError> {
         if let Some(error) = self.fail.lock().unwrap().clone() {
