@@ -1,9 +1,9 @@
 //! The status view: what `/v1/status` and `/v1/events` show and the metrics mirror, derived by
 //! one pure function from one snapshot of the store.
 //!
-//! [`Sources`] lists the store fields the status depends on, once: [`Sources::snapshot`] reads
-//! them and [`Sources::triggers`] wakes on them, both by destructuring the same struct, so a
-//! field added to the view cannot be forgotten by the event stream. [`view`] then sees only the
+//! [`Sources`] lists the store fields the status depends on, once (one macro declares it, the
+//! [`Snapshot`] and the methods): [`Sources::snapshot`] reads them and [`Sources::triggers`]
+//! wakes on them, so a field added to the view cannot be forgotten by the event stream. [`view`] then sees only the
 //! [`Snapshot`], the node's fixed facts and the scheduler run counts.
 
 use std::collections::BTreeMap;
@@ -56,107 +56,59 @@ impl SchedulerRuns {
     }
 }
 
-/// Readers of every store field the status depends on, and nothing else.
-#[derive(Debug, Clone)]
-pub struct Sources {
-    pub inputs: Reader<Inputs>,
-    pub election: Reader<ElectionState>,
-    pub peers: Reader<Peers>,
-    pub reports: Reader<Reports>,
-    pub prefetched: Reader<Prefetched>,
-    pub schedule: Reader<Option<Schedule>>,
-    pub scheduler: Reader<SchedulerStatus>,
-    pub roles: Reader<RolesStatus>,
-    pub persist_error: Reader<Option<String>>,
+/// Declares [`Sources`] and [`Snapshot`] from one list of store fields, with the methods that go
+/// through every field: reading them all and waking on them all cannot list different fields.
+macro_rules! sources {
+    ($($field:ident: $ty:ty,)*) => {
+        /// Readers of every store field the status depends on, and nothing else.
+        #[derive(Debug, Clone)]
+        pub struct Sources {
+            $(pub $field: Reader<$ty>,)*
+        }
+
+        /// One snapshot of the [`Sources`].
+        #[derive(Debug, Clone, Default)]
+        pub struct Snapshot {
+            $(pub $field: Arc<$ty>,)*
+        }
+
+        impl Sources {
+            pub fn new(store: &Store) -> Sources {
+                Sources {
+                    $($field: store.$field.clone(),)*
+                }
+            }
+
+            /// The current value of every source.
+            pub fn snapshot(&self) -> Snapshot {
+                Snapshot {
+                    $($field: self.$field.peek(),)*
+                }
+            }
+
+            /// A wake source per field, each marked seen: whatever changes one of them may
+            /// change the status.
+            pub fn triggers(&self) -> Vec<Box<dyn Trigger>> {
+                let mut triggers = vec![$(self.$field.trigger(),)*];
+                for trigger in &mut triggers {
+                    trigger.mark_seen();
+                }
+                triggers
+            }
+        }
+    };
 }
 
-/// One snapshot of the [`Sources`].
-#[derive(Debug, Clone, Default)]
-pub struct Snapshot {
-    pub inputs: Arc<Inputs>,
-    pub election: Arc<ElectionState>,
-    pub peers: Arc<Peers>,
-    pub reports: Arc<Reports>,
-    pub prefetched: Arc<Prefetched>,
-    pub schedule: Arc<Option<Schedule>>,
-    pub scheduler: Arc<SchedulerStatus>,
-    pub roles: Arc<RolesStatus>,
-    pub persist_error: Arc<Option<String>>,
-}
-
-impl Sources {
-    pub fn new(store: &Store) -> Sources {
-        Sources {
-            inputs: store.inputs.clone(),
-            election: store.election.clone(),
-            peers: store.peers.clone(),
-            reports: store.reports.clone(),
-            prefetched: store.prefetched.clone(),
-            schedule: store.schedule.clone(),
-            scheduler: store.scheduler.clone(),
-            roles: store.roles.clone(),
-            persist_error: store.persist_error.clone(),
-        }
-    }
-
-    /// The current value of every source.
-    pub fn snapshot(&self) -> Snapshot {
-        // Destructured without `..`: a new source does not compile until it is read here.
-        let Sources {
-            inputs,
-            election,
-            peers,
-            reports,
-            prefetched,
-            schedule,
-            scheduler,
-            roles,
-            persist_error,
-        } = self;
-        Snapshot {
-            inputs: inputs.peek(),
-            election: election.peek(),
-            peers: peers.peek(),
-            reports: reports.peek(),
-            prefetched: prefetched.peek(),
-            schedule: schedule.peek(),
-            scheduler: scheduler.peek(),
-            roles: roles.peek(),
-            persist_error: persist_error.peek(),
-        }
-    }
-
-    /// A wake source per field, each marked seen: whatever changes one of them may change the
-    /// status.
-    pub fn triggers(&self) -> Vec<Box<dyn Trigger>> {
-        // Destructured without `..`, as in `snapshot`: the two cannot list different fields.
-        let Sources {
-            inputs,
-            election,
-            peers,
-            reports,
-            prefetched,
-            schedule,
-            scheduler,
-            roles,
-            persist_error,
-        } = self;
-        let mut triggers = vec![
-            inputs.trigger(),
-            election.trigger(),
-            peers.trigger(),
-            reports.trigger(),
-            prefetched.trigger(),
-            schedule.trigger(),
-            scheduler.trigger(),
-            roles.trigger(),
-            persist_error.trigger(),
-        ];
-        for trigger in &mut triggers {
-            trigger.mark_seen();
-        }
-        triggers
-    }
+sources! {
+    inputs: Inputs,
+    election: ElectionState,
+    peers: Peers,
+    reports: Reports,
+    prefetched: Prefetched,
+    schedule: Option<Schedule>,
+    scheduler: SchedulerStatus,
+    roles: RolesStatus,
+    persist_error: Option<String>,
 }
 
 impl Snapshot {

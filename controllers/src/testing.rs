@@ -78,6 +78,14 @@ pub fn disk_full() -> StorageError {
     }
 }
 
+impl MemoryScheduleStore {
+    /// The hashes of the schedules saved, in order.
+    pub fn hashes(&self) -> Vec<String> {
+        let saved = self.saved.lock().unwrap();
+        saved.iter().map(|s| s.hash.clone()).collect()
+    }
+}
+
 impl ScheduleStore for MemoryScheduleStore {
     fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), StorageError> {
         if let Some(error) = self.fail.lock().unwrap().clone() {
@@ -398,3 +406,97 @@ impl ActionJournal for MemoryJournal {
         Box::pin(std::future::ready(Ok(())))
     }
 }
+
+/// What a node running a [`crate::replication::Replication`] machine holds and hears, kept the
+/// way the daemon keeps it (the election transport notes packets, `src/cluster/fetch.rs` carries
+/// out the actions): the world of the replication tests and of the election simulation.
+#[derive(Debug, Default)]
+pub struct ReplicaWorld {
+    pub held: Option<Schedule>,
+    pub replaced: Vec<Schedule>,
+    pub prefetched: crate::state::Prefetched,
+    pub reports: crate::state::Reports,
+    pub sightings: crate::replication::Sightings,
+    pub packets: std::collections::BTreeMap<crate::state::NodeId, u64>,
+}
+
+impl ReplicaWorld {
+    /// An election packet from `peer` in `epoch`, holding `stamp`, arrives at node `me` at
+    /// `now_ms`: the peer was heard, its report replaced, and a schedule another node made is
+    /// a sighting.
+    pub fn note_packet(
+        &mut self,
+        me: &str,
+        peer: &crate::state::NodeId,
+        epoch: u64,
+        stamp: Option<crate::state::ScheduleStamp>,
+        now_ms: u64,
+    ) {
+        self.packets.insert(peer.clone(), now_ms);
+        if let Some(stamp) = &stamp
+            && stamp.origin != me
+        {
+            self.sightings.saw(peer, stamp, now_ms);
+        }
+        let report = crate::state::Report {
+            schedule: stamp,
+            errors: 0,
+            epoch,
+        };
+        self.reports.insert(peer.clone(), report);
+    }
+
+    /// The snapshot the machine looks at.
+    pub fn view<'a>(
+        &'a self,
+        election: &'a crate::election::ElectionState,
+        now_ms: u64,
+    ) -> crate::replication::World<'a> {
+        crate::replication::World {
+            election,
+            reports: &self.reports,
+            held: self.held.as_ref(),
+            sightings: &self.sightings,
+            packets: &self.packets,
+            now_ms,
+        }
+    }
+
+    /// Carries out the store writes `action` asks for (a fetch is the caller's).
+    pub fn keep(&mut self, action: &crate::replication::Action) {
+        use crate::replication::Action;
+        match action {
+            Action::Accept(schedule) => self.held = Some(schedule.clone()),
+            Action::Replaced(list) => self.replaced = list.clone(),
+            Action::Gathered { parents, .. } | Action::AddedParent { parents, .. } => {
+                self.prefetched = parents.clone()
+            }
+            Action::Fetch(_) | Action::Failed { .. } => {}
+        }
+    }
+}
+
+/// The keys of `/v1/status`, in verwalter 0.13's order (the frontend and scripts read them).
+pub const STATUS_KEYS: &[&str] = &[
+    "version",
+    "id",
+    "name",
+    "hostname",
+    "peers",
+    "peers_timestamp",
+    "leader",
+    "roles",
+    "last_stable_timestamp",
+    "num_errors",
+    "errors",
+    "failed_roles",
+    "debug_force_leader",
+    "metrics",
+    "fetch_state",
+    "election_state",
+    "schedule_id",
+    "schedule_status",
+    "default_frontend",
+    "failing_nodes",
+    "last_deployment",
+];

@@ -232,9 +232,10 @@ mod tests {
     use serde_json::json;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use verwalter_controllers::election::ElectionState;
+    use verwalter_controllers::ports::ScheduleStore;
     use verwalter_controllers::ports::SystemClock;
-    use verwalter_controllers::state::{Peer, Peers, Report, ScheduleStamp};
-    use verwalter_controllers::store::StoreWriter;
+    use verwalter_controllers::state::{Peer, Peers, Report};
+    use verwalter_controllers::store::{Reader, StoreWriter};
     use verwalter_controllers::testing::{MemoryScheduleStore, disk_full};
 
     use super::*;
@@ -259,14 +260,6 @@ mod tests {
         let live = Liveness::default();
         live.packet(peer, SystemClock.now_ms());
         live
-    }
-
-    fn stamp(s: &Schedule) -> ScheduleStamp {
-        ScheduleStamp {
-            timestamp: s.timestamp,
-            hash: s.hash.clone(),
-            origin: s.origin.clone(),
-        }
     }
 
     /// Serves `schedule` as the answer to every GET but the first `failures` (503), on a local
@@ -332,73 +325,66 @@ mod tests {
         parents_after_a_brief_report(4, 0).await;
     }
 
-    /// This node leads epoch 5 with parents gathered for `prefetched_epoch`; a peer reported
-    /// another leader's schedule, then this node's. That schedule must end up among the parents.
-    async fn parents_after_a_brief_report(prefetched_epoch: u64, failures: usize) {
-        let (other, _) = Schedule::encode(json!({"side": "other"}), 1000, OTHER_LEADER.into());
-        let (own, _) = Schedule::encode(json!({"side": "this"}), 2000, ME.into());
-        let port = serve(other.clone(), failures).await;
-        let writer = StoreWriter::new(Some(own.clone()));
-        let store = writer.store();
+    /// A store in which `PEER`, listening on `port`, is the only peer and `leader` leads epoch 5
+    /// (this node, if it is `ME`).
+    fn cluster(held: Option<Schedule>, port: u16, leader: &str) -> StoreWriter {
+        let writer = StoreWriter::new(held);
+        let peer = Peer {
+            id: PEER.into(),
+            addr: Some(format!("127.0.0.1:{port}")),
+            name: "peer".into(),
+            hostname: "peer".into(),
+            schedule: None,
+            known_since: 0,
+            last_report_direct: None,
+            errors: 0,
+        };
         writer.peers.set(Peers {
-            peers: BTreeMap::from([(
-                PEER.to_string(),
-                Peer {
-                    id: PEER.into(),
-                    addr: Some(format!("127.0.0.1:{port}")),
-                    name: "peer".into(),
-                    hostname: "peer".into(),
-                    schedule: None,
-                    known_since: 0,
-                    last_report_direct: None,
-                    errors: 0,
-                },
-            )]),
+            peers: BTreeMap::from([(PEER.to_string(), peer)]),
             timestamp: Some(1),
         });
         writer.election.set(ElectionState {
-            is_leader: true,
+            is_leader: leader == ME,
             is_stable: true,
-            leader: Some(ME.into()),
+            leader: Some(leader.into()),
             epoch: 5,
             ..ElectionState::default()
         });
-        writer.prefetched.set(Prefetched {
-            epoch: prefetched_epoch,
-            schedules: vec![own.clone()],
-        });
-        // What the transport saw: the peer's pong with the other side's schedule, then (before
-        // the fetcher looked) its next pong with this leader's.
-        let sightings = SharedSightings::default();
-        let clock: Arc<dyn verwalter_controllers::ports::Clock> = Arc::new(SystemClock);
-        sightings
-            .lock()
-            .unwrap()
-            .saw(&PEER.into(), &stamp(&other), clock.now_ms());
-        for held in [&other, &own] {
-            writer.reports.update(|all| {
-                all.insert(
-                    PEER.into(),
-                    Report {
-                        schedule: Some(stamp(held)),
-                        errors: 0,
-                        epoch: 5,
-                    },
-                );
-            });
-        }
-        let tmp = tempfile::tempdir().unwrap();
-        // The fetcher waits on these: their writers stay alive.
+        writer
+    }
+
+    /// `PEER`'s next election packet (epoch 5) says it holds `held`.
+    fn peer_reports(writer: &StoreWriter, held: &Schedule) {
+        let report = Report {
+            schedule: Some(held.stamp()),
+            errors: 0,
+            epoch: 5,
+        };
+        writer
+            .reports
+            .update(|all| _ = all.insert(PEER.into(), report));
+    }
+
+    /// A fetcher over `writer`'s store, writing schedules to `disk`, running until `stop`.
+    /// Returns the store, the persister and the fetcher's task.
+    fn spawn_fetcher(
+        writer: StoreWriter,
+        disk: Arc<dyn ScheduleStore>,
+        sightings: SharedSightings,
+        stop: &CancellationToken,
+    ) -> (Store, Arc<Persister>, tokio::task::JoinHandle<()>) {
+        let store = writer.store();
         let StoreWriter {
             schedule,
             prefetched,
             replaced,
-            peers: _peers,
-            election: _election,
-            reports: _reports,
             persist_error,
+            peers,
+            election,
+            reports,
             ..
         } = writer;
+        let persister = Arc::new(Persister::new(disk, persist_error));
         let fetcher = Fetcher::new(
             config(),
             FetcherParts {
@@ -406,35 +392,76 @@ mod tests {
                 schedule: Arc::new(schedule),
                 prefetched,
                 replaced,
-                persister: Arc::new(Persister::new(
-                    Arc::new(StateDir::new(tmp.path())),
-                    persist_error,
-                )),
+                persister: persister.clone(),
                 metrics: Arc::new(Metrics::new()),
                 live: heard(PEER),
-                clock,
+                clock: Arc::new(SystemClock),
                 sightings,
             },
         );
-        let stop = CancellationToken::new();
-        let task = tokio::spawn(fetcher.run(stop.clone()));
-        let mut prefetched = store.prefetched.clone();
-        let merged = tokio::time::timeout(Duration::from_secs(10), async {
+        let stop = stop.clone();
+        let task = tokio::spawn(async move {
+            // The fetcher waits on these fields: their writers stay alive while it runs.
+            let _writers = (peers, election, reports);
+            fetcher.run(stop).await
+        });
+        (store, persister, task)
+    }
+
+    /// `reader`'s first value that passes `done` within `limit` (waiting on its changes).
+    async fn within<T: Send + Sync + 'static>(
+        limit: Duration,
+        mut reader: Reader<T>,
+        done: impl Fn(&T) -> bool,
+    ) -> Option<Arc<T>> {
+        let wait = async {
             loop {
-                let now = prefetched.get();
-                let has = now.schedules.iter().any(|s| s.hash == other.hash);
-                if now.epoch == 5 && (has || prefetched_epoch != 5) {
-                    // A new leader's gathering has it at once, for the first run.
-                    return has;
+                let now = reader.get();
+                if done(&now) {
+                    return now;
                 }
-                prefetched.changed().await;
+                reader.changed().await;
             }
+        };
+        tokio::time::timeout(limit, wait).await.ok()
+    }
+
+    /// This node leads epoch 5 with parents gathered for `prefetched_epoch`; a peer reported
+    /// another leader's schedule, then this node's. That schedule must end up among the parents.
+    async fn parents_after_a_brief_report(prefetched_epoch: u64, failures: usize) {
+        let (other, _) = Schedule::encode(json!({"side": "other"}), 1000, OTHER_LEADER.into());
+        let (own, _) = Schedule::encode(json!({"side": "this"}), 2000, ME.into());
+        let port = serve(other.clone(), failures).await;
+        let writer = cluster(Some(own.clone()), port, ME);
+        writer.prefetched.set(Prefetched {
+            epoch: prefetched_epoch,
+            schedules: vec![own.clone()],
+        });
+        // What the transport saw: the peer's pong with the other side's schedule, then (before
+        // the fetcher looked) its next pong with this leader's.
+        let sightings = SharedSightings::default();
+        sightings
+            .lock()
+            .unwrap()
+            .saw(&PEER.into(), &other.stamp(), SystemClock.now_ms());
+        for held in [&other, &own] {
+            peer_reports(&writer, held);
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let disk = Arc::new(StateDir::new(tmp.path()));
+        let stop = CancellationToken::new();
+        let (store, _, task) = spawn_fetcher(writer, disk, sightings, &stop);
+        let has = |parents: &Prefetched| parents.schedules.iter().any(|s| s.hash == other.hash);
+        // A new leader's gathering has it at once, for the first run.
+        let merged = within(Duration::from_secs(10), store.prefetched.clone(), |now| {
+            now.epoch == 5 && (has(now) || prefetched_epoch != 5)
         })
-        .await;
+        .await
+        .is_some_and(|now| has(&now));
         stop.cancel();
         task.await.unwrap();
         assert!(
-            merged == Ok(true),
+            merged,
             "the other side's schedule is not among the parents: {:?}",
             store.prefetched.peek()
         );
@@ -448,83 +475,23 @@ mod tests {
         const FULL: &str = "schedule.json: No space left on device";
         let (theirs, _) = Schedule::encode(json!({"from": "leader"}), 1000, PEER.into());
         let port = serve(theirs.clone(), 0).await;
-        let writer = StoreWriter::new(None);
-        let store = writer.store();
-        writer.peers.set(Peers {
-            peers: BTreeMap::from([(
-                PEER.to_string(),
-                Peer {
-                    id: PEER.into(),
-                    addr: Some(format!("127.0.0.1:{port}")),
-                    name: "leader".into(),
-                    hostname: "leader".into(),
-                    schedule: None,
-                    known_since: 0,
-                    last_report_direct: None,
-                    errors: 0,
-                },
-            )]),
-            timestamp: Some(1),
-        });
-        writer.election.set(ElectionState {
-            is_leader: false,
-            is_stable: true,
-            leader: Some(PEER.into()),
-            epoch: 5,
-            ..ElectionState::default()
-        });
-        writer.reports.update(|all| {
-            all.insert(
-                PEER.into(),
-                Report {
-                    schedule: Some(stamp(&theirs)),
-                    errors: 0,
-                    epoch: 5,
-                },
-            );
-        });
-        let StoreWriter {
-            schedule,
-            prefetched,
-            replaced,
-            persist_error,
-            peers: _peers,
-            election: _election,
-            reports: _reports,
-            ..
-        } = writer;
+        let writer = cluster(None, port, PEER);
+        peer_reports(&writer, &theirs);
         let disk = Arc::new(MemoryScheduleStore::default());
         *disk.fail.lock().unwrap() = Some(disk_full());
-        let persister = Arc::new(Persister::new(disk.clone(), persist_error));
-        let fetcher = Fetcher::new(
-            config(),
-            FetcherParts {
-                store: store.clone(),
-                schedule: Arc::new(schedule),
-                prefetched,
-                replaced,
-                persister: persister.clone(),
-                metrics: Arc::new(Metrics::new()),
-                live: heard(PEER),
-                clock: Arc::new(SystemClock),
-                sightings: Default::default(),
-            },
-        );
         let stop = CancellationToken::new();
-        let task = tokio::spawn(fetcher.run(stop.clone()));
+        let (store, persister, task) =
+            spawn_fetcher(writer, disk.clone(), Default::default(), &stop);
         let retries = tokio::spawn(
             persister
                 .driver(verwalter_controllers::driver::DriverConfig::default())
                 .run(stop.clone()),
         );
-        let mut held = store.schedule.clone();
-        let taken = tokio::time::timeout(Duration::from_secs(10), async {
-            while held.get().as_ref().as_ref().map(|s| &s.hash) != Some(&theirs.hash) {
-                held.changed().await;
-            }
+        let taken = within(Duration::from_secs(10), store.schedule.clone(), |held| {
+            held.as_ref().map(|s| &s.hash) == Some(&theirs.hash)
         })
         .await;
-        assert!(taken.is_ok(), "the leader's schedule was not taken");
+        assert!(taken.is_some(), "the leader's schedule was not taken");
         assert_eq!(store.persist_error.peek().as_deref(), Some(FULL));
         assert_eq!(
             disk.failed.load(std::sync::atomic::Ordering::SeqCst),
@@ -533,24 +500,14 @@ mod tests {
         );
         *disk.fail.lock().unwrap() = None;
         // The retry comes PERSIST_RETRY after the failure; generous for a loaded machine.
-        let mut error = store.persist_error.clone();
-        let cleared = tokio::time::timeout(Duration::from_secs(30), async {
-            while error.get().is_some() {
-                error.changed().await;
-            }
+        let cleared = within(Duration::from_secs(30), store.persist_error.clone(), |e| {
+            e.is_none()
         })
         .await;
         stop.cancel();
         task.await.unwrap();
         retries.await.unwrap();
-        assert!(cleared.is_ok(), "the persist error was never cleared");
-        let written: Vec<String> = disk
-            .saved
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|s| s.hash.clone())
-            .collect();
-        assert_eq!(written, vec![theirs.hash.clone()]);
+        assert!(cleared.is_some(), "the persist error was never cleared");
+        assert_eq!(disk.hashes(), vec![theirs.hash.clone()]);
     }
 }

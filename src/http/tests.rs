@@ -8,7 +8,7 @@ use verwalter_controllers::election::ElectionState;
 use verwalter_controllers::ports::SchedulerFailure;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};
 use verwalter_controllers::store::StoreWriter;
-use verwalter_controllers::testing::inputs;
+use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 
 use super::*;
 
@@ -62,32 +62,39 @@ fn app_state(
     }
 }
 
+/// A store of a node that leads `epoch`, stably.
+fn leading(epoch: u64) -> StoreWriter {
+    let writer = StoreWriter::new(None);
+    writer.election.set(ElectionState {
+        is_leader: true,
+        is_stable: true,
+        epoch,
+        ..Default::default()
+    });
+    writer
+}
+
 async fn get(app: &Router, path: &str) -> (StatusCode, String, String) {
-    let response = app
-        .clone()
-        .oneshot(Request::get(path).body(Body::empty()).unwrap())
-        .await
-        .unwrap();
+    let response = send(app, "GET", path, &[]).await;
     let status = response.status();
     let content_type = response
         .headers()
         .get("content-type")
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
-    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
-        .await
-        .unwrap();
-    (
-        status,
-        content_type,
-        String::from_utf8(body.to_vec()).unwrap(),
-    )
+    (status, content_type, body_text(response).await)
+}
+
+/// The body of `path`, which must answer 200 with a content type starting `content_type`.
+async fn get_ok(app: &Router, path: &str, content_type: &str) -> String {
+    let (status, got, body) = get(app, path).await;
+    assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    assert!(got.starts_with(content_type), "{path}: {got}");
+    body
 }
 
 async fn get_json(app: &Router, path: &str) -> Value {
-    let (status, _, body) = get(app, path).await;
-    assert_eq!(status, StatusCode::OK, "{path}: {body}");
-    serde_json::from_str(&body).unwrap()
+    serde_json::from_str(&get_ok(app, path, "").await).unwrap()
 }
 
 #[tokio::test]
@@ -112,22 +119,14 @@ async fn schedule_is_404_until_there_is_one_then_the_envelope() {
     parsed.verify().unwrap();
     // `.json` is the same, `.pretty` is indented but the same value.
     assert_eq!(get_json(&app, "/v1/schedule.json").await, served);
-    let (status, content_type, pretty) = get(&app, "/v1/schedule.pretty").await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("application/json"));
+    let pretty = get_ok(&app, "/v1/schedule.pretty", "application/json").await;
     assert!(pretty.contains("\n  \"data\": {"), "{pretty}");
     assert_eq!(serde_json::from_str::<Value>(&pretty).unwrap(), served);
 }
 
 #[tokio::test]
 async fn status_has_the_verwalter_shape_and_shows_errors() {
-    let writer = StoreWriter::new(None);
-    writer.election.set(ElectionState {
-        is_leader: true,
-        is_stable: true,
-        epoch: 1,
-        ..Default::default()
-    });
+    let writer = leading(1);
     let schedule = Schedule::test()
         .with_role("web", "v2")
         .with_node_role("alpha", "db", json!({"x": 1}))
@@ -147,27 +146,7 @@ async fn status_has_the_verwalter_shape_and_shows_errors() {
     });
     let app = app(&writer);
     let status = get_json(&app, "/v1/status").await;
-    for key in [
-        "version",
-        "id",
-        "name",
-        "hostname",
-        "peers",
-        "peers_timestamp",
-        "leader",
-        "roles",
-        "last_stable_timestamp",
-        "num_errors",
-        "errors",
-        "failed_roles",
-        "debug_force_leader",
-        "metrics",
-        "fetch_state",
-        "election_state",
-        "schedule_id",
-        "schedule_status",
-        "default_frontend",
-    ] {
+    for key in STATUS_KEYS {
         assert!(status.get(key).is_some(), "status lacks {key}: {status}");
     }
     assert_eq!(
@@ -248,14 +227,10 @@ async fn scheduler_debug_routes_and_metrics() {
         debug_info: Some("placed 3 roles\n".into()),
         ..Default::default()
     });
-    let (status, content_type, body) = get(&app, "/v1/scheduler_debug_info").await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("text/plain"));
+    let body = get_ok(&app, "/v1/scheduler_debug_info", "text/plain").await;
     assert_eq!(body, "placed 3 roles\n");
 
-    let (status, content_type, body) = get(&app, "/metrics").await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("text/plain; version=0.0.4"));
+    let body = get_ok(&app, "/metrics", "text/plain; version=0.0.4").await;
     for family in [
         "verwalter_scheduler_runs_total",
         "verwalter_leader",
@@ -267,21 +242,12 @@ async fn scheduler_debug_routes_and_metrics() {
     let (status, _, body) = get(&app, "/v1/nonexistent").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body.contains("no API route /v1/nonexistent"));
-    let (status, content_type, body) = get(&app, "/").await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("text/html"));
+    let body = get_ok(&app, "/", "text/html").await;
     assert!(body.contains("/common/app.js"), "{body}");
 }
 
 async fn get_with(app: &Router, path: &str, headers: &[(&str, &str)]) -> axum::response::Response {
-    let mut request = Request::get(path);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    app.clone()
-        .oneshot(request.body(Body::empty()).unwrap())
-        .await
-        .unwrap()
+    send(app, "GET", path, headers).await
 }
 
 #[tokio::test]
@@ -296,19 +262,13 @@ async fn the_built_in_frontend_is_served_for_every_page_path_with_cache_validati
         "/tail/role/web/latest",
         "/~common/roles",
     ] {
-        let (status, content_type, body) = get(&app, page).await;
-        assert_eq!(status, StatusCode::OK, "{page}");
-        assert!(content_type.starts_with("text/html"), "{page}");
+        let body = get_ok(&app, page, "text/html").await;
         assert_eq!(body, index, "{page}");
     }
-    let (status, content_type, script) = get(&app, "/common/app.js").await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("text/javascript"));
+    let script = get_ok(&app, "/common/app.js", "text/javascript").await;
     assert!(script.contains("./js/stream.js"), "{script}");
     // The modules it imports, in folders under /common/ too.
-    let (status, content_type, module) = get(&app, "/common/js/stream.js").await;
-    assert_eq!(status, StatusCode::OK);
-    assert!(content_type.starts_with("text/javascript"));
+    let module = get_ok(&app, "/common/js/stream.js", "text/javascript").await;
     assert!(module.contains("/v1/events"));
     let (status, _, _) = get(&app, "/common/js/pages/roles.js").await;
     assert_eq!(status, StatusCode::OK);
@@ -353,13 +313,22 @@ async fn the_built_in_frontend_is_served_for_every_page_path_with_cache_validati
     );
 }
 
-#[tokio::test]
-async fn alternative_frontends_are_served_from_the_config_dir_and_cannot_reach_out() {
+/// A temporary config dir whose `frontend/ops/` holds an `index.html` and `files` (paths under
+/// it, contents). Returns the dir (removed when dropped) and the `frontend` dir.
+fn ops_frontend(files: &[(&str, &str)]) -> (tempfile::TempDir, std::path::PathBuf) {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("frontend");
-    std::fs::create_dir_all(dir.join("ops/js")).unwrap();
-    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
-    std::fs::write(dir.join("ops/js/main.js"), "let ops = 1;").unwrap();
+    for (path, text) in [("index.html", "<title>ops</title>")].iter().chain(files) {
+        let path = dir.join("ops").join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    (tmp, dir)
+}
+
+#[tokio::test]
+async fn alternative_frontends_are_served_from_the_config_dir_and_cannot_reach_out() {
+    let (tmp, dir) = ops_frontend(&[("js/main.js", "let ops = 1;")]);
     std::fs::write(tmp.path().join("secret"), "no").unwrap();
     std::os::unix::fs::symlink(tmp.path().join("secret"), dir.join("ops/js/out.js")).unwrap();
     let writer = StoreWriter::new(None);
@@ -461,12 +430,7 @@ async fn body_text(response: axum::response::Response) -> String {
 
 #[tokio::test]
 async fn range_headers_other_than_one_byte_range_are_ignored_not_refused() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("frontend");
-    std::fs::create_dir_all(dir.join("ops")).unwrap();
-    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
-    std::fs::create_dir_all(dir.join("ops/files")).unwrap();
-    std::fs::write(dir.join("ops/files/data.txt"), "0123456789").unwrap();
+    let (_tmp, dir) = ops_frontend(&[("files/data.txt", "0123456789")]);
     let writer = StoreWriter::new(None);
     let app = app_serving(&writer, dir, "common");
     let whole = [
@@ -499,11 +463,7 @@ async fn range_headers_other_than_one_byte_range_are_ignored_not_refused() {
 
 #[tokio::test]
 async fn a_range_on_an_empty_file_is_ignored() {
-    let tmp = tempfile::tempdir().unwrap();
-    let dir = tmp.path().join("frontend");
-    std::fs::create_dir_all(dir.join("ops/files")).unwrap();
-    std::fs::write(dir.join("ops/index.html"), "<title>ops</title>").unwrap();
-    std::fs::write(dir.join("ops/files/empty.log"), "").unwrap();
+    let (_tmp, dir) = ops_frontend(&[("files/empty.log", "")]);
     let writer = StoreWriter::new(None);
     let app = app_serving(&writer, dir, "common");
     for range in ["bytes=0-", "bytes=-100", "bytes=0-0", "bytes=5-"] {
@@ -516,13 +476,7 @@ async fn a_range_on_an_empty_file_is_ignored() {
 
 #[tokio::test]
 async fn leader_redirect_keeps_an_encoded_crlf_encoded() {
-    let writer = StoreWriter::new(None);
-    writer.election.set(ElectionState {
-        is_leader: true,
-        is_stable: true,
-        epoch: 1,
-        ..Default::default()
-    });
+    let writer = leading(1);
     let app = app(&writer);
     let response = get_with(
         &app,
@@ -864,13 +818,7 @@ async fn the_schedule_body_is_shared_per_schedule_and_follows_a_new_one() {
 async fn events_follow_a_failed_schedule_write_and_the_end_of_a_prefetch() {
     use http_body_util::BodyExt;
     use verwalter_controllers::state::{Peer, Peers, Prefetched};
-    let writer = StoreWriter::new(None);
-    writer.election.set(ElectionState {
-        is_leader: true,
-        is_stable: true,
-        epoch: 2,
-        ..Default::default()
-    });
+    let writer = leading(2);
     let beta = "77985419c732412ea38b94db00000002";
     writer.peers.set(Peers {
         peers: [(

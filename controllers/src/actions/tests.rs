@@ -35,6 +35,19 @@ impl Rig {
         self.queue.register(action, false).await.map(|r| r.id)
     }
 
+    /// Registers `action` for a caller that waits for its answer.
+    async fn register_waiting(&self, action: Value) -> Registered {
+        self.queue.register(action, true).await.unwrap()
+    }
+
+    /// Registers `action` for a waiting caller, then publishes a run that answers it with
+    /// `answer`.
+    async fn answered(&self, action: Value, answer: Value) -> Registered {
+        let registered = self.register_waiting(action).await;
+        self.succeed(1, &[(registered.id, answer)]);
+        registered
+    }
+
     fn lead(&self, leader: bool) {
         self.election.set(ElectionState {
             is_leader: leader,
@@ -130,24 +143,40 @@ async fn rig(limits: ActionLimits) -> Rig {
     rig_on(Arc::default(), limits, true).await
 }
 
+async fn capped(max_count: usize, max_bytes: usize) -> Rig {
+    rig(ActionLimits {
+        max_count,
+        max_bytes,
+    })
+    .await
+}
+
 /// What the journal holds, replayed as the next start would.
 fn on_disk(journal: &MemoryJournal) -> Actions {
     replay(journal.text().as_bytes()).0
 }
 
+/// The journal's calls, by kind.
+fn call_kinds(journal: &MemoryJournal) -> Vec<&'static str> {
+    let kind = |call: &JournalCall| match call {
+        JournalCall::Append(_) => "append",
+        JournalCall::Rewrite(_) => "rewrite",
+        JournalCall::RemoveLegacy => "remove legacy",
+    };
+    journal.calls().iter().map(kind).collect()
+}
+
 fn appends(journal: &MemoryJournal) -> usize {
-    journal
-        .calls()
+    call_kinds(journal)
         .iter()
-        .filter(|c| matches!(c, JournalCall::Append(_)))
+        .filter(|&&c| c == "append")
         .count()
 }
 
 fn rewrites(journal: &MemoryJournal) -> usize {
-    journal
-        .calls()
+    call_kinds(journal)
         .iter()
-        .filter(|c| matches!(c, JournalCall::Rewrite(_)))
+        .filter(|&&c| c == "rewrite")
         .count()
 }
 
@@ -165,11 +194,7 @@ async fn a_follower_refuses_actions() {
 /// the pending ones, actions are taken again.
 #[tokio::test(start_paused = true)]
 async fn the_count_cap_refuses_actions_until_the_scheduler_takes_some() {
-    let rig = rig(ActionLimits {
-        max_count: 3,
-        max_bytes: 1000,
-    })
-    .await;
+    let rig = capped(3, 1000).await;
     for n in 0..3 {
         rig.register(json!(n)).await.unwrap();
     }
@@ -191,11 +216,7 @@ async fn the_count_cap_refuses_actions_until_the_scheduler_takes_some() {
 /// refused, a smaller one still fits.
 #[tokio::test(start_paused = true)]
 async fn the_byte_cap_refuses_an_action_that_would_pass_it() {
-    let rig = rig(ActionLimits {
-        max_count: 100,
-        max_bytes: 100,
-    })
-    .await;
+    let rig = capped(100, 100).await;
     rig.register(json!("x".repeat(88))).await.unwrap(); // 90 bytes
     let err = rig.register(json!("x".repeat(9))).await.unwrap_err();
     assert!(
@@ -233,11 +254,7 @@ fn the_default_limits_are_a_thousand_actions_and_4_mib() {
 /// At most 1,000 ids a second (`unix_seconds * 1000 + n`); the next second has 1,000 more.
 #[tokio::test(start_paused = true)]
 async fn a_thousand_actions_a_second_and_no_more() {
-    let rig = rig(ActionLimits {
-        max_count: 5000,
-        max_bytes: 1 << 20,
-    })
-    .await;
+    let rig = capped(5000, 1 << 20).await;
     let first = rig.register(json!(0)).await.unwrap();
     assert_eq!(first, NOW);
     for n in 1..1000 {
@@ -350,13 +367,11 @@ async fn a_failed_append_refuses_the_action_and_forces_a_rewrite() {
         1,
         "nor counted"
     );
-    let calls = rig.journal.calls();
-    assert!(
-        matches!(
-            &calls[calls.len() - 2..],
-            [JournalCall::Append(_), JournalCall::Rewrite(_)]
-        ),
-        "rewritten right after the failure: {calls:?}"
+    let calls = call_kinds(&rig.journal);
+    assert_eq!(
+        calls[calls.len() - 2..],
+        ["append", "rewrite"],
+        "rewritten right after the failure"
     );
     assert_eq!(
         rig.journal.text(),
@@ -376,14 +391,8 @@ async fn a_failed_append_refuses_the_action_and_forces_a_rewrite() {
     assert_eq!(appends(&rig.journal), appended, "nothing appended");
     rig.journal.fail_rewrites.store(false, Ordering::SeqCst);
     let id = rig.register(json!("next")).await.unwrap();
-    let calls = rig.journal.calls();
-    assert!(
-        matches!(
-            &calls[calls.len() - 2..],
-            [JournalCall::Rewrite(_), JournalCall::Append(_)]
-        ),
-        "{calls:?}"
-    );
+    let calls = call_kinds(&rig.journal);
+    assert_eq!(calls[calls.len() - 2..], ["rewrite", "append"]);
     // `kept` is gone although its remove record never made it.
     assert_eq!(on_disk(&rig.journal), Actions::from([(id, json!("next"))]));
     rig.stop().await;
@@ -413,11 +422,7 @@ async fn after_a_failed_rewrite_nothing_is_appended() {
 /// rewritten to the pending actions; a small journal is left to grow.
 #[tokio::test(start_paused = true)]
 async fn a_grown_journal_is_rewritten() {
-    let rig = rig(ActionLimits {
-        max_count: 10,
-        max_bytes: 1 << 20,
-    })
-    .await;
+    let rig = capped(10, 1 << 20).await;
     let big = |c: &str| json!(c.repeat(200_000));
     rig.register(json!("small")).await.unwrap();
     rig.succeed(1, &[]);
@@ -449,12 +454,7 @@ async fn a_grown_journal_is_rewritten() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_gets_the_schedulers_answer() {
     let rig = rig(ActionLimits::default()).await;
-    let registered = rig
-        .queue
-        .register(json!({"button": {}}), true)
-        .await
-        .unwrap();
-    rig.succeed(1, &[(registered.id, json!("done"))]);
+    let registered = rig.answered(json!({"button": {}}), json!("done")).await;
     rig.drained().await;
     let outcome = registered.answer.unwrap().wait().await;
     assert_eq!(outcome, Outcome::Reply(json!("done")));
@@ -468,8 +468,8 @@ async fn a_waiter_gets_the_schedulers_answer() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_learns_a_schedule_took_it_without_an_answer() {
     let rig = rig(ActionLimits::default()).await;
-    let answered = rig.queue.register(json!(1), true).await.unwrap();
-    let silent = rig.queue.register(json!(2), true).await.unwrap();
+    let answered = rig.register_waiting(json!(1)).await;
+    let silent = rig.register_waiting(json!(2)).await;
     rig.succeed(1, &[(answered.id, json!("yes"))]);
     assert_eq!(
         silent.answer.unwrap().wait().await,
@@ -488,13 +488,9 @@ async fn a_waiter_learns_a_schedule_took_it_without_an_answer() {
 #[tokio::test(start_paused = true)]
 async fn an_answer_followed_at_once_by_a_failed_run_is_not_lost() {
     let rig = rig(ActionLimits::default()).await;
-    let registered = rig
-        .queue
-        .register(json!({"button": {}}), true)
-        .await
-        .unwrap();
-    // No await between the two: the queue's task sees only the failed run's status.
-    rig.succeed(1, &[(registered.id, json!("done"))]);
+    // No await between the answering run and the failed one (`answered` returns right after
+    // publishing): the queue's task sees only the failed run's status.
+    let registered = rig.answered(json!({"button": {}}), json!("done")).await;
     rig.scheduler.update(|status| {
         status.last_input = Some(input(Actions::new()));
         status.error = Some("main.lua:1: boom".into());
@@ -509,7 +505,7 @@ async fn an_answer_followed_at_once_by_a_failed_run_is_not_lost() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_learns_leadership_was_lost() {
     let rig = rig(ActionLimits::default()).await;
-    let registered = rig.queue.register(json!(1), true).await.unwrap();
+    let registered = rig.register_waiting(json!(1)).await;
     rig.lead(false);
     assert_eq!(
         registered.answer.unwrap().wait().await,
@@ -584,7 +580,7 @@ async fn requests_during_a_sync_share_the_next_append() {
 #[tokio::test(start_paused = true)]
 async fn a_waiter_times_out_and_the_action_stays_pending() {
     let rig = rig(ActionLimits::default()).await;
-    let registered = rig.queue.register(json!(1), true).await.unwrap();
+    let registered = rig.register_waiting(json!(1)).await;
     let started = tokio::time::Instant::now();
     assert_eq!(registered.answer.unwrap().wait().await, Outcome::TimedOut);
     assert_eq!(started.elapsed(), WAIT_LIMIT);

@@ -20,8 +20,9 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::machine::{Action, Machine, Message, State, Timings};
-use crate::replication::{self, Fetch, Replication, ReplicationConfig, Sightings, World};
-use crate::state::{NodeId, Prefetched, Report, Reports, Schedule, ScheduleStamp};
+use crate::replication::{self, Fetch, Replication, ReplicationConfig, World};
+use crate::state::{NodeId, Prefetched, Schedule, ScheduleStamp};
+use crate::testing::ReplicaWorld;
 
 /// Delivery delay on a healthy network: a LAN with busy hosts. Two candidates whose rounds
 /// start closer together than the shortest delay never hear each other in time (see the
@@ -104,12 +105,7 @@ const WALL_START: u64 = 1_700_000_000_000;
 /// schedule controller keep in the store.
 struct Replica {
     machine: Replication,
-    held: Option<Schedule>,
-    replaced: Vec<Schedule>,
-    prefetched: Prefetched,
-    reports: Reports,
-    sightings: Sightings,
-    packets: BTreeMap<NodeId, u64>,
+    world: ReplicaWorld,
     /// The wake-up an event is queued for.
     wake: Option<Instant>,
     /// The parents the last schedule made here was made from.
@@ -319,7 +315,7 @@ impl Sim {
         let stamp = self
             .replicas
             .get(from)
-            .and_then(|r| r.held.as_ref())
+            .and_then(|r| r.world.held.as_ref())
             .map(Schedule::stamp);
         self.push(
             at,
@@ -545,12 +541,7 @@ impl Sim {
                     Duration::from_secs(2),
                     heartbeat,
                 )),
-                held: None,
-                replaced: Vec::new(),
-                prefetched: Prefetched::default(),
-                reports: Reports::new(),
-                sightings: Sightings::default(),
-                packets: BTreeMap::new(),
+                world: ReplicaWorld::default(),
                 wake: None,
                 made_from: None,
                 made: 0,
@@ -570,20 +561,10 @@ impl Sim {
             return;
         }
         let now_ms = self.wall_ms();
-        let peer = self.ids[from].clone();
-        let replica = &mut self.replicas[to];
-        replica.packets.insert(peer.clone(), now_ms);
-        if let Some(stamp) = &stamp
-            && stamp.origin != self.ids[to]
-        {
-            replica.sightings.saw(&peer, stamp, now_ms);
-        }
-        let report = Report {
-            schedule: stamp,
-            errors: 0,
-            epoch,
-        };
-        replica.reports.insert(peer, report);
+        let (me, peer) = (&self.ids[to], &self.ids[from]);
+        self.replicas[to]
+            .world
+            .note_packet(me, peer, epoch, stamp, now_ms);
     }
 
     /// Feeds `node`'s replication machine a fetch result (if any), then lets it look at the
@@ -626,23 +607,8 @@ impl Sim {
         decide: impl FnOnce(&mut Replication, &World) -> R,
     ) -> R {
         let now_ms = self.wall_ms();
-        let Replica {
-            machine,
-            held,
-            reports,
-            sightings,
-            packets,
-            ..
-        } = &mut self.replicas[node];
-        let world = World {
-            election,
-            reports,
-            held: held.as_ref(),
-            sightings,
-            packets,
-            now_ms,
-        };
-        decide(machine, &world)
+        let Replica { machine, world, .. } = &mut self.replicas[node];
+        decide(machine, &world.view(election, now_ms))
     }
 
     fn carry_out(&mut self, node: usize, actions: Vec<replication::Action>) {
@@ -671,11 +637,11 @@ impl Sim {
                         },
                     );
                 }
-                replication::Action::Replaced(list) => self.replicas[node].replaced = list,
-                replication::Action::Accept(schedule) => self.replicas[node].held = Some(schedule),
-                replication::Action::Gathered { parents, .. }
-                | replication::Action::AddedParent { parents, .. } => {
-                    self.replicas[node].prefetched = parents
+                replication::Action::Replaced(_)
+                | replication::Action::Accept(_)
+                | replication::Action::Gathered { .. }
+                | replication::Action::AddedParent { .. } => {
+                    self.replicas[node].world.keep(&action)
                 }
                 replication::Action::Failed { fetch, error, .. } => {
                     if self.trace {
@@ -691,11 +657,11 @@ impl Sim {
     /// `/v1/schedule` would, the schedule in force (which the machine refuses).
     fn serve(&self, peer: usize, hash: &str) -> Result<Schedule, String> {
         let replica = &self.replicas[peer];
-        let by_hash = replica.held.iter().chain(&replica.replaced);
+        let by_hash = replica.world.held.iter().chain(&replica.world.replaced);
         by_hash
             .clone()
             .find(|s| s.hash == hash)
-            .or(replica.held.as_ref())
+            .or(replica.world.held.as_ref())
             .cloned()
             .ok_or_else(|| format!("node {peer} has no schedule"))
     }
@@ -706,7 +672,7 @@ impl Sim {
     fn make_schedule(&mut self, node: usize, election: &super::ElectionState) {
         let now_ms = self.wall_ms();
         let replica = &mut self.replicas[node];
-        let prefetched = &replica.prefetched;
+        let prefetched = &replica.world.prefetched;
         if !election.is_leader
             || prefetched.epoch != election.epoch
             || replica.made_from.as_ref() == Some(prefetched)
@@ -715,7 +681,7 @@ impl Sim {
         }
         let mut parents = prefetched.schedules.clone();
         // As the schedule controller does: a later addition keeps this node's latest schedule.
-        if let Some(own) = &replica.held
+        if let Some(own) = &replica.world.held
             && own.origin == self.ids[node]
             && replica
                 .made_from
@@ -732,7 +698,7 @@ impl Sim {
         lineage.sort();
         lineage.dedup();
         let data = serde_json::json!({ "lineage": lineage });
-        replica.held = Some(Schedule::new(data, now_ms, self.ids[node].clone()));
+        replica.world.held = Some(Schedule::new(data, now_ms, self.ids[node].clone()));
         replica.made_from = Some(prefetched.clone());
         self.after_input(node, vec![Action::PingAll]);
     }
@@ -966,9 +932,9 @@ mod tests {
         order
     }
 
-    /// Message loss and long delays for a while, then a healthy network: one leader follows.
-    fn lossy_mesh(n: usize, seed: u64) -> Vec<Duration> {
-        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
+    /// Random message loss (up to 20 %) and delays (up to [`FAULT_DELAY_MAX`]) for 2 to 20
+    /// seconds, then a healthy network; says what it did.
+    fn faults_then_healthy(sim: &mut Sim) -> String {
         let loss = sim.rng.random_range(0.0..=0.2);
         let delay = ms(sim
             .rng
@@ -977,11 +943,18 @@ mod tests {
         sim.set_network(loss, DELAY_MIN..=delay);
         sim.run_for(faults);
         sim.set_network(0.0, HEALTHY);
-        let healed = sim.now;
-        let what = format!(
-            "seed {seed}, {n} nodes, {:.0}% loss and up to {delay:?} delay for {faults:?}",
+        format!(
+            "{:.0}% loss and up to {delay:?} delay for {faults:?}",
             loss * 100.0
-        );
+        )
+    }
+
+    /// Message loss and long delays for a while, then a healthy network: one leader follows.
+    fn lossy_mesh(n: usize, seed: u64) -> Vec<Duration> {
+        let mut sim = Sim::new(seed, n, PeerCount::Everyone);
+        let faults = faults_then_healthy(&mut sim);
+        let healed = sim.now;
+        let what = format!("seed {seed}, {n} nodes, {faults}");
         let bound = convergence_bound(&sim.timings);
         let took = converge(&mut sim, healed, bound, &what);
         assert_one_leader_per_epoch(&sim, sim.origin);
@@ -1044,26 +1017,27 @@ mod tests {
         vec![partition(&mut sim, &order[..n / 2], &order)]
     }
 
+    /// Heals a partition with a leader on each side (checked first) and waits for one leader
+    /// within [`convergence_bound`]. Returns when it healed and how long one leader took.
+    fn heal_two_leaders(sim: &mut Sim, what: &str) -> (Instant, Duration) {
+        assert!(
+            sim.leaders >= 2,
+            "{what}: the test needs a leader on each side before healing: {}",
+            sim.describe()
+        );
+        sim.heal();
+        let healed = sim.now;
+        let bound = convergence_bound(&sim.timings);
+        (healed, converge(sim, healed, bound, what))
+    }
+
     /// Heals a partition with a leader on each side: after a ping from one of two leaders
     /// reaches the other, both lead for at most [`two_leaders_limit`]. Returns the longest such
     /// stretch.
     fn two_leaders_resolve(sim: &mut Sim) -> Duration {
         let seed = sim.seed;
         let limit = two_leaders_limit(&sim.timings);
-        assert!(
-            sim.leaders >= 2,
-            "seed {seed}: the test needs two leaders before healing: {}",
-            sim.describe()
-        );
-        sim.heal();
-        let healed = sim.now;
-        let bound = convergence_bound(&sim.timings);
-        converge(
-            sim,
-            healed,
-            bound,
-            &format!("seed {seed}, two leaders healed"),
-        );
+        let (healed, _) = heal_two_leaders(sim, &format!("seed {seed}, two leaders healed"));
         let mut longest = Duration::ZERO;
         let after = |e: &&Episode| e.end.is_none_or(|end| end > healed);
         for episode in sim.episodes.iter().filter(after) {
@@ -1101,17 +1075,23 @@ mod tests {
         vec![two_leaders_resolve(&mut sim)]
     }
 
-    /// With `--allow-minority-cluster` both sides of a long partition elect a leader (the
-    /// minority once its unreachable peers stop counting); the partition heals.
-    fn minority_mode(seed: u64) -> Vec<Duration> {
-        let n = 5;
-        let mut sim = Sim::new(seed, n, PeerCount::Reachable(MINORITY_WINDOW));
-        let order = shuffled(&mut sim, 0..n);
+    /// Splits off two random nodes at a random time (within 15 s) for long enough that both
+    /// sides can elect in minority mode; returns those two.
+    fn split_for_long(sim: &mut Sim) -> Vec<usize> {
+        let order = shuffled(sim, 0..sim.nodes.len());
         let before = ms(sim.rng.random_range(0..=15_000));
         sim.run_for(before);
         sim.split(&order[..2]);
         let lasts = MINORITY_WINDOW + ms(sim.rng.random_range(10_000..=40_000));
         sim.run_for(lasts);
+        order[..2].to_vec()
+    }
+
+    /// With `--allow-minority-cluster` both sides of a long partition elect a leader (the
+    /// minority once its unreachable peers stop counting); the partition heals.
+    fn minority_mode(seed: u64) -> Vec<Duration> {
+        let mut sim = Sim::new(seed, 5, PeerCount::Reachable(MINORITY_WINDOW));
+        split_for_long(&mut sim);
         vec![two_leaders_resolve(&mut sim)]
     }
 
@@ -1331,7 +1311,7 @@ mod tests {
         let Some((leader, epoch)) = sim.converged() else {
             panic!("{what}: no longer converged: {}", sim.describe());
         };
-        let Some(held) = sim.replicas[leader].held.clone() else {
+        let Some(held) = sim.replicas[leader].world.held.clone() else {
             panic!("{what}: the leader {leader} holds no schedule");
         };
         let mine = format!("{leader}@{epoch}#");
@@ -1341,14 +1321,14 @@ mod tests {
             lineage(&held)
         );
         for (i, node) in sim.nodes.iter().enumerate().filter(|(_, n)| n.alive) {
-            let hash = sim.replicas[i].held.as_ref().map(|s| &s.hash);
+            let hash = sim.replicas[i].world.held.as_ref().map(|s| &s.hash);
             assert_eq!(
                 hash,
                 Some(&held.hash),
                 "{what}: node {i} ({:?}) does not hold the leader {leader}'s schedule {:?} but {:?}",
                 node.summary,
                 lineage(&held),
-                sim.replicas[i].held.as_ref().map(lineage),
+                sim.replicas[i].world.held.as_ref().map(lineage),
             );
         }
         leader
@@ -1360,29 +1340,18 @@ mod tests {
     fn replication_through_faults(n: usize, seed: u64) -> Vec<Duration> {
         let mut sim = Sim::new(seed, n, PeerCount::Everyone).with_replication();
         let t = sim.timings.clone();
-        let loss = sim.rng.random_range(0.0..=0.2);
-        let delay = ms(sim
-            .rng
-            .random_range(20..=FAULT_DELAY_MAX.as_millis() as u64));
-        let faults = ms(sim.rng.random_range(2_000..=20_000));
-        sim.set_network(loss, DELAY_MIN..=delay);
-        sim.run_for(faults);
-        sim.set_network(0.0, HEALTHY);
+        let faults = faults_then_healthy(&mut sim);
         let healed = sim.now;
-        let what = format!(
-            "seed {seed}, {n} nodes replicating, {:.0}% loss and up to {delay:?} delay for \
-             {faults:?}",
-            loss * 100.0
-        );
+        let what = format!("seed {seed}, {n} nodes replicating, {faults}");
         let took = converge(&mut sim, healed, convergence_bound(&t), &what);
         let leader = assert_replicated(&mut sim, &what);
-        let last = sim.replicas[leader].held.clone().expect("checked");
+        let last = sim.replicas[leader].world.held.clone().expect("checked");
         sim.kill(leader);
         let died = sim.now;
         let what = format!("{what}, then leader {leader} died");
         let failover = converge(&mut sim, died, failover_bound(&t), &what);
         let next = assert_replicated(&mut sim, &what);
-        let descends = lineage(sim.replicas[next].held.as_ref().expect("checked"));
+        let descends = lineage(sim.replicas[next].world.held.as_ref().expect("checked"));
         for label in lineage(&last) {
             assert!(
                 descends.contains(&label),
@@ -1392,35 +1361,19 @@ mod tests {
         vec![took, failover]
     }
 
-    #[test]
-    fn replication_every_node_takes_the_leaders_schedule_after_faults_and_failover() {
-        let bound = convergence_bound(&Timings::default());
-        run(
-            "5 nodes replicating, time to one leader after faults / after its death",
-            seeds(8005, 40, &[]),
-            bound,
-            |seed| replication_through_faults(5, seed),
-        );
-    }
-
     /// Minority mode, replicating: both sides of a long partition lead and make schedules; after
     /// the heal, the one schedule every node holds descends from every schedule held at the heal
     /// (neither side's decisions are lost).
     fn replication_across_a_heal(seed: u64) -> Vec<Duration> {
         let n = 5;
         let mut sim = Sim::new(seed, n, PeerCount::Reachable(MINORITY_WINDOW)).with_replication();
-        let mut order: Vec<usize> = (0..n).collect();
-        order.shuffle(&mut sim.rng);
-        let before = ms(sim.rng.random_range(0..=15_000));
-        sim.run_for(before);
-        sim.split(&order[..2]);
-        let lasts = MINORITY_WINDOW + ms(sim.rng.random_range(10_000..=40_000));
-        sim.run_for(lasts);
+        let minority = split_for_long(&mut sim);
         let at_heal: Vec<(usize, Vec<String>)> = (0..n)
             .map(|i| {
                 (
                     i,
                     sim.replicas[i]
+                        .world
                         .held
                         .as_ref()
                         .map(lineage)
@@ -1428,21 +1381,10 @@ mod tests {
                 )
             })
             .collect();
-        let what = format!(
-            "seed {seed}, 5 nodes replicating, minority {:?} healed",
-            &order[..2]
-        );
-        assert!(
-            sim.leaders >= 2,
-            "{what}: the test needs a leader on each side: {}",
-            sim.describe()
-        );
-        sim.heal();
-        let healed = sim.now;
-        let bound = convergence_bound(&sim.timings);
-        let took = converge(&mut sim, healed, bound, &what);
+        let what = format!("seed {seed}, 5 nodes replicating, minority {minority:?} healed");
+        let (_, took) = heal_two_leaders(&mut sim, &what);
         let leader = assert_replicated(&mut sim, &what);
-        let merged = lineage(sim.replicas[leader].held.as_ref().expect("checked"));
+        let merged = lineage(sim.replicas[leader].world.held.as_ref().expect("checked"));
         for (node, held) in at_heal {
             for label in held {
                 assert!(
@@ -1455,14 +1397,13 @@ mod tests {
         vec![took]
     }
 
-    #[test]
-    fn replication_the_healed_leader_merges_both_sides() {
-        let bound = convergence_bound(&Timings::default());
-        run(
+    sim_tests! {
+        replication_every_node_takes_the_leaders_schedule_after_faults_and_failover:
+            seeds(8005, 40), convergence_bound,
+            "5 nodes replicating, time to one leader after faults / after its death",
+            |seed| replication_through_faults(5, seed);
+        replication_the_healed_leader_merges_both_sides: seeds(8105, 25), convergence_bound,
             "5 nodes replicating in minority mode, time to one leader after the heal",
-            seeds(8105, 25, &[]),
-            bound,
-            replication_across_a_heal,
-        );
+            replication_across_a_heal;
     }
 }

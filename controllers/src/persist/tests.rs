@@ -82,15 +82,7 @@ async fn a_retry_writes_the_latest_schedule_only() {
     assert!(rig.persister.save(&second, canonical).is_err());
     *rig.saved.fail.lock().unwrap() = None;
     tokio::time::sleep(PERSIST_RETRY * 3).await;
-    let written: Vec<String> = rig
-        .saved
-        .saved
-        .lock()
-        .unwrap()
-        .iter()
-        .map(|s| s.hash.clone())
-        .collect();
-    assert_eq!(written, vec![second.hash.clone()]);
+    assert_eq!(rig.saved.hashes(), vec![second.hash.clone()]);
     assert_eq!(*rig.error.peek(), None);
     rig.stop.cancel();
     rig.handle.await.unwrap();

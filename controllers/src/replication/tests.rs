@@ -2,14 +2,13 @@
 //! the results of the fetches it asked for; its actions are carried out on that world the way
 //! `src/cluster/fetch.rs` carries them out on the store.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio::time::Instant;
 
 use super::*;
-use crate::state::Report;
+use crate::testing::ReplicaWorld;
 
 const ME: &str = "77985419c732412ea38b94db00000001";
 const A: &str = "77985419c732412ea38b94db00000002";
@@ -28,20 +27,14 @@ fn made_by(origin: &str, n: u64) -> Schedule {
     Schedule::new(json!({"made_by": origin, "n": n}), 1_000 + n, origin.into())
 }
 
-/// One node: the machine, the world it sees, and what its actions did to the store.
+/// One node: the machine, the election state and clock it sees, and what it holds and hears.
 struct Node {
     machine: Replication,
     /// The fake clock: monotonic and wall time move together.
     now: Instant,
     now_ms: u64,
     election: ElectionState,
-    reports: Reports,
-    held: Option<Schedule>,
-    sightings: Sightings,
-    packets: BTreeMap<NodeId, u64>,
-    /// The store fields the machine writes, through its actions.
-    replaced: Vec<Schedule>,
-    prefetched: Prefetched,
+    replica: ReplicaWorld,
     /// Every action so far.
     log: Vec<Action>,
 }
@@ -57,14 +50,14 @@ impl Node {
             now: Instant::now(),
             now_ms: 1_700_000_000_000,
             election: ElectionState::default(),
-            reports: Reports::new(),
-            held: None,
-            sightings: Sightings::default(),
-            packets: BTreeMap::new(),
-            replaced: Vec::new(),
-            prefetched: Prefetched::default(),
+            replica: ReplicaWorld::default(),
             log: Vec::new(),
         }
+    }
+
+    fn holding(mut self, held: &Schedule) -> Node {
+        self.replica.held = Some(held.clone());
+        self
     }
 
     fn following(leader: &str, epoch: u64) -> Node {
@@ -73,9 +66,10 @@ impl Node {
         node
     }
 
+    /// A stable election of `leader` at `epoch` (this node leads if it is `ME`).
     fn follow(&mut self, leader: &str, epoch: u64) {
         self.election = ElectionState {
-            is_leader: false,
+            is_leader: leader == ME,
             is_stable: true,
             leader: Some(leader.into()),
             epoch,
@@ -84,13 +78,7 @@ impl Node {
     }
 
     fn lead(&mut self, epoch: u64) {
-        self.election = ElectionState {
-            is_leader: true,
-            is_stable: true,
-            leader: Some(ME.into()),
-            epoch,
-            ..ElectionState::default()
-        };
+        self.follow(ME, epoch);
     }
 
     fn advance(&mut self, by: Duration) {
@@ -98,68 +86,22 @@ impl Node {
         self.now_ms += by.as_millis() as u64;
     }
 
-    /// An election packet from `peer` in `epoch` holding `held` arrives now: the transport
-    /// notes it (liveness, sightings of other nodes' schedules, the report).
+    /// An election packet from `peer` in `epoch` holding `held` arrives now.
     fn packet(&mut self, peer: &str, epoch: u64, held: Option<&Schedule>) {
-        self.packets.insert(peer.into(), self.now_ms);
-        let schedule = held.map(Schedule::stamp);
-        if let Some(stamp) = &schedule
-            && stamp.origin != ME
-        {
-            self.sightings.saw(&peer.into(), stamp, self.now_ms);
-        }
-        self.reports.insert(
-            peer.into(),
-            Report {
-                schedule,
-                errors: 0,
-                epoch,
-            },
-        );
-    }
-
-    /// The machine and the world it sees, borrowed apart.
-    fn split(&mut self) -> (&mut Replication, World<'_>, Instant) {
-        let Node {
-            machine,
-            now,
-            now_ms,
-            election,
-            reports,
-            held,
-            sightings,
-            packets,
-            ..
-        } = self;
-        let world = World {
-            election,
-            reports,
-            held: held.as_ref(),
-            sightings,
-            packets,
-            now_ms: *now_ms,
-        };
-        (machine, world, *now)
+        let stamp = held.map(Schedule::stamp);
+        self.replica
+            .note_packet(ME, &peer.into(), epoch, stamp, self.now_ms);
     }
 
     fn apply(&mut self, actions: &[Action]) {
-        for action in actions {
-            match action {
-                Action::Accept(schedule) => self.held = Some(schedule.clone()),
-                Action::Replaced(list) => self.replaced = list.clone(),
-                Action::Gathered { parents, .. } | Action::AddedParent { parents, .. } => {
-                    self.prefetched = parents.clone()
-                }
-                Action::Fetch(_) | Action::Failed { .. } => {}
-            }
-        }
+        actions.iter().for_each(|action| self.replica.keep(action));
         self.log.extend_from_slice(actions);
     }
 
     /// The machine looks at the world (and its actions are carried out).
     fn step(&mut self) -> Vec<Action> {
-        let (machine, world, now) = self.split();
-        let actions = machine.step(now, &world);
+        let world = self.replica.view(&self.election, self.now_ms);
+        let actions = self.machine.step(self.now, &world);
         self.apply(&actions);
         actions
     }
@@ -167,17 +109,13 @@ impl Node {
     /// The fetch in flight ends with `result`; then the machine looks again, as the adapter
     /// does. Returns every action of both.
     fn answer(&mut self, result: Result<Schedule, String>) -> Vec<Action> {
-        let fetch = self
-            .machine
-            .in_flight()
-            .cloned()
-            .expect("a fetch in flight");
+        let fetch = self.in_flight();
         self.answer_to(fetch, result)
     }
 
     fn answer_to(&mut self, fetch: Fetch, result: Result<Schedule, String>) -> Vec<Action> {
-        let (machine, world, now) = self.split();
-        let mut actions = machine.fetched(now, &world, fetch, result);
+        let world = self.replica.view(&self.election, self.now_ms);
+        let mut actions = self.machine.fetched(self.now, &world, fetch, result);
         self.apply(&actions);
         actions.extend(self.step());
         actions
@@ -197,6 +135,27 @@ impl Node {
             self.answer_to(fetch, result);
         }
         asked
+    }
+
+    fn in_flight(&self) -> Fetch {
+        self.machine
+            .in_flight()
+            .cloned()
+            .expect("a fetch in flight")
+    }
+
+    /// How long after now the first action, a failure, has the fetch tried again.
+    fn retry_wait(&self, actions: &[Action]) -> Option<Duration> {
+        match actions.first() {
+            Some(Action::Failed { retry_at, .. }) => retry_at.map(|at| at - self.now),
+            _ => None,
+        }
+    }
+
+    /// The parents published are `expected` (in any order).
+    #[track_caller]
+    fn assert_parents(&self, expected: &[&Schedule]) {
+        assert_eq!(hashes(&self.replica.prefetched.schedules), sorted(expected));
     }
 
     fn wake_at(&self) -> Option<Instant> {
@@ -235,6 +194,14 @@ fn sorted<'a>(schedules: &[&'a Schedule]) -> Vec<&'a str> {
 
 // --- A follower ---
 
+/// A follower of A (epoch 3) fetching `theirs`, which A's packet just announced.
+fn fetching_from_a(theirs: &Schedule) -> Node {
+    let mut node = Node::following(A, 3);
+    node.packet(A, 3, Some(theirs));
+    node.step();
+    node
+}
+
 #[test]
 fn a_follower_fetches_the_leaders_schedule_when_its_stamp_changes() {
     let mut node = Node::following(A, 3);
@@ -250,7 +217,7 @@ fn a_follower_fetches_the_leaders_schedule_when_its_stamp_changes() {
         })]
     );
     node.answer(Ok(first.clone()));
-    assert_eq!(node.held.as_ref(), Some(&first), "put in force");
+    assert_eq!(node.replica.held.as_ref(), Some(&first), "put in force");
 
     // The leader's next schedule: fetched as soon as its ping says so.
     let second = made_by(A, 2);
@@ -258,18 +225,17 @@ fn a_follower_fetches_the_leaders_schedule_when_its_stamp_changes() {
     let asked = node.step();
     assert_eq!(fetches(&asked)[0].stamp, second.stamp());
     node.answer(Ok(second.clone()));
-    assert_eq!(node.held.as_ref(), Some(&second));
+    assert_eq!(node.replica.held.as_ref(), Some(&second));
     assert!(
-        node.replaced.is_empty(),
+        node.replica.replaced.is_empty(),
         "the same leader's schedules are not kept"
     );
 }
 
 #[test]
 fn a_follower_does_not_fetch_the_schedule_it_holds() {
-    let mut node = Node::following(A, 3);
     let held = made_by(A, 1);
-    node.held = Some(held.clone());
+    let mut node = Node::following(A, 3).holding(&held);
     node.packet(A, 3, Some(&held));
     assert_eq!(node.step(), vec![]);
     // Nor while a fetch is in flight, however often it looks.
@@ -292,10 +258,8 @@ fn a_follower_without_a_stable_leader_fetches_nothing() {
 
 #[test]
 fn a_follower_backs_off_after_failures_and_resets_on_success() {
-    let mut node = Node::following(A, 3);
     let theirs = made_by(A, 1);
-    node.packet(A, 3, Some(&theirs));
-    node.step();
+    let mut node = fetching_from_a(&theirs);
     let mut waits = Vec::new();
     for _ in 0..8 {
         let actions = node.answer(Err("connection refused".into()));
@@ -320,22 +284,17 @@ fn a_follower_backs_off_after_failures_and_resets_on_success() {
         "100 ms doubling, at most 5 s"
     );
     node.answer(Ok(theirs.clone()));
-    assert_eq!(node.held.as_ref(), Some(&theirs));
+    assert_eq!(node.replica.held.as_ref(), Some(&theirs));
     // Reset: the next failure waits the shortest time again.
     node.packet(A, 3, Some(&made_by(A, 2)));
     node.step();
     let actions = node.answer(Err("timeout".into()));
-    assert!(
-        matches!(actions[0], Action::Failed { retry_at: Some(at), .. } if at - node.now == ms(100)),
-        "{actions:?}"
-    );
+    assert_eq!(node.retry_wait(&actions), Some(ms(100)), "{actions:?}");
 }
 
 #[test]
 fn leading_resets_a_followers_backoff() {
-    let mut node = Node::following(A, 3);
-    node.packet(A, 3, Some(&made_by(A, 1)));
-    node.step();
+    let mut node = fetching_from_a(&made_by(A, 1));
     for _ in 0..5 {
         node.answer(Err("refused".into()));
         node.wake();
@@ -352,18 +311,13 @@ fn leading_resets_a_followers_backoff() {
         "no wait left from before: {asked:?}"
     );
     let actions = node.answer(Err("refused".into()));
-    assert!(
-        matches!(actions[0], Action::Failed { retry_at: Some(at), .. } if at - node.now == ms(100)),
-        "{actions:?}"
-    );
+    assert_eq!(node.retry_wait(&actions), Some(ms(100)), "{actions:?}");
 }
 
 #[test]
 fn a_follower_refuses_a_schedule_not_made_by_its_leader() {
-    let mut node = Node::following(A, 3);
     let claimed = made_by(A, 1);
-    node.packet(A, 3, Some(&claimed));
-    node.step();
+    let mut node = fetching_from_a(&claimed);
     // Same data, other origin: the hash matches but the leader did not make it.
     let mut forged = claimed.clone();
     forged.origin = B.into();
@@ -372,21 +326,19 @@ fn a_follower_refuses_a_schedule_not_made_by_its_leader() {
         matches!(&actions[0], Action::Failed { error, retry_at: Some(_), .. } if error.contains(B)),
         "{actions:?}"
     );
-    assert_eq!(node.held, None, "nothing put in force");
+    assert_eq!(node.replica.held, None, "nothing put in force");
 }
 
 #[test]
 fn a_follower_refuses_a_schedule_other_than_the_one_asked_for() {
-    let mut node = Node::following(A, 3);
     let asked = made_by(A, 1);
-    node.packet(A, 3, Some(&asked));
-    node.step();
+    let mut node = fetching_from_a(&asked);
     let actions = node.answer(Ok(made_by(A, 2)));
     assert!(
         matches!(&actions[0], Action::Failed { error, .. } if error.contains("wanted")),
         "{actions:?}"
     );
-    assert_eq!(node.held, None);
+    assert_eq!(node.replica.held, None);
 }
 
 #[test]
@@ -404,24 +356,23 @@ fn a_follower_keeps_the_last_four_schedules_of_other_leaders_it_replaced() {
         let theirs = made_by(leader, epoch);
         node.packet(leader, epoch, Some(&theirs));
         node.step();
-        if let Some(old) = &node.held {
+        if let Some(old) = &node.replica.held {
             replaced_order.insert(0, old.clone());
         }
         node.answer(Ok(theirs));
     }
     replaced_order.truncate(REPLACED_KEPT);
-    assert_eq!(node.replaced.len(), 4);
+    assert_eq!(node.replica.replaced.len(), 4);
     assert_eq!(
-        node.replaced, replaced_order,
+        node.replica.replaced, replaced_order,
         "newest first, the oldest dropped"
     );
 }
 
 #[test]
 fn a_replaced_schedule_is_kept_before_the_new_one_is_put_in_force() {
-    let mut node = Node::following(A, 3);
     let old = made_by(B, 1);
-    node.held = Some(old.clone());
+    let mut node = Node::following(A, 3).holding(&old);
     let theirs = made_by(A, 1);
     node.packet(A, 3, Some(&theirs));
     node.step();
@@ -435,11 +386,9 @@ fn a_replaced_schedule_is_kept_before_the_new_one_is_put_in_force() {
 
 #[test]
 fn a_result_for_a_leader_no_longer_followed_is_ignored() {
-    let mut node = Node::following(A, 3);
     let old_leaders = made_by(A, 1);
-    node.packet(A, 3, Some(&old_leaders));
-    node.step();
-    let stale = node.machine.in_flight().cloned().unwrap();
+    let mut node = fetching_from_a(&old_leaders);
+    let stale = node.in_flight();
     // B took over (epoch 4) while the fetch from A ran: B's schedule is fetched at once.
     node.follow(B, 4);
     let new_leaders = made_by(B, 1);
@@ -449,20 +398,19 @@ fn a_result_for_a_leader_no_longer_followed_is_ignored() {
     // A's answer arrives late: neither taken nor counted as a failure.
     let actions = node.answer_to(stale, Ok(old_leaders));
     assert!(actions.is_empty(), "{actions:?}");
-    assert_eq!(node.held, None);
+    assert_eq!(node.replica.held, None);
     node.answer(Ok(new_leaders.clone()));
-    assert_eq!(node.held, Some(new_leaders));
+    assert_eq!(node.replica.held, Some(new_leaders));
 }
 
 // --- A new leader's gathering ---
 
 #[test]
 fn a_new_leader_waits_for_its_live_peers_and_ends_once_all_answered() {
-    let mut node = Node::new();
     let own = made_by(ME, 1);
+    let mut node = Node::new().holding(&own);
     let a_holds = made_by(B, 7);
     let b_holds = made_by(ME, 0);
-    node.held = Some(own.clone());
     // A and B were heard from lately (in the old epoch); C long ago (dead).
     node.packet(C, 1, None);
     node.advance(Duration::from_secs(10));
@@ -495,11 +443,8 @@ fn a_new_leader_waits_for_its_live_peers_and_ends_once_all_answered() {
             .iter()
             .all(|f| f.purpose == Purpose::Gather { epoch: 2 })
     );
-    assert_eq!(node.prefetched.epoch, 2);
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &a_holds, &b_holds])
-    );
+    assert_eq!(node.replica.prefetched.epoch, 2);
+    node.assert_parents(&[&own, &a_holds, &b_holds]);
     let took = node.log.iter().find_map(|a| match a {
         Action::Gathered { took, .. } => Some(*took),
         _ => None,
@@ -513,9 +458,8 @@ fn a_new_leader_waits_for_its_live_peers_and_ends_once_all_answered() {
 
 #[test]
 fn a_new_leader_gathers_at_the_end_of_the_window_without_the_silent_peers() {
-    let mut node = Node::new();
     let own = made_by(ME, 1);
-    node.held = Some(own.clone());
+    let mut node = Node::new().holding(&own);
     let a_holds = made_by(B, 7);
     node.packet(A, 1, Some(&a_holds));
     node.packet(B, 1, None);
@@ -534,11 +478,8 @@ fn a_new_leader_gathers_at_the_end_of_the_window_without_the_silent_peers() {
     );
     assert_eq!(fetches(&asked)[0].stamp, a_holds.stamp());
     node.serve_all(&[&a_holds]);
-    assert_eq!(node.prefetched.epoch, 2);
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &a_holds])
-    );
+    assert_eq!(node.replica.prefetched.epoch, 2);
+    node.assert_parents(&[&own, &a_holds]);
 }
 
 #[test]
@@ -559,8 +500,11 @@ fn a_parent_that_cannot_be_fetched_is_left_out_of_the_gathering() {
         .collect();
     assert_eq!(gathered.len(), 2, "each tried once in the gathering");
     assert!(node.log.iter().any(|a| matches!(a, Action::Failed { fetch, retry_at: None, .. } if fetch.stamp.hash == gone.hash)));
-    assert_eq!(node.prefetched.epoch, 2, "the gathering ended anyway");
-    assert_eq!(hashes(&node.prefetched.schedules), vec![here.hash.as_str()]);
+    assert_eq!(
+        node.replica.prefetched.epoch, 2,
+        "the gathering ended anyway"
+    );
+    node.assert_parents(&[&here]);
     // Another node's schedule left out is then tried as a late parent, with its retries.
     assert_eq!(asked.len(), 3);
     assert_eq!(asked[2].stamp, gone.stamp());
@@ -572,10 +516,9 @@ fn a_parent_that_cannot_be_fetched_is_left_out_of_the_gathering() {
 fn a_gathering_includes_another_leaders_schedule_a_peer_reported_only_briefly() {
     // Issue 10: after a heal a peer reports the other side's schedule only until it fetched this
     // node's; what the transport noted still counts.
-    let mut node = Node::new();
     let own = made_by(ME, 1);
+    let mut node = Node::new().holding(&own);
     let other_side = made_by(B, 1);
-    node.held = Some(own.clone());
     node.packet(A, 4, Some(&other_side));
     node.advance(ms(100));
     node.packet(A, 4, Some(&own));
@@ -583,21 +526,25 @@ fn a_gathering_includes_another_leaders_schedule_a_peer_reported_only_briefly() 
     node.packet(A, 5, Some(&own));
     node.step();
     node.serve_all(&[&other_side]);
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &other_side])
-    );
+    node.assert_parents(&[&own, &other_side]);
+}
+
+/// A new leader (epoch 2) fetching `theirs`, which A reported before and after the election.
+/// Returns the node and that fetch.
+fn gathering_from_a(theirs: &Schedule) -> (Node, Fetch) {
+    let mut node = Node::new();
+    node.packet(A, 1, Some(theirs));
+    node.lead(2);
+    node.packet(A, 2, Some(theirs));
+    node.step();
+    let fetch = node.in_flight();
+    (node, fetch)
 }
 
 #[test]
 fn a_gathering_stops_when_the_leadership_is_lost() {
-    let mut node = Node::new();
     let theirs = made_by(B, 1);
-    node.packet(A, 1, Some(&theirs));
-    node.lead(2);
-    node.packet(A, 2, Some(&theirs));
-    node.step();
-    let stale = node.machine.in_flight().cloned().unwrap();
+    let (mut node, stale) = gathering_from_a(&theirs);
     // Deposed mid-gathering: A leads epoch 3 and this node follows at once.
     node.follow(A, 3);
     let leaders = made_by(A, 2);
@@ -612,24 +559,19 @@ fn a_gathering_stops_when_the_leadership_is_lost() {
         "the gathering's answer is ignored"
     );
     assert_eq!(
-        node.prefetched,
+        node.replica.prefetched,
         Prefetched::default(),
         "no parents published"
     );
     assert_eq!(node.wake_at(), None, "no window left to wait for");
     node.answer(Ok(leaders.clone()));
-    assert_eq!(node.held, Some(leaders));
+    assert_eq!(node.replica.held, Some(leaders));
 }
 
 #[test]
 fn a_result_from_an_earlier_epoch_is_ignored() {
-    let mut node = Node::new();
     let theirs = made_by(B, 1);
-    node.packet(A, 1, Some(&theirs));
-    node.lead(2);
-    node.packet(A, 2, Some(&theirs));
-    node.step();
-    let stale = node.machine.in_flight().cloned().unwrap();
+    let (mut node, stale) = gathering_from_a(&theirs);
     // Re-elected at epoch 3 while the fetch ran: a new gathering for epoch 3.
     node.lead(3);
     node.packet(A, 3, Some(&theirs));
@@ -637,30 +579,36 @@ fn a_result_from_an_earlier_epoch_is_ignored() {
     assert_eq!(fetches(&asked)[0].purpose, Purpose::Gather { epoch: 3 });
     assert!(node.answer_to(stale, Ok(theirs.clone())).is_empty());
     assert_eq!(
-        node.prefetched,
+        node.replica.prefetched,
         Prefetched::default(),
         "epoch 2's never published"
     );
     node.serve_all(&[&theirs]);
-    assert_eq!(node.prefetched.epoch, 3);
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        vec![theirs.hash.as_str()]
-    );
+    assert_eq!(node.replica.prefetched.epoch, 3);
+    node.assert_parents(&[&theirs]);
 }
 
 // --- Late parents (a healed partition) ---
 
 /// A node leading epoch 5 with its parents gathered (its own schedule only).
 fn settled_leader() -> (Node, Schedule) {
-    let mut node = Node::new();
     let own = made_by(ME, 1);
-    node.held = Some(own.clone());
+    let mut node = Node::new().holding(&own);
     node.packet(A, 5, Some(&own));
     node.lead(5);
     node.step();
-    assert_eq!(node.prefetched.epoch, 5);
+    assert_eq!(node.replica.prefetched.epoch, 5);
     (node, own)
+}
+
+/// [`settled_leader`], fetching a schedule of B's that B reported just now. Returns the node, its
+/// own schedule and B's.
+fn late_parent_fetching() -> (Node, Schedule, Schedule) {
+    let (mut node, own) = settled_leader();
+    let other_side = made_by(B, 9);
+    node.packet(B, 5, Some(&other_side));
+    node.step();
+    (node, own, other_side)
 }
 
 #[test]
@@ -675,10 +623,7 @@ fn two_leaders_schedules_after_a_heal_both_become_parents() {
     let asked = node.step();
     assert_eq!(fetches(&asked)[0].purpose, Purpose::LateParent { epoch: 5 });
     node.serve_all(&[&other_side]);
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &other_side])
-    );
+    node.assert_parents(&[&own, &other_side]);
     assert!(
         matches!(node.log.last(), Some(Action::AddedParent { added, .. }) if *added == other_side.stamp())
     );
@@ -697,19 +642,13 @@ fn a_late_parent_reported_only_briefly_is_fetched() {
     node.packet(A, 5, Some(&own));
     node.step();
     node.serve_all(&[&other_side]);
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &other_side])
-    );
+    node.assert_parents(&[&own, &other_side]);
 }
 
 #[test]
 fn a_late_parent_is_tried_up_to_four_times_then_given_up() {
-    let (mut node, _own) = settled_leader();
-    let other_side = made_by(B, 9);
-    node.packet(B, 5, Some(&other_side));
+    let (mut node, _own, other_side) = late_parent_fetching();
     let mut tries_at = vec![node.now];
-    node.step();
     let mut retries = Vec::new();
     loop {
         let actions = node.answer(Err("connection refused".into()));
@@ -745,9 +684,8 @@ fn a_late_parent_is_tried_up_to_four_times_then_given_up() {
 fn a_schedule_only_silent_peers_report_waits_until_one_is_heard_again() {
     // Minority mode: this node leads its side of a partition; B, cut off on the other side,
     // last reported its own leader's schedule before the cut.
-    let mut node = Node::new();
     let own = made_by(ME, 1);
-    node.held = Some(own.clone());
+    let mut node = Node::new().holding(&own);
     let other_side = made_by(C, 1);
     node.packet(B, 1, Some(&other_side));
     node.advance(Duration::from_secs(60));
@@ -759,8 +697,11 @@ fn a_schedule_only_silent_peers_report_waits_until_one_is_heard_again() {
         fetches(&actions).is_empty(),
         "no fetch to wait out: {actions:?}"
     );
-    assert_eq!(node.prefetched.epoch, 7, "gathered without waiting for B");
-    assert_eq!(hashes(&node.prefetched.schedules), vec![own.hash.as_str()]);
+    assert_eq!(
+        node.replica.prefetched.epoch, 7,
+        "gathered without waiting for B"
+    );
+    node.assert_parents(&[&own]);
     // While the cut lasts: no fetch, so no try used up; a look every `recent`.
     for _ in 0..100 {
         assert_eq!(node.wake_at(), Some(node.now + RECENT));
@@ -771,10 +712,7 @@ fn a_schedule_only_silent_peers_report_waits_until_one_is_heard_again() {
     let asked = node.step();
     assert_eq!(fetches(&asked)[0].stamp, other_side.stamp());
     node.answer(Ok(other_side.clone()));
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &other_side])
-    );
+    node.assert_parents(&[&own, &other_side]);
     assert_eq!(node.wake_at(), None);
 }
 
@@ -789,40 +727,28 @@ fn a_late_parent_is_fetched_from_a_peer_heard_lately() {
     let asked = node.step();
     assert_eq!(fetches(&asked)[0].peer, A);
     node.answer(Ok(other_side.clone()));
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &other_side])
-    );
+    node.assert_parents(&[&own, &other_side]);
 }
 
 #[test]
 fn a_late_parent_that_fails_once_is_merged_on_the_next_try() {
-    let (mut node, own) = settled_leader();
-    let other_side = made_by(B, 9);
-    node.packet(B, 5, Some(&other_side));
-    node.step();
+    let (mut node, own, other_side) = late_parent_fetching();
     node.answer(Err("connection refused".into()));
     node.wake();
     node.answer(Ok(other_side.clone()));
-    assert_eq!(
-        hashes(&node.prefetched.schedules),
-        sorted(&[&own, &other_side])
-    );
+    node.assert_parents(&[&own, &other_side]);
     assert_eq!(node.wake_at(), None);
 }
 
 #[test]
 fn a_late_parent_result_after_the_leadership_ended_is_ignored() {
-    let (mut node, _own) = settled_leader();
-    let other_side = made_by(B, 9);
-    node.packet(B, 5, Some(&other_side));
-    node.step();
-    let stale = node.machine.in_flight().cloned().unwrap();
+    let (mut node, _own, other_side) = late_parent_fetching();
+    let stale = node.in_flight();
     node.follow(B, 6);
     node.step();
-    let before = node.prefetched.clone();
+    let before = node.replica.prefetched.clone();
     assert!(node.answer_to(stale, Ok(other_side)).is_empty());
-    assert_eq!(node.prefetched, before);
+    assert_eq!(node.replica.prefetched, before);
 }
 
 #[test]

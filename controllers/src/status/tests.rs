@@ -7,7 +7,7 @@ use serde_json::json;
 use super::*;
 use crate::state::{InputError, Peer, Report, RoleFailure, ScheduleStamp};
 use crate::store::StoreWriter;
-use crate::testing::inputs;
+use crate::testing::{STATUS_KEYS, inputs};
 
 const ME: &str = "77985419c732412ea38b94db00000001";
 const BETA: &str = "77985419c732412ea38b94db00000002";
@@ -52,6 +52,16 @@ fn with_peers(writer: &StoreWriter, peers: Vec<Peer>) {
         peers: peers.into_iter().map(|p| (p.id.clone(), p)).collect(),
         timestamp: Some(500),
     });
+}
+
+/// BETA (listening on port 9000) leads; GAMMA, known without an address, is the other peer.
+fn following_beta_with_gamma(writer: &StoreWriter) {
+    let peers = vec![
+        peer(BETA, "beta", Some("10.0.0.2:9000")),
+        peer(GAMMA, "gamma", None),
+    ];
+    with_peers(writer, peers);
+    writer.election.set(following(BETA));
 }
 
 fn leading(epoch: u64) -> ElectionState {
@@ -164,14 +174,7 @@ fn a_new_leader_with_peers_prefetches_until_it_gathered_this_epochs_schedules() 
 fn a_follower_shows_the_leader_from_the_peer_list_and_whether_it_holds_its_schedule() {
     let held = Schedule::test().with_role("web", "v1").build();
     let writer = StoreWriter::new(Some(held.clone()));
-    with_peers(
-        &writer,
-        vec![
-            peer(BETA, "beta", Some("10.0.0.2:9000")),
-            peer(GAMMA, "gamma", None),
-        ],
-    );
-    writer.election.set(following(BETA));
+    following_beta_with_gamma(&writer);
     writer
         .reports
         .set([(BETA.to_string(), report(Some(stamp("newer")), 0))].into());
@@ -251,14 +254,7 @@ fn the_redirect_port_is_the_leaders_own_where_known_else_this_nodes() {
     let me = status(&writer).leader.unwrap();
     assert_eq!(me.port(1), 8400, "this node's listen address");
 
-    with_peers(
-        &writer,
-        vec![
-            peer(BETA, "beta", Some("10.0.0.2:9000")),
-            peer(GAMMA, "gamma", None),
-        ],
-    );
-    writer.election.set(following(BETA));
+    following_beta_with_gamma(&writer);
     assert_eq!(status(&writer).leader.unwrap().port(8400), 9000);
     writer.election.set(following(GAMMA));
     assert_eq!(
@@ -461,29 +457,7 @@ fn the_json_keeps_verwalter_013s_keys_in_order() {
         .keys()
         .map(String::as_str)
         .collect();
-    let mut expected = vec![
-        "version",
-        "id",
-        "name",
-        "hostname",
-        "peers",
-        "peers_timestamp",
-        "leader",
-        "roles",
-        "last_stable_timestamp",
-        "num_errors",
-        "errors",
-        "failed_roles",
-        "debug_force_leader",
-        "metrics",
-        "fetch_state",
-        "election_state",
-        "schedule_id",
-        "schedule_status",
-        "default_frontend",
-        "failing_nodes",
-        "last_deployment",
-    ];
+    let mut expected = STATUS_KEYS.to_vec();
     // serde_json's map is sorted unless its `preserve_order` is on; either way every key is there.
     if keys != expected {
         expected.sort_unstable();

@@ -50,22 +50,28 @@ fn vote(epoch: u64, schedule: Option<ScheduleStamp>) -> Packet {
     )
 }
 
+/// A CBOR text string shorter than 24 bytes: major type 3 with the length in the initial byte.
+fn cbor_text(s: &str) -> Vec<u8> {
+    assert!(s.len() < 24);
+    [&[0x60 + s.len() as u8][..], s.as_bytes()].concat()
+}
+
+/// A node id: CBOR bytes of 16 (major type 2, the length in the initial byte).
+fn id(bytes: &[u8; 16]) -> Vec<u8> {
+    [&[0x50][..], bytes].concat()
+}
+
 /// The first entries every packet starts with, as CBOR: a map of `entries`, then the type
 /// `kind` (all three are four letters long), the sender `FROM` and the epoch (`epoch`, encoded).
 fn head(entries: u8, kind: &str, epoch: &[u8]) -> Vec<u8> {
     assert!(entries < 24 && kind.len() == 4);
     [
         &[0xA0 + entries][..], // map of `entries`
-        &[0x64],               // text of 4:
-        b"type",
-        &[0x64], // text of 4:
-        kind.as_bytes(),
-        &[0x62], // text of 2:
-        b"id",
-        &[0x50], // bytes of 16:
-        &FROM_BYTES,
-        &[0x65], // text of 5:
-        b"epoch",
+        &cbor_text("type"),
+        &cbor_text(kind),
+        &cbor_text("id"),
+        &id(&FROM_BYTES),
+        &cbor_text("epoch"),
         epoch,
     ]
     .concat()
@@ -75,18 +81,14 @@ fn head(entries: u8, kind: &str, epoch: &[u8]) -> Vec<u8> {
 fn stamp_bytes() -> Vec<u8> {
     [
         &[0xA3][..], // map of 3
-        &[0x69],     // text of 9:
-        b"timestamp",
+        &cbor_text("timestamp"),
         &[0x1B], // uint, 8 bytes follow (1_700_000_000_000 does not fit in 4)
         &[0x00, 0x00, 0x01, 0x8B, 0xCF, 0xE5, 0x68, 0x00],
-        &[0x64], // text of 4:
-        b"hash",
+        &cbor_text("hash"),
         &[0x78, 0x20], // text, 1-byte length follows: 32
         HASH.as_bytes(),
-        &[0x66], // text of 6:
-        b"origin",
-        &[0x50], // bytes of 16:
-        &ORIGIN_BYTES,
+        &cbor_text("origin"),
+        &id(&ORIGIN_BYTES),
     ]
     .concat()
 }
@@ -106,8 +108,7 @@ fn check_bytes(packet: &Packet, expected: &[u8]) {
 fn ping_without_schedule_bytes() {
     let expected: Vec<u8> = [
         &head(4, "Ping", &[0x07])[..], // uint 7, in the initial byte
-        &[0x68],                       // text of 8:
-        b"schedule",
+        &cbor_text("schedule"),
         &[0xF6], // null
     ]
     .concat();
@@ -118,8 +119,7 @@ fn ping_without_schedule_bytes() {
 fn ping_with_schedule_bytes() {
     let expected: Vec<u8> = [
         &head(4, "Ping", &[0x19, 0x03, 0xE8])[..], // uint, 2 bytes follow: 1000
-        &[0x68],                                   // text of 8:
-        b"schedule",
+        &cbor_text("schedule"),
         &stamp_bytes(), // the stamp map
     ]
     .concat();
@@ -129,13 +129,12 @@ fn ping_with_schedule_bytes() {
 #[test]
 fn pong_bytes() {
     let head = |epoch: &[u8]| -> Vec<u8> {
-        [&head(5, "Pong", epoch)[..], &[0x68], b"schedule"].concat() // text of 8: "schedule"
+        [&head(5, "Pong", epoch)[..], &cbor_text("schedule")].concat()
     };
     let errors_0: Vec<u8> = [
         &head(&[0x17])[..], // uint 23, the largest in the initial byte
         &[0xF6],            // null
-        &[0x66],            // text of 6:
-        b"errors",
+        &cbor_text("errors"),
         &[0x00], // uint 0
     ]
     .concat();
@@ -143,8 +142,7 @@ fn pong_bytes() {
     let errors_300: Vec<u8> = [
         &head(&[0x18, 0x18])[..], // uint, 1 byte follows: 24
         &stamp_bytes(),           // the stamp map
-        &[0x66],                  // text of 6:
-        b"errors",
+        &cbor_text("errors"),
         &[0x19, 0x01, 0x2C], // uint, 2 bytes follow: 300
     ]
     .concat();
@@ -158,12 +156,9 @@ fn pong_bytes() {
 fn vote_bytes() {
     let expected: Vec<u8> = [
         &head(5, "Vote", &[0x1A, 0x00, 0x01, 0x00, 0x00])[..], // uint, 4 bytes follow: 65536
-        &[0x66],                                               // text of 6:
-        b"target",
-        &[0x50], // bytes of 16:
-        &TARGET_BYTES,
-        &[0x68], // text of 8:
-        b"schedule",
+        &cbor_text("target"),
+        &id(&TARGET_BYTES),
+        &cbor_text("schedule"),
         &[0xF6], // null
     ]
     .concat();
