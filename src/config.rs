@@ -135,6 +135,12 @@ pub struct HttpFileSettings {
     /// and host name) the API answers to; `*` for any.
     #[serde(default)]
     pub allowed_hosts: Vec<String>,
+    /// A file holding the bearer token every request that changes something must carry
+    /// (`Authorization: Bearer <token>`); relative to the settings file. [default: none, no
+    /// token asked]
+    pub token_file: Option<PathBuf>,
+    /// Reads of the API and `/metrics` need the token too (the frontend's files stay open).
+    pub token_for_reads: Option<bool>,
 }
 
 /// A peer of the static list.
@@ -378,12 +384,7 @@ impl Config {
             heartbeat: or(el.heartbeat_ms, defaults.heartbeat),
         };
         let election_key = file.election.key_file.as_ref().and_then(|path| {
-            let dir = args.settings.as_deref().and_then(Path::parent);
-            let path = match dir {
-                Some(dir) if path.is_relative() => dir.join(path),
-                _ => path.clone(),
-            };
-            read_key(&path)
+            read_key(&relative_to_settings(args, path))
                 .map_err(|problem| problems.push(format!("election.key-file: {problem}")))
                 .ok()
         });
@@ -420,10 +421,20 @@ impl Config {
         if let Err(problem) = check_frontend(&config_dir, &default_frontend) {
             problems.push(format!("default-frontend: {problem}"));
         }
-        let http = crate::http::HttpSettings::from_file(&file.http).unwrap_or_else(|mut found| {
-            problems.append(&mut found);
-            crate::http::HttpSettings::default()
+        let mut http =
+            crate::http::HttpSettings::from_file(&file.http).unwrap_or_else(|mut found| {
+                problems.append(&mut found);
+                crate::http::HttpSettings::default()
+            });
+        http.token = file.http.token_file.as_ref().and_then(|path| {
+            read_token(&relative_to_settings(args, path))
+                .map_err(|problem| problems.push(format!("http.token-file: {problem}")))
+                .ok()
         });
+        if http.token_for_reads && file.http.token_file.is_none() {
+            problems
+                .push("http.token-for-reads: needs http.token-file (the token to ask for)".into());
+        }
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
@@ -549,6 +560,42 @@ fn read_key(path: &Path) -> Result<verwalter_controllers::election::wire::AuthKe
             key.len()
         )
     })
+}
+
+/// `path` of a settings key, relative to the settings file's dir unless absolute.
+fn relative_to_settings(args: &RunArgs, path: &Path) -> PathBuf {
+    match args.settings.as_deref().and_then(Path::parent) {
+        Some(dir) if path.is_relative() => dir.join(path),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// The bearer token of `http.token-file`: a file only its owner may read or write (mode 0600 or
+/// 0400: anyone who reads it can change what every node runs), holding at least 16 visible
+/// ASCII characters.
+fn read_token(path: &Path) -> Result<verwalter_controllers::access::Token, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let mut file =
+        std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let mode = file
+        .metadata()
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?
+        .permissions()
+        .mode();
+    if mode & 0o077 != 0 {
+        return Err(format!(
+            "{}: group or others may access it (mode {:03o}); make it the owner's alone: \
+             chmod 600 {}",
+            path.display(),
+            mode & 0o777,
+            path.display()
+        ));
+    }
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut file, &mut bytes)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    verwalter_controllers::access::Token::from_file_bytes(&bytes)
+        .map_err(|problem| format!("{}: {problem}", path.display()))
 }
 
 fn read_settings(path: &Path) -> Result<SettingsFile, String> {
@@ -766,5 +813,58 @@ mod tests {
             Config::load(&args(Some("ops"))).unwrap().default_frontend,
             "ops"
         );
+    }
+
+    #[test]
+    fn a_token_file_is_read_relative_to_the_settings_and_must_be_private() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |http: &str| {
+            std::fs::write(&file, format!("http:\n{http}")).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        let write = |name: &str, text: &str, mode: u32| {
+            let path = tmp.path().join(name);
+            std::fs::write(&path, text).unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        write("good.token", "  op3rator-t0ken-0123\n", 0o600);
+        write("short.token", "short\n", 0o600);
+        write("open.token", "op3rator-t0ken-0123\n", 0o644);
+        let config = load("  token-file: good.token\n").unwrap();
+        let token = config.http.token.as_ref().expect("a token");
+        assert!(token.matches(b"op3rator-t0ken-0123"));
+        assert!(!config.http.token_for_reads, "reads stay open by default");
+        assert!(
+            !format!("{config:?}").contains("op3rator"),
+            "the token is never printed"
+        );
+        let config = load("  token-file: good.token\n  token-for-reads: true\n").unwrap();
+        assert!(config.http.token_for_reads);
+
+        let err = load("  token-file: short.token\n").unwrap_err().to_string();
+        assert!(
+            err.contains("http.token-file") && err.contains("5 bytes, at least 16"),
+            "{err}"
+        );
+        let err = load("  token-file: open.token\n").unwrap_err().to_string();
+        assert!(
+            err.contains("open.token") && err.contains("mode 644") && err.contains("chmod 600"),
+            "{err}"
+        );
+        let err = load("  token-file: missing.token\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("missing.token: cannot read"), "{err}");
+        let err = load("  token-for-reads: true\n").unwrap_err().to_string();
+        assert!(err.contains("needs http.token-file"), "{err}");
+        let config = load("  max-connections: 10\n").unwrap();
+        assert!(config.http.token.is_none(), "no token unless configured");
     }
 }

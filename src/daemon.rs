@@ -220,7 +220,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
                 clock: clock.clone(),
                 sightings,
             },
-        );
+        )
+        .with_token(config.http.token_for_peers());
         tasks.spawn(fetcher.run(shutdown.clone()));
     } else {
         // No peer source: the node cannot have peers, so it leads itself at once.

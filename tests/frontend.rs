@@ -695,3 +695,199 @@ fn operators_see_why_a_press_or_a_page_failed() {
         "{errors:#?}"
     );
 }
+
+const API_TOKEN: &str = "Op3rator-API-t0ken-for-the-test";
+
+/// A node on a copy of `examples/minimal` that asks for [`API_TOKEN`] (`http.token-file`, mode
+/// 0600), on reads too with `reads`; logging at debug, so that a token in any log line shows.
+fn token_site(reads: bool) -> (tempfile::TempDir, std::path::PathBuf, Daemon) {
+    use std::os::unix::fs::PermissionsExt;
+    let (tmp, config, storage) = example_site("minimal");
+    let token_file = tmp.path().join("api.token");
+    std::fs::write(&token_file, format!("{API_TOKEN}\n")).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!("http:\n  token-file: api.token\n  token-for-reads: {reads}\n"),
+    )
+    .unwrap();
+    let daemon = Daemon::launch(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[("RUST_LOG", "debug")],
+    );
+    (tmp, storage, daemon)
+}
+
+/// One HTTP/1.0 request on 127.0.0.1 with `headers`: the status code and the body.
+fn request(port: u16, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(70))).unwrap();
+    let mut head = format!("{method} {path} HTTP/1.0\r\nHost: verwalter\r\n");
+    for header in headers {
+        head += &format!("{header}\r\n");
+    }
+    head += &format!("Content-Length: {}\r\n\r\n{body}", body.len());
+    s.write_all(head.as_bytes()).unwrap();
+    let mut text = String::new();
+    let _ = s.read_to_string(&mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head.split_whitespace().nth(1).and_then(|c| c.parse().ok());
+    (code.unwrap_or(0), body.to_string())
+}
+
+/// Every file under `dir` that holds `needle`.
+fn files_holding(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(files_holding(&path, needle));
+        } else if std::fs::read(&path)
+            .unwrap_or_default()
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+        {
+            found.push(path);
+        }
+    }
+    found
+}
+
+/// Fills the token form and sends it.
+fn enter_token(browser: &Browser, token: &str) {
+    browser.wait_for("#token-form #token-input", SOON);
+    browser.execute(
+        "document.getElementById('token-input').value = arguments[0]; \
+         document.getElementById('token-form').requestSubmit(); return null",
+        vec![json!(token)],
+    );
+}
+
+#[test]
+fn with_an_api_token_writes_need_it_and_the_page_asks_for_it_once() {
+    let (tmp, storage, daemon) = token_site(false);
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let port = daemon.port;
+    let json_type = "Content-Type: application/json";
+    let bearer = format!("Authorization: Bearer {API_TOKEN}");
+
+    // Over HTTP: 401 without the token or with another, through with it; reads stay open.
+    for headers in [
+        vec![json_type],
+        vec![json_type, "Authorization: Bearer wrong-token-0123456789"],
+    ] {
+        let (code, body) = request(port, "POST", "/v1/action", &headers, r#"{"x": 1}"#);
+        assert_eq!(code, 401, "{body}");
+        assert!(body.starts_with(r#"{"error":"#), "a JSON error: {body}");
+        let (code, _) = request(port, "POST", "/v1/force_render_all", &headers[1..], "");
+        assert_eq!(code, 401);
+    }
+    let (code, body) = request(
+        port,
+        "POST",
+        "/v1/action",
+        &[json_type, &bearer],
+        r#"{"x": 1}"#,
+    );
+    assert_eq!(code, 200, "{body}");
+    let (code, body) = request(port, "POST", "/v1/force_render_all", &[&bearer], "");
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(daemon.get("/v1/status").map(|r| r.0), Some(200));
+
+    // The page loads without it; a button press asks for it.
+    let base = format!("http://127.0.0.1:{port}");
+    let browser = Browser::start();
+    browser.goto(&format!("{base}/roles/web"));
+    browser.wait_for_text("#live", "live", SOON);
+    browser.click_on("#versions button[data-version='v1']", None, SOON);
+    browser
+        .accept_alert_if_any()
+        .expect("the version switch asks first");
+    let form = browser.wait_for_text("#token-form", "401", SOON);
+    assert!(
+        browser.text(&form).contains("POST /v1/wait_action"),
+        "{}",
+        browser.text(&form)
+    );
+    shot(&browser, "token-form");
+    // A wrong token: the 401 is shown and the form asks again.
+    enter_token(&browser, "not-the-token-of-this-node");
+    let notice = browser.wait_for_text("#notices", "401", SOON);
+    assert!(
+        browser.text(&notice).contains("not this node's"),
+        "{}",
+        browser.text(&notice)
+    );
+    // The right one: the press goes through, and the notice of the wrong one goes.
+    enter_token(&browser, API_TOKEN);
+    browser.wait_for_text("#action-results", "web pinned to v1", SOON);
+    assert!(browser.find("#token-form").is_none(), "the form is gone");
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    assert_eq!(schedule(&daemon)["data"]["state"]["web"]["pinned"], "v1");
+
+    // After a reload in the same session, presses go through without asking.
+    browser.goto(&format!("{base}/roles/web"));
+    browser.wait_for_text("#live", "live", SOON);
+    browser.click_on("#global-actions button", Some("Add instance"), SOON);
+    browser.wait_for_text("#action-results", "web: 2 instance(s)", SOON);
+    assert!(browser.find("#token-form").is_none(), "not asked again");
+    let errors = browser.console_errors();
+    assert!(
+        errors.iter().all(|e| e.contains("401")),
+        "only the refused requests: {errors:#?}"
+    );
+
+    // The token is in no log line, metric, deployment log, journal or stored file.
+    let (code, metrics) = request(port, "GET", "/metrics", &[], "");
+    assert_eq!(code, 200);
+    assert!(!metrics.contains(API_TOKEN), "the token is in /metrics");
+    let logs = daemon.logs();
+    assert!(logs.contains("Action registered."), "{logs}");
+    assert!(
+        !logs.contains(API_TOKEN),
+        "the token is in the daemon's log:\n{logs}"
+    );
+    assert_eq!(
+        files_holding(&storage, API_TOKEN),
+        Vec::<std::path::PathBuf>::new()
+    );
+    drop(tmp);
+}
+
+#[test]
+fn with_token_for_reads_the_page_asks_before_it_shows_anything_and_streams_with_it() {
+    let (_tmp, _storage, daemon) = token_site(true);
+    let port = daemon.port;
+    let bearer = format!("Authorization: Bearer {API_TOKEN}");
+    let schedule = wait_for(SOON, || {
+        match request(port, "GET", "/v1/schedule", &[&bearer], "") {
+            (200, body) => serde_json::from_str::<Value>(&body).ok(),
+            _ => None,
+        }
+    })
+    .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let hash = schedule["hash"].as_str().unwrap();
+    for path in ["/v1/status", "/v1/events", "/metrics"] {
+        assert_eq!(request(port, "GET", path, &[], "").0, 401, "{path}");
+    }
+    assert_eq!(request(port, "GET", "/", &[], "").0, 200, "the page loads");
+
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{port}/"));
+    enter_token(&browser, API_TOKEN);
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#schedule-hash", &hash[..8], SOON);
+    browser.wait_for_text("#roles-table", "web", SOON);
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    // A reload keeps the token: the page is live without asking.
+    browser.goto(&format!("http://127.0.0.1:{port}/nodes"));
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#nodes", "alpha", SOON);
+    assert!(browser.find("#token-form").is_none(), "not asked again");
+    assert!(!daemon.logs().contains(API_TOKEN));
+}

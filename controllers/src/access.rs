@@ -20,6 +20,11 @@
 //! ([`event_stream_cap`], [`long_poll_cap`]), so that they never starve the rest of the API;
 //! the connections themselves to [`connection_cap`], and when all are taken [`evict`] picks
 //! the one that makes room (`src/http/serve.rs` counts and closes).
+//!
+//! An operator may also require a bearer token (`http.token-file`): [`needs_token`] says which
+//! requests must carry it (every one that can change something; reads too with
+//! `http.token-for-reads`, apart from the frontend's own files), [`check_token`] whether the
+//! `Authorization` header of one does, comparing in constant time.
 
 use std::net::IpAddr;
 
@@ -201,6 +206,130 @@ fn origin_authority(url: &str) -> Option<String> {
     } else {
         Some(authority.to_string())
     }
+}
+
+/// The shortest token accepted: 16 bytes, as the election key.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+/// The bearer token of `http.token-file`. Its `Debug` never shows it, so no settings dump or
+/// log line can.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(Box<[u8]>);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(hidden)")
+    }
+}
+
+/// Why a token file's text is not a token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenProblem {
+    #[error("the token is {0} bytes, at least {MIN_TOKEN_LEN} are needed")]
+    TooShort(usize),
+    #[error(
+        "the token may hold only visible ASCII characters (no spaces inside): it is sent in an \
+         HTTP header and typed into a form"
+    )]
+    NotVisibleAscii,
+}
+
+impl Token {
+    /// The token in a file's bytes: surrounding whitespace dropped, at least [`MIN_TOKEN_LEN`]
+    /// bytes left, each a visible ASCII character.
+    pub fn from_file_bytes(bytes: &[u8]) -> Result<Token, TokenProblem> {
+        let token = bytes.trim_ascii();
+        if !token.iter().all(|b| b.is_ascii_graphic()) {
+            return Err(TokenProblem::NotVisibleAscii);
+        }
+        if token.len() < MIN_TOKEN_LEN {
+            return Err(TokenProblem::TooShort(token.len()));
+        }
+        Ok(Token(token.into()))
+    }
+
+    /// The token itself, to send it (a follower's schedule fetches with `http.token-for-reads`);
+    /// never to log or compare.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Whether `presented` is this token, in a time that depends on the length of `presented`
+    /// only, never on how much of it matches.
+    pub fn matches(&self, presented: &[u8]) -> bool {
+        let mut differ = u8::from(presented.len() != self.0.len());
+        for (i, byte) in presented.iter().enumerate() {
+            differ |= byte ^ self.0[i % self.0.len()];
+        }
+        std::hint::black_box(differ) == 0
+    }
+}
+
+/// Which requests need the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TokenScope {
+    /// `http.token-for-reads`: reads of the API and `/metrics` need it too.
+    pub reads: bool,
+}
+
+/// Whether a request of `method` on `path` must carry the token: every method but GET, HEAD and
+/// OPTIONS, on any path (whatever route is added later, and unknown paths: nothing that is
+/// not a read gets past without it); with `scope.reads`, also reads of `/v1` and below and of
+/// `/metrics`. The frontend's own files and pages (`/`, `/common/`, `/~<name>/`, the page for
+/// any other path) stay open, so the page can load and ask for the token.
+pub fn needs_token(scope: TokenScope, method: &str, path: &str) -> bool {
+    if !matches!(method, "GET" | "HEAD" | "OPTIONS") {
+        return true;
+    }
+    scope.reads && method != "OPTIONS" && is_api_path(path)
+}
+
+/// `/v1`, anything under it, and `/metrics`.
+fn is_api_path(path: &str) -> bool {
+    path == "/v1" || path.starts_with("/v1/") || path == "/metrics"
+}
+
+/// Why a request was refused for its token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// No `Authorization: Bearer ...` header.
+    Missing,
+    /// A bearer token that is not the one configured.
+    Wrong,
+}
+
+/// Whether a request passes the token check: `token` is the configured one (`None`: no check),
+/// `authorization` the request's `Authorization` header, if sent. `Bearer` is matched without
+/// regard to case, as RFC 9110 says of auth schemes.
+pub fn check_token(
+    token: Option<&Token>,
+    scope: TokenScope,
+    method: &str,
+    path: &str,
+    authorization: Option<&[u8]>,
+) -> Result<(), TokenRefusal> {
+    let Some(token) = token else { return Ok(()) };
+    if !needs_token(scope, method, path) {
+        return Ok(());
+    }
+    let presented = authorization
+        .and_then(bearer)
+        .ok_or(TokenRefusal::Missing)?;
+    if token.matches(presented) {
+        Ok(())
+    } else {
+        Err(TokenRefusal::Wrong)
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+fn bearer(header: &[u8]) -> Option<&[u8]> {
+    let header = header.trim_ascii();
+    let (scheme, rest) = header.split_at_checked(6)?;
+    if !scheme.eq_ignore_ascii_case(b"bearer") || !rest.first()?.is_ascii_whitespace() {
+        return None;
+    }
+    Some(rest.trim_ascii())
 }
 
 #[cfg(test)]
@@ -397,5 +526,131 @@ mod tests {
             judge(NAMES, hostless),
             Some(Refusal::CrossSite(_))
         ));
+    }
+
+    const SECRET: &[u8] = b"s3cret-token-0123456789";
+
+    #[test]
+    fn a_token_file_holds_sixteen_visible_ascii_bytes_or_more() {
+        let token = Token::from_file_bytes(b"  s3cret-token-0123456789\n").unwrap();
+        assert!(token.matches(SECRET), "surrounding whitespace is dropped");
+        assert_eq!(format!("{token:?}"), "Token(hidden)");
+        assert_eq!(
+            Token::from_file_bytes(b"short\n"),
+            Err(TokenProblem::TooShort(5))
+        );
+        assert_eq!(Token::from_file_bytes(b""), Err(TokenProblem::TooShort(0)));
+        assert_eq!(
+            Token::from_file_bytes(b"sixteen bytes or more"),
+            Err(TokenProblem::NotVisibleAscii)
+        );
+        assert_eq!(
+            Token::from_file_bytes("s3cret-töken-0123456789".as_bytes()),
+            Err(TokenProblem::NotVisibleAscii)
+        );
+    }
+
+    #[test]
+    fn only_the_token_itself_matches() {
+        let token = Token::from_file_bytes(SECRET).unwrap();
+        assert!(token.matches(SECRET));
+        assert!(!token.matches(b""));
+        assert!(!token.matches(&SECRET[..SECRET.len() - 1]), "a prefix");
+        assert!(
+            !token.matches(b"s3cret-token-0123456789s3cret-token-0123456789"),
+            "repeated"
+        );
+        assert!(!token.matches(b"S3cret-token-0123456789"), "case counts");
+        assert!(!token.matches(b"s3cret-token-0123456780"));
+    }
+
+    #[test]
+    fn everything_but_reads_needs_the_token_and_reads_of_the_api_when_asked() {
+        let writes = TokenScope { reads: false };
+        let reads = TokenScope { reads: true };
+        for method in ["POST", "PUT", "DELETE", "PATCH", "FOO"] {
+            for path in [
+                "/v1/action",
+                "/v1/force_render_all",
+                "/v1/status",
+                "/",
+                "/nope",
+            ] {
+                assert!(needs_token(writes, method, path), "{method} {path}");
+            }
+        }
+        for path in [
+            "/v1/status",
+            "/v1/events",
+            "/metrics",
+            "/",
+            "/common/app.js",
+        ] {
+            assert!(!needs_token(writes, "GET", path), "{path}");
+            assert!(!needs_token(writes, "HEAD", path), "{path}");
+        }
+        for path in [
+            "/v1",
+            "/v1/status",
+            "/v1/log/global/latest",
+            "/v1/events",
+            "/metrics",
+        ] {
+            assert!(needs_token(reads, "GET", path), "{path}");
+            assert!(needs_token(reads, "HEAD", path), "{path}");
+            assert!(!needs_token(reads, "OPTIONS", path), "{path}");
+        }
+        // The frontend's files and pages load without it, so the page can ask for it.
+        for path in [
+            "/",
+            "/common/app.js",
+            "/~ops/index.html",
+            "/roles/web",
+            "/v1x",
+        ] {
+            assert!(!needs_token(reads, "GET", path), "{path}");
+        }
+    }
+
+    #[test]
+    fn the_bearer_header_is_checked_when_a_token_is_set() {
+        let token = Token::from_file_bytes(SECRET).unwrap();
+        let writes = TokenScope::default();
+        let post = |authorization: Option<&[u8]>| {
+            check_token(Some(&token), writes, "POST", "/v1/action", authorization)
+        };
+        assert_eq!(post(Some(b"Bearer s3cret-token-0123456789")), Ok(()));
+        assert_eq!(post(Some(b"bearer   s3cret-token-0123456789 ")), Ok(()));
+        assert_eq!(post(None), Err(TokenRefusal::Missing));
+        assert_eq!(post(Some(b"Basic czNjcmV0")), Err(TokenRefusal::Missing));
+        assert_eq!(post(Some(b"Bearer")), Err(TokenRefusal::Missing));
+        assert_eq!(
+            post(Some(b"Bearers3cret-token-0123456789")),
+            Err(TokenRefusal::Missing)
+        );
+        assert_eq!(
+            post(Some(b"Bearer wrong-token-0123456789")),
+            Err(TokenRefusal::Wrong)
+        );
+        assert_eq!(post(Some(b"Bearer ")), Err(TokenRefusal::Missing));
+        // Reads pass without it by default; with no token set, nothing is checked.
+        assert_eq!(
+            check_token(Some(&token), writes, "GET", "/v1/status", None),
+            Ok(())
+        );
+        assert_eq!(
+            check_token(None, writes, "POST", "/v1/action", None),
+            Ok(())
+        );
+        assert_eq!(
+            check_token(
+                Some(&token),
+                TokenScope { reads: true },
+                "GET",
+                "/v1/status",
+                None
+            ),
+            Err(TokenRefusal::Missing)
+        );
     }
 }

@@ -75,6 +75,9 @@ pub const HTTP_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const HTTP_MAX_EVENT_STREAMS: usize = 128;
 /// A client that takes no event or response data for this long is dropped.
 pub const HTTP_STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// With `http.token-file`, reads of the API stay open unless this is set (only requests that
+/// change something need the token).
+pub const HTTP_TOKEN_FOR_READS: bool = false;
 
 /// One default as the operator sees it: the settings-file key (dotted for nested keys), the
 /// flag of `verwalter run` that sets it too, if any, and the value as written in the file.
@@ -155,6 +158,11 @@ pub fn shown() -> Vec<Shown> {
             "http.stream-stall-timeout-ms",
             None,
             ms(HTTP_STREAM_STALL_TIMEOUT),
+        ),
+        entry(
+            "http.token-for-reads",
+            None,
+            HTTP_TOKEN_FOR_READS.to_string(),
         ),
     ]
 }

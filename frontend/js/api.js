@@ -3,6 +3,11 @@
 // with the node's own `error` text when it sent one. Nothing is dropped here: callers show the
 // error, as a notice (notices.js) or on the line under the button the operator pressed, and a
 // request that succeeds again clears its notice.
+//
+// A node with an API token (http.token-file) answers 401 to requests without it: the request
+// then waits for the token form (token.js), is sent again with the token, and every later request
+// carries it. A token the node refuses is forgotten, the 401 is shown as a notice, and the form
+// asks again.
 
 export class RequestFailed extends Error {
   /**
@@ -53,18 +58,36 @@ async function reason(response) {
   return said ? head + ": " + said : head;
 }
 
-/** The API of one page; `notices` is told when a request succeeds, to clear its notice. */
-export function createApi(notices) {
+/**
+ * The API of one page; `notices` is told when a request succeeds, to clear its notice; `tokens`
+ * (token.js) holds the API token and asks for it.
+ */
+export function createApi(notices, tokens) {
   /** One request; resolves to the response when it is a success (2xx), else throws. */
   async function send(method, path, init) {
-    let response;
-    try {
-      response = await fetch(path, {...init, method});
-    } catch (e) {
-      throw new RequestFailed(method, path, 0, "the node did not answer (" + e.message + ")");
+    for (;;) {
+      const token = tokens.current();
+      const headers = new Headers(init.headers || {});
+      if (token) headers.set("Authorization", "Bearer " + token);
+      let response;
+      try {
+        response = await fetch(path, {...init, headers, method});
+      } catch (e) {
+        throw new RequestFailed(method, path, 0, "the node did not answer (" + e.message + ")");
+      }
+      if (response.status !== 401) {
+        if (!response.ok) throw new RequestFailed(method, path, response.status, await reason(response));
+        return response;
+      }
+      const refused = new RequestFailed(method, path, 401, await reason(response));
+      // Another request got a token meanwhile: try that one first.
+      if (tokens.current() !== token) continue;
+      if (token) {
+        tokens.forget();
+        notices.show(refused);
+      }
+      if (!await tokens.ask(refused.message)) throw refused;
     }
-    if (!response.ok) throw new RequestFailed(method, path, response.status, await reason(response));
-    return response;
   }
 
   async function body(method, path, response, read) {

@@ -36,9 +36,29 @@ impl Default for HttpClient {
 impl HttpClient {
     /// GETs `url`; the body of a 200 response, at most `limit` bytes, within `timeout`.
     pub async fn get(&self, url: &str, limit: usize, timeout: Duration) -> Result<Bytes, String> {
+        self.get_with_token(url, None, limit, timeout).await
+    }
+
+    /// [`get`](Self::get), sending `token` as `Authorization: Bearer` when given (a peer whose
+    /// reads need it). Errors never include it.
+    pub async fn get_with_token(
+        &self,
+        url: &str,
+        token: Option<&verwalter_controllers::access::Token>,
+        limit: usize,
+        timeout: Duration,
+    ) -> Result<Bytes, String> {
         let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
-        let request = hyper::Request::get(uri)
-            .header(hyper::header::HOST, "verwalter")
+        let mut request = hyper::Request::get(uri).header(hyper::header::HOST, "verwalter");
+        if let Some(token) = token {
+            let mut value = b"Bearer ".to_vec();
+            value.extend_from_slice(token.as_bytes());
+            let mut value = hyper::header::HeaderValue::from_bytes(&value)
+                .map_err(|_| format!("{url}: the token is not a header value"))?;
+            value.set_sensitive(true);
+            request = request.header(hyper::header::AUTHORIZATION, value);
+        }
+        let request = request
             .body(Empty::new())
             .map_err(|e| format!("{url}: {e}"))?;
         let work = async {

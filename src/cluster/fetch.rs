@@ -60,6 +60,8 @@ pub struct Fetcher {
     machine: Replication,
     io: FetcherParts,
     client: HttpClient,
+    /// Sent on schedule fetches ([`crate::http::HttpSettings::token_for_peers`]).
+    token: Option<verwalter_controllers::access::Token>,
 }
 
 /// A fetch running, with the fetch it answers.
@@ -71,7 +73,14 @@ impl Fetcher {
             machine: Replication::new(config),
             io: parts,
             client: HttpClient::default(),
+            token: None,
         }
+    }
+
+    /// Fetches send `token` (peers whose reads need it: `http.token-for-reads`).
+    pub fn with_token(mut self, token: Option<verwalter_controllers::access::Token>) -> Fetcher {
+        self.token = token;
+        self
     }
 
     pub async fn run(mut self, shutdown: CancellationToken) {
@@ -130,9 +139,13 @@ impl Fetcher {
                         .get(&fetch.peer)
                         .and_then(|p| p.addr.clone());
                     let client = self.client.clone();
+                    let token = self.token.clone();
                     running.push(Box::pin(async move {
                         let result = match addr {
-                            Some(addr) => get_schedule(&client, &addr, &fetch.stamp.hash).await,
+                            Some(addr) => {
+                                get_schedule(&client, token.as_ref(), &addr, &fetch.stamp.hash)
+                                    .await
+                            }
                             None => Err(format!("no address known for {}", fetch.peer)),
                         };
                         (fetch, result)
@@ -212,12 +225,18 @@ impl FetcherParts {
 /// (whether it is the schedule wanted is the machine's call). `/v1/schedule/<hash>` also finds
 /// a schedule the peer replaced a moment ago; a peer without that route (verwalter 0.13) gets
 /// the plain `/v1/schedule`.
-async fn get_schedule(client: &HttpClient, addr: &str, hash: &str) -> Result<Schedule, String> {
+async fn get_schedule(
+    client: &HttpClient,
+    token: Option<&verwalter_controllers::access::Token>,
+    addr: &str,
+    hash: &str,
+) -> Result<Schedule, String> {
     let by_hash = format!("http://{addr}/v1/schedule/{hash}");
     let url = format!("http://{addr}/v1/schedule");
-    let body = match client.get(&by_hash, MAX_SCHEDULE, FETCH_TIMEOUT).await {
+    let get = |url| client.get_with_token(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
+    let body = match get(&by_hash).await {
         Ok(body) => body,
-        Err(_) => client.get(&url, MAX_SCHEDULE, FETCH_TIMEOUT).await?,
+        Err(_) => get(&url).await?,
     };
     let schedule: Schedule =
         serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
@@ -509,5 +528,77 @@ mod tests {
         retries.await.unwrap();
         assert!(cleared.is_some(), "the persist error was never cleared");
         assert_eq!(disk.hashes(), vec![theirs.hash.clone()]);
+    }
+
+    /// Serves `schedule` only to requests that carry `Authorization: Bearer <token>`, else 401
+    /// (a node with `http.token-for-reads`); the request heads it saw.
+    async fn serve_with_token(
+        schedule: Schedule,
+        token: &'static str,
+    ) -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let body = serde_json::to_vec(&schedule).unwrap();
+        let heads = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                let allowed = head.contains(&format!(
+                    "authorization: bearer {}\r\n",
+                    token.to_ascii_lowercase()
+                ));
+                seen.lock().unwrap().push(head);
+                let answer = if allowed {
+                    format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    )
+                } else {
+                    "HTTP/1.1 401 Unauthorized\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                        .to_string()
+                };
+                let _ = conn.write_all(answer.as_bytes()).await;
+                if allowed {
+                    let _ = conn.write_all(&body).await;
+                }
+            }
+        });
+        (port, heads)
+    }
+
+    #[tokio::test]
+    async fn schedule_fetches_carry_the_token_only_when_given_one() {
+        const TOKEN: &str = "Peer-read-t0ken-0123";
+        let schedule = Schedule::test().with_role("web", "v1").build();
+        let (port, heads) = serve_with_token(schedule.clone(), TOKEN).await;
+        let addr = format!("127.0.0.1:{port}");
+        let client = HttpClient::default();
+        let err = get_schedule(&client, None, &addr, &schedule.hash)
+            .await
+            .unwrap_err();
+        assert!(err.contains("401"), "{err}");
+        assert!(
+            heads
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|h| !h.contains("authorization")),
+            "no token given, none sent"
+        );
+        let token =
+            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap();
+        let got = get_schedule(&client, Some(&token), &addr, &schedule.hash)
+            .await
+            .unwrap();
+        assert_eq!(got.hash, schedule.hash);
     }
 }

@@ -67,6 +67,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     embed!("js/router.js", JS),
     embed!("js/state.js", JS),
     embed!("js/stream.js", JS),
+    embed!("js/token.js", JS),
     embed!("js/pages/api-links.js", JS),
     embed!("js/pages/backups.js", JS),
     embed!("js/pages/logs.js", JS),

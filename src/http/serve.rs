@@ -54,6 +54,10 @@ pub struct HttpSettings {
     pub stream_stall_timeout: Duration,
     /// Lowercase host names the API answers to besides the built-in ones; `*` for any.
     pub allowed_hosts: Vec<String>,
+    /// `http.token-file`'s bearer token, asked of requests `access::needs_token` names.
+    pub token: Option<verwalter_controllers::access::Token>,
+    /// `http.token-for-reads`.
+    pub token_for_reads: bool,
 }
 
 /// Far above what operators' browsers, peers and scripts open, far below systemd's default
@@ -93,6 +97,8 @@ impl Default for HttpSettings {
             max_event_streams: DEFAULT_MAX_EVENT_STREAMS,
             stream_stall_timeout: DEFAULT_STREAM_STALL_TIMEOUT,
             allowed_hosts: Vec::new(),
+            token: None,
+            token_for_reads: verwalter_controllers::defaults::HTTP_TOKEN_FOR_READS,
         }
     }
 }
@@ -139,7 +145,19 @@ impl HttpSettings {
                 .iter()
                 .map(|h| h.trim_end_matches('.').to_ascii_lowercase())
                 .collect(),
+            // Read by `Config::load`: the file is named relative to the settings file.
+            token: None,
+            token_for_reads: file.token_for_reads.unwrap_or(defaults.token_for_reads),
         })
+    }
+}
+
+impl HttpSettings {
+    /// The token this node sends when it reads from its peers (schedule fetches): its own, when
+    /// reads need it (`http.token-for-reads`; every node of the cluster then has the same token
+    /// file), else none, so that the token goes over the network only where it must.
+    pub fn token_for_peers(&self) -> Option<verwalter_controllers::access::Token> {
+        self.token.clone().filter(|_| self.token_for_reads)
     }
 }
 

@@ -421,6 +421,36 @@ fn every_route_is_in_the_openapi_description_and_nothing_else() {
     );
 }
 
+/// docs/openapi.yaml marks every operation that is not a read as needing the bearer token.
+#[test]
+fn every_write_operation_in_the_openapi_description_names_the_token() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.yaml");
+    let doc: serde_norway::Value =
+        serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(
+        doc["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
+    let mut writes = 0;
+    for (route, operations) in doc["paths"].as_mapping().unwrap() {
+        for (method, operation) in operations.as_mapping().unwrap() {
+            let method = method.as_str().unwrap();
+            if matches!(method, "get" | "head" | "options" | "parameters") {
+                continue;
+            }
+            writes += 1;
+            let security = serde_json::to_string(&operation["security"]).unwrap();
+            assert!(
+                security.contains("bearer"),
+                "{method} {route:?}: {security}"
+            );
+            let unauthorized = &operation["responses"]["401"];
+            assert!(!unauthorized.is_null(), "{method} {route:?} lacks its 401");
+        }
+    }
+    assert_eq!(writes, 3, "force_render_all, action, wait_action");
+}
+
 async fn body_text(response: axum::response::Response) -> String {
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
@@ -511,7 +541,10 @@ async fn send(
 #[tokio::test]
 async fn foreign_host_names_and_cross_site_posts_are_refused() {
     let writer = StoreWriter::new(None);
-    let app = app(&writer);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let state = app_state(&writer, no_frontends, "common");
+    let force_render = state.force_render.clone();
+    let app = router(state);
     // DNS rebinding: a name of someone else's domain pointing here.
     for host in [
         "evil.example.net",
@@ -561,11 +594,7 @@ async fn foreign_host_names_and_cross_site_posts_are_refused() {
     )
     .await;
     assert_eq!(response.status(), StatusCode::UNSUPPORTED_MEDIA_TYPE);
-    assert_eq!(
-        *writer.store().force_render.peek(),
-        0,
-        "nothing re-rendered"
-    );
+    assert_eq!(*force_render.get(), 0, "nothing re-rendered");
     // The node's own pages, and curl (no Origin).
     for headers in [
         vec![host, ("origin", "http://127.0.0.1:8379")],
@@ -575,6 +604,7 @@ async fn foreign_host_names_and_cross_site_posts_are_refused() {
         let response = send(&app, "POST", "/v1/force_render_all", &headers).await;
         assert_eq!(response.status(), StatusCode::OK, "{headers:?}");
     }
+    assert_eq!(*force_render.get(), 3, "re-rendered by each of the three");
 }
 
 #[tokio::test]
@@ -922,4 +952,157 @@ async fn the_leader_redirect_uses_the_leaders_port_from_the_peer_list() {
         assert_eq!(response.status(), StatusCode::PERMANENT_REDIRECT);
         assert_eq!(response.headers()["location"], location);
     }
+}
+
+const TOKEN: &str = "op3rator-t0ken-for-tests";
+
+/// The app of a node that asks for [`TOKEN`] (and on reads too with `reads`), and its
+/// `force_render` generation.
+fn with_token(writer: &StoreWriter, reads: bool) -> (Router, Arc<Field<u64>>) {
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(writer, no_frontends, "common");
+    let force_render = state.force_render.clone();
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        token: Some(
+            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
+        ),
+        token_for_reads: reads,
+        ..HttpSettings::default()
+    }));
+    (router(state), force_render)
+}
+
+/// Every path the router serves, its `{placeholders}` filled in, with the `.json` and `.pretty`
+/// forms of the `/v1/<name>` routes.
+fn every_served_path() -> Vec<String> {
+    let mut paths = Vec::new();
+    for route in route_paths() {
+        let mut path = String::new();
+        for (i, part) in route.split('{').enumerate() {
+            match part.split_once('}') {
+                Some((_, rest)) if i > 0 => path += &format!("x{rest}"),
+                _ => path += part,
+            }
+        }
+        if path.starts_with("/v1/") && path.matches('/').count() == 2 {
+            paths.push(format!("{path}.json"));
+            paths.push(format!("{path}.pretty"));
+        }
+        paths.push(path);
+    }
+    paths.push("/v1/not-a-route".into());
+    paths
+}
+
+async fn assert_401(response: axum::response::Response, what: &str) -> String {
+    assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{what}");
+    let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+    assert!(challenge.starts_with("Bearer"), "{what}: {challenge}");
+    if what.starts_with("HEAD") {
+        return String::new();
+    }
+    let body: Value = serde_json::from_str(&body_text(response).await).unwrap();
+    let error = body["error"].as_str().expect("a JSON error").to_string();
+    assert!(!error.contains(TOKEN), "{what}: {error}");
+    error
+}
+
+/// Walks the router: every route, and any other, refuses every method but GET, HEAD and
+/// OPTIONS without the token, so a write route added later is covered without a line here.
+#[tokio::test]
+async fn with_a_token_file_nothing_but_a_read_passes_without_the_token() {
+    let writer = StoreWriter::new(None);
+    let (app, force_render) = with_token(&writer, false);
+    let wrong = ("authorization", "Bearer not-the-0perator-token");
+    for path in every_served_path() {
+        for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            let what = format!("{method} {path}");
+            let json = ("content-type", "application/json");
+            let error = assert_401(send(&app, method, &path, &[json]).await, &what).await;
+            assert!(error.contains("Authorization: Bearer"), "{what}: {error}");
+            let error = assert_401(send(&app, method, &path, &[json, wrong]).await, &what).await;
+            assert!(error.contains("not this node's"), "{what}: {error}");
+        }
+    }
+    assert_eq!(*force_render.get(), 0, "nothing re-rendered");
+
+    // With the token, the write routes answer for themselves.
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = ("authorization", bearer.as_str());
+    let response = send(&app, "POST", "/v1/force_render_all", &[auth]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(*force_render.get(), 1, "re-rendered");
+    let json = ("content-type", "application/json");
+    for path in ["/v1/action", "/v1/wait_action"] {
+        let response = send(&app, "POST", path, &[auth, json]).await;
+        assert_eq!(response.status(), StatusCode::BAD_REQUEST, "{path}");
+        let body = body_text(response).await;
+        assert!(body.contains("not JSON"), "{path}: past the token: {body}");
+    }
+    // The Host/Origin checks still come first.
+    let cross = ("origin", "http://evil.example.net");
+    let response = send(
+        &app,
+        "POST",
+        "/v1/force_render_all",
+        &[auth, cross, ("host", "alpha")],
+    )
+    .await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+
+    // Reads stay open by default, the frontend's files always.
+    for path in [
+        "/v1/status",
+        "/v1/peers",
+        "/metrics",
+        "/",
+        "/common/app.js",
+        "/roles/web",
+    ] {
+        let (status, _, body) = get(&app, path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn token_for_reads_closes_the_api_and_metrics_but_not_the_page() {
+    let writer = StoreWriter::new(None);
+    let (app, _) = with_token(&writer, true);
+    let bearer = format!("Bearer {TOKEN}");
+    let auth = ("authorization", bearer.as_str());
+    for path in [
+        "/v1/status",
+        "/v1/status.pretty",
+        "/v1/events",
+        "/v1/peers",
+        "/metrics",
+    ] {
+        assert_401(send(&app, "GET", path, &[]).await, path).await;
+        assert_401(send(&app, "HEAD", path, &[]).await, &format!("HEAD {path}")).await;
+        let wrong = ("authorization", "Bearer op3rator-t0ken-for-test");
+        assert_401(send(&app, "GET", path, &[wrong]).await, path).await;
+    }
+    for path in ["/v1/status", "/v1/peers", "/metrics"] {
+        let response = send(&app, "GET", path, &[auth]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    for path in ["/", "/common/app.js", "/common/js/api.js", "/roles/web"] {
+        let (status, _, body) = get(&app, path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn without_a_token_file_no_token_is_asked() {
+    let writer = StoreWriter::new(None);
+    let app = app(&writer);
+    let response = send(&app, "POST", "/v1/force_render_all", &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    let stray = ("authorization", "Bearer anything-at-all-here");
+    let response = send(&app, "POST", "/v1/force_render_all", &[stray]).await;
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "a token sent anyway is ignored"
+    );
 }
