@@ -81,16 +81,22 @@ pub enum Pointer {
 }
 
 impl Pointer {
-    fn to_json(&self) -> Value {
+    /// `{"variant":"Role","fields":[role,seg,offset]}`, keys in 0.13's order.
+    fn encode(&self) -> String {
         match self {
-            Pointer::Global(seg, off) => json!({"variant": "Global", "fields": [seg, off]}),
-            Pointer::Changes(seg, off) => json!({"variant": "Changes", "fields": [seg, off]}),
-            Pointer::Role(role, seg, off) => {
-                json!({"variant": "Role", "fields": [role, seg, off]})
-            }
-            Pointer::External(path, off) => json!({"variant": "External", "fields": [path, off]}),
+            Pointer::Global(seg, off) => variant("Global", json!([seg, off])),
+            Pointer::Changes(seg, off) => variant("Changes", json!([seg, off])),
+            Pointer::Role(role, seg, off) => variant("Role", json!([role, seg, off])),
+            Pointer::External(path, off) => variant("External", json!([path, off])),
         }
     }
+}
+
+/// A Rust enum value as rustc-serialize wrote it for verwalter 0.13, `variant` before `fields`
+/// (serde_json would sort the keys): lines appended to an index 0.13 started read the same as
+/// its own, for tools that match the text.
+fn variant(name: &str, fields: Value) -> String {
+    format!("{{\"variant\":{},\"fields\":{fields}}}", Value::from(name))
 }
 
 /// What happened at a pointer.
@@ -108,11 +114,13 @@ pub enum Marker {
 }
 
 impl Marker {
-    fn to_json(&self) -> Value {
+    /// `"RoleStart"`, or `{"variant":"ActionStart","fields":[name]}` for the markers with a name.
+    fn encode(&self) -> String {
         match self {
-            Marker::ActionStart(name) => json!({"variant": "ActionStart", "fields": [name]}),
-            Marker::ActionFinish(name) => json!({"variant": "ActionFinish", "fields": [name]}),
-            other => Value::String(other.label().into()),
+            Marker::ActionStart(name) | Marker::ActionFinish(name) => {
+                variant(self.label(), json!([name]))
+            }
+            other => Value::from(other.label()).to_string(),
         }
     }
 
@@ -222,14 +230,13 @@ impl LogDir {
     /// Appends one index line.
     pub fn index(&self, deployment_id: &str, pointer: &Pointer, marker: &Marker) {
         let now = SystemTime::now();
-        let line = json!([
-            rfc3339(now),
-            deployment_id,
-            pointer.to_json(),
-            marker.to_json()
-        ]);
-        let mut text = line.to_string();
-        text.push('\n');
+        let text = format!(
+            "[{},{},{},{}]\n",
+            Value::from(rfc3339(now)),
+            Value::from(deployment_id),
+            pointer.encode(),
+            marker.encode()
+        );
         let day = format_utc(now, DAY);
         let mut files = self.files.lock().unwrap();
         let result = (|| -> io::Result<()> {
