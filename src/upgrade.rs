@@ -56,8 +56,10 @@ pub fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, Upgrade
 
     // First the copy of the schedule: the first scheduler run replaces the file.
     if let (Some(name), Some(bytes)) = (&storage.keep_schedule, &stored_bytes) {
-        backups::keep(&backups_dir, name, bytes)
-            .map_err(failed(&backups_dir.join(name), "keep a copy of the schedule"))?;
+        backups::keep(&backups_dir, name, bytes).map_err(failed(
+            &backups_dir.join(name),
+            "keep a copy of the schedule",
+        ))?;
     }
     if !storage.moves.is_empty() {
         fs::create_dir_all(&backups_dir).map_err(failed(&backups_dir, "create"))?;

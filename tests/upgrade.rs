@@ -160,7 +160,10 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
     });
     assert_eq!(first["data"]["roles"]["web"]["version"], "v1", "{first}");
     assert_eq!(first["data"]["roles"]["web"]["pinned"], "v1");
-    assert_eq!(first["data"]["nodes"]["alpha"]["roles"]["web"]["instances"], 5);
+    assert_eq!(
+        first["data"]["nodes"]["alpha"]["roles"]["web"]["instances"],
+        5
+    );
 
     // Its backups joined ours under the same names, and retention goes on counting them: the
     // first backup of this hour made the oldest of 0.13's 36 hourly ones go.
@@ -180,7 +183,12 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
     let hourly: Vec<&&str> = listed.iter().filter(|n| n.starts_with("hourly-")).collect();
     assert_eq!(hourly.len(), 36, "{listed:?}");
     assert!(!listed.contains(&"hourly-20250101T00"), "{listed:?}");
-    for kept in ["hourly-20250101T01", "hourly-20250102T11", "daily-20250101", "weekly-2025w00"] {
+    for kept in [
+        "hourly-20250101T01",
+        "hourly-20250102T11",
+        "daily-20250101",
+        "weekly-2025w00",
+    ] {
         assert!(listed.contains(&kept), "{kept} in {listed:?}");
     }
     assert!(listed.contains(&upgrade_copy), "{listed:?}");
@@ -193,12 +201,19 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
         "the schedule 0.13 left, byte for byte, though the first run replaced it"
     );
     let copy: Value = serde_json::from_str(&copy).unwrap();
-    assert_eq!(copy["data"], serde_json::from_str::<Value>(DATA_013).unwrap());
+    assert_eq!(
+        copy["data"],
+        serde_json::from_str::<Value>(DATA_013).unwrap()
+    );
     let left: Vec<String> = std::fs::read_dir(storage.join("schedule"))
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
         .collect();
-    assert_eq!(left, ["schedule.json"], "0.13's backups moved, its temp file gone");
+    assert_eq!(
+        left,
+        ["schedule.json"],
+        "0.13's backups moved, its temp file gone"
+    );
 
     // The deployment log goes on in the same index: 0.13's lines, then ours, in today's file;
     // each stream's segment continues where 0.13 stopped.
@@ -220,7 +235,10 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
         assert!(lines.len() > 4);
         let (code, body) = daemon.get("/v1/log/index/latest").unwrap();
         assert_eq!(code, 200);
-        assert!(body.starts_with(INDEX_013), "old entries still listed:\n{body}");
+        assert!(
+            body.starts_with(INDEX_013),
+            "old entries still listed:\n{body}"
+        );
     } else {
         // The UTC day turned during the test: today's entries went to a new file, as in 0.13.
         assert_eq!(
@@ -239,7 +257,9 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
         serde_json::json!(["web", "20180810151150", ROLE_013.len()]),
         "web's segment continues after 0.13's text"
     );
-    let (code, text) = daemon.get("/v1/log/role/web/log.20180810151150.txt").unwrap();
+    let (code, text) = daemon
+        .get("/v1/log/role/web/log.20180810151150.txt")
+        .unwrap();
     assert_eq!(code, 200);
     assert!(text.starts_with(ROLE_013) && text[ROLE_013.len()..].contains("web: RoleStart"));
     let raw = std::fs::read_to_string(log.join(".index").join(latest)).unwrap();
@@ -253,7 +273,9 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
     assert!(daemon.terminate().success());
     let first_log = std::fs::read_to_string(storage.with_extension("log")).unwrap();
     assert_eq!(
-        first_log.matches("Upgraded the storage dir verwalter 0.13 left").count(),
+        first_log
+            .matches("Upgraded the storage dir verwalter 0.13 left")
+            .count(),
         1,
         "{first_log}"
     );
@@ -276,7 +298,10 @@ fn a_node_upgraded_from_0_13_keeps_its_schedule_backups_and_log() {
         .map(|n| n.as_str().unwrap())
         .collect();
     assert_eq!(
-        relisted.iter().filter(|n| n.starts_with("upgrade-")).count(),
+        relisted
+            .iter()
+            .filter(|n| n.starts_with("upgrade-"))
+            .count(),
         1,
         "{relisted:?}"
     );

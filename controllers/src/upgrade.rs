@@ -182,8 +182,8 @@ pub fn is_period_backup(name: &str) -> bool {
 /// write, after when the schedule was made.
 pub fn upgrade_backup_name(made_ms: u64) -> String {
     let secs = i64::try_from(made_ms / 1000).unwrap_or(i64::MAX);
-    let t = time::OffsetDateTime::from_unix_timestamp(secs)
-        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    let t =
+        time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     format!(
         "{UPGRADE_KIND}-{:04}{:02}{:02}T{:02}{:02}{:02}",
         t.year(),

@@ -277,9 +277,7 @@ fn index_lines_have_0_13_text() {
         format!(r#"["{time}","dep1",{{"variant":"Role","fields":["web","{seg}",0]}},"RoleStart"]"#)
     );
     assert!(
-        lines[1].ends_with(
-            r#"{"variant":"ActionStart","fields":["a \"b\".render.yaml"]}]"#
-        ),
+        lines[1].ends_with(r#"{"variant":"ActionStart","fields":["a \"b\".render.yaml"]}]"#),
         "{}",
         lines[1]
     );
@@ -300,7 +298,11 @@ fn a_log_dir_0_13_left_goes_on() {
     fs::write(dir.join(".index").join(&index), format!("{old_line}\n")).unwrap();
     std::os::unix::fs::symlink(&index, dir.join(".index/latest")).unwrap();
     for stream in [".global", "web"] {
-        fs::write(dir.join(stream).join("log.20180810151150.txt"), "old text\n").unwrap();
+        fs::write(
+            dir.join(stream).join("log.20180810151150.txt"),
+            "old text\n",
+        )
+        .unwrap();
         std::os::unix::fs::symlink("log.20180810151150.txt", dir.join(stream).join("latest"))
             .unwrap();
     }
@@ -326,5 +328,8 @@ fn a_log_dir_0_13_left_goes_on() {
         json!({"variant": "Role", "fields": ["web", "20180810151150", 9]})
     );
     let text = fs::read_to_string(dir.join("web/log.20180810151150.txt")).unwrap();
-    assert!(text.starts_with("old text\n") && text[9..].contains("dep2"), "{text}");
+    assert!(
+        text.starts_with("old text\n") && text[9..].contains("dep2"),
+        "{text}"
+    );
 }
