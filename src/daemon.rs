@@ -51,7 +51,7 @@ pub enum StartError {
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
     Actions(#[source] verwalter_controllers::ports::JournalError),
-    #[error("cannot upgrade what verwalter 0.13 left: {0}")]
+    #[error("storage dir: {0}")]
     Upgrade(#[source] crate::upgrade::UpgradeError),
 }
 

@@ -4,7 +4,7 @@
 //! nothing to do.
 
 use std::fs;
-use std::io;
+use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -15,8 +15,9 @@ use verwalter_controllers::upgrade::{
 use crate::backups;
 use crate::state_dir::{StateDir, sync_dir};
 
-/// A step of the upgrade that failed; the daemon does not start (status 3) rather than go on
-/// and replace a schedule it could not keep a copy of. Every step is retried at the next start.
+/// A step of the storage dir's upgrade that failed; the daemon does not start (status 3) rather
+/// than go on and replace a schedule it could not keep a copy of. Every step is retried at the
+/// next start. (The log dir's steps never stop the start: the daemon runs without its log.)
 #[derive(Debug, thiserror::Error)]
 #[error("{path}: cannot {what}: {source}")]
 pub struct UpgradeError {
@@ -58,15 +59,17 @@ pub fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, Upgrade
     if let (Some(name), Some(bytes)) = (&storage.keep_schedule, &stored_bytes) {
         backups::keep(&backups_dir, name, bytes).map_err(failed(
             &backups_dir.join(name),
-            "keep a copy of the schedule",
+            "keep a copy of the schedule 0.13 left",
         ))?;
     }
     if !storage.moves.is_empty() {
         fs::create_dir_all(&backups_dir).map_err(failed(&backups_dir, "create"))?;
         for (from, to) in &storage.moves {
             // Same file system: the backup is under one name or the other, never lost.
-            fs::rename(schedule_dir.join(from), backups_dir.join(to))
-                .map_err(failed(&schedule_dir.join(from), "move a backup"))?;
+            fs::rename(schedule_dir.join(from), backups_dir.join(to)).map_err(failed(
+                &schedule_dir.join(from),
+                "move a 0.13 backup into backups/",
+            ))?;
         }
         sync_dir(&backups_dir).map_err(failed(&backups_dir, "sync"))?;
     }
@@ -74,7 +77,7 @@ pub fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, Upgrade
         let path = schedule_dir.join(name);
         match fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(failed(&path, "remove a temp file")(e));
+                return Err(failed(&path, "remove a 0.13 temp file")(e));
             }
             _ => {}
         }
@@ -83,16 +86,17 @@ pub fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, Upgrade
         sync_dir(&schedule_dir).map_err(failed(&schedule_dir, "sync"))?;
     }
 
-    let log_links = upgrade::plan_log(&list_log(log_dir)?);
-    for (stream, name) in &log_links {
+    let mut log_links = upgrade::plan_log(&list_log(log_dir));
+    log_links.retain(|(stream, name)| {
         let path = log_dir.join(stream).join(name);
         match fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                return Err(failed(&path, "remove a temp link")(e));
+                tracing::warn!(path = %path.display(), error = %e, "Cannot remove a temp link verwalter 0.13 left; it stays.");
+                false
             }
-            _ => {}
+            _ => true,
         }
-    }
+    });
 
     let done = Upgraded { storage, log_links };
     report(state_dir, log_dir, &done);
@@ -169,13 +173,25 @@ fn list_storage(state_dir: &StateDir) -> Result<(StorageListing, Option<Vec<u8>>
     let mut stored = None;
     if schedule.iter().any(|n| n == upgrade::SCHEDULE_FILE) {
         let path = state_dir.schedule_path();
-        let data = fs::read(&path).map_err(failed(&path, "read"))?;
-        let ours = data.starts_with(OWN_SCHEDULE_PREFIX);
-        let made_ms = if ours { 0 } else { made_ms(&path, &data) };
-        stored = Some(StoredSchedule { ours, made_ms });
+        // Our own file is known by its first bytes; only one written elsewhere is read whole.
+        let mut head = Vec::with_capacity(OWN_SCHEDULE_PREFIX.len());
+        fs::File::open(&path)
+            .and_then(|f| {
+                f.take(OWN_SCHEDULE_PREFIX.len() as u64)
+                    .read_to_end(&mut head)
+            })
+            .map_err(failed(&path, "read"))?;
+        let ours = head == OWN_SCHEDULE_PREFIX;
+        let mut made = 0;
         if !ours {
+            let data = fs::read(&path).map_err(failed(&path, "read"))?;
+            made = made_ms(&path, &data);
             bytes = Some(data);
         }
+        stored = Some(StoredSchedule {
+            ours,
+            made_ms: made,
+        });
     }
     let listing = StorageListing {
         root,
@@ -200,13 +216,12 @@ fn made_ms(path: &Path, data: &[u8]) -> u64 {
     })
 }
 
-/// The symlinks directly in each dir of the log dir.
-fn list_log(log_dir: &Path) -> Result<LogListing, UpgradeError> {
+/// The symlinks directly in each dir of the log dir; what cannot be listed is left out (the log
+/// dir reports its own problems when it is written).
+fn list_log(log_dir: &Path) -> LogListing {
     let mut links = Vec::new();
-    let entries = match fs::read_dir(log_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(LogListing::default()),
-        Err(e) => return Err(failed(log_dir, "list")(e)),
+    let Ok(entries) = fs::read_dir(log_dir) else {
+        return LogListing::default();
     };
     for entry in entries.flatten() {
         if !entry.file_type().is_ok_and(|t| t.is_dir()) {
@@ -226,7 +241,7 @@ fn list_log(log_dir: &Path) -> Result<LogListing, UpgradeError> {
             }
         }
     }
-    Ok(LogListing { links })
+    LogListing { links }
 }
 
 #[cfg(test)]
@@ -282,6 +297,40 @@ mod tests {
 
         let again = migrate(&state_dir, &logs).unwrap();
         assert!(again.is_empty(), "{again:?}");
+    }
+
+    /// A step that fails stops the start with the path; nothing has moved, and once
+    /// the cause is gone the next start does it all. A log dir in the way stops nothing.
+    #[test]
+    fn a_failed_step_loses_nothing_and_is_done_at_the_next_start() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state_dir = StateDir::new(tmp.path().join("storage"));
+        let schedule = schedule_dir(&state_dir);
+        fs::create_dir_all(&schedule).unwrap();
+        fs::write(schedule.join("schedule.json"), ENVELOPE).unwrap();
+        fs::write(schedule.join("weekly-2026w18.json.gz"), b"gz").unwrap();
+        fs::write(state_dir.backups_dir(), b"a file where backups/ goes").unwrap();
+        let not_a_dir = tmp.path().join("log-is-a-file");
+        fs::write(&not_a_dir, b"").unwrap();
+
+        let err = migrate(&state_dir, &not_a_dir).unwrap_err().to_string();
+        assert!(
+            err.contains("storage/backups: cannot list: Not a directory"),
+            "{err}"
+        );
+        assert!(schedule.join("weekly-2026w18.json.gz").exists());
+        assert_eq!(
+            fs::read_to_string(state_dir.schedule_path()).unwrap(),
+            ENVELOPE
+        );
+
+        fs::remove_file(state_dir.backups_dir()).unwrap();
+        let done = migrate(&state_dir, &not_a_dir).unwrap();
+        assert_eq!(done.storage.moves.len(), 1);
+        assert_eq!(
+            backups::list(&state_dir.backups_dir()).unwrap(),
+            ["upgrade-20260510T093523", "weekly-2026w18"]
+        );
     }
 
     #[test]
