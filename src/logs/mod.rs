@@ -14,6 +14,9 @@
 //! the current one reaches the size limit. [`LogDir::retain`] deletes segments and index files
 //! past the age and total size limits.
 //!
+//! A log dir verwalter 0.13 wrote goes on as it is: the same names, `latest` links and index
+//! text (`variant` before `fields`), so today's index file and each `latest` segment continue.
+//!
 //! Writing the log never fails a deployment: a stream that cannot be written (read-only or full
 //! file system, a file where a dir should be) is logged once, counted, and reported by
 //! [`LogDir::problem`] until a write to it succeeds again.
