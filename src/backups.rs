@@ -21,26 +21,39 @@ pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<
     let plan = retention::plan_backups(&list(dir)?, now);
     let missing = plan.take;
     if !missing.is_empty() {
-        let data = fs::read(schedule)?;
-        // Private like the schedule itself; the links share the temp file's mode.
-        let tmp = temp_path(dir, "backup");
-        let result = (|| {
-            let mut gz =
-                flate2::write::GzEncoder::new(create_private(&tmp)?, flate2::Compression::best());
-            gz.write_all(&data)?;
-            gz.finish()?.sync_all()?;
-            for name in &missing {
-                fs::hard_link(&tmp, dir.join(name))?;
-            }
-            Ok::<_, io::Error>(())
-        })();
-        let _ = fs::remove_file(&tmp);
-        result?;
+        write_gzip(dir, &fs::read(schedule)?, &missing)?;
     }
     for name in &plan.prune {
         fs::remove_file(dir.join(name))?;
     }
     Ok(missing)
+}
+
+/// Stores `data` gzipped as the backup `name` in `dir` (made if missing), whole or not at all,
+/// and syncs the dir so it survives a crash. Used for the copy of 0.13's schedule at the upgrade.
+pub fn keep(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
+    fs::create_dir_all(dir)?;
+    write_gzip(dir, data, &[name.to_string()])?;
+    crate::state_dir::sync_dir(dir)
+}
+
+/// Gzips `data` (best compression, as 0.13) into a private temp file in `dir` and hard-links it
+/// under each of `names`: each name appears complete or not at all.
+fn write_gzip(dir: &Path, data: &[u8], names: &[String]) -> io::Result<()> {
+    // Private like the schedule itself; the links share the temp file's mode.
+    let tmp = temp_path(dir, "backup");
+    let result = (|| {
+        let mut gz =
+            flate2::write::GzEncoder::new(create_private(&tmp)?, flate2::Compression::best());
+        gz.write_all(data)?;
+        gz.finish()?.sync_all()?;
+        for name in names {
+            fs::hard_link(&tmp, dir.join(name))?;
+        }
+        Ok::<_, io::Error>(())
+    })();
+    let _ = fs::remove_file(&tmp);
+    result
 }
 
 /// Every backup name, sorted (the `/v1/backups` list).

@@ -51,6 +51,8 @@ pub enum StartError {
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
     Actions(#[source] verwalter_controllers::ports::JournalError),
+    #[error("storage dir: {0}")]
+    Upgrade(#[source] crate::upgrade::UpgradeError),
 }
 
 /// Runs a controller's `driver` among `tasks` until `shutdown`, reporting to `metrics`.
@@ -80,6 +82,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     };
 
     let state_dir = StateDir::new(&config.storage_dir);
+    // Before anything reads or writes them: what verwalter 0.13 left joins our layout.
+    crate::upgrade::migrate(&state_dir, &config.log_dir).map_err(StartError::Upgrade)?;
     let removed = state_dir.clean_temp_files();
     if removed > 0 {
         tracing::info!(

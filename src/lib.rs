@@ -14,6 +14,7 @@
 //! - [`logs`]: the deployment log (index, global, changes, per role), rotation, retention.
 //! - [`backups`]: hourly, daily and weekly gzipped copies of the schedule.
 //! - [`state_dir`]: `/var/lib/verwalter`, where the schedule in force is persisted.
+//! - [`upgrade`]: the first start on what verwalter 0.13 left in the storage and log dirs.
 //! - [`http`]: the HTTP API, `/metrics` and the web frontend (`frontend/`, embedded).
 //! - [`paths`]: path containment (symlinks must not lead out of a dir).
 //! - [`metrics`]: the Prometheus families.
@@ -35,3 +36,4 @@ pub mod metrics;
 pub mod paths;
 pub mod render;
 pub mod state_dir;
+pub mod upgrade;

@@ -45,6 +45,11 @@ impl StateDir {
         StateDir { root: root.into() }
     }
 
+    /// The storage dir itself.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
     /// `<storage>/schedule/schedule.json`, as in verwalter 0.13.
     pub fn schedule_path(&self) -> PathBuf {
         self.root.join("schedule").join("schedule.json")

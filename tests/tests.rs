@@ -33,6 +33,10 @@
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
 //!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable.
+//! - `upgrade`: a storage dir and log dir laid out by hand as verwalter 0.13 leaves them: its
+//!   schedule is the first run's parent and kept as a backup, its backups join ours and
+//!   retention goes on counting them, the deployment log continues the same index and segments,
+//!   and a restart finds nothing more to migrate.
 //! - `webdriver`: a small W3C WebDriver client for browser tests (headless Chromium through
 //!   chromedriver; panics when either is missing), and its self-test against the daemon.
 
@@ -47,3 +51,4 @@ mod frontend;
 mod lithos;
 mod partition;
 mod render;
+mod upgrade;

@@ -24,6 +24,8 @@
 //!   changes is read, what stays after a failed read, when a peer list changed).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
+//! - [`upgrade`]: the first start on what verwalter 0.13 left: which layout a storage dir shows,
+//!   what to move, copy or remove.
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
@@ -46,5 +48,6 @@ pub mod status;
 pub mod store;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
+pub mod upgrade;
 pub mod vars;
 pub mod wallclock;

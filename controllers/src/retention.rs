@@ -8,6 +8,10 @@ use time::OffsetDateTime;
 /// How many backups of each kind are kept, as verwalter 0.13 kept them.
 pub const BACKUPS_KEPT: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
 
+/// Backups of this kind are never pruned: `upgrade-YYYYmmddTHHMMSS`, the schedule verwalter 0.13
+/// left, copied at the upgrade ([`crate::upgrade`]).
+pub const UPGRADE_KIND: &str = "upgrade";
+
 /// The names of the backups of the periods containing `now` (UTC): `hourly-YYYYmmddTHH`,
 /// `daily-YYYYmmdd`, `weekly-YYYYwWW` (the week of the year starting on Monday).
 pub fn backup_names(now: OffsetDateTime) -> [String; 3] {
@@ -20,11 +24,13 @@ pub fn backup_names(now: OffsetDateTime) -> [String; 3] {
     ]
 }
 
-/// Whether `name` is a backup (of any kind), by its prefix.
+/// Whether `name` is a backup (of any kind, [`UPGRADE_KIND`] too), by its prefix.
 pub fn is_backup(name: &str) -> bool {
     BACKUPS_KEPT
         .iter()
-        .any(|(kind, _)| kind_of(name) == Some(kind))
+        .map(|(kind, _)| *kind)
+        .chain([UPGRADE_KIND])
+        .any(|kind| kind_of(name) == Some(kind))
 }
 
 fn kind_of(name: &str) -> Option<&str> {
@@ -207,6 +213,14 @@ mod tests {
         assert_eq!(plan.prune[0], "hourly-20251201T00");
         assert!(!plan.prune.contains(&"hourly-20260101T00".to_string()));
         assert!(is_backup("weekly-2026w01") && !is_backup("yearly-2026"));
+
+        // A copy kept at the upgrade from 0.13 is listed and never pruned.
+        let mut with_upgrade = hourly.clone();
+        with_upgrade.insert(0, "upgrade-20250101T000000".into());
+        assert!(is_backup(&with_upgrade[0]));
+        let plan = plan_backups(&with_upgrade, start);
+        assert_eq!(plan.prune.len(), 5);
+        assert!(!plan.prune.contains(&with_upgrade[0]));
     }
 
     fn file(age_s: u64, len: u64, path: &str, latest: bool, now: SystemTime) -> LogFile<String> {

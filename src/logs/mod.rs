@@ -14,6 +14,9 @@
 //! the current one reaches the size limit. [`LogDir::retain`] deletes segments and index files
 //! past the age and total size limits.
 //!
+//! A log dir verwalter 0.13 wrote goes on as it is: the same names, `latest` links and index
+//! text (`variant` before `fields`), so today's index file and each `latest` segment continue.
+//!
 //! Writing the log never fails a deployment: a stream that cannot be written (read-only or full
 //! file system, a file where a dir should be) is logged once, counted, and reported by
 //! [`LogDir::problem`] until a write to it succeeds again.
@@ -81,16 +84,22 @@ pub enum Pointer {
 }
 
 impl Pointer {
-    fn to_json(&self) -> Value {
+    /// `{"variant":"Role","fields":[role,seg,offset]}`, keys in 0.13's order.
+    fn encode(&self) -> String {
         match self {
-            Pointer::Global(seg, off) => json!({"variant": "Global", "fields": [seg, off]}),
-            Pointer::Changes(seg, off) => json!({"variant": "Changes", "fields": [seg, off]}),
-            Pointer::Role(role, seg, off) => {
-                json!({"variant": "Role", "fields": [role, seg, off]})
-            }
-            Pointer::External(path, off) => json!({"variant": "External", "fields": [path, off]}),
+            Pointer::Global(seg, off) => variant("Global", json!([seg, off])),
+            Pointer::Changes(seg, off) => variant("Changes", json!([seg, off])),
+            Pointer::Role(role, seg, off) => variant("Role", json!([role, seg, off])),
+            Pointer::External(path, off) => variant("External", json!([path, off])),
         }
     }
+}
+
+/// A Rust enum value as rustc-serialize wrote it for verwalter 0.13, `variant` before `fields`
+/// (serde_json would sort the keys): lines appended to an index 0.13 started read the same as
+/// its own, for tools that match the text.
+fn variant(name: &str, fields: Value) -> String {
+    format!("{{\"variant\":{},\"fields\":{fields}}}", Value::from(name))
 }
 
 /// What happened at a pointer.
@@ -108,11 +117,13 @@ pub enum Marker {
 }
 
 impl Marker {
-    fn to_json(&self) -> Value {
+    /// `"RoleStart"`, or `{"variant":"ActionStart","fields":[name]}` for the markers with a name.
+    fn encode(&self) -> String {
         match self {
-            Marker::ActionStart(name) => json!({"variant": "ActionStart", "fields": [name]}),
-            Marker::ActionFinish(name) => json!({"variant": "ActionFinish", "fields": [name]}),
-            other => Value::String(other.label().into()),
+            Marker::ActionStart(name) | Marker::ActionFinish(name) => {
+                variant(self.label(), json!([name]))
+            }
+            other => Value::from(other.label()).to_string(),
         }
     }
 
@@ -222,14 +233,13 @@ impl LogDir {
     /// Appends one index line.
     pub fn index(&self, deployment_id: &str, pointer: &Pointer, marker: &Marker) {
         let now = SystemTime::now();
-        let line = json!([
-            rfc3339(now),
-            deployment_id,
-            pointer.to_json(),
-            marker.to_json()
-        ]);
-        let mut text = line.to_string();
-        text.push('\n');
+        let text = format!(
+            "[{},{},{},{}]\n",
+            Value::from(rfc3339(now)),
+            Value::from(deployment_id),
+            pointer.encode(),
+            marker.encode()
+        );
         let day = format_utc(now, DAY);
         let mut files = self.files.lock().unwrap();
         let result = (|| -> io::Result<()> {

@@ -257,3 +257,79 @@ fn a_log_dir_that_is_a_file_is_reported_not_fatal() {
         "four streams, three named: {problem}"
     );
 }
+
+/// Index lines are byte for byte what 0.13 wrote: `variant` before `fields`, no spaces.
+#[test]
+fn index_lines_have_0_13_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = LogDir::open(tmp.path(), LogLimits::default());
+    let mut role = log.role("web", "dep1");
+    role.action_start("a \"b\".render.yaml");
+    drop(role);
+    let text = fs::read_to_string(tmp.path().join(".index/latest")).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let seg = fs::read_link(tmp.path().join("web/latest")).unwrap();
+    let seg = seg.to_str().unwrap();
+    let seg = &seg["log.".len()..seg.len() - ".txt".len()];
+    let time = &lines[0][2..22];
+    assert_eq!(
+        lines[0],
+        format!(r#"["{time}","dep1",{{"variant":"Role","fields":["web","{seg}",0]}},"RoleStart"]"#)
+    );
+    assert!(
+        lines[1].ends_with(r#"{"variant":"ActionStart","fields":["a \"b\".render.yaml"]}]"#),
+        "{}",
+        lines[1]
+    );
+}
+
+/// A log dir verwalter 0.13 left goes on: today's index file gets the new lines after its own,
+/// and each stream's `latest` segment continues at its end.
+#[test]
+fn a_log_dir_0_13_left_goes_on() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let day = format_utc(SystemTime::now(), DAY);
+    let old_line = r#"["2018-08-10T15:11:50Z","p0YD7nkS5Vn29UgAjK0wm5hj",{"variant":"Role","fields":["web","20180810151150",0]},"RoleStart"]"#;
+    for stream in [".index", ".global", "web"] {
+        fs::create_dir_all(dir.join(stream)).unwrap();
+    }
+    let index = format!("index.{day}.json");
+    fs::write(dir.join(".index").join(&index), format!("{old_line}\n")).unwrap();
+    std::os::unix::fs::symlink(&index, dir.join(".index/latest")).unwrap();
+    for stream in [".global", "web"] {
+        fs::write(
+            dir.join(stream).join("log.20180810151150.txt"),
+            "old text\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink("log.20180810151150.txt", dir.join(stream).join("latest"))
+            .unwrap();
+    }
+
+    let log = LogDir::open(dir, LogLimits::default());
+    log.deployment_start("dep2", "0123456789abcdef", &["web".into()], &[]);
+    log.role("web", "dep2").finish(&Ok(()));
+
+    assert_eq!(
+        fs::read_link(dir.join(".index/latest")).unwrap(),
+        Path::new(&index)
+    );
+    let lines = index_lines(dir);
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert_eq!(lines[0], serde_json::from_str::<Value>(old_line).unwrap());
+    assert_eq!(
+        lines[1][2],
+        json!({"variant": "Global", "fields": ["20180810151150", 9]}),
+        "the global segment continues after 0.13's text"
+    );
+    assert_eq!(
+        lines[2][2],
+        json!({"variant": "Role", "fields": ["web", "20180810151150", 9]})
+    );
+    let text = fs::read_to_string(dir.join("web/log.20180810151150.txt")).unwrap();
+    assert!(
+        text.starts_with("old text\n") && text[9..].contains("dep2"),
+        "{text}"
+    );
+}
