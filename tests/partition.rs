@@ -1,4 +1,4 @@
-//! Network partitions between real processes. Five nodes on 127.0.0.1–5 reach each other only
+//! Network partitions between real processes. Five nodes on 127.0.0.21–25 reach each other only
 //! through forwarding proxies the test runs, one per direction and pair (node i reaches node j
 //! at 127.0.(10+i).j, UDP and TCP, same port), so the test can cut and heal any link. Peers come
 //! from a static list in each node's settings file.
@@ -17,6 +17,14 @@ use serde_json::Value;
 use crate::util::*;
 
 const N: usize = 5;
+
+/// The address of node `n`: 127.0.0.21–25, which no other test binds. The nodes share one port,
+/// picked by the system for a proxy socket; another test's daemon on 127.0.0.1 may be given the
+/// same port number, which is harmless on other addresses (it once took node 1's port when the
+/// nodes were on 127.0.0.1–5).
+fn node_ip(n: usize) -> String {
+    format!("127.0.0.{}", 20 + n)
+}
 const SOON: Duration = Duration::from_secs(30);
 
 fn id(n: usize) -> String {
@@ -74,7 +82,7 @@ impl Net {
     /// `to` sees them come from the address it has for `from` (nodes drop election packets from
     /// any other source address).
     fn link(&self, from: usize, to: usize, port: u16, udp: UdpSocket, back: UdpSocket) {
-        let target = format!("127.0.0.{to}:{port}");
+        let target = format!("{}:{port}", node_ip(to));
         udp.set_read_timeout(Some(Duration::from_millis(100)))
             .unwrap();
         let net = self.clone();
@@ -172,12 +180,7 @@ impl Node {
         let (mut command, log) = cluster_node(dir, n);
         let child = command
             .args(["--hostname", &format!("node{n}")])
-            .args([
-                "--host",
-                &format!("127.0.0.{n}"),
-                "--port",
-                &port.to_string(),
-            ])
+            .args(["--host", &node_ip(n), "--port", &port.to_string()])
             .args(["--override-machine-id", &id(n)])
             .arg("--settings")
             .arg(&settings)
@@ -192,13 +195,13 @@ impl Node {
     }
 
     fn json(&self, path: &str) -> Option<Value> {
-        let (code, body) = http_get_at(&format!("127.0.0.{}", self.n), self.port, path)?;
+        let (code, body) = http_get_at(&node_ip(self.n), self.port, path)?;
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
     /// The value of one metric series (`name{labels}`), 0 when it is not there yet.
     fn counter(&self, series: &str) -> Option<f64> {
-        let (_, body) = http_get_at(&format!("127.0.0.{}", self.n), self.port, "/metrics")?;
+        let (_, body) = http_get_at(&node_ip(self.n), self.port, "/metrics")?;
         Some(
             body.lines()
                 .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
@@ -462,10 +465,7 @@ fn untagged_pings_are_dropped(site: &Site, leader: usize, follower: usize) {
     };
     let socket = UdpSocket::bind((proxy_ip(follower, other).as_str(), 0)).unwrap();
     socket
-        .send_to(
-            &packet.encode().unwrap(),
-            (format!("127.0.0.{follower}"), node.port),
-        )
+        .send_to(&packet.encode().unwrap(), (node_ip(follower), node.port))
         .unwrap();
     let series = "verwalter_election_messages_dropped_total{reason=\"bad_auth\"}";
     let dropped = wait_for(SOON, || (node.counter(series)? >= 1.0).then_some(()));
