@@ -25,6 +25,7 @@
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
+//! - [`watchdog`]: whether the drivers make progress (systemd's watchdog pings only then).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
 pub mod access;
@@ -48,3 +49,4 @@ pub mod store;
 pub mod testing;
 pub mod vars;
 pub mod wallclock;
+pub mod watchdog;
