@@ -608,3 +608,65 @@ impl Sweeper for Sweep {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tasks() -> Tasks {
+        Tasks {
+            set: JoinSet::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ends_or_panics_before_shutdown_stops_the_daemon_with_its_code() {
+        let shutdown = CancellationToken::new();
+        let mut set = tasks();
+        let stop = shutdown.clone();
+        set.spawn(Task::Render, async move { stop.cancelled().await });
+        set.spawn(Task::Http, async {});
+        let died = set.join(&shutdown).await.unwrap_err();
+        assert!(shutdown.is_cancelled(), "the others were stopped");
+        assert_eq!(died.to_string(), "the HTTP server ended");
+        assert_eq!(died.exit_code(), 81);
+
+        let shutdown = CancellationToken::new();
+        let mut set = tasks();
+        set.spawn(Task::Schedule, async { panic!("bug") });
+        let died = set.join(&shutdown).await.unwrap_err();
+        assert_eq!(died.to_string(), "the schedule controller panicked");
+        assert_eq!(died.exit_code(), 92);
+    }
+
+    #[tokio::test]
+    async fn tasks_ending_after_shutdown_are_a_clean_stop() {
+        let shutdown = CancellationToken::new();
+        let mut set = tasks();
+        for task in [Task::Http, Task::Fetcher, Task::Render] {
+            let stop = shutdown.clone();
+            set.spawn(task, async move { stop.cancelled().await });
+        }
+        shutdown.cancel();
+        assert!(set.join(&shutdown).await.is_ok());
+    }
+
+    #[test]
+    fn the_storage_dir_is_made_when_missing_and_refused_when_not_a_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("a/b");
+        check_storage_dir(&missing).unwrap();
+        assert!(missing.is_dir());
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let error = check_storage_dir(&file).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "cannot use the storage dir {}: not a directory",
+                file.display()
+            )
+        );
+    }
+}

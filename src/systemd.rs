@@ -21,7 +21,7 @@ use verwalter_controllers::watchdog::{Progress, Stall, Verdict};
 pub struct Notify {
     /// `NOTIFY_SOCKET` is set.
     enabled: bool,
-    /// `WATCHDOG_USEC`, when it is set for this process (`WATCHDOG_PID` unset or ours).
+    /// `WATCHDOG_USEC`, when it is set for this process (`WATCHDOG_PID` is ours).
     watchdog: Option<Duration>,
 }
 
