@@ -130,7 +130,7 @@ pub fn status_line(sources: &Sources, node: &NodeInfo, stall: Option<&Stall>) ->
     // The line shows no run counts.
     let view = status::view(node, &sources.snapshot(), SchedulerRuns::default());
     match stall {
-        Some(stall) => format!("{}; stuck: {stall}", view.line()),
+        Some(stall) => format!("{}; stuck: {}", view.line(), stall.what()),
         None => view.line(),
     }
 }

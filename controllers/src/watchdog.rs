@@ -225,6 +225,21 @@ pub struct Stall {
     pub limit: Duration,
 }
 
+impl Stall {
+    /// What is stuck, without the time that grows: stays the same while the stall lasts (a status
+    /// line made from it changes only when the stall does).
+    pub fn what(&self) -> String {
+        match &self.key {
+            Some(key) => format!(
+                "{} pass {key} past its limit of {}s",
+                self.controller,
+                self.limit.as_secs()
+            ),
+            None => format!("{} loop not turning", self.controller),
+        }
+    }
+}
+
 impl fmt::Display for Stall {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let idle = self.idle.as_secs();

@@ -68,6 +68,7 @@ fn a_pass_past_its_step_limit_is_a_stall_and_the_longest_stuck_is_named() {
         stall.to_string(),
         "render pass db stuck for 200s (limit 60s)"
     );
+    assert_eq!(stall.what(), "render pass db past its limit of 60s");
 }
 
 #[test]
