@@ -72,6 +72,12 @@ impl Notify {
         first: String,
         shutdown: CancellationToken,
     ) {
+        if !self.enabled {
+            // Nobody listens: no status to compute on every change. (The task lasts as long as
+            // the daemon: one that ends early counts as a part that died.)
+            shutdown.cancelled().await;
+            return;
+        }
         let mut triggers = sources.triggers();
         let mut sent = first;
         let mut ticks = self.watchdog.map(|interval| {
