@@ -1,14 +1,15 @@
 //! Wiring of the daemon: build the ports, spawn the controllers and the HTTP server under one
 //! shutdown signal.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 
 use tokio::net::{TcpListener, UdpSocket};
-use tokio::task::JoinSet;
+use tokio::task::{self, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
@@ -21,7 +22,9 @@ use verwalter_controllers::replication::ReplicationConfig;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };
+use verwalter_controllers::status::Sources;
 use verwalter_controllers::store::StoreWriter;
+use verwalter_controllers::watchdog::{self, Progress};
 
 use crate::backups;
 use crate::cluster::election::{ElectionTask, ElectionWiring};
@@ -35,6 +38,7 @@ use crate::lua::LuaScheduler;
 use crate::metrics::Metrics;
 use crate::render::{self, Applier, ApplierConfig};
 use crate::state_dir::StateDir;
+use crate::systemd::{self, Notify};
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -53,20 +57,161 @@ pub enum StartError {
     Actions(#[source] verwalter_controllers::ports::JournalError),
     #[error("storage dir: {0}")]
     Upgrade(#[source] crate::upgrade::UpgradeError),
+    #[error("cannot use the storage dir {}: {source}", path.display())]
+    Storage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
 }
 
-/// Runs a controller's `driver` among `tasks` until `shutdown`, reporting to `metrics`.
-fn spawn_driver<R: Reconciler>(
-    tasks: &mut JoinSet<()>,
-    driver: Driver<R>,
-    metrics: &Arc<Metrics>,
-    shutdown: &CancellationToken,
-) {
-    tasks.spawn(driver.observer(metrics.clone()).run(shutdown.clone()));
+/// Why the daemon stopped without being asked to.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    /// A task that runs for the daemon's whole life ended, or panicked.
+    #[error("the {} {}", task.name(), if *panicked { "panicked" } else { "ended" })]
+    Died { task: Task, panicked: bool },
 }
 
-/// Runs the daemon until `shutdown` is cancelled.
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), StartError> {
+impl RunError {
+    /// The exit status: verwalter 0.13's where it has one for the part that died
+    /// (docs/running.md#exit-codes).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Start(_) => 3,
+            RunError::Died { task, .. } => task.exit_code(),
+        }
+    }
+}
+
+/// The long-running tasks of the daemon, to say which one died.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Task {
+    Http,
+    Fetcher,
+    Render,
+    Schedule,
+    Inputs,
+    Election,
+    Peers,
+    Persister,
+    Cleanup,
+    Actions,
+    Notify,
+}
+
+impl Task {
+    pub fn name(self) -> &'static str {
+        match self {
+            Task::Http => "HTTP server",
+            Task::Fetcher => "schedule fetcher",
+            Task::Render => "render controller",
+            Task::Schedule => "schedule controller",
+            Task::Inputs => "inputs watcher",
+            Task::Election => "election",
+            Task::Peers => "peer source",
+            Task::Persister => "persister",
+            Task::Cleanup => "cleanup controller",
+            Task::Actions => "action queue",
+            Task::Notify => "systemd notifier",
+        }
+    }
+
+    /// 81-83 and 92 as verwalter 0.13 used them for its listener, fetcher, query (role
+    /// variables and rendering) and scheduler threads; 1 for the parts 0.13 had no code for.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Task::Http => 81,
+            Task::Fetcher => 82,
+            Task::Render => 83,
+            Task::Schedule => 92,
+            _ => 1,
+        }
+    }
+}
+
+/// The daemon's tasks, each known by its part.
+struct Tasks {
+    set: JoinSet<()>,
+    names: HashMap<task::Id, Task>,
+}
+
+impl Tasks {
+    fn spawn(&mut self, task: Task, future: impl Future<Output = ()> + Send + 'static) {
+        let handle = self.set.spawn(future);
+        self.names.insert(handle.id(), task);
+    }
+
+    /// Waits for every task. One that ends before `shutdown` is an error: it shuts the others
+    /// down and is returned.
+    async fn join(mut self, shutdown: &CancellationToken) -> Result<(), RunError> {
+        let mut died = None;
+        while let Some(joined) = self.set.join_next_with_id().await {
+            let (id, panicked) = match joined {
+                Ok((id, ())) => (id, false),
+                Err(error) => (error.id(), error.is_panic()),
+            };
+            if shutdown.is_cancelled() || died.is_some() {
+                continue;
+            }
+            let Some(&task) = self.names.get(&id) else {
+                continue;
+            };
+            tracing::error!(
+                task = task.name(),
+                panicked,
+                "A part of the daemon stopped; shutting down."
+            );
+            died = Some(RunError::Died { task, panicked });
+            shutdown.cancel();
+        }
+        died.map_or(Ok(()), Err)
+    }
+}
+
+/// The storage dir must be a dir the daemon can list (made when missing): else a stored
+/// schedule would silently be taken as none and overwritten.
+fn check_storage_dir(dir: &Path) -> Result<(), StartError> {
+    let checked = match std::fs::metadata(dir) {
+        Ok(meta) if !meta.is_dir() => Err(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "not a directory",
+        )),
+        Ok(_) => std::fs::read_dir(dir).map(drop),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => std::fs::create_dir_all(dir),
+        Err(error) => Err(error),
+    };
+    checked.map_err(|source| StartError::Storage {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
+/// What a driver needs besides itself: where it reports.
+struct DriverWiring<'a> {
+    tasks: &'a mut Tasks,
+    metrics: &'a Arc<Metrics>,
+    progress: &'a Progress,
+    shutdown: &'a CancellationToken,
+}
+
+impl DriverWiring<'_> {
+    /// Runs a controller's `driver` as `task` until shutdown, reporting to the metrics and to
+    /// the watchdog's records, where its passes may go `step_limit` without a step.
+    fn spawn<R: Reconciler>(&mut self, task: Task, driver: Driver<R>, step_limit: Duration) {
+        let driver = driver
+            .observer(self.metrics.clone())
+            .progress(self.progress, step_limit);
+        self.tasks.spawn(task, driver.run(self.shutdown.clone()));
+    }
+}
+
+/// Runs the daemon until `shutdown` is cancelled (or a part of it dies).
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
+    let notify = Notify::from_env();
+    let progress = notify.progress();
     let nofile = http::raise_nofile_limit();
     let addr = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&addr)
@@ -81,6 +226,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         Err(_) => (addr, config.port),
     };
 
+    check_storage_dir(&config.storage_dir)?;
     let state_dir = StateDir::new(&config.storage_dir);
     // Before anything reads or writes them: what verwalter 0.13 left joins our layout.
     crate::upgrade::migrate(&state_dir, &config.log_dir).map_err(StartError::Upgrade)?;
@@ -122,7 +268,10 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let mut tasks = JoinSet::new();
+    let mut tasks = Tasks {
+        set: JoinSet::new(),
+        names: HashMap::new(),
+    };
 
     let watch = WatchConfig {
         debounce: config.debounce,
@@ -137,13 +286,19 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
     // Read the config dir before any controller starts: the render controller, given a stored
     // schedule and no templates read yet, would fail every role as having no template dir.
     input_watcher.refresh().await;
-    tasks.spawn(input_watcher.run(shutdown.clone()));
+    tasks.spawn(Task::Inputs, input_watcher.run(shutdown.clone()));
 
     let schedule = Arc::new(schedule);
     // Both roles save the schedule in force through this one; it retries failed writes.
     let persister = Arc::new(Persister::new(Arc::new(state_dir.clone()), persist_error));
     let driver = persister.clone().driver(DriverConfig::default());
-    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
+    DriverWiring {
+        tasks: &mut tasks,
+        metrics: &metrics,
+        progress: &progress,
+        shutdown: &shutdown,
+    }
+    .spawn(Task::Persister, driver, watchdog::LOCAL_WORK);
     let clustered = config.peer_source != PeerSource::None;
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
@@ -156,27 +311,33 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         let live = Liveness::default();
         match &config.peer_source {
             PeerSource::Cantal(url) => {
-                tasks.spawn(peers::run_cantal(
-                    peers::Cantal {
-                        url: url.clone(),
-                        port,
-                        own_id: config.machine_id.clone(),
-                    },
-                    peers_out,
-                    live.clone(),
-                    clock.clone(),
-                    metrics.clone(),
-                    shutdown.clone(),
-                ));
+                tasks.spawn(
+                    Task::Peers,
+                    peers::run_cantal(
+                        peers::Cantal {
+                            url: url.clone(),
+                            port,
+                            own_id: config.machine_id.clone(),
+                        },
+                        peers_out,
+                        live.clone(),
+                        clock.clone(),
+                        metrics.clone(),
+                        shutdown.clone(),
+                    ),
+                );
             }
             PeerSource::Static(list) => {
-                tasks.spawn(peers::run_static(
-                    list.clone(),
-                    peers_out,
-                    live.clone(),
-                    clock.clone(),
-                    shutdown.clone(),
-                ));
+                tasks.spawn(
+                    Task::Peers,
+                    peers::run_static(
+                        list.clone(),
+                        peers_out,
+                        live.clone(),
+                        clock.clone(),
+                        shutdown.clone(),
+                    ),
+                );
             }
             PeerSource::None => unreachable!("clustered"),
         }
@@ -206,7 +367,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
                 .then_some(config.minority_window),
             config.election_key.clone(),
         );
-        tasks.spawn(task.run(shutdown.clone()));
+        tasks.spawn(Task::Election, task.run(shutdown.clone()));
         let fetcher = Fetcher::new(
             ReplicationConfig::new(
                 config.machine_id.clone(),
@@ -226,7 +387,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             },
         )
         .with_token(config.http.token_for_peers());
-        tasks.spawn(fetcher.run(shutdown.clone()));
+        tasks.spawn(Task::Fetcher, fetcher.run(shutdown.clone()));
     } else {
         // No peer source: the node cannot have peers, so it leads itself at once.
         let now = Instant::now();
@@ -237,19 +398,23 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
             rand::random(),
         )
         .start_now(now);
-        tasks.spawn(election::run_local(
-            machine,
-            store.peers.clone(),
-            election_out,
-            clock.clone(),
-            false,
-            shutdown.clone(),
-        ));
+        tasks.spawn(
+            Task::Election,
+            election::run_local(
+                machine,
+                store.peers.clone(),
+                election_out,
+                clock.clone(),
+                false,
+                shutdown.clone(),
+            ),
+        );
         keep_unused.push(Box::new((peers_out, reports, prefetched, replaced)));
     }
 
     let scheduler = LuaScheduler::start(config.config_dir.clone(), config.limits)
-        .map_err(StartError::SchedulerThread)?;
+        .map_err(StartError::SchedulerThread)?
+        .watched(&progress);
     let controller = ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
@@ -275,7 +440,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         controller
     });
     let driver = controller.driver(DriverConfig::default());
-    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
+    let mut drivers = DriverWiring {
+        tasks: &mut tasks,
+        metrics: &metrics,
+        progress: &progress,
+        shutdown: &shutdown,
+    };
+    // A run ends within its budget and the scheduler's grace, then the schedule is written.
+    let step = config.limits.time + crate::lua::WATCHDOG_GRACE + watchdog::LOCAL_WORK;
+    drivers.spawn(Task::Schedule, driver, step);
 
     // Render and apply the roles of this node; clean up after them.
     let logs = LogDir::open(&config.log_dir, config.log_limits);
@@ -312,7 +485,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         clock,
     ));
     let driver = render.clone().driver(DriverConfig::default());
-    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
+    // A step of a render pass is one apply command: its timeout, then the kill of its group.
+    let step = config.command_timeout + crate::apply::KILL_GRACE + watchdog::MARGIN;
+    drivers.spawn(Task::Render, driver, step);
     let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(
         store.clone(),
@@ -324,15 +499,26 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         }),
     ));
     let driver = cleanup.driver(DriverConfig::default(), Duration::from_secs(3600));
-    spawn_driver(&mut tasks, driver, &metrics, &shutdown);
+    drivers.spawn(Task::Cleanup, driver, watchdog::LOCAL_WORK);
 
     let action_queue =
         crate::actions::open(actions, store.clone(), &state_dir, config.action_limits)
             .map_err(StartError::Actions)?;
-    tasks.spawn(action_queue.clone().run(shutdown.clone()));
+    tasks.spawn(Task::Actions, action_queue.clone().run(shutdown.clone()));
     let server_metrics = metrics.clone();
     let mut limits = config.http.clone();
     limits.max_connections = http::connection_cap(limits.max_connections, nofile);
+    let node = Arc::new(NodeInfo {
+        id: config.machine_id.clone(),
+        name: config.name.clone(),
+        hostname: config.hostname.clone(),
+        addr: addr.clone(),
+        port,
+        debug_force_leader: config.debug_force_leader,
+        default_frontend: config.default_frontend.clone(),
+        version: http::version(),
+    });
+    let sources = Sources::new(&store);
     let app = http::router(AppState {
         store,
         actions: action_queue,
@@ -341,16 +527,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         backups_dir: state_dir.backups_dir(),
         force_render: Arc::new(force_render),
         metrics: metrics.clone(),
-        node: Arc::new(NodeInfo {
-            id: config.machine_id.clone(),
-            name: config.name.clone(),
-            hostname: config.hostname.clone(),
-            addr: addr.clone(),
-            port,
-            debug_force_leader: config.debug_force_leader,
-            default_frontend: config.default_frontend.clone(),
-            version: http::version(),
-        }),
+        node: node.clone(),
         frontend_dir: config.config_dir.join("frontend"),
         http: Arc::new(http::HttpState::new(limits.clone())),
     });
@@ -364,14 +541,26 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), Star
         "Listening."
     );
     let server_shutdown = shutdown.clone();
-    tasks.spawn(async move {
+    tasks.spawn(Task::Http, async move {
         http::serve(listener, app, &limits, server_metrics, server_shutdown).await;
     });
+    // The listener is bound, the inputs read and every part started.
+    let line = systemd::status_line(&sources, &node, None);
+    notify.ready(&line);
+    if let Some(interval) = notify.watchdog() {
+        tracing::info!(
+            interval_ms = interval.as_millis() as u64,
+            "Pinging the systemd watchdog while the controllers make progress."
+        );
+    }
+    tasks.spawn(
+        Task::Notify,
+        notify.run(sources, node, progress, line, shutdown.clone()),
+    );
 
     // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.
     let _keep = keep_unused;
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    tasks.join(&shutdown).await
 }
 
 /// Stores no applied hash (`--dry-run`): the render controller still remembers them in memory
@@ -422,5 +611,67 @@ impl Sweeper for Sweep {
             .await
             .map_err(|e| SweepError::Interrupted(e.to_string()))?
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tasks() -> Tasks {
+        Tasks {
+            set: JoinSet::new(),
+            names: HashMap::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_task_that_ends_or_panics_before_shutdown_stops_the_daemon_with_its_code() {
+        let shutdown = CancellationToken::new();
+        let mut set = tasks();
+        let stop = shutdown.clone();
+        set.spawn(Task::Render, async move { stop.cancelled().await });
+        set.spawn(Task::Http, async {});
+        let died = set.join(&shutdown).await.unwrap_err();
+        assert!(shutdown.is_cancelled(), "the others were stopped");
+        assert_eq!(died.to_string(), "the HTTP server ended");
+        assert_eq!(died.exit_code(), 81);
+
+        let shutdown = CancellationToken::new();
+        let mut set = tasks();
+        set.spawn(Task::Schedule, async { panic!("bug") });
+        let died = set.join(&shutdown).await.unwrap_err();
+        assert_eq!(died.to_string(), "the schedule controller panicked");
+        assert_eq!(died.exit_code(), 92);
+    }
+
+    #[tokio::test]
+    async fn tasks_ending_after_shutdown_are_a_clean_stop() {
+        let shutdown = CancellationToken::new();
+        let mut set = tasks();
+        for task in [Task::Http, Task::Fetcher, Task::Render] {
+            let stop = shutdown.clone();
+            set.spawn(task, async move { stop.cancelled().await });
+        }
+        shutdown.cancel();
+        assert!(set.join(&shutdown).await.is_ok());
+    }
+
+    #[test]
+    fn the_storage_dir_is_made_when_missing_and_refused_when_not_a_dir() {
+        let tmp = tempfile::tempdir().unwrap();
+        let missing = tmp.path().join("a/b");
+        check_storage_dir(&missing).unwrap();
+        assert!(missing.is_dir());
+        let file = tmp.path().join("file");
+        std::fs::write(&file, "").unwrap();
+        let error = check_storage_dir(&file).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "cannot use the storage dir {}: not a directory",
+                file.display()
+            )
+        );
     }
 }

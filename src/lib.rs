@@ -19,6 +19,7 @@
 //! - [`paths`]: path containment (symlinks must not lead out of a dir).
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
+//! - [`systemd`]: readiness, status line, watchdog pings and stopping, for systemd.
 
 pub mod actions;
 pub mod allocator;
@@ -36,4 +37,5 @@ pub mod metrics;
 pub mod paths;
 pub mod render;
 pub mod state_dir;
+pub mod systemd;
 pub mod upgrade;

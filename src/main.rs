@@ -233,8 +233,10 @@ fn run(args: &RunArgs) -> ExitCode {
         match verwalter::daemon::run(config, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
-                tracing::error!(%error, "Cannot start.");
-                ExitCode::from(3)
+                // One line with the cause, for the operator and the journal; the status says
+                // which kind of failure it was (docs/running.md#exit-codes).
+                eprintln!("verwalter: {error}");
+                ExitCode::from(error.exit_code())
             }
         }
     })

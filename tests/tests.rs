@@ -26,6 +26,10 @@
 //!   served as JavaScript.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
+//! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
+//!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
+//!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
+//!   cause for bad settings, a port in use, a storage dir that is not one.
 //! - `partition`: five nodes behind forwarding proxies the test cuts (the wiring; the rules are
 //!   simulated in controllers): a leader cut off into a minority steps down and the minority
 //!   elects nobody; in minority mode both sides lead and the healed leader merges both.
@@ -49,6 +53,7 @@ mod cluster;
 mod daemon;
 mod frontend;
 mod lithos;
+mod notify;
 mod partition;
 mod render;
 mod upgrade;

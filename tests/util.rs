@@ -136,8 +136,7 @@ impl Daemon {
         envs: &[(&str, &str)],
         nofile: Option<(u64, u64)>,
     ) -> Daemon {
-        let log = storage_dir.with_extension("log");
-        let mut command = match nofile {
+        let command = match nofile {
             Some((soft, hard)) => {
                 let mut sh = Command::new("sh");
                 sh.arg("-c")
@@ -149,6 +148,19 @@ impl Daemon {
             }
             None => Command::new(BIN),
         };
+        Daemon::spawn(command, config_dir, storage_dir, args, envs)
+    }
+
+    /// [`Daemon::launch`] with `command` as the program that runs the daemon (`BIN`, or a shell
+    /// that sets something up and execs `BIN` with its arguments).
+    pub fn spawn(
+        mut command: Command,
+        config_dir: &Path,
+        storage_dir: &Path,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Daemon {
+        let log = storage_dir.with_extension("log");
         command.args([
             "run",
             "--hostname",

@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::store::Trigger;
+use crate::watchdog::{self, DriverBeat, Progress};
 
 /// When to look at a key again after a successful pass.
 pub type Requeue = Option<Duration>;
@@ -165,6 +166,8 @@ pub struct Driver<R: Reconciler> {
     running: usize,
     tasks: JoinSet<(R::Key, PassResult<R>, Duration)>,
     rng: SmallRng,
+    /// Where the loop's turns and the running passes are recorded for the watchdog.
+    beat: Option<DriverBeat>,
 }
 
 impl<R: Reconciler> Driver<R> {
@@ -180,6 +183,7 @@ impl<R: Reconciler> Driver<R> {
             running: 0,
             tasks: JoinSet::new(),
             rng,
+            beat: None,
         }
     }
 
@@ -191,6 +195,13 @@ impl<R: Reconciler> Driver<R> {
 
     pub fn observer(mut self, observer: Arc<dyn DriverObserver>) -> Self {
         self.observer = observer;
+        self
+    }
+
+    /// Records the loop's turns and the running passes in `progress` (the watchdog's rule:
+    /// `controllers/src/watchdog.rs`); a pass may go `step_limit` without a step.
+    pub fn progress(mut self, progress: &Progress, step_limit: Duration) -> Self {
+        self.beat = Some(progress.driver(self.reconciler.name(), step_limit, Instant::now()));
         self
     }
 
@@ -207,9 +218,17 @@ impl<R: Reconciler> Driver<R> {
         self.scan(true);
         loop {
             self.report();
-            let timer = self
+            let mut timer = self
                 .next_timer()
                 .map_or(next_resync, |t| t.min(next_resync));
+            if let Some(beat) = &self.beat {
+                // Turning the loop even when idle is what tells the watchdog it is not stuck.
+                let now = Instant::now();
+                beat.turned(now);
+                if let Some(every) = beat.turn_every() {
+                    timer = timer.min(now + every);
+                }
+            }
             let mut triggers = std::mem::take(&mut self.triggers);
             let event = {
                 let changed = async {
@@ -316,13 +335,19 @@ impl<R: Reconciler> Driver<R> {
         self.running += 1;
         let reconciler = self.reconciler.clone();
         let span = tracing::info_span!("reconcile", controller = reconciler.name(), key = ?key);
+        let mark = self
+            .beat
+            .as_ref()
+            .map(|beat| beat.pass(format!("{key:?}"), Instant::now()));
         self.tasks.spawn(
             async move {
                 let started = Instant::now();
-                let result = AssertUnwindSafe(reconciler.reconcile(key.clone()))
-                    .catch_unwind()
-                    .await
-                    .map_err(|_| ());
+                let pass = AssertUnwindSafe(reconciler.reconcile(key.clone())).catch_unwind();
+                let result = match mark {
+                    Some(mark) => watchdog::within(mark, pass).await,
+                    None => pass.await,
+                }
+                .map_err(|_| ());
                 (key, result, started.elapsed())
             }
             .instrument(span),

@@ -27,6 +27,7 @@
 //! - [`upgrade`]: the first start on what verwalter 0.13 left: which layout a storage dir shows,
 //!   what to move, copy or remove.
 //! - [`wallclock`]: the one timestamp format people read (RFC 3339, UTC).
+//! - [`watchdog`]: whether the drivers make progress (systemd's watchdog pings only then).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
 pub mod access;
@@ -51,3 +52,4 @@ pub mod testing;
 pub mod upgrade;
 pub mod vars;
 pub mod wallclock;
+pub mod watchdog;

@@ -345,5 +345,28 @@ fn fetch_state(snap: &Snapshot) -> (Value, &'static str) {
     )
 }
 
+impl Status {
+    /// One short line for a service manager (systemd's `STATUS=`): whom this node follows,
+    /// the schedule in force and how many roles fail, e.g. `follower of beta.example.com (epoch
+    /// 3); schedule 4d4b15fb; 2 failing roles`.
+    pub fn line(&self) -> String {
+        let epoch = self.election_state.epoch;
+        let role = match &self.leader {
+            _ if self.election_state.is_leader => format!("leader (epoch {epoch})"),
+            Some(leader) => format!("follower of {} (epoch {epoch})", leader.name),
+            None => format!("no leader (epoch {epoch})"),
+        };
+        let schedule = match &self.schedule_id {
+            Some(hash) => format!("schedule {}", hash.get(..8).unwrap_or(hash)),
+            None => "no schedule".to_string(),
+        };
+        let failing = match self.failed_roles.len() {
+            1 => "1 failing role".to_string(),
+            n => format!("{n} failing roles"),
+        };
+        format!("{role}; {schedule}; {failing}")
+    }
+}
+
 #[cfg(test)]
 mod tests;

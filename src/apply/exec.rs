@@ -19,7 +19,11 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
 /// Between SIGTERM and SIGKILL on timeout. SIGTERM first because `sudo` passes it on to the root
 /// command it runs, which we are not allowed to signal ourselves; SIGKILL would leave that one.
-const TERM_GRACE: Duration = Duration::from_secs(2);
+pub const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// What systemd tells the daemon, not meant for the commands: a command that sent `READY=1` or
+/// `WATCHDOG=1` to the daemon's socket would speak for the daemon.
+const SERVICE_MANAGER_VARS: [&str; 3] = ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID"];
 
 /// Runs `argv` (not empty), its output going to `log`, within `limit`.
 pub(crate) async fn run(
@@ -31,7 +35,14 @@ pub(crate) async fn run(
     let program = argv[0].clone();
     log.line(&format!("running: {}", show_argv(argv)));
     let started = std::time::Instant::now();
-    let mut child = tokio::process::Command::new(&argv[0])
+    // The watchdog's step limit of the pass counts from here: this command is bounded by
+    // `limit` and the kill after it.
+    verwalter_controllers::watchdog::mark_step();
+    let mut command = tokio::process::Command::new(&argv[0]);
+    for name in SERVICE_MANAGER_VARS {
+        command.env_remove(name);
+    }
+    let mut child = command
         .args(&argv[1..])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -164,7 +175,21 @@ async fn end_group(pid: u32, child: &mut tokio::process::Child) {
     // all members are gone and the id was reused within these microseconds.
     let _ = killpg(group, Signal::SIGKILL);
     let _ = child.start_kill();
+    unkillable_for_tests().await;
     let _ = child.wait().await;
+}
+
+/// A fault switch for the watchdog's integration test (`tests/notify.rs`), only in debug builds:
+/// with `VERWALTER_TEST_UNKILLABLE` set, a command killed after its timeout is never reaped, as
+/// happens for real to a process stuck in uninterruptible sleep (a dead NFS mount): SIGKILL
+/// does not end it, and the render pass waits forever. No test can make a process unkillable
+/// without root and a broken file system, and every other wait in a pass has a bound, so this
+/// is the honest way to get a hung controller in a test. Release builds have no such switch.
+async fn unkillable_for_tests() {
+    #[cfg(debug_assertions)]
+    if std::env::var_os("VERWALTER_TEST_UNKILLABLE").is_some() {
+        std::future::pending::<()>().await;
+    }
 }
 
 /// `exited with status 3`, `killed by signal 9 (SIGKILL)`.

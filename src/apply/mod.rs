@@ -37,6 +37,9 @@ use serde::Deserialize;
 use command::Plan;
 use expand::Vars;
 
+/// How long a command may take past its timeout before it is gone: the kill of its group.
+pub use exec::TERM_GRACE as KILL_GRACE;
+
 /// One apply command of a `*.render.yaml`, as written there with a YAML tag.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub enum Command {

@@ -20,6 +20,7 @@ use futures::future::BoxFuture;
 use tokio::sync::oneshot;
 use verwalter_controllers::ports::{Scheduler, SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
+use verwalter_controllers::watchdog::{self as progress, DriverBeat, PassMark, Progress};
 
 pub use sandbox::{Limits, Sandbox};
 
@@ -31,11 +32,15 @@ struct Job {
     code_version: String,
     input: Arc<SchedulerInput>,
     reply: Reply,
+    /// The run in the watchdog's records, until the worker is done with it.
+    _mark: Option<PassMark>,
 }
 
 /// The scheduler port backed by a Lua sandbox thread.
 pub struct LuaScheduler {
     inner: Arc<Inner>,
+    /// Where each run is recorded for the watchdog.
+    beat: Option<DriverBeat>,
 }
 
 struct Inner {
@@ -52,7 +57,7 @@ struct Inner {
 /// Extra wait past the time budget before a run is reported stuck. The budget stops every
 /// script we know of (the pattern functions watch the clock themselves); this is the last line
 /// of defence should a C function still hold the thread.
-const WATCHDOG_GRACE: Duration = Duration::from_secs(3);
+pub const WATCHDOG_GRACE: Duration = Duration::from_secs(3);
 
 /// Runs on the worker thread before each run; tests use it to hold the thread the way a C
 /// function the budget cannot stop would.
@@ -85,6 +90,7 @@ impl LuaScheduler {
             .name("scheduler".into())
             .spawn(move || worker(config_dir, limits, rx, worker_busy, before_run))?;
         Ok(LuaScheduler {
+            beat: None,
             inner: Arc::new(Inner {
                 limits,
                 grace,
@@ -93,6 +99,17 @@ impl LuaScheduler {
                 stuck_since: Mutex::new(None),
             }),
         })
+    }
+}
+
+impl LuaScheduler {
+    /// Records every run in `progress` until the thread is done with it: a run stuck in a call
+    /// the budget cannot stop (which makes the port refuse every later run) is then a stall of
+    /// the watchdog, and systemd restarts the daemon with a fresh thread.
+    pub fn watched(mut self, progress: &Progress) -> LuaScheduler {
+        let limit = self.inner.limits.time + self.inner.grace + progress::MARGIN;
+        self.beat = Some(progress.worker("scheduler thread", limit));
+        self
     }
 }
 
@@ -170,6 +187,10 @@ impl Scheduler for LuaScheduler {
             code_version: code_version.to_string(),
             input,
             reply,
+            _mark: self
+                .beat
+                .as_ref()
+                .map(|beat| beat.pass("run".into(), tokio::time::Instant::now())),
         };
         let started = Instant::now();
         let sent = inner.jobs.lock().expect("scheduler sender lock").send(job);

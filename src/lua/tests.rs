@@ -1095,9 +1095,21 @@ async fn a_stuck_run_is_reported_and_no_second_thread_is_started() {
         Some(hook),
     )
     .unwrap();
+    let records = Progress::watched(Duration::from_secs(1));
+    let scheduler = scheduler.watched(&records);
     let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
     assert_eq!(e.kind, SchedulerFailure::Timeout);
     assert!(e.message.contains("did not return within"), "{}", e.message);
+    // The stuck run is a stall of the watchdog once past its budget, grace and margin.
+    let past_limit = tokio::time::Instant::now() + progress::MARGIN + Duration::from_secs(1);
+    let stall = match records.verdict(past_limit) {
+        progress::Verdict::Stalled(stall) => stall,
+        alive => panic!("{alive:?}"),
+    };
+    assert_eq!(
+        (stall.controller, stall.key.as_deref()),
+        ("scheduler thread", Some("run"))
+    );
     for _ in 0..3 {
         let e = scheduler.run("v1", Arc::new(input())).await.unwrap_err();
         assert_eq!(e.kind, SchedulerFailure::Timeout);
@@ -1118,6 +1130,14 @@ async fn a_stuck_run_is_reported_and_no_second_thread_is_started() {
         }
     };
     assert_eq!(out.data, json!({"ok": true}));
+    // Free again: the run's record goes as the thread finishes it.
+    let freed = std::time::Instant::now() + Duration::from_secs(30);
+    while records.verdict(tokio::time::Instant::now() + progress::MARGIN * 2)
+        != progress::Verdict::Alive
+    {
+        assert!(std::time::Instant::now() < freed, "still a stall");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     let threads = threads.lock().unwrap();
     assert_eq!(threads.len(), 2);
     assert_eq!(threads[0], threads[1], "the same thread runs again");

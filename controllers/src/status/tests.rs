@@ -466,6 +466,41 @@ fn the_json_keeps_verwalter_013s_keys_in_order() {
 }
 
 /// Whether any trigger has a change to report, without waiting.
+#[test]
+fn the_service_status_line_names_the_leader_schedule_and_failing_roles() {
+    let writer = StoreWriter::new(None);
+    assert_eq!(
+        status(&writer).line(),
+        "no leader (epoch 0); no schedule; 0 failing roles"
+    );
+    let schedule = Schedule::test().with_role("web", "v2").build();
+    let hash = schedule.hash.clone();
+    writer.schedule.set(Some(schedule));
+    writer.election.set(leading(3));
+    assert_eq!(
+        status(&writer).line(),
+        format!("leader (epoch 3); schedule {}; 0 failing roles", &hash[..8])
+    );
+    following_beta_with_gamma(&writer);
+    let failure = RoleFailure {
+        message: "exited with 1".into(),
+        since: 1,
+        attempts: 1,
+        deployment_id: None,
+    };
+    writer.roles.set(RolesStatus {
+        failed: [("web".to_string(), failure)].into(),
+        ..Default::default()
+    });
+    assert_eq!(
+        status(&writer).line(),
+        format!(
+            "follower of beta.example.com (epoch 4); schedule {}; 1 failing role",
+            &hash[..8]
+        )
+    );
+}
+
 fn woke(triggers: &mut [Box<dyn Trigger>]) -> bool {
     futures::future::select_all(triggers.iter_mut().map(|t| t.changed()))
         .now_or_never()
