@@ -484,7 +484,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         logs.clone(),
         clock,
     ));
-    let driver = render.clone().driver(DriverConfig::default());
+    // On shutdown a running pass may finish its apply command (bounded by the command's own
+    // timeout and the kill of its group) rather than leave a role half applied; the unit's
+    // TimeoutStopSec allows for it (docs/packaging.md).
+    let driver = render.clone().driver(DriverConfig {
+        shutdown_grace: config.command_timeout + crate::apply::KILL_GRACE,
+        ..DriverConfig::default()
+    });
     // A step of a render pass is one apply command: its timeout, then the kill of its group.
     let step = config.command_timeout + crate::apply::KILL_GRACE + watchdog::MARGIN;
     drivers.spawn(Task::Render, driver, step);
