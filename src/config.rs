@@ -54,6 +54,13 @@ pub struct RunArgs {
     /// Lead at once without an election (debugging; two such nodes make two leaders)
     #[arg(long)]
     pub debug_force_leader: bool,
+    /// Start each log line with this node's machine id (several nodes logging to one place)
+    #[arg(long)]
+    pub log_id: bool,
+    /// Accepted for verwalter 0.13's unit files and ignored: rendering runs inside the daemon,
+    /// which needs the rights its apply commands need (the packaged unit runs it as root)
+    #[arg(long, hide = true)]
+    pub use_sudo: bool,
     /// Frontend served at `/`: `common` (built in) or a dir under <config>/frontend/
     #[arg(long, value_name = "NAME")]
     pub default_frontend: Option<String>,

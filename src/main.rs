@@ -194,23 +194,71 @@ fn render(args: RenderCliArgs) -> ExitCode {
 }
 
 fn init_logs(default: &str) {
+    init_logs_as(default, None);
+}
+
+/// Logs to stderr at `default` (or `RUST_LOG`); with `id`, each line starts with it
+/// (`--log-id`, as verwalter 0.13 had it for several nodes logging to one place).
+fn init_logs_as(default: &str, id: Option<&str>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    let format = WithId {
+        id: id.map(|id| format!("{id} ")),
+        inner: tracing_subscriber::fmt::format(),
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
+        .event_format(format)
         .init();
 }
 
+/// The default line format, after an optional prefix.
+struct WithId<F> {
+    id: Option<String>,
+    inner: F,
+}
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for WithId<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        if let Some(id) = &self.id {
+            writer.write_str(id)?;
+        }
+        self.inner.format_event(ctx, writer, event)
+    }
+}
+
 fn run(args: &RunArgs) -> ExitCode {
-    init_logs("info");
-    let config = match Config::load(args) {
+    // With --log-id the machine id must be known first; settings problems go to stderr either way.
+    let loaded = Config::load(args);
+    let id = match (&loaded, args.log_id) {
+        (Ok(config), true) => Some(config.machine_id.as_str()),
+        _ => None,
+    };
+    init_logs_as("info", id);
+    let config = match loaded {
         Ok(config) => config,
         Err(error) => {
             eprintln!("verwalter: {error}");
             return ExitCode::from(3);
         }
     };
+    if args.use_sudo {
+        tracing::warn!(
+            "--use-sudo is ignored: rendering runs inside the daemon, which needs the rights its \
+             apply commands need (run it as root, as the packaged unit does)."
+        );
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

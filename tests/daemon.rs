@@ -365,3 +365,25 @@ fn request_bodies_that_never_come_do_not_hold_connections() {
     }
     assert!(daemon.json("/v1/status").is_some());
 }
+
+/// verwalter 0.13's unit files pass `--log-id`, and some `--use-sudo`: the first starts every
+/// log line with the machine id, the second is taken and said to be ignored.
+#[test]
+fn the_flags_of_0_13_units_are_taken() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::launch(&config, &storage, &["--log-id", "--use-sudo"], &[]);
+    daemon.wait_json(
+        Duration::from_secs(30),
+        "/v1/schedule",
+        "no schedule",
+        |_| true,
+    );
+    let logs = daemon.logs();
+    assert!(logs.contains("--use-sudo is ignored"), "{logs}");
+    for line in logs.lines() {
+        assert!(
+            line.starts_with(MACHINE_ID),
+            "a line without the id: {line}"
+        );
+    }
+}
