@@ -10,6 +10,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
 
 use verwalter::config::{Config, RunArgs};
 
@@ -102,6 +103,47 @@ fn packaged_settings_file_loads_and_listens_for_a_cluster() {
     assert!(
         unit.contains("ExecStart=/usr/bin/verwalter run --settings /etc/verwalter/settings.yaml\n")
     );
+}
+
+/// The unit's daemon with the packaged settings file at the top of its config dir, as installed:
+/// it starts, and an edit of the file is no input change (no new inputs, same schedule).
+#[test]
+fn settings_file_in_the_config_dir_is_not_an_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    copy_tree(&example("minimal"), &config);
+    let settings = config.join("settings.yaml");
+    std::fs::copy(repo_file("pkg/settings.yaml"), &settings).unwrap();
+    // Flags override the file's `host: 0.0.0.0` and the dirs, as `systemctl edit` would.
+    let daemon = Daemon::launch(
+        &config,
+        &tmp.path().join("storage"),
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let schedule = daemon.wait_json(Duration::from_secs(30), "/v1/schedule", "a schedule", |s| {
+        s["hash"].is_string()
+    });
+    let reads = "verwalter_input_reads_total";
+    let before = metric(daemon.port, reads).unwrap();
+    let changes = |log: &str| log.matches("Inputs changed.").count();
+    let changed_before = changes(&daemon.logs());
+
+    let mut text = std::fs::read_to_string(&settings).unwrap();
+    text.push_str("# edited\n");
+    std::fs::write(&settings, text).unwrap();
+    // The watcher saw the edit and read the config dir again...
+    wait_for(Duration::from_secs(30), || {
+        metric(daemon.port, reads).filter(|n| *n > before)
+    })
+    .unwrap_or_else(|| panic!("no read after the edit:\n{}", daemon.logs()));
+    // ...and found nothing new.
+    assert_eq!(changes(&daemon.logs()), changed_before, "{}", daemon.logs());
+    assert_eq!(
+        daemon.json("/v1/schedule").unwrap()["hash"],
+        schedule["hash"]
+    );
+    assert!(daemon.terminate().success());
 }
 
 /// The defaults the packaged settings file shows in its comments (`# port: 8379`) are the ones

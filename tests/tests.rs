@@ -26,11 +26,12 @@
 //!   served as JavaScript.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
-//! - `package`: the packaged settings file loads, shows the real defaults and agrees with the
-//!   unit; the rest runs on the packages `make test-package` builds: lintian and rpmlint clean,
-//!   metadata and contents (`dpkg-deb`, `rpm -qp`), the .rpm in a scratch root (`rpm -V`), the
-//!   .deb installed as root (`--version`, `check`, `man -w`, the dirs it makes, `systemd-analyze
-//!   verify` with empty stderr) and purged.
+//! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
+//!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
+//!   the packages `make test-package` builds: lintian and rpmlint clean, metadata and contents
+//!   (`dpkg-deb`, `rpm -qp`), the .rpm in a scratch root (`rpm -V`), the .deb installed as root
+//!   (`--version`, `check`, `man -w`, the dirs it makes, `systemd-analyze verify` with empty
+//!   stderr) and purged.
 //! - `partition`: five nodes behind forwarding proxies the test cuts (the wiring; the rules are
 //!   simulated in controllers): a leader cut off into a minority steps down and the minority
 //!   elects nobody; in minority mode both sides lead and the healed leader merges both.
