@@ -287,7 +287,9 @@ fn deb_metadata_and_contents() {
     let depends = info
         .lines()
         .find_map(|l| l.strip_prefix(" Depends: "))
-        .unwrap();
+        .unwrap_or_else(|| {
+            panic!("no Depends (cargo-deb computes it with dpkg-shlibdeps, from dpkg-dev):\n{info}")
+        });
     assert!(depends.starts_with("libc6 (>= 2."), "{depends}");
     let conffiles = stdout_of("dpkg-deb", &["-I", deb, "conffiles"]);
     assert_eq!(conffiles.trim(), "/etc/verwalter/settings.yaml");
