@@ -2,8 +2,18 @@
 
 CARGO ?= cargo
 DEMO_ID ?= 0000000000000000000000000000d3e0
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+DEB := target/verwalter_$(VERSION)_amd64.deb
+RPM := target/verwalter-$(VERSION)-1.x86_64.rpm
+# The packaging tools, pinned: `make package` installs these versions when missing.
+CARGO_DEB_VERSION := 3.8.0
+CARGO_GENERATE_RPM_VERSION := 0.21.1
+# C code in the package build (the vendored Lua) gets Debian's hardening: checked string and
+# memory functions, stack protector.
+PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps test ci sim bench bench-rss
+.PHONY: all build run cluster fmt fmt-check lint browser-deps test ci sim bench bench-rss \
+	package package-tools package-deps test-package
 
 all: build
 
@@ -41,9 +51,10 @@ browser-deps:
 	    fi; \
 	fi
 
-## Everything CI checks: formatting, lints with warnings denied, all tests.
-test: fmt-check lint browser-deps
+## Everything CI checks: formatting, lints with warnings denied, all tests, the packages.
+test: fmt-check lint browser-deps package-deps
 	$(CARGO) test --all
+	$(MAKE) test-package
 
 ci: test
 
@@ -58,3 +69,50 @@ bench:
 
 bench-rss:
 	benches/idle_rss.sh
+
+## cargo-deb and cargo-generate-rpm, installed with `cargo install --locked` when missing.
+package-tools:
+	@command -v cargo-deb >/dev/null || \
+	    $(CARGO) install --locked cargo-deb --version $(CARGO_DEB_VERSION)
+	@command -v cargo-generate-rpm >/dev/null || \
+	    $(CARGO) install --locked cargo-generate-rpm --version $(CARGO_GENERATE_RPM_VERSION)
+
+## The .deb and the .rpm under target/ (docs/packaging.md). target/pkg/ holds what both take:
+## the stripped binary, the man pages and the completions made from it.
+package: package-tools
+	CFLAGS="$(PACKAGE_CFLAGS)" $(CARGO) build --profile dist --locked --bin verwalter
+	rm -rf target/pkg
+	mkdir -p target/pkg/man target/pkg/completions
+	strip --strip-all --remove-section=.comment --remove-section=.note \
+	    -o target/pkg/verwalter target/dist/verwalter
+	target/pkg/verwalter generate man target/pkg/man
+	gzip -9n target/pkg/man/*.1
+	target/pkg/verwalter generate completions bash > target/pkg/completions/verwalter
+	target/pkg/verwalter generate completions zsh > target/pkg/completions/_verwalter
+	target/pkg/verwalter generate completions fish > target/pkg/completions/verwalter.fish
+	$(CARGO) deb --no-build --locked -p verwalter -o $(DEB)
+	$(CARGO) generate-rpm -p . -o $(RPM)
+	@ls -l $(DEB) $(RPM) target/pkg/verwalter
+
+## What the package checks use (lintian, rpmlint, rpm, dpkg-shlibdeps, systemd-analyze, man):
+## installed when missing and this runs as root with apt-get; otherwise the checks say what
+## is missing and are skipped.
+package-deps:
+	@need=""; \
+	for pair in lintian:lintian rpmlint:rpmlint rpm:rpm dpkg-shlibdeps:dpkg-dev \
+	        systemd-analyze:systemd man:man-db strip:binutils; do \
+	    command -v $${pair%%:*} >/dev/null || need="$$need $${pair#*:}"; \
+	done; \
+	if [ -n "$$need" ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$need; \
+	    else \
+	        echo "the package checks need:$$need (apt-get install$$need)" >&2; \
+	    fi; \
+	fi
+
+## Builds both packages, then checks them (tests/package.rs): lintian, rpmlint, their contents,
+## and, as root on Debian, installs the .deb, runs it and purges it.
+test-package: package
+	VERWALTER_DEB=$(DEB) VERWALTER_RPM=$(RPM) \
+	    $(CARGO) test --test tests package:: -- --ignored --test-threads=1

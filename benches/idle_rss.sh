@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Resident memory of the idle daemon on examples/minimal (release build).
+# Resident memory of the idle daemon on examples/minimal (release build; or the binary named by
+# VERWALTER_BIN, e.g. the packaged one: VERWALTER_BIN=target/pkg/verwalter after `make package`).
 # Starts the daemon three times, lets each settle for 5 s after its first schedule, reads VmRSS,
 # and prints each reading and the median.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cargo build --release --quiet
-bin=target/release/verwalter
+if [ -z "${VERWALTER_BIN:-}" ]; then
+    cargo build --release --quiet
+fi
+bin=${VERWALTER_BIN:-target/release/verwalter}
 readings=()
 for run in 1 2 3; do
     tmp=$(mktemp -d)

@@ -1,4 +1,5 @@
 //! The `verwalter` command: the daemon (`run`) and the offline tools (`check`, `schedule`).
+//! A hidden `generate` writes the man pages and shell completions `make package` ships.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -42,6 +43,30 @@ enum Command {
     Schedule(ScheduleArgs),
     /// Render one role as the daemon would: print its files and run (or show) its commands.
     Render(RenderCliArgs),
+}
+
+/// `verwalter generate ...`: parsed apart from [`Cli`], so that neither its help, nor the man
+/// pages and completions made from it, show this packaging tool.
+#[derive(Debug, Parser)]
+#[command(
+    name = "verwalter generate",
+    bin_name = "verwalter generate",
+    about = "Write the man pages and shell completions the packages ship."
+)]
+struct GenerateCli {
+    #[command(subcommand)]
+    what: Generate,
+}
+
+#[derive(Debug, Subcommand)]
+enum Generate {
+    /// Man pages: verwalter.1 and verwalter-<command>.1 for each command, into DIR.
+    Man {
+        #[arg(value_name = "DIR")]
+        out_dir: PathBuf,
+    },
+    /// The completion script for SHELL, on standard output.
+    Completions { shell: clap_complete::Shell },
 }
 
 #[derive(Debug, clap::Args)]
@@ -102,9 +127,11 @@ struct ScheduleArgs {
 
 fn main() -> ExitCode {
     verwalter::allocator::tune();
-    let command = verwalter::config::with_defaults(Cli::command())
-        .mut_subcommand("run", verwalter::config::with_defaults);
-    let cli = match Cli::from_arg_matches(&command.get_matches()) {
+    let args: Vec<_> = std::env::args_os().collect();
+    if args.get(1).is_some_and(|a| a == "generate") {
+        return generate(GenerateCli::parse_from(&args[1..]).what);
+    }
+    let cli = match Cli::from_arg_matches(&cli_command().get_matches()) {
         Ok(cli) => cli,
         Err(error) => error.exit(),
     };
@@ -122,6 +149,87 @@ fn main() -> ExitCode {
         Some(Command::Render(args)) => {
             init_logs("warn");
             render(args)
+        }
+    }
+}
+
+/// The command line as parsed, with `verwalter run`'s defaults in its help (the man pages and
+/// completions are made from this too).
+fn cli_command() -> clap::Command {
+    verwalter::config::with_defaults(Cli::command())
+        .mut_subcommand("run", verwalter::config::with_defaults)
+}
+
+/// Sections of verwalter.1 that clap does not know: the files the package installs.
+const MAN_FILES: &str = r#".SH FILES
+.TP
+.I /etc/verwalter/settings.yaml
+The settings file the packaged systemd unit passes with \fB\-\-settings\fR (a commented
+default; its keys are in running.md).
+.TP
+.I /etc/verwalter/
+The config dir: \fBscheduler/v1/main.lua\fR, \fBruntime/\fR, \fBtemplates/\fR,
+\fBsandbox/\fR, \fBfrontend/\fR.
+.TP
+.I /var/lib/verwalter/
+The storage dir: the schedule in force, applied hashes, backups, pending actions.
+.TP
+.I /var/log/verwalter/
+The deployment log.
+.TP
+.I /usr/lib/systemd/system/verwalter.service
+The systemd unit.
+.SH EXIT STATUS
+0: stopped by SIGTERM or SIGINT, or the command succeeded; 1: \fBcheck\fR found problems, or
+\fBschedule\fR or \fBrender\fR failed; 2: bad command line; 3: the daemon cannot start (invalid
+settings among others: the packaged unit does not restart it). The full table is in running.md.
+.SH SEE ALSO
+.BR systemctl (1),
+.BR journalctl (1);
+/usr/share/doc/verwalter/running.md (flags, settings, exit codes) and packaging.md
+"#;
+
+/// What verwalter.1 says under DESCRIPTION.
+const MAN_ABOUT: &str = "verwalter keeps a cluster's services configured. Every node runs the daemon \
+(`verwalter run`, or flags without a command as verwalter 0.13 took them); the nodes elect a \
+leader, the leader runs the Lua scheduler of the config dir, and every node renders and applies \
+the roles the schedule gives it. `check`, `schedule` and `render` do the same steps offline.";
+
+fn generate(what: Generate) -> ExitCode {
+    match what {
+        Generate::Man { out_dir } => {
+            let mut command = cli_command()
+                .long_about(MAN_ABOUT)
+                .disable_help_subcommand(true);
+            command.build();
+            let mut pages = vec![(command.clone(), true)];
+            pages.extend(command.get_subcommands().map(|c| (c.clone(), false)));
+            for (page, top) in pages {
+                let man = clap_mangen::Man::new(page).manual("verwalter manual");
+                let mut text = Vec::new();
+                let written = man.render(&mut text).and_then(|()| {
+                    if top {
+                        text.extend_from_slice(MAN_FILES.as_bytes());
+                    }
+                    std::fs::write(out_dir.join(man.get_filename()), &text)
+                });
+                if let Err(e) = written {
+                    eprintln!("verwalter generate man: {}: {e}", out_dir.display());
+                    return ExitCode::FAILURE;
+                }
+            }
+            ExitCode::SUCCESS
+        }
+        Generate::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cli_command(), "verwalter", &mut script);
+            match std::io::Write::write_all(&mut std::io::stdout(), &script) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("verwalter generate completions: {e}");
+                    ExitCode::FAILURE
+                }
+            }
         }
     }
 }

@@ -30,6 +30,12 @@
 //!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
 //!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
 //!   cause for bad settings, a port in use, a storage dir that is not one.
+//! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
+//!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
+//!   the packages `make test-package` builds: lintian and rpmlint clean, metadata and contents
+//!   (`dpkg-deb`, `rpm -qp`), the .rpm in a scratch root (`rpm -V`), the .deb installed as root
+//!   (`--version`, `check`, `man -w`, the dirs it makes, `systemd-analyze verify` with empty
+//!   stderr) and purged.
 //! - `partition`: five nodes behind forwarding proxies the test cuts (the wiring; the rules are
 //!   simulated in controllers): a leader cut off into a minority steps down and the minority
 //!   elects nobody; in minority mode both sides lead and the healed leader merges both.
@@ -54,6 +60,7 @@ mod daemon;
 mod frontend;
 mod lithos;
 mod notify;
+mod package;
 mod partition;
 mod render;
 mod upgrade;
