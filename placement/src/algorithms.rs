@@ -1,0 +1,530 @@
+//! The algorithms: the two filter passes and prioritize, with every parameter wca has.
+//!
+//! Quirk decisions (also in `docs/placement.md`):
+//! - **LeastUsed's default weights.** wca's default `least_used_weights` gives every dimension
+//!   weight 1 *and adds `membw_flat: 1`*, which also counts in `Σ w` when no bandwidth dimension is
+//!   in use: with `[cpu, mem]` an empty node scores 2/3 (6 after scaling), never 10. We do **not**
+//!   keep that: by default each dimension in use (after flattening) weighs 1, so an empty node
+//!   scores 10; weights are only summed over dimensions in use, and a weight given for a dimension
+//!   not in use is ignored.
+//! - **Truncation.** Scores are `(priority × max_node_score) as i64`: truncated toward zero like
+//!   Python's `int()`, not rounded and not clamped (LeastUsedBAR reaches 20; a negative priority
+//!   stays negative), as wca does.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use crate::snapshot::{self, Dim, Snapshot};
+
+/// An algorithm with its common parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Algorithm {
+    /// The dimensions checked and scored (default `[cpu, mem]`).
+    #[serde(default = "default_dimensions")]
+    pub dimensions: Vec<Dim>,
+    /// What a priority of 1.0 becomes (default 10).
+    #[serde(default = "default_max_node_score")]
+    pub max_node_score: f64,
+    pub kind: Kind,
+}
+
+pub fn default_dimensions() -> Vec<Dim> {
+    vec![Dim::Cpu, Dim::Mem]
+}
+
+fn default_max_node_score() -> f64 {
+    10.0
+}
+
+fn one() -> f64 {
+    1.0
+}
+
+fn default_threshold() -> f64 {
+    0.97
+}
+
+/// Which algorithm, with its own parameters and wca's defaults.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub enum Kind {
+    /// Accepts every node, scores 0.
+    Nop,
+    /// Rejects a node where a dimension would go below zero; scores 0.
+    Fit {
+        /// Multiplies CPU capacity on PMEM nodes (1.0).
+        #[serde(default = "one")]
+        cpu_scale_factor: f64,
+    },
+    /// Fit; scores `1 − variance` of the used fractions.
+    Bar {
+        #[serde(default = "one")]
+        cpu_scale_factor: f64,
+        /// Per-dimension weights of the variance with more than 2 dimensions (missing: 1).
+        #[serde(default)]
+        bar_weights: BTreeMap<Dim, f64>,
+    },
+    /// Fit; scores the weighted mean of the free fractions.
+    LeastUsed {
+        #[serde(default = "one")]
+        cpu_scale_factor: f64,
+        /// Per-dimension weights (missing: 1).
+        #[serde(default)]
+        least_used_weights: BTreeMap<Dim, f64>,
+    },
+    /// Fit; scores `least_used · least_used_weight + bar`.
+    LeastUsedBar {
+        #[serde(default = "one")]
+        cpu_scale_factor: f64,
+        #[serde(default)]
+        bar_weights: BTreeMap<Dim, f64>,
+        #[serde(default)]
+        least_used_weights: BTreeMap<Dim, f64>,
+        #[serde(default = "one")]
+        least_used_weight: f64,
+    },
+    /// Fit, then only the best class of node shapes; scores as LeastUsedBAR.
+    HierBar {
+        #[serde(default = "one")]
+        cpu_scale_factor: f64,
+        #[serde(default)]
+        bar_weights: BTreeMap<Dim, f64>,
+        #[serde(default)]
+        least_used_weights: BTreeMap<Dim, f64>,
+        #[serde(default = "one")]
+        least_used_weight: f64,
+        /// Merges node shapes into two classes split by `cap_read / cap_write > merge_threshold`.
+        #[serde(default)]
+        merge_threshold: Option<f64>,
+    },
+    /// Accepts a node while `count(app on node) < targeted_assigned_apps_counts[node][app]`.
+    StaticAssigner {
+        targeted_assigned_apps_counts: BTreeMap<String, BTreeMap<String, u64>>,
+    },
+    /// Rejects nodes whose `platform_dram_hit_ratio < threshold`.
+    DramHitRatioProvision {
+        #[serde(default = "default_threshold")]
+        threshold: f64,
+    },
+    /// Fit plus the DRAM hit ratio on PMEM nodes, then PMEM or DRAM nodes by app profile.
+    Score {
+        #[serde(default = "one")]
+        cpu_scale_factor: f64,
+        #[serde(default = "default_threshold")]
+        threshold: f64,
+        #[serde(default)]
+        score_target: Option<f64>,
+        #[serde(default)]
+        strict_mode_placement: bool,
+    },
+}
+
+/// The outcome of filtering: the nodes kept (sorted) and why each other node was dropped.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FilterResult {
+    pub nodes: Vec<String>,
+    pub failed: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlacementError {
+    #[error("app {app:?} has no spec (no entry in apps_spec)")]
+    UnknownApp { app: String },
+}
+
+impl Algorithm {
+    pub fn new(kind: Kind) -> Algorithm {
+        Algorithm {
+            dimensions: default_dimensions(),
+            max_node_score: default_max_node_score(),
+            kind,
+        }
+    }
+
+    pub fn with_dimensions(mut self, dims: &[Dim]) -> Algorithm {
+        self.dimensions = dims.to_vec();
+        self
+    }
+
+    fn cpu_scale_factor(&self) -> f64 {
+        match &self.kind {
+            Kind::Fit { cpu_scale_factor }
+            | Kind::Bar {
+                cpu_scale_factor, ..
+            }
+            | Kind::LeastUsed {
+                cpu_scale_factor, ..
+            }
+            | Kind::LeastUsedBar {
+                cpu_scale_factor, ..
+            }
+            | Kind::HierBar {
+                cpu_scale_factor, ..
+            }
+            | Kind::Score {
+                cpu_scale_factor, ..
+            } => *cpu_scale_factor,
+            _ => 1.0,
+        }
+    }
+
+    fn needs_spec(&self) -> bool {
+        !matches!(
+            self.kind,
+            Kind::Nop | Kind::StaticAssigner { .. } | Kind::DramHitRatioProvision { .. }
+        )
+    }
+
+    /// Both filter passes over `nodes` for one instance of `app`.
+    pub fn filter(
+        &self,
+        snap: &Snapshot,
+        app: &str,
+        nodes: &[String],
+    ) -> Result<FilterResult, PlacementError> {
+        if self.needs_spec() && !snap.apps_spec.contains_key(app) {
+            return Err(PlacementError::UnknownApp { app: app.into() });
+        }
+        let mut result = FilterResult::default();
+        let sorted: BTreeSet<&String> = nodes.iter().collect();
+        for node in sorted {
+            match self.app_fit_node(snap, node, app) {
+                Ok(()) => result.nodes.push(node.clone()),
+                Err(reason) => {
+                    result.failed.insert(node.clone(), reason);
+                }
+            }
+        }
+        let rejected = self.app_fit_nodes(snap, &result.nodes, app);
+        result.nodes.retain(|n| !rejected.contains_key(n));
+        result.failed.extend(rejected);
+        Ok(result)
+    }
+
+    /// Pass 1: one node on its own.
+    pub fn app_fit_node(&self, snap: &Snapshot, node: &str, app: &str) -> Result<(), String> {
+        let fit = || {
+            let cap = snap.capacity(node, self.cpu_scale_factor());
+            snapshot::fit(&cap, &snap.demand(node, app), &self.dimensions)
+        };
+        match &self.kind {
+            Kind::Nop => Ok(()),
+            Kind::Fit { .. }
+            | Kind::Bar { .. }
+            | Kind::LeastUsed { .. }
+            | Kind::LeastUsedBar { .. }
+            | Kind::HierBar { .. } => fit(),
+            Kind::StaticAssigner {
+                targeted_assigned_apps_counts,
+            } => {
+                let Some(apps) = targeted_assigned_apps_counts.get(node) else {
+                    return Err("Node is not in targeted_assigned_apps_counts.".into());
+                };
+                let Some(&target) = apps.get(app) else {
+                    return Err(format!("No target count for app {app} on this node."));
+                };
+                let count = snap.count(node, app);
+                if count < target {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "App {app} has {count} of its targeted {target} instances here."
+                    ))
+                }
+            }
+            Kind::DramHitRatioProvision { threshold } => dram_hit_ratio(snap, node, *threshold),
+            Kind::Score { threshold, .. } => {
+                fit()?;
+                if snap.is_pmem(node) {
+                    dram_hit_ratio(snap, node, *threshold)
+                } else {
+                    Ok(())
+                }
+            }
+        }
+    }
+
+    /// Pass 2: the survivors of pass 1 together; returns the nodes it rejects with reasons.
+    pub fn app_fit_nodes(
+        &self,
+        snap: &Snapshot,
+        nodes: &[String],
+        app: &str,
+    ) -> BTreeMap<String, String> {
+        match &self.kind {
+            Kind::HierBar {
+                merge_threshold, ..
+            } => hier_bar_classes(snap, nodes, app, &self.dimensions, *merge_threshold),
+            Kind::Score {
+                score_target,
+                strict_mode_placement,
+                ..
+            } => score_node_type(snap, nodes, app, *score_target, *strict_mode_placement),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// The priority of `node` for one more `app`, before scaling (1.0 is the best for most).
+    pub fn priority_for_node(&self, snap: &Snapshot, node: &str, app: &str) -> f64 {
+        let fractions = || {
+            let cap = snap.capacity(node, self.cpu_scale_factor());
+            snapshot::fractions(&cap, &snap.demand(node, app), &self.dimensions)
+        };
+        match &self.kind {
+            Kind::Bar { bar_weights, .. } => bar(&fractions(), bar_weights),
+            Kind::LeastUsed {
+                least_used_weights, ..
+            } => least_used(&fractions(), least_used_weights),
+            Kind::LeastUsedBar {
+                bar_weights,
+                least_used_weights,
+                least_used_weight,
+                ..
+            }
+            | Kind::HierBar {
+                bar_weights,
+                least_used_weights,
+                least_used_weight,
+                ..
+            } => {
+                let f = fractions();
+                least_used(&f, least_used_weights) * least_used_weight + bar(&f, bar_weights)
+            }
+            _ => 0.0,
+        }
+    }
+
+    /// Scores for `nodes` in sorted order: `int(priority × max_node_score)`, truncated, no clamp.
+    pub fn prioritize(
+        &self,
+        snap: &Snapshot,
+        app: &str,
+        nodes: &[String],
+    ) -> Result<Vec<(String, i64)>, PlacementError> {
+        if self.needs_spec() && !snap.apps_spec.contains_key(app) {
+            return Err(PlacementError::UnknownApp { app: app.into() });
+        }
+        let sorted: BTreeSet<&String> = nodes.iter().collect();
+        Ok(sorted
+            .into_iter()
+            .map(|n| {
+                let p = self.priority_for_node(snap, n, app);
+                (n.clone(), (p * self.max_node_score) as i64)
+            })
+            .collect())
+    }
+}
+
+fn dram_hit_ratio(snap: &Snapshot, node: &str, threshold: f64) -> Result<(), String> {
+    match snap.nodes.get(node).and_then(|f| f.platform_dram_hit_ratio) {
+        None => Err("No platform_dram_hit_ratio known for the node.".into()),
+        Some(r) if r < threshold => Err(format!(
+            "DRAM hit ratio {} is below the threshold {}.",
+            snapshot::py_float(r),
+            snapshot::py_float(threshold)
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
+/// BAR: `1 − variance` of the fractions. More than 2 dimensions: `Σ (f − mean)² · w / n`;
+/// 2: `|f1 − f2|` (weights ignored); 1 or none: 0.
+pub fn bar(fractions: &[(Dim, f64)], weights: &BTreeMap<Dim, f64>) -> f64 {
+    let variance = match fractions {
+        [] | [_] => 0.0,
+        [(_, a), (_, b)] => (a - b).abs(),
+        _ => {
+            let n = fractions.len() as f64;
+            let mean = fractions.iter().map(|(_, f)| f).sum::<f64>() / n;
+            fractions
+                .iter()
+                .map(|(d, f)| (f - mean).powi(2) * weights.get(d).copied().unwrap_or(1.0))
+                .sum::<f64>()
+                / n
+        }
+    };
+    1.0 - variance
+}
+
+/// LeastUsed: `Σ (1 − f) · w / Σ w` over the dimensions in use (missing weights are 1).
+pub fn least_used(fractions: &[(Dim, f64)], weights: &BTreeMap<Dim, f64>) -> f64 {
+    let w = |d: &Dim| weights.get(d).copied().unwrap_or(1.0);
+    let total: f64 = fractions.iter().map(|(d, _)| w(d)).sum();
+    if total == 0.0 {
+        return 0.0;
+    }
+    fractions.iter().map(|(d, f)| (1.0 - f) * w(d)).sum::<f64>() / total
+}
+
+/// A node shape: its capacity over `dims` as `(dim, int(value))` pairs, sorted by dimension.
+type Shape = Vec<(Dim, i64)>;
+
+/// HierBAR pass 2: classes of equal shapes (or, with `merge_threshold`, two classes split by
+/// `cap_read / cap_write`, each with the averaged shape); per class the sample standard deviation
+/// of `requested / class-average capacity` over the dimensions; candidates outside the class with
+/// the lowest value fail.
+fn hier_bar_classes(
+    snap: &Snapshot,
+    nodes: &[String],
+    app: &str,
+    dims: &[Dim],
+    merge_threshold: Option<f64>,
+) -> BTreeMap<String, String> {
+    let mut dims = dims.to_vec();
+    dims.sort();
+    let shape_of = |node: &str| -> Shape {
+        let cap = snap.node_capacities.get(node);
+        dims.iter()
+            .filter_map(|d| cap.and_then(|c| c.get(d)).map(|v| (*d, *v as i64)))
+            .collect()
+    };
+    // Class key -> (average capacity, member nodes among the candidates).
+    let mut classes: BTreeMap<String, (BTreeMap<Dim, f64>, Vec<String>)> = BTreeMap::new();
+    match merge_threshold {
+        None => {
+            for node in nodes {
+                let shape = shape_of(node);
+                let cap = shape.iter().map(|(d, v)| (*d, *v as f64)).collect();
+                classes
+                    .entry(format!("{shape:?}"))
+                    .or_insert((cap, Vec::new()))
+                    .1
+                    .push(node.clone());
+            }
+        }
+        Some(threshold) => {
+            // Every known node's shape counts towards its class average, not only candidates'.
+            let mut sums: BTreeMap<bool, (BTreeMap<Dim, f64>, usize)> = BTreeMap::new();
+            let mut member = BTreeMap::new();
+            for node in snap.node_capacities.keys() {
+                let shape = shape_of(node);
+                let get = |d| shape.iter().find(|(x, _)| *x == d).map(|(_, v)| *v as f64);
+                let Some(read) = get(Dim::MembwRead) else {
+                    continue;
+                };
+                let write = get(Dim::MembwWrite).unwrap_or(0.0);
+                let high = write > 0.0 && read / write > threshold;
+                let entry = sums.entry(high).or_default();
+                for (d, v) in &shape {
+                    *entry.0.entry(*d).or_insert(0.0) += *v as f64;
+                }
+                entry.1 += 1;
+                member.insert(node.clone(), high);
+            }
+            for node in nodes {
+                let Some(&high) = member.get(node) else {
+                    continue;
+                };
+                let (sum, n) = &sums[&high];
+                let avg = sum.iter().map(|(d, v)| (*d, v / *n as f64)).collect();
+                classes
+                    .entry(format!("ratio>{threshold}:{high}"))
+                    .or_insert((avg, Vec::new()))
+                    .1
+                    .push(node.clone());
+            }
+        }
+    }
+    let spec = snap.apps_spec.get(app);
+    let spread = |cap: &BTreeMap<Dim, f64>| -> f64 {
+        let values: Vec<f64> = dims
+            .iter()
+            .filter_map(|d| match cap.get(d) {
+                Some(&c) if c > 0.0 => {
+                    Some(spec.and_then(|s| s.get(d)).copied().unwrap_or(0.0) / c)
+                }
+                _ => None,
+            })
+            .collect();
+        sample_std_dev(&values)
+    };
+    let scored: Vec<(f64, &Vec<String>)> = classes
+        .values()
+        .map(|(cap, members)| (spread(cap), members))
+        .collect();
+    let Some(best) = scored.iter().map(|(v, _)| *v).min_by(f64::total_cmp) else {
+        return BTreeMap::new();
+    };
+    let mut failed = BTreeMap::new();
+    let mut kept_one = false;
+    for (value, members) in &scored {
+        // Only the first class with the best value is kept, so ties between classes are decided
+        // by the class order (the sorted shapes).
+        if *value == best && !kept_one {
+            kept_one = true;
+            continue;
+        }
+        for node in members.iter() {
+            failed.insert(
+                node.clone(),
+                format!(
+                    "Not best class (best_variance={} this={})",
+                    snapshot::py_float(best),
+                    snapshot::py_float(*value)
+                ),
+            );
+        }
+    }
+    // Nodes that have no class (no bandwidth capacity while merging) are not candidates.
+    for node in nodes {
+        if !classes.values().any(|(_, m)| m.contains(node)) {
+            failed.insert(
+                node.clone(),
+                "Node has no membw_read capacity to class it by.".into(),
+            );
+        }
+    }
+    failed
+}
+
+/// The sample standard deviation (n − 1); 0 for fewer than two values.
+pub fn sample_std_dev(values: &[f64]) -> f64 {
+    if values.len() < 2 {
+        return 0.0;
+    }
+    let n = values.len() as f64;
+    let mean = values.iter().sum::<f64>() / n;
+    (values.iter().map(|v| (v - mean).powi(2)).sum::<f64>() / (n - 1.0)).sqrt()
+}
+
+/// Score pass 2: PMEM nodes for an app with a low profile, DRAM nodes otherwise.
+fn score_node_type(
+    snap: &Snapshot,
+    nodes: &[String],
+    app: &str,
+    score_target: Option<f64>,
+    strict: bool,
+) -> BTreeMap<String, String> {
+    let profiles = &snap.app_profiles;
+    let profile = profiles.get(app).copied();
+    let lowest = profiles.values().copied().min_by(f64::total_cmp);
+    let to_pmem = profiles.len() > 2
+        && match (score_target, profile) {
+            (Some(target), Some(p)) => p <= target,
+            (None, Some(p)) => Some(p) == lowest,
+            (_, None) => false,
+        };
+    let (wanted, other) = if to_pmem {
+        ("PMEM", "DRAM")
+    } else {
+        ("DRAM", "PMEM")
+    };
+    let rejected: BTreeMap<String, String> = nodes
+        .iter()
+        .filter(|n| snap.is_pmem(n) != to_pmem)
+        .map(|n| {
+            (
+                n.clone(),
+                format!("App {app} goes to {wanted} nodes; this is a {other} node."),
+            )
+        })
+        .collect();
+    if rejected.len() == nodes.len() && !strict {
+        return BTreeMap::new();
+    }
+    rejected
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,309 @@
+//! The data placement decides on, and the resource arithmetic every algorithm shares.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// A resource dimension, named as wca names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dim {
+    Cpu,
+    Mem,
+    MembwRead,
+    MembwWrite,
+    /// Read and write bandwidth folded into one number: `read + ratio · write`.
+    MembwFlat,
+    Wss,
+}
+
+impl Dim {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dim::Cpu => "cpu",
+            Dim::Mem => "mem",
+            Dim::MembwRead => "membw_read",
+            Dim::MembwWrite => "membw_write",
+            Dim::MembwFlat => "membw_flat",
+            Dim::Wss => "wss",
+        }
+    }
+}
+
+impl fmt::Display for Dim {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What runs on a node of one app: a count, or the task names (only their number counts).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Assigned {
+    Count(u64),
+    Tasks(Vec<String>),
+}
+
+impl Assigned {
+    pub fn count(&self) -> u64 {
+        match self {
+            Assigned::Count(n) => *n,
+            Assigned::Tasks(tasks) => tasks.len() as u64,
+        }
+    }
+}
+
+/// Whether a node's memory is persistent memory (PMEM) or plain DRAM.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NodeType {
+    Pmem,
+    Dram,
+}
+
+/// Facts about a node other than its capacity.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeFacts {
+    #[serde(default)]
+    pub platform_dram_hit_ratio: Option<f64>,
+    #[serde(default)]
+    pub node_type: Option<NodeType>,
+}
+
+/// One consistent view of the cluster, as wca's data provider returns it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Snapshot {
+    /// `{node: {dim: capacity}}`.
+    #[serde(default)]
+    pub node_capacities: BTreeMap<String, BTreeMap<Dim, f64>>,
+    /// `{node: {app: count or [task]}}`: what already runs where.
+    #[serde(default)]
+    pub assigned_apps: BTreeMap<String, BTreeMap<String, Assigned>>,
+    /// `{app: {dim: request}}`: one instance's request.
+    #[serde(default)]
+    pub apps_spec: BTreeMap<String, BTreeMap<Dim, f64>>,
+    /// `{node: facts}`: DRAM hit ratio and node type.
+    #[serde(default)]
+    pub nodes: BTreeMap<String, NodeFacts>,
+    /// `{app: profile}`: Score's app profiles (lower goes to PMEM).
+    #[serde(default)]
+    pub app_profiles: BTreeMap<String, f64>,
+}
+
+impl Snapshot {
+    pub fn is_pmem(&self, node: &str) -> bool {
+        self.nodes.get(node).and_then(|f| f.node_type) == Some(NodeType::Pmem)
+    }
+
+    /// How many instances of `app` run on `node`.
+    pub fn count(&self, node: &str, app: &str) -> u64 {
+        self.assigned_apps
+            .get(node)
+            .and_then(|apps| apps.get(app))
+            .map_or(0, Assigned::count)
+    }
+
+    /// The sum of the requests of what runs on `node` (apps without a spec count as nothing).
+    pub fn used(&self, node: &str) -> BTreeMap<Dim, f64> {
+        let mut used = BTreeMap::new();
+        for (app, assigned) in self.assigned_apps.get(node).into_iter().flatten() {
+            for (dim, req) in self.apps_spec.get(app).into_iter().flatten() {
+                *used.entry(*dim).or_insert(0.0) += req * assigned.count() as f64;
+            }
+        }
+        used
+    }
+
+    /// The node's capacity, CPU multiplied by `cpu_scale_factor` on PMEM nodes.
+    pub fn capacity(&self, node: &str, cpu_scale_factor: f64) -> BTreeMap<Dim, f64> {
+        let mut cap = self.node_capacities.get(node).cloned().unwrap_or_default();
+        if self.is_pmem(node)
+            && let Some(cpu) = cap.get_mut(&Dim::Cpu)
+        {
+            *cpu *= cpu_scale_factor;
+        }
+        cap
+    }
+
+    /// Used plus one more instance of `app` on `node`, per dimension.
+    pub fn demand(&self, node: &str, app: &str) -> BTreeMap<Dim, f64> {
+        let mut demand = self.used(node);
+        for (dim, req) in self.apps_spec.get(app).into_iter().flatten() {
+            *demand.entry(*dim).or_insert(0.0) += req;
+        }
+        demand
+    }
+}
+
+/// Free capacity per dimension in `dims` for a demand (used + requested). Read and write memory
+/// bandwidth, when both are asked and the node has both, share one bus: with
+/// `ratio = cap_read / cap_write`, free read is `cap_read − (read + write·ratio)` and free write
+/// `cap_write − (write + read/ratio)`. A dimension the node has no capacity for is `None`.
+pub fn free(
+    cap: &BTreeMap<Dim, f64>,
+    demand: &BTreeMap<Dim, f64>,
+    dims: &[Dim],
+) -> Vec<(Dim, Option<f64>)> {
+    let want = |d: Dim| demand.get(&d).copied().unwrap_or(0.0);
+    let ratio = bandwidth_ratio(cap, dims);
+    dims.iter()
+        .map(|&d| {
+            let free = match (d, ratio) {
+                (Dim::MembwRead, Some(r)) => cap
+                    .get(&d)
+                    .map(|c| c - (want(Dim::MembwRead) + want(Dim::MembwWrite) * r)),
+                (Dim::MembwWrite, Some(r)) => cap
+                    .get(&d)
+                    .map(|c| c - (want(Dim::MembwWrite) + want(Dim::MembwRead) / r)),
+                _ => cap.get(&d).map(|c| c - want(d)),
+            };
+            (d, free)
+        })
+        .collect()
+}
+
+/// `cap_read / cap_write` when both bandwidth dimensions are in use and the node has both.
+fn bandwidth_ratio(cap: &BTreeMap<Dim, f64>, dims: &[Dim]) -> Option<f64> {
+    if !(dims.contains(&Dim::MembwRead) && dims.contains(&Dim::MembwWrite)) {
+        return None;
+    }
+    match (cap.get(&Dim::MembwRead), cap.get(&Dim::MembwWrite)) {
+        (Some(&r), Some(&w)) if w > 0.0 => Some(r / w),
+        _ => None,
+    }
+}
+
+/// Fit's check: `Err(reason)` when a dimension would go below zero, the reason as wca words it
+/// (`Could not fit node for dimensions: missing (mem: 2.0).`, the shortfall per dimension).
+pub fn fit(
+    cap: &BTreeMap<Dim, f64>,
+    demand: &BTreeMap<Dim, f64>,
+    dims: &[Dim],
+) -> Result<(), String> {
+    let mut missing = Vec::new();
+    let mut unknown = Vec::new();
+    for (dim, free) in free(cap, demand, dims) {
+        match free {
+            Some(f) if f < 0.0 => missing.push(format!("{dim}: {}", py_float(-f))),
+            Some(_) => {}
+            None => unknown.push(dim.name()),
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(format!(
+            "No capacity known for dimensions: {}.",
+            unknown.join(", ")
+        ));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "Could not fit node for dimensions: missing ({}).",
+            missing.join(", ")
+        ))
+    }
+}
+
+/// The fraction of each dimension used with one more instance: `(used + requested) / capacity`.
+/// With both bandwidth dimensions (and a node that has both) they are flattened into one
+/// `membw_flat = (read + ratio·write) / cap_read` — a write costs `ratio` reads, and a bus full of
+/// writes is full at `cap_write · ratio = cap_read`. A dimension without capacity counts as full.
+pub fn fractions(
+    cap: &BTreeMap<Dim, f64>,
+    demand: &BTreeMap<Dim, f64>,
+    dims: &[Dim],
+) -> Vec<(Dim, f64)> {
+    let want = |d: Dim| demand.get(&d).copied().unwrap_or(0.0);
+    let of = |d: Dim, amount: f64| match cap.get(&d) {
+        Some(&c) if c > 0.0 => amount / c,
+        _ => 1.0,
+    };
+    let ratio = bandwidth_ratio(cap, dims);
+    let mut out = Vec::new();
+    for &d in dims {
+        match (d, ratio) {
+            (Dim::MembwRead, Some(r)) => out.push((
+                Dim::MembwFlat,
+                of(
+                    Dim::MembwRead,
+                    want(Dim::MembwRead) + r * want(Dim::MembwWrite),
+                ),
+            )),
+            (Dim::MembwWrite, Some(_)) => {}
+            _ => out.push((d, of(d, want(d)))),
+        }
+    }
+    out
+}
+
+/// A float as Python's `repr` prints it (`2.0`, `0.5`), so reasons read as wca's do.
+pub fn py_float(v: f64) -> String {
+    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
+        format!("{v:.1}")
+    } else {
+        format!("{v}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(Dim, f64)]) -> BTreeMap<Dim, f64> {
+        pairs.iter().copied().collect()
+    }
+
+    #[test]
+    fn bandwidth_read_and_write_share_the_bus() {
+        // ratio = 100 / 50 = 2: free read = 100 − (20 + 10·2) = 60; free write = 50 − (10 + 20/2) = 30.
+        let cap = map(&[(Dim::MembwRead, 100.0), (Dim::MembwWrite, 50.0)]);
+        let demand = map(&[(Dim::MembwRead, 20.0), (Dim::MembwWrite, 10.0)]);
+        let free = free(&cap, &demand, &[Dim::MembwRead, Dim::MembwWrite]);
+        assert_eq!(
+            free,
+            vec![(Dim::MembwRead, Some(60.0)), (Dim::MembwWrite, Some(30.0))]
+        );
+        // Flattened: (20 + 2·10) / 100 = 0.4.
+        let f = fractions(&cap, &demand, &[Dim::MembwRead, Dim::MembwWrite]);
+        assert_eq!(f, vec![(Dim::MembwFlat, 0.4)]);
+    }
+
+    #[test]
+    fn read_alone_is_not_combined() {
+        let cap = map(&[(Dim::MembwRead, 100.0), (Dim::MembwWrite, 50.0)]);
+        let demand = map(&[(Dim::MembwRead, 20.0), (Dim::MembwWrite, 10.0)]);
+        assert_eq!(
+            free(&cap, &demand, &[Dim::MembwRead]),
+            vec![(Dim::MembwRead, Some(80.0))]
+        );
+    }
+
+    #[test]
+    fn fit_names_the_shortfall() {
+        let cap = map(&[(Dim::Cpu, 4.0), (Dim::Mem, 8.0)]);
+        let demand = map(&[(Dim::Cpu, 2.5), (Dim::Mem, 10.0)]);
+        assert_eq!(
+            fit(&cap, &demand, &[Dim::Cpu, Dim::Mem]).unwrap_err(),
+            "Could not fit node for dimensions: missing (mem: 2.0)."
+        );
+        assert_eq!(
+            fit(&cap, &demand, &[Dim::Cpu, Dim::Wss]).unwrap_err(),
+            "No capacity known for dimensions: wss."
+        );
+    }
+
+    #[test]
+    fn assigned_apps_accept_counts_and_task_lists() {
+        let s: Snapshot = serde_json::from_str(
+            r#"{"assigned_apps": {"n1": {"a": 2, "b": ["b-1", "b-2", "b-3"]}},
+                "apps_spec": {"a": {"cpu": 1.5}, "b": {"cpu": 1}}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.count("n1", "b"), 3);
+        assert_eq!(s.used("n1"), map(&[(Dim::Cpu, 6.0)]));
+    }
+}
