@@ -360,6 +360,12 @@ pub fn least_used(fractions: &[(Dim, f64)], weights: &BTreeMap<Dim, f64>) -> f64
 /// A node shape: its capacity over `dims` as `(dim, int(value))` pairs, sorted by dimension.
 type Shape = Vec<(Dim, i64)>;
 
+/// A HierBAR class: its shape, or (merged) whether its bandwidth ratio is above the threshold.
+type ClassKey = (Option<bool>, Shape);
+
+/// A class's (average) capacity and its member nodes among the candidates.
+type Class = (BTreeMap<Dim, f64>, Vec<String>);
+
 /// HierBAR pass 2: classes of equal shapes (or, with `merge_threshold`, two classes split by
 /// `cap_read / cap_write`, each with the averaged shape); per class the sample standard deviation
 /// of `requested / class-average capacity` over the dimensions; candidates outside the class with
@@ -379,15 +385,17 @@ fn hier_bar_classes(
             .filter_map(|d| cap.and_then(|c| c.get(d)).map(|v| (*d, *v as i64)))
             .collect()
     };
-    // Class key -> (average capacity, member nodes among the candidates).
-    let mut classes: BTreeMap<String, (BTreeMap<Dim, f64>, Vec<String>)> = BTreeMap::new();
+    // Class key (the shape; or, merged, which side of the threshold) -> (average capacity,
+    // member nodes among the candidates). Keys order the classes: shapes compare dimension by
+    // dimension, then by value; merged, the low-ratio class comes first.
+    let mut classes: BTreeMap<ClassKey, Class> = BTreeMap::new();
     match merge_threshold {
         None => {
             for node in nodes {
                 let shape = shape_of(node);
                 let cap = shape.iter().map(|(d, v)| (*d, *v as f64)).collect();
                 classes
-                    .entry(format!("{shape:?}"))
+                    .entry((None, shape))
                     .or_insert((cap, Vec::new()))
                     .1
                     .push(node.clone());
@@ -419,7 +427,7 @@ fn hier_bar_classes(
                 let (sum, n) = &sums[&high];
                 let avg = sum.iter().map(|(d, v)| (*d, v / *n as f64)).collect();
                 classes
-                    .entry(format!("ratio>{threshold}:{high}"))
+                    .entry((Some(high), Vec::new()))
                     .or_insert((avg, Vec::new()))
                     .1
                     .push(node.clone());
@@ -450,7 +458,7 @@ fn hier_bar_classes(
     let mut kept_one = false;
     for (value, members) in &scored {
         // Only the first class with the best value is kept, so ties between classes are decided
-        // by the class order (the sorted shapes).
+        // by the class order (the sorted shapes: the smaller capacity first).
         if *value == best && !kept_one {
             kept_one = true;
             continue;

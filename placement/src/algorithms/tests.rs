@@ -482,6 +482,15 @@ fn score_sends_low_profiles_to_pmem() {
             .1,
         0
     );
+    // A lower threshold lets the hot PMEM node through.
+    let mut low_threshold = score_alg(None, false);
+    if let Kind::Score { threshold, .. } = &mut low_threshold.kind {
+        *threshold = 0.85;
+    }
+    assert_eq!(
+        low_threshold.filter(&snap, "low", &all).unwrap().nodes,
+        names(&["pmem-hot", "pmem1"])
+    );
 }
 
 #[test]
@@ -543,5 +552,25 @@ fn defaults_when_deserialized() {
             score_target: None,
             strict_mode_placement: false
         }
+    );
+}
+
+#[test]
+fn hier_bar_tie_between_classes_keeps_the_smaller_shape() {
+    // Two shapes with the same spread (0.1, 0.1 and 0.01, 0.01 → 0): the smaller shape's class stays.
+    let mut snap = Snapshot::default();
+    snap.node_capacities
+        .insert("big".into(), caps(&[(Dim::Cpu, 100.0), (Dim::Mem, 100.0)]));
+    snap.node_capacities
+        .insert("small".into(), caps(&[(Dim::Cpu, 20.0), (Dim::Mem, 20.0)]));
+    snap.apps_spec
+        .insert("app".into(), caps(&[(Dim::Cpu, 1.0), (Dim::Mem, 1.0)]));
+    let r = hier(None, &CPU_MEM)
+        .filter(&snap, "app", &names(&["big", "small"]))
+        .unwrap();
+    assert_eq!(r.nodes, names(&["small"]));
+    assert_eq!(
+        r.failed["big"],
+        "Not best class (best_variance=0.0 this=0.0)"
     );
 }
