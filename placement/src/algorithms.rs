@@ -447,14 +447,24 @@ fn hier_bar_classes(
             .collect();
         sample_std_dev(&values)
     };
+    let mut classless = BTreeMap::new();
+    // Nodes that have no class (no bandwidth capacity while merging) are not candidates.
+    for node in nodes {
+        if !classes.values().any(|(_, m)| m.contains(node)) {
+            classless.insert(
+                node.clone(),
+                "Node has no membw_read capacity to class it by.".into(),
+            );
+        }
+    }
     let scored: Vec<(f64, &Vec<String>)> = classes
         .values()
         .map(|(cap, members)| (spread(cap), members))
         .collect();
     let Some(best) = scored.iter().map(|(v, _)| *v).min_by(f64::total_cmp) else {
-        return BTreeMap::new();
+        return classless;
     };
-    let mut failed = BTreeMap::new();
+    let mut failed = classless;
     let mut kept_one = false;
     for (value, members) in &scored {
         // Only the first class with the best value is kept, so ties between classes are decided
@@ -471,15 +481,6 @@ fn hier_bar_classes(
                     snapshot::py_float(best),
                     snapshot::py_float(*value)
                 ),
-            );
-        }
-    }
-    // Nodes that have no class (no bandwidth capacity while merging) are not candidates.
-    for node in nodes {
-        if !classes.values().any(|(_, m)| m.contains(node)) {
-            failed.insert(
-                node.clone(),
-                "Node has no membw_read capacity to class it by.".into(),
             );
         }
     }

@@ -336,6 +336,13 @@ fn hier_bar_merge_threshold_joins_shapes_by_bandwidth_ratio() {
         "{}",
         r.failed["q1"]
     );
+    // Merging, a node without membw_read capacity belongs to no class.
+    snap.node_capacities
+        .insert("plain".into(), caps(&[(Dim::Cpu, 10.0), (Dim::Mem, 100.0)]));
+    assert_eq!(
+        hier(Some(1.5), &dims).app_fit_nodes(&snap, &names(&["plain"]), "app")["plain"],
+        "Node has no membw_read capacity to class it by."
+    );
     // A threshold of 2 or more puts all three in one class (no ratio is above it).
     let r = hier(Some(2.0), &dims).filter(&snap, "app", &all).unwrap();
     assert_eq!(r.nodes, all);
