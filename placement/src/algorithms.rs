@@ -19,6 +19,7 @@ use crate::snapshot::{self, Dim, Snapshot};
 
 /// An algorithm with its common parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Algorithm {
     /// The dimensions checked and scored (default `[cpu, mem]`).
     #[serde(default = "default_dimensions")]
