@@ -11,6 +11,7 @@
 //! The formulas and the choices made where wca has a quirk are in `docs/placement.md`.
 
 pub mod algorithms;
+pub mod config;
 pub mod simulate;
 pub mod snapshot;
 
