@@ -140,11 +140,11 @@ enum RawDataProvider {
 #[serde(deny_unknown_fields)]
 struct RawDataProviderFields {
     #[serde(default)]
-    prometheus: Option<RawPrometheusTag>,
+    prometheus: Option<Tagged<RawPrometheusTag>>,
     #[serde(default)]
-    kubeapi: Option<RawKubeapiTag>,
+    kubeapi: Option<Tagged<RawKubeapiTag>>,
     #[serde(default)]
-    queries: Option<RawQueriesTag>,
+    queries: Option<Tagged<RawQueriesTag>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -187,7 +187,7 @@ struct Common {
     dimensions: Vec<Dim>,
     max_node_score: f64,
     alias: Option<Text>,
-    data_provider: Option<RawDataProvider>,
+    data_provider: Option<Tagged<RawDataProvider>>,
 }
 
 fn ten() -> f64 {
@@ -216,7 +216,7 @@ macro_rules! tag_struct {
             #[serde(default)]
             alias: Option<Text>,
             #[serde(default)]
-            data_provider: Option<RawDataProvider>,
+            data_provider: Option<Tagged<RawDataProvider>>,
             $($(#[$m])* $f: $t,)*
         }
 
@@ -346,12 +346,12 @@ fn resolve_all(
 }
 
 fn load_provider(
-    raw: RawDataProvider,
+    raw: Tagged<RawDataProvider>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<DataProvider, ConfigError> {
-    let RawDataProvider::ClusterDataProvider(f) = raw;
+    let Tagged(RawDataProvider::ClusterDataProvider(f)) = raw;
     let prometheus = match f.prometheus {
-        Some(RawPrometheusTag::Prometheus(p)) => Some(Prometheus {
+        Some(Tagged(RawPrometheusTag::Prometheus(p))) => Some(Prometheus {
             host: p.host.resolve(env)?,
             port: p.port,
             timeout: p.timeout,
@@ -359,7 +359,7 @@ fn load_provider(
         None => None,
     };
     let kubeapi = match f.kubeapi {
-        Some(RawKubeapiTag::Kubeapi(k)) => Some(Kubeapi {
+        Some(Tagged(RawKubeapiTag::Kubeapi(k))) => Some(Kubeapi {
             host: k.host.map(|h| h.resolve(env)).transpose()?,
             port: k.port,
             monitored_namespaces: resolve_all(k.monitored_namespaces, env)?,
@@ -367,7 +367,7 @@ fn load_provider(
         None => None,
     };
     let mut queries = BTreeMap::new();
-    if let Some(RawQueriesTag::Queries(q)) = f.queries {
+    if let Some(Tagged(RawQueriesTag::Queries(q))) = f.queries {
         for (name, text) in q {
             queries.insert(name, text.resolve(env)?);
         }
@@ -557,6 +557,20 @@ algorithms:
         let yaml = "algorithms:\n  a: !Fit\n    alias: !Secret x\n";
         let e = error(yaml);
         assert!(e.contains("Secret") && e.contains("line 3"), "{e}");
+    }
+
+    #[test]
+    fn data_provider_errors_name_the_line() {
+        let e = error(
+            "algorithms:\n  a: !Fit\n    data_provider: !ClusterDataProvider\n      prometheus: !Prometheus\n        host: h\n        port: 1\n        tls: true\n",
+        );
+        assert!(e.contains("tls") && e.contains("line 7"), "{e}");
+        let e = error(
+            "algorithms:\n  a: !Fit\n    data_provider: !ClusterDataProvider\n      kubeapi: !Kube {}\n",
+        );
+        assert!(e.contains("Kube") && e.contains("line 4"), "{e}");
+        let e = error("algorithms:\n  a: !Fit\n    data_provider:\n      prometheus: {}\n");
+        assert!(e.contains("line 4"), "an untagged provider is refused: {e}");
     }
 
     #[test]

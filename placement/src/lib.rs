@@ -5,6 +5,7 @@
 //!   memory-bandwidth rules, the Fit check).
 //! - [`algorithms`]: the [`Algorithm`]s (NOP, Fit, BAR, LeastUsed, LeastUsedBAR, HierBAR,
 //!   StaticAssigner, DramHitRatioProvision, Score), the two filter passes and prioritize.
+//! - [`config`]: [`config::load`] reads a YAML config with wca's tags into algorithms.
 //! - [`simulate`]: [`place`] (filter, prioritize, pick one node) and the cluster simulator that
 //!   reports placement quality.
 //!
