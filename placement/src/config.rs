@@ -574,6 +574,18 @@ algorithms:
     }
 
     #[test]
+    fn a_tag_without_parameters_takes_the_defaults() {
+        let loaded = load("algorithms:\n  a: !Fit\n  b: !NOPAlgorithm\n", env).unwrap();
+        assert_eq!(
+            loaded["a"].algorithm,
+            Algorithm::new(Kind::Fit {
+                cpu_scale_factor: 1.0
+            })
+        );
+        assert_eq!(loaded["b"].algorithm, Algorithm::new(Kind::Nop));
+    }
+
+    #[test]
     fn missing_env_names_the_variable() {
         let e = error("algorithms:\n  a: !Fit\n    alias: !Env NOPE\n");
         assert!(e.contains("\"NOPE\""), "{e}");
