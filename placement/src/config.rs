@@ -586,6 +586,30 @@ algorithms:
     }
 
     #[test]
+    fn a_loaded_algorithm_places() {
+        let yaml = "algorithms:\n  pin: !StaticAssigner\n    targeted_assigned_apps_counts: {n2: {redis: 1}}\n  fit: !Fit {dimensions: [mem]}\n";
+        let loaded = load(yaml, env).unwrap();
+        let mut snap = crate::Snapshot::default();
+        for (node, mem) in [("n1", 4.0), ("n2", 1.0)] {
+            snap.node_capacities
+                .insert(node.into(), BTreeMap::from([(Dim::Mem, mem)]));
+        }
+        snap.apps_spec
+            .insert("redis".into(), BTreeMap::from([(Dim::Mem, 2.0)]));
+        let nodes = vec!["n1".to_string(), "n2".to_string()];
+
+        let (best, filtered) =
+            crate::place(&loaded["pin"].algorithm, &snap, "redis", &nodes).unwrap();
+        assert_eq!(best.as_deref(), Some("n2"));
+        assert!(filtered.failed.contains_key("n1"));
+
+        let (best, filtered) =
+            crate::place(&loaded["fit"].algorithm, &snap, "redis", &nodes).unwrap();
+        assert_eq!(best.as_deref(), Some("n1"));
+        assert!(filtered.failed["n2"].contains("mem"), "{filtered:?}");
+    }
+
+    #[test]
     fn missing_env_names_the_variable() {
         let e = error("algorithms:\n  a: !Fit\n    alias: !Env NOPE\n");
         assert!(e.contains("\"NOPE\""), "{e}");
