@@ -25,6 +25,9 @@ pub enum ConfigError {
     /// `!Env NAME` with `NAME` not set.
     #[error("config: environment variable {name:?} (from !Env) is not set")]
     MissingEnv { name: String },
+    /// A port that is not a number from 0 to 65535.
+    #[error("config: port {value:?} is not a number from 0 to 65535")]
+    BadPort { value: String },
 }
 
 /// The whole file: named algorithms.
@@ -71,25 +74,104 @@ pub struct LoadedAlgorithm {
 /// wca's data provider: Prometheus for metrics, the Kubernetes API for CPU, memory and pods.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DataProvider {
+    /// `!ClusterDataProvider` or `!ClusterScoreDataProvider` (which also reads Score's app
+    /// profiles and node types).
+    pub kind: ProviderKind,
     pub prometheus: Option<Prometheus>,
     pub kubeapi: Option<Kubeapi>,
-    /// Query name → PromQL, overriding wca's defaults.
-    pub queries: BTreeMap<String, String>,
+    /// The PromQL wca runs; given under the provider or under `prometheus` (older configs), each
+    /// query not given keeps wca's default.
+    pub queries: Queries,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderKind {
+    Cluster,
+    ClusterScore,
+}
+
+/// `!Prometheus`: where the instant queries go.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Prometheus {
+    /// With its scheme, as wca takes it: `http://prometheus.example`.
     pub host: String,
     pub port: u16,
-    pub timeout: Option<f64>,
+    /// Seconds; wca's default is 1.
+    pub timeout: f64,
+    /// Evaluate the queries at this time (wca's `time`, a Unix timestamp string), not now.
+    pub time: Option<String>,
 }
 
+/// `!Kubeapi`: the Kubernetes API server wca reads nodes and pods from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kubeapi {
+    /// Host name or address; wca builds `https://host:port`. A host given with a scheme
+    /// (`http://127.0.0.1`, e.g. `kubectl proxy`) keeps it.
     pub host: Option<String>,
+    /// wca takes the port as a string (it usually comes from `!Env`); it is parsed here.
     pub port: Option<u16>,
+    /// The service-account token sent as `Authorization: Bearer`.
+    pub client_token_path: String,
+    /// The CA that signs the API server's certificate.
+    pub server_cert_ca_path: String,
+    /// Seconds; wca's default is 5.
+    pub timeout: f64,
+    /// Namespaces whose pods count as assigned apps; wca's default is `[default]`.
     pub monitored_namespaces: Vec<String>,
 }
+
+/// wca's default service-account token path.
+pub const SERVICE_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount/token";
+/// wca's default service-account CA path.
+pub const SERVICE_CA_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt";
+
+/// `!Queries`: the PromQL wca runs, under wca's names; every field has wca's default.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Queries {
+    /// Nodes with PMEM in memory mode (label `nodename`).
+    pub nodes_pmm_memory_mode: String,
+    /// Read bandwidth capacity of PMEM nodes (label `nodename`).
+    pub membw_capacity_read: String,
+    /// Write bandwidth capacity of PMEM nodes (label `nodename`).
+    pub membw_capacity_write: String,
+    /// WSS capacity of PMEM nodes (label `nodename`).
+    pub node_capacity_mem_wss: String,
+    /// DRAM bandwidth of a node (label `nodename`); in wca's newer configs, unused by its code.
+    pub node_capacity_dram_membw: Option<String>,
+    /// Per dimension, one instance's request of each app (label `app`).
+    pub app_requested_resources: BTreeMap<Dim, String>,
+}
+
+impl Default for Queries {
+    fn default() -> Queries {
+        let per_app = |metric: &str| format!("max(max_over_time({metric}[3h])) by (app)");
+        Queries {
+            nodes_pmm_memory_mode: "sum(platform_mem_mode_size_bytes) by (nodename) != 0".into(),
+            membw_capacity_read:
+                "sum(platform_nvdimm_read_bandwidth_bytes_per_second) by (nodename)".into(),
+            membw_capacity_write:
+                "sum(platform_nvdimm_write_bandwidth_bytes_per_second) by (nodename)".into(),
+            node_capacity_mem_wss:
+                "sum(platform_dimm_total_size_bytes{dimm_type=\"ram\"}) by (nodename)".into(),
+            node_capacity_dram_membw: None,
+            app_requested_resources: BTreeMap::from([
+                (Dim::Cpu, per_app("task_requested_cpus")),
+                (Dim::Mem, per_app("task_requested_mem_bytes")),
+                (Dim::MembwRead, per_app("task_membw_reads_bytes_per_second")),
+                (
+                    Dim::MembwWrite,
+                    per_app("task_membw_writes_bytes_per_second"),
+                ),
+                (Dim::Wss, per_app("task_wss_referenced_bytes")),
+            ]),
+        }
+    }
+}
+
+/// What `!ClusterScoreDataProvider` asks for besides the cluster provider's queries.
+pub const APP_PROFILES_QUERY: &str = "app_profile";
+/// Per node (`%NODE%` replaced by the quoted node name): its `nodetype` label, pmem or dram.
+pub const NODE_TYPE_QUERY: &str = "node_type{nodename=%NODE%}";
 
 /// A string given literally or as `!Env NAME`.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,6 +200,13 @@ impl<'de> Deserialize<'de> for Text {
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Text, E> {
                 Ok(Text::Literal(s.into()))
             }
+            // wca reads numbers into string fields too (a port, a `time` stamp).
+            fn visit_u64<E: de::Error>(self, n: u64) -> Result<Text, E> {
+                Ok(Text::Literal(n.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, n: i64) -> Result<Text, E> {
+                Ok(Text::Literal(n.to_string()))
+            }
             fn visit_enum<A: EnumAccess<'de>>(self, data: A) -> Result<Text, A::Error> {
                 let (tag, variant): (String, _) = data.variant()?;
                 if tag != "Env" {
@@ -134,6 +223,7 @@ impl<'de> Deserialize<'de> for Text {
 #[serde(deny_unknown_fields)]
 enum RawDataProvider {
     ClusterDataProvider(RawDataProviderFields),
+    ClusterScoreDataProvider(RawDataProviderFields),
 }
 
 #[derive(Debug, Deserialize)]
@@ -156,9 +246,13 @@ enum RawPrometheusTag {
 #[serde(deny_unknown_fields)]
 struct RawPrometheus {
     host: Text,
-    port: u16,
+    port: Text,
     #[serde(default)]
     timeout: Option<f64>,
+    #[serde(default)]
+    time: Option<Text>,
+    #[serde(default)]
+    queries: Option<Tagged<RawQueriesTag>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -172,14 +266,38 @@ struct RawKubeapi {
     #[serde(default)]
     host: Option<Text>,
     #[serde(default)]
-    port: Option<u16>,
+    port: Option<Text>,
     #[serde(default)]
-    monitored_namespaces: Vec<Text>,
+    client_token_path: Option<Text>,
+    #[serde(default)]
+    server_cert_ca_path: Option<Text>,
+    #[serde(default)]
+    timeout: Option<f64>,
+    #[serde(default)]
+    monitored_namespaces: Option<Vec<Text>>,
 }
 
 #[derive(Debug, Deserialize)]
 enum RawQueriesTag {
-    Queries(BTreeMap<String, Text>),
+    Queries(RawQueries),
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[allow(non_snake_case)]
+struct RawQueries {
+    #[serde(default)]
+    NODES_PMM_MEMORY_MODE: Option<Text>,
+    #[serde(default)]
+    MEMBW_CAPACITY_READ: Option<Text>,
+    #[serde(default)]
+    MEMBW_CAPACITY_WRITE: Option<Text>,
+    #[serde(default)]
+    NODE_CAPACITY_MEM_WSS: Option<Text>,
+    #[serde(default)]
+    NODE_CAPACITY_DRAM_MEMBW: Option<Text>,
+    #[serde(default)]
+    APP_REQUESTED_RESOURCES_QUERY_MAP: Option<BTreeMap<Dim, Text>>,
 }
 
 /// The parameters every algorithm takes, collected from any tag's struct.
@@ -349,34 +467,84 @@ fn load_provider(
     raw: Tagged<RawDataProvider>,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<DataProvider, ConfigError> {
-    let Tagged(RawDataProvider::ClusterDataProvider(f)) = raw;
+    let (kind, f) = match raw.0 {
+        RawDataProvider::ClusterDataProvider(f) => (ProviderKind::Cluster, f),
+        RawDataProvider::ClusterScoreDataProvider(f) => (ProviderKind::ClusterScore, f),
+    };
+    let mut queries = Queries::default();
+    let mut raw_queries = f.queries.map(|Tagged(RawQueriesTag::Queries(q))| q);
     let prometheus = match f.prometheus {
-        Some(Tagged(RawPrometheusTag::Prometheus(p))) => Some(Prometheus {
-            host: p.host.resolve(env)?,
-            port: p.port,
-            timeout: p.timeout,
-        }),
+        Some(Tagged(RawPrometheusTag::Prometheus(p))) => {
+            if let Some(Tagged(RawQueriesTag::Queries(q))) = p.queries {
+                raw_queries.get_or_insert(q);
+            }
+            Some(Prometheus {
+                host: p.host.resolve(env)?,
+                port: port(p.port, env)?,
+                timeout: p.timeout.unwrap_or(1.0),
+                time: p.time.map(|t| t.resolve(env)).transpose()?,
+            })
+        }
         None => None,
     };
     let kubeapi = match f.kubeapi {
         Some(Tagged(RawKubeapiTag::Kubeapi(k))) => Some(Kubeapi {
             host: k.host.map(|h| h.resolve(env)).transpose()?,
-            port: k.port,
-            monitored_namespaces: resolve_all(k.monitored_namespaces, env)?,
+            port: k.port.map(|p| port(p, env)).transpose()?,
+            client_token_path: match k.client_token_path {
+                Some(t) => t.resolve(env)?,
+                None => SERVICE_TOKEN_PATH.into(),
+            },
+            server_cert_ca_path: match k.server_cert_ca_path {
+                Some(t) => t.resolve(env)?,
+                None => SERVICE_CA_PATH.into(),
+            },
+            timeout: k.timeout.unwrap_or(5.0),
+            monitored_namespaces: match k.monitored_namespaces {
+                Some(ns) => resolve_all(ns, env)?,
+                None => vec!["default".into()],
+            },
         }),
         None => None,
     };
-    let mut queries = BTreeMap::new();
-    if let Some(Tagged(RawQueriesTag::Queries(q))) = f.queries {
-        for (name, text) in q {
-            queries.insert(name, text.resolve(env)?);
+    if let Some(q) = raw_queries {
+        let set = |slot: &mut String, text: Option<Text>| -> Result<(), ConfigError> {
+            if let Some(t) = text {
+                *slot = t.resolve(env)?;
+            }
+            Ok(())
+        };
+        set(&mut queries.nodes_pmm_memory_mode, q.NODES_PMM_MEMORY_MODE)?;
+        set(&mut queries.membw_capacity_read, q.MEMBW_CAPACITY_READ)?;
+        set(&mut queries.membw_capacity_write, q.MEMBW_CAPACITY_WRITE)?;
+        set(&mut queries.node_capacity_mem_wss, q.NODE_CAPACITY_MEM_WSS)?;
+        queries.node_capacity_dram_membw = q
+            .NODE_CAPACITY_DRAM_MEMBW
+            .map(|t| t.resolve(env))
+            .transpose()?;
+        if let Some(map) = q.APP_REQUESTED_RESOURCES_QUERY_MAP {
+            for (dim, text) in map {
+                queries
+                    .app_requested_resources
+                    .insert(dim, text.resolve(env)?);
+            }
         }
     }
     Ok(DataProvider {
+        kind,
         prometheus,
         kubeapi,
         queries,
     })
+}
+
+/// A port given as a number or a string (wca's `!Env KUBERNETES_SERVICE_PORT`).
+fn port(text: Text, env: &dyn Fn(&str) -> Option<String>) -> Result<u16, ConfigError> {
+    let value = text.resolve(env)?;
+    value
+        .trim()
+        .parse()
+        .map_err(|_| ConfigError::BadPort { value })
 }
 
 /// Loads a config: `algorithms: {name: !Tag {...}}`. `env` answers `!Env NAME` (pass
@@ -432,7 +600,9 @@ algorithms:
       kubeapi: !Kubeapi
         monitored_namespaces: [default, batch]
       queries: !Queries
-        app_profiles: sum(app_profile) by (app)
+        MEMBW_CAPACITY_READ: sum(read_bw) by (nodename)
+        APP_REQUESTED_RESOURCES_QUERY_MAP:
+          cpu: max(cpus) by (app)
   by_shape: !HierBAR
     merge_threshold: 1.5
     data_provider: *dp
@@ -470,12 +640,34 @@ algorithms:
         let dp = balanced.data_provider.as_ref().unwrap();
         let prom = dp.prometheus.as_ref().unwrap();
         assert_eq!(prom.host, "http://prom.example:9090");
-        assert_eq!((prom.port, prom.timeout), (9090, Some(2.0)));
         assert_eq!(
-            dp.kubeapi.as_ref().unwrap().monitored_namespaces,
+            (prom.port, prom.timeout, prom.time.as_deref()),
+            (9090, 2.0, None)
+        );
+        let kube = dp.kubeapi.as_ref().unwrap();
+        assert_eq!(
+            kube.monitored_namespaces,
             vec!["default".to_string(), "batch".to_string()]
         );
-        assert_eq!(dp.queries["app_profiles"], "sum(app_profile) by (app)");
+        assert_eq!(
+            (kube.timeout, kube.client_token_path.as_str()),
+            (5.0, SERVICE_TOKEN_PATH),
+            "wca's defaults"
+        );
+        assert_eq!(dp.queries.membw_capacity_read, "sum(read_bw) by (nodename)");
+        assert_eq!(
+            dp.queries.app_requested_resources[&Dim::Cpu],
+            "max(cpus) by (app)"
+        );
+        assert_eq!(
+            dp.queries.app_requested_resources[&Dim::Mem],
+            Queries::default().app_requested_resources[&Dim::Mem],
+            "a query not given keeps wca's default"
+        );
+        assert_eq!(
+            dp.queries.nodes_pmm_memory_mode,
+            Queries::default().nodes_pmm_memory_mode
+        );
 
         let by_shape = &loaded["by_shape"];
         assert_eq!(by_shape.data_provider.as_ref(), Some(dp), "alias *dp");
@@ -607,6 +799,38 @@ algorithms:
             crate::place(&loaded["fit"].algorithm, &snap, "redis", &nodes).unwrap();
         assert_eq!(best.as_deref(), Some("n1"));
         assert!(filtered.failed["n2"].contains("mem"), "{filtered:?}");
+    }
+
+    #[test]
+    fn kubeapi_port_from_env_and_queries_under_prometheus() {
+        let yaml = "algorithms:\n  a: !Score\n    data_provider: !ClusterScoreDataProvider\n      kubeapi: !Kubeapi\n        host: !Env KUBE_HOST\n        port: !Env KUBE_PORT\n      prometheus: !Prometheus\n        host: http://p\n        port: 30900\n        time: '1586245624'\n        queries: !Queries\n          NODES_PMM_MEMORY_MODE: pmm\n";
+        let env = |n: &str| match n {
+            "KUBE_HOST" => Some("10.0.0.1".to_string()),
+            "KUBE_PORT" => Some("443".to_string()),
+            _ => None,
+        };
+        let loaded = load(yaml, env).unwrap();
+        let dp = loaded["a"].data_provider.as_ref().unwrap();
+        assert_eq!(dp.kind, ProviderKind::ClusterScore);
+        let kube = dp.kubeapi.as_ref().unwrap();
+        assert_eq!(
+            (kube.host.as_deref(), kube.port),
+            (Some("10.0.0.1"), Some(443))
+        );
+        assert_eq!(kube.monitored_namespaces, vec!["default".to_string()]);
+        let prom = dp.prometheus.as_ref().unwrap();
+        assert_eq!(
+            (prom.port, prom.time.as_deref()),
+            (30900, Some("1586245624"))
+        );
+        assert_eq!(dp.queries.nodes_pmm_memory_mode, "pmm");
+
+        let bad = "algorithms:\n  a: !Fit\n    data_provider: !ClusterDataProvider\n      kubeapi: !Kubeapi {port: !Env KUBE_HOST}\n";
+        let e = load(bad, env).unwrap_err().to_string();
+        assert!(e.contains("\"10.0.0.1\"") && e.contains("port"), "{e}");
+        let bad = "algorithms:\n  a: !Fit\n    data_provider: !ClusterDataProvider\n      queries: !Queries\n        app_profiles: x\n";
+        let e = load(bad, env).unwrap_err().to_string();
+        assert!(e.contains("app_profiles") && e.contains("line 5"), "{e}");
     }
 
     #[test]
