@@ -37,8 +37,9 @@ enum Command {
     /// Run the daemon.
     Run(RunArgs),
     /// Validate a config dir: runtime files and template dirs parse, the scheduler runs once and
-    /// gives this node's roles usable variables.
-    Check(OfflineArgs),
+    /// gives this node's roles usable variables. With --placement-config, validate that
+    /// placement (wca-scheduler) config file instead.
+    Check(CheckArgs),
     /// Run the scheduler once and print the schedule (stdout) and its log (stderr).
     Schedule(ScheduleArgs),
     /// Render one role as the daemon would: print its files and run (or show) its commands.
@@ -117,6 +118,15 @@ struct OfflineArgs {
 }
 
 #[derive(Debug, clap::Args)]
+struct CheckArgs {
+    #[command(flatten)]
+    offline: OfflineArgs,
+    /// Check this placement config (wca-scheduler's config.yaml) instead of the config dir
+    #[arg(long, value_name = "FILE")]
+    placement_config: Option<PathBuf>,
+}
+
+#[derive(Debug, clap::Args)]
 struct ScheduleArgs {
     #[command(flatten)]
     offline: OfflineArgs,
@@ -140,7 +150,10 @@ fn main() -> ExitCode {
         None => run(&cli.run),
         Some(Command::Check(args)) => {
             init_logs("warn");
-            check(&args)
+            match &args.placement_config {
+                Some(file) => verwalter::placement::check::check_file(file),
+                None => check(&args.offline),
+            }
         }
         Some(Command::Schedule(args)) => {
             init_logs("warn");

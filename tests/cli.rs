@@ -319,3 +319,85 @@ fn check_ends_on_symlink_loops_and_names_links_out_big_and_deep_files() {
     );
     assert!(stderr.contains("5 problem(s)"), "{stderr}");
 }
+
+/// `verwalter check --placement-config FILE` with the environment `env`.
+fn check_placement(file: &Path, env: &[(&str, &str)]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(["check", "--placement-config", file.to_str().unwrap()])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_loads_wca_scheduler_config_and_names_the_line_of_a_problem() {
+    let wca = Path::new(env!("CARGO_MANIFEST_DIR")).join("placement/tests/wca-configs");
+    let kube = [
+        ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+        ("KUBERNETES_SERVICE_PORT", "443"),
+    ];
+    let (code, stdout, stderr) = check_placement(&wca.join("config.yaml"), &kube);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("config.yaml: ok"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "algorithm \"algorithm\": !Score, dimensions [mem, cpu, membw_write, membw_read, wss]"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Prometheus http://100.64.176.36:30900"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Kubernetes API https://10.96.0.1:443"),
+        "{stdout}"
+    );
+
+    // The same file without the environment wca's pod has: the unset !Env names its line.
+    let (code, _, stderr) = check_placement(&wca.join("config.yaml"), &[]);
+    assert_eq!(code, 1);
+    assert!(stderr.contains("config.yaml:5: "), "{stderr}");
+    assert!(stderr.contains("KUBERNETES_SERVICE_HOST"), "{stderr}");
+
+    let tmp = tempfile::tempdir().unwrap();
+    let cases = [
+        ("algorithm: !Fit\nextra: !Magic {}\n", ":2: ", "Magic"),
+        (
+            "algorithm: !Fit\n  least_used_weight: 2\n",
+            ":2: ",
+            "least_used_weight",
+        ),
+        (
+            "algorithm: !Fit\n  cpu_scale_factor: lots\n",
+            ":2: ",
+            "invalid type",
+        ),
+        (
+            "algorithm: !Fit\n  data_provider: !ClusterDataProvider\n    kubeapi: !Kubeapi\n      port: http\n",
+            ":4: ",
+            "port \"http\"",
+        ),
+        (
+            "loggers: {}\nalgorithm: !FitRiskAlgorithm {}\n",
+            ":2: ",
+            "does not support",
+        ),
+    ];
+    for (i, (text, line, word)) in cases.into_iter().enumerate() {
+        let file = tmp.path().join(format!("bad{i}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        let (code, stdout, stderr) = check_placement(&file, &kube);
+        assert_eq!(code, 1, "{text}: {stdout}");
+        let expected = format!("bad{i}.yaml{line}");
+        assert!(stderr.contains(&expected), "{text}: {stderr}");
+        assert!(stderr.contains(word), "{text}: {stderr}");
+    }
+}

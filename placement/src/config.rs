@@ -1216,6 +1216,122 @@ pub fn load(
     load_config(yaml, env).map(|c| c.algorithms)
 }
 
+impl Kubeapi {
+    /// The API server's base URL as wca builds it: `https://host:port`; a host that carries its
+    /// own scheme (`http://127.0.0.1`) keeps it.
+    pub fn url(&self) -> String {
+        let host = self.host.as_deref().unwrap_or("");
+        let base = if host.contains("://") {
+            host.to_string()
+        } else {
+            format!("https://{host}")
+        };
+        match self.port {
+            Some(port) => format!("{base}:{port}"),
+            None => base,
+        }
+    }
+}
+
+fn describe_kubeapi(k: &Kubeapi) -> String {
+    format!(
+        "Kubernetes API {} (namespaces {}, timeout {} s)",
+        k.url(),
+        k.monitored_namespaces.join(", "),
+        k.timeout
+    )
+}
+
+fn describe_provider(dp: &DataProvider) -> Vec<String> {
+    let tag = match dp.kind {
+        ProviderKind::Cluster => "ClusterDataProvider",
+        ProviderKind::ClusterScore => "ClusterScoreDataProvider",
+    };
+    let mut lines = vec![format!("data provider !{tag}")];
+    if let Some(p) = &dp.prometheus {
+        let mut line = format!(
+            "  Prometheus {}:{} (timeout {} s",
+            p.host, p.port, p.timeout
+        );
+        if let Some(t) = &p.time {
+            line += &format!(", at time {t}");
+        }
+        if p.ssl.is_some() {
+            line += ", !SSL";
+        }
+        lines.push(line + ")");
+    }
+    if let Some(k) = &dp.kubeapi {
+        lines.push(format!("  {}", describe_kubeapi(k)));
+    }
+    let dims =
+        |m: &BTreeMap<Dim, String>| m.keys().map(|d| d.name()).collect::<Vec<_>>().join(", ");
+    lines.push(format!(
+        "  app requests queried for: {}",
+        dims(&dp.queries.app_requested_resources)
+    ));
+    if !dp.queries.node_capacity_resources.is_empty() {
+        lines.push(format!(
+            "  node capacities queried for: {}",
+            dims(&dp.queries.node_capacity_resources)
+        ));
+    }
+    lines
+}
+
+/// What a loaded config holds, one fact a line, as `verwalter check --placement-config` prints
+/// it.
+pub fn describe(config: &Config) -> String {
+    let mut lines = Vec::new();
+    for (name, loaded) in &config.algorithms {
+        let a = &loaded.algorithm;
+        let dims: Vec<&str> = a.dimensions.iter().map(|d| d.name()).collect();
+        let mut line = format!(
+            "algorithm {name:?}: !{}, dimensions [{}], max_node_score {}",
+            tag_of(&a.kind),
+            dims.join(", "),
+            a.max_node_score
+        );
+        if let Some(alias) = &loaded.alias {
+            line += &format!(", alias {alias:?}");
+        }
+        lines.push(line);
+        if let Some(dp) = &loaded.data_provider {
+            lines.extend(describe_provider(dp).into_iter().map(|l| format!("  {l}")));
+        } else {
+            lines.push("  no data provider (the data comes from elsewhere)".into());
+        }
+    }
+    if let Some(k) = &config.kubeapi {
+        lines.push(format!("kubeapi: {}", describe_kubeapi(k)));
+    }
+    if let Some(dp) = &config.data_provider {
+        let mut provider = describe_provider(dp);
+        provider[0] = format!("data_provider: {}", provider[0]);
+        lines.extend(provider);
+    }
+    lines.push(format!(
+        "monitored_namespaces: {}",
+        config.monitored_namespaces.join(", ")
+    ));
+    lines.push(match config.reschedule_interval {
+        Some(every) => format!("reschedule_interval: {} s", every.as_secs_f64()),
+        None => "reschedule_interval: off".into(),
+    });
+    if !config.loggers.is_empty() {
+        let loggers: Vec<String> = config
+            .loggers
+            .iter()
+            .map(|(name, level)| format!("{name}={level}"))
+            .collect();
+        lines.push(format!("loggers: {}", loggers.join(", ")));
+    }
+    for (key, tag) in &config.anchor_keys {
+        lines.push(format!("{key}: !{tag} (not read; anchors only)"));
+    }
+    lines.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1612,6 +1728,30 @@ algorithms:
         );
         assert_eq!(dp.queries.nodes_dram_hit_ratio, "platform_dram_hit_ratio");
         assert_eq!(newest.loggers["wca.scheduler.data_providers"], "DEBUG");
+    }
+
+    #[test]
+    fn describe_says_what_was_loaded() {
+        let text = describe(&load_config(WCA_EXAMPLES[0].1, kube_env).unwrap());
+        for line in [
+            "algorithm \"algorithm\": !Score, dimensions [mem, cpu, membw_write, membw_read, wss], max_node_score 10000",
+            "    Prometheus http://100.64.176.36:30900 (timeout 5 s, at time 1586245624)",
+            "    Kubernetes API https://10.96.0.1:443 (namespaces default, timeout 5 s)",
+            "kubeapi: Kubernetes API https://10.96.0.1:443",
+            "reschedule_interval: off",
+            "loggers: wca.scheduler.algorithms=TRACE, wca.scheduler.server=INFO",
+        ] {
+            assert!(text.contains(line), "{line:?} not in:\n{text}");
+        }
+        let kube = Kubeapi {
+            host: Some("http://127.0.0.1".into()),
+            port: Some(8001),
+            ..load_config("kubeapi: !Kubeapi\nalgorithms: {}\n", env)
+                .unwrap()
+                .kubeapi
+                .unwrap()
+        };
+        assert_eq!(kube.url(), "http://127.0.0.1:8001", "kubectl proxy");
     }
 
     #[test]

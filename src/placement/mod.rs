@@ -3,5 +3,7 @@
 //!
 //! - [`store`]: the [`store::SnapshotStore`] every reader (the extender, the Lua scheduler) takes
 //!   its snapshot from, and every data source writes to.
+//! - [`check`]: `verwalter check --placement-config FILE`, reading the file and the environment.
 
+pub mod check;
 pub mod store;
