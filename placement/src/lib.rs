@@ -5,17 +5,21 @@
 //!   memory-bandwidth rules, the Fit check).
 //! - [`algorithms`]: the [`Algorithm`]s (NOP, Fit, BAR, LeastUsed, LeastUsedBAR, HierBAR,
 //!   StaticAssigner, DramHitRatioProvision, Score), the two filter passes and prioritize.
-//! - [`config`]: [`config::load`] reads a YAML config with wca's tags into algorithms.
+//! - [`config`]: [`config::load_config`] reads a YAML config with wca's tags (wca's
+//!   `config.yaml` or our `algorithms:` form) into algorithms and the other top-level settings.
 //! - [`simulate`]: [`place`] (filter, prioritize, pick one node) and the cluster simulator that
 //!   reports placement quality.
+//! - [`reschedule`]: Score's reschedule hook, the running instances that should move.
 //!
 //! The formulas and the choices made where wca has a quirk are in `docs/placement.md`.
 
 pub mod algorithms;
 pub mod config;
+pub mod reschedule;
 pub mod simulate;
 pub mod snapshot;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
+pub use reschedule::{Move, Reason, reschedule};
 pub use simulate::{SimulationReport, place, simulate};
 pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
