@@ -84,7 +84,9 @@ pub struct Config {
     pub kubeapi: Option<Kubeapi>,
     /// The top-level `data_provider` (wca's mutating webhook reads app requests from it).
     pub data_provider: Option<DataProvider>,
-    /// Namespaces whose pods are scheduled; wca's default is `[default]`.
+    /// The top-level `monitored_namespaces` (default `[default]`). wca's server reads it for its
+    /// mutating webhook and schedules only namespace `default`, hard-coded; it is the natural
+    /// setting for the namespaces an extender schedules.
     pub monitored_namespaces: Vec<String>,
     /// How often wca runs the algorithm's reschedule; `None` when absent or 0 (never).
     pub reschedule_interval: Option<Duration>,

@@ -20,6 +20,6 @@ pub mod simulate;
 pub mod snapshot;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
-pub use reschedule::{Move, Reason, reschedule};
+pub use reschedule::reschedule;
 pub use simulate::{SimulationReport, place, simulate};
 pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
