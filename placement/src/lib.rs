@@ -15,6 +15,7 @@ pub mod algorithms;
 pub mod config;
 pub mod simulate;
 pub mod snapshot;
+pub mod sources;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
 pub use simulate::{SimulationReport, place, simulate};
