@@ -3,5 +3,14 @@
 //!
 //! - [`store`]: the [`store::SnapshotStore`] every reader (the extender, the Lua scheduler) takes
 //!   its snapshot from, and every data source writes to.
+//! - [`refresh`]: [`refresh::spawn_sources`], the background refresh of a data provider's
+//!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
+//!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
+//!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
 
+pub mod client;
+pub mod kube;
+pub mod prometheus;
+pub mod refresh;
+pub mod source_metrics;
 pub mod store;
