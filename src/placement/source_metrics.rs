@@ -56,7 +56,7 @@ impl SourceMetrics {
                 Opts::new(
                     "verwalter_placement_pod_watch_events_total",
                     "Pod watch events applied to the placement snapshot, by type \
-                     (added, modified, deleted, bookmark, error).",
+                     (upsert: added or modified, deleted, bookmark).",
                 ),
                 &["type"],
             )?,
@@ -85,5 +85,44 @@ impl SourceMetrics {
 
     pub fn watch_event(&self, kind: &str) {
         self.watch_events.with_label_values(&[kind]).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use prometheus::{Encoder, TextEncoder};
+
+    use super::*;
+
+    #[test]
+    fn refreshes_are_counted_by_source_and_result() {
+        let registry = Registry::new();
+        let m = SourceMetrics::register(&registry).unwrap();
+        m.refresh("kubernetes", "ok", Duration::from_millis(3));
+        m.refresh("prometheus", "timeout", Duration::from_secs(1));
+        m.watch_event("upsert");
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&registry.gather(), &mut out)
+            .unwrap();
+        let text = String::from_utf8(out).unwrap();
+        for line in [
+            "verwalter_placement_source_refreshes_total{result=\"ok\",source=\"kubernetes\"} 1",
+            "verwalter_placement_source_refreshes_total{result=\"timeout\",source=\"prometheus\"} 1",
+            "verwalter_placement_source_refresh_duration_seconds_count{source=\"prometheus\"} 1",
+            "verwalter_placement_pod_watch_events_total{type=\"upsert\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing in\n{text}");
+        }
+        assert!(text.contains(
+            "verwalter_placement_source_last_success_timestamp_seconds{source=\"kubernetes\"}"
+        ));
+        assert!(!text.contains(
+            "verwalter_placement_source_last_success_timestamp_seconds{source=\"prometheus\"}"
+        ));
+        assert!(
+            SourceMetrics::register(&registry).is_err(),
+            "registered once"
+        );
     }
 }
