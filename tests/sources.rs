@@ -643,7 +643,7 @@ async fn failures_keep_the_last_good_snapshot_and_are_reported() {
         &provider,
         &DIMS,
         store.clone(),
-        settings(Duration::from_millis(30)),
+        settings(Duration::from_millis(50)),
         shutdown.clone(),
     );
     let good = wait_for(&store, "the first snapshot", |v| v.snapshot.is_some()).await;
@@ -815,7 +815,7 @@ async fn an_expired_watch_lists_again() {
     shutdown.cancel();
 }
 
-/// A small exporter (the test's own, in Prometheus' text format) with `app_req{app,dim}`,
+/// A test double of an exporter, speaking Prometheus' text exposition format, with `app_req{app,dim}`,
 /// `node_capacity{nodename,dim}`, `pmem_mode{nodename}` and `platform_dram_hit_ratio` series.
 async fn exporter() -> String {
     "# TYPE app_req gauge\n\
