@@ -136,6 +136,11 @@ impl KubeDouble {
         let line = serde_json::from_str::<serde_json::Value>(&event)
             .unwrap()
             .to_string();
+        self.push_raw(namespace, line)
+    }
+
+    /// Sends `line` as it is (garbage included) to the open watch of `namespace`.
+    fn push_raw(&self, namespace: &str, line: String) -> bool {
         let watches = self.inner.watches.lock().unwrap();
         watches
             .get(namespace)
@@ -812,6 +817,59 @@ async fn an_expired_watch_lists_again() {
     assert!(kube.push("default", gone.to_owned()));
     wait_for(&store, "the relist", |v| count(v, "n1", "redis") == 2).await;
     assert_eq!(kube.node_lists(), 2);
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_broken_watch_is_reported_and_opened_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDouble::new(false);
+    let (kube_addr, _) = serve(kube.router()).await;
+    let provider = DataProvider {
+        kind: ProviderKind::Cluster,
+        prometheus: None,
+        kubeapi: Some(kubeapi(
+            "http://127.0.0.1",
+            kube_addr.port(),
+            dir.path(),
+            None,
+        )),
+        queries: queries(),
+    };
+    let store = SnapshotStore::new();
+    let shutdown = CancellationToken::new();
+    spawn_sources(
+        &provider,
+        &[Dim::Cpu, Dim::Mem],
+        store.clone(),
+        settings(Duration::from_secs(3600)),
+        shutdown.clone(),
+    );
+    let first = wait_for(&store, "the first snapshot", |v| v.snapshot.is_some()).await;
+    kube.wait_watch(1).await;
+    assert!(kube.push_raw("default", "{not json".into()));
+    let view = wait_for(&store, "the watch error", |v| {
+        v.errors.contains_key("kubernetes")
+    })
+    .await;
+    assert!(
+        view.errors["kubernetes"]
+            .message
+            .starts_with("pod watch: not the expected JSON"),
+        "{:?}",
+        view.errors
+    );
+    assert_eq!(view.snapshot, first.snapshot, "the snapshot in force stays");
+    // The watch is opened again (not a new list) and its events count.
+    kube.wait_watch(2).await;
+    let bound = format!(
+        r#"{{"type": "MODIFIED", "object": {}}}"#,
+        pod("u2", "redis", Some("n2"))
+    );
+    assert!(kube.push("default", bound));
+    let view = wait_for(&store, "the bound pod", |v| count(v, "n2", "redis") == 1).await;
+    assert!(view.errors.is_empty(), "the next event clears the error");
+    assert_eq!(kube.node_lists(), 1);
     shutdown.cancel();
 }
 

@@ -50,7 +50,8 @@ pub struct RefreshSettings {
     pub interval: Duration,
     /// Keep a pod watch open between lists (default on).
     pub watch: bool,
-    /// Wait after a failed watch before opening it again (default 1 s).
+    /// Wait after a failed watch before opening it again (default 1 s), doubled after each
+    /// further failure in a row up to `interval`.
     pub watch_retry: Duration,
     /// Where refreshes are counted; `None` counts nothing.
     pub metrics: Option<SourceMetrics>,
@@ -250,6 +251,8 @@ async fn watch_namespace(
     deadline: Instant,
     shared: &Shared,
 ) {
+    // Doubles after each failure in a row (a proxy that cannot watch is not asked every second).
+    let mut retry = shared.settings.watch_retry;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let apply = |events: Vec<WatchEvent>| {
@@ -280,6 +283,7 @@ async fn watch_namespace(
             .await
         {
             Ok(WatchEnd::Closed(rv)) => {
+                retry = shared.settings.watch_retry;
                 if rv.is_some() {
                     version = rv;
                 }
@@ -290,7 +294,8 @@ async fn watch_namespace(
             }
             Err(e) => {
                 shared.failed(KUBERNETES, &e, started.elapsed());
-                tokio::time::sleep(shared.settings.watch_retry).await;
+                tokio::time::sleep(retry).await;
+                retry = (retry * 2).min(shared.settings.interval);
             }
         }
     }
