@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps test ci sim bench bench-rss \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim bench bench-rss \
 	package package-tools package-deps test-package
 
 all: build
@@ -51,8 +51,20 @@ browser-deps:
 	    fi; \
 	fi
 
+## Debian's prometheus for the placement data-source test against a real Prometheus
+## (tests/sources.rs): installed when missing and this runs as root with apt-get; otherwise a hint
+## (the test then skips loudly, or fails under CI).
+prometheus-deps:
+	@if [ -z "$$PROMETHEUS" ] && ! [ -x /usr/bin/prometheus ] && ! command -v prometheus >/dev/null; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	    else \
+	        echo "the placement source test needs prometheus: apt-get install prometheus (or set PROMETHEUS)" >&2; \
+	    fi; \
+	fi
+
 ## Everything CI checks: formatting, lints with warnings denied, all tests, the packages.
-test: fmt-check lint browser-deps package-deps
+test: fmt-check lint browser-deps prometheus-deps package-deps
 	$(CARGO) test --all
 	$(MAKE) test-package
 

@@ -43,6 +43,12 @@
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
 //!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable.
+//! - `sources`: the placement data sources against test doubles of the Kubernetes API (HTTPS
+//!   with a test CA and a bearer token; plain HTTP as `kubectl proxy`) and of Prometheus: the
+//!   snapshot as wca reads it, a pod bound by kube-scheduler counted from the watch before the
+//!   next list, a 410 relisting, a broken watch reopened, failures (500, garbage, timeout,
+//!   connection refused, wrong token or CA) reported with the last good snapshot kept; and a
+//!   real `prometheus` scraping an exporter the test serves.
 //! - `upgrade`: a storage dir and log dir laid out by hand as verwalter 0.13 leaves them: its
 //!   schedule is the first run's parent and kept as a backup, its backups join ours and
 //!   retention goes on counting them, the deployment log continues the same index and segments,
@@ -63,4 +69,5 @@ mod notify;
 mod package;
 mod partition;
 mod render;
+mod sources;
 mod upgrade;

@@ -18,6 +18,7 @@ pub mod config;
 pub mod reschedule;
 pub mod simulate;
 pub mod snapshot;
+pub mod sources;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
 pub use reschedule::reschedule;

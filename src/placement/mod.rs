@@ -4,6 +4,15 @@
 //! - [`store`]: the [`store::SnapshotStore`] every reader (the extender, the Lua scheduler) takes
 //!   its snapshot from, and every data source writes to.
 //! - [`check`]: `verwalter check --placement-config FILE`, reading the file and the environment.
+//! - [`refresh`]: [`refresh::spawn_sources`], the background refresh of a data provider's
+//!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
+//!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
+//!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
 
 pub mod check;
+pub mod client;
+pub mod kube;
+pub mod prometheus;
+pub mod refresh;
+pub mod source_metrics;
 pub mod store;
