@@ -3,5 +3,9 @@
 //!
 //! - [`store`]: the [`store::SnapshotStore`] every reader (the extender, the Lua scheduler) takes
 //!   its snapshot from, and every data source writes to.
+//! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
+//!   [`chart`] draws its SVG with plotters.
 
+pub mod chart;
+pub mod simulate;
 pub mod store;
