@@ -26,10 +26,13 @@ fn simulate(nodes: Option<&Path>, tasks: Option<&Path>, args: &[&str]) -> (i32, 
     )
 }
 
-const ALGORITHMS: [&str; 8] = [
+const ALGORITHMS: [&str; 11] = [
     "nop",
-    "baseline",
     "fit-cpu-mem",
+    "bar-cpu-mem",
+    "least-used-cpu-mem",
+    "least-used-bar-cpu-mem",
+    "hier-bar-cpu-mem",
     "fit",
     "bar",
     "least-used",
@@ -42,11 +45,11 @@ fn simulate_prints_a_table_in_the_config_order() {
     let (code, stdout, stderr) = simulate(None, None, &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(
-        stderr.contains("simulated 8 algorithm(s) × 300 task(s) on 60 node(s) in"),
+        stderr.contains("simulated 11 algorithm(s) × 300 task(s) on 60 node(s) in"),
         "{stderr}"
     );
     let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 9, "{stdout}");
+    assert_eq!(lines.len(), 12, "{stdout}");
     assert!(lines[0].starts_with("algorithm"), "{stdout}");
     for col in [
         "broken nodes %",
@@ -67,7 +70,7 @@ fn simulate_prints_a_table_in_the_config_order() {
             .iter()
             .all(|l| l.chars().count() == lines[0].chars().count())
     );
-    let fit: Vec<&str> = lines[4].split_whitespace().collect();
+    let fit: Vec<&str> = lines[7].split_whitespace().collect();
     assert_eq!(fit[..4], ["fit", "0.0", "0.0", "73.3"], "{stdout}");
 }
 
@@ -156,7 +159,7 @@ fn simulate_runs_only_the_algorithms_asked_in_their_order() {
     assert_eq!(code, 1);
     assert!(stdout.is_empty());
     assert!(
-        stderr.contains("config.yaml: no algorithm \"fitt\" (it has: bar, baseline,"),
+        stderr.contains("config.yaml: no algorithm \"fitt\" (it has: bar, bar-cpu-mem, fit,"),
         "{stderr}"
     );
 }

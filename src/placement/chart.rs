@@ -10,7 +10,7 @@ use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use verwalter_placement::report::Run;
 
-const WIDTH: u32 = 1280;
+const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 860;
 
 /// The chart as SVG text.

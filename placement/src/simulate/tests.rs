@@ -140,7 +140,7 @@ fn shipped_experiment_fit_family_keeps_nodes_whole_and_nop_breaks_them() {
             (n, r)
         })
         .collect();
-    assert_eq!(runs.len(), 8);
+    assert_eq!(runs.len(), 11);
     // Every algorithm that filters with Fit on all four dimensions: no node broken.
     for name in ["fit", "bar", "least-used", "least-used-bar", "hier-bar"] {
         let r = &runs[name];
@@ -159,14 +159,20 @@ fn shipped_experiment_fit_family_keeps_nodes_whole_and_nop_breaks_them() {
     // wca's published scheduled shares: 78 % for its baseline (LeastUsedBAR on cpu and mem),
     // 73 % for Fit with bandwidth (235 and 220 of 300 here). Their broken and utilisation
     // figures came from an older version of the algorithms and report; see docs/placement.md.
-    assert_eq!(runs["baseline"].assigned, 235);
+    assert_eq!(runs["least-used-bar-cpu-mem"].assigned, 235);
     assert_eq!(runs["fit"].assigned, 220);
 }
 
 #[test]
 fn shipped_experiment_runs_are_deterministic() {
     let (snap, tasks) = shipped();
-    for (name, alg) in shipped_algorithms() {
+    // A few of them (each run is a quarter second in a debug build); the CLI test compares the
+    // JSON of all of them byte for byte.
+    let some = ["nop", "least-used-bar-cpu-mem", "hier-bar"];
+    for (name, alg) in shipped_algorithms()
+        .into_iter()
+        .filter(|(n, _)| some.contains(&n.as_str()))
+    {
         let first = simulate(&alg, snap.clone(), &tasks).unwrap();
         let second = simulate(&alg, snap.clone(), &tasks).unwrap();
         assert_eq!(first, second, "{name}");
