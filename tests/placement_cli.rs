@@ -155,6 +155,19 @@ fn simulate_runs_only_the_algorithms_asked_in_their_order() {
         .collect();
     assert_eq!(names, ["hier-bar", "nop"]);
 
+    // One algorithm only, with its chart.
+    let tmp = tempfile::tempdir().unwrap();
+    let svg = tmp.path().join("fit.svg");
+    let (code, stdout, stderr) = simulate(
+        None,
+        None,
+        &["--algorithm", "fit", "--svg", svg.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stdout.lines().count(), 2, "{stdout}");
+    let chart = std::fs::read_to_string(&svg).unwrap();
+    assert!(chart.contains(">\nfit\n</text>"), "{chart}");
+
     let (code, stdout, stderr) = simulate(None, None, &["--algorithm", "fitt"]);
     assert_eq!(code, 1);
     assert!(stdout.is_empty());

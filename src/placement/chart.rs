@@ -101,9 +101,10 @@ fn draw_measures(
         .disable_x_mesh()
         .x_labels(slots as usize + 1)
         .x_label_formatter(&|v| match v {
-            SegmentValue::CenterOf(s) if s % per_group == k / 2 => {
-                labels[(s / per_group) as usize].clone()
-            }
+            SegmentValue::CenterOf(s) if s % per_group == k / 2 => labels
+                .get((s / per_group) as usize)
+                .cloned()
+                .unwrap_or_default(),
             _ => String::new(),
         })
         .y_desc("%")
