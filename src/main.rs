@@ -44,6 +44,21 @@ enum Command {
     Schedule(ScheduleArgs),
     /// Render one role as the daemon would: print its files and run (or show) its commands.
     Render(RenderCliArgs),
+    /// Placement tools (wca-scheduler's algorithms).
+    Placement(PlacementArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct PlacementArgs {
+    #[command(subcommand)]
+    command: PlacementCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum PlacementCommand {
+    /// Run a task set through each algorithm of a placement config on a node set and report
+    /// placement quality (broken nodes, scheduled tasks, utilisation, balance) as wca's simulator.
+    Simulate(verwalter::placement::simulate::SimulateArgs),
 }
 
 /// `verwalter generate ...`: parsed apart from [`Cli`], so that neither its help, nor the man
@@ -163,6 +178,18 @@ fn main() -> ExitCode {
             init_logs("warn");
             render(args)
         }
+        Some(Command::Placement(PlacementArgs {
+            command: PlacementCommand::Simulate(args),
+        })) => match verwalter::placement::simulate::run(&args) {
+            Ok(report) => {
+                print!("{report}");
+                ExitCode::SUCCESS
+            }
+            Err(error) => {
+                eprintln!("error: {error}");
+                ExitCode::FAILURE
+            }
+        },
     }
 }
 

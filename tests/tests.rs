@@ -39,6 +39,10 @@
 //! - `partition`: five nodes behind forwarding proxies the test cuts (the wiring; the rules are
 //!   simulated in controllers): a leader cut off into a minority steps down and the minority
 //!   elects nobody; in minority mode both sides lead and the healed leader merges both.
+//! - `placement_cli`: `verwalter placement simulate` on `examples/placement` (wca's experiment):
+//!   the table in the config's order, JSON twice byte for byte with the Fit family at 0 % broken
+//!   nodes and NOP above, the SVG chart naming every algorithm, `--algorithm`, and bad node and
+//!   task files refused with file and line.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
@@ -68,6 +72,7 @@ mod lithos;
 mod notify;
 mod package;
 mod partition;
+mod placement_cli;
 mod render;
 mod sources;
 mod upgrade;

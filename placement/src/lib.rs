@@ -10,11 +10,15 @@
 //! - [`simulate`]: [`place`] (filter, prioritize, pick one node) and the cluster simulator that
 //!   reports placement quality.
 //! - [`reschedule`]: Score's reschedule hook, the running instances that should move.
+//! - [`experiment`]: the simulator's node and task files, read into a snapshot and a task list.
+//! - [`report`]: the simulator's reports for several algorithms as a text table or JSON.
 //!
 //! The formulas and the choices made where wca has a quirk are in `docs/placement.md`.
 
 pub mod algorithms;
 pub mod config;
+pub mod experiment;
+pub mod report;
 pub mod reschedule;
 pub mod simulate;
 pub mod snapshot;

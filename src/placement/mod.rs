@@ -8,11 +8,15 @@
 //!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
 //!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
 //!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
+//! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
+//!   [`chart`] draws its SVG with plotters.
 
+pub mod chart;
 pub mod check;
 pub mod client;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;
+pub mod simulate;
 pub mod source_metrics;
 pub mod store;
