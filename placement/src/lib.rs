@@ -13,9 +13,11 @@
 
 pub mod algorithms;
 pub mod config;
+pub mod placer;
 pub mod simulate;
 pub mod snapshot;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
+pub use placer::{Placement, Placer};
 pub use simulate::{SimulationReport, place, simulate};
 pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
