@@ -310,6 +310,12 @@ fn bench_library(c: &mut Criterion) {
         rounds[2].push(started.elapsed());
         by_hand.after_run();
     }
+    let mut pair_ratios: Vec<f64> = rounds[1]
+        .iter()
+        .zip(&rounds[2])
+        .map(|(d, b)| d.as_secs_f64() / b.as_secs_f64())
+        .collect();
+    pair_ratios.sort_by(f64::total_cmp);
     println!("summary ({} interleaved rounds):", ROUNDS / 2);
     for (name, v) in [
         "(c) library_lua_only  ",
@@ -327,6 +333,12 @@ fn bench_library(c: &mut Criterion) {
             ms(v[v.len() - 1])
         );
     }
+    println!(
+        "  ratio (d)/(b) per back-to-back pair: median {:.3} (quartiles {:.3}, {:.3})",
+        pair_ratios[pair_ratios.len() / 2],
+        pair_ratios[pair_ratios.len() / 4],
+        pair_ratios[pair_ratios.len() * 3 / 4]
+    );
 }
 
 criterion_group!(benches, bench, bench_library);

@@ -297,15 +297,11 @@ impl Algorithm {
     /// The priority with the node's capacity (CPU scaled) and demand from `load`, as
     /// [`Algorithm::app_fit_node_given`].
     pub fn priority_given<C: Amounts, D: Amounts>(&self, load: impl FnOnce() -> (C, D)) -> f64 {
-        let fractions = || {
-            let (cap, demand) = load();
-            snapshot::fractions(&cap, &demand, &self.dimensions)
-        };
-        match &self.kind {
-            Kind::Bar { bar_weights, .. } => bar(&fractions(), bar_weights),
+        let score = |f: &[(Dim, f64)]| match &self.kind {
+            Kind::Bar { bar_weights, .. } => bar(f, bar_weights),
             Kind::LeastUsed {
                 least_used_weights, ..
-            } => least_used(&fractions(), least_used_weights),
+            } => least_used(f, least_used_weights),
             Kind::LeastUsedBar {
                 bar_weights,
                 least_used_weights,
@@ -317,9 +313,16 @@ impl Algorithm {
                 least_used_weights,
                 least_used_weight,
                 ..
-            } => {
-                let f = fractions();
-                least_used(&f, least_used_weights) * least_used_weight + bar(&f, bar_weights)
+            } => least_used(f, least_used_weights) * least_used_weight + bar(f, bar_weights),
+            _ => 0.0,
+        };
+        match &self.kind {
+            Kind::Bar { .. }
+            | Kind::LeastUsed { .. }
+            | Kind::LeastUsedBar { .. }
+            | Kind::HierBar { .. } => {
+                let (cap, demand) = load();
+                snapshot::with_fractions(&cap, &demand, &self.dimensions, score)
             }
             _ => 0.0,
         }

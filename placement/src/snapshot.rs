@@ -261,27 +261,46 @@ pub fn fit(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Result<()
 /// `membw_flat = (read + ratio·write) / cap_read` — a write costs `ratio` reads, and a bus full of
 /// writes is full at `cap_write · ratio = cap_read`. A dimension without capacity counts as full.
 pub fn fractions(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Vec<(Dim, f64)> {
+    with_fractions(cap, demand, dims, <[(Dim, f64)]>::to_vec)
+}
+
+/// Calls `f` with [`fractions`], kept on the stack when there are at most 8 dimensions (the
+/// priority of every node for every instance placed asks for them; an allocation each time
+/// showed in profiles).
+pub fn with_fractions<R>(
+    cap: &impl Amounts,
+    demand: &impl Amounts,
+    dims: &[Dim],
+    f: impl FnOnce(&[(Dim, f64)]) -> R,
+) -> R {
     let want = |d: Dim| demand.amount(d).unwrap_or(0.0);
     let of = |d: Dim, amount: f64| match cap.amount(d) {
         Some(c) if c > 0.0 => amount / c,
         _ => 1.0,
     };
     let ratio = bandwidth_ratio(cap, dims);
-    let mut out = Vec::new();
-    for &d in dims {
-        match (d, ratio) {
-            (Dim::MembwRead, Some(r)) => out.push((
-                Dim::MembwFlat,
-                of(
-                    Dim::MembwRead,
-                    want(Dim::MembwRead) + r * want(Dim::MembwWrite),
-                ),
-            )),
-            (Dim::MembwWrite, Some(_)) => {}
-            _ => out.push((d, of(d, want(d)))),
-        }
+    let each = dims.iter().filter_map(|&d| match (d, ratio) {
+        (Dim::MembwRead, Some(r)) => Some((
+            Dim::MembwFlat,
+            of(
+                Dim::MembwRead,
+                want(Dim::MembwRead) + r * want(Dim::MembwWrite),
+            ),
+        )),
+        (Dim::MembwWrite, Some(_)) => None,
+        _ => Some((d, of(d, want(d)))),
+    });
+    const ON_STACK: usize = 8;
+    if dims.len() > ON_STACK {
+        return f(&each.collect::<Vec<_>>());
     }
-    out
+    let mut buf = [(Dim::Cpu, 0.0); ON_STACK];
+    let mut n = 0;
+    for item in each {
+        buf[n] = item;
+        n += 1;
+    }
+    f(&buf[..n])
 }
 
 /// A float as Python's `repr` prints it (`2.0`, `0.5`), so reasons read as wca's do.
@@ -314,6 +333,19 @@ mod tests {
         // Flattened: (20 + 2·10) / 100 = 0.4.
         let f = fractions(&cap, &demand, &[Dim::MembwRead, Dim::MembwWrite]);
         assert_eq!(f, vec![(Dim::MembwFlat, 0.4)]);
+    }
+
+    #[test]
+    fn fractions_of_more_dimensions_than_kept_on_the_stack() {
+        let cap = map(&[(Dim::Cpu, 4.0), (Dim::Mem, 8.0)]);
+        let demand = map(&[(Dim::Cpu, 1.0), (Dim::Mem, 2.0)]);
+        let dims = [Dim::Cpu, Dim::Mem].repeat(5);
+        let f = fractions(&cap, &demand, &dims);
+        assert_eq!(f.len(), 10);
+        assert_eq!(f[8], (Dim::Cpu, 0.25));
+        assert_eq!(f[9], (Dim::Mem, 0.25));
+        // The same through a dense PerDim.
+        assert_eq!(fractions(&PerDim::of(&cap), &PerDim::of(&demand), &dims), f);
     }
 
     #[test]
