@@ -613,10 +613,10 @@ fn setup(
     for name in ["string", "table", "math", "utf8", "debug"] {
         loaded.raw_set(name, globals.raw_get::<Table>(name)?)?;
     }
-    // wca-scheduler's placement algorithms (placement.rs), also as `require "placement"`.
+    // wca-scheduler's placement algorithms (placement.rs). A global only, not in `loaded`: a
+    // 0.13 scheduler with its own `placement.lua` module must still get it from `require`.
     let placement = super::placement::register(lua, deadline, memory_limit)?;
-    globals.raw_set("placement", &placement)?;
-    loaded.raw_set("placement", placement)?;
+    globals.raw_set("placement", placement)?;
     let place = place.clone();
     globals.raw_set(
         "require",
