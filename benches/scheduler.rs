@@ -5,6 +5,10 @@
 //! - `full_round`: state built -> Lua -> schedule JSON -> hashed -> persisted with fsync.
 //!
 //! After criterion, a same-run summary prints medians (min, max) of both and their ratio.
+//!
+//! `library_*`: the same input and round with `benches/placement/library`, a scheduler that
+//! places the roles with one `placement.place` call (wca's LeastUsedBAR) instead of its own
+//! loop; after criterion, a summary of its medians next to the hand-written scheduler's.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -67,7 +71,11 @@ fn input() -> SchedulerInput {
 }
 
 fn sandbox() -> Sandbox {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/placement/scheduler/v1");
+    sandbox_in("benches/placement/scheduler/v1")
+}
+
+fn sandbox_in(dir: &str) -> Sandbox {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir);
     Sandbox::load(&dir, "scheduler/v1", Limits::default()).expect("bench scheduler loads")
 }
 
@@ -230,7 +238,110 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-criterion_group!(benches, bench);
+/// Instances in a schedule: the roles on every node.
+fn instances(schedule: &Schedule) -> usize {
+    schedule.data["nodes"].as_object().map_or(0, |n| {
+        n.values()
+            .map(|v| v["roles"].as_object().unwrap().len())
+            .sum()
+    })
+}
+
+/// The round with `placement.place` doing the bin packing, next to the hand-written scheduler.
+fn bench_library(c: &mut Criterion) {
+    verwalter::allocator::tune();
+    let library = sandbox_in("benches/placement/library/scheduler/v1");
+    let by_hand = sandbox();
+    let input = input();
+    let tmp = tempfile::tempdir().unwrap();
+    let store = StateDir::new(tmp.path());
+    let check = full_round(&library, &input, &store);
+    let out = library.run(&input).unwrap();
+    eprintln!(
+        "library schedule: {} instances over {} nodes ({}), hash {}",
+        instances(&check),
+        check.data["nodes"].as_object().unwrap().len(),
+        out.log,
+        check.hash
+    );
+    library.after_run();
+
+    let mut group = c.benchmark_group("scheduler");
+    group
+        .sample_size(30)
+        .measurement_time(Duration::from_secs(8));
+    group.bench_function("library_lua_only", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                lua_only(&library, &input);
+                total += LAST.with(|c| c.get());
+                library.after_run();
+            }
+            total
+        })
+    });
+    group.bench_function("library_full_round", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let started = Instant::now();
+                full_round(&library, &input, &store);
+                total += started.elapsed();
+                library.after_run();
+            }
+            total
+        })
+    });
+    group.finish();
+
+    // Interleaved with the hand-written scheduler, so both see the same machine speed.
+    let mut rounds: [Vec<Duration>; 3] = Default::default();
+    for _ in 0..ROUNDS / 2 {
+        lua_only(&library, &input);
+        rounds[0].push(LAST.with(|c| c.get()));
+        library.after_run();
+        let started = Instant::now();
+        full_round(&library, &input, &store);
+        rounds[1].push(started.elapsed());
+        library.after_run();
+        let started = Instant::now();
+        full_round(&by_hand, &input, &store);
+        rounds[2].push(started.elapsed());
+        by_hand.after_run();
+    }
+    let mut pair_ratios: Vec<f64> = rounds[1]
+        .iter()
+        .zip(&rounds[2])
+        .map(|(d, b)| d.as_secs_f64() / b.as_secs_f64())
+        .collect();
+    pair_ratios.sort_by(f64::total_cmp);
+    println!("summary ({} interleaved rounds):", ROUNDS / 2);
+    for (name, v) in [
+        "(c) library_lua_only  ",
+        "(d) library_full_round",
+        "(b) full_round (hand) ",
+    ]
+    .iter()
+    .zip(rounds.iter_mut())
+    {
+        v.sort();
+        println!(
+            "  {name} median {:>7.2} ms  (min {:.2}, max {:.2})",
+            ms(v[v.len() / 2]),
+            ms(v[0]),
+            ms(v[v.len() - 1])
+        );
+    }
+    println!(
+        "  ratio (d)/(b) per back-to-back pair: median {:.3} (quartiles {:.3}, {:.3})",
+        pair_ratios[pair_ratios.len() / 2],
+        pair_ratios[pair_ratios.len() / 4],
+        pair_ratios[pair_ratios.len() * 3 / 4]
+    );
+}
+
+criterion_group!(benches, bench, bench_library);
 
 fn main() {
     benches();

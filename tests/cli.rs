@@ -121,6 +121,65 @@ fn a_scheduler_split_into_modules_runs() {
 }
 
 #[test]
+fn the_placement_example_places_roles_with_the_library() {
+    // examples/placement-scheduler: placement.place with LeastUsedBAR, one instance of a role per machine.
+    let dir = example("placement-scheduler");
+    let (schedule, stderr) = schedule_of(&dir, &["--hostname", "alpha"]);
+    let roles_on = |schedule: &serde_json::Value, host: &str| -> Vec<String> {
+        schedule["data"]["nodes"][host]["roles"]
+            .as_object()
+            .map_or(Vec::new(), |r| r.keys().cloned().collect())
+    };
+    // cache and db score alike on alpha and beta (the first name wins ties); gamma has too little
+    // memory for a db, and then scores best for web.
+    assert_eq!(roles_on(&schedule, "alpha"), ["cache", "db", "web"]);
+    assert_eq!(roles_on(&schedule, "beta"), ["cache", "db"]);
+    assert_eq!(roles_on(&schedule, "gamma"), ["web"]);
+    assert_eq!(
+        schedule["data"]["nodes"]["gamma"]["roles"]["web"],
+        serde_json::json!({"version": "v2", "image": "web.v2"})
+    );
+    assert!(
+        stderr.contains(
+            "db: v1 on alpha, beta\n  1 instance(s) not placed:\n    \
+             alpha: App db has 1 instances here, max_per_node is 1.\n    \
+             beta: App db has 1 instances here, max_per_node is 1.\n    \
+             gamma: Could not fit node for dimensions: missing (mem: 8.0).\n\
+             web: v2 on alpha, gamma"
+        ),
+        "{stderr}"
+    );
+
+    // A web instance the last schedule put on beta stays there (one on a machine no longer
+    // listed does not); only the missing one is placed.
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("input.json");
+    let role = |instances: u32, cpu: u32, mem: u32| serde_json::json!({"v1": {"image": "x", "instances": instances, "cpu": cpu, "mem": mem}});
+    std::fs::write(
+        &input,
+        serde_json::json!({
+            "now": 1, "current_host": "alpha", "current_id": MACHINE_ID, "actions": {},
+            "parents": [{"nodes": {"beta": {"roles": {"web": {}}}, "zeta": {"roles": {"web": {}}}}}],
+            "runtime": {
+                "nodes": {"alpha": {"cpu": 8, "mem": 32}, "beta": {"cpu": 8, "mem": 32}, "gamma": {"cpu": 4, "mem": 8}},
+                "roles": {"web": role(2, 2, 4), "db": role(3, 4, 16), "cache": role(2, 1, 8)}
+            },
+            "peers": {}, "metrics": {}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let (schedule, stderr) = schedule_of(&dir, &["--input", input.to_str().unwrap()]);
+    assert!(stderr.contains("web: v1 on beta, gamma"), "{stderr}");
+    assert_eq!(roles_on(&schedule, "beta"), ["cache", "db", "web"]);
+    assert!(schedule["data"]["nodes"].get("zeta").is_none());
+
+    let (code, stdout, stderr) = run_on("check", &dir, &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains("ok"), "{stdout}");
+}
+
+#[test]
 fn a_backtracking_pattern_ends_schedule_and_check_with_a_timeout() {
     // Issue 10: a pattern that backtracks for ages ran in C, where the time budget could not
     // stop it, and `schedule` and `check` hung forever.

@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{self, Dim, Snapshot};
+use crate::snapshot::{self, Amounts, Dim, Snapshot};
 
 /// An algorithm with its common parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -148,7 +148,8 @@ impl Algorithm {
         self
     }
 
-    fn cpu_scale_factor(&self) -> f64 {
+    /// The algorithm's `cpu_scale_factor` (1.0 for those without one).
+    pub fn cpu_scale_factor(&self) -> f64 {
         match &self.kind {
             Kind::Fit { cpu_scale_factor }
             | Kind::Bar {
@@ -205,9 +206,26 @@ impl Algorithm {
 
     /// Pass 1: one node on its own.
     pub fn app_fit_node(&self, snap: &Snapshot, node: &str, app: &str) -> Result<(), String> {
+        self.app_fit_node_given(snap, node, app, || {
+            (
+                snap.capacity(node, self.cpu_scale_factor()),
+                snap.demand(node, app),
+            )
+        })
+    }
+
+    /// Pass 1 with the node's capacity (CPU scaled) and demand (used + requested) from `load`,
+    /// called only by the algorithms that read them: the incremental placer keeps them per node.
+    pub fn app_fit_node_given<C: Amounts, D: Amounts>(
+        &self,
+        snap: &Snapshot,
+        node: &str,
+        app: &str,
+        load: impl FnOnce() -> (C, D),
+    ) -> Result<(), String> {
         let fit = || {
-            let cap = snap.capacity(node, self.cpu_scale_factor());
-            snapshot::fit(&cap, &snap.demand(node, app), &self.dimensions)
+            let (cap, demand) = load();
+            snapshot::fit(&cap, &demand, &self.dimensions)
         };
         match &self.kind {
             Kind::Nop => Ok(()),
@@ -268,15 +286,22 @@ impl Algorithm {
 
     /// The priority of `node` for one more `app`, before scaling (1.0 is the best for most).
     pub fn priority_for_node(&self, snap: &Snapshot, node: &str, app: &str) -> f64 {
-        let fractions = || {
-            let cap = snap.capacity(node, self.cpu_scale_factor());
-            snapshot::fractions(&cap, &snap.demand(node, app), &self.dimensions)
-        };
-        match &self.kind {
-            Kind::Bar { bar_weights, .. } => bar(&fractions(), bar_weights),
+        self.priority_given(|| {
+            (
+                snap.capacity(node, self.cpu_scale_factor()),
+                snap.demand(node, app),
+            )
+        })
+    }
+
+    /// The priority with the node's capacity (CPU scaled) and demand from `load`, as
+    /// [`Algorithm::app_fit_node_given`].
+    pub fn priority_given<C: Amounts, D: Amounts>(&self, load: impl FnOnce() -> (C, D)) -> f64 {
+        let score = |f: &[(Dim, f64)]| match &self.kind {
+            Kind::Bar { bar_weights, .. } => bar(f, bar_weights),
             Kind::LeastUsed {
                 least_used_weights, ..
-            } => least_used(&fractions(), least_used_weights),
+            } => least_used(f, least_used_weights),
             Kind::LeastUsedBar {
                 bar_weights,
                 least_used_weights,
@@ -288,9 +313,16 @@ impl Algorithm {
                 least_used_weights,
                 least_used_weight,
                 ..
-            } => {
-                let f = fractions();
-                least_used(&f, least_used_weights) * least_used_weight + bar(&f, bar_weights)
+            } => least_used(f, least_used_weights) * least_used_weight + bar(f, bar_weights),
+            _ => 0.0,
+        };
+        match &self.kind {
+            Kind::Bar { .. }
+            | Kind::LeastUsed { .. }
+            | Kind::LeastUsedBar { .. }
+            | Kind::HierBar { .. } => {
+                let (cap, demand) = load();
+                snapshot::with_fractions(&cap, &demand, &self.dimensions, score)
             }
             _ => 0.0,
         }
@@ -450,8 +482,9 @@ fn hier_bar_classes(
     };
     let mut classless = BTreeMap::new();
     // Nodes that have no class (no bandwidth capacity while merging) are not candidates.
+    let classed: BTreeSet<&String> = classes.values().flat_map(|(_, m)| m).collect();
     for node in nodes {
-        if !classes.values().any(|(_, m)| m.contains(node)) {
+        if !classed.contains(node) {
             classless.insert(
                 node.clone(),
                 "Node has no membw_read capacity to class it by.".into(),

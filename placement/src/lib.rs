@@ -18,6 +18,7 @@
 pub mod algorithms;
 pub mod config;
 pub mod experiment;
+pub mod placer;
 pub mod report;
 pub mod reschedule;
 pub mod simulate;
@@ -25,6 +26,7 @@ pub mod snapshot;
 pub mod sources;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
+pub use placer::{Placement, Placer};
 pub use reschedule::reschedule;
 pub use simulate::{SimulationReport, place, simulate};
 pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};

@@ -138,55 +138,103 @@ impl Snapshot {
     }
 }
 
+/// Amounts per dimension, as the arithmetic below reads them: a map, or the dense [`PerDim`] the
+/// incremental placer ([`crate::placer`]) keeps per node.
+pub trait Amounts {
+    /// The amount of `dim`; `None` when it is not given.
+    fn amount(&self, dim: Dim) -> Option<f64>;
+}
+
+impl Amounts for BTreeMap<Dim, f64> {
+    fn amount(&self, dim: Dim) -> Option<f64> {
+        self.get(&dim).copied()
+    }
+}
+
+impl<T: Amounts + ?Sized> Amounts for &T {
+    fn amount(&self, dim: Dim) -> Option<f64> {
+        (**self).amount(dim)
+    }
+}
+
+/// Every dimension's amount in a fixed array, without allocating.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct PerDim(pub [Option<f64>; 6]);
+
+impl PerDim {
+    pub fn of(map: &BTreeMap<Dim, f64>) -> PerDim {
+        let mut out = PerDim::default();
+        for (d, v) in map {
+            out.0[*d as usize] = Some(*v);
+        }
+        out
+    }
+
+    /// `self + request` as [`Snapshot::demand`] adds them: a dimension of the request starts
+    /// from 0 when `self` lacks it.
+    pub fn plus(&self, request: &PerDim) -> PerDim {
+        let mut out = *self;
+        for (slot, req) in out.0.iter_mut().zip(request.0) {
+            if let Some(r) = req {
+                *slot = Some(slot.unwrap_or(0.0) + r);
+            }
+        }
+        out
+    }
+}
+
+impl Amounts for PerDim {
+    fn amount(&self, dim: Dim) -> Option<f64> {
+        self.0[dim as usize]
+    }
+}
+
 /// Free capacity per dimension in `dims` for a demand (used + requested). Read and write memory
 /// bandwidth, when both are asked and the node has both, share one bus: with
 /// `ratio = cap_read / cap_write`, free read is `cap_read − (read + write·ratio)` and free write
 /// `cap_write − (write + read/ratio)`. A dimension the node has no capacity for is `None`.
-pub fn free(
-    cap: &BTreeMap<Dim, f64>,
-    demand: &BTreeMap<Dim, f64>,
-    dims: &[Dim],
-) -> Vec<(Dim, Option<f64>)> {
-    let want = |d: Dim| demand.get(&d).copied().unwrap_or(0.0);
+pub fn free(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Vec<(Dim, Option<f64>)> {
     let ratio = bandwidth_ratio(cap, dims);
     dims.iter()
-        .map(|&d| {
-            let free = match (d, ratio) {
-                (Dim::MembwRead, Some(r)) => cap
-                    .get(&d)
-                    .map(|c| c - (want(Dim::MembwRead) + want(Dim::MembwWrite) * r)),
-                (Dim::MembwWrite, Some(r)) => cap
-                    .get(&d)
-                    .map(|c| c - (want(Dim::MembwWrite) + want(Dim::MembwRead) / r)),
-                _ => cap.get(&d).map(|c| c - want(d)),
-            };
-            (d, free)
-        })
+        .map(|&d| (d, free_of(cap, demand, ratio, d)))
         .collect()
 }
 
+/// [`free`] of one dimension, given the bandwidth ratio.
+fn free_of(cap: &impl Amounts, demand: &impl Amounts, ratio: Option<f64>, d: Dim) -> Option<f64> {
+    let want = |d: Dim| demand.amount(d).unwrap_or(0.0);
+    match (d, ratio) {
+        (Dim::MembwRead, Some(r)) => cap
+            .amount(d)
+            .map(|c| c - (want(Dim::MembwRead) + want(Dim::MembwWrite) * r)),
+        (Dim::MembwWrite, Some(r)) => cap
+            .amount(d)
+            .map(|c| c - (want(Dim::MembwWrite) + want(Dim::MembwRead) / r)),
+        _ => cap.amount(d).map(|c| c - want(d)),
+    }
+}
+
 /// `cap_read / cap_write` when both bandwidth dimensions are in use and the node has both.
-fn bandwidth_ratio(cap: &BTreeMap<Dim, f64>, dims: &[Dim]) -> Option<f64> {
+fn bandwidth_ratio(cap: &impl Amounts, dims: &[Dim]) -> Option<f64> {
     if !(dims.contains(&Dim::MembwRead) && dims.contains(&Dim::MembwWrite)) {
         return None;
     }
-    match (cap.get(&Dim::MembwRead), cap.get(&Dim::MembwWrite)) {
-        (Some(&r), Some(&w)) if w > 0.0 => Some(r / w),
+    match (cap.amount(Dim::MembwRead), cap.amount(Dim::MembwWrite)) {
+        (Some(r), Some(w)) if w > 0.0 => Some(r / w),
         _ => None,
     }
 }
 
 /// Fit's check: `Err(reason)` when a dimension would go below zero, the reason as wca words it
 /// (`Could not fit node for dimensions: missing (mem: 2.0).`, the shortfall per dimension).
-pub fn fit(
-    cap: &BTreeMap<Dim, f64>,
-    demand: &BTreeMap<Dim, f64>,
-    dims: &[Dim],
-) -> Result<(), String> {
+pub fn fit(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Result<(), String> {
     let mut missing = Vec::new();
     let mut unknown = Vec::new();
-    for (dim, free) in free(cap, demand, dims) {
-        match free {
+    // Dimension by dimension rather than through `free`: this runs for every node and instance
+    // placed, and allocates nothing when the node fits.
+    let ratio = bandwidth_ratio(cap, dims);
+    for &dim in dims {
+        match free_of(cap, demand, ratio, dim) {
             Some(f) if f < 0.0 => missing.push(format!("{dim}: {}", py_float(-f))),
             Some(_) => {}
             None => unknown.push(dim.name()),
@@ -212,32 +260,47 @@ pub fn fit(
 /// With both bandwidth dimensions (and a node that has both) they are flattened into one
 /// `membw_flat = (read + ratio·write) / cap_read` — a write costs `ratio` reads, and a bus full of
 /// writes is full at `cap_write · ratio = cap_read`. A dimension without capacity counts as full.
-pub fn fractions(
-    cap: &BTreeMap<Dim, f64>,
-    demand: &BTreeMap<Dim, f64>,
+pub fn fractions(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Vec<(Dim, f64)> {
+    with_fractions(cap, demand, dims, <[(Dim, f64)]>::to_vec)
+}
+
+/// Calls `f` with [`fractions`], kept on the stack when there are at most 8 dimensions (the
+/// priority of every node for every instance placed asks for them; an allocation each time
+/// showed in profiles).
+pub fn with_fractions<R>(
+    cap: &impl Amounts,
+    demand: &impl Amounts,
     dims: &[Dim],
-) -> Vec<(Dim, f64)> {
-    let want = |d: Dim| demand.get(&d).copied().unwrap_or(0.0);
-    let of = |d: Dim, amount: f64| match cap.get(&d) {
-        Some(&c) if c > 0.0 => amount / c,
+    f: impl FnOnce(&[(Dim, f64)]) -> R,
+) -> R {
+    let want = |d: Dim| demand.amount(d).unwrap_or(0.0);
+    let of = |d: Dim, amount: f64| match cap.amount(d) {
+        Some(c) if c > 0.0 => amount / c,
         _ => 1.0,
     };
     let ratio = bandwidth_ratio(cap, dims);
-    let mut out = Vec::new();
-    for &d in dims {
-        match (d, ratio) {
-            (Dim::MembwRead, Some(r)) => out.push((
-                Dim::MembwFlat,
-                of(
-                    Dim::MembwRead,
-                    want(Dim::MembwRead) + r * want(Dim::MembwWrite),
-                ),
-            )),
-            (Dim::MembwWrite, Some(_)) => {}
-            _ => out.push((d, of(d, want(d)))),
-        }
+    let each = dims.iter().filter_map(|&d| match (d, ratio) {
+        (Dim::MembwRead, Some(r)) => Some((
+            Dim::MembwFlat,
+            of(
+                Dim::MembwRead,
+                want(Dim::MembwRead) + r * want(Dim::MembwWrite),
+            ),
+        )),
+        (Dim::MembwWrite, Some(_)) => None,
+        _ => Some((d, of(d, want(d)))),
+    });
+    const ON_STACK: usize = 8;
+    if dims.len() > ON_STACK {
+        return f(&each.collect::<Vec<_>>());
     }
-    out
+    let mut buf = [(Dim::Cpu, 0.0); ON_STACK];
+    let mut n = 0;
+    for item in each {
+        buf[n] = item;
+        n += 1;
+    }
+    f(&buf[..n])
 }
 
 /// A float as Python's `repr` prints it (`2.0`, `0.5`), so reasons read as wca's do.
@@ -270,6 +333,19 @@ mod tests {
         // Flattened: (20 + 2·10) / 100 = 0.4.
         let f = fractions(&cap, &demand, &[Dim::MembwRead, Dim::MembwWrite]);
         assert_eq!(f, vec![(Dim::MembwFlat, 0.4)]);
+    }
+
+    #[test]
+    fn fractions_of_more_dimensions_than_kept_on_the_stack() {
+        let cap = map(&[(Dim::Cpu, 4.0), (Dim::Mem, 8.0)]);
+        let demand = map(&[(Dim::Cpu, 1.0), (Dim::Mem, 2.0)]);
+        let dims = [Dim::Cpu, Dim::Mem].repeat(5);
+        let f = fractions(&cap, &demand, &dims);
+        assert_eq!(f.len(), 10);
+        assert_eq!(f[8], (Dim::Cpu, 0.25));
+        assert_eq!(f[9], (Dim::Mem, 0.25));
+        // The same through a dense PerDim.
+        assert_eq!(fractions(&PerDim::of(&cap), &PerDim::of(&demand), &dims), f);
     }
 
     #[test]

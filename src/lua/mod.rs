@@ -8,6 +8,7 @@
 
 pub mod convert;
 mod pattern;
+mod placement;
 pub mod sandbox;
 mod watchdog;
 

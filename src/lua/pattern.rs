@@ -908,7 +908,7 @@ unsafe extern "C-unwind" fn call_checked(state: *mut ffi::lua_State) -> c_int {
 }
 
 /// `f` (returning `false, message, level` on failure) as a C function that raises instead.
-fn checked(lua: &Lua, f: Function) -> mlua::Result<Function> {
+pub(super) fn checked(lua: &Lua, f: Function) -> mlua::Result<Function> {
     // SAFETY: `exec_raw` runs the closure in a protected call with `f` as its only stack slot;
     // `lua_pushcclosure` pops it as the upvalue and leaves the new closure, the one result.
     unsafe {

@@ -1,8 +1,8 @@
 //! One loaded scheduler in a sandboxed Lua 5.4 state.
 //!
 //! The state has only `base` (without `dofile` and `loadfile`; `load` accepts text chunks
-//! only), `table`, `string` (without `dump`), `math`, `utf8` and `debug.traceback`; no `io`, `os`,
-//! `package`, `coroutine` or C modules. `require` loads `<scheduler dir>/<name>.lua` (the name's
+//! only), `table`, `string` (without `dump`), `math`, `utf8`, `debug.traceback` and verwalter's
+//! `placement` (placement.rs); no `io`, `os`, `package`, `coroutine` or C modules. `require` loads `<scheduler dir>/<name>.lua` (the name's
 //! own extension replaced, as verwalter 0.13 did); a symlink on the way to `main.lua` or a module
 //! must not lead out of the config dir, the rule of the runtime tree and templates. A memory cap
 //! and a time budget stop a runaway script; the budget cannot be caught with `pcall`.
@@ -613,6 +613,10 @@ fn setup(
     for name in ["string", "table", "math", "utf8", "debug"] {
         loaded.raw_set(name, globals.raw_get::<Table>(name)?)?;
     }
+    // wca-scheduler's placement algorithms (placement.rs). A global only, not in `loaded`: a
+    // 0.13 scheduler with its own `placement.lua` module must still get it from `require`.
+    let placement = super::placement::register(lua, deadline, memory_limit)?;
+    globals.raw_set("placement", placement)?;
     let place = place.clone();
     globals.raw_set(
         "require",
