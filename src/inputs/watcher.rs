@@ -184,6 +184,8 @@ impl InputsWatcher {
                 tracing::info!("Templates changed.");
             }
             self.good_errors = inputs.errors.clone();
+            let mut inputs = inputs;
+            sources::keep_metrics_declaration(&self.out.inputs.get(), &mut inputs);
             publish(&self.out.inputs, inputs, &self.metrics);
             return;
         }

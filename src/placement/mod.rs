@@ -8,11 +8,14 @@
 //!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
 //!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
 //!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
+//! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
+//!   `scheduler/v1/metrics.yaml` refreshed on the leader into the store.
 
 pub mod check;
 pub mod client;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;
+pub mod scheduler_metrics;
 pub mod source_metrics;
 pub mod store;
