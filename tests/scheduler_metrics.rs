@@ -1,7 +1,8 @@
 //! `state.metrics`: the queries of `scheduler/v1/metrics.yaml` against a small test double of
 //! Prometheus' query API (below; not a real Prometheus, the placement `sources` test runs one),
 //! seen by a Lua scheduler that writes what it gets into the schedule, read back over
-//! `/v1/schedule`; and the offline `verwalter schedule` with and without `--no-metrics`.
+//! `/v1/schedule`; and the offline `verwalter schedule` with and without `--no-metrics`, and
+//! `verwalter check` on a bad file.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
@@ -134,7 +135,15 @@ fn seen(schedule: &Value, query: &str) -> Value {
 fn the_scheduler_sees_the_declared_queries_keeps_the_last_answer_and_shows_a_bad_file() {
     let prom = PromDouble::start("1.5");
     let (_tmp, config, storage) = site(prom.port);
-    let daemon = Daemon::start(&config, &storage);
+    // A period of an hour: every run after the first is one a change asked for.
+    let settings = storage.with_extension("settings.yaml");
+    std::fs::write(&settings, "scheduler:\n  period-ms: 3600000\n").unwrap();
+    let daemon = Daemon::launch(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
 
     let first = daemon.wait_json(SOON, "/v1/schedule", "no metrics in the schedule", |s| {
         seen(s, "load")["values"][0]["value"] == 1.5
@@ -151,7 +160,21 @@ fn the_scheduler_sees_the_declared_queries_keeps_the_last_answer_and_shows_a_bad
         serde_json::json!({"instance": "n2", "value": 0})
     );
 
-    // New values re-run the scheduler (long before the 10 s period).
+    // Rounds that confirm the same values run no scheduler: two more rounds (four answers)
+    // come and go with the run count unchanged.
+    let runs = metric(daemon.port, "verwalter_scheduler_runs_total").unwrap();
+    let ok = "verwalter_scheduler_metrics_queries_total{result=\"ok\"}";
+    let answered = metric(daemon.port, ok).unwrap();
+    wait_for(SOON, || {
+        metric(daemon.port, ok).filter(|n| *n >= answered + 4.0)
+    })
+    .expect("no further rounds");
+    assert_eq!(
+        metric(daemon.port, "verwalter_scheduler_runs_total"),
+        Some(runs)
+    );
+
+    // New values re-run the scheduler (the period is an hour).
     prom.set_load("2.5");
     daemon.wait_json(SOON, "/v1/schedule", "new value not seen", |s| {
         seen(s, "load")["values"][0]["value"] == 2.5
@@ -248,6 +271,29 @@ fn offline_schedule_runs_the_queries_once_unless_told_not_to() {
     );
     assert!(
         stderr.contains("warning:") && stderr.contains("\"load\""),
+        "{stderr}"
+    );
+    // `verwalter check` names a bad metrics.yaml with its line and fails.
+    std::fs::write(
+        config.join("scheduler/v1/metrics.yaml"),
+        metrics_yaml(prom.port).replace("interval: 0.2", "interval: 0"),
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args([
+            "check",
+            "--hostname",
+            "alpha",
+            "--no-metrics",
+            "--config-dir",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("scheduler/v1/metrics.yaml:3: interval: 0 is not a positive number"),
         "{stderr}"
     );
 }

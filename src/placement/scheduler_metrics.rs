@@ -146,7 +146,8 @@ impl MetricsRefresh {
                         "Scheduler metrics declared."
                     ),
                     None if current.is_some() => {
-                        tracing::info!("Scheduler metrics no longer declared.")
+                        tracing::info!("Scheduler metrics no longer declared.");
+                        self.metrics.scheduler_metrics_failing(0);
                     }
                     None => {}
                 }
