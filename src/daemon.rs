@@ -100,6 +100,7 @@ pub enum Task {
     Cleanup,
     Actions,
     Notify,
+    SchedulerMetrics,
 }
 
 impl Task {
@@ -116,6 +117,7 @@ impl Task {
             Task::Cleanup => "cleanup controller",
             Task::Actions => "action queue",
             Task::Notify => "systemd notifier",
+            Task::SchedulerMetrics => "scheduler metrics refresh",
         }
     }
 
@@ -265,6 +267,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         prefetched,
         replaced,
         persist_error,
+        scheduler_metrics,
     } = writer;
     let metrics = Arc::new(Metrics::new());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -411,6 +414,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         );
         keep_unused.push(Box::new((peers_out, reports, prefetched, replaced)));
     }
+
+    // The scheduler's `state.metrics`: the queries of `scheduler/v1/metrics.yaml`, refreshed
+    // while this node leads.
+    let refresh = crate::placement::scheduler_metrics::MetricsRefresh {
+        inputs: store.inputs.clone(),
+        election: store.election.clone(),
+        out: scheduler_metrics,
+        clock: clock.clone(),
+        metrics: metrics.clone(),
+    };
+    tasks.spawn(Task::SchedulerMetrics, refresh.run(shutdown.clone()));
 
     let scheduler = LuaScheduler::start(config.config_dir.clone(), config.limits)
         .map_err(StartError::SchedulerThread)?

@@ -3,7 +3,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
@@ -14,7 +13,7 @@ use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
 use verwalter::lua::Limits;
 use verwalter_controllers::defaults;
 use verwalter_controllers::ports::{Clock, SystemClock};
-use verwalter_controllers::state::{Schedule, SchedulerInput};
+use verwalter_controllers::state::{Inputs, Schedule, SchedulerInput};
 use verwalter_controllers::vars;
 
 #[derive(Debug, Parser)]
@@ -130,6 +129,9 @@ struct OfflineArgs {
     /// `current_id` for the scheduler [default: /etc/machine-id, or zeros]
     #[arg(long, value_name = "HEX")]
     override_machine_id: Option<String>,
+    /// Do not run the queries of scheduler/v1/metrics.yaml (`state.metrics` is then `{}`)
+    #[arg(long)]
+    no_metrics: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -447,11 +449,10 @@ async fn wait_for_signal() {
     }
 }
 
-/// The scheduler input an offline run uses: the config dir's runtime, no peers, no parents.
-fn offline_input(
-    args: &OfflineArgs,
-    runtime: Arc<serde_json::Value>,
-) -> Result<SchedulerInput, String> {
+/// The scheduler input an offline run uses: the config dir's runtime, no peers, no parents, and
+/// the queries of `metrics.yaml` run once (unless `--no-metrics`; a failed query is a warning).
+fn offline_input(args: &OfflineArgs, inputs: &Inputs) -> Result<SchedulerInput, String> {
+    let runtime = inputs.runtime.clone();
     // An offline run on a workstation has no use for the real machine id: without one it goes
     // on with zeros, saying so (the daemon refuses to start instead).
     let current_id = match identity::machine_id(args.override_machine_id.as_deref(), None) {
@@ -463,15 +464,21 @@ fn offline_input(
         Err(problem) => return Err(problem),
     };
     let current_host = identity::hostname(args.hostname.as_deref(), None)?;
+    let now = SystemClock.now_ms();
+    let declared = inputs.metrics.as_deref().filter(|_| !args.no_metrics);
+    let (metrics, warnings) = verwalter::placement::scheduler_metrics::offline_view(declared, now);
+    for warning in warnings {
+        eprintln!("warning: {}: {warning}", args.config_dir.display());
+    }
     Ok(SchedulerInput {
-        now: SystemClock.now_ms(),
+        now,
         current_host,
         current_id,
         parents: Vec::new(),
         actions: Default::default(),
         runtime,
         peers: Default::default(),
-        metrics: serde_json::json!({}),
+        metrics,
     })
 }
 
@@ -483,7 +490,7 @@ fn check(args: &OfflineArgs) -> ExitCode {
         .iter()
         .map(|e| format!("{}: {e}", dir.display()))
         .collect();
-    let input = offline_input(args, inputs.runtime.clone());
+    let input = offline_input(args, &inputs);
     if let Err(problem) = &input {
         problems.push(problem.clone());
     }
@@ -556,7 +563,7 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
             for error in &inputs.errors {
                 eprintln!("warning: {}: {error}", dir.display());
             }
-            match offline_input(&args.offline, inputs.runtime.clone()) {
+            match offline_input(&args.offline, &inputs) {
                 Ok(input) => input,
                 Err(problem) => {
                     eprintln!("{problem}");

@@ -55,6 +55,8 @@ pub struct Metrics {
     http_connections: IntGauge,
     http_closed: IntCounterVec,
     event_streams: IntGauge,
+    scheduler_metrics_queries: IntCounterVec,
+    scheduler_metrics_failing: IntGauge,
     /// Roles with a `role_failed_attempts` series now (to drop series of recovered roles).
     failing_series: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -271,6 +273,15 @@ impl Metrics {
                 &["reason"],
             ),
             event_streams: gauge("verwalter_event_streams", "/v1/events streams open now."),
+            scheduler_metrics_queries: counter_vec(
+                "verwalter_scheduler_metrics_queries_total",
+                "Prometheus queries of the scheduler's metrics.yaml run on this node (the leader), by result (ok or the error kind).",
+                &["result"],
+            ),
+            scheduler_metrics_failing: gauge(
+                "verwalter_scheduler_metrics_failing",
+                "Queries of the scheduler's metrics.yaml whose last refresh failed (their last answer is kept).",
+            ),
             failing_series: Default::default(),
             registry,
         };
@@ -281,6 +292,7 @@ impl Metrics {
         for r in ["ok", "error"] {
             metrics.schedule_fetches.with_label_values(&[r]);
         }
+        metrics.scheduler_metrics_queries.with_label_values(&["ok"]);
         // Every failure reason is a series from the start, so rate() and alerts see zeros.
         for kind in SchedulerFailure::ALL {
             metrics
@@ -300,6 +312,18 @@ impl Metrics {
     /// A read of the config dir could not see everything (the last good inputs stay).
     pub fn input_read_failed(&self) {
         self.input_read_failures.inc();
+    }
+
+    /// A query of the scheduler's `metrics.yaml` answered (`ok`) or failed (the error kind).
+    pub fn scheduler_metrics_query(&self, result: &'static str) {
+        self.scheduler_metrics_queries
+            .with_label_values(&[result])
+            .inc();
+    }
+
+    /// After a round: how many of the scheduler's metrics queries failed in it.
+    pub fn scheduler_metrics_failing(&self, queries: usize) {
+        self.scheduler_metrics_failing.set(queries as i64);
     }
 
     /// A peer list refresh (cantal) succeeded or failed.

@@ -47,6 +47,11 @@
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
 //!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable.
+//! - `scheduler_metrics`: `state.metrics` from `scheduler/v1/metrics.yaml` against a Prometheus
+//!   test double: a scheduler writes what it sees into the schedule (values, age, a new value
+//!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file
+//!   shown with its line while the last good declaration goes on); the offline `verwalter
+//!   schedule` with and without `--no-metrics`.
 //! - `sources`: the placement data sources against test doubles of the Kubernetes API (HTTPS
 //!   with a test CA and a bearer token; plain HTTP as `kubectl proxy`) and of Prometheus: the
 //!   snapshot as wca reads it, a pod bound by kube-scheduler counted from the watch before the
@@ -74,5 +79,6 @@ mod package;
 mod partition;
 mod placement_cli;
 mod render;
+mod scheduler_metrics;
 mod sources;
 mod upgrade;

@@ -17,6 +17,8 @@
 //! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
 //! - [`replication`]: what a follower fetches, what a new leader gathers as parents (sans-IO).
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler).
+//! - [`scheduler_metrics`]: `state.metrics` of the Lua scheduler (the declared queries' last
+//!   good answers, kept on failure, with their age at the run's `now`).
 //! - [`status`]: the status view (`/v1/status`, `/v1/events`, metrics) from one store snapshot.
 //! - [`retention`]: which schedule backups to take and prune, which deployment log files to
 //!   delete (age, total size), when a log segment is full.
@@ -43,6 +45,7 @@ pub mod render;
 pub mod replication;
 pub mod retention;
 pub mod schedule;
+pub mod scheduler_metrics;
 pub mod sources;
 pub mod state;
 pub mod status;

@@ -1,6 +1,10 @@
 //! The leader's schedule controller: when the inputs, peers, actions or parents change (or the
 //! period passes), run the scheduler and make its output the schedule in force.
 //!
+//! A metrics refresh (`state.metrics`, [`crate::scheduler_metrics`]) wakes it too, but re-runs
+//! the scheduler only when a sample or an error changed: a refresh that confirms the same
+//! values waits for the period, whose run sees the new age.
+//!
 //! A failed run keeps the last good schedule and records the error; the driver retries with
 //! backoff, and any input change retries at once. A new schedule is saved through the
 //! [`Persister`] before it is put in force; one that could not be written is still in force, and
@@ -9,12 +13,12 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::time::Instant;
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::persist::Persister;
 use crate::ports::{Clock, Scheduler, SchedulerError, SchedulerFailure};
+use crate::scheduler_metrics::SchedulerMetrics;
 use crate::state::{Actions, Inputs, NodeId, Peers, Schedule, SchedulerInput, SchedulerStatus};
 use crate::store::{Field, Store};
 
@@ -31,12 +35,14 @@ pub struct Identity {
 }
 
 /// The snapshots a run used; a run is due when any of them is replaced (the store only replaces
-/// a snapshot when its content changed, so pointer identity is content identity).
+/// a snapshot when its content changed, so pointer identity is content identity), or when the
+/// metrics' samples or errors changed (their refresh times alone do not count).
 struct LastRun {
     inputs: Arc<Inputs>,
     peers: Arc<Peers>,
     actions: Arc<Actions>,
     parents: Arc<Vec<Schedule>>,
+    metrics: Arc<SchedulerMetrics>,
     epoch: u64,
     at: Instant,
     /// A failed run is retried even when nothing changed.
@@ -49,6 +55,7 @@ impl LastRun {
             && Arc::ptr_eq(&self.peers, &other.peers)
             && Arc::ptr_eq(&self.actions, &other.actions)
             && Arc::ptr_eq(&self.parents, &other.parents)
+            && self.metrics.same_data(&other.metrics)
             && self.epoch == other.epoch
     }
 }
@@ -120,6 +127,7 @@ impl ScheduleController {
         .trigger(store.actions.trigger())
         .trigger(store.parents.trigger())
         .trigger(store.prefetched.trigger())
+        .trigger(store.scheduler_metrics.trigger())
     }
 
     fn snapshot(&self) -> LastRun {
@@ -128,6 +136,7 @@ impl ScheduleController {
             peers: self.store.peers.peek(),
             actions: self.store.actions.peek(),
             parents: self.store.parents.peek(),
+            metrics: self.store.scheduler_metrics.peek(),
             epoch: self.store.election.peek().epoch,
             at: Instant::now(),
             ok: false,
@@ -136,15 +145,16 @@ impl ScheduleController {
 
     /// Builds the scheduler input from a snapshot.
     fn input(&self, snap: &LastRun) -> SchedulerInput {
+        let now = self.deps.clock.now_ms();
         SchedulerInput {
-            now: self.deps.clock.now_ms(),
+            now,
             current_host: self.deps.identity.hostname.clone(),
             current_id: self.deps.identity.id.clone(),
             parents: snap.parents.iter().map(|s| s.data.clone()).collect(),
             actions: (*snap.actions).clone(),
             runtime: snap.inputs.runtime.clone(),
             peers: snap.peers.peers.clone(),
-            metrics: json!({}),
+            metrics: snap.metrics.view(now),
         }
     }
 

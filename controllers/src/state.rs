@@ -115,6 +115,10 @@ pub struct Inputs {
     pub hash: String,
     /// Unreadable or invalid files, sorted by path.
     pub errors: Vec<InputError>,
+    /// `scheduler/v1/metrics.yaml` as last loaded (`None`: no such file). A bad file keeps the
+    /// last good declaration ([`crate::sources::keep_metrics_declaration`]).
+    #[serde(skip)]
+    pub metrics: Option<Arc<crate::scheduler_metrics::MetricsDeclaration>>,
 }
 
 /// A peer as the scheduler and `/v1/peers` see it (verwalter 0.13 shape).
@@ -157,7 +161,9 @@ pub struct SchedulerInput {
     pub runtime: Arc<Value>,
     /// Other nodes (never this one), keyed by id.
     pub peers: BTreeMap<NodeId, Peer>,
-    /// Always an empty object, as in verwalter 0.13.
+    /// The queries of `scheduler/v1/metrics.yaml` with their last good answers and age
+    /// ([`crate::scheduler_metrics::SchedulerMetrics::view`]); an empty object without the file
+    /// (as verwalter 0.13 always gave).
     pub metrics: Value,
 }
 

@@ -11,6 +11,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::election::ElectionState;
+use crate::scheduler_metrics::SchedulerMetrics;
 use crate::state::{
     Actions, Inputs, Peers, Prefetched, Reports, RolesStatus, Schedule, SchedulerStatus, Templates,
 };
@@ -163,6 +164,9 @@ pub struct Store {
     /// Observed: why the schedule in force is not in the storage dir yet (`None` once written);
     /// written by the [`Persister`](crate::persist::Persister) for both roles.
     pub persist_error: Reader<Option<String>>,
+    /// Observed: the Lua scheduler's declared Prometheus queries and their last answers
+    /// (`state.metrics`), written by the metrics refresh on the leader.
+    pub scheduler_metrics: Reader<SchedulerMetrics>,
 }
 
 impl Store {
@@ -193,6 +197,7 @@ pub struct StoreWriter {
     pub prefetched: Field<Prefetched>,
     pub replaced: Field<Vec<Schedule>>,
     pub persist_error: Field<Option<String>>,
+    pub scheduler_metrics: Field<SchedulerMetrics>,
 }
 
 impl StoreWriter {
@@ -213,6 +218,7 @@ impl StoreWriter {
             prefetched: Field::new(Prefetched::default()),
             replaced: Field::new(Vec::new()),
             persist_error: Field::new(None),
+            scheduler_metrics: Field::new(SchedulerMetrics::default()),
         }
     }
 
@@ -232,6 +238,7 @@ impl StoreWriter {
             prefetched: self.prefetched.reader(),
             replaced: self.replaced.reader(),
             persist_error: self.persist_error.reader(),
+            scheduler_metrics: self.scheduler_metrics.reader(),
         }
     }
 }

@@ -176,6 +176,7 @@ pub fn inputs(runtime: Value) -> Inputs {
         scheduler_hash: "code-1".into(),
         hash,
         errors: Vec::new(),
+        metrics: None,
     }
 }
 

@@ -34,6 +34,9 @@ use serde::de::{
 use crate::algorithms::{Algorithm, Kind};
 use crate::snapshot::Dim;
 
+/// The Lua scheduler's `metrics.yaml` (same tags and `!Env` as this file's config).
+pub mod metrics_file;
+
 /// A config that failed to load.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {

@@ -1,7 +1,9 @@
 //! The config dir reader (`/etc/verwalter`): runtime tree and scheduler sources, their content
-//! hashes and errors, and a watcher that re-reads them after changes. A read that cannot see
+//! hashes and errors, the scheduler's metrics declaration (`scheduler/v1/metrics.yaml`,
+//! [`metrics_file`]), and a watcher that re-reads them after changes. A read that cannot see
 //! everything (a file or dir that exists but cannot be read) never stands for the config dir.
 
+pub mod metrics_file;
 pub mod nesting;
 pub mod runtime;
 pub mod walk;
@@ -67,6 +69,7 @@ pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut P
         }),
     }
     hash_dir(fs, &sched, config_dir, SCHEDULER_DIR, &mut code, problems);
+    let metrics = metrics_file::read_declaration(fs, config_dir, problems);
     let scheduler_hash = hex::encode(code.finalize());
     feed(&mut all, "scheduler", scheduler_hash.as_bytes());
     let mut errors = std::mem::take(&mut problems.errors);
@@ -76,6 +79,7 @@ pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut P
         scheduler_hash,
         hash: hex::encode(all.finalize()),
         errors,
+        metrics,
     }
 }
 

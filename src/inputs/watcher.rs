@@ -8,7 +8,9 @@
 //!
 //! A read that could not see everything (a file or dir that exists but could not be read:
 //! descriptors exhausted, permissions, I/O errors) is not a change: the last good inputs stay in
-//! force, with the failure shown among their errors, logged and counted.
+//! force, with the failure shown among their errors, logged and counted. A read that finds
+//! `scheduler/v1/metrics.yaml` bad keeps the last good metrics declaration
+//! (`sources::keep_metrics_declaration`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -184,6 +186,8 @@ impl InputsWatcher {
                 tracing::info!("Templates changed.");
             }
             self.good_errors = inputs.errors.clone();
+            let mut inputs = inputs;
+            sources::keep_metrics_declaration(&self.out.inputs.get(), &mut inputs);
             publish(&self.out.inputs, inputs, &self.metrics);
             return;
         }

@@ -10,6 +10,8 @@
 //!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
 //! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
 //!   [`chart`] draws its SVG with plotters.
+//! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
+//!   `scheduler/v1/metrics.yaml` refreshed on the leader into the store.
 
 pub mod chart;
 pub mod check;
@@ -17,6 +19,7 @@ pub mod client;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;
+pub mod scheduler_metrics;
 pub mod simulate;
 pub mod source_metrics;
 pub mod store;

@@ -14,6 +14,7 @@ use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleS
 
 struct Rig {
     inputs: Field<Inputs>,
+    metrics: Field<SchedulerMetrics>,
     election: Field<ElectionState>,
     store: Store,
     scheduler: Arc<FakeScheduler>,
@@ -50,6 +51,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         scheduler: status,
         parents,
         persist_error,
+        scheduler_metrics,
         ..
     } = writer;
     election.set(ElectionState {
@@ -96,6 +98,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
     let persist_handle = tokio::spawn(persister.clone().driver(config).run(stop.clone()));
     Rig {
         inputs: inputs_field,
+        metrics: scheduler_metrics,
         election,
         store,
         scheduler,
@@ -306,5 +309,64 @@ async fn a_later_schedule_written_clears_the_error_and_the_older_one_stays_unwri
     assert_eq!(written.len(), 1, "only the newer schedule is written");
     assert_eq!(written[0].hash, theirs.hash);
     assert_eq!(rig.saved.failed.load(Ordering::SeqCst), 1);
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn new_metric_values_rerun_the_scheduler_a_mere_refresh_waits_for_the_period() {
+    use crate::scheduler_metrics::{MetricSample, MetricsDeclaration};
+    let rig = rig(true);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    let last_metrics = || {
+        rig.scheduler
+            .inputs
+            .lock()
+            .unwrap()
+            .last()
+            .unwrap()
+            .metrics
+            .clone()
+    };
+    assert_eq!(last_metrics(), json!({}), "no metrics.yaml");
+
+    let decl = MetricsDeclaration {
+        url: "http://prom:9090".into(),
+        ca_file: None,
+        time: None,
+        interval: Duration::from_secs(15),
+        timeout: Duration::from_secs(5),
+        queries: [("load".to_string(), "node_load1".to_string())].into(),
+    };
+    let mut m = SchedulerMetrics::default().declared(Some(&decl));
+    let sample = MetricSample {
+        labels: [("instance".to_string(), "n1".to_string())].into(),
+        value: 0.5,
+    };
+    m.record("load", Ok(vec![sample.clone()]), 400);
+    rig.metrics.set(m.clone());
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2, "new samples: a run at once");
+    assert_eq!(
+        last_metrics()["load"],
+        json!({"samples": [{"labels": {"instance": "n1"}, "value": 0.5}],
+               "age": 0.6, "updated": 400, "error": null}),
+        "the fake clock says 1000 ms"
+    );
+
+    m.record("load", Ok(vec![sample.clone()]), 900);
+    rig.metrics.set(m.clone());
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2, "the same values confirmed: no run");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.scheduler.runs(), 3, "the period's run");
+    assert_eq!(last_metrics()["load"]["updated"], json!(900));
+
+    m.record("load", Err("prom: HTTP 503".into()), 950);
+    rig.metrics.set(m);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 4, "a new error: a run at once");
+    assert_eq!(last_metrics()["load"]["error"], json!("prom: HTTP 503"));
+    assert_eq!(last_metrics()["load"]["samples"][0]["value"], json!(0.5));
     rig.stop().await;
 }
