@@ -6,6 +6,7 @@
 //! - [`algorithms`]: the [`Algorithm`]s (NOP, Fit, BAR, LeastUsed, LeastUsedBAR, HierBAR,
 //!   StaticAssigner, DramHitRatioProvision, Score), the two filter passes and prioritize.
 //! - [`config`]: [`config::load`] reads a YAML config with wca's tags into algorithms.
+//! - [`extender`]: the Kubernetes scheduler extender's wire types and replies.
 //! - [`simulate`]: [`place`] (filter, prioritize, pick one node) and the cluster simulator that
 //!   reports placement quality.
 //!
@@ -13,6 +14,7 @@
 
 pub mod algorithms;
 pub mod config;
+pub mod extender;
 pub mod simulate;
 pub mod snapshot;
 
