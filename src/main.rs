@@ -43,6 +43,8 @@ enum Command {
     Schedule(ScheduleArgs),
     /// Render one role as the daemon would: print its files and run (or show) its commands.
     Render(RenderCliArgs),
+    /// Serve the Kubernetes scheduler extender (a drop-in for wca-scheduler) on its own address.
+    Extender(verwalter::placement::extender::ExtenderFlags),
 }
 
 /// `verwalter generate ...`: parsed apart from [`Cli`], so that neither its help, nor the man
@@ -149,6 +151,10 @@ fn main() -> ExitCode {
         Some(Command::Render(args)) => {
             init_logs("warn");
             render(args)
+        }
+        Some(Command::Extender(args)) => {
+            init_logs("info");
+            extender(&args)
         }
     }
 }
@@ -393,6 +399,45 @@ fn run(args: &RunArgs) -> ExitCode {
                 // which kind of failure it was (docs/running.md#exit-codes).
                 eprintln!("verwalter: {error}");
                 ExitCode::from(error.exit_code())
+            }
+        }
+    })
+}
+
+/// `verwalter extender`: exit status 3 when it cannot start (as the daemon), 0 after a signal.
+fn extender(args: &verwalter::placement::extender::ExtenderFlags) -> ExitCode {
+    use verwalter::placement::extender::{ExtenderSetup, run};
+    let setup = match ExtenderSetup::from_flags(args) {
+        Ok(setup) => setup,
+        Err(problem) => {
+            eprintln!("verwalter extender: {problem}");
+            return ExitCode::from(3);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("verwalter extender: cannot start the async runtime: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("Shutting down.");
+            signals.cancel();
+        });
+        match run(setup, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("verwalter {error}");
+                ExitCode::from(3)
             }
         }
     })
