@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use crate::algorithms::{Algorithm, Kind, PlacementError};
-use crate::snapshot::Snapshot;
+use crate::snapshot::{Snapshot, Usage};
 
 /// kube-scheduler's `MaxExtenderPriority`: an extender's scores go from 0 to this.
 pub const MAX_EXTENDER_PRIORITY: i64 = 10;
@@ -293,10 +293,12 @@ fn gate<'a>(
     Ok((app, snapshot))
 }
 
-/// `/filter`: which candidates the pod may go to.
+/// `/filter`: which candidates the pod may go to. `usage`, when given, must be
+/// `Usage::of(snapshot)` (it only makes the decision faster).
 pub fn filter(
     algorithm: &Algorithm,
     snapshot: Option<&Snapshot>,
+    usage: Option<&Usage>,
     args: &ExtenderArgs,
     namespaces: &[String],
 ) -> Decision<ExtenderFilterResult> {
@@ -313,7 +315,7 @@ pub fn filter(
         Err(verdict) => return pass(verdict),
     };
     let owned: Vec<String> = candidates.iter().map(|n| (*n).to_owned()).collect();
-    match algorithm.filter(snapshot, app, &owned) {
+    match algorithm.filter_using(snapshot, usage, app, &owned) {
         Ok(result) => {
             let mut reply = kept(args, result.nodes.iter().map(String::as_str));
             reply.failed_nodes = result.failed;
@@ -351,10 +353,12 @@ fn kept<'a>(args: &ExtenderArgs, names: impl Iterator<Item = &'a str>) -> Extend
     }
 }
 
-/// `/prioritize`: a score from 0 to 10 for each candidate, in sorted order.
+/// `/prioritize`: a score from 0 to 10 for each candidate, in sorted order (`usage` as for
+/// [`filter`]).
 pub fn prioritize(
     algorithm: &Algorithm,
     snapshot: Option<&Snapshot>,
+    usage: Option<&Usage>,
     args: &ExtenderArgs,
     namespaces: &[String],
 ) -> Decision<Vec<HostPriority>> {
@@ -367,7 +371,7 @@ pub fn prioritize(
         Err(verdict) => return pass(verdict),
     };
     let candidates: Vec<String> = args.candidates().into_iter().map(str::to_owned).collect();
-    match algorithm.prioritize(snapshot, app, &candidates) {
+    match algorithm.prioritize_using(snapshot, usage, app, &candidates) {
         Ok(scores) => {
             let ceiling = score_ceiling(algorithm);
             Decision {

@@ -20,4 +20,4 @@ pub mod snapshot;
 
 pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
 pub use simulate::{SimulationReport, place, simulate};
-pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
+pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot, Usage};

@@ -1,6 +1,6 @@
 //! The data placement decides on, and the resource arithmetic every algorithm shares.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -130,11 +130,46 @@ impl Snapshot {
 
     /// Used plus one more instance of `app` on `node`, per dimension.
     pub fn demand(&self, node: &str, app: &str) -> BTreeMap<Dim, f64> {
-        let mut demand = self.used(node);
+        self.demand_using(None, node, app)
+    }
+
+    /// [`Snapshot::demand`] with the used amounts from `usage` (which must be
+    /// `Usage::of(self)`), when given.
+    pub fn demand_using(&self, usage: Option<&Usage>, node: &str, app: &str) -> BTreeMap<Dim, f64> {
+        let mut demand = match usage {
+            Some(usage) => usage.used(node),
+            None => self.used(node),
+        };
         for (dim, req) in self.apps_spec.get(app).into_iter().flatten() {
             *demand.entry(*dim).or_insert(0.0) += req;
         }
         demand
+    }
+}
+
+/// [`Snapshot::used`] of every node, summed once: deciding thousands of nodes, or many requests,
+/// on one snapshot then looks each node's usage up instead of summing its apps again. It is only
+/// right for the snapshot it was made from: whoever changes the snapshot makes a new one (the
+/// main crate's `SnapshotStore` keeps the two together).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    used: HashMap<String, BTreeMap<Dim, f64>>,
+}
+
+impl Usage {
+    pub fn of(snapshot: &Snapshot) -> Usage {
+        Usage {
+            used: snapshot
+                .assigned_apps
+                .keys()
+                .map(|node| (node.clone(), snapshot.used(node)))
+                .collect(),
+        }
+    }
+
+    /// What runs on `node` uses, as [`Snapshot::used`] says.
+    pub fn used(&self, node: &str) -> BTreeMap<Dim, f64> {
+        self.used.get(node).cloned().unwrap_or_default()
     }
 }
 

@@ -35,7 +35,7 @@ use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};
 use verwalter_placement::snapshot;
 
 use super::start::{SourcePlan, SourcesError, start_sources};
-use super::store::SnapshotStore;
+use super::store::{SnapshotStore, View};
 
 /// The port wca-scheduler listens on (its policy's `URLPrefix` is `https://…:30180`).
 pub const DEFAULT_PORT: u16 = 30180;
@@ -246,13 +246,13 @@ fn handle(
     state: &Extender,
     verb: Verb,
     body: &[u8],
-    decide: impl FnOnce(&Extender, Option<&verwalter_placement::Snapshot>, &ExtenderArgs) -> (Response, Verdict),
+    decide: impl FnOnce(&Extender, &View, &ExtenderArgs) -> (Response, Verdict),
 ) -> Response {
     let started = Instant::now();
     let (response, result) = match ExtenderArgs::from_json(body) {
         Ok(args) => {
-            let snapshot = state.store.snapshot();
-            let (response, verdict) = decide(state, snapshot.as_deref(), &args);
+            let view = state.store.view();
+            let (response, verdict) = decide(state, &view, &args);
             let (pod, namespace, app) = (args.pod.name(), args.pod.namespace(), args.pod.app());
             match verdict {
                 Verdict::UnknownApp => tracing::info!(
@@ -281,15 +281,17 @@ fn handle(
 }
 
 async fn filter(State(state): State<Arc<Extender>>, body: Bytes) -> Response {
-    handle(&state, Verb::Filter, &body, |state, snapshot, args| {
-        let d = wire::filter(&state.algorithm, snapshot, args, &state.namespaces);
+    handle(&state, Verb::Filter, &body, |state, view, args| {
+        let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
+        let d = wire::filter(&state.algorithm, snapshot, usage, args, &state.namespaces);
         (json_response(&d.reply), d.verdict)
     })
 }
 
 async fn prioritize(State(state): State<Arc<Extender>>, body: Bytes) -> Response {
-    handle(&state, Verb::Prioritize, &body, |state, snapshot, args| {
-        let d = wire::prioritize(&state.algorithm, snapshot, args, &state.namespaces);
+    handle(&state, Verb::Prioritize, &body, |state, view, args| {
+        let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
+        let d = wire::prioritize(&state.algorithm, snapshot, usage, args, &state.namespaces);
         (json_response(&d.reply), d.verdict)
     })
 }

@@ -106,7 +106,7 @@ fn a_bad_body_names_the_field() {
 
 #[test]
 fn filter_refuses_what_does_not_fit_with_wcas_reason() {
-    let d = filter(&fit(), Some(&snapshot()), &web(r#"["c", "a", "b"]"#), &ns());
+    let d = filter(&fit(), Some(&snapshot()), None, &web(r#"["c", "a", "b"]"#), &ns());
     assert_eq!(d.verdict, Verdict::Decided);
     assert_eq!(
         json(&d.reply),
@@ -116,7 +116,7 @@ fn filter_refuses_what_does_not_fit_with_wcas_reason() {
 
 #[test]
 fn a_node_the_snapshot_does_not_know_is_refused() {
-    let d = filter(&fit(), Some(&snapshot()), &web(r#"["a", "zz"]"#), &ns());
+    let d = filter(&fit(), Some(&snapshot()), None, &web(r#"["a", "zz"]"#), &ns());
     assert_eq!(d.reply.node_names, vec!["a"]);
     assert_eq!(
         d.reply.failed_nodes["zz"],
@@ -127,21 +127,21 @@ fn a_node_the_snapshot_does_not_know_is_refused() {
 #[test]
 fn pods_of_other_namespaces_pass_through_and_namespaces_are_configurable() {
     let args = request("kube-system", r#"{"app": "web"}"#, r#"["c", "a"]"#);
-    let d = filter(&fit(), Some(&snapshot()), &args, &ns());
+    let d = filter(&fit(), Some(&snapshot()), None, &args, &ns());
     assert_eq!(d.verdict, Verdict::OtherNamespace);
     assert_eq!(
         json(&d.reply),
         r#"{"Nodes":null,"NodeNames":["c","a"],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
     );
-    let p = prioritize(&least_used_bar(), Some(&snapshot()), &args, &ns());
+    let p = prioritize(&least_used_bar(), Some(&snapshot()), None, &args, &ns());
     assert_eq!((json(&p.reply).as_str(), p.verdict), ("[]", Verdict::OtherNamespace));
 
     let both = vec!["default".to_owned(), "kube-system".to_owned()];
-    let d = filter(&fit(), Some(&snapshot()), &args, &both);
+    let d = filter(&fit(), Some(&snapshot()), None, &args, &both);
     assert_eq!(d.verdict, Verdict::Decided);
     assert_eq!(d.reply.node_names, vec!["a"]);
     let only_other = vec!["batch".to_owned()];
-    let d = filter(&fit(), Some(&snapshot()), &web(r#"["c"]"#), &only_other);
+    let d = filter(&fit(), Some(&snapshot()), None, &web(r#"["c"]"#), &only_other);
     assert_eq!(d.verdict, Verdict::OtherNamespace, "default is not implied");
 }
 
@@ -149,18 +149,18 @@ fn pods_of_other_namespaces_pass_through_and_namespaces_are_configurable() {
 fn pods_without_an_app_label_pass_through() {
     for labels in ["null", "{}", r#"{"tier": "web"}"#, r#"{"app": ""}"#] {
         let args = request("default", labels, r#"["c"]"#);
-        let d = filter(&fit(), Some(&snapshot()), &args, &ns());
+        let d = filter(&fit(), Some(&snapshot()), None, &args, &ns());
         assert_eq!(d.verdict, Verdict::NoApp, "{labels}");
         assert_eq!(d.reply.node_names, vec!["c"]);
         assert!(d.reply.failed_nodes.is_empty());
-        let p = prioritize(&least_used_bar(), Some(&snapshot()), &args, &ns());
+        let p = prioritize(&least_used_bar(), Some(&snapshot()), None, &args, &ns());
         assert_eq!(p.reply, vec![]);
     }
 }
 
 #[test]
 fn before_the_first_snapshot_filter_answers_an_error_in_band() {
-    let d = filter(&fit(), None, &web(r#"["a", "b"]"#), &ns());
+    let d = filter(&fit(), None, None, &web(r#"["a", "b"]"#), &ns());
     assert_eq!(d.verdict, Verdict::NotLoaded);
     assert_eq!(
         json(&d.reply),
@@ -168,27 +168,27 @@ fn before_the_first_snapshot_filter_answers_an_error_in_band() {
             r#"{{"Nodes":null,"NodeNames":["a","b"],"FailedNodes":{{}},"FailedAndUnresolvableNodes":{{}},"Error":"{NOT_LOADED}"}}"#
         )
     );
-    let p = prioritize(&least_used_bar(), None, &web(r#"["a"]"#), &ns());
+    let p = prioritize(&least_used_bar(), None, None, &web(r#"["a"]"#), &ns());
     assert_eq!((p.reply, p.verdict), (vec![], Verdict::NotLoaded));
     // Other namespaces pass even then: the extender never holds them up.
     let other = request("kube-system", r#"{"app": "web"}"#, r#"["a"]"#);
-    let d = filter(&fit(), None, &other, &ns());
+    let d = filter(&fit(), None, None, &other, &ns());
     assert_eq!((d.verdict, d.reply.error.as_str()), (Verdict::OtherNamespace, ""));
 }
 
 #[test]
 fn an_app_without_a_spec_passes_through() {
     let args = request("default", r#"{"app": "new-app"}"#, r#"["c", "a"]"#);
-    let d = filter(&fit(), Some(&snapshot()), &args, &ns());
+    let d = filter(&fit(), Some(&snapshot()), None, &args, &ns());
     assert_eq!(d.verdict, Verdict::UnknownApp);
     assert_eq!(d.reply.node_names, vec!["c", "a"]);
     assert!(d.reply.error.is_empty() && d.reply.failed_nodes.is_empty());
-    let p = prioritize(&least_used_bar(), Some(&snapshot()), &args, &ns());
+    let p = prioritize(&least_used_bar(), Some(&snapshot()), None, &args, &ns());
     assert_eq!((p.reply, p.verdict), (vec![], Verdict::UnknownApp));
     // An algorithm that needs no spec decides anyway.
     let nop = Algorithm::new(Kind::Nop);
     assert_eq!(
-        filter(&nop, Some(&snapshot()), &args, &ns()).verdict,
+        filter(&nop, Some(&snapshot()), None, &args, &ns()).verdict,
         Verdict::Decided
     );
 }
@@ -202,12 +202,12 @@ fn a_full_nodes_list_is_answered_with_names_and_the_kept_objects() {
         "NodeNames": null}"#;
     let args = ExtenderArgs::from_json(body.as_bytes()).unwrap();
     assert_eq!(args.candidates(), vec!["c", "a"]);
-    let d = filter(&fit(), Some(&snapshot()), &args, &ns());
+    let d = filter(&fit(), Some(&snapshot()), None, &args, &ns());
     assert_eq!(
         json(&d.reply),
         r#"{"Nodes":{"metadata":{},"items":[{"metadata": {"name": "a"}, "spec": {"unschedulable": false}}]},"NodeNames":["a"],"FailedNodes":{"c":"Could not fit node for dimensions: missing (cpu: 4.0)."},"FailedAndUnresolvableNodes":{},"Error":""}"#
     );
-    let p = prioritize(&least_used_bar(), Some(&snapshot()), &args, &ns());
+    let p = prioritize(&least_used_bar(), Some(&snapshot()), None, &args, &ns());
     assert_eq!(json(&p.reply), r#"[{"Host":"a","Score":8},{"Host":"c","Score":0}]"#);
 }
 
@@ -217,7 +217,7 @@ fn no_candidates_is_an_empty_array_never_null() {
         br#"{"Pod": {"metadata": {"namespace": "default", "labels": {"app": "web"}}}}"#,
     )
     .unwrap();
-    let d = filter(&fit(), Some(&snapshot()), &args, &ns());
+    let d = filter(&fit(), Some(&snapshot()), None, &args, &ns());
     assert!(json(&d.reply).contains(r#""NodeNames":[]"#));
 }
 
@@ -226,9 +226,7 @@ fn least_used_bar_scores_are_rescaled_into_0_to_10() {
     // a: f = (0.25, 0.25): least used 0.75, bar 1 → 1.75 → raw 17 → 17·10/20 = 8.5 → 8.
     // b: f = (6/8, 16/64) = (0.75, 0.25): least used 0.5, bar 0.5 → 1.0 → raw 10 → 5.
     // c: f = (6/2, 0.25): least used −0.625, bar −1.75 → raw −23 → 0.
-    let p = prioritize(
-        &least_used_bar(),
-        Some(&snapshot()),
+    let p = prioritize(&least_used_bar(), Some(&snapshot()), None,
         &web(r#"["c", "b", "a"]"#),
         &ns(),
     );
@@ -237,6 +235,23 @@ fn least_used_bar_scores_are_rescaled_into_0_to_10() {
         json(&p.reply),
         r#"[{"Host":"a","Score":8},{"Host":"b","Score":5},{"Host":"c","Score":0}]"#
     );
+}
+
+#[test]
+fn a_usage_index_gives_the_same_replies() {
+    let snap = snapshot();
+    let usage = Usage::of(&snap);
+    let args = web(r#"["c", "b", "a", "zz"]"#);
+    for algorithm in [fit(), least_used_bar()] {
+        assert_eq!(
+            filter(&algorithm, Some(&snap), Some(&usage), &args, &ns()),
+            filter(&algorithm, Some(&snap), None, &args, &ns())
+        );
+        assert_eq!(
+            prioritize(&algorithm, Some(&snap), Some(&usage), &args, &ns()),
+            prioritize(&algorithm, Some(&snap), None, &args, &ns())
+        );
+    }
 }
 
 #[test]
@@ -271,6 +286,6 @@ fn the_score_mapping_keeps_order_and_stays_in_range() {
     // Algorithms that score nothing give 0 everywhere.
     assert_eq!(score_ceiling(&fit()), 0.0);
     assert_eq!(kube_score(0, 0.0), 0);
-    let p = prioritize(&fit(), Some(&snapshot()), &web(r#"["a"]"#), &ns());
+    let p = prioritize(&fit(), Some(&snapshot()), None, &web(r#"["a"]"#), &ns());
     assert_eq!(p.reply, vec![HostPriority { host: "a".into(), score: 0 }]);
 }

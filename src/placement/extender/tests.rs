@@ -218,3 +218,41 @@ fn bad_tls_files_are_named() {
         .to_string();
     assert!(err.contains("missing.pem"), "{err}");
 }
+
+/// docs/openapi-extender.yaml describes exactly the routes the router answers.
+#[tokio::test]
+async fn every_route_is_in_the_openapi_description() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi-extender.yaml"),
+    )
+    .unwrap();
+    let doc: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let documented: Vec<(&str, &str)> = paths
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (path.as_str(), m.as_str()))
+        })
+        .collect();
+    let served = [
+        ("/filter", "post"),
+        ("/prioritize", "post"),
+        ("/status", "get"),
+        ("/metrics", "get"),
+    ];
+    let mut sorted_doc = documented.clone();
+    sorted_doc.sort();
+    let mut sorted_served = served.to_vec();
+    sorted_served.sort();
+    assert_eq!(sorted_doc, sorted_served);
+    let state = extender();
+    for (path, method) in served {
+        let (code, _) = call(&state, &method.to_uppercase(), path, WEB).await;
+        assert_eq!(code, 200, "{method} {path}");
+    }
+    let (code, _) = call(&state, "GET", "/v1/status", "").await;
+    assert_eq!(code, 404, "nothing else is served");
+}
