@@ -19,6 +19,7 @@
 //!   algorithm's best possible score, then clamped.
 //! - `NodeNames` is always an array: kube-scheduler takes a `null` as "no node fits".
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -179,6 +180,15 @@ impl ExtenderArgs {
             (None, None) => Vec::new(),
         }
     }
+
+    /// The candidate names as the algorithms take them: `NodeNames` itself when sent (no copy).
+    fn candidate_names(&self) -> Cow<'_, [String]> {
+        match (&self.node_names, &self.nodes) {
+            (Some(names), _) => Cow::Borrowed(names),
+            (None, Some(list)) => Cow::Owned(list.items.iter().map(|n| n.name.clone()).collect()),
+            (None, None) => Cow::Borrowed(&[]),
+        }
+    }
 }
 
 /// What `/filter` answers (`ExtenderFilterResult`), keys as kube-scheduler's Go struct names them.
@@ -302,9 +312,9 @@ pub fn filter(
     args: &ExtenderArgs,
     namespaces: &[String],
 ) -> Decision<ExtenderFilterResult> {
-    let candidates = args.candidates();
+    let candidates = args.candidate_names();
     let pass = |verdict: Verdict| {
-        let mut reply = kept(args, candidates.iter().copied());
+        let mut reply = kept(args, candidates.to_vec());
         if verdict == Verdict::NotLoaded {
             reply.error = NOT_LOADED.to_owned();
         }
@@ -314,10 +324,9 @@ pub fn filter(
         Ok(found) => found,
         Err(verdict) => return pass(verdict),
     };
-    let owned: Vec<String> = candidates.iter().map(|n| (*n).to_owned()).collect();
-    match algorithm.filter_using(snapshot, usage, app, &owned) {
+    match algorithm.filter_using(snapshot, usage, app, &candidates) {
         Ok(result) => {
-            let mut reply = kept(args, result.nodes.iter().map(String::as_str));
+            let mut reply = kept(args, result.nodes);
             reply.failed_nodes = result.failed;
             Decision {
                 reply,
@@ -328,9 +337,8 @@ pub fn filter(
     }
 }
 
-/// A filter reply keeping `names` (and, when the request sent node objects, those objects).
-fn kept<'a>(args: &ExtenderArgs, names: impl Iterator<Item = &'a str>) -> ExtenderFilterResult {
-    let node_names: Vec<String> = names.map(str::to_owned).collect();
+/// A filter reply keeping `node_names` (and, when the request sent node objects, those objects).
+fn kept(args: &ExtenderArgs, node_names: Vec<String>) -> ExtenderFilterResult {
     let nodes = match (&args.node_names, &args.nodes) {
         (None, Some(list)) => {
             let keep: BTreeSet<&str> = node_names.iter().map(String::as_str).collect();
@@ -370,8 +378,7 @@ pub fn prioritize(
         Ok(found) => found,
         Err(verdict) => return pass(verdict),
     };
-    let candidates: Vec<String> = args.candidates().into_iter().map(str::to_owned).collect();
-    match algorithm.prioritize_using(snapshot, usage, app, &candidates) {
+    match algorithm.prioritize_using(snapshot, usage, app, &args.candidate_names()) {
         Ok(scores) => {
             let ceiling = score_ceiling(algorithm);
             Decision {
