@@ -518,10 +518,9 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // The Kubernetes scheduler extender, on its own address, when the settings ask for it.
     if let Some(setup) = &config.placement_extender {
         let store = crate::placement::store::SnapshotStore::new();
-        let (_, extender_tasks) =
-            crate::placement::extender::start(setup, store, shutdown.clone())
-                .await
-                .map_err(StartError::Extender)?;
+        let (_, extender_tasks) = crate::placement::extender::start(setup, store, shutdown.clone())
+            .await
+            .map_err(StartError::Extender)?;
         for task in extender_tasks {
             tasks.spawn(Task::Extender, task);
         }

@@ -87,8 +87,10 @@ impl Extender {
 
     /// Polls `/status` until `ready` holds.
     fn wait_status(&self, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
-        wait_for(Duration::from_secs(20), || Some(self.status()).filter(&ready))
-            .unwrap_or_else(|| panic!("{what}: {}\n{}", self.status(), self.logs()));
+        wait_for(Duration::from_secs(20), || {
+            Some(self.status()).filter(&ready)
+        })
+        .unwrap_or_else(|| panic!("{what}: {}\n{}", self.status(), self.logs()));
     }
 
     fn logs(&self) -> String {
@@ -134,7 +136,8 @@ fn recorded_requests_get_the_replies_kube_scheduler_expects() {
         r#"{"Nodes":null,"NodeNames":["node-1","node-3"],"FailedNodes":{"node-2":"Could not fit node for dimensions: missing (cpu: 2.0, mem: 8.0)."},"FailedAndUnresolvableNodes":{},"Error":""}"#
     );
     assert_eq!(
-        ext.post("/prioritize", &fixture("nodenames.request.json")).1,
+        ext.post("/prioritize", &fixture("nodenames.request.json"))
+            .1,
         r#"[{"Host":"node-1","Score":9},{"Host":"node-2","Score":3},{"Host":"node-3","Score":8}]"#
     );
     // A full Nodes list: the kept node objects come back as sent.
@@ -149,7 +152,10 @@ fn recorded_requests_get_the_replies_kube_scheduler_expects() {
     assert_eq!(code, 400);
     let error: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(error["field"], "NodeNames", "{body}");
-    assert!(ext.logs().contains("passing the pod through"), "unknown app logged");
+    assert!(
+        ext.logs().contains("passing the pod through"),
+        "unknown app logged"
+    );
 }
 
 #[test]
@@ -176,7 +182,9 @@ fn while_no_snapshot_is_loaded_filter_answers_an_error_then_decides_once_the_fil
     );
     assert_eq!(ext.post("/prioritize", &request).1, "[]");
     // Another namespace passes even now.
-    let other = ext.post("/filter", &fixture("other-namespace.request.json")).1;
+    let other = ext
+        .post("/filter", &fixture("other-namespace.request.json"))
+        .1;
     assert_eq!(other, fixture("other-namespace.filter.json"));
     let status = ext.status();
     assert_eq!(status["loaded"], false);
@@ -206,9 +214,15 @@ fn while_no_snapshot_is_loaded_filter_answers_an_error_then_decides_once_the_fil
     );
     let status = ext.status();
     assert_eq!(status["errors"], serde_json::json!({}));
-    assert_eq!((status["nodes"].as_u64(), status["apps"].as_u64()), (Some(3), Some(2)));
     assert_eq!(
-        metric(ext.port, r#"verwalter_extender_requests_total{result="not_loaded",verb="filter"}"#),
+        (status["nodes"].as_u64(), status["apps"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(
+        metric(
+            ext.port,
+            r#"verwalter_extender_requests_total{result="not_loaded",verb="filter"}"#
+        ),
         Some(2.0)
     );
 }
@@ -244,7 +258,10 @@ fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
     ext.wait_status("the error", |s| s["errors"]["snapshot-file"].is_object());
     assert_eq!(kept(&ext), serde_json::json!(["node-2"]));
     let status = ext.status();
-    assert_eq!((status["loaded"].clone(), status["generation"].clone()), (true.into(), 2.into()));
+    assert_eq!(
+        (status["loaded"].clone(), status["generation"].clone()),
+        (true.into(), 2.into())
+    );
     assert!(
         status["errors"]["snapshot-file"]["message"]
             .as_str()
@@ -253,16 +270,24 @@ fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
         "{status}"
     );
     assert_eq!(
-        metric(ext.port, r#"verwalter_placement_source_failing{source="snapshot-file"}"#),
+        metric(
+            ext.port,
+            r#"verwalter_placement_source_failing{source="snapshot-file"}"#
+        ),
         Some(1.0)
     );
     assert!(ext.logs().contains("Cannot use the snapshot file"));
 
     // Fixed again: the error goes, the metric with it.
     replace_file(&snapshot, &nodes(16));
-    ext.wait_status("the error cleared", |s| s["errors"] == serde_json::json!({}));
+    ext.wait_status("the error cleared", |s| {
+        s["errors"] == serde_json::json!({})
+    });
     let (_, text) = http_get(ext.port, "/metrics").unwrap();
-    assert!(!text.contains("verwalter_placement_source_failing{"), "{text}");
+    assert!(
+        !text.contains("verwalter_placement_source_failing{"),
+        "{text}"
+    );
 }
 
 #[test]
@@ -274,12 +299,15 @@ fn namespaces_are_chosen_by_flag() {
         &["--namespace", "batch"],
     );
     // The batch pod is decided, the default one passes.
-    let batch = ext.post("/filter", &fixture("other-namespace.request.json")).1;
+    let batch = ext
+        .post("/filter", &fixture("other-namespace.request.json"))
+        .1;
     assert_eq!(batch, fixture("nodenames.filter.json"));
     let default = ext.post("/filter", &fixture("nodenames.request.json")).1;
     assert_eq!(default, fixture("other-namespace.filter.json"));
     assert_eq!(
-        ext.post("/prioritize", &fixture("nodenames.request.json")).1,
+        ext.post("/prioritize", &fixture("nodenames.request.json"))
+            .1,
         "[]"
     );
     assert_eq!(ext.status()["namespaces"], serde_json::json!(["batch"]));
@@ -289,7 +317,12 @@ fn namespaces_are_chosen_by_flag() {
 fn metrics_count_requests_and_show_nodes_and_apps() {
     let tmp = tempfile::tempdir().unwrap();
     let ext = Extender::with_snapshot(tmp.path(), &fixtures().join("snapshot.yaml"), &[]);
-    for case in ["nodenames", "other-namespace", "no-app-label", "unknown-app"] {
+    for case in [
+        "nodenames",
+        "other-namespace",
+        "no-app-label",
+        "unknown-app",
+    ] {
         ext.post("/filter", &fixture(&format!("{case}.request.json")));
     }
     ext.post("/prioritize", &fixture("nodenames.request.json"));
@@ -350,7 +383,10 @@ fn start_problems_are_named() {
     assert!(err.contains("several algorithms (a, b)"), "{err}");
     std::fs::write(&config, "algorithms:\n  a: !Fits\n").unwrap();
     let err = refused(&["--config", path]);
-    assert!(err.contains("config.yaml: config:") && err.contains("line 2"), "{err}");
+    assert!(
+        err.contains("config.yaml: config:") && err.contains("line 2"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -394,7 +430,11 @@ fn the_daemon_serves_the_extender_when_its_settings_say_so() {
     assert_ne!(code, 200);
 
     // A bad placement config stops the daemon at start, named.
-    std::fs::write(tmp.path().join("placement.yaml"), "algorithms:\n  a: !Nope\n").unwrap();
+    std::fs::write(
+        tmp.path().join("placement.yaml"),
+        "algorithms:\n  a: !Nope\n",
+    )
+    .unwrap();
     let out = Command::new(BIN)
         .args(["run", "--hostname", "alpha", "--port", "0"])
         .args(["--override-machine-id", util::MACHINE_ID])

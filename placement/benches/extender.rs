@@ -75,22 +75,50 @@ fn bench(c: &mut Criterion) {
     group.bench_function("filter_request", |b| {
         b.iter(|| {
             let args = ExtenderArgs::from_json(body.as_bytes()).unwrap();
-            let d = extender::filter(&algorithm, Some(&snapshot), Some(&usage), &args, &namespaces);
+            let d = extender::filter(
+                &algorithm,
+                Some(&snapshot),
+                Some(&usage),
+                &args,
+                &namespaces,
+            );
             serde_json::to_vec(&d.reply).unwrap()
         })
     });
     group.bench_function("prioritize_request", |b| {
         b.iter(|| {
             let args = ExtenderArgs::from_json(body.as_bytes()).unwrap();
-            let d = extender::prioritize(&algorithm, Some(&snapshot), Some(&usage), &args, &namespaces);
+            let d = extender::prioritize(
+                &algorithm,
+                Some(&snapshot),
+                Some(&usage),
+                &args,
+                &namespaces,
+            );
             serde_json::to_vec(&d.reply).unwrap()
         })
     });
     group.bench_function("filter_decision_only", |b| {
-        b.iter(|| extender::filter(&algorithm, Some(&snapshot), Some(&usage), &args, &namespaces))
+        b.iter(|| {
+            extender::filter(
+                &algorithm,
+                Some(&snapshot),
+                Some(&usage),
+                &args,
+                &namespaces,
+            )
+        })
     });
     group.bench_function("prioritize_decision_only", |b| {
-        b.iter(|| extender::prioritize(&algorithm, Some(&snapshot), Some(&usage), &args, &namespaces))
+        b.iter(|| {
+            extender::prioritize(
+                &algorithm,
+                Some(&snapshot),
+                Some(&usage),
+                &args,
+                &namespaces,
+            )
+        })
     });
     // Without the usage index: each node's apps summed again per request.
     group.bench_function("filter_decision_unindexed", |b| {

@@ -223,7 +223,11 @@ impl PartialEq for NodeListReply {
     fn eq(&self, other: &NodeListReply) -> bool {
         self.metadata == other.metadata
             && self.items.len() == other.items.len()
-            && self.items.iter().zip(&other.items).all(|(a, b)| a.get() == b.get())
+            && self
+                .items
+                .iter()
+                .zip(&other.items)
+                .all(|(a, b)| a.get() == b.get())
     }
 }
 

@@ -52,8 +52,8 @@ const MAX_CONNECTIONS: usize = 1024;
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// Buckets of the request latency: 50 µs to 5 s (kube-scheduler's timeout).
 const LATENCY_BUCKETS: &[f64] = &[
-    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0,
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0,
 ];
 
 /// `verwalter extender`'s flags.
@@ -256,15 +256,24 @@ fn handle(
             let (pod, namespace, app) = (args.pod.name(), args.pod.namespace(), args.pod.app());
             match verdict {
                 Verdict::UnknownApp => tracing::info!(
-                    verb = verb.label(), pod, namespace, app,
+                    verb = verb.label(),
+                    pod,
+                    namespace,
+                    app,
                     "The snapshot has no request for this app; passing the pod through."
                 ),
                 Verdict::NotLoaded => tracing::warn!(
-                    verb = verb.label(), pod, namespace,
+                    verb = verb.label(),
+                    pod,
+                    namespace,
                     "No placement data loaded yet; kube-scheduler is told so."
                 ),
                 _ => tracing::debug!(
-                    verb = verb.label(), pod, namespace, app, result = verdict.label(),
+                    verb = verb.label(),
+                    pod,
+                    namespace,
+                    app,
+                    result = verdict.label(),
                     nodes = args.candidates().len(),
                     "Answered."
                 ),
@@ -298,11 +307,7 @@ async fn prioritize(State(state): State<Arc<Extender>>, body: Bytes) -> Response
 
 async fn metrics(State(state): State<Arc<Extender>>) -> Response {
     let text = state.metrics.render(&state.store);
-    (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
 /// `GET /status`: is the data loaded, how old, from which sources, with which errors.
@@ -510,9 +515,10 @@ impl ExtenderMetrics {
         let view = store.view();
         self.loaded.set(i64::from(view.snapshot.is_some()));
         self.generation.set(view.generation as i64);
-        self.age.set(view.updated.map_or(-1.0, |t| {
-            t.elapsed().map_or(0.0, |d| d.as_secs_f64())
-        }));
+        self.age.set(
+            view.updated
+                .map_or(-1.0, |t| t.elapsed().map_or(0.0, |d| d.as_secs_f64())),
+        );
         self.source_failing.reset();
         for source in view.errors.keys() {
             self.source_failing.with_label_values(&[source]).set(1);

@@ -38,8 +38,7 @@ const POLL: Duration = Duration::from_secs(2);
 pub fn parse(path: &Path, bytes: &[u8]) -> Result<Snapshot, String> {
     let json = path.extension().is_some_and(|e| e == "json");
     if json {
-        serde_json::from_slice(bytes)
-            .map_err(|e| format!("{}:{}: {e}", path.display(), e.line()))
+        serde_json::from_slice(bytes).map_err(|e| format!("{}:{}: {e}", path.display(), e.line()))
     } else {
         serde_norway::from_slice(bytes).map_err(|e| match e.location() {
             Some(at) => format!("{}:{}: {e}", path.display(), at.line()),
@@ -166,8 +165,7 @@ impl SnapshotFile {
 
 /// The file's bytes' hash and its snapshot.
 fn read(path: &Path) -> Result<(u64, Snapshot), String> {
-    let bytes =
-        std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let mut hasher = std::hash::DefaultHasher::new();
     bytes.hash(&mut hasher);
     let snapshot = parse(path, &bytes)?;
@@ -193,7 +191,10 @@ mod tests {
         .unwrap();
         assert_eq!(s.count("n1", "web"), 2);
         let e = parse(Path::new("s.yaml"), b"node_capacities:\n  n1: {gpu: 1}\n").unwrap_err();
-        assert!(e.starts_with("s.yaml:2: ") && e.contains("unknown variant `gpu`"), "{e}");
+        assert!(
+            e.starts_with("s.yaml:2: ") && e.contains("unknown variant `gpu`"),
+            "{e}"
+        );
         let e = parse(Path::new("s.json"), b"{\n\"nodes_capacities\": {}}").unwrap_err();
         assert!(e.starts_with("s.json:2: unknown field"), "{e}");
     }
@@ -214,7 +215,11 @@ mod tests {
         assert_eq!(store.view().generation, 1);
         assert!(store.view().errors.is_empty());
         source.refresh().await;
-        assert_eq!(store.view().generation, 1, "unchanged bytes publish nothing");
+        assert_eq!(
+            store.view().generation,
+            1,
+            "unchanged bytes publish nothing"
+        );
 
         std::fs::write(&path, "node_capacities: [").unwrap();
         source.refresh().await;

@@ -106,7 +106,13 @@ fn a_bad_body_names_the_field() {
 
 #[test]
 fn filter_refuses_what_does_not_fit_with_wcas_reason() {
-    let d = filter(&fit(), Some(&snapshot()), None, &web(r#"["c", "a", "b"]"#), &ns());
+    let d = filter(
+        &fit(),
+        Some(&snapshot()),
+        None,
+        &web(r#"["c", "a", "b"]"#),
+        &ns(),
+    );
     assert_eq!(d.verdict, Verdict::Decided);
     assert_eq!(
         json(&d.reply),
@@ -116,7 +122,13 @@ fn filter_refuses_what_does_not_fit_with_wcas_reason() {
 
 #[test]
 fn a_node_the_snapshot_does_not_know_is_refused() {
-    let d = filter(&fit(), Some(&snapshot()), None, &web(r#"["a", "zz"]"#), &ns());
+    let d = filter(
+        &fit(),
+        Some(&snapshot()),
+        None,
+        &web(r#"["a", "zz"]"#),
+        &ns(),
+    );
     assert_eq!(d.reply.node_names, vec!["a"]);
     assert_eq!(
         d.reply.failed_nodes["zz"],
@@ -134,14 +146,23 @@ fn pods_of_other_namespaces_pass_through_and_namespaces_are_configurable() {
         r#"{"Nodes":null,"NodeNames":["c","a"],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
     );
     let p = prioritize(&least_used_bar(), Some(&snapshot()), None, &args, &ns());
-    assert_eq!((json(&p.reply).as_str(), p.verdict), ("[]", Verdict::OtherNamespace));
+    assert_eq!(
+        (json(&p.reply).as_str(), p.verdict),
+        ("[]", Verdict::OtherNamespace)
+    );
 
     let both = vec!["default".to_owned(), "kube-system".to_owned()];
     let d = filter(&fit(), Some(&snapshot()), None, &args, &both);
     assert_eq!(d.verdict, Verdict::Decided);
     assert_eq!(d.reply.node_names, vec!["a"]);
     let only_other = vec!["batch".to_owned()];
-    let d = filter(&fit(), Some(&snapshot()), None, &web(r#"["c"]"#), &only_other);
+    let d = filter(
+        &fit(),
+        Some(&snapshot()),
+        None,
+        &web(r#"["c"]"#),
+        &only_other,
+    );
     assert_eq!(d.verdict, Verdict::OtherNamespace, "default is not implied");
 }
 
@@ -173,7 +194,10 @@ fn before_the_first_snapshot_filter_answers_an_error_in_band() {
     // Other namespaces pass even then: the extender never holds them up.
     let other = request("kube-system", r#"{"app": "web"}"#, r#"["a"]"#);
     let d = filter(&fit(), None, None, &other, &ns());
-    assert_eq!((d.verdict, d.reply.error.as_str()), (Verdict::OtherNamespace, ""));
+    assert_eq!(
+        (d.verdict, d.reply.error.as_str()),
+        (Verdict::OtherNamespace, "")
+    );
 }
 
 #[test]
@@ -208,7 +232,10 @@ fn a_full_nodes_list_is_answered_with_names_and_the_kept_objects() {
         r#"{"Nodes":{"metadata":{},"items":[{"metadata": {"name": "a"}, "spec": {"unschedulable": false}}]},"NodeNames":["a"],"FailedNodes":{"c":"Could not fit node for dimensions: missing (cpu: 4.0)."},"FailedAndUnresolvableNodes":{},"Error":""}"#
     );
     let p = prioritize(&least_used_bar(), Some(&snapshot()), None, &args, &ns());
-    assert_eq!(json(&p.reply), r#"[{"Host":"a","Score":8},{"Host":"c","Score":0}]"#);
+    assert_eq!(
+        json(&p.reply),
+        r#"[{"Host":"a","Score":8},{"Host":"c","Score":0}]"#
+    );
 }
 
 #[test]
@@ -226,7 +253,10 @@ fn least_used_bar_scores_are_rescaled_into_0_to_10() {
     // a: f = (0.25, 0.25): least used 0.75, bar 1 → 1.75 → raw 17 → 17·10/20 = 8.5 → 8.
     // b: f = (6/8, 16/64) = (0.75, 0.25): least used 0.5, bar 0.5 → 1.0 → raw 10 → 5.
     // c: f = (6/2, 0.25): least used −0.625, bar −1.75 → raw −23 → 0.
-    let p = prioritize(&least_used_bar(), Some(&snapshot()), None,
+    let p = prioritize(
+        &least_used_bar(),
+        Some(&snapshot()),
+        None,
         &web(r#"["c", "b", "a"]"#),
         &ns(),
     );
@@ -268,7 +298,10 @@ fn the_score_mapping_keeps_order_and_stays_in_range() {
         bar_weights: BTreeMap::new(),
     });
     let ceiling = score_ceiling(&bar);
-    assert_eq!([0, 7, 10, -3].map(|r| kube_score(r, ceiling)), [0, 7, 10, 0]);
+    assert_eq!(
+        [0, 7, 10, -3].map(|r| kube_score(r, ceiling)),
+        [0, 7, 10, 0]
+    );
     // A larger max_node_score is rescaled.
     let mut fine = bar.clone();
     fine.max_node_score = 100.0;
@@ -287,5 +320,11 @@ fn the_score_mapping_keeps_order_and_stays_in_range() {
     assert_eq!(score_ceiling(&fit()), 0.0);
     assert_eq!(kube_score(0, 0.0), 0);
     let p = prioritize(&fit(), Some(&snapshot()), None, &web(r#"["a"]"#), &ns());
-    assert_eq!(p.reply, vec![HostPriority { host: "a".into(), score: 0 }]);
+    assert_eq!(
+        p.reply,
+        vec![HostPriority {
+            host: "a".into(),
+            score: 0
+        }]
+    );
 }

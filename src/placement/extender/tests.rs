@@ -70,9 +70,8 @@ async fn a_bad_body_is_a_400_naming_the_field() {
     assert_eq!(code, 400);
     let metrics = state.metrics.render(&state.store);
     assert!(
-        metrics.contains(
-            r#"verwalter_extender_requests_total{result="bad_request",verb="filter"} 1"#
-        ),
+        metrics
+            .contains(r#"verwalter_extender_requests_total{result="bad_request",verb="filter"} 1"#),
         "{metrics}"
     );
 }
@@ -94,7 +93,10 @@ async fn status_and_metrics_follow_the_store() {
     let (_, body) = call(&state, "GET", "/status", "").await;
     let status: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(status["loaded"], true);
-    assert_eq!((status["nodes"].as_u64(), status["apps"].as_u64()), (Some(1), Some(1)));
+    assert_eq!(
+        (status["nodes"].as_u64(), status["apps"].as_u64()),
+        (Some(1), Some(1))
+    );
     assert_eq!(status["generation"], 1);
     assert_eq!(status["errors"]["other"]["message"], "timeout");
     let (_, body) = call(&state, "POST", "/filter", WEB).await;
