@@ -414,8 +414,9 @@ fn extender(args: &verwalter::placement::extender::ExtenderFlags) -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    // One worker per core it may run on (`taskset` and cgroup CPU sets count): the extender is
+    // the whole process, and its requests are CPU-bound.
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
         .enable_all()
         .build()
     {
