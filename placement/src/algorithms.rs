@@ -229,7 +229,7 @@ impl Algorithm {
         app: &str,
     ) -> Result<(), String> {
         let fit = || {
-            let cap = snap.capacity(node, self.cpu_scale_factor());
+            let cap = snap.capacity_ref(node, self.cpu_scale_factor());
             snapshot::fit(&cap, &snap.demand_using(usage, node, app), &self.dimensions)
         };
         match &self.kind {
@@ -304,7 +304,7 @@ impl Algorithm {
         app: &str,
     ) -> f64 {
         let fractions = || {
-            let cap = snap.capacity(node, self.cpu_scale_factor());
+            let cap = snap.capacity_ref(node, self.cpu_scale_factor());
             snapshot::fractions(&cap, &snap.demand_using(usage, node, app), &self.dimensions)
         };
         match &self.kind {

@@ -1,5 +1,6 @@
 //! The data placement decides on, and the resource arithmetic every algorithm shares.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
@@ -126,6 +127,21 @@ impl Snapshot {
             *cpu *= cpu_scale_factor;
         }
         cap
+    }
+
+    /// [`Snapshot::capacity`] without a copy when nothing is scaled (not a PMEM node, or a
+    /// factor of 1): what the algorithms read for every node of every decision.
+    pub fn capacity_ref(&self, node: &str, cpu_scale_factor: f64) -> Cow<'_, BTreeMap<Dim, f64>> {
+        match self.node_capacities.get(node) {
+            Some(cap)
+                if cpu_scale_factor == 1.0
+                    || !cap.contains_key(&Dim::Cpu)
+                    || !self.is_pmem(node) =>
+            {
+                Cow::Borrowed(cap)
+            }
+            _ => Cow::Owned(self.capacity(node, cpu_scale_factor)),
+        }
     }
 
     /// Used plus one more instance of `app` on `node`, per dimension.
@@ -329,6 +345,27 @@ mod tests {
             fit(&cap, &demand, &[Dim::Cpu, Dim::Wss]).unwrap_err(),
             "No capacity known for dimensions: wss."
         );
+    }
+
+    #[test]
+    fn capacity_ref_scales_cpu_only_on_pmem_nodes_and_copies_only_then() {
+        let mut s = Snapshot::default();
+        for node in ["dram", "pmem"] {
+            s.node_capacities
+                .insert(node.into(), map(&[(Dim::Cpu, 10.0), (Dim::Mem, 4.0)]));
+        }
+        s.nodes.insert(
+            "pmem".into(),
+            NodeFacts {
+                node_type: Some(NodeType::Pmem),
+                ..NodeFacts::default()
+            },
+        );
+        assert!(matches!(s.capacity_ref("dram", 0.5), Cow::Borrowed(_)));
+        assert!(matches!(s.capacity_ref("pmem", 1.0), Cow::Borrowed(_)));
+        assert_eq!(*s.capacity_ref("pmem", 0.5), s.capacity("pmem", 0.5));
+        assert_eq!(s.capacity_ref("pmem", 0.5)[&Dim::Cpu], 5.0);
+        assert!(s.capacity_ref("unknown", 0.5).is_empty());
     }
 
     #[test]
