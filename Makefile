@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim bench bench-rss \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim bench bench-rss bench-extender \
 	package package-tools package-deps test-package
 
 all: build
@@ -81,6 +81,12 @@ bench:
 
 bench-rss:
 	benches/idle_rss.sh
+
+## The scheduler extender: the decision for 5,000 NodeNames (criterion), then wrk against the
+## real server on one core (installs Debian's wrk when missing, as root).
+bench-extender:
+	$(CARGO) bench -p verwalter-placement --bench extender
+	benches/extender.sh
 
 ## cargo-deb and cargo-generate-rpm, installed with `cargo install --locked` when missing.
 package-tools:

@@ -123,6 +123,29 @@ pub struct SettingsFile {
     pub default_frontend: Option<String>,
     #[serde(default)]
     pub http: HttpFileSettings,
+    /// The Kubernetes scheduler extender, served on an address of its own; off unless given.
+    pub placement_extender: Option<ExtenderFileSettings>,
+}
+
+/// `placement-extender:` in the settings file (docs/placement.md, "Extender"). Paths are relative
+/// to the settings file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ExtenderFileSettings {
+    /// `IP:PORT` [default: 127.0.0.1:30180].
+    pub listen: Option<std::net::SocketAddr>,
+    /// The placement config (wca-scheduler's config.yaml).
+    pub config: PathBuf,
+    /// The algorithm (name or alias) when the config has several.
+    pub algorithm: Option<String>,
+    /// A snapshot file (JSON or YAML) to read the placement data from.
+    pub snapshot: Option<PathBuf>,
+    /// Namespaces whose pods are scheduled [default: [default]].
+    #[serde(default)]
+    pub namespaces: Vec<String>,
+    /// Serve HTTPS with this certificate chain (PEM), with `tls-key`.
+    pub tls_cert: Option<PathBuf>,
+    pub tls_key: Option<PathBuf>,
 }
 
 /// Limits of the HTTP server (see docs/running.md, "HTTP limits").
@@ -257,6 +280,8 @@ pub struct Config {
     pub prefetch: Duration,
     pub minority_window: Duration,
     /// `election.key-file`'s key.
+    /// The Kubernetes scheduler extender to serve, if the settings ask for it.
+    pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
     pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
 }
@@ -442,10 +467,32 @@ impl Config {
             problems
                 .push("http.token-for-reads: needs http.token-file (the token to ask for)".into());
         }
+        let placement_extender = file.placement_extender.as_ref().and_then(|e| {
+            let path = |p: &PathBuf| relative_to_settings(args, p);
+            if e.tls_cert.is_some() != e.tls_key.is_some() {
+                problems.push("placement-extender: tls-cert and tls-key go together".into());
+            }
+            let flags = crate::placement::extender::ExtenderFlags {
+                config: path(&e.config),
+                listen: e.listen.unwrap_or(std::net::SocketAddr::from((
+                    [127, 0, 0, 1],
+                    crate::placement::extender::DEFAULT_PORT,
+                ))),
+                snapshot: e.snapshot.as_ref().map(path),
+                namespaces: e.namespaces.clone(),
+                algorithm: e.algorithm.clone(),
+                tls_cert: e.tls_cert.as_ref().map(path),
+                tls_key: e.tls_key.as_ref().map(path),
+            };
+            crate::placement::extender::ExtenderSetup::from_flags(&flags)
+                .map_err(|problem| problems.push(format!("placement-extender.config: {problem}")))
+                .ok()
+        });
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
         Ok(Config {
+            placement_extender,
             http,
             config_dir,
             storage_dir: absolute(

@@ -63,6 +63,8 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    #[error("placement-{0}")]
+    Extender(#[source] crate::placement::extender::ExtenderError),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -101,6 +103,7 @@ pub enum Task {
     Actions,
     Notify,
     SchedulerMetrics,
+    Extender,
 }
 
 impl Task {
@@ -118,6 +121,7 @@ impl Task {
             Task::Actions => "action queue",
             Task::Notify => "systemd notifier",
             Task::SchedulerMetrics => "scheduler metrics refresh",
+            Task::Extender => "placement extender",
         }
     }
 
@@ -525,6 +529,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         crate::actions::open(actions, store.clone(), &state_dir, config.action_limits)
             .map_err(StartError::Actions)?;
     tasks.spawn(Task::Actions, action_queue.clone().run(shutdown.clone()));
+    // The Kubernetes scheduler extender, on its own address, when the settings ask for it.
+    if let Some(setup) = &config.placement_extender {
+        let store = crate::placement::store::SnapshotStore::new();
+        let (_, extender_tasks) = crate::placement::extender::start(setup, store, shutdown.clone())
+            .await
+            .map_err(StartError::Extender)?;
+        for task in extender_tasks {
+            tasks.spawn(Task::Extender, task);
+        }
+    }
     let server_metrics = metrics.clone();
     let mut limits = config.http.clone();
     limits.max_connections = http::connection_cap(limits.max_connections, nofile);

@@ -45,6 +45,8 @@ enum Command {
     Render(RenderCliArgs),
     /// Placement tools (wca-scheduler's algorithms).
     Placement(PlacementArgs),
+    /// Serve the Kubernetes scheduler extender (a drop-in for wca-scheduler) on its own address.
+    Extender(verwalter::placement::extender::ExtenderFlags),
 }
 
 #[derive(Debug, clap::Args)]
@@ -192,6 +194,10 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
+        Some(Command::Extender(args)) => {
+            init_logs("info");
+            extender(&args)
+        }
     }
 }
 
@@ -435,6 +441,46 @@ fn run(args: &RunArgs) -> ExitCode {
                 // which kind of failure it was (docs/running.md#exit-codes).
                 eprintln!("verwalter: {error}");
                 ExitCode::from(error.exit_code())
+            }
+        }
+    })
+}
+
+/// `verwalter extender`: exit status 3 when it cannot start (as the daemon), 0 after a signal.
+fn extender(args: &verwalter::placement::extender::ExtenderFlags) -> ExitCode {
+    use verwalter::placement::extender::{ExtenderSetup, run};
+    let setup = match ExtenderSetup::from_flags(args) {
+        Ok(setup) => setup,
+        Err(problem) => {
+            eprintln!("verwalter extender: {problem}");
+            return ExitCode::from(3);
+        }
+    };
+    // One worker per core it may run on (`taskset` and cgroup CPU sets count): the extender is
+    // the whole process, and its requests are CPU-bound.
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("verwalter extender: cannot start the async runtime: {error}");
+            return ExitCode::from(3);
+        }
+    };
+    runtime.block_on(async {
+        let shutdown = CancellationToken::new();
+        let signals = shutdown.clone();
+        tokio::spawn(async move {
+            wait_for_signal().await;
+            tracing::info!("Shutting down.");
+            signals.cancel();
+        });
+        match run(setup, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("verwalter {error}");
+                ExitCode::from(3)
             }
         }
     })

@@ -9,6 +9,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::util;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Query, State};
@@ -1046,4 +1047,103 @@ async fn a_real_prometheus_scraping_an_exporter_feeds_the_snapshot() {
     assert_eq!(snap.count("n1", "redis"), 1);
     shutdown.cancel();
     drop(real);
+}
+
+/// `verwalter extender` (the real binary) with a config whose data provider names the test
+/// doubles: the Kubernetes API over plain HTTP as `kubectl proxy` serves it, and Prometheus. The
+/// extender decides on what they report, and a pod bound through the watch is counted on its node
+/// before any new list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_extender_decides_on_what_the_kubernetes_api_and_prometheus_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let kube = KubeDouble::new(false);
+    let (kube_addr, _kube_task) = serve(kube.router()).await;
+    let prom = prom_results();
+    let (prom_addr, _prom_task) = serve(prom.router()).await;
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"algorithm: !LeastUsedBAR
+  dimensions: [cpu, mem]
+  data_provider: !ClusterDataProvider
+    kubeapi: !Kubeapi
+      host: http://127.0.0.1
+      port: {kube_port}
+      client_token_path: {dir}/no-token
+      monitored_namespaces: [default]
+    prometheus: !Prometheus
+      host: http://127.0.0.1
+      port: {prom_port}
+      timeout: 2.0
+    queries: !Queries
+      APP_REQUESTED_RESOURCES_QUERY_MAP:
+        cpu: 'app_req{{dim="cpu"}}'
+        mem: 'app_req{{dim="mem"}}'
+"#,
+            kube_port = kube_addr.port(),
+            prom_port = prom_addr.port(),
+            dir = dir.path().display(),
+        ),
+    )
+    .unwrap();
+    let request = r#"{"Pod": {"metadata": {"name": "redis-x", "namespace": "default", "labels": {"app": "redis"}}}, "NodeNames": ["n1", "n2", "m1"]}"#;
+
+    let dir_path = dir.path().to_owned();
+    let config_path = config.display().to_string();
+    let ext = tokio::task::spawn_blocking(move || {
+        let ext = crate::extender::Extender::start(&dir_path, &["--config", &config_path]);
+        ext.wait_status("loaded from the sources", |s| s["loaded"] == true);
+        let (code, body) = ext.post("/filter", request);
+        assert_eq!(code, 200, "{body}");
+        // redis asks 1 CPU (Prometheus' 1.9, truncated as wca does) and 4 GB; m1 is a master
+        // and not in the snapshot.
+        assert_eq!(
+            body,
+            r#"{"Nodes":null,"NodeNames":["n1","n2"],"FailedNodes":{"m1":"No capacity known for dimensions: cpu, mem."},"FailedAndUnresolvableNodes":{},"Error":""}"#
+        );
+        let used = util::metric(
+            ext.port(),
+            r#"verwalter_placement_node_used{node="n1",resource="cpu"}"#,
+        );
+        assert_eq!(used, Some(1.0), "u1 runs on n1");
+        assert!(
+            util::metric(
+                ext.port(),
+                r#"verwalter_placement_source_refreshes_total{result="ok",source="kubernetes"}"#
+            )
+            .is_some_and(|n| n >= 1.0),
+            "the sources' refreshes are counted on the extender's /metrics"
+        );
+        ext
+    })
+    .await
+    .unwrap();
+
+    kube.wait_watch(1).await;
+    assert!(kube.push(
+        "default",
+        format!(
+            r#"{{"type": "MODIFIED", "object": {}}}"#,
+            pod("u2", "redis", Some("n1"))
+        )
+    ));
+    tokio::task::spawn_blocking(move || {
+        let used = util::wait_for(PATIENCE, || {
+            util::metric(
+                ext.port(),
+                r#"verwalter_placement_node_used{node="n1",resource="cpu"}"#,
+            )
+            .filter(|&n| n == 2.0)
+        });
+        assert_eq!(
+            used,
+            Some(2.0),
+            "the bound pod counts at once:\n{}",
+            ext.logs()
+        );
+        assert_eq!(kube.node_lists(), 1, "without a new list");
+    })
+    .await
+    .unwrap();
 }

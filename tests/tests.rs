@@ -21,6 +21,10 @@
 //!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
 //!   the cap under a low descriptor limit cannot starve the API, nor can request bodies that
 //!   never come (408).
+//! - `extender`: `verwalter extender` with recorded kube-scheduler requests
+//!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
+//!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
+//!   errors, and the daemon serving it by its settings.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.
@@ -72,6 +76,7 @@ mod actions;
 mod cli;
 mod cluster;
 mod daemon;
+mod extender;
 mod frontend;
 mod lithos;
 mod notify;

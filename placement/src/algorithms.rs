@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
-use crate::snapshot::{self, Amounts, Dim, Snapshot};
+use crate::snapshot::{self, Amounts, Dim, Snapshot, Usage};
 
 /// An algorithm with its common parameters.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -185,13 +185,25 @@ impl Algorithm {
         app: &str,
         nodes: &[String],
     ) -> Result<FilterResult, PlacementError> {
+        self.filter_using(snap, None, app, nodes)
+    }
+
+    /// [`Algorithm::filter`] with the nodes' used amounts taken from `usage` (which must be
+    /// `Usage::of(snap)`) instead of being summed per node: the same result, faster.
+    pub fn filter_using(
+        &self,
+        snap: &Snapshot,
+        usage: Option<&Usage>,
+        app: &str,
+        nodes: &[String],
+    ) -> Result<FilterResult, PlacementError> {
         if self.needs_spec() && !snap.apps_spec.contains_key(app) {
             return Err(PlacementError::UnknownApp { app: app.into() });
         }
         let mut result = FilterResult::default();
         let sorted: BTreeSet<&String> = nodes.iter().collect();
         for node in sorted {
-            match self.app_fit_node(snap, node, app) {
+            match self.app_fit_node_using(snap, usage, node, app) {
                 Ok(()) => result.nodes.push(node.clone()),
                 Err(reason) => {
                     result.failed.insert(node.clone(), reason);
@@ -206,10 +218,21 @@ impl Algorithm {
 
     /// Pass 1: one node on its own.
     pub fn app_fit_node(&self, snap: &Snapshot, node: &str, app: &str) -> Result<(), String> {
+        self.app_fit_node_using(snap, None, node, app)
+    }
+
+    /// [`Algorithm::app_fit_node`] with the used amounts from `usage` (see [`Algorithm::filter_using`]).
+    pub fn app_fit_node_using(
+        &self,
+        snap: &Snapshot,
+        usage: Option<&Usage>,
+        node: &str,
+        app: &str,
+    ) -> Result<(), String> {
         self.app_fit_node_given(snap, node, app, || {
             (
-                snap.capacity(node, self.cpu_scale_factor()),
-                snap.demand(node, app),
+                snap.capacity_ref(node, self.cpu_scale_factor()),
+                snap.demand_using(usage, node, app),
             )
         })
     }
@@ -286,10 +309,22 @@ impl Algorithm {
 
     /// The priority of `node` for one more `app`, before scaling (1.0 is the best for most).
     pub fn priority_for_node(&self, snap: &Snapshot, node: &str, app: &str) -> f64 {
+        self.priority_for_node_using(snap, None, node, app)
+    }
+
+    /// [`Algorithm::priority_for_node`] with the used amounts from `usage` (see
+    /// [`Algorithm::filter_using`]).
+    pub fn priority_for_node_using(
+        &self,
+        snap: &Snapshot,
+        usage: Option<&Usage>,
+        node: &str,
+        app: &str,
+    ) -> f64 {
         self.priority_given(|| {
             (
-                snap.capacity(node, self.cpu_scale_factor()),
-                snap.demand(node, app),
+                snap.capacity_ref(node, self.cpu_scale_factor()),
+                snap.demand_using(usage, node, app),
             )
         })
     }
@@ -335,6 +370,18 @@ impl Algorithm {
         app: &str,
         nodes: &[String],
     ) -> Result<Vec<(String, i64)>, PlacementError> {
+        self.prioritize_using(snap, None, app, nodes)
+    }
+
+    /// [`Algorithm::prioritize`] with the used amounts from `usage` (see
+    /// [`Algorithm::filter_using`]).
+    pub fn prioritize_using(
+        &self,
+        snap: &Snapshot,
+        usage: Option<&Usage>,
+        app: &str,
+        nodes: &[String],
+    ) -> Result<Vec<(String, i64)>, PlacementError> {
         if self.needs_spec() && !snap.apps_spec.contains_key(app) {
             return Err(PlacementError::UnknownApp { app: app.into() });
         }
@@ -342,7 +389,7 @@ impl Algorithm {
         Ok(sorted
             .into_iter()
             .map(|n| {
-                let p = self.priority_for_node(snap, n, app);
+                let p = self.priority_for_node_using(snap, usage, n, app);
                 (n.clone(), (p * self.max_node_score) as i64)
             })
             .collect())

@@ -7,6 +7,7 @@
 //!   StaticAssigner, DramHitRatioProvision, Score), the two filter passes and prioritize.
 //! - [`config`]: [`config::load_config`] reads a YAML config with wca's tags (wca's
 //!   `config.yaml` or our `algorithms:` form) into algorithms and the other top-level settings.
+//! - [`extender`]: the Kubernetes scheduler extender's wire types and replies.
 //! - [`simulate`]: [`place`] (filter, prioritize, pick one node) and the cluster simulator that
 //!   reports placement quality.
 //! - [`reschedule`]: Score's reschedule hook, the running instances that should move.
@@ -18,6 +19,7 @@
 pub mod algorithms;
 pub mod config;
 pub mod experiment;
+pub mod extender;
 pub mod placer;
 pub mod report;
 pub mod reschedule;
@@ -29,4 +31,4 @@ pub use algorithms::{Algorithm, FilterResult, Kind, PlacementError};
 pub use placer::{Placement, Placer};
 pub use reschedule::reschedule;
 pub use simulate::{SimulationReport, place, simulate};
-pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
+pub use snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot, Usage};

@@ -1,6 +1,7 @@
 //! The data placement decides on, and the resource arithmetic every algorithm shares.
 
-use std::collections::BTreeMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -128,9 +129,33 @@ impl Snapshot {
         cap
     }
 
+    /// [`Snapshot::capacity`] without a copy when nothing is scaled (not a PMEM node, or a
+    /// factor of 1): what the algorithms read for every node of every decision.
+    pub fn capacity_ref(&self, node: &str, cpu_scale_factor: f64) -> Cow<'_, BTreeMap<Dim, f64>> {
+        match self.node_capacities.get(node) {
+            Some(cap)
+                if cpu_scale_factor == 1.0
+                    || !cap.contains_key(&Dim::Cpu)
+                    || !self.is_pmem(node) =>
+            {
+                Cow::Borrowed(cap)
+            }
+            _ => Cow::Owned(self.capacity(node, cpu_scale_factor)),
+        }
+    }
+
     /// Used plus one more instance of `app` on `node`, per dimension.
     pub fn demand(&self, node: &str, app: &str) -> BTreeMap<Dim, f64> {
-        let mut demand = self.used(node);
+        self.demand_using(None, node, app)
+    }
+
+    /// [`Snapshot::demand`] with the used amounts from `usage` (which must be
+    /// `Usage::of(self)`), when given.
+    pub fn demand_using(&self, usage: Option<&Usage>, node: &str, app: &str) -> BTreeMap<Dim, f64> {
+        let mut demand = match usage {
+            Some(usage) => usage.used(node),
+            None => self.used(node),
+        };
         for (dim, req) in self.apps_spec.get(app).into_iter().flatten() {
             *demand.entry(*dim).or_insert(0.0) += req;
         }
@@ -146,6 +171,12 @@ pub trait Amounts {
 }
 
 impl Amounts for BTreeMap<Dim, f64> {
+    fn amount(&self, dim: Dim) -> Option<f64> {
+        self.get(&dim).copied()
+    }
+}
+
+impl Amounts for std::borrow::Cow<'_, BTreeMap<Dim, f64>> {
     fn amount(&self, dim: Dim) -> Option<f64> {
         self.get(&dim).copied()
     }
@@ -186,6 +217,32 @@ impl PerDim {
 impl Amounts for PerDim {
     fn amount(&self, dim: Dim) -> Option<f64> {
         self.0[dim as usize]
+    }
+}
+
+/// [`Snapshot::used`] of every node, summed once: deciding thousands of nodes, or many requests,
+/// on one snapshot then looks each node's usage up instead of summing its apps again. It is only
+/// right for the snapshot it was made from: whoever changes the snapshot makes a new one (the
+/// main crate's `SnapshotStore` keeps the two together).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Usage {
+    used: HashMap<String, BTreeMap<Dim, f64>>,
+}
+
+impl Usage {
+    pub fn of(snapshot: &Snapshot) -> Usage {
+        Usage {
+            used: snapshot
+                .assigned_apps
+                .keys()
+                .map(|node| (node.clone(), snapshot.used(node)))
+                .collect(),
+        }
+    }
+
+    /// What runs on `node` uses, as [`Snapshot::used`] says.
+    pub fn used(&self, node: &str) -> BTreeMap<Dim, f64> {
+        self.used.get(node).cloned().unwrap_or_default()
     }
 }
 
@@ -370,6 +427,27 @@ mod tests {
             fit(&cap, &demand, &[Dim::Cpu, Dim::Wss]).unwrap_err(),
             "No capacity known for dimensions: wss."
         );
+    }
+
+    #[test]
+    fn capacity_ref_scales_cpu_only_on_pmem_nodes_and_copies_only_then() {
+        let mut s = Snapshot::default();
+        for node in ["dram", "pmem"] {
+            s.node_capacities
+                .insert(node.into(), map(&[(Dim::Cpu, 10.0), (Dim::Mem, 4.0)]));
+        }
+        s.nodes.insert(
+            "pmem".into(),
+            NodeFacts {
+                node_type: Some(NodeType::Pmem),
+                ..NodeFacts::default()
+            },
+        );
+        assert!(matches!(s.capacity_ref("dram", 0.5), Cow::Borrowed(_)));
+        assert!(matches!(s.capacity_ref("pmem", 1.0), Cow::Borrowed(_)));
+        assert_eq!(*s.capacity_ref("pmem", 0.5), s.capacity("pmem", 0.5));
+        assert_eq!(s.capacity_ref("pmem", 0.5)[&Dim::Cpu], 5.0);
+        assert!(s.capacity_ref("unknown", 0.5).is_empty());
     }
 
     #[test]

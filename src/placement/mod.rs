@@ -12,14 +12,20 @@
 //!   [`chart`] draws its SVG with plotters.
 //! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
 //!   `scheduler/v1/metrics.yaml` refreshed on the leader into the store.
+//! - [`start`]: [`start::start_sources`], the one place the data sources are started.
+//! - [`snapshot_file`]: the snapshot file source (JSON or YAML, re-read when it changes).
+//! - [`extender`]: the Kubernetes scheduler extender's HTTP server (`verwalter extender`).
 
 pub mod chart;
 pub mod check;
 pub mod client;
+pub mod extender;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;
 pub mod scheduler_metrics;
 pub mod simulate;
+pub mod snapshot_file;
 pub mod source_metrics;
+pub mod start;
 pub mod store;

@@ -1,0 +1,788 @@
+//! The Kubernetes scheduler extender over HTTP(S): `POST /filter`, `POST /prioritize`,
+//! `GET /metrics` and `GET /status` on an address of its own, so that kube-scheduler reaches
+//! only these routes.
+//!
+//! Every request reads the snapshot in force from the [`SnapshotStore`] (a pointer copy) and
+//! decides with `verwalter_placement::extender`; nothing is queried on the request path. The
+//! data sources that fill the store are started by [`super::start::start_sources`].
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
+};
+use serde::Serialize;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tower::ServiceExt;
+use verwalter_placement::Algorithm;
+use verwalter_placement::config::{DataProvider, LoadedAlgorithm};
+use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};
+use verwalter_placement::snapshot;
+
+use super::refresh::RefreshSettings;
+use super::source_metrics::SourceMetrics;
+use super::start::{SourcePlan, SourcesError, start_sources};
+use super::store::{SnapshotStore, View};
+
+/// The port wca-scheduler listens on (its policy's `URLPrefix` is `https://…:30180`).
+pub const DEFAULT_PORT: u16 = 30180;
+/// A full `Nodes` list of 5,000 nodes is tens of MB; `NodeNames` requests are far smaller.
+const MAX_BODY: usize = 64 << 20;
+/// A connection without a complete request head for this long is closed (kube-scheduler keeps
+/// its connections busy or closes them; its own timeout per call is 5 s).
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// A TLS handshake that takes longer than this is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections at most; kube-scheduler uses a handful.
+const MAX_CONNECTIONS: usize = 1024;
+/// On shutdown, requests in flight get this long to finish.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Buckets of the request latency: 50 µs to 5 s (kube-scheduler's timeout).
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 5.0,
+];
+
+/// `verwalter extender`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExtenderFlags {
+    /// wca-scheduler's config.yaml: the algorithm (and its data provider)
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Address the extender listens on; its own, so kube-scheduler reaches only the extender
+    #[arg(long, value_name = "IP:PORT", default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
+    pub listen: SocketAddr,
+    /// Placement data from this JSON or YAML file (a Snapshot); re-read when it changes
+    #[arg(long, value_name = "FILE")]
+    pub snapshot: Option<PathBuf>,
+    /// Schedule pods of this namespace (repeat for more) [default: default]
+    #[arg(long = "namespace", value_name = "NS")]
+    pub namespaces: Vec<String>,
+    /// The algorithm to use (its name or alias), when the config has several
+    #[arg(long, value_name = "NAME")]
+    pub algorithm: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM)
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// An extender ready to start: the algorithm chosen from a loaded config, and where to serve.
+#[derive(Debug, Clone)]
+pub struct ExtenderSetup {
+    pub listen: SocketAddr,
+    /// The config file the algorithm came from (for the log and `/status`).
+    pub config: PathBuf,
+    /// Its name in the config.
+    pub algorithm_name: String,
+    pub algorithm: Algorithm,
+    pub data_provider: Option<DataProvider>,
+    pub snapshot: Option<PathBuf>,
+    pub namespaces: Vec<String>,
+    /// Certificate chain and key (PEM) to serve HTTPS with.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+impl ExtenderSetup {
+    /// Reads the placement config at `flags.config` and picks the algorithm; every problem is a
+    /// message naming the file.
+    pub fn from_flags(flags: &ExtenderFlags) -> Result<ExtenderSetup, String> {
+        let text = std::fs::read_to_string(&flags.config)
+            .map_err(|e| format!("{}: cannot read: {e}", flags.config.display()))?;
+        let algorithms = verwalter_placement::config::load(&text, |n| std::env::var(n).ok())
+            .map_err(|e| format!("{}: {e}", flags.config.display()))?;
+        let (name, loaded) = choose(&algorithms, flags.algorithm.as_deref())
+            .map_err(|e| format!("{}: {e}", flags.config.display()))?;
+        Ok(ExtenderSetup {
+            listen: flags.listen,
+            config: flags.config.clone(),
+            algorithm_name: name.clone(),
+            algorithm: loaded.algorithm.clone(),
+            data_provider: loaded.data_provider.clone(),
+            snapshot: flags.snapshot.clone(),
+            namespaces: if flags.namespaces.is_empty() {
+                wire::default_namespaces()
+            } else {
+                flags.namespaces.clone()
+            },
+            tls: flags.tls_cert.clone().zip(flags.tls_key.clone()),
+        })
+    }
+}
+
+/// The algorithm to serve: the one named (by its name or its alias), or the only one.
+pub fn choose<'a>(
+    algorithms: &'a BTreeMap<String, LoadedAlgorithm>,
+    wanted: Option<&str>,
+) -> Result<(&'a String, &'a LoadedAlgorithm), String> {
+    let names = || algorithms.keys().cloned().collect::<Vec<_>>().join(", ");
+    match wanted {
+        Some(wanted) => algorithms
+            .iter()
+            .find(|(name, _)| *name == wanted)
+            .or_else(|| {
+                algorithms
+                    .iter()
+                    .find(|(_, a)| a.alias.as_deref() == Some(wanted))
+            })
+            .ok_or_else(|| format!("no algorithm {wanted:?} (the config has: {})", names())),
+        None if algorithms.len() == 1 => Ok(algorithms.iter().next().expect("one algorithm")),
+        None if algorithms.is_empty() => Err("the config has no algorithm".into()),
+        None => Err(format!(
+            "the config has several algorithms ({}); pick one with --algorithm",
+            names()
+        )),
+    }
+}
+
+/// Why the extender could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ExtenderError {
+    #[error("extender: cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("extender: {0}")]
+    Tls(String),
+    #[error("extender: {0}")]
+    Sources(#[from] SourcesError),
+}
+
+/// What the handlers share.
+pub struct Extender {
+    pub algorithm: Algorithm,
+    pub algorithm_name: String,
+    pub namespaces: Vec<String>,
+    pub store: SnapshotStore,
+    pub metrics: ExtenderMetrics,
+}
+
+impl std::fmt::Debug for Extender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Extender")
+            .field("algorithm", &self.algorithm_name)
+            .finish()
+    }
+}
+
+impl Extender {
+    pub fn new(
+        algorithm_name: String,
+        algorithm: Algorithm,
+        namespaces: Vec<String>,
+        store: SnapshotStore,
+    ) -> Extender {
+        Extender::with_metrics(
+            algorithm_name,
+            algorithm,
+            namespaces,
+            store,
+            ExtenderMetrics::new(),
+        )
+    }
+
+    /// With `metrics` made beforehand (their registry may hold the data sources' families too).
+    pub fn with_metrics(
+        algorithm_name: String,
+        algorithm: Algorithm,
+        namespaces: Vec<String>,
+        store: SnapshotStore,
+        metrics: ExtenderMetrics,
+    ) -> Extender {
+        Extender {
+            algorithm,
+            algorithm_name,
+            namespaces,
+            store,
+            metrics,
+        }
+    }
+}
+
+/// The extender's routes, apart from serving (tests call it without a socket).
+pub fn router(state: Arc<Extender>) -> Router {
+    Router::new()
+        .route("/filter", post(filter))
+        .route("/prioritize", post(prioritize))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// The one error answer: 400 with `{"error": "...", "field": "..."}`.
+#[derive(Debug)]
+struct BadRequest(wire::WireError);
+
+impl IntoResponse for BadRequest {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({"error": self.0.to_string(), "field": self.0.path});
+        (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
+    }
+}
+
+fn json_response<T: Serialize>(value: &T) -> Response {
+    let body = serde_json::to_vec(value).expect("replies serialize");
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+#[derive(Clone, Copy)]
+enum Verb {
+    Filter,
+    Prioritize,
+}
+
+impl Verb {
+    fn label(self) -> &'static str {
+        match self {
+            Verb::Filter => "filter",
+            Verb::Prioritize => "prioritize",
+        }
+    }
+}
+
+/// Parses, decides, counts and logs one request; `decide` makes the reply.
+fn handle(
+    state: &Extender,
+    verb: Verb,
+    body: &[u8],
+    decide: impl FnOnce(&Extender, &View, &ExtenderArgs) -> (Response, Verdict),
+) -> Response {
+    let started = Instant::now();
+    let (response, result) = match ExtenderArgs::from_json(body) {
+        Ok(args) => {
+            let view = state.store.view();
+            let (response, verdict) = decide(state, &view, &args);
+            let (pod, namespace, app) = (args.pod.name(), args.pod.namespace(), args.pod.app());
+            match verdict {
+                Verdict::UnknownApp => tracing::info!(
+                    verb = verb.label(),
+                    pod,
+                    namespace,
+                    app,
+                    "The snapshot has no request for this app; passing the pod through."
+                ),
+                Verdict::NotLoaded => tracing::warn!(
+                    verb = verb.label(),
+                    pod,
+                    namespace,
+                    "No placement data loaded yet; kube-scheduler is told so."
+                ),
+                _ => tracing::debug!(
+                    verb = verb.label(),
+                    pod,
+                    namespace,
+                    app,
+                    result = verdict.label(),
+                    nodes = args.candidates().len(),
+                    "Answered."
+                ),
+            }
+            (response, verdict.label())
+        }
+        Err(error) => {
+            tracing::info!(verb = verb.label(), %error, "Bad extender request.");
+            (BadRequest(error).into_response(), "bad_request")
+        }
+    };
+    state.metrics.request(verb, result, started.elapsed());
+    response
+}
+
+async fn filter(State(state): State<Arc<Extender>>, body: Bytes) -> Response {
+    handle(&state, Verb::Filter, &body, |state, view, args| {
+        let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
+        let d = wire::filter(&state.algorithm, snapshot, usage, args, &state.namespaces);
+        (json_response(&d.reply), d.verdict)
+    })
+}
+
+async fn prioritize(State(state): State<Arc<Extender>>, body: Bytes) -> Response {
+    handle(&state, Verb::Prioritize, &body, |state, view, args| {
+        let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
+        let d = wire::prioritize(&state.algorithm, snapshot, usage, args, &state.namespaces);
+        (json_response(&d.reply), d.verdict)
+    })
+}
+
+async fn metrics(State(state): State<Arc<Extender>>) -> Response {
+    let text = state.metrics.render(&state.store);
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+/// `GET /status`: is the data loaded, how old, from which sources, with which errors.
+#[derive(Debug, Serialize)]
+struct Status<'a> {
+    loaded: bool,
+    generation: u64,
+    /// When the snapshot last changed (RFC 3339), `null` before the first load.
+    updated: Option<String>,
+    age_seconds: Option<f64>,
+    algorithm: &'a str,
+    namespaces: &'a [String],
+    nodes: usize,
+    apps: usize,
+    /// The last error of each source whose latest attempt failed.
+    errors: BTreeMap<&'a str, SourceErrorView>,
+}
+
+#[derive(Debug, Serialize)]
+struct SourceErrorView {
+    message: String,
+    at: String,
+}
+
+fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+async fn status(State(state): State<Arc<Extender>>) -> Response {
+    let view = state.store.view();
+    let snapshot = view.snapshot.as_deref();
+    let status = Status {
+        loaded: snapshot.is_some(),
+        generation: view.generation,
+        updated: view
+            .updated
+            .map(|t| verwalter_controllers::wallclock::rfc3339(unix_ms(t))),
+        age_seconds: view
+            .updated
+            .map(|t| t.elapsed().map_or(0.0, |d| d.as_secs_f64())),
+        algorithm: &state.algorithm_name,
+        namespaces: &state.namespaces,
+        nodes: snapshot.map_or(0, |s| s.node_capacities.len()),
+        apps: snapshot.map_or(0, |s| s.apps_spec.len()),
+        errors: view
+            .errors
+            .iter()
+            .map(|(source, e)| {
+                (
+                    source.as_str(),
+                    SourceErrorView {
+                        message: e.message.clone(),
+                        at: verwalter_controllers::wallclock::rfc3339(unix_ms(e.at)),
+                    },
+                )
+            })
+            .collect(),
+    };
+    json_response(&status)
+}
+
+/// The extender's metric families, in a registry of their own (served on the extender's
+/// `/metrics`).
+pub struct ExtenderMetrics {
+    registry: Registry,
+    requests: IntCounterVec,
+    duration: HistogramVec,
+    loaded: prometheus::IntGauge,
+    generation: prometheus::IntGauge,
+    age: prometheus::Gauge,
+    source_failing: prometheus::IntGaugeVec,
+    node_capacity: GaugeVec,
+    node_used: GaugeVec,
+    node_free: GaugeVec,
+    app_requested: GaugeVec,
+    /// The snapshot generation the per-node and per-app gauges show (refilled on change).
+    shown: Mutex<Option<u64>>,
+}
+
+impl ExtenderMetrics {
+    /// The registry `/metrics` serves.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn new() -> ExtenderMetrics {
+        let registry = Registry::new();
+        fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
+            r.register(Box::new(c.clone()))
+                .expect("metric names are unique");
+            c
+        }
+        let resource_gauge = |name: &str, help: &str, key: &str| {
+            reg(
+                &registry,
+                GaugeVec::new(Opts::new(name, help), &[key, "resource"]).expect("valid metric"),
+            )
+        };
+        let results: Vec<&str> = Verdict::ALL
+            .iter()
+            .map(|v| v.label())
+            .chain(["bad_request"])
+            .collect();
+        let metrics = ExtenderMetrics {
+            requests: reg(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "verwalter_extender_requests_total",
+                        format!(
+                            "Extender requests by verb (filter, prioritize) and result ({}).",
+                            results.join(", ")
+                        ),
+                    ),
+                    &["verb", "result"],
+                )
+                .expect("valid metric"),
+            ),
+            duration: reg(
+                &registry,
+                HistogramVec::new(
+                    HistogramOpts::new(
+                        "verwalter_extender_request_duration_seconds",
+                        "Time from a parsed-or-not request body to its reply, by verb.",
+                    )
+                    .buckets(LATENCY_BUCKETS.to_vec()),
+                    &["verb"],
+                )
+                .expect("valid metric"),
+            ),
+            loaded: reg(
+                &registry,
+                prometheus::IntGauge::new(
+                    "verwalter_placement_snapshot_loaded",
+                    "1 once a placement snapshot is loaded, 0 before.",
+                )
+                .expect("valid metric"),
+            ),
+            generation: reg(
+                &registry,
+                prometheus::IntGauge::new(
+                    "verwalter_placement_snapshot_generation",
+                    "Changes of the placement snapshot since the start.",
+                )
+                .expect("valid metric"),
+            ),
+            age: reg(
+                &registry,
+                prometheus::Gauge::new(
+                    "verwalter_placement_snapshot_age_seconds",
+                    "Seconds since the placement snapshot last changed (-1: none loaded).",
+                )
+                .expect("valid metric"),
+            ),
+            source_failing: reg(
+                &registry,
+                prometheus::IntGaugeVec::new(
+                    Opts::new(
+                        "verwalter_placement_source_failing",
+                        "1 while a data source's latest attempt failed (the last good snapshot stays).",
+                    ),
+                    &["source"],
+                )
+                .expect("valid metric"),
+            ),
+            node_capacity: resource_gauge(
+                "verwalter_placement_node_capacity",
+                "Capacity of each node per resource, from the snapshot.",
+                "node",
+            ),
+            node_used: resource_gauge(
+                "verwalter_placement_node_used",
+                "What the apps on each node request together, per resource.",
+                "node",
+            ),
+            node_free: resource_gauge(
+                "verwalter_placement_node_free",
+                "Capacity minus used per node and resource (read and write bandwidth share one bus).",
+                "node",
+            ),
+            app_requested: resource_gauge(
+                "verwalter_placement_app_requested",
+                "One instance's request of each app per resource.",
+                "app",
+            ),
+            shown: Mutex::new(None),
+            registry,
+        };
+        for verb in [Verb::Filter, Verb::Prioritize] {
+            for result in &results {
+                metrics.requests.with_label_values(&[verb.label(), result]);
+            }
+            metrics.duration.with_label_values(&[verb.label()]);
+        }
+        metrics
+    }
+
+    fn request(&self, verb: Verb, result: &str, took: Duration) {
+        self.requests
+            .with_label_values(&[verb.label(), result])
+            .inc();
+        self.duration
+            .with_label_values(&[verb.label()])
+            .observe(took.as_secs_f64());
+    }
+
+    /// Prometheus text, with the snapshot gauges brought up to date with `store` first.
+    pub fn render(&self, store: &SnapshotStore) -> String {
+        let view = store.view();
+        self.loaded.set(i64::from(view.snapshot.is_some()));
+        self.generation.set(view.generation as i64);
+        self.age.set(
+            view.updated
+                .map_or(-1.0, |t| t.elapsed().map_or(0.0, |d| d.as_secs_f64())),
+        );
+        self.source_failing.reset();
+        for source in view.errors.keys() {
+            self.source_failing.with_label_values(&[source]).set(1);
+        }
+        {
+            let mut shown = self.shown.lock().unwrap();
+            if *shown != Some(view.generation) {
+                self.show(view.snapshot.as_deref());
+                *shown = Some(view.generation);
+            }
+        }
+        let mut out = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut out)
+            .expect("text encoding of metrics");
+        String::from_utf8(out).expect("metrics text is UTF-8")
+    }
+
+    /// Refills the per-node and per-app gauges from `snapshot`.
+    fn show(&self, snapshot: Option<&verwalter_placement::Snapshot>) {
+        for family in [
+            &self.node_capacity,
+            &self.node_used,
+            &self.node_free,
+            &self.app_requested,
+        ] {
+            family.reset();
+        }
+        let Some(s) = snapshot else { return };
+        for (node, cap) in &s.node_capacities {
+            let used = s.used(node);
+            let dims: Vec<_> = cap.keys().copied().collect();
+            for (dim, value) in cap {
+                self.node_capacity
+                    .with_label_values(&[node, dim.name()])
+                    .set(*value);
+            }
+            for (dim, value) in &used {
+                self.node_used
+                    .with_label_values(&[node, dim.name()])
+                    .set(*value);
+            }
+            for (dim, free) in snapshot::free(cap, &used, &dims) {
+                if let Some(free) = free {
+                    self.node_free
+                        .with_label_values(&[node, dim.name()])
+                        .set(free);
+                }
+            }
+        }
+        for (app, spec) in &s.apps_spec {
+            for (dim, value) in spec {
+                self.app_requested
+                    .with_label_values(&[app, dim.name()])
+                    .set(*value);
+            }
+        }
+    }
+}
+
+impl Default for ExtenderMetrics {
+    fn default() -> Self {
+        ExtenderMetrics::new()
+    }
+}
+
+/// A TLS acceptor for a PEM certificate chain and key, with the ring provider (TLS 1.2, 1.3).
+pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, ExtenderError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let certs = CertificateDer::pem_file_iter(cert)
+        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| ExtenderError::Tls(format!("{}: {e}", cert.display())))?;
+    if certs.is_empty() {
+        return Err(ExtenderError::Tls(format!(
+            "{}: no certificate in it",
+            cert.display()
+        )));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| ExtenderError::Tls(format!("{}: {e}", key.display())))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| ExtenderError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| ExtenderError::Tls(format!("{}: {e}", cert.display())))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
+}
+
+/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+    let mut tasks = JoinSet::new();
+    loop {
+        let permit = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            permit = slots.clone().acquire_owned() => permit.expect("never closed"),
+        };
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => break,
+            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    tracing::warn!(%error, "Extender: cannot accept a connection.");
+                    // Out of descriptors, say: do not spin.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        let _ = stream.set_nodelay(true);
+        let app = app.clone();
+        let builder = builder.clone();
+        let tls = tls.clone();
+        let shutdown = shutdown.clone();
+        tasks.spawn(async move {
+            let _permit = permit;
+            match tls {
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(stream)) => connection(builder, stream, app, shutdown).await,
+                        Ok(Err(error)) => {
+                            tracing::debug!(%error, %peer, "Extender: TLS handshake failed.")
+                        }
+                        Err(_) => tracing::debug!(%peer, "Extender: TLS handshake timed out."),
+                    }
+                }
+                None => connection(builder, stream, app, shutdown).await,
+            }
+        });
+    }
+    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    tasks.abort_all();
+}
+
+/// One HTTP/1.1 connection until it closes or `shutdown` (then in-flight requests finish).
+async fn connection<S>(
+    builder: hyper::server::conn::http1::Builder,
+    stream: S,
+    app: Router,
+    shutdown: CancellationToken,
+) where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+        let app = app.clone();
+        async move {
+            let response = match app.oneshot(request.map(Body::new)).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok::<_, Infallible>(response)
+        }
+    });
+    let conn = builder.serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => {
+            if let Err(error) = result {
+                tracing::debug!(%error, "Extender: connection closed on an error.");
+            }
+        }
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+        }
+    }
+}
+
+/// Binds, starts the data sources and returns the extender's tasks (server and sources) to run
+/// until `shutdown`. Every start problem is returned before anything runs.
+pub async fn start(
+    setup: &ExtenderSetup,
+    store: SnapshotStore,
+    shutdown: CancellationToken,
+) -> Result<(SocketAddr, Vec<futures::future::BoxFuture<'static, ()>>), ExtenderError> {
+    let tls = match &setup.tls {
+        Some((cert, key)) => Some(tls_acceptor(cert, key)?),
+        None => None,
+    };
+    let metrics = ExtenderMetrics::new();
+    let plan = SourcePlan {
+        snapshot_file: setup.snapshot.clone(),
+        data_provider: setup.data_provider.clone(),
+        dimensions: setup.algorithm.dimensions.clone(),
+        refresh: RefreshSettings {
+            metrics: SourceMetrics::register(metrics.registry()).ok(),
+            ..RefreshSettings::default()
+        },
+    };
+    let listener = TcpListener::bind(setup.listen)
+        .await
+        .map_err(|source| ExtenderError::Bind {
+            addr: setup.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().unwrap_or(setup.listen);
+    let mut tasks = start_sources(&plan, &store, shutdown.clone()).await?;
+    let state = Arc::new(Extender::with_metrics(
+        setup.algorithm_name.clone(),
+        setup.algorithm.clone(),
+        setup.namespaces.clone(),
+        store,
+        metrics,
+    ));
+    // Tests and scripts started with port 0 read the port from this line.
+    tracing::info!(
+        %addr,
+        https = tls.is_some(),
+        algorithm = %setup.algorithm_name,
+        config = %setup.config.display(),
+        namespaces = ?setup.namespaces,
+        "Extender listening."
+    );
+    tasks.push(Box::pin(serve(listener, router(state), tls, shutdown)));
+    Ok((addr, tasks))
+}
+
+/// `verwalter extender`: runs until `shutdown`.
+pub async fn run(setup: ExtenderSetup, shutdown: CancellationToken) -> Result<(), ExtenderError> {
+    let (_, tasks) = start(&setup, SnapshotStore::new(), shutdown).await?;
+    futures::future::join_all(tasks).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

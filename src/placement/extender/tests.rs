@@ -1,0 +1,260 @@
+//! The extender's router without a socket, the algorithm choice, and HTTPS on a real socket.
+
+use std::collections::BTreeMap;
+
+use axum::http::Request;
+use verwalter_placement::{Dim, Kind, Snapshot};
+
+use super::*;
+
+fn extender() -> Arc<Extender> {
+    let algorithm = Algorithm::new(Kind::Fit {
+        cpu_scale_factor: 1.0,
+    });
+    Arc::new(Extender::new(
+        "fit".into(),
+        algorithm,
+        wire::default_namespaces(),
+        SnapshotStore::new(),
+    ))
+}
+
+fn snapshot() -> Snapshot {
+    let mut s = Snapshot::default();
+    s.node_capacities.insert(
+        "n1".into(),
+        BTreeMap::from([(Dim::Cpu, 4.0), (Dim::Mem, 16.0)]),
+    );
+    s.apps_spec
+        .insert("web".into(), BTreeMap::from([(Dim::Cpu, 1.0)]));
+    s
+}
+
+async fn call(state: &Arc<Extender>, method: &str, path: &str, body: &str) -> (u16, String) {
+    let request = Request::builder()
+        .method(method)
+        .uri(path)
+        .body(Body::from(body.to_owned()))
+        .unwrap();
+    let response = router(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    (status, String::from_utf8(bytes.to_vec()).unwrap())
+}
+
+const WEB: &str = r#"{"Pod": {"metadata": {"name": "web-1", "namespace": "default", "labels": {"app": "web"}}}, "NodeNames": ["n1"]}"#;
+
+#[tokio::test]
+async fn a_bad_body_is_a_400_naming_the_field() {
+    let state = extender();
+    let (code, body) = call(
+        &state,
+        "POST",
+        "/filter",
+        r#"{"Pod": {"metadata": {"namespace": 3}}}"#,
+    )
+    .await;
+    assert_eq!(code, 400);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["field"], "Pod.metadata.namespace");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Pod.metadata.namespace: invalid type: integer `3`"),
+        "{body}"
+    );
+    let (code, _) = call(&state, "POST", "/prioritize", "not json").await;
+    assert_eq!(code, 400);
+    let metrics = state.metrics.render(&state.store);
+    assert!(
+        metrics
+            .contains(r#"verwalter_extender_requests_total{result="bad_request",verb="filter"} 1"#),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn status_and_metrics_follow_the_store() {
+    let state = extender();
+    let (code, body) = call(&state, "GET", "/status", "").await;
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["loaded"], false);
+    assert_eq!(status["algorithm"], "fit");
+    assert_eq!(status["namespaces"], serde_json::json!(["default"]));
+    let (_, body) = call(&state, "POST", "/filter", WEB).await;
+    assert!(body.contains(wire::NOT_LOADED), "{body}");
+
+    state.store.publish("test", snapshot());
+    state.store.report_error("other", "timeout".into());
+    let (_, body) = call(&state, "GET", "/status", "").await;
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["loaded"], true);
+    assert_eq!(
+        (status["nodes"].as_u64(), status["apps"].as_u64()),
+        (Some(1), Some(1))
+    );
+    assert_eq!(status["generation"], 1);
+    assert_eq!(status["errors"]["other"]["message"], "timeout");
+    let (_, body) = call(&state, "POST", "/filter", WEB).await;
+    assert_eq!(
+        body,
+        r#"{"Nodes":null,"NodeNames":["n1"],"FailedNodes":{},"FailedAndUnresolvableNodes":{},"Error":""}"#
+    );
+
+    let (code, text) = call(&state, "GET", "/metrics", "").await;
+    assert_eq!(code, 200);
+    for line in [
+        r#"verwalter_extender_requests_total{result="decided",verb="filter"} 1"#,
+        r#"verwalter_extender_requests_total{result="not_loaded",verb="filter"} 1"#,
+        r#"verwalter_extender_request_duration_seconds_count{verb="filter"} 2"#,
+        r#"verwalter_placement_node_capacity{node="n1",resource="cpu"} 4"#,
+        r#"verwalter_placement_node_free{node="n1",resource="mem"} 16"#,
+        r#"verwalter_placement_app_requested{app="web",resource="cpu"} 1"#,
+        r#"verwalter_placement_source_failing{source="other"} 1"#,
+        "verwalter_placement_snapshot_loaded 1",
+        "verwalter_placement_snapshot_generation 1",
+    ] {
+        assert!(text.contains(line), "{line} missing in:\n{text}");
+    }
+    // A new snapshot replaces the per-node series: a node that left has none.
+    let mut next = snapshot();
+    next.node_capacities.clear();
+    state.store.publish("test", next);
+    let text = state.metrics.render(&state.store);
+    assert!(!text.contains(r#"node="n1""#), "{text}");
+}
+
+#[test]
+fn the_algorithm_is_the_one_named_by_name_or_alias_or_the_only_one() {
+    let algorithms = verwalter_placement::config::load(
+        "algorithms:\n  a: !Fit\n  b: !BAR {alias: balanced}\n",
+        |_| None,
+    )
+    .unwrap();
+    assert_eq!(choose(&algorithms, Some("a")).unwrap().0, "a");
+    assert_eq!(choose(&algorithms, Some("balanced")).unwrap().0, "b");
+    assert_eq!(
+        choose(&algorithms, None).unwrap_err(),
+        "the config has several algorithms (a, b); pick one with --algorithm"
+    );
+    assert_eq!(
+        choose(&algorithms, Some("c")).unwrap_err(),
+        "no algorithm \"c\" (the config has: a, b)"
+    );
+    let one = verwalter_placement::config::load("algorithms:\n  only: !Fit\n", |_| None).unwrap();
+    assert_eq!(choose(&one, None).unwrap().0, "only");
+}
+
+#[tokio::test]
+async fn https_serves_the_routes_with_the_given_certificate() {
+    use rustls::pki_types::ServerName;
+    let tmp = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".into()]).unwrap();
+    let (cert_path, key_path) = (tmp.path().join("tls.crt"), tmp.path().join("tls.key"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let acceptor = tls_acceptor(&cert_path, &key_path).unwrap();
+
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(serve(
+        listener,
+        router(extender()),
+        Some(acceptor),
+        shutdown.clone(),
+    ));
+
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = connector
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    tls.write_all(b"GET /status HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut response = String::new();
+    tls.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 200 OK"), "{response}");
+    assert!(response.contains(r#""loaded":false"#), "{response}");
+
+    // Plain HTTP on the TLS port gets no answer.
+    let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+    plain
+        .write_all(b"GET /status HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut got = Vec::new();
+    let _ = plain.read_to_end(&mut got).await;
+    assert!(!String::from_utf8_lossy(&got).contains("200 OK"));
+
+    shutdown.cancel();
+    server.await.unwrap();
+}
+
+#[test]
+fn bad_tls_files_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = tmp.path().join("empty.pem");
+    std::fs::write(&empty, "").unwrap();
+    let err = tls_acceptor(&empty, &empty).err().unwrap().to_string();
+    assert!(err.contains("empty.pem: no certificate in it"), "{err}");
+    let err = tls_acceptor(&tmp.path().join("missing.pem"), &empty)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("missing.pem"), "{err}");
+}
+
+/// docs/openapi-extender.yaml describes exactly the routes the router answers.
+#[tokio::test]
+async fn every_route_is_in_the_openapi_description() {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi-extender.yaml"),
+    )
+    .unwrap();
+    let doc: serde_json::Value = serde_norway::from_str(&text).unwrap();
+    let paths = doc["paths"].as_object().unwrap();
+    let documented: Vec<(&str, &str)> = paths
+        .iter()
+        .flat_map(|(path, ops)| {
+            ops.as_object()
+                .unwrap()
+                .keys()
+                .map(move |m| (path.as_str(), m.as_str()))
+        })
+        .collect();
+    let served = [
+        ("/filter", "post"),
+        ("/prioritize", "post"),
+        ("/status", "get"),
+        ("/metrics", "get"),
+    ];
+    let mut sorted_doc = documented.clone();
+    sorted_doc.sort();
+    let mut sorted_served = served.to_vec();
+    sorted_served.sort();
+    assert_eq!(sorted_doc, sorted_served);
+    let state = extender();
+    for (path, method) in served {
+        let (code, _) = call(&state, &method.to_uppercase(), path, WEB).await;
+        assert_eq!(code, 200, "{method} {path}");
+    }
+    let (code, _) = call(&state, "GET", "/v1/status", "").await;
+    assert_eq!(code, 404, "nothing else is served");
+}

@@ -1,0 +1,456 @@
+//! `verwalter extender` as kube-scheduler meets it: recorded requests (`fixtures/extender/`,
+//! written from the wire format) through the real HTTP server with replies checked byte for
+//! byte, the in-band `Error` while no snapshot is loaded, namespaces, `/metrics` and `/status`,
+//! the snapshot file reloaded (a bad one keeps the last good), start errors, and the daemon
+//! serving the extender by its settings.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::util::{self, BIN, http_get, http_post, metric, replace_file, wait_for};
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/extender")
+}
+
+fn fixture(name: &str) -> String {
+    std::fs::read_to_string(fixtures().join(name)).unwrap()
+}
+
+/// The port of an `Extender listening. addr=<ip>:<port>` log line.
+fn extender_port(log: &str) -> Option<u16> {
+    let line = log.lines().find(|l| l.contains("Extender listening."))?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))?;
+    addr.rsplit(':').next()?.parse().ok()
+}
+
+/// A running `verwalter extender`; killed when dropped.
+pub(crate) struct Extender {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Extender {
+    /// `verwalter extender --listen 127.0.0.1:0` with `args`, its log in `dir`.
+    pub(crate) fn start(dir: &Path, args: &[&str]) -> Extender {
+        let log = dir.join("extender.log");
+        let child = Command::new(BIN)
+            .arg("extender")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut extender = Extender {
+            child,
+            port: 0,
+            log,
+        };
+        let port = wait_for(Duration::from_secs(30), || {
+            if let Ok(Some(status)) = extender.child.try_wait() {
+                panic!("the extender exited ({status}):\n{}", extender.logs());
+            }
+            extender_port(&extender.logs())
+        });
+        extender.port = port.unwrap_or_else(|| panic!("no listening line:\n{}", extender.logs()));
+        extender
+    }
+
+    /// With the fixtures' config and `snapshot`.
+    fn with_snapshot(dir: &Path, snapshot: &Path, more: &[&str]) -> Extender {
+        let config = fixtures().join("config.yaml");
+        let mut args = vec![
+            "--config",
+            config.to_str().unwrap(),
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+        ];
+        args.extend_from_slice(more);
+        Extender::start(dir, &args)
+    }
+
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub(crate) fn post(&self, verb: &str, body: &str) -> (u16, String) {
+        http_post(self.port, verb, "application/json", body.as_bytes())
+    }
+
+    pub(crate) fn status(&self) -> serde_json::Value {
+        let (code, body) = http_get(self.port, "/status").unwrap();
+        assert_eq!(code, 200, "{body}");
+        serde_json::from_str(&body).unwrap()
+    }
+
+    /// Polls `/status` until `ready` holds.
+    pub(crate) fn wait_status(&self, what: &str, ready: impl Fn(&serde_json::Value) -> bool) {
+        wait_for(Duration::from_secs(20), || {
+            Some(self.status()).filter(&ready)
+        })
+        .unwrap_or_else(|| panic!("{what}: {}\n{}", self.status(), self.logs()));
+    }
+
+    pub(crate) fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Extender {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const CASES: [&str; 6] = [
+    "nodenames",
+    "full-nodes",
+    "lowercase-keys",
+    "other-namespace",
+    "no-app-label",
+    "unknown-app",
+];
+
+#[test]
+fn recorded_requests_get_the_replies_kube_scheduler_expects() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot(tmp.path(), &fixtures().join("snapshot.yaml"), &[]);
+    for case in CASES {
+        let request = fixture(&format!("{case}.request.json"));
+        for verb in ["filter", "prioritize"] {
+            let (code, body) = ext.post(&format!("/{verb}"), &request);
+            assert_eq!(code, 200, "{case} {verb}: {body}");
+            assert_eq!(
+                body,
+                fixture(&format!("{case}.{verb}.json")),
+                "{case} {verb}"
+            );
+        }
+    }
+    // The reply shapes kube-scheduler depends on, spelled out for the main case.
+    assert_eq!(
+        ext.post("/filter", &fixture("nodenames.request.json")).1,
+        r#"{"Nodes":null,"NodeNames":["node-1","node-3"],"FailedNodes":{"node-2":"Could not fit node for dimensions: missing (cpu: 2.0, mem: 8.0)."},"FailedAndUnresolvableNodes":{},"Error":""}"#
+    );
+    assert_eq!(
+        ext.post("/prioritize", &fixture("nodenames.request.json"))
+            .1,
+        r#"[{"Host":"node-1","Score":9},{"Host":"node-2","Score":3},{"Host":"node-3","Score":8}]"#
+    );
+    // A full Nodes list: the kept node objects come back as sent.
+    let full: serde_json::Value =
+        serde_json::from_str(&ext.post("/filter", &fixture("full-nodes.request.json")).1).unwrap();
+    let sent: serde_json::Value =
+        serde_json::from_str(&fixture("full-nodes.request.json")).unwrap();
+    assert_eq!(full["Nodes"]["items"][0], sent["Nodes"]["items"][0]);
+    assert_eq!(full["Nodes"]["items"][1], sent["Nodes"]["items"][2]);
+
+    let (code, body) = ext.post("/filter", r#"{"Pod": {}, "NodeNames": "node-1"}"#);
+    assert_eq!(code, 400);
+    let error: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(error["field"], "NodeNames", "{body}");
+    assert!(
+        ext.logs().contains("passing the pod through"),
+        "unknown app logged"
+    );
+}
+
+#[test]
+fn while_no_snapshot_is_loaded_filter_answers_an_error_then_decides_once_the_file_is_good() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshot = tmp.path().join("data/snapshot.yaml");
+    std::fs::create_dir_all(snapshot.parent().unwrap()).unwrap();
+    let ext = Extender::with_snapshot(tmp.path(), &snapshot, &[]);
+    let request = fixture("nodenames.request.json");
+
+    let (code, body) = ext.post("/filter", &request);
+    assert_eq!(code, 200);
+    let reply: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        reply["Error"]
+            .as_str()
+            .unwrap()
+            .contains("placement data is not loaded yet"),
+        "{body}"
+    );
+    assert_eq!(
+        reply["NodeNames"],
+        serde_json::json!(["node-1", "node-2", "node-3"])
+    );
+    assert_eq!(ext.post("/prioritize", &request).1, "[]");
+    // Another namespace passes even now.
+    let other = ext
+        .post("/filter", &fixture("other-namespace.request.json"))
+        .1;
+    assert_eq!(other, fixture("other-namespace.filter.json"));
+    let status = ext.status();
+    assert_eq!(status["loaded"], false);
+    assert!(
+        status["errors"]["snapshot-file"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cannot read"),
+        "{status}"
+    );
+
+    // An invalid file: still not loaded, the problem shown with its line.
+    replace_file(&snapshot, "node_capacities:\n  node-1: {gpu: 1}\n");
+    ext.wait_status("the parse error shown", |s| {
+        s["errors"]["snapshot-file"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("snapshot.yaml:2"))
+    });
+    assert!(ext.post("/filter", &request).1.contains("not loaded yet"));
+
+    // The file becomes good: decided, as with the file given from the start.
+    replace_file(&snapshot, &fixture("snapshot.yaml"));
+    ext.wait_status("loaded", |s| s["loaded"] == true);
+    assert_eq!(
+        ext.post("/filter", &request).1,
+        fixture("nodenames.filter.json")
+    );
+    let status = ext.status();
+    assert_eq!(status["errors"], serde_json::json!({}));
+    assert_eq!(
+        (status["nodes"].as_u64(), status["apps"].as_u64()),
+        (Some(3), Some(2))
+    );
+    assert_eq!(
+        metric(
+            ext.port,
+            r#"verwalter_extender_requests_total{result="not_loaded",verb="filter"}"#
+        ),
+        Some(2.0)
+    );
+}
+
+#[test]
+fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
+    let tmp = tempfile::tempdir().unwrap();
+    let snapshot = tmp.path().join("snapshot.json");
+    let nodes = |node2_cpu: u32| {
+        format!(
+            r#"{{"node_capacities": {{"node-1": {{"cpu": 4, "mem": 8}}, "node-2": {{"cpu": {node2_cpu}, "mem": 64}}, "node-3": {{"cpu": 1, "mem": 1}}}},
+                "apps_spec": {{"web": {{"cpu": 4, "mem": 16}}}}}}"#
+        )
+    };
+    replace_file(&snapshot, &nodes(2));
+    let ext = Extender::with_snapshot(tmp.path(), &snapshot, &[]);
+    let request = fixture("nodenames.request.json");
+    let kept = |ext: &Extender| {
+        let reply: serde_json::Value =
+            serde_json::from_str(&ext.post("/filter", &request).1).unwrap();
+        reply["NodeNames"].clone()
+    };
+    assert_eq!(kept(&ext), serde_json::json!([]));
+    assert_eq!(ext.status()["generation"], 1);
+
+    // node-2 grows: reloaded without a restart.
+    replace_file(&snapshot, &nodes(16));
+    ext.wait_status("the new file", |s| s["generation"] == 2);
+    assert_eq!(kept(&ext), serde_json::json!(["node-2"]));
+
+    // A broken file: the last good snapshot stays in force, the problem is shown and logged.
+    replace_file(&snapshot, "{\"node_capacities\": ");
+    ext.wait_status("the error", |s| s["errors"]["snapshot-file"].is_object());
+    assert_eq!(kept(&ext), serde_json::json!(["node-2"]));
+    let status = ext.status();
+    assert_eq!(
+        (status["loaded"].clone(), status["generation"].clone()),
+        (true.into(), 2.into())
+    );
+    assert!(
+        status["errors"]["snapshot-file"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("snapshot.json:1: EOF while parsing"),
+        "{status}"
+    );
+    assert_eq!(
+        metric(
+            ext.port,
+            r#"verwalter_placement_source_failing{source="snapshot-file"}"#
+        ),
+        Some(1.0)
+    );
+    assert!(ext.logs().contains("Cannot use the snapshot file"));
+
+    // Fixed again: the error goes, the metric with it.
+    replace_file(&snapshot, &nodes(16));
+    ext.wait_status("the error cleared", |s| {
+        s["errors"] == serde_json::json!({})
+    });
+    let (_, text) = http_get(ext.port, "/metrics").unwrap();
+    assert!(
+        !text.contains("verwalter_placement_source_failing{"),
+        "{text}"
+    );
+}
+
+#[test]
+fn namespaces_are_chosen_by_flag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        &["--namespace", "batch"],
+    );
+    // The batch pod is decided, the default one passes.
+    let batch = ext
+        .post("/filter", &fixture("other-namespace.request.json"))
+        .1;
+    assert_eq!(batch, fixture("nodenames.filter.json"));
+    let default = ext.post("/filter", &fixture("nodenames.request.json")).1;
+    assert_eq!(default, fixture("other-namespace.filter.json"));
+    assert_eq!(
+        ext.post("/prioritize", &fixture("nodenames.request.json"))
+            .1,
+        "[]"
+    );
+    assert_eq!(ext.status()["namespaces"], serde_json::json!(["batch"]));
+}
+
+#[test]
+fn metrics_count_requests_and_show_nodes_and_apps() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot(tmp.path(), &fixtures().join("snapshot.yaml"), &[]);
+    for case in [
+        "nodenames",
+        "other-namespace",
+        "no-app-label",
+        "unknown-app",
+    ] {
+        ext.post("/filter", &fixture(&format!("{case}.request.json")));
+    }
+    ext.post("/prioritize", &fixture("nodenames.request.json"));
+    ext.post("/prioritize", "{");
+    let (code, text) = http_get(ext.port, "/metrics").unwrap();
+    assert_eq!(code, 200);
+    for line in [
+        r#"verwalter_extender_requests_total{result="decided",verb="filter"} 1"#,
+        r#"verwalter_extender_requests_total{result="other_namespace",verb="filter"} 1"#,
+        r#"verwalter_extender_requests_total{result="no_app_label",verb="filter"} 1"#,
+        r#"verwalter_extender_requests_total{result="unknown_app",verb="filter"} 1"#,
+        r#"verwalter_extender_requests_total{result="decided",verb="prioritize"} 1"#,
+        r#"verwalter_extender_requests_total{result="bad_request",verb="prioritize"} 1"#,
+        r#"verwalter_extender_request_duration_seconds_count{verb="filter"} 4"#,
+        r#"verwalter_placement_node_capacity{node="node-2",resource="cpu"} 8"#,
+        r#"verwalter_placement_node_used{node="node-2",resource="cpu"} 6"#,
+        r#"verwalter_placement_node_free{node="node-2",resource="mem"} 8"#,
+        r#"verwalter_placement_app_requested{app="web",resource="mem"} 16"#,
+        "verwalter_placement_snapshot_loaded 1",
+    ] {
+        assert!(text.contains(line), "{line} missing:\n{text}");
+    }
+    let status = ext.status();
+    assert_eq!(status["algorithm"], "least-used-bar");
+    assert!(status["age_seconds"].as_f64().unwrap() >= 0.0);
+    assert!(status["updated"].as_str().unwrap().ends_with('Z'));
+}
+
+/// `verwalter extender` that must not start: exit status 3 and one line naming the cause.
+fn refused(args: &[&str]) -> String {
+    let out = Command::new(BIN)
+        .arg("extender")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+#[test]
+fn start_problems_are_named() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config.yaml");
+    let path = config.to_str().unwrap();
+    std::fs::write(&config, "algorithms:\n  a: !Fit\n").unwrap();
+    let err = refused(&["--config", path]);
+    assert!(
+        err.contains("no placement data source") && err.contains("--snapshot FILE"),
+        "{err}"
+    );
+    std::fs::write(&config, "algorithms:\n  a: !Fit\n  b: !BAR\n").unwrap();
+    let err = refused(&["--config", path, "--snapshot", "x.json"]);
+    assert!(err.contains("several algorithms (a, b)"), "{err}");
+    std::fs::write(&config, "algorithms:\n  a: !Fits\n").unwrap();
+    let err = refused(&["--config", path]);
+    assert!(
+        err.contains("config.yaml: config:") && err.contains("line 2"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_daemon_serves_the_extender_when_its_settings_say_so() {
+    let (tmp, config_dir, storage) = util::example_site("minimal");
+    std::fs::copy(
+        fixtures().join("config.yaml"),
+        tmp.path().join("placement.yaml"),
+    )
+    .unwrap();
+    std::fs::copy(
+        fixtures().join("snapshot.yaml"),
+        tmp.path().join("snapshot.yaml"),
+    )
+    .unwrap();
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        "placement-extender:\n  listen: 127.0.0.1:0\n  config: placement.yaml\n  snapshot: snapshot.yaml\n",
+    )
+    .unwrap();
+    let daemon = util::Daemon::launch(
+        &config_dir,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let port = wait_for(Duration::from_secs(10), || extender_port(&daemon.logs()))
+        .unwrap_or_else(|| panic!("no extender line:\n{}", daemon.logs()));
+    assert_ne!(port, daemon.port, "the extender has its own address");
+    let (code, body) = http_post(
+        port,
+        "/filter",
+        "application/json",
+        fixture("nodenames.request.json").as_bytes(),
+    );
+    assert_eq!((code, body), (200, fixture("nodenames.filter.json")));
+    // The daemon's API is not on the extender's address, nor the extender on the daemon's.
+    assert_eq!(http_get(port, "/v1/status").unwrap().0, 404);
+    let (code, _) = http_post(daemon.port, "/filter", "application/json", b"{}");
+    assert_ne!(code, 200);
+
+    // A bad placement config stops the daemon at start, named.
+    std::fs::write(
+        tmp.path().join("placement.yaml"),
+        "algorithms:\n  a: !Nope\n",
+    )
+    .unwrap();
+    let out = Command::new(BIN)
+        .args(["run", "--hostname", "alpha", "--port", "0"])
+        .args(["--override-machine-id", util::MACHINE_ID])
+        .arg("--settings")
+        .arg(&settings)
+        .arg("--config-dir")
+        .arg(&config_dir)
+        .arg("--storage-dir")
+        .arg(tmp.path().join("storage2"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(
+        stderr.contains("placement-extender.config: ") && stderr.contains("placement.yaml"),
+        "{stderr}"
+    );
+    drop(daemon);
+}
