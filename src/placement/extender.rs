@@ -343,6 +343,10 @@ struct Status<'a> {
     apps: usize,
     /// The last error of each source whose latest attempt failed.
     errors: BTreeMap<&'a str, SourceErrorView>,
+    /// Score only: the running instances its reschedule hook would move, on the snapshot in
+    /// force (wca deleted those pods every `reschedule_interval`; here they are shown, not moved).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reschedule: Option<Vec<verwalter_placement::reschedule::Move>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -385,6 +389,13 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
                 )
             })
             .collect(),
+        reschedule: match (&state.algorithm.kind, snapshot) {
+            (verwalter_placement::Kind::Score { .. }, Some(snap)) => {
+                Some(verwalter_placement::reschedule(&state.algorithm, snap))
+            }
+            (verwalter_placement::Kind::Score { .. }, None) => Some(Vec::new()),
+            _ => None,
+        },
     };
     json_response(&status)
 }

@@ -258,3 +258,62 @@ async fn every_route_is_in_the_openapi_description() {
     let (code, _) = call(&state, "GET", "/v1/status", "").await;
     assert_eq!(code, 404, "nothing else is served");
 }
+
+#[tokio::test]
+async fn status_shows_what_scores_reschedule_would_move() {
+    use verwalter_placement::{Assigned, NodeFacts, NodeType};
+    let state = Arc::new(Extender::new(
+        "score".into(),
+        Algorithm::new(Kind::Score {
+            cpu_scale_factor: 1.0,
+            threshold: 0.97,
+            score_target: None,
+            strict_mode_placement: false,
+        }),
+        wire::default_namespaces(),
+        SnapshotStore::new(),
+    ));
+    let (_, body) = call(&state, "GET", "/status", "").await;
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["reschedule"], serde_json::json!([]), "{body}");
+
+    // Three app profiles: `a` (the lowest) belongs on PMEM, but runs on the DRAM node.
+    let mut snap = Snapshot::default();
+    for (node, kind) in [("p1", NodeType::Pmem), ("d1", NodeType::Dram)] {
+        snap.node_capacities.insert(
+            node.into(),
+            BTreeMap::from([(Dim::Cpu, 10.0), (Dim::Mem, 10.0)]),
+        );
+        snap.nodes.insert(
+            node.into(),
+            NodeFacts {
+                platform_dram_hit_ratio: Some(0.99),
+                node_type: Some(kind),
+            },
+        );
+    }
+    for (app, profile) in [("a", 1.0), ("b", 5.0), ("c", 9.0)] {
+        snap.app_profiles.insert(app.into(), profile);
+        snap.apps_spec.insert(
+            app.into(),
+            BTreeMap::from([(Dim::Cpu, 1.0), (Dim::Mem, 1.0)]),
+        );
+    }
+    snap.assigned_apps.insert(
+        "d1".into(),
+        BTreeMap::from([("a".into(), Assigned::Count(1))]),
+    );
+    state.store.publish("test", snap);
+    let (_, body) = call(&state, "GET", "/status", "").await;
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let moves = status["reschedule"].as_array().unwrap();
+    assert_eq!(moves.len(), 1, "{body}");
+    assert_eq!(moves[0]["app"], "a");
+    assert_eq!(moves[0]["node"], "d1");
+
+    let (_, body) = call(&extender(), "GET", "/status", "").await;
+    assert!(
+        !body.contains("reschedule"),
+        "only Score has the hook: {body}"
+    );
+}
