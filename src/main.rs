@@ -415,14 +415,35 @@ fn run(args: &RunArgs) -> ExitCode {
              apply commands need (run it as root, as the packaged unit does)."
         );
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
+    run_until_signal("verwalter", Some(2), |shutdown| async move {
+        match verwalter::daemon::run(config, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                // One line with the cause, for the operator and the journal; the status says
+                // which kind of failure it was (docs/running.md#exit-codes).
+                eprintln!("verwalter: {error}");
+                ExitCode::from(error.exit_code())
+            }
+        }
+    })
+}
+
+/// Runs `work` on a multi-threaded runtime (`workers` threads, or one per core the process may
+/// run on) until it ends; SIGTERM or SIGINT cancel the token it gets. A runtime that cannot start
+/// is exit status 3, with `who` naming the command.
+fn run_until_signal<F, Fut>(who: &str, workers: Option<usize>, work: F) -> ExitCode
+where
+    F: FnOnce(CancellationToken) -> Fut,
+    Fut: std::future::Future<Output = ExitCode>,
+{
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = workers {
+        builder.worker_threads(workers);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("verwalter: cannot start the async runtime: {error}");
+            eprintln!("{who}: cannot start the async runtime: {error}");
             return ExitCode::from(3);
         }
     };
@@ -434,15 +455,7 @@ fn run(args: &RunArgs) -> ExitCode {
             tracing::info!("Shutting down.");
             signals.cancel();
         });
-        match verwalter::daemon::run(config, shutdown).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                // One line with the cause, for the operator and the journal; the status says
-                // which kind of failure it was (docs/running.md#exit-codes).
-                eprintln!("verwalter: {error}");
-                ExitCode::from(error.exit_code())
-            }
-        }
+        work(shutdown).await
     })
 }
 
@@ -458,24 +471,7 @@ fn extender(args: &verwalter::placement::extender::ExtenderFlags) -> ExitCode {
     };
     // One worker per core it may run on (`taskset` and cgroup CPU sets count): the extender is
     // the whole process, and its requests are CPU-bound.
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("verwalter extender: cannot start the async runtime: {error}");
-            return ExitCode::from(3);
-        }
-    };
-    runtime.block_on(async {
-        let shutdown = CancellationToken::new();
-        let signals = shutdown.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("Shutting down.");
-            signals.cancel();
-        });
+    run_until_signal("verwalter extender", None, |shutdown| async move {
         match run(setup, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {

@@ -85,7 +85,7 @@ impl HttpClient {
 }
 
 /// An error with its causes, `a: b: c`.
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

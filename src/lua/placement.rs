@@ -187,7 +187,7 @@ fn call(
         PlaceError::Placement(PlacementError::UnknownApp { app }) => Fail::Error(format!(
             "apps{} is missing: {} needs the app's request",
             key(&app),
-            kind_name(&algorithm.kind)
+            verwalter_placement::config::tag_of(&algorithm.kind)
         )),
         PlaceError::Stopped => stopped.take().unwrap_or(Fail::Timeout),
     };
@@ -573,20 +573,6 @@ const ALGORITHMS: [&str; 9] = [
 ];
 
 /// The name `algorithm` takes for `kind`.
-fn kind_name(kind: &Kind) -> &'static str {
-    match kind {
-        Kind::Nop => "NOPAlgorithm",
-        Kind::Fit { .. } => "Fit",
-        Kind::Bar { .. } => "BAR",
-        Kind::LeastUsed { .. } => "LeastUsed",
-        Kind::LeastUsedBar { .. } => "LeastUsedBAR",
-        Kind::HierBar { .. } => "HierBAR",
-        Kind::StaticAssigner { .. } => "StaticAssigner",
-        Kind::DramHitRatioProvision { .. } => "DramHitRatioProvision",
-        Kind::Score { .. } => "Score",
-    }
-}
-
 /// The parameters each algorithm takes besides `dimensions` and `max_node_score`.
 fn parameters(kind: &str) -> &'static [&'static str] {
     match kind {

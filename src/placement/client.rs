@@ -13,6 +13,8 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use verwalter_placement::sources::SourceError;
 
+use crate::cluster::client::error_chain;
+
 /// Cheap to clone (one connection pool).
 #[derive(Clone)]
 pub struct SourceClient {
@@ -187,18 +189,6 @@ pub fn status_error(url: &str, status: hyper::StatusCode, body: &[u8]) -> Source
         status: status.as_u16(),
         body: first,
     }
-}
-
-/// An error with its causes, `a: b: c`.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        out.push_str(": ");
-        out.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    out
 }
 
 /// Percent-encodes a query parameter value (everything but RFC 3986's unreserved characters).
