@@ -13,6 +13,10 @@
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
 //! - [`election`]: the sans-IO leader election state machine and its controller.
+//! - [`graph`]: dependency graphs: cycles named, waves, an execution's ready set with in-degree
+//!   counters and its error policy (block dependents, or halt).
+//! - [`refs`]: `$(path)` references inside JSON values, resolved against a document (gjson-style
+//!   paths, recursive, cycle-safe).
 //! - [`render`]: renders and applies each role of this node (one deployment id a pass).
 //! - [`persist`]: writes the schedule in force to the storage dir, retrying until it is written.
 //! - [`replication`]: what a follower fetches, what a new leader gathers as parents (sans-IO).
@@ -38,9 +42,11 @@ pub mod cleanup;
 pub mod defaults;
 pub mod driver;
 pub mod election;
+pub mod graph;
 pub mod hash;
 pub mod persist;
 pub mod ports;
+pub mod refs;
 pub mod render;
 pub mod replication;
 pub mod retention;

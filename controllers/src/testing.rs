@@ -501,3 +501,21 @@ pub const STATUS_KEYS: &[&str] = &[
     "failing_nodes",
     "last_deployment",
 ];
+
+/// A dependency graph for tests and benchmarks: `n` vertices `v0..`, each with `per` edges from
+/// random earlier vertices (deterministic, so acyclic).
+pub fn layered_graph(n: usize, per: usize) -> (Vec<String>, Vec<(String, String)>) {
+    let names: Vec<String> = (0..n).map(|i| format!("v{i}")).collect();
+    let mut edges = Vec::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for i in 1..n {
+        for _ in 0..per.min(i) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let j = (x % i as u64) as usize;
+            edges.push((names[j].clone(), names[i].clone()));
+        }
+    }
+    (names, edges)
+}
