@@ -213,6 +213,11 @@ pub struct ElectionSettings {
 pub struct RenderSettings {
     /// Time limit of one apply command, in seconds.
     pub command_timeout_secs: Option<u64>,
+    /// Roles rendered and applied at once.
+    pub parallel: Option<u64>,
+    /// What a failing role holds back: `block-dependents` (the roles that depend on it) or
+    /// `halt` (every other role that needs work, until it applies).
+    pub dependency_failure: Option<verwalter_controllers::graph::ErrorPolicy>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -269,6 +274,10 @@ pub struct Config {
     pub limits: Limits,
     pub debounce: Duration,
     pub command_timeout: Duration,
+    /// Roles rendered and applied at once (`render.parallel`).
+    pub render_parallel: usize,
+    /// What a failing role holds back (`render.dependency-failure`).
+    pub dependency_failure: verwalter_controllers::graph::ErrorPolicy,
     pub log_limits: crate::logs::LogLimits,
     pub action_limits: verwalter_controllers::actions::ActionLimits,
     pub peer_source: PeerSource,
@@ -362,6 +371,7 @@ impl Config {
                 "render.command-timeout-secs",
                 file.render.command_timeout_secs,
             ),
+            ("render.parallel", file.render.parallel),
             ("logs.segment-mib", file.logs.segment_mib),
             ("logs.max-age-days", file.logs.max_age_days),
             ("logs.max-total-mib", file.logs.max_total_mib),
@@ -526,6 +536,11 @@ impl Config {
                 .render
                 .command_timeout_secs
                 .map_or(defaults::COMMAND_TIMEOUT, Duration::from_secs),
+            render_parallel: file
+                .render
+                .parallel
+                .map_or(defaults::RENDER_PARALLEL, |n| n as usize),
+            dependency_failure: file.render.dependency_failure.unwrap_or_default(),
             log_limits: crate::logs::LogLimits {
                 segment_size: file.logs.segment_mib.unwrap_or(defaults::LOG_SEGMENT_MIB) << 20,
                 max_age: Duration::from_secs(

@@ -493,20 +493,24 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     } else {
         Arc::new(state_dir.clone())
     };
-    let render = Arc::new(RenderController::new(
-        store.clone(),
-        config.hostname.clone(),
-        roles,
-        Arc::new(applier),
-        applied,
-        logs.clone(),
-        clock,
-    ));
+    let render = Arc::new(
+        RenderController::new(
+            store.clone(),
+            config.hostname.clone(),
+            roles,
+            Arc::new(applier),
+            applied,
+            logs.clone(),
+            clock,
+        )
+        .error_policy(config.dependency_failure),
+    );
     // On shutdown a running pass may finish its apply command (bounded by the command's own
     // timeout and the kill of its group) rather than leave a role half applied; the unit's
     // TimeoutStopSec allows for it (docs/packaging.md).
     let driver = render.clone().driver(DriverConfig {
         shutdown_grace: config.command_timeout + crate::apply::KILL_GRACE,
+        max_concurrent: config.render_parallel,
         ..DriverConfig::default()
     });
     // A step of a render pass is one apply command: its timeout, then the kill of its group.

@@ -12,6 +12,7 @@ use prometheus::{
 use verwalter_controllers::driver::DriverObserver;
 use verwalter_controllers::ports::SchedulerFailure;
 use verwalter_controllers::schedule::ScheduleObserver;
+use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{SCHEDULE_PERSIST, SchedulerRuns, Snapshot, Status};
 
 /// Buckets for pass and scheduler durations: 1 ms to 10 s.
@@ -48,6 +49,7 @@ pub struct Metrics {
     leader_contact_ms: std::sync::atomic::AtomicU64,
     leader_contact_age: prometheus::Gauge,
     roles_failing: IntGauge,
+    roles_held: IntGaugeVec,
     schedule_persist_failing: IntGauge,
     role_failed_attempts: IntGaugeVec,
     last_deployment: IntGauge,
@@ -253,6 +255,11 @@ impl Metrics {
                 "verwalter_roles_failing",
                 "Roles of this node whose last render or apply failed.",
             ),
+            roles_held: gauge_vec(
+                "verwalter_roles_held",
+                "Roles of this node held back by depends_on: waiting for a dependency to apply, or blocked by its failure (or a halt).",
+                &["state"],
+            ),
             role_failed_attempts: gauge_vec(
                 "verwalter_role_failed_attempts",
                 "Failed attempts in a row of each failing role (first 100 roles by name).",
@@ -442,6 +449,20 @@ impl Metrics {
             now.saturating_sub(contact) as f64 / 1000.0
         });
         self.roles_failing.set(status.failed_roles.len() as i64);
+        for state in [BlockedState::Waiting, BlockedState::Blocked] {
+            let count = status
+                .blocked_roles
+                .values()
+                .filter(|b| b.state == state)
+                .count();
+            let label = match state {
+                BlockedState::Waiting => "waiting",
+                BlockedState::Blocked => "blocked",
+            };
+            self.roles_held
+                .with_label_values(&[label])
+                .set(count as i64);
+        }
         if let Some(d) = &status.last_deployment {
             self.last_deployment.set((d.started / 1000) as i64);
         }

@@ -68,6 +68,25 @@ impl Site {
             &config.join("templates/flaky/v1/flaky.conf.tera"),
             "{{ role }} {{ value }}\n",
         );
+        // `timed`: fails while out/fail-<role> exists; records its start and end (ns) in
+        // out/times.log. With `wait_for` set (rendered into its file, which its command reads) it
+        // waits (up to 20 s) until that role has started.
+        replace_file(
+            &config.join("templates/timed/v1/timed.render.yaml"),
+            &format!(
+                "templates:\n  conf: timed.conf.hbs\ncommands:\n\
+                 - !Sh 'test ! -e {o}/fail-{{{{ role }}}}'\n\
+                 - !Sh 'echo start {{{{ role }}}} $(date +%s%N) >> {o}/times.log'\n\
+                 - !Sh 'w=$(cat {{{{ files.conf }}}}); for i in $(seq 200); do test -z \"$w\" && break; \
+                   grep -q \"^start $w \" {o}/times.log && break; sleep 0.1; done'\n\
+                 - !Sh 'echo end {{{{ role }}}} $(date +%s%N) >> {o}/times.log'\n\
+                 - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
+            ),
+        );
+        replace_file(
+            &config.join("templates/timed/v1/timed.conf.hbs"),
+            "{{wait_for}}",
+        );
         let storage = tmp.path().join("storage");
         let log_dir = storage.join("log");
         let daemon = Daemon::launch(&config, &storage, args, &[]);
@@ -613,4 +632,118 @@ fn roles_apply_when_the_deployment_log_cannot_be_written_and_it_is_reported() {
     .unwrap_or_else(|| panic!("still reported: {}", site.status()));
     let web_log = std::fs::read_to_string(site.log_dir.join("web/latest")).unwrap();
     assert!(web_log.contains("result: ok"), "{web_log}");
+}
+
+/// `(start, end)` in ns of each role's last run, from out/times.log.
+fn times(site: &Site) -> std::collections::HashMap<String, (u128, u128)> {
+    let text = std::fs::read_to_string(site.out.join("times.log")).unwrap_or_default();
+    let mut out = std::collections::HashMap::new();
+    for line in text.lines() {
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let entry = out.entry(parts[1].to_string()).or_insert((0, 0));
+        let at: u128 = parts[2].parse().unwrap();
+        if parts[0] == "start" {
+            entry.0 = at;
+        } else {
+            entry.1 = at;
+        }
+    }
+    out
+}
+
+/// `first` <- `second` <- `third` (each depends on the one before) and `solo`, which waits in
+/// its command until `third` has started: it can only finish if the chain runs beside it.
+fn chain_roles() -> Value {
+    json!({
+        "first": {"template": "timed/v1"},
+        "second": {"template": "timed/v1", "depends_on": ["first"]},
+        "third": {"template": "timed/v1", "depends_on": ["second"]},
+        "solo": {"template": "timed/v1", "wait_for": "third"},
+    })
+}
+
+#[test]
+fn a_dependency_chain_applies_in_order_while_an_independent_role_overlaps_it() {
+    let site = Site::start();
+    site.schedule(json!({"wait_for": ""}), chain_roles());
+    let mut calls = site.wait_calls(4);
+    calls.sort();
+    assert_eq!(calls, vec!["first", "second", "solo", "third"]);
+    let t = times(&site);
+    assert!(
+        t["first"].1 <= t["second"].0,
+        "second started before first ended: {t:?}"
+    );
+    assert!(
+        t["second"].1 <= t["third"].0,
+        "third started before second ended: {t:?}"
+    );
+    assert!(
+        t["solo"].0 < t["third"].0 && t["third"].0 < t["solo"].1,
+        "solo did not run beside the chain: {t:?}"
+    );
+    let status = site.status();
+    assert_eq!(status["blocked_roles"], json!({}));
+    assert_eq!(status["last_deployment"]["blocked"], json!([]));
+}
+
+#[test]
+fn a_failing_middle_role_blocks_only_its_dependents_and_its_fix_resumes_the_chain() {
+    let site = Site::start();
+    std::fs::write(site.out.join("fail-second"), "").unwrap();
+    let roles = json!({
+        "first": {"template": "timed/v1"},
+        "second": {"template": "timed/v1", "depends_on": ["first"]},
+        "third": {"template": "timed/v1", "depends_on": ["second"]},
+        "solo": {"template": "timed/v1"},
+    });
+    site.schedule(json!({"wait_for": ""}), roles);
+    let status = wait_for(SOON, || {
+        let s = site.status();
+        (s["blocked_roles"]["third"]["state"] == "blocked").then_some(s)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "third never blocked: {}\n{}",
+            site.status(),
+            site.daemon.logs()
+        )
+    });
+    assert_eq!(status["failed_roles"], json!(["second"]));
+    assert_eq!(status["blocked_roles"]["third"]["on"], json!(["second"]));
+    assert_eq!(
+        status["blocked_roles"]["third"]["reason"],
+        "depends on second, which failed or is blocked"
+    );
+    let mut calls = site.wait_calls(2);
+    calls.sort();
+    assert_eq!(calls, vec!["first", "solo"], "third never ran");
+    let metrics = site.daemon.get("/metrics").unwrap().1;
+    assert!(
+        metrics.contains("verwalter_roles_held{state=\"blocked\"} 1"),
+        "{metrics}"
+    );
+    // The pass ends with second failed and third blocked, and the log says why.
+    let last = wait_for(SOON, || {
+        let d = site.status()["last_deployment"].clone();
+        d["finished"].is_u64().then_some(d)
+    })
+    .expect("the pass finished");
+    assert_eq!(last["failed"], json!(["second"]));
+    assert_eq!(last["blocked"], json!(["third"]));
+    let global = std::fs::read_to_string(site.log_dir.join(".global/latest")).unwrap();
+    assert!(
+        global.contains("blocked role third: depends on second, which failed or is blocked"),
+        "{global}"
+    );
+
+    // The fix, and nothing else: the retry of second applies it, which wakes third.
+    std::fs::remove_file(site.out.join("fail-second")).unwrap();
+    let calls = site.wait_calls(4);
+    assert_eq!(&calls[2..], ["second", "third"]);
+    wait_for(SOON, || {
+        let s = site.status();
+        (s["blocked_roles"] == json!({}) && s["failed_roles"] == json!([])).then_some(())
+    })
+    .expect("nothing held back once second applied");
 }

@@ -36,6 +36,8 @@ pub const SCHEDULER_MEMORY_MIB: u64 = 256;
 pub const INPUT_DEBOUNCE: Duration = Duration::from_millis(100);
 /// Time limit of one apply command.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(180);
+/// Roles of a node rendered and applied at once (the render driver's bound).
+pub const RENDER_PARALLEL: usize = 4;
 
 /// A deployment log file continues in a new segment past this size.
 pub const LOG_SEGMENT_MIB: u64 = 10;
@@ -114,6 +116,8 @@ pub fn shown() -> Vec<Shown> {
             None,
             COMMAND_TIMEOUT.as_secs().to_string(),
         ),
+        entry("render.parallel", None, RENDER_PARALLEL.to_string()),
+        entry("render.dependency-failure", None, "block-dependents".into()),
         entry("logs.segment-mib", None, LOG_SEGMENT_MIB.to_string()),
         entry("logs.max-age-days", None, LOG_MAX_AGE_DAYS.to_string()),
         entry("logs.max-total-mib", None, LOG_MAX_TOTAL_MIB.to_string()),

@@ -135,8 +135,9 @@ impl DriverObserver for NoObserver {
 /// A pass's result; `Err(())` when the pass panicked.
 type PassResult<R> = Result<Result<Requeue, <R as Reconciler>::Error>, ()>;
 
-enum Event<T> {
+enum Event<T, K> {
     Shutdown,
+    Wake(K),
     Done(Result<T, tokio::task::JoinError>),
     Changed,
     Timer,
@@ -168,6 +169,8 @@ pub struct Driver<R: Reconciler> {
     rng: SmallRng,
     /// Where the loop's turns and the running passes are recorded for the watchdog.
     beat: Option<DriverBeat>,
+    /// Keys the reconciler asks to look at again (see [`Driver::wake_keys`]).
+    wakes: Option<tokio::sync::mpsc::UnboundedReceiver<R::Key>>,
 }
 
 impl<R: Reconciler> Driver<R> {
@@ -184,7 +187,16 @@ impl<R: Reconciler> Driver<R> {
             tasks: JoinSet::new(),
             rng,
             beat: None,
+            wakes: None,
         }
+    }
+
+    /// Runs a pass of each key received here (a key not among the current keys is ignored), as
+    /// a change would: the reconciler asks for the keys its own progress unblocked, without
+    /// waking every key.
+    pub fn wake_keys(mut self, wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>) -> Self {
+        self.wakes = Some(wakes);
+        self
     }
 
     /// Wake on changes of this store field.
@@ -230,7 +242,14 @@ impl<R: Reconciler> Driver<R> {
                 }
             }
             let mut triggers = std::mem::take(&mut self.triggers);
+            let mut wakes = self.wakes.take();
             let event = {
+                let woken = async {
+                    match wakes.as_mut() {
+                        Some(rx) => rx.recv().await,
+                        None => future::pending().await,
+                    }
+                };
                 let changed = async {
                     if triggers.is_empty() {
                         future::pending::<()>().await;
@@ -243,10 +262,12 @@ impl<R: Reconciler> Driver<R> {
                     _ = shutdown.cancelled() => Event::Shutdown,
                     Some(done) = self.tasks.join_next(), if !self.tasks.is_empty() => Event::Done(done),
                     _ = changed => Event::Changed,
+                    Some(key) = woken => Event::Wake(key),
                     _ = tokio::time::sleep_until(timer) => Event::Timer,
                 }
             };
             self.triggers = triggers;
+            self.wakes = wakes;
             match event {
                 Event::Shutdown => break,
                 Event::Done(Ok((key, result, elapsed))) => self.finished(key, result, elapsed),
@@ -255,6 +276,11 @@ impl<R: Reconciler> Driver<R> {
                     tracing::debug!(controller = name, error = %e, "Reconcile task ended abnormally.");
                 }
                 Event::Changed => self.scan(true),
+                Event::Wake(key) => {
+                    if self.keys.contains_key(&key) {
+                        self.want(key, true);
+                    }
+                }
                 Event::Timer => {
                     let now = Instant::now();
                     if now >= next_resync {

@@ -184,15 +184,25 @@ impl Graph {
     /// more than one vertex, or a vertex depending on itself), each as its vertices in edge
     /// order. Empty when the graph has no cycle.
     pub fn cycles(&self) -> Vec<Vec<usize>> {
-        let mut cycles = Vec::new();
+        self.cyclic_groups()
+            .into_iter()
+            .map(|(_, cycle)| cycle)
+            .collect()
+    }
+
+    /// Each group of vertices that reach each other (sorted), with one cycle through it: every
+    /// vertex of a group is on some cycle, not always on the one shown.
+    pub fn cyclic_groups(&self) -> Vec<(Vec<usize>, Vec<usize>)> {
+        let mut groups = Vec::new();
         for component in self.strongly_connected() {
             let v = component[0];
             if component.len() == 1 && !self.dependents[v].contains(&v) {
                 continue;
             }
-            cycles.push(self.cycle_within(&component));
+            let cycle = self.cycle_within(&component);
+            groups.push((component, cycle));
         }
-        cycles
+        groups
     }
 
     /// The names of a cycle's vertices, the first repeated at the end (`a -> b -> a`).

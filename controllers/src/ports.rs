@@ -174,7 +174,8 @@ pub trait DeploymentLog: Send + Sync + 'static {
     /// `changes`: the schedule's `changes` list (the toolbox's scheduler wrapper writes one),
     /// given on the first pass of each schedule, empty otherwise.
     fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String], changes: &[String]);
-    fn deployment_finish(&self, id: &str, failed: &[String]);
+    /// `blocked`: roles held back by their dependencies (or a halt), with why.
+    fn deployment_finish(&self, id: &str, failed: &[String], blocked: &[(String, String)]);
     /// Why the log cannot be written now (any stream, role logs too), or `None`. Writing never
     /// fails a deployment; this is how a broken log is reported.
     fn problem(&self) -> Option<String>;

@@ -10,6 +10,20 @@
 //! One deployment id names each pass: when the first role needing work is found, every role of
 //! the node that needs work then joins that pass; the pass ends when each had its attempt.
 //!
+//! Roles on a node can depend on each other: a role's `depends_on` variable (a list of role
+//! names, or one name) holds it back until every role it names has applied the current schedule
+//! (its applied hash equals its desired one). Until then it is *waiting*; when one of them fails
+//! (or is blocked itself) it is *blocked*, and leaves its pass as blocked, not failed. Roles
+//! without dependencies between them still run in parallel (the driver's bound). When a role
+//! applies, fails or clears, the roles that depend on it are woken (no polling). A cycle, or a
+//! dependency on a role this node does not have, is an error of the roles involved; every other
+//! role still applies. With [`ErrorPolicy::Halt`] a failure holds back every other role of the
+//! node that needs work until it clears (what runs finishes), ernest's rule.
+//!
+//! A string variable `$(role.path)` takes the value at `path` of another role's variables on
+//! this node (see [`crate::refs`]), resolved once per schedule; a cycle through references is an
+//! error of the role.
+//!
 //! The deployment log is written outside the state lock, and never decides anything: a log that
 //! cannot be written is reported in `roles.deployment_log`, and roles go on.
 
@@ -21,10 +35,14 @@ use serde_json::Value;
 use sha1::{Digest, Sha1};
 
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::graph::{ErrorPolicy, Graph, GraphError};
 use crate::ports::{
     AppliedStore, ApplyError, Clock, DeploymentLog, RoleApplier, RoleJob, StorageError,
 };
-use crate::state::{Deployment, RoleFailure, RolesStatus, Schedule, Templates};
+use crate::refs;
+use crate::state::{
+    BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, Templates,
+};
 use crate::store::{Field, Store};
 use crate::vars;
 
@@ -55,6 +73,9 @@ pub enum RenderError {
     /// The applied hash could not be stored.
     #[error("{0}")]
     Store(StorageError),
+    /// `depends_on` cannot be followed: a cycle, a role not on this node, a bad value.
+    #[error("{0}")]
+    Dependencies(String),
 }
 
 impl RenderError {
@@ -64,6 +85,7 @@ impl RenderError {
             RenderError::Templates(_) => "templates",
             RenderError::Apply(_) => "apply",
             RenderError::Store(_) => "store",
+            RenderError::Dependencies(_) => "dependencies",
         }
     }
 }
@@ -73,6 +95,8 @@ impl RenderError {
 struct Desired {
     hash: String,
     template: String,
+    /// Whether its variables hold `$(...)` references (resolved when it is applied).
+    has_refs: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +116,8 @@ struct Pass {
     /// Roles of the pass that have not had their attempt yet.
     pending: BTreeSet<String>,
     failed: Vec<String>,
+    /// Roles that left the pass blocked, with why.
+    blocked: Vec<(String, String)>,
 }
 
 /// A role's desired state and the (schedule, templates) snapshots it was computed for. The
@@ -115,6 +141,112 @@ enum LogEntry {
     Finish {
         id: String,
         failed: Vec<String>,
+        blocked: Vec<(String, String)>,
+    },
+}
+
+/// How a role's attempt in a pass ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Left {
+    Applied,
+    Failed,
+    Blocked,
+}
+
+/// The dependencies between this node's roles for one schedule (see the module docs).
+#[derive(Debug, Default)]
+struct Deps {
+    graph: Graph,
+    /// Roles whose `depends_on` cannot be followed, with why.
+    problems: HashMap<String, String>,
+}
+
+impl Deps {
+    fn build(data: &Value, host: &str) -> Deps {
+        let roles = vars::node_roles(data, host);
+        let mut problems = HashMap::new();
+        let mut lists = Vec::with_capacity(roles.len());
+        for role in &roles {
+            match depends_on(data, host, role) {
+                Ok(list) => lists.push((role.as_str(), list)),
+                Err(problem) => {
+                    problems.insert(role.clone(), problem);
+                    lists.push((role.as_str(), Vec::new()));
+                }
+            }
+        }
+        let (graph, errors) = Graph::from_depends_on(
+            lists
+                .iter()
+                .map(|(role, list)| (*role, list.iter().map(String::as_str))),
+        );
+        for error in errors {
+            if let GraphError::Missing { vertex, missing } = error {
+                problems.entry(vertex.clone()).or_insert_with(|| {
+                    format!(
+                        "role {vertex:?} depends on {missing:?}, which is not a role of this node"
+                    )
+                });
+            }
+        }
+        for (members, cycle) in graph.cyclic_groups() {
+            let text = graph.named_cycle(&cycle).join(" -> ");
+            for v in members {
+                let role = graph.name(v);
+                problems.insert(
+                    role.to_string(),
+                    format!("role {role:?} is in a dependency cycle: {text}"),
+                );
+            }
+        }
+        Deps { graph, problems }
+    }
+
+    fn dependents(&self, role: &str) -> Vec<String> {
+        self.graph.id(role).map_or_else(Vec::new, |id| {
+            self.graph
+                .dependents(id)
+                .iter()
+                .map(|&d| self.graph.name(d).to_string())
+                .collect()
+        })
+    }
+}
+
+/// `depends_on` of `role`: from the source of highest precedence that sets it (a list replaces
+/// a list whole, as every list does in the merge); a list of role names or one name.
+fn depends_on(data: &Value, host: &str, role: &str) -> Result<Vec<String>, String> {
+    // A role with unusable sources fails on its own (`RenderController::desired`).
+    let Ok(sources) = vars::sources(data, host, role) else {
+        return Ok(Vec::new());
+    };
+    let Some(value) = sources
+        .iter()
+        .rev()
+        .flatten()
+        .find_map(|source| source.get("depends_on"))
+    else {
+        return Ok(Vec::new());
+    };
+    let bad = || format!("role {role:?}: depends_on must be a list of role names, got {value}");
+    match value {
+        Value::Null => Ok(Vec::new()),
+        Value::String(name) => Ok(vec![name.clone()]),
+        Value::Array(items) => items
+            .iter()
+            .map(|item| item.as_str().map(str::to_string).ok_or_else(bad))
+            .collect(),
+        _ => Err(bad()),
+    }
+}
+
+/// What the dependencies of a role that needs work allow now.
+enum Gate {
+    Go,
+    Hold {
+        state: BlockedState,
+        on: Vec<String>,
+        reason: String,
     },
 }
 
@@ -127,6 +259,11 @@ struct State {
     /// Digest of the sources every role shares (`vars`, `nodes[host].vars`) for one schedule
     /// snapshot (held, as in [`Cached`]), so a pass over many roles encodes them once.
     shared: Option<(Arc<Option<Schedule>>, [u8; 20])>,
+    /// The dependencies of this node's roles for one schedule snapshot (held, as in [`Cached`]).
+    deps: Option<(Arc<Option<Schedule>>, Arc<Deps>)>,
+    /// Every role of this node by name with its merged variables (references unresolved), for
+    /// resolving `$(role.path)`, for one schedule snapshot.
+    refs_doc: Option<(Arc<Option<Schedule>>, Arc<Value>)>,
     /// The schedule whose `changes` went into the log last (each schedule's once).
     changes_logged: Option<String>,
     /// Log entries not written yet, in the order they were decided.
@@ -145,6 +282,9 @@ pub struct RenderController {
     state: Mutex<State>,
     /// Held while queued log entries are written, so they reach the log in order.
     log_writer: Mutex<()>,
+    policy: ErrorPolicy,
+    /// Asks the driver for a pass of one role (set by [`RenderController::driver`]).
+    wake: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl RenderController {
@@ -175,13 +315,25 @@ impl RenderController {
                 ..State::default()
             }),
             log_writer: Mutex::new(()),
+            policy: ErrorPolicy::default(),
+            wake: std::sync::OnceLock::new(),
         }
+    }
+
+    /// What a failing role holds back (see the module docs); by default only its dependents.
+    pub fn error_policy(mut self, policy: ErrorPolicy) -> RenderController {
+        self.policy = policy;
+        self
     }
 
     /// A driver that wakes on a new schedule, changed templates and `force_render_all`.
     pub fn driver(self: Arc<Self>, config: DriverConfig) -> Driver<RenderController> {
         let store = self.store.clone();
+        let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
+        // A second driver of one controller would not be woken; there is one.
+        let _ = self.wake.set(wake);
         Driver::new(self, config)
+            .wake_keys(wakes)
             .trigger(store.schedule.trigger())
             .trigger(store.templates.trigger())
             .trigger(store.force_render.trigger())
@@ -209,8 +361,10 @@ impl RenderController {
                 tracing::warn!(role, error = %e, "Cannot remove the applied hash of a role gone from the schedule.");
             }
         }
-        self.out
-            .update(|s| s.failed.retain(|role, _| keep.contains(role)));
+        self.out.update(|s| {
+            s.failed.retain(|role, _| keep.contains(role));
+            s.blocked.retain(|role, _| keep.contains(role));
+        });
         gone
     }
 
@@ -223,6 +377,7 @@ impl RenderController {
         schedule: &Schedule,
         templates: &Templates,
         role: &str,
+        refs_doc: impl FnOnce() -> Arc<Value>,
     ) -> Result<Desired, RenderError> {
         let vars_error = |e: vars::VarsError| RenderError::Vars(e.to_string());
         let sources = vars::sources(&schedule.data, &self.host, role).map_err(vars_error)?;
@@ -249,10 +404,77 @@ impl RenderController {
         if dir.mentions_full_schedule {
             hasher.update(schedule.hash.as_bytes());
         }
+        let has_refs = sources
+            .iter()
+            .flatten()
+            .any(|source| source.values().any(refs::has_refs));
+        if has_refs {
+            // What references find lives in other roles' sources, which the hash does not cover:
+            // the resolved variables are hashed instead.
+            let resolved = self.resolved_vars(&schedule.data, role, refs_doc())?;
+            hasher.update(Value::Object(resolved).to_string().as_bytes());
+        }
         Ok(Desired {
             hash: hex::encode(hasher.finalize()),
             template,
+            has_refs,
         })
+    }
+
+    /// The merged variables of `role` with its `$(role.path)` references resolved against `doc`
+    /// (see [`State::refs_doc`]).
+    fn resolved_vars(
+        &self,
+        data: &Value,
+        role: &str,
+        doc: Arc<Value>,
+    ) -> Result<serde_json::Map<String, Value>, RenderError> {
+        let merged = vars::role_vars(data, &self.host, role)
+            .map_err(|e| RenderError::Vars(e.to_string()))?;
+        match refs::Resolver::new(&doc).resolve(&Value::Object(merged), "") {
+            Ok(Value::Object(resolved)) => Ok(resolved),
+            Ok(_) => unreachable!("an object resolves to an object"),
+            Err(e) => Err(RenderError::Vars(format!("role {role:?}: variable {e}"))),
+        }
+    }
+
+    /// Every role of this node with its merged variables, for one schedule snapshot.
+    fn refs_doc(
+        &self,
+        slot: &mut Option<(Arc<Option<Schedule>>, Arc<Value>)>,
+        schedule: &Arc<Option<Schedule>>,
+    ) -> Arc<Value> {
+        if let Some((s, doc)) = slot
+            && Arc::ptr_eq(s, schedule)
+        {
+            return doc.clone();
+        }
+        let mut doc = serde_json::Map::new();
+        if let Some(sched) = schedule.as_ref() {
+            for role in vars::node_roles(&sched.data, &self.host) {
+                if let Ok(merged) = vars::role_vars(&sched.data, &self.host, &role) {
+                    doc.insert(role, Value::Object(merged));
+                }
+            }
+        }
+        let doc = Arc::new(Value::Object(doc));
+        *slot = Some((schedule.clone(), doc.clone()));
+        doc
+    }
+
+    /// The dependencies of this node's roles, for one schedule snapshot.
+    fn deps_cached(&self, st: &mut State, schedule: &Arc<Option<Schedule>>) -> Arc<Deps> {
+        if let Some((s, deps)) = &st.deps
+            && Arc::ptr_eq(s, schedule)
+        {
+            return deps.clone();
+        }
+        let deps = Arc::new(match schedule.as_ref() {
+            Some(sched) => Deps::build(&sched.data, &self.host),
+            None => Deps::default(),
+        });
+        st.deps = Some((schedule.clone(), deps.clone()));
+        deps
     }
 
     /// Digest of `vars` and `nodes[host].vars` of `schedule` (see [`State::shared`]).
@@ -298,7 +520,12 @@ impl RenderController {
                 digest
             }
         };
-        let result = self.desired(&shared, sched, templates, role).map(Arc::new);
+        let refs_doc = &mut st.refs_doc;
+        let result = self
+            .desired(&shared, sched, templates, role, || {
+                self.refs_doc(refs_doc, schedule)
+            })
+            .map(Arc::new);
         st.cache.insert(
             role.to_string(),
             (schedule.clone(), templates.clone(), result.clone()),
@@ -377,6 +604,7 @@ impl RenderController {
             roles: roles_list,
             pending: roles,
             failed: Vec::new(),
+            blocked: Vec::new(),
         };
         self.publish_pass(&pass, None);
         st.passes.push(pass);
@@ -384,12 +612,16 @@ impl RenderController {
         id
     }
 
-    /// Marks `role`'s attempt in pass `id` done; ends passes with nothing pending.
-    fn leave_pass(&self, st: &mut State, id: &str, role: &str, failed: bool) {
-        if let Some(pass) = st.passes.iter_mut().find(|p| p.id == id) {
-            pass.pending.remove(role);
-            if failed {
-                pass.failed.push(role.to_string());
+    /// Marks `role`'s attempt in pass `id` done (`reason`: why it is blocked); ends passes with
+    /// nothing pending.
+    fn leave_pass(&self, st: &mut State, id: &str, role: &str, left: Left, reason: &str) {
+        if let Some(pass) = st.passes.iter_mut().find(|p| p.id == id)
+            && pass.pending.remove(role)
+        {
+            match left {
+                Left::Applied => {}
+                Left::Failed => pass.failed.push(role.to_string()),
+                Left::Blocked => pass.blocked.push((role.to_string(), reason.to_string())),
             }
         }
         self.close_finished(st);
@@ -406,11 +638,13 @@ impl RenderController {
                     schedule = %pass.schedule,
                     roles = pass.roles.len(),
                     failed = pass.failed.len(),
+                    blocked = pass.blocked.len(),
                     "Deployment finished."
                 );
                 st.log_queue.push(LogEntry::Finish {
                     id: pass.id.clone(),
                     failed: pass.failed.clone(),
+                    blocked: pass.blocked.clone(),
                 });
                 self.publish_pass(&pass, Some(now));
             } else {
@@ -427,6 +661,7 @@ impl RenderController {
             finished,
             roles: pass.roles.clone(),
             failed: pass.failed.clone(),
+            blocked: pass.blocked.iter().map(|(role, _)| role.clone()).collect(),
         };
         self.out.update(|s| {
             // An older pass finishing late does not hide a newer one.
@@ -455,11 +690,149 @@ impl RenderController {
         });
     }
 
-    fn clear_failure(&self, role: &str) {
-        if self.out.get().failed.contains_key(role) {
+    /// Forgets that `role` fails or waits; `true` when it did.
+    fn clear_failure(&self, role: &str) -> bool {
+        let status = self.out.get();
+        if status.failed.contains_key(role) || status.blocked.contains_key(role) {
             self.out.update(|s| {
                 s.failed.remove(role);
+                s.blocked.remove(role);
             });
+            return true;
+        }
+        false
+    }
+
+    /// Records why `role` does not apply now; `true` when that changed what its dependents see
+    /// (it was not blocked in that state before).
+    fn record_blocked(
+        &self,
+        role: &str,
+        state: BlockedState,
+        on: Vec<String>,
+        reason: String,
+        deployment_id: &str,
+    ) -> bool {
+        let now = self.clock.now_ms();
+        let before = self.out.get().blocked.get(role).cloned();
+        let entry = RoleBlocked {
+            state,
+            on,
+            reason,
+            since: before
+                .as_ref()
+                .filter(|b| b.state == state)
+                .map_or(now, |b| b.since),
+            deployment_id: Some(deployment_id.to_string()),
+        };
+        if before.as_ref() == Some(&entry) {
+            return false;
+        }
+        let changed_state = before.as_ref().map(|b| b.state) != Some(state);
+        if changed_state {
+            tracing::info!(role, state = ?state, on = ?entry.on, reason = %entry.reason, "Role held back by its dependencies.");
+        }
+        self.out.update(|s| {
+            s.blocked.insert(role.to_string(), entry);
+        });
+        changed_state
+    }
+
+    /// What the dependencies of `role` (which needs work) allow now.
+    fn gate(
+        &self,
+        st: &mut State,
+        schedule: &Arc<Option<Schedule>>,
+        templates: &Arc<Templates>,
+        deps: &Deps,
+        role: &str,
+        force: u64,
+    ) -> Gate {
+        let status = self.out.get();
+        // A failing role itself retries (its backoff): that is how a halt ends.
+        if self.policy == ErrorPolicy::Halt && !status.failed.contains_key(role) {
+            let failing: Vec<String> = status
+                .failed
+                .keys()
+                .filter(|r| r.as_str() != role)
+                .cloned()
+                .collect();
+            if !failing.is_empty() {
+                let reason = format!(
+                    "the deployment halted: {} failed (render.dependency-failure: halt)",
+                    failing.join(", ")
+                );
+                return Gate::Hold {
+                    state: BlockedState::Blocked,
+                    on: failing,
+                    reason,
+                };
+            }
+        }
+        let Some(id) = deps.graph.id(role) else {
+            return Gate::Go;
+        };
+        let (mut waiting, mut blocked) = (Vec::new(), Vec::new());
+        for &d in deps.graph.dependencies(id) {
+            let name = deps.graph.name(d);
+            let current = self
+                .desired_cached(st, schedule, templates, name)
+                .is_ok_and(|desired| !Self::needs_work(st, name, &desired, force));
+            if current {
+                continue;
+            }
+            let stuck = status.failed.contains_key(name)
+                || deps.problems.contains_key(name)
+                || status
+                    .blocked
+                    .get(name)
+                    .is_some_and(|b| b.state == BlockedState::Blocked);
+            if stuck {
+                blocked.push(name.to_string());
+            } else {
+                waiting.push(name.to_string());
+            }
+        }
+        if !blocked.is_empty() {
+            let reason = format!(
+                "depends on {}, which failed or is blocked",
+                blocked.join(", ")
+            );
+            Gate::Hold {
+                state: BlockedState::Blocked,
+                on: blocked,
+                reason,
+            }
+        } else if !waiting.is_empty() {
+            let reason = format!("waits for {} to apply", waiting.join(", "));
+            Gate::Hold {
+                state: BlockedState::Waiting,
+                on: waiting,
+                reason,
+            }
+        } else {
+            Gate::Go
+        }
+    }
+
+    /// Asks for a pass of the roles whose gate may have changed now that `role` applied, failed,
+    /// cleared or got blocked: its dependents; with [`ErrorPolicy::Halt`], every held-back role
+    /// and every role still pending in a pass.
+    fn wake_after(&self, role: &str, deps: &Deps) {
+        let Some(wake) = self.wake.get() else {
+            return;
+        };
+        let mut roles: BTreeSet<String> = deps.dependents(role).into_iter().collect();
+        if self.policy == ErrorPolicy::Halt {
+            roles.extend(self.out.get().blocked.keys().cloned());
+            let st = self.state.lock().unwrap();
+            for pass in &st.passes {
+                roles.extend(pass.pending.iter().cloned());
+            }
+        }
+        roles.remove(role);
+        for role in roles {
+            let _ = wake.send(role);
         }
     }
 
@@ -476,7 +849,11 @@ impl RenderController {
                     roles,
                     changes,
                 } => self.log.deployment_start(&id, &schedule, &roles, &changes),
-                LogEntry::Finish { id, failed } => self.log.deployment_finish(&id, &failed),
+                LogEntry::Finish {
+                    id,
+                    failed,
+                    blocked,
+                } => self.log.deployment_finish(&id, &failed, &blocked),
             }
         }
         let problem = self.log.problem();
@@ -498,31 +875,65 @@ impl RenderController {
         if schedule.is_none() {
             return Ok(Requeue::None);
         }
-        let (desired, id) = {
+        let (desired, id, deps, refs_doc) = {
             let mut st = self.state.lock().unwrap();
+            let deps = self.deps_cached(&mut st, &schedule);
             let desired = match self.desired_cached(&mut st, &schedule, &templates, &role) {
                 Ok(d) => d,
                 Err(e) => {
                     drop(st);
                     self.record_failure(&role, e.to_string(), None);
+                    self.wake_after(&role, &deps);
                     return Err(e);
                 }
             };
+            if let Some(problem) = deps.problems.get(&role) {
+                let e = RenderError::Dependencies(problem.clone());
+                drop(st);
+                self.record_failure(&role, e.to_string(), None);
+                self.wake_after(&role, &deps);
+                return Err(e);
+            }
             if !Self::needs_work(&st, &role, &desired, force) {
                 drop(st);
-                self.clear_failure(&role);
+                if self.clear_failure(&role) {
+                    self.wake_after(&role, &deps);
+                }
                 return Ok(Requeue::None);
             }
             let id = self.join_pass(&mut st, &schedule, &templates, &role, force);
-            (desired, id)
+            if let Gate::Hold { state, on, reason } =
+                self.gate(&mut st, &schedule, &templates, &deps, &role, force)
+            {
+                if state == BlockedState::Blocked {
+                    self.leave_pass(&mut st, &id, &role, Left::Blocked, &reason);
+                }
+                drop(st);
+                if self.record_blocked(&role, state, on, reason, &id) {
+                    self.wake_after(&role, &deps);
+                }
+                return Ok(Requeue::None);
+            }
+            let refs_doc = desired
+                .has_refs
+                .then(|| self.refs_doc(&mut st.refs_doc, &schedule));
+            (desired, id, deps, refs_doc)
         };
+        if self.out.get().blocked.contains_key(&role) {
+            self.out.update(|s| {
+                s.blocked.remove(&role);
+            });
+        }
         // `DeploymentStart` goes into the log before the role's own entries.
         self.flush_log();
         let now = self.clock.now_ms();
         let data = schedule.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
         // Checked by `desired` already; the schedule snapshot is the same.
-        let merged = vars::role_vars(data, &self.host, &role)
-            .map_err(|e| RenderError::Vars(e.to_string()))?;
+        let merged = match refs_doc {
+            Some(doc) => self.resolved_vars(data, &role, doc)?,
+            None => vars::role_vars(data, &self.host, &role)
+                .map_err(|e| RenderError::Vars(e.to_string()))?,
+        };
         let mentions_full_schedule = templates
             .dir(&desired.template)
             .any(|(_, f)| f.mentions_full_schedule);
@@ -546,7 +957,12 @@ impl RenderController {
             Err(e) => Err(RenderError::Apply(e)),
         };
         let mut st = self.state.lock().unwrap();
-        self.leave_pass(&mut st, &id, &role, result.is_err());
+        let left = if result.is_ok() {
+            Left::Applied
+        } else {
+            Left::Failed
+        };
+        self.leave_pass(&mut st, &id, &role, left, "");
         match result {
             Ok(()) => {
                 st.applied.insert(
@@ -558,11 +974,13 @@ impl RenderController {
                 );
                 drop(st);
                 self.clear_failure(&role);
+                self.wake_after(&role, &deps);
                 Ok(Requeue::None)
             }
             Err(e) => {
                 drop(st);
                 self.record_failure(&role, e.to_string(), Some(id));
+                self.wake_after(&role, &deps);
                 Err(e)
             }
         }

@@ -275,6 +275,32 @@ pub struct Deployment {
     pub finished: Option<u64>,
     pub roles: Vec<String>,
     pub failed: Vec<String>,
+    /// Roles of the pass that did not apply because something they depend on failed, or because
+    /// the pass halted (`render.dependency-failure: halt`).
+    pub blocked: Vec<String>,
+}
+
+/// Whether a gated role waits for its dependencies to apply or cannot go on until a fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BlockedState {
+    /// A role it depends on has not applied this schedule yet (it will, or it will fail).
+    Waiting,
+    /// A role it depends on failed or is blocked, or the pass halted after a failure.
+    Blocked,
+}
+
+/// Why a role that needs work does not apply now (`depends_on`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RoleBlocked {
+    pub state: BlockedState,
+    /// The roles it waits for (or, after a halt, the roles that failed).
+    pub on: Vec<String>,
+    pub reason: String,
+    /// When it was first seen waiting or blocked (ms since the epoch).
+    pub since: u64,
+    /// The pass it belongs to.
+    pub deployment_id: Option<String>,
 }
 
 /// Observed: the roles of this node and how their rendering went.
@@ -282,6 +308,8 @@ pub struct Deployment {
 pub struct RolesStatus {
     /// Roles that are failing now, by name.
     pub failed: BTreeMap<String, RoleFailure>,
+    /// Roles that need work but wait for the roles they depend on, by name.
+    pub blocked: BTreeMap<String, RoleBlocked>,
     /// The latest render pass.
     pub last_deployment: Option<Deployment>,
     /// Why the deployment log cannot be written, if it cannot (deployments go on without it).

@@ -15,7 +15,8 @@ use serde_json::{Value, json};
 use crate::election::ElectionState;
 use crate::ports::SchedulerFailure;
 use crate::state::{
-    Deployment, Inputs, Peers, Prefetched, Reports, RolesStatus, Schedule, SchedulerStatus,
+    Deployment, Inputs, Peers, Prefetched, Reports, RoleBlocked, RolesStatus, Schedule,
+    SchedulerStatus,
 };
 use crate::store::{Reader, Store, Trigger};
 use crate::vars;
@@ -152,6 +153,8 @@ pub struct Status {
     pub num_errors: usize,
     pub errors: BTreeMap<String, String>,
     pub failed_roles: Vec<String>,
+    /// Roles held back by `depends_on` (waiting for a dependency, or blocked by its failure).
+    pub blocked_roles: BTreeMap<String, RoleBlocked>,
     pub debug_force_leader: bool,
     pub metrics: BTreeMap<&'static str, u64>,
     pub fetch_state: Value,
@@ -298,6 +301,7 @@ pub fn view(node: &NodeInfo, snap: &Snapshot, runs: SchedulerRuns) -> Status {
         num_errors: snap.error_count(),
         errors,
         failed_roles: roles.failed.keys().cloned().collect(),
+        blocked_roles: roles.blocked.clone(),
         debug_force_leader: node.debug_force_leader,
         metrics,
         fetch_state,

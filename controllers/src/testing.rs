@@ -235,12 +235,17 @@ impl AppliedStore for MemoryAppliedStore {
     }
 }
 
+/// A role held back in a deployment, and why.
+pub type BlockedRole = (String, String);
+
 /// A deployment log that records starts `(id, roles)` and finishes `(id, failed)`.
 #[derive(Default)]
 pub struct RecordingDeploymentLog {
     pub started: Mutex<Vec<(String, Vec<String>)>>,
     pub changes: Mutex<Vec<String>>,
     pub finished: Mutex<Vec<(String, Vec<String>)>>,
+    /// The blocked roles of each finished deployment, with why.
+    pub blocked: Mutex<Vec<(String, Vec<BlockedRole>)>>,
     /// What [`DeploymentLog::problem`] answers.
     pub problem: Mutex<Option<String>>,
 }
@@ -259,11 +264,15 @@ impl DeploymentLog for RecordingDeploymentLog {
             .push((id.into(), roles.to_vec()));
         self.changes.lock().unwrap().extend(changes.iter().cloned());
     }
-    fn deployment_finish(&self, id: &str, failed: &[String]) {
+    fn deployment_finish(&self, id: &str, failed: &[String], blocked: &[(String, String)]) {
         self.finished
             .lock()
             .unwrap()
             .push((id.into(), failed.to_vec()));
+        self.blocked
+            .lock()
+            .unwrap()
+            .push((id.into(), blocked.to_vec()));
     }
     fn problem(&self) -> Option<String> {
         self.problem.lock().unwrap().clone()
@@ -491,6 +500,7 @@ pub const STATUS_KEYS: &[&str] = &[
     "num_errors",
     "errors",
     "failed_roles",
+    "blocked_roles",
     "debug_force_leader",
     "metrics",
     "fetch_state",

@@ -407,12 +407,17 @@ impl DeploymentLog for LogDir {
         self.changes(id, schedule_hash, changes);
     }
 
-    fn deployment_finish(&self, id: &str, failed: &[String]) {
-        let text = if failed.is_empty() {
+    fn deployment_finish(&self, id: &str, failed: &[String], blocked: &[(String, String)]) {
+        let mut text = if failed.is_empty() && blocked.is_empty() {
             "all roles applied\n".to_string()
+        } else if failed.is_empty() {
+            String::new()
         } else {
             format!("failed roles: {}\n", failed.join(", "))
         };
+        for (role, why) in blocked {
+            text.push_str(&format!("blocked role {role}: {why}\n"));
+        }
         self.global(id, Marker::DeploymentFinish, &text);
     }
 

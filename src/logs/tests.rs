@@ -36,7 +36,7 @@ fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
     role.external_log("vw/app.log", 42);
     role.action_finish("nginx.render.yaml");
     role.finish(&Ok(()));
-    log.deployment_finish("dep1", &[]);
+    log.deployment_finish("dep1", &[], &[]);
 
     let lines = index_lines(tmp.path());
     let markers: Vec<Value> = lines.iter().map(|l| l[3].clone()).collect();
@@ -211,7 +211,7 @@ fn a_role_log_that_cannot_be_opened_is_reported_once_and_clears_when_it_works() 
     );
     assert_eq!(counter.get(), 1, "the dropped entries are not retried");
     // The other streams still work and do not clear the role's report.
-    log.deployment_finish("dep1", &[]);
+    log.deployment_finish("dep1", &[], &[]);
     assert!(log.problem().is_some());
 
     fs::remove_file(tmp.path().join("web")).unwrap();

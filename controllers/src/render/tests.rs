@@ -1,9 +1,11 @@
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::state::{BlockedState, RoleBlocked};
 use crate::store::StoreWriter;
 use crate::testing::{
     FakeApplier, FakeClock, MemoryAppliedStore, RecordingDeploymentLog, templates,
@@ -30,7 +32,7 @@ fn schedule(roles: Value) -> Option<Schedule> {
     ))
 }
 
-fn rig_with(applied: Arc<MemoryAppliedStore>) -> Rig {
+fn rig_with(applied: Arc<MemoryAppliedStore>, policy: ErrorPolicy) -> Rig {
     let writer = StoreWriter::new(None);
     let store = writer.store();
     let StoreWriter {
@@ -46,15 +48,18 @@ fn rig_with(applied: Arc<MemoryAppliedStore>) -> Rig {
     ]));
     let applier = Arc::new(FakeApplier::default());
     let log = Arc::new(RecordingDeploymentLog::default());
-    let controller = Arc::new(RenderController::new(
-        store.clone(),
-        HOST.into(),
-        roles,
-        applier.clone(),
-        applied.clone(),
-        log.clone(),
-        FakeClock::at(1_600_000_000_000),
-    ));
+    let controller = Arc::new(
+        RenderController::new(
+            store.clone(),
+            HOST.into(),
+            roles,
+            applier.clone(),
+            applied.clone(),
+            log.clone(),
+            FakeClock::at(1_600_000_000_000),
+        )
+        .error_policy(policy),
+    );
     Rig {
         schedule,
         templates: templates_field,
@@ -68,7 +73,10 @@ fn rig_with(applied: Arc<MemoryAppliedStore>) -> Rig {
 }
 
 fn rig() -> Rig {
-    rig_with(Arc::new(MemoryAppliedStore::default()))
+    rig_with(
+        Arc::new(MemoryAppliedStore::default()),
+        ErrorPolicy::default(),
+    )
 }
 
 impl Rig {
@@ -199,11 +207,11 @@ async fn full_schedule_users_follow_every_schedule_change() {
 #[tokio::test]
 async fn applied_hashes_survive_a_restart() {
     let applied = Arc::new(MemoryAppliedStore::default());
-    let first = rig_with(applied.clone());
+    let first = rig_with(applied.clone(), ErrorPolicy::default());
     first.schedule.set(schedule(json!({"web": {}})));
     first.pass_all().await;
     assert_eq!(applied.0.lock().unwrap().len(), 1);
-    let second = rig_with(applied);
+    let second = rig_with(applied, ErrorPolicy::default());
     second.schedule.set(schedule(json!({"web": {}})));
     second.pass_all().await;
     assert!(
@@ -370,7 +378,7 @@ impl DeploymentLog for LockCheckingLog {
     fn deployment_start(&self, _: &str, _: &str, _: &[String], _: &[String]) {
         self.check("start");
     }
-    fn deployment_finish(&self, _: &str, _: &[String]) {
+    fn deployment_finish(&self, _: &str, _: &[String], _: &[(String, String)]) {
         self.check("finish");
     }
     fn problem(&self) -> Option<String> {
@@ -428,4 +436,255 @@ async fn a_log_that_cannot_be_written_is_reported_and_roles_still_apply() {
     rig.pass_all().await;
     assert_eq!(rig.store.roles.peek().deployment_log, None);
     assert_eq!(rig.applier.roles().len(), 2);
+}
+
+/// Roles `a` (depends on `b`), `b` (depends on `c`), `c`, and `d` on its own.
+fn chain() -> Value {
+    json!({
+        "a": {"depends_on": ["b"]},
+        "b": {"depends_on": "c"},
+        "c": {},
+        "d": {},
+    })
+}
+
+fn driven(rig: &Rig) -> (CancellationToken, tokio::task::JoinHandle<()>) {
+    let shutdown = CancellationToken::new();
+    let driver = rig.controller.clone().driver(DriverConfig {
+        seed: 7,
+        // Long enough that no resync happens in these tests: only wake-ups move the chain.
+        resync: Duration::from_secs(3600),
+        ..DriverConfig::default()
+    });
+    (shutdown.clone(), tokio::spawn(driver.run(shutdown)))
+}
+
+impl Rig {
+    fn blocked(&self) -> BTreeMap<String, RoleBlocked> {
+        self.store.roles.peek().blocked.clone()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_chain_applies_in_dependency_order_woken_by_each_apply() {
+    let rig = rig();
+    rig.schedule.set(schedule(chain()));
+    let (shutdown, task) = driven(&rig);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let order = rig.applier.roles();
+    assert_eq!(order.len(), 4, "{order:?}");
+    let pos = |r: &str| order.iter().position(|x| x == r).unwrap();
+    assert!(pos("c") < pos("b") && pos("b") < pos("a"), "{order:?}");
+    assert!(rig.blocked().is_empty());
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    assert!(
+        jobs.iter()
+            .all(|j| j.deployment_id == jobs[0].deployment_id),
+        "one pass"
+    );
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert!(last.finished.is_some());
+    assert!(last.blocked.is_empty());
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_role_waits_for_its_dependency_and_says_so() {
+    let rig = rig();
+    rig.schedule
+        .set(schedule(json!({"app": {"depends_on": ["db"]}, "db": {}})));
+    // Without a driver nothing wakes `app`: one pass in key order shows the waiting state.
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["db"]);
+    let blocked = rig.blocked();
+    assert_eq!(blocked["app"].state, BlockedState::Waiting);
+    assert_eq!(blocked["app"].on, vec!["db"]);
+    assert_eq!(blocked["app"].reason, "waits for db to apply");
+    assert!(
+        rig.store
+            .roles
+            .peek()
+            .last_deployment
+            .clone()
+            .unwrap()
+            .finished
+            .is_none(),
+        "app is still pending in the pass"
+    );
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["db", "app"]);
+    assert!(rig.blocked().is_empty());
+    assert!(
+        rig.store
+            .roles
+            .peek()
+            .last_deployment
+            .clone()
+            .unwrap()
+            .finished
+            .is_some()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_middle_role_blocks_its_dependents_only_and_its_fix_resumes_the_chain() {
+    let rig = rig();
+    rig.applier.fail("b", "exit status 1");
+    rig.schedule.set(schedule(chain()));
+    let (shutdown, task) = driven(&rig);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let mut applied = rig.applier.roles();
+    applied.sort();
+    assert_eq!(applied, vec!["b", "c", "d"], "a never started");
+    assert_eq!(rig.failed(), vec!["b"]);
+    let blocked = rig.blocked();
+    assert_eq!(blocked["a"].state, BlockedState::Blocked);
+    assert_eq!(blocked["a"].on, vec!["b"]);
+    assert_eq!(
+        blocked["a"].reason,
+        "depends on b, which failed or is blocked"
+    );
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert!(
+        last.finished.is_some(),
+        "the pass ends: a is blocked, not pending"
+    );
+    assert_eq!(
+        (last.failed, last.blocked),
+        (vec!["b".into()], vec!["a".into()])
+    );
+    let logged = rig.log.blocked.lock().unwrap().clone();
+    assert_eq!(
+        logged.last().unwrap().1,
+        vec![(
+            "a".to_string(),
+            "depends on b, which failed or is blocked".to_string()
+        )]
+    );
+
+    // The fix: b's command works now. Its backoff retry applies it, which wakes a; no new
+    // schedule is needed.
+    rig.applier.heal("b");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rig.applier.roles().last().map(String::as_str), Some("a"));
+    assert!(rig.failed().is_empty());
+    assert!(rig.blocked().is_empty());
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_cycle_fails_the_roles_on_it_naming_it_and_everything_else_applies() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({
+        "a": {"depends_on": ["b"]},
+        "b": {"depends_on": ["a"]},
+        "c": {"depends_on": ["a"]},
+        "d": {},
+        "e": {"depends_on": ["ghost"]},
+    })));
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["d"]);
+    let failed = rig.store.roles.peek().failed.clone();
+    assert_eq!(
+        failed["a"].message,
+        "role \"a\" is in a dependency cycle: a -> b -> a"
+    );
+    assert_eq!(
+        failed["b"].message,
+        "role \"b\" is in a dependency cycle: a -> b -> a"
+    );
+    assert_eq!(
+        failed["e"].message,
+        "role \"e\" depends on \"ghost\", which is not a role of this node"
+    );
+    assert_eq!(rig.blocked()["c"].state, BlockedState::Blocked);
+    assert_eq!(rig.blocked()["c"].on, vec!["a"]);
+}
+
+#[tokio::test]
+async fn a_bad_depends_on_is_an_error_of_that_role() {
+    let rig = rig();
+    rig.schedule
+        .set(schedule(json!({"a": {"depends_on": {"b": 1}}, "b": {}})));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["b"]);
+    assert_eq!(
+        rig.store.roles.peek().failed["a"].message,
+        "role \"a\": depends_on must be a list of role names, got {\"b\":1}"
+    );
+}
+
+#[tokio::test]
+async fn halt_holds_back_every_role_after_a_failure_until_it_clears() {
+    let rig = rig_with(Arc::default(), ErrorPolicy::Halt);
+    rig.applier.fail("a", "boom");
+    rig.schedule
+        .set(schedule(json!({"a": {}, "b": {}, "c": {}})));
+    rig.pass_all().await;
+    assert_eq!(
+        rig.applier.roles(),
+        vec!["a"],
+        "nothing new starts after a fails"
+    );
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert!(last.finished.is_some());
+    assert_eq!(last.failed, vec!["a"]);
+    assert_eq!(last.blocked, vec!["b", "c"]);
+    assert_eq!(
+        rig.blocked()["b"].reason,
+        "the deployment halted: a failed (render.dependency-failure: halt)"
+    );
+    rig.applier.heal("a");
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["a", "a", "b", "c"]);
+    assert!(rig.blocked().is_empty());
+}
+
+#[tokio::test]
+async fn a_role_takes_values_from_another_roles_variables() {
+    let rig = rig();
+    let with_port = |port: u16| {
+        schedule(json!({
+            "app": {"db_url": "pg://$(db.host):$(db.port)/app", "pool": "$(db.limits)"},
+            "db": {"host": "10.0.0.5", "port": port, "limits": {"max": 10}},
+        }))
+    };
+    rig.schedule.set(with_port(5432));
+    rig.pass_all().await;
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    let app = jobs.iter().find(|j| j.role == "app").unwrap();
+    assert_eq!(app.vars["db_url"], json!("pg://10.0.0.5:5432/app"));
+    assert_eq!(app.vars["pool"], json!({"max": 10}));
+    // Only db's variables change, yet app's resolved value does: app renders again.
+    rig.schedule.set(with_port(6432));
+    rig.pass_all().await;
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    let apps: Vec<_> = jobs.iter().filter(|j| j.role == "app").collect();
+    assert_eq!(apps.len(), 2);
+    assert_eq!(apps[1].vars["db_url"], json!("pg://10.0.0.5:6432/app"));
+}
+
+#[tokio::test]
+async fn a_reference_cycle_fails_the_role_naming_the_chain() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({
+        "a": {"x": "$(b.y)"},
+        "b": {"y": "$(a.x)"},
+        "c": {"shell": "echo $(date)"},
+    })));
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["c"]);
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    assert_eq!(
+        jobs[0].vars["shell"],
+        json!("echo $(date)"),
+        "not a role: left alone"
+    );
+    assert_eq!(
+        rig.store.roles.peek().failed["a"].message,
+        "role \"a\": variable reference cycle: $(b.y) -> $(a.x) -> $(b.y)"
+    );
 }

@@ -5,7 +5,7 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::*;
-use crate::state::{InputError, Peer, Report, RoleFailure, ScheduleStamp};
+use crate::state::{BlockedState, InputError, Peer, Report, RoleFailure, ScheduleStamp};
 use crate::store::StoreWriter;
 use crate::testing::{STATUS_KEYS, inputs};
 
@@ -286,11 +286,25 @@ fn failing_roles_are_listed_counted_and_explained() {
             finished: Some(20),
             roles: vec!["db".into(), "web".into()],
             failed: vec!["db".into(), "web".into()],
+            blocked: vec!["app".into()],
         }),
+        blocked: [(
+            "app".to_string(),
+            RoleBlocked {
+                state: BlockedState::Blocked,
+                on: vec!["db".into()],
+                reason: "depends on db, which failed or is blocked".into(),
+                since: 15,
+                deployment_id: Some("d1".into()),
+            },
+        )]
+        .into(),
         deployment_log: Some("log dir: permission denied".into()),
     });
     let status = status(&writer);
     assert_eq!(status.failed_roles, ["db", "web"]);
+    assert_eq!(status.blocked_roles["app"].on, ["db"]);
+    assert_eq!(status.last_deployment.as_ref().unwrap().blocked, ["app"]);
     assert_eq!(status.errors["role web"], "command 2 exited with 1");
     assert_eq!(status.errors["role db"], "templates/db/x: line 1");
     assert_eq!(

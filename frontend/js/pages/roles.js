@@ -30,9 +30,12 @@ export function rolesPage(ctx, role) {
 
   function drawList() {
     const failing = new Set((state.status && state.status.failed_roles) || []);
+    const held = (state.status && state.status.blocked_roles) || {};
     const needle = state.ui.roleFilter.toLowerCase();
     fill(list, ...allRoles(state.schedule).filter((r) => r.toLowerCase().includes(needle)).map((r) => {
-      const a = link("/roles/" + encodeURIComponent(r), r, failing.has(r) ? pill("failing", "bad") : null);
+      const mark = failing.has(r) ? pill("failing", "bad")
+        : held[r] ? pill(held[r].state, held[r].state === "blocked" ? "bad" : "warn") : null;
+      const a = link("/roles/" + encodeURIComponent(r), r, mark);
       if (r === role) a.classList.add("active");
       return a;
     }));
@@ -68,6 +71,7 @@ export function rolesPage(ctx, role) {
     const s = state.status;
     if (role && roleIsHere(state, role) && (!requested || (prev && deploymentKey(prev) !== deploymentKey(s)))) reload();
     if (!prev || prev.schedule_id !== s.schedule_id || prev.failed_roles.join() !== s.failed_roles.join()
+        || JSON.stringify(prev.blocked_roles) !== JSON.stringify(s.blocked_roles)
         || prev.election_state.is_leader !== s.election_state.is_leader || deploymentKey(prev) !== deploymentKey(s)) {
       draw();
     }
@@ -145,6 +149,13 @@ function rolePage(ctx, role, deployments, results, redraw) {
     out.push(h("div", {class: "banner bad", id: "role-failure"},
       h("strong", {}, "Failing on this node"), " since ", when(failure.since), ", ", failure.attempts, " attempt(s): ",
       h("pre", {}, failure.message), link(roleLogPath(role, deployments, failure.deployment_id), "Log of the last attempt")));
+  }
+  const held = s && s.blocked_roles && s.blocked_roles[role];
+  if (held) {
+    out.push(h("div", {class: "banner " + (held.state === "blocked" ? "bad" : "warn"), id: "role-held"},
+      h("strong", {}, held.state === "blocked" ? "Blocked on this node" : "Waiting on this node"),
+      " since ", when(held.since), ": ", held.reason, " (depends_on: ",
+      ...held.on.flatMap((r, i) => [i ? ", " : "", link("/roles/" + encodeURIComponent(r), r)]), ")"));
   }
   if (rd && rd.to_render && role in rd.to_render) {
     out.push(card("Rendered here with", h("details", {}, h("summary", {}, "Variables on " + s.hostname),
