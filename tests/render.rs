@@ -736,6 +736,22 @@ fn a_failing_middle_role_blocks_only_its_dependents_and_its_fix_resumes_the_chai
         global.contains("blocked role third: depends on second, which failed or is blocked"),
         "{global}"
     );
+    // The frontend: the role list marks third blocked, its page says on what.
+    let browser = crate::webdriver::Browser::start();
+    browser.goto(&format!(
+        "http://127.0.0.1:{}/roles/third",
+        site.daemon.port
+    ));
+    // (The page redraws as the status streams in: each check waits for its own text.)
+    browser.wait_for_text("#role-held", "Blocked on this node", SOON);
+    browser.wait_for_text(
+        "#role-held",
+        "depends on second, which failed or is blocked",
+        SOON,
+    );
+    browser.wait_for_text("#role-held a[href='/roles/second']", "second", SOON);
+    browser.wait_for_text("a[href='/roles/third']", "blocked", SOON);
+    browser.screenshot(&crate::webdriver::screenshot_dir().join("render-blocked-role.png"));
 
     // The fix, and nothing else: the retry of second applies it, which wakes third.
     std::fs::remove_file(site.out.join("fail-second")).unwrap();
