@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short bench bench-rss bench-extender \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials bench bench-rss bench-extender \
 	package package-tools package-deps test-package
 
 all: build
@@ -82,6 +82,10 @@ sim-fleet-short:
 
 sim-fleet:
 	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib -- election::sim::tests::fleet --ignored --nocapture
+
+## Crash trials: 1,000 SIGKILLs of the daemon at random moments (make test runs 10).
+crash-trials:
+	CRASH_TRIALS=1000 $(CARGO) test --test tests crash -- --nocapture
 
 ## Criterion benchmarks (scheduler round) and the idle memory figure.
 bench:

@@ -15,6 +15,9 @@
 //!   schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
 //!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader.
+//! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies
+//!   seen) while schedules change; every rendered file whole, the stored schedule whole, no
+//!   schedule lost, every role converged after the restart (`CRASH_TRIALS`, `CRASH_SEED`).
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
@@ -75,6 +78,7 @@ mod webdriver;
 mod actions;
 mod cli;
 mod cluster;
+mod crash;
 mod daemon;
 mod extender;
 mod frontend;
