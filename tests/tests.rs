@@ -31,6 +31,9 @@
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.
+//! - `hostile`: hostile clients at once (events streams that never read while the status
+//!   changes, half requests, huge and malformed bodies, more connections than the cap):
+//!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
@@ -82,6 +85,7 @@ mod crash;
 mod daemon;
 mod extender;
 mod frontend;
+mod hostile;
 mod lithos;
 mod notify;
 mod package;
