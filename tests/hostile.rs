@@ -69,7 +69,7 @@ fn hostile_clients_do_not_stop_the_status_nor_grow_memory() {
     let idle_rss = rss_kib(pid);
 
     // 1. Events streams that never read a byte (up to the streams' share of the cap).
-    let mut streams: Vec<TcpStream> = (0..64)
+    let streams: Vec<TcpStream> = (0..64)
         .map(|_| {
             let mut s = connect(port);
             s.write_all(b"GET /v1/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
