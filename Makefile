@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials bench bench-rss bench-extender \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials bench bench-rss bench-fleet-rss bench-extender \
 	package package-tools package-deps test-package
 
 all: build
@@ -94,6 +94,10 @@ bench:
 
 bench-rss:
 	benches/idle_rss.sh
+
+## Resident memory with 1,000 peers and 500 roles (issue 15).
+bench-fleet-rss:
+	benches/fleet_rss.sh
 
 ## The scheduler extender: the decision for 5,000 NodeNames (criterion), then wrk against the
 ## real server on one core (installs Debian's wrk when missing, as root).
