@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials bench bench-rss bench-fleet-rss bench-extender \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak bench bench-rss bench-fleet-rss bench-extender \
 	package package-tools package-deps test-package
 
 all: build
@@ -86,6 +86,10 @@ sim-fleet:
 ## Crash trials: 1,000 SIGKILLs of the daemon at random moments (make test runs 10).
 crash-trials:
 	CRASH_TRIALS=1000 $(CARGO) test --test tests crash -- --nocapture
+
+## Soak: five nodes under churn for an hour (make test runs 3 minutes).
+soak:
+	SOAK_SECS=3600 $(CARGO) test --release --test tests soak -- --nocapture
 
 ## Criterion benchmarks (scheduler round) and the idle memory figure.
 bench:

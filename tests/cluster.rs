@@ -11,7 +11,9 @@ use serde_json::Value;
 
 use crate::util::*;
 
+/// The nodes of [`Cluster::start`]; [`Cluster::start_n`] takes more from [`MORE_NAMES`].
 pub const NAMES: [&str; 3] = ["alpha", "beta", "gamma"];
+pub const MORE_NAMES: [&str; 5] = ["alpha", "beta", "gamma", "delta", "epsilon"];
 /// Generous bound for elections and fetches on a loaded CI machine.
 const SOON: Duration = Duration::from_secs(20);
 
@@ -23,13 +25,13 @@ pub struct Node {
 }
 
 impl Node {
-    fn start(i: usize, dir: &Path, port: u16, cantal: &str) -> Node {
+    pub fn start(i: usize, dir: &Path, port: u16, cantal: &str) -> Node {
         let n = i + 1;
         let host = format!("127.0.0.{n}");
         let (mut command, log) = cluster_node(dir, n);
         let child = command
-            .args(["--hostname", NAMES[i], "--name"])
-            .arg(format!("{}.test", NAMES[i]))
+            .args(["--hostname", MORE_NAMES[i], "--name"])
+            .arg(format!("{}.test", MORE_NAMES[i]))
             .args(["--host", &host, "--port", &port.to_string()])
             .arg("--override-machine-id")
             .arg(format!("77985419c732412ea38b94db{n:08}"))
@@ -45,12 +47,16 @@ impl Node {
         }
     }
 
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn json(&self, path: &str) -> Option<Value> {
         let (code, body) = http_get_at(&self.host, self.port, path)?;
         (code == 200).then(|| serde_json::from_str(&body).ok())?
     }
 
-    fn logs(&self) -> String {
+    pub fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -79,8 +85,10 @@ fn http_head_at(host: &str, port: u16, path: &str) -> (u16, String) {
 }
 
 pub struct Cluster {
-    _tmp: tempfile::TempDir,
+    pub tmp: tempfile::TempDir,
     _cantal: Child,
+    /// Where the cantal test double listens.
+    pub cantal_url: String,
     pub nodes: Vec<Option<Node>>,
 }
 
@@ -93,6 +101,12 @@ impl Drop for Cluster {
 
 impl Cluster {
     pub fn start() -> Cluster {
+        Cluster::start_n(NAMES.len())
+    }
+
+    /// `n` nodes (at most five), named from [`MORE_NAMES`].
+    pub fn start_n(n: usize) -> Cluster {
+        let names = &MORE_NAMES[..n];
         let tmp = tempfile::tempdir().unwrap();
         let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
         // Ports are picked by the system and read back from what the processes say (no
@@ -101,7 +115,7 @@ impl Cluster {
         let cantal_log = tmp.path().join("cantal.log");
         let cantal = Command::new(cantal_bin)
             .args(["--listen", "127.0.0.1:0"])
-            .args(NAMES.iter().map(|n| format!("{n}.test")))
+            .args(names.iter().map(|n| format!("{n}.test")))
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&cantal_log).unwrap())
             .spawn()
@@ -119,10 +133,11 @@ impl Cluster {
         .unwrap_or_else(|| panic!("node 1 does not listen:\n{}", first.logs()));
         first.port = port;
         let mut nodes = vec![Some(first)];
-        nodes.extend((1..NAMES.len()).map(|i| Some(Node::start(i, tmp.path(), port, &url))));
+        nodes.extend((1..n).map(|i| Some(Node::start(i, tmp.path(), port, &url))));
         Cluster {
-            _tmp: tmp,
+            tmp,
             _cantal: cantal,
+            cantal_url: url,
             nodes,
         }
     }

@@ -62,6 +62,9 @@
 //!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file
 //!   shown with its line while the last good declaration goes on); the offline `verwalter
 //!   schedule` with and without `--no-metrics`.
+//! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
+//!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
+//!   and logs of the steady nodes stay flat, and the cluster converges at the end.
 //! - `sources`: the placement data sources against test doubles of the Kubernetes API (HTTPS
 //!   with a test CA and a bearer token; plain HTTP as `kubectl proxy`) and of Prometheus: the
 //!   snapshot as wca reads it, a pod bound by kube-scheduler counted from the watch before the
@@ -93,5 +96,6 @@ mod partition;
 mod placement_cli;
 mod render;
 mod scheduler_metrics;
+mod soak;
 mod sources;
 mod upgrade;
