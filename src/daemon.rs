@@ -65,6 +65,8 @@ pub enum StartError {
     },
     #[error("placement-{0}")]
     Extender(#[source] crate::placement::extender::ExtenderError),
+    #[error("{0}")]
+    Graph(#[source] crate::graph::GraphError),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -104,6 +106,7 @@ pub enum Task {
     Notify,
     SchedulerMetrics,
     Extender,
+    Graph,
 }
 
 impl Task {
@@ -122,6 +125,7 @@ impl Task {
             Task::Notify => "systemd notifier",
             Task::SchedulerMetrics => "scheduler metrics refresh",
             Task::Extender => "placement extender",
+            Task::Graph => "graph executor",
         }
     }
 
@@ -542,6 +546,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         for task in extender_tasks {
             tasks.spawn(Task::Extender, task);
         }
+    }
+    // The ernest-style graph executor over NATS, when the settings ask for it; its metrics are
+    // served on this daemon's /metrics.
+    if let Some(settings) = &config.graph {
+        let task = crate::graph::start(settings, metrics.registry(), shutdown.clone())
+            .map_err(StartError::Graph)?;
+        tasks.spawn(Task::Graph, task);
     }
     let server_metrics = metrics.clone();
     let mut limits = config.http.clone();

@@ -78,6 +78,7 @@ mod cluster;
 mod daemon;
 mod extender;
 mod frontend;
+mod graph_nats;
 mod lithos;
 mod notify;
 mod package;
