@@ -106,11 +106,22 @@ struct Executor {
 
 impl Executor {
     fn start(url: &str, storage: &Path, timeout_s: f64, log: &Path) -> Executor {
+        Executor::start_with(url, storage, timeout_s, log, &[])
+    }
+
+    fn start_with(
+        url: &str,
+        storage: &Path,
+        timeout_s: f64,
+        log: &Path,
+        args: &[&str],
+    ) -> Executor {
         let child = Command::new(BIN)
             .args(["graph", "--nats-url", url, "--storage-dir"])
             .arg(storage)
             .arg("--component-timeout")
             .arg(timeout_s.to_string())
+            .args(args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(log).unwrap())
@@ -515,12 +526,32 @@ async fn an_error_while_others_run_gives_one_error_after_they_finish() {
 async fn a_lost_answer_times_out_into_one_error() {
     let tmp = tempfile::tempdir().unwrap();
     let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
+    let executor = Executor::start_with(
         &nats.url(),
         &tmp.path().join("graph"),
         0.5,
         &tmp.path().join("executor.log"),
+        &["--metrics-listen", "127.0.0.1:0"],
     );
+    let metrics_port = {
+        let line = wait_until(|| {
+            executor
+                .logs()
+                .lines()
+                .find(|l| l.contains("Graph executor metrics at"))
+                .map(str::to_string)
+        })
+        .expect("the metrics address is logged");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        addr.rsplit(':').next().unwrap().parse::<u16>().unwrap()
+    };
     let client = Client::connect(&nats.url()).await;
 
     client.publish("build.create", &two_instances("lost")).await;
@@ -549,6 +580,16 @@ async fn a_lost_answer_times_out_into_one_error() {
         client
             .seen(dispatch_of("lost", "instance::web-1"))
             .is_empty()
+    );
+    // `--metrics-listen` serves the executor's families.
+    let metric = |series: &str| crate::util::metric(metrics_port, series);
+    assert_eq!(
+        metric("verwalter_graph_builds_total{result=\"error\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric("verwalter_graph_component_duration_seconds_count{result=\"error\"}"),
+        Some(1.0)
     );
 }
 
@@ -743,4 +784,167 @@ async fn the_daemon_runs_the_executor_by_its_settings_with_its_metrics() {
         Some(2.0),
         "two timeouts"
     );
+}
+
+/// A build of `n` components `c::i`, each after `after(i)` (indices of earlier components).
+fn synthetic(id: &str, n: usize, after: impl Fn(usize) -> Vec<usize>) -> Value {
+    let name = |i: usize| format!("c::{i:04}");
+    let changes: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"_component_id": name(i), "_component": "c", "_action": "create",
+                        "_provider": "fake", "size": i})
+        })
+        .collect();
+    let edges: Vec<Value> = (0..n)
+        .flat_map(|i| after(i).into_iter().map(move |j| (j, i)))
+        .map(|(j, i)| json!({"source": name(j), "destination": name(i), "length": 1}))
+        .collect();
+    json!({"id": id, "changes": changes, "edges": edges})
+}
+
+/// Runs `build` with an instant worker; returns the wall time and, per dispatch after the
+/// first, the time from the worker's previous `.done` to that dispatch.
+async fn timed(client: &async_nats::Client, build: &Value) -> (Duration, Vec<Duration>) {
+    let id = build["id"].as_str().unwrap().to_string();
+    let mut dispatches = client.subscribe("c.create.fake").await.unwrap();
+    let mut results = client.subscribe(format!("build.create.*")).await.unwrap();
+    client.flush().await.unwrap();
+    let started = Instant::now();
+    client
+        .publish("build.create", serde_json::to_vec(build).unwrap().into())
+        .await
+        .unwrap();
+    let n = build["changes"].as_array().unwrap().len();
+    let mut gaps = Vec::with_capacity(n);
+    let mut last_done: Option<Instant> = None;
+    for _ in 0..n {
+        let m = dispatches.next().await.unwrap();
+        if let Some(at) = last_done {
+            gaps.push(at.elapsed());
+        }
+        client
+            .publish(format!("{}.done", m.subject), m.payload)
+            .await
+            .unwrap();
+        last_done = Some(Instant::now());
+    }
+    let result = results.next().await.unwrap();
+    let wall = started.elapsed();
+    let payload: Value = serde_json::from_slice(&result.payload).unwrap();
+    assert_eq!(result.subject.as_str(), "build.create.done");
+    assert_eq!(payload["id"], id.as_str());
+    (wall, gaps)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// `make bench-graph`: 1,000-component builds through a real nats-server with an instant
+/// worker, the executor's build files on the disk under $TMPDIR and on /dev/shm (tmpfs, no
+/// fsync cost). Prints figures; asserts only that the builds finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: make bench-graph"]
+async fn bench_thousand_components() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let shm = Path::new("/dev/shm");
+    let mut places = vec![("disk", tmp.path().to_owned())];
+    if shm.is_dir() {
+        places.push(("tmpfs", tempfile::tempdir_in(shm).unwrap().keep()));
+    }
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    for (place, dir) in &places {
+        let storage = dir.join("graph");
+        let _executor = Executor::start(&nats.url(), &storage, 300.0, &dir.join("bench.log"));
+        let shapes: Vec<(&str, Value)> = vec![
+            (
+                "chain",
+                synthetic("chain", 1000, |i| if i == 0 { vec![] } else { vec![i - 1] }),
+            ),
+            ("independent", synthetic("independent", 1000, |_| vec![])),
+            (
+                "10 waves of 100",
+                synthetic("waves", 1000, |i| {
+                    // Two components of the wave before: the waves stay in order without 90,000
+                    // edges (over NATS's 1 MiB payload limit).
+                    let wave = i / 100;
+                    if wave == 0 {
+                        vec![]
+                    } else {
+                        vec![i - 100, (wave - 1) * 100 + (i + 1) % 100]
+                    }
+                }),
+            ),
+        ];
+        for (shape, build) in shapes {
+            let (wall, mut gaps) = timed(&client, &build).await;
+            let per = wall.as_secs_f64() * 1000.0 / 1000.0;
+            if shape == "chain" {
+                gaps.sort();
+                println!(
+                    "graph bench [{place}] {shape}: wall {:.0} ms, {per:.3} ms/component; \
+                     .done -> next dispatch median {:.3} ms, p90 {:.3} ms, p99 {:.3} ms",
+                    wall.as_secs_f64() * 1000.0,
+                    percentile(&gaps, 0.5),
+                    percentile(&gaps, 0.9),
+                    percentile(&gaps, 0.99),
+                );
+            } else {
+                println!(
+                    "graph bench [{place}] {shape}: wall {:.0} ms, {per:.3} ms/component",
+                    wall.as_secs_f64() * 1000.0
+                );
+            }
+        }
+    }
+    for (place, dir) in &places {
+        if *place == "tmpfs" {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_delete_runs_in_reverse_order_and_empties_the_service() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let _executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    let client = Client::connect(&nats.url()).await;
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/graphs/ernest-service/delete.json"),
+    )
+    .unwrap();
+    let build: Value = serde_json::from_str(&text).unwrap();
+    client.publish("build.delete", &build).await;
+    let id = "shop-1-delete";
+    let mut answered = 0;
+    while answered < 5 {
+        let dispatches = client
+            .wait(answered + 1, "a dispatch", |s, p| {
+                is_dispatch(s) && p["service"] == id
+            })
+            .await;
+        for d in &dispatches[answered..] {
+            client.answer(d, false, json!({})).await;
+            answered += 1;
+        }
+    }
+    let results = client.wait(1, "the result", result_of(id)).await;
+    assert_eq!(results[0].0, "build.delete.done");
+    assert_eq!(results[0].1["components"], json!([]), "everything deleted");
+    let order: Vec<String> = client
+        .seen(|s, p| is_dispatch(s) && p["service"] == id)
+        .iter()
+        .map(|(s, p)| format!("{s} {}", p["_component_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(order[0], "elb.delete.fake elb::web-lb");
+    assert_eq!(order[3], "firewall.delete.fake firewall::web-sg");
+    assert_eq!(order[4], "network.delete.fake network::web");
 }

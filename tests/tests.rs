@@ -25,6 +25,11 @@
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
 //!   errors, and the daemon serving it by its settings.
+//! - `graph_nats`: `verwalter graph` against Debian's `nats-server` (`make nats-deps`) with a
+//!   worker in the test: the example service build in dependency order with references resolved
+//!   and one result, an error while others run (one `.error`, after them), a lost answer timed
+//!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
+//!   settings with its metrics; the ignored `bench_thousand_components` (`make bench-graph`).
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.

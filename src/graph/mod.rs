@@ -171,9 +171,8 @@ pub async fn run(flags: &GraphFlags, shutdown: CancellationToken) -> Result<(), 
         ),
         None => None,
     };
-    executor.await;
-    if let Some(server) = server {
-        server.await;
-    }
+    // Both run until `shutdown`: the metrics are served while the executor works.
+    let server = server.unwrap_or_else(|| Box::pin(async {}));
+    futures::future::join(executor, server).await;
     Ok(())
 }

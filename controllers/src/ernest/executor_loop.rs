@@ -141,11 +141,15 @@ impl ExecutorLoop {
         }
         let mut terminals = Vec::new();
         for (id, out) in step.publish {
-            if out.terminal {
-                terminals.push(id);
-            }
-            if let Err(error) = self.bus.publish(out.subject.clone(), out.payload).await {
-                tracing::warn!(subject = %out.subject, %error, "Publish failed.");
+            match self.bus.publish(out.subject.clone(), out.payload).await {
+                Ok(()) if out.terminal => terminals.push(id),
+                Ok(()) => {}
+                // The client refuses only what it can never send (over the server's payload
+                // limit, say): an operator must look. The file keeps the result as `sending`.
+                Err(error) if out.terminal => tracing::error!(build = %id,
+                    subject = %out.subject, %error, "The build's result cannot be published."),
+                Err(error) => tracing::warn!(build = %id, subject = %out.subject, %error,
+                    "Publish failed; the component will time out."),
             }
         }
         for (id, result) in &step.finished {
