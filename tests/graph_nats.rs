@@ -807,7 +807,7 @@ fn synthetic(id: &str, n: usize, after: impl Fn(usize) -> Vec<usize>) -> Value {
 async fn timed(client: &async_nats::Client, build: &Value) -> (Duration, Vec<Duration>) {
     let id = build["id"].as_str().unwrap().to_string();
     let mut dispatches = client.subscribe("c.create.fake").await.unwrap();
-    let mut results = client.subscribe(format!("build.create.*")).await.unwrap();
+    let mut results = client.subscribe("build.create.*").await.unwrap();
     client.flush().await.unwrap();
     let started = Instant::now();
     client
