@@ -127,6 +127,18 @@ pub struct SettingsFile {
     pub placement_extender: Option<ExtenderFileSettings>,
     /// The ernest-style graph executor over NATS; off unless given.
     pub graph: Option<GraphFileSettings>,
+    /// verwalter's own deployment events published on NATS; off unless given.
+    pub deployment_events: Option<EventsFileSettings>,
+}
+
+/// `deployment-events:` in the settings file (docs/graphs.md, "Deployment events on NATS").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EventsFileSettings {
+    /// [default: nats://127.0.0.1:4222]
+    pub nats_url: Option<String>,
+    /// The first token of the subjects [default: verwalter].
+    pub prefix: Option<String>,
 }
 
 /// `graph:` in the settings file (docs/graphs.md, "The graph executor over NATS"): the same as
@@ -310,6 +322,8 @@ pub struct Config {
     pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
     /// The graph executor to run, if the settings ask for it.
     pub graph: Option<crate::graph::GraphSettings>,
+    /// Where to publish deployment events, if the settings ask for it.
+    pub deployment_events: Option<crate::graph::events::EventSettings>,
     pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
 }
@@ -555,10 +569,31 @@ impl Config {
                 })
                 .ok()
         });
+        let deployment_events = file.deployment_events.as_ref().and_then(|e| {
+            let prefix = e.prefix.clone().unwrap_or_else(|| "verwalter".into());
+            let token_ok = !prefix.is_empty()
+                && prefix
+                    .split('.')
+                    .all(|t| !t.is_empty() && !t.contains(['*', '>', ' ']));
+            if !token_ok {
+                problems.push(format!(
+                    "deployment-events.prefix: {prefix:?} is not a NATS subject prefix"
+                ));
+                return None;
+            }
+            Some(crate::graph::events::EventSettings {
+                nats_url: e
+                    .nats_url
+                    .clone()
+                    .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
+                prefix,
+            })
+        });
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
         Ok(Config {
+            deployment_events,
             graph,
             placement_extender,
             http,

@@ -107,6 +107,7 @@ pub enum Task {
     SchedulerMetrics,
     Extender,
     Graph,
+    Events,
 }
 
 impl Task {
@@ -126,6 +127,7 @@ impl Task {
             Task::SchedulerMetrics => "scheduler metrics refresh",
             Task::Extender => "placement extender",
             Task::Graph => "graph executor",
+            Task::Events => "deployment events publisher",
         }
     }
 
@@ -497,6 +499,21 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     } else {
         Arc::new(state_dir.clone())
     };
+    // With `deployment-events:`, what the render controller reports also goes to NATS.
+    let render_log: Arc<dyn verwalter_controllers::ports::DeploymentLog> =
+        match &config.deployment_events {
+            Some(settings) => {
+                let (tee, task) = crate::graph::events::NatsEvents::start(
+                    settings,
+                    &config.hostname,
+                    logs.clone(),
+                    shutdown.clone(),
+                );
+                drivers.tasks.spawn(Task::Events, task);
+                Arc::new(tee)
+            }
+            None => logs.clone(),
+        };
     let render = Arc::new(
         RenderController::new(
             store.clone(),
@@ -504,7 +521,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             roles,
             Arc::new(applier),
             applied,
-            logs.clone(),
+            render_log,
             clock,
         )
         .error_policy(config.dependency_failure),

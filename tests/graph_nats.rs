@@ -948,3 +948,49 @@ async fn the_example_delete_runs_in_reverse_order_and_empties_the_service() {
     assert_eq!(order[3], "firewall.delete.fake firewall::web-sg");
     assert_eq!(order[4], "network.delete.fake network::web");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
+    let (tmp, config_dir, storage) = crate::util::example_site("minimal");
+    let nats = Nats::start(tmp.path());
+    // Listening before the daemon starts: its first deployment is among the events.
+    let client = Client::connect(&nats.url()).await;
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!(
+            "deployment-events:\n  nats-url: {}\n  prefix: vw.test\n",
+            nats.url()
+        ),
+    )
+    .unwrap();
+    let daemon = crate::util::Daemon::launch(
+        &config_dir,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let finished = client
+        .wait(1, "a finished deployment", |s, _| {
+            s == "vw.test.deployment.finished"
+        })
+        .await
+        .remove(0);
+    assert_eq!(finished.1["node"], "alpha");
+    assert_eq!(finished.1["failed"], json!([]));
+    let id = finished.1["deployment_id"].as_str().unwrap().to_string();
+    let started =
+        client.seen(|s, p| s == "vw.test.deployment.started" && p["deployment_id"] == id.as_str());
+    assert_eq!(started.len(), 1, "{:#?}", client.subjects());
+    let roles = started[0].1["roles"].as_array().unwrap().clone();
+    assert!(!roles.is_empty());
+    let applied =
+        client.seen(|s, p| s == "vw.test.role.applied" && p["deployment_id"] == id.as_str());
+    assert_eq!(applied.len(), roles.len(), "one event per role of the pass");
+    assert!(
+        position(&client, |s, p| s == "vw.test.role.applied"
+            && p["deployment_id"] == id.as_str())
+            < position(&client, |s, _| s == "vw.test.deployment.finished")
+    );
+    drop(daemon);
+}

@@ -29,7 +29,8 @@
 //!   worker in the test: the example service build in dependency order with references resolved
 //!   and one result, an error while others run (one `.error`, after them), a lost answer timed
 //!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
-//!   settings with its metrics; the ignored `bench_thousand_components` (`make bench-graph`).
+//!   settings with its metrics, the example's delete build, the daemon's deployment events
+//!   on NATS; the ignored `bench_thousand_components` (`make bench-graph`).
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.

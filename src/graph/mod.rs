@@ -11,6 +11,7 @@
 //! three tokens), and the connection is opened with `no_echo` as well, so nothing it publishes
 //! comes back to it.
 
+pub mod events;
 pub mod metrics;
 pub mod nats;
 pub mod store;
