@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim bench bench-rss bench-extender nats-deps bench-graph \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials bench bench-rss bench-extender nats-deps bench-graph \
 	package package-tools package-deps test-package
 
 all: build
@@ -83,6 +83,7 @@ bench-graph: nats-deps
 ## Everything CI checks: formatting, lints with warnings denied, all tests, the packages.
 test: fmt-check lint browser-deps prometheus-deps package-deps nats-deps
 	$(CARGO) test --all
+	$(MAKE) sim-fleet-short
 	$(MAKE) test-package
 
 ci: test
@@ -90,6 +91,18 @@ ci: test
 ## The election and replication simulation with every seed (the unit tests run a quarter)
 sim:
 	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib election::sim
+
+## The election simulation at fleet size (1,000 nodes: chaos, then leader crashes), `#[ignore]`d
+## in the unit tests: 5 seeds of each (make test), or 1,000 seeds of each with figures.
+sim-fleet-short:
+	ELECTION_SIM_SCALE=0 $(CARGO) test --release -p verwalter-controllers --lib -- election::sim::tests::fleet --ignored
+
+sim-fleet:
+	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib -- election::sim::tests::fleet --ignored --nocapture
+
+## Crash trials: 1,000 SIGKILLs of the daemon at random moments (make test runs 10).
+crash-trials:
+	CRASH_TRIALS=1000 $(CARGO) test --test tests crash -- --nocapture
 
 ## Criterion benchmarks (scheduler round) and the idle memory figure.
 bench:

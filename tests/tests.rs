@@ -15,6 +15,9 @@
 //!   schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
 //!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader.
+//! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies
+//!   seen) while schedules change; every rendered file whole, the stored schedule whole, no
+//!   schedule lost, every role converged after the restart (`CRASH_TRIALS`, `CRASH_SEED`).
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
@@ -34,6 +37,9 @@
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.
+//! - `hostile`: hostile clients at once (events streams that never read while the status
+//!   changes, half requests, huge and malformed bodies, more connections than the cap):
+//!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
@@ -81,10 +87,12 @@ mod webdriver;
 mod actions;
 mod cli;
 mod cluster;
+mod crash;
 mod daemon;
 mod extender;
 mod frontend;
 mod graph_nats;
+mod hostile;
 mod lithos;
 mod notify;
 mod package;

@@ -60,6 +60,19 @@ async fn read_action(
             "send the action as Content-Type: application/json",
         ));
     }
+    // A body announced over the limit is refused at once, not after reading up to the limit
+    // (or waiting out the idle timeout for bytes that may never come).
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|length| length > BODY_LIMIT as u64) {
+        return Err(error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("an action body is at most {BODY_LIMIT} bytes"),
+        ));
+    }
     let source = request
         .extensions()
         .get::<ConnectInfo<SocketAddr>>()
