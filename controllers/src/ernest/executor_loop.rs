@@ -86,7 +86,7 @@ impl ExecutorLoop {
                     let mut step = Step::default();
                     let mut reconnected = false;
                     self.take(input, &mut step, &mut reconnected);
-                    while step.publish.len() + step.save.len() < BATCH {
+                    for _ in 1..BATCH {
                         match inbox.try_recv() {
                             Ok(input) => self.take(input, &mut step, &mut reconnected),
                             Err(_) => break,
