@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak bench bench-rss bench-fleet-rss bench-extender \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
 	package package-tools package-deps test-package
 
 all: build
@@ -63,8 +63,25 @@ prometheus-deps:
 	    fi; \
 	fi
 
+## Debian's nats-server for the graph executor's tests against a real NATS (tests/graph_nats.rs):
+## installed when missing and this runs as root with apt-get; otherwise a hint (the tests then
+## fail saying the same).
+nats-deps:
+	@if [ -z "$$NATS_SERVER" ] && ! [ -x /usr/bin/nats-server ] && ! command -v nats-server >/dev/null; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server; \
+	    else \
+	        echo "the graph executor tests need nats-server: apt-get install nats-server (or set NATS_SERVER)" >&2; \
+	    fi; \
+	fi
+
+## The graph executor's dispatch overhead: 1,000-component builds through a real nats-server
+## with an instant worker (docs/benchmarks.md).
+bench-graph: nats-deps
+	$(CARGO) test --release --test tests graph_nats::bench -- --ignored --nocapture --test-threads 1
+
 ## Everything CI checks: formatting, lints with warnings denied, all tests, the packages.
-test: fmt-check lint browser-deps prometheus-deps package-deps
+test: fmt-check lint browser-deps prometheus-deps package-deps nats-deps
 	$(CARGO) test --all
 	$(MAKE) sim-fleet-short
 	$(MAKE) test-package

@@ -125,6 +125,35 @@ pub struct SettingsFile {
     pub http: HttpFileSettings,
     /// The Kubernetes scheduler extender, served on an address of its own; off unless given.
     pub placement_extender: Option<ExtenderFileSettings>,
+    /// The ernest-style graph executor over NATS; off unless given.
+    pub graph: Option<GraphFileSettings>,
+    /// verwalter's own deployment events published on NATS; off unless given.
+    pub deployment_events: Option<EventsFileSettings>,
+}
+
+/// `deployment-events:` in the settings file (docs/graphs.md, "Deployment events on NATS").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct EventsFileSettings {
+    /// [default: nats://127.0.0.1:4222]
+    pub nats_url: Option<String>,
+    /// The first token of the subjects [default: verwalter].
+    pub prefix: Option<String>,
+}
+
+/// `graph:` in the settings file (docs/graphs.md, "The graph executor over NATS"): the same as
+/// `verwalter graph`'s flags. A relative `storage-dir` is relative to the settings file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct GraphFileSettings {
+    /// [default: nats://127.0.0.1:4222]
+    pub nats_url: Option<String>,
+    /// [default: `<storage-dir>/graph`]
+    pub storage_dir: Option<PathBuf>,
+    /// Seconds a dispatched component may take to answer [default: 300].
+    pub component_timeout: Option<f64>,
+    /// `halt` (ernest's) or `block-dependents` [default: halt].
+    pub error_policy: Option<String>,
 }
 
 /// `placement-extender:` in the settings file (docs/placement.md, "Extender"). Paths are relative
@@ -291,6 +320,10 @@ pub struct Config {
     /// `election.key-file`'s key.
     /// The Kubernetes scheduler extender to serve, if the settings ask for it.
     pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
+    /// The graph executor to run, if the settings ask for it.
+    pub graph: Option<crate::graph::GraphSettings>,
+    /// Where to publish deployment events, if the settings ask for it.
+    pub deployment_events: Option<crate::graph::events::EventSettings>,
     pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
 }
@@ -498,19 +531,74 @@ impl Config {
                 .map_err(|problem| problems.push(format!("placement-extender.config: {problem}")))
                 .ok()
         });
+        let storage_dir = absolute(
+            args.storage_dir
+                .clone()
+                .or(file.storage_dir.clone())
+                .unwrap_or_else(|| defaults::STORAGE_DIR.into()),
+        );
+        let graph = file.graph.as_ref().and_then(|g| {
+            let flags = crate::graph::GraphFlags {
+                nats_url: g
+                    .nats_url
+                    .clone()
+                    .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
+                storage_dir: g.storage_dir.as_ref().map_or_else(
+                    || storage_dir.join("graph"),
+                    |p| relative_to_settings(args, p),
+                ),
+                component_timeout: g
+                    .component_timeout
+                    .unwrap_or(crate::graph::DEFAULT_COMPONENT_TIMEOUT.as_secs_f64()),
+                error_policy: match g.error_policy.as_deref().map(crate::graph::parse_policy) {
+                    None => verwalter_controllers::graph::ErrorPolicy::Halt,
+                    Some(Ok(policy)) => policy,
+                    Some(Err(problem)) => {
+                        problems.push(format!("graph.error-policy: {problem}"));
+                        verwalter_controllers::graph::ErrorPolicy::Halt
+                    }
+                },
+                metrics_listen: None,
+            };
+            crate::graph::GraphSettings::from_flags(&flags)
+                .map_err(|problem| {
+                    problems.push(format!(
+                        "graph.component-timeout: {}",
+                        problem.trim_start_matches("--component-timeout ")
+                    ))
+                })
+                .ok()
+        });
+        let deployment_events = file.deployment_events.as_ref().and_then(|e| {
+            let prefix = e.prefix.clone().unwrap_or_else(|| "verwalter".into());
+            let token_ok = !prefix.is_empty()
+                && prefix
+                    .split('.')
+                    .all(|t| !t.is_empty() && !t.contains(['*', '>', ' ']));
+            if !token_ok {
+                problems.push(format!(
+                    "deployment-events.prefix: {prefix:?} is not a NATS subject prefix"
+                ));
+                return None;
+            }
+            Some(crate::graph::events::EventSettings {
+                nats_url: e
+                    .nats_url
+                    .clone()
+                    .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
+                prefix,
+            })
+        });
         if !problems.is_empty() {
             return Err(ConfigError { problems });
         }
         Ok(Config {
+            deployment_events,
+            graph,
             placement_extender,
             http,
             config_dir,
-            storage_dir: absolute(
-                args.storage_dir
-                    .clone()
-                    .or(file.storage_dir)
-                    .unwrap_or_else(|| defaults::STORAGE_DIR.into()),
-            ),
+            storage_dir,
             log_dir: absolute(
                 args.log_dir
                     .clone()

@@ -65,6 +65,8 @@ pub enum StartError {
     },
     #[error("placement-{0}")]
     Extender(#[source] crate::placement::extender::ExtenderError),
+    #[error("{0}")]
+    Graph(#[source] crate::graph::GraphError),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -104,6 +106,8 @@ pub enum Task {
     Notify,
     SchedulerMetrics,
     Extender,
+    Graph,
+    Events,
 }
 
 impl Task {
@@ -122,6 +126,8 @@ impl Task {
             Task::Notify => "systemd notifier",
             Task::SchedulerMetrics => "scheduler metrics refresh",
             Task::Extender => "placement extender",
+            Task::Graph => "graph executor",
+            Task::Events => "deployment events publisher",
         }
     }
 
@@ -493,6 +499,21 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     } else {
         Arc::new(state_dir.clone())
     };
+    // With `deployment-events:`, what the render controller reports also goes to NATS.
+    let render_log: Arc<dyn verwalter_controllers::ports::DeploymentLog> =
+        match &config.deployment_events {
+            Some(settings) => {
+                let (tee, task) = crate::graph::events::NatsEvents::start(
+                    settings,
+                    &config.hostname,
+                    logs.clone(),
+                    shutdown.clone(),
+                );
+                drivers.tasks.spawn(Task::Events, task);
+                Arc::new(tee)
+            }
+            None => logs.clone(),
+        };
     let render = Arc::new(
         RenderController::new(
             store.clone(),
@@ -500,7 +521,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             roles,
             Arc::new(applier),
             applied,
-            logs.clone(),
+            render_log,
             clock,
         )
         .error_policy(config.dependency_failure),
@@ -542,6 +563,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         for task in extender_tasks {
             tasks.spawn(Task::Extender, task);
         }
+    }
+    // The ernest-style graph executor over NATS, when the settings ask for it; its metrics are
+    // served on this daemon's /metrics.
+    if let Some(settings) = &config.graph {
+        let task = crate::graph::start(settings, metrics.registry(), shutdown.clone())
+            .map_err(StartError::Graph)?;
+        tasks.spawn(Task::Graph, task);
     }
     let server_metrics = metrics.clone();
     let mut limits = config.http.clone();

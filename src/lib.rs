@@ -20,6 +20,7 @@
 //! - [`placement`]: placement data refreshed in the background, for the extender and Lua.
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
+//! - [`graph`]: the ernest-style graph executor over NATS (`verwalter graph`, `graph:` settings).
 //! - [`systemd`]: readiness, status line, watchdog pings and stopping, for systemd.
 
 pub mod actions;
@@ -29,6 +30,7 @@ pub mod backups;
 pub mod cluster;
 pub mod config;
 pub mod daemon;
+pub mod graph;
 pub mod http;
 pub mod identity;
 pub mod inputs;

@@ -47,6 +47,8 @@ enum Command {
     Placement(PlacementArgs),
     /// Serve the Kubernetes scheduler extender (a drop-in for wca-scheduler) on its own address.
     Extender(verwalter::placement::extender::ExtenderFlags),
+    /// Run ernest-style dependency-graph builds received over NATS (build.create, ...).
+    Graph(verwalter::graph::GraphFlags),
 }
 
 #[derive(Debug, clap::Args)]
@@ -197,6 +199,10 @@ fn main() -> ExitCode {
         Some(Command::Extender(args)) => {
             init_logs("info");
             extender(&args)
+        }
+        Some(Command::Graph(args)) => {
+            init_logs("info");
+            graph(&args)
         }
     }
 }
@@ -476,6 +482,20 @@ fn extender(args: &verwalter::placement::extender::ExtenderFlags) -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("verwalter {error}");
+                ExitCode::from(3)
+            }
+        }
+    })
+}
+
+/// `verwalter graph`: exit status 3 when it cannot start (as the daemon), 0 after a signal.
+fn graph(args: &verwalter::graph::GraphFlags) -> ExitCode {
+    // Two workers: one loop and its NATS connection; file writes go to the blocking pool.
+    run_until_signal("verwalter graph", Some(2), |shutdown| async move {
+        match verwalter::graph::run(args, shutdown).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("verwalter graph: {error}");
                 ExitCode::from(3)
             }
         }

@@ -372,6 +372,11 @@ impl Metrics {
         self.schedule_fetches.with_label_values(&[result]).inc();
     }
 
+    /// The registry, for families registered elsewhere (the graph executor's).
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// The counter the deployment log counts its failed writes in.
     pub fn deployment_log_write_errors(&self) -> IntCounter {
         self.deployment_log_write_errors.clone()

@@ -303,6 +303,7 @@ const SHIPPED: &[&str] = &[
     "/usr/share/man/man1/verwalter-schedule.1.gz",
     "/usr/share/man/man1/verwalter-render.1.gz",
     "/usr/share/man/man1/verwalter-extender.1.gz",
+    "/usr/share/man/man1/verwalter-graph.1.gz",
     "/usr/share/bash-completion/completions/verwalter",
     "/usr/share/fish/vendor_completions.d/verwalter.fish",
     "/usr/share/doc/verwalter/running.md",

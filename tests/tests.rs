@@ -28,6 +28,12 @@
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
 //!   errors, and the daemon serving it by its settings.
+//! - `graph_nats`: `verwalter graph` against Debian's `nats-server` (`make nats-deps`) with a
+//!   worker in the test: the example service build in dependency order with references resolved
+//!   and one result, an error while others run (one `.error`, after them), a lost answer timed
+//!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
+//!   settings with its metrics, the example's delete build, the daemon's deployment events
+//!   on NATS; the ignored `bench_thousand_components` (`make bench-graph`).
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.
@@ -88,6 +94,7 @@ mod crash;
 mod daemon;
 mod extender;
 mod frontend;
+mod graph_nats;
 mod hostile;
 mod lithos;
 mod notify;

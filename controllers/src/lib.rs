@@ -13,6 +13,8 @@
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
 //! - [`election`]: the sans-IO leader election state machine and its controller.
+//! - [`ernest`]: ernest's builds over NATS without the NATS: what to dispatch, what an answer
+//!   changes, timeouts, one result per build, the state a restart resumes from.
 //! - [`graph`]: dependency graphs: cycles named, waves, an execution's ready set with in-degree
 //!   counters and its error policy (block dependents, or halt).
 //! - [`refs`]: `$(path)` references inside JSON values, resolved against a document (gjson-style
@@ -42,6 +44,7 @@ pub mod cleanup;
 pub mod defaults;
 pub mod driver;
 pub mod election;
+pub mod ernest;
 pub mod graph;
 pub mod hash;
 pub mod persist;

@@ -226,3 +226,28 @@ pub trait ActionJournal: Send + Sync + 'static {
     /// Removes the older versions' file once its actions are in the journal.
     fn remove_legacy(&self) -> BoxFuture<'static, Result<(), JournalError>>;
 }
+
+/// A message bus could not take a message (the graph executor's NATS connection).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct BusError(pub String);
+
+/// Where the graph executor publishes (NATS in `src/graph/`; a recorder in tests).
+pub trait GraphBus: Send + Sync + 'static {
+    /// Queues a message for the server; while disconnected it waits in the client.
+    fn publish(
+        &self,
+        subject: String,
+        payload: Vec<u8>,
+    ) -> BoxFuture<'static, Result<(), BusError>>;
+    /// Returns once everything queued before has reached the server.
+    fn flush(&self) -> BoxFuture<'static, Result<(), BusError>>;
+}
+
+/// The graph executor's builds on disk, one file per build, each replaced atomically.
+pub trait BuildStore: Send + Sync + 'static {
+    /// Replaces build `id`'s file with `bytes` (durable when this returns `Ok`).
+    fn save(&self, id: String, bytes: Vec<u8>) -> BoxFuture<'static, Result<(), StorageError>>;
+    /// Every stored build's bytes, with a problem per file that could not be read.
+    fn load(&self) -> (Vec<Vec<u8>>, Vec<StorageError>);
+}

@@ -1,0 +1,822 @@
+//! ernest's builds without the NATS: what to dispatch, what an answer changes, when a build ends.
+//!
+//! A build is ernest's mapping (`id`, `edges`, `components` = current state, `changes` = the
+//! work list). A [`BuildRun`] follows one build on a [`Graph`] of its changes plus the synthetic
+//! `start` and `end` vertices, with the graph module's [`Progress`] deciding what is ready: a
+//! completion costs O(out-degree), a cycle or an edge to a missing component fails the build at
+//! once with one error naming it, and [`Progress::outcome`] says when nothing more can happen.
+//!
+//! Edges are execution order, as in ernest's mappings: `source` runs before `destination`.
+//! ernest's builder writes the edges of stateful deletes already reversed (an instance is
+//! deleted before its network), so they are followed as given and not reversed a second time.
+//!
+//! What is kept per build is plain data ([`BuildRun`] serializes to one JSON file): the mapping
+//! with each change's `_state`, the deadline of each running component and the result with
+//! whether it was handed out for publishing. [`BuildRun::restore`] rebuilds the graph and the
+//! progress from it, so a restarted executor goes on without dispatching a completed component
+//! again. [`Executor`] routes NATS messages to the runs it holds.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::graph::{ErrorPolicy, Graph, GraphError, Outcome, Progress, VertexState};
+use crate::refs::{Resolver, has_refs};
+
+/// One component (or change): user-defined JSON with ernest's `_`-fields; every field is kept.
+pub type Component = Map<String, Value>;
+
+/// The actions a build message may carry: `build.<action>`.
+pub const BUILD_ACTIONS: &[&str] = &["create", "delete", "patch", "import", "sync"];
+/// ernest's synthetic first and last vertices; `start` counts as completed when a build starts.
+pub const START: &str = "start";
+pub const END: &str = "end";
+
+/// ernest's `_state` values.
+pub const WAITING: &str = "waiting";
+pub const RUNNING: &str = "running";
+pub const COMPLETED: &str = "completed";
+pub const ERRORED: &str = "errored";
+
+/// The mapping a `build.*` message carries and `<action>.done` returns.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Build {
+    pub id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_id: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub username: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub action: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub options: Option<Value>,
+    #[serde(default)]
+    pub edges: Vec<Edge>,
+    /// The current state: what exists.
+    #[serde(default)]
+    pub components: Vec<Component>,
+    /// The desired changes: the work list.
+    #[serde(default)]
+    pub changes: Vec<Component>,
+    /// Fields this executor does not know (`datacenters`, ...), kept and returned.
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// `source` runs before `destination`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Edge {
+    pub source: String,
+    pub destination: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub length: Option<Value>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A component's `_component_id` (`type::name`).
+pub fn component_id(c: &Component) -> Option<&str> {
+    c.get("_component_id").and_then(Value::as_str)
+}
+
+fn field<'a>(c: &'a Component, key: &str) -> &'a str {
+    c.get(key).and_then(Value::as_str).unwrap_or("")
+}
+
+/// The subject a change is dispatched on: `<_component>.<_action>.<_provider>`.
+pub fn dispatch_subject(c: &Component) -> String {
+    format!(
+        "{}.{}.{}",
+        field(c, "_component"),
+        field(c, "_action"),
+        field(c, "_provider")
+    )
+}
+
+/// What a NATS message is to the executor, by its subject.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Subject<'a> {
+    /// `build.<action>`: a build to start (the subject without `build.` is the action).
+    Build(&'a str),
+    /// `<type>.<action>.<provider>.done|error`: a component's answer (`true`: an error).
+    Answer {
+        errored: bool,
+    },
+    Other,
+}
+
+impl<'a> Subject<'a> {
+    pub fn parse(subject: &'a str) -> Subject<'a> {
+        if let Some(action) = subject.strip_prefix("build.")
+            && BUILD_ACTIONS.contains(&action)
+        {
+            return Subject::Build(action);
+        }
+        // ernest takes answers on four tokens only, so `build.create.done` (three) is never one.
+        let tokens: Vec<&str> = subject.split('.').collect();
+        match tokens.as_slice() {
+            [_, _, _, "done"] => Subject::Answer { errored: false },
+            [_, _, _, "error"] => Subject::Answer { errored: true },
+            _ => Subject::Other,
+        }
+    }
+}
+
+/// When a running component must have answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Deadline {
+    pub dispatched_ms: u64,
+    pub deadline_ms: u64,
+}
+
+/// How a build ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ResultKind {
+    Done,
+    Error,
+}
+
+impl ResultKind {
+    /// The metric label and the word in the log.
+    pub fn label(self) -> &'static str {
+        match self {
+            ResultKind::Done => "done",
+            ResultKind::Error => "error",
+        }
+    }
+}
+
+/// Whether the one terminal message was handed out for publishing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Sent {
+    /// Stored before publishing; a restart that finds this does not publish again.
+    Sending,
+    /// Published and flushed to the server.
+    Sent,
+}
+
+/// A finished build's result.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BuildResult {
+    pub kind: ResultKind,
+    /// `build.create.done`, ...
+    pub subject: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub finished_ms: u64,
+    pub sent: Sent,
+}
+
+/// A message to publish.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outgoing {
+    pub subject: String,
+    pub payload: Vec<u8>,
+    /// The build's terminal message (after publishing and a flush, [`BuildRun::mark_sent`]).
+    pub terminal: bool,
+}
+
+/// What an answer did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answered {
+    /// Applied; the component ran this long from its dispatch.
+    Applied { latency_ms: u64, errored: bool },
+    /// The component is not running (answered before, or timed out): nothing changed.
+    Duplicate,
+    /// No change of the build has this `_component_id`.
+    Unknown,
+}
+
+/// Settings of the runs an executor starts.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunSettings {
+    pub policy: ErrorPolicy,
+    /// How long a dispatched component may take to answer.
+    pub component_timeout: Duration,
+}
+
+/// The graph and progress rebuilt from the stored state (not stored themselves).
+#[derive(Debug, Clone)]
+struct Live {
+    graph: Graph,
+    progress: Progress,
+    /// Per vertex: its position in `changes` (`None` for `start` and `end`).
+    change_of: Vec<Option<usize>>,
+}
+
+/// One build being executed (see the module docs). Serializes to what a restart needs.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BuildRun {
+    /// The subject the build came on: `build.create`, ...; its result is `<subject>.done|error`.
+    pub subject: String,
+    pub policy: ErrorPolicy,
+    pub component_timeout_ms: u64,
+    pub received_ms: u64,
+    pub build: Build,
+    /// The running components and when they must answer.
+    #[serde(default)]
+    pub running: BTreeMap<String, Deadline>,
+    #[serde(default)]
+    pub result: Option<BuildResult>,
+    #[serde(skip)]
+    live: Option<Live>,
+    /// Why the graph cannot run; the next [`BuildRun::pump`] ends the build with it.
+    #[serde(skip)]
+    invalid: Option<String>,
+}
+
+impl BuildRun {
+    /// A build received on `subject` at `now_ms`. A graph that cannot run (a cycle, an edge to a
+    /// missing component, a change given twice) finishes the build at once with an error naming
+    /// it; [`BuildRun::pump`] hands that error out.
+    pub fn new(subject: &str, build: Build, settings: RunSettings, now_ms: u64) -> BuildRun {
+        let mut run = BuildRun {
+            subject: subject.to_string(),
+            policy: settings.policy,
+            component_timeout_ms: u64::try_from(settings.component_timeout.as_millis())
+                .unwrap_or(u64::MAX),
+            received_ms: now_ms,
+            build,
+            running: BTreeMap::new(),
+            result: None,
+            live: None,
+            invalid: None,
+        };
+        for change in &mut run.build.changes {
+            change.insert("_state".into(), Value::from(WAITING));
+        }
+        if let Err(error) = run.rebuild() {
+            run.invalid = Some(error);
+        }
+        run
+    }
+
+    /// A stored run, with its graph and progress rebuilt: completed changes stay completed,
+    /// running ones keep their deadline (their answer is still taken), errored ones count as
+    /// failed under the run's policy.
+    pub fn restore(bytes: &[u8]) -> Result<BuildRun, serde_json::Error> {
+        let mut run: BuildRun = serde_json::from_slice(bytes)?;
+        if run.result.is_none()
+            && let Err(error) = run.rebuild()
+        {
+            // Only a stored file edited by hand gets here: the graph was checked at the start.
+            run.invalid = Some(error);
+        }
+        Ok(run)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.build.id
+    }
+
+    /// Whether the build has its result (it may still have to be published).
+    pub fn finished(&self) -> bool {
+        self.result.is_some()
+    }
+
+    /// Builds the graph from the changes and edges, and replays the stored states into a new
+    /// progress.
+    fn rebuild(&mut self) -> Result<(), String> {
+        if let Some(i) = self
+            .build
+            .changes
+            .iter()
+            .position(|c| component_id(c).is_none())
+        {
+            return Err(format!("change #{i} has no _component_id"));
+        }
+        self.rebuild_graph().map_err(|error| match error {
+            GraphError::Missing { vertex, missing } => {
+                format!(
+                    "an edge joins {vertex:?} to {missing:?}, which is not a component of the build"
+                )
+            }
+            other => other.to_string(),
+        })
+    }
+
+    fn rebuild_graph(&mut self) -> Result<(), GraphError> {
+        let changes = &self.build.changes;
+        let mut names: Vec<&str> = vec![START, END];
+        let mut positions: HashMap<&str, usize> = HashMap::new();
+        for (i, change) in changes.iter().enumerate() {
+            let id = component_id(change).unwrap_or("");
+            names.push(id);
+            positions.insert(id, i);
+        }
+        // An edge to a component that exists and does not change (in `components` only) has
+        // nothing to wait for: it is left out. Any other unknown name is an error.
+        let current: std::collections::HashSet<&str> = self
+            .build
+            .components
+            .iter()
+            .filter_map(component_id)
+            .collect();
+        let is_vertex = |n: &str| n == START || n == END || positions.contains_key(n);
+        let edges = self
+            .build
+            .edges
+            .iter()
+            .filter(|e| {
+                let settled = |n: &str| !is_vertex(n) && current.contains(n);
+                !settled(&e.source) && !settled(&e.destination)
+            })
+            .map(|e| (e.source.as_str(), e.destination.as_str()));
+        let graph = Graph::from_edges(names.iter().copied(), edges)?;
+        let order = graph.order()?;
+        let change_of: Vec<Option<usize>> = (0..graph.len())
+            .map(|v| positions.get(graph.name(v)).copied())
+            .collect();
+        let mut progress = Progress::new(&graph, self.policy);
+        let state_of = |v: usize| change_of[v].map(|i| field(&changes[i], "_state"));
+        // Completions first, in dependency order, then what ran, then what failed: a halt must
+        // not keep a running component from being marked running.
+        for &v in &order {
+            if state_of(v).is_none_or(|s| s == COMPLETED) {
+                progress.complete(&graph, v);
+            }
+        }
+        for &v in &order {
+            if matches!(state_of(v), Some(RUNNING | ERRORED)) {
+                progress.start(v);
+            }
+        }
+        for &v in &order {
+            if state_of(v) == Some(ERRORED) {
+                progress.fail(&graph, v);
+            }
+        }
+        self.live = Some(Live {
+            graph,
+            progress,
+            change_of,
+        });
+        Ok(())
+    }
+
+    fn finish(&mut self, kind: ResultKind, error: Option<String>, now_ms: u64) {
+        self.result = Some(BuildResult {
+            kind,
+            subject: format!("{}.{}", self.subject, kind.label()),
+            error,
+            finished_ms: now_ms,
+            sent: Sent::Sending,
+        });
+    }
+
+    /// Takes the step the run can take now: completes `start` and `end` as they become ready,
+    /// dispatches every ready change (stored as `running` with its deadline; the message carries
+    /// its `$(...)` references resolved against the whole build) and, once nothing more can
+    /// happen, the one terminal message. Called after every change to the run; a second call
+    /// with nothing new returns nothing.
+    pub fn pump(&mut self, now_ms: u64) -> Vec<Outgoing> {
+        let mut out = Vec::new();
+        if self.result.is_some() {
+            return out;
+        }
+        if let Some(error) = self.invalid.take() {
+            self.finish(ResultKind::Error, Some(error), now_ms);
+            out.extend(self.terminal_message());
+            return out;
+        }
+        let Some(live) = self.live.as_mut() else {
+            return out;
+        };
+        let mut doc: Option<Value> = None;
+        loop {
+            let ready = live.progress.take_ready();
+            if ready.is_empty() {
+                break;
+            }
+            for v in ready {
+                let Some(i) = live.change_of[v] else {
+                    live.progress.complete(&live.graph, v);
+                    continue;
+                };
+                let change = &mut self.build.changes[i];
+                change.insert("service".into(), Value::from(self.build.id.clone()));
+                change.insert("_state".into(), Value::from(RUNNING));
+                let change = change.clone();
+                let id = component_id(&change).unwrap_or("").to_string();
+                let change = Value::Object(change);
+                let resolved = if has_refs(&change) {
+                    // One view of the build per step: references name other components' fields,
+                    // which only answers change.
+                    let doc = doc.get_or_insert_with(|| {
+                        serde_json::to_value(&self.build).unwrap_or(Value::Null)
+                    });
+                    Resolver::new(doc).resolve(&change, &id)
+                } else {
+                    Ok(change)
+                };
+                match resolved {
+                    Ok(payload) => {
+                        self.running.insert(
+                            id,
+                            Deadline {
+                                dispatched_ms: now_ms,
+                                deadline_ms: now_ms.saturating_add(self.component_timeout_ms),
+                            },
+                        );
+                        out.push(Outgoing {
+                            subject: dispatch_subject(&self.build.changes[i]),
+                            payload: serde_json::to_vec(&payload).unwrap_or_default(),
+                            terminal: false,
+                        });
+                    }
+                    Err(error) => {
+                        tracing::warn!(build = %self.build.id, component = %id, %error,
+                            "Component not dispatched: its references cannot be resolved.");
+                        let change = &mut self.build.changes[i];
+                        change.insert("_state".into(), Value::from(ERRORED));
+                        change.insert("error_code".into(), Value::from("reference"));
+                        change.insert("error_message".into(), Value::from(error.to_string()));
+                        live.progress.fail(&live.graph, v);
+                    }
+                }
+            }
+        }
+        if let Some(outcome) = live.progress.outcome() {
+            let (kind, error) = match outcome {
+                Outcome::Completed => (ResultKind::Done, None),
+                Outcome::Failed { failed, blocked } => {
+                    let names: Vec<String> = failed
+                        .iter()
+                        .map(|&v| {
+                            let name = live.graph.name(v);
+                            let why = live.change_of[v]
+                                .map(|i| field(&self.build.changes[i], "error_message"))
+                                .unwrap_or("");
+                            if why.is_empty() {
+                                name.to_string()
+                            } else {
+                                format!("{name} ({why})")
+                            }
+                        })
+                        .collect();
+                    let not_started = blocked
+                        .iter()
+                        .filter(|&&v| live.change_of[v].is_some())
+                        .count();
+                    (
+                        ResultKind::Error,
+                        Some(format!(
+                            "failed: {}; {not_started} not started",
+                            names.join(", ")
+                        )),
+                    )
+                }
+            };
+            self.finish(kind, error, now_ms);
+        }
+        if let Some(terminal) = self.terminal_message() {
+            out.push(terminal);
+        }
+        out
+    }
+
+    /// The terminal message of a finished build: the whole build, plus `error` for an error.
+    pub fn terminal_message(&self) -> Option<Outgoing> {
+        let result = self.result.as_ref()?;
+        let mut payload = serde_json::to_value(&self.build).unwrap_or(Value::Null);
+        if let (Some(error), Value::Object(map)) = (&result.error, &mut payload) {
+            map.insert("error".into(), Value::from(error.clone()));
+        }
+        Some(Outgoing {
+            subject: result.subject.clone(),
+            payload: serde_json::to_vec(&payload).unwrap_or_default(),
+            terminal: true,
+        })
+    }
+
+    /// The terminal message was published and flushed.
+    pub fn mark_sent(&mut self) {
+        if let Some(result) = &mut self.result {
+            result.sent = Sent::Sent;
+        }
+    }
+
+    /// A `.done` (`errored: false`) or `.error` answer for one of this build's changes. A
+    /// completion applies ernest's rules to `components` (create/find add, update/get replace,
+    /// delete removes) and replaces the entry in `changes`; an error replaces the entry only.
+    /// [`BuildRun::pump`] takes the next step.
+    pub fn answer(&mut self, payload: Component, errored: bool, now_ms: u64) -> Answered {
+        let Some(id) = component_id(&payload).map(str::to_string) else {
+            return Answered::Unknown;
+        };
+        let Some(live) = self.live.as_mut() else {
+            return Answered::Duplicate;
+        };
+        let Some(v) = live.graph.id(&id).filter(|&v| live.change_of[v].is_some()) else {
+            return Answered::Unknown;
+        };
+        if self.result.is_some() || live.progress.state(v) != VertexState::Running {
+            return Answered::Duplicate;
+        }
+        let i = live.change_of[v].unwrap_or_default();
+        let mut entry = payload;
+        entry.insert(
+            "_state".into(),
+            Value::from(if errored { ERRORED } else { COMPLETED }),
+        );
+        // The answer's own `_action` may be missing; the change's says what was asked.
+        let action = field(&self.build.changes[i], "_action").to_string();
+        if !errored {
+            apply_completion(&mut self.build.components, &action, &entry);
+            live.progress.complete(&live.graph, v);
+        } else {
+            live.progress.fail(&live.graph, v);
+        }
+        self.build.changes[i] = entry;
+        let latency_ms = self
+            .running
+            .remove(&id)
+            .map_or(0, |d| now_ms.saturating_sub(d.dispatched_ms));
+        Answered::Applied {
+            latency_ms,
+            errored,
+        }
+    }
+
+    /// Running components whose deadline passed become errored, with a message saying they
+    /// timed out. Returns their ids.
+    pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
+        let expired: Vec<String> = self
+            .running
+            .iter()
+            .filter(|(_, d)| d.deadline_ms <= now_ms)
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &expired {
+            let Some(i) = self
+                .build
+                .changes
+                .iter()
+                .position(|c| component_id(c) == Some(id))
+            else {
+                continue;
+            };
+            let mut payload = self.build.changes[i].clone();
+            let waited = self
+                .running
+                .get(id)
+                .map_or(0, |d| now_ms.saturating_sub(d.dispatched_ms));
+            payload.insert("error_code".into(), Value::from("timeout"));
+            payload.insert(
+                "error_message".into(),
+                Value::from(format!(
+                    "timed out: no answer within {} s",
+                    Duration::from_millis(waited).as_secs_f64()
+                )),
+            );
+            self.answer(payload, true, now_ms);
+        }
+        expired
+    }
+
+    /// The earliest deadline of a running component.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.running.values().map(|d| d.deadline_ms).min()
+    }
+
+    /// Components dispatched and not answered.
+    pub fn in_flight(&self) -> usize {
+        self.running.len()
+    }
+}
+
+/// ernest's completion rules on the current state.
+fn apply_completion(components: &mut Vec<Component>, action: &str, done: &Component) {
+    let put = |components: &mut Vec<Component>, c: &Component| {
+        let id = component_id(c);
+        match components.iter_mut().find(|x| component_id(x) == id) {
+            Some(slot) => *slot = c.clone(),
+            None => components.push(c.clone()),
+        }
+    };
+    match action {
+        "create" | "update" | "get" => put(components, done),
+        // A find answers with what it found, each one a component of its own.
+        "find" => match done.get("components").and_then(Value::as_array) {
+            Some(found) => {
+                for c in found.iter().filter_map(Value::as_object) {
+                    put(components, c);
+                }
+            }
+            None => put(components, done),
+        },
+        "delete" => {
+            let id = component_id(done);
+            components.retain(|c| component_id(c) != id);
+        }
+        _ => {}
+    }
+}
+
+/// What the executor must do after a message or a tick.
+#[derive(Debug, Default)]
+pub struct Step {
+    /// Builds whose stored state changed: write them before publishing anything.
+    pub save: Vec<String>,
+    pub publish: Vec<(String, Outgoing)>,
+    /// Answers applied: (errored, dispatch-to-answer ms), for the latency histogram.
+    pub answered: Vec<(bool, u64)>,
+    /// Builds that got their result in this step.
+    pub finished: Vec<(String, ResultKind)>,
+}
+
+impl Step {
+    fn absorb(&mut self, run: &BuildRun, out: Vec<Outgoing>) {
+        let id = run.id().to_string();
+        if !self.save.contains(&id) {
+            self.save.push(id.clone());
+        }
+        for o in out {
+            if o.terminal
+                && let Some(result) = &run.result
+            {
+                self.finished.push((id.clone(), result.kind));
+            }
+            self.publish.push((id.clone(), o));
+        }
+    }
+}
+
+/// The runs of one executor, and how messages reach them.
+#[derive(Debug)]
+pub struct Executor {
+    settings: RunSettings,
+    runs: HashMap<String, BuildRun>,
+}
+
+impl Executor {
+    pub fn new(settings: RunSettings) -> Executor {
+        Executor {
+            settings,
+            runs: HashMap::new(),
+        }
+    }
+
+    /// Takes back a stored run. A finished one whose result was handed out for publishing is
+    /// not published again (`Sending` means it may or may not have reached the server).
+    /// Returns what to publish now: the dispatches of changes that became ready before the stop.
+    pub fn resume(&mut self, run: BuildRun, now_ms: u64) -> Step {
+        let mut step = Step::default();
+        let mut run = run;
+        if let Some(result) = &run.result {
+            if result.sent == Sent::Sending {
+                tracing::warn!(build = %run.id(), subject = %result.subject,
+                    "Build finished before the stop; its result may not have been published, \
+                     and is not published again.");
+            }
+            return step;
+        }
+        let out = run.pump(now_ms);
+        if !out.is_empty() {
+            step.absorb(&run, out);
+        }
+        tracing::info!(build = %run.id(), running = run.in_flight(), "Build resumed.");
+        self.runs.insert(run.id().to_string(), run);
+        step
+    }
+
+    /// A message from NATS.
+    pub fn message(&mut self, subject: &str, payload: &[u8], now_ms: u64) -> Step {
+        let mut step = Step::default();
+        match Subject::parse(subject) {
+            Subject::Build(_) => {
+                let build: Build = match serde_json::from_slice(payload) {
+                    Ok(build) => build,
+                    Err(error) => {
+                        tracing::warn!(%subject, %error, "Build message ignored: not a build.");
+                        return step;
+                    }
+                };
+                if self.runs.get(&build.id).is_some_and(|r| !r.finished()) {
+                    tracing::warn!(%subject, build = %build.id,
+                        "Build message ignored: this build is running already.");
+                    return step;
+                }
+                let mut run = BuildRun::new(subject, build, self.settings, now_ms);
+                tracing::info!(build = %run.id(), %subject, changes = run.build.changes.len(),
+                    "Build started.");
+                let out = run.pump(now_ms);
+                step.absorb(&run, out);
+                self.runs.insert(run.id().to_string(), run);
+            }
+            Subject::Answer { errored } => {
+                let Ok(answer) = serde_json::from_slice::<Component>(payload) else {
+                    tracing::debug!(%subject, "Answer ignored: not a JSON object.");
+                    return step;
+                };
+                let service = field(&answer, "service").to_string();
+                let id = component_id(&answer).unwrap_or("").to_string();
+                let Some(run) = self.runs.get_mut(&service) else {
+                    tracing::info!(%subject, build = %service, component = %id,
+                        "Answer ignored: no such build here.");
+                    return step;
+                };
+                match run.answer(answer, errored, now_ms) {
+                    Answered::Applied {
+                        latency_ms,
+                        errored,
+                    } => {
+                        step.answered.push((errored, latency_ms));
+                        let out = run.pump(now_ms);
+                        step.absorb(run, out);
+                    }
+                    Answered::Duplicate => {
+                        tracing::info!(%subject, build = %service, component = %id,
+                            "Answer ignored: the component is not running (a duplicate, or late).");
+                    }
+                    Answered::Unknown => {
+                        tracing::info!(%subject, build = %service, component = %id,
+                            "Answer ignored: the build has no such component.");
+                    }
+                }
+            }
+            Subject::Other => {}
+        }
+        self.forget_sent();
+        step
+    }
+
+    /// Times out the components whose deadline passed.
+    pub fn tick(&mut self, now_ms: u64) -> Step {
+        let mut step = Step::default();
+        for run in self.runs.values_mut() {
+            if run.next_deadline().is_none_or(|d| d > now_ms) {
+                continue;
+            }
+            for id in run.expire(now_ms) {
+                tracing::warn!(build = %run.id(), component = %id,
+                    timeout_s = run.component_timeout_ms / 1000, "Component timed out.");
+                step.answered.push((true, run.component_timeout_ms));
+            }
+            let out = run.pump(now_ms);
+            step.absorb(run, out);
+        }
+        step
+    }
+
+    /// The earliest deadline of any running component.
+    pub fn next_deadline(&self) -> Option<u64> {
+        self.runs.values().filter_map(BuildRun::next_deadline).min()
+    }
+
+    pub fn run(&self, id: &str) -> Option<&BuildRun> {
+        self.runs.get(id)
+    }
+
+    /// The terminal message of `id` was published and flushed.
+    pub fn mark_sent(&mut self, id: &str) {
+        if let Some(run) = self.runs.get_mut(id) {
+            run.mark_sent();
+        }
+    }
+
+    /// Finished runs whose result went out are kept on disk only.
+    fn forget_sent(&mut self) {
+        self.runs
+            .retain(|_, r| r.result.as_ref().is_none_or(|res| res.sent != Sent::Sent));
+    }
+
+    /// Builds whose result was handed out for publishing and not flushed yet.
+    pub fn sending(&self) -> Vec<String> {
+        self.runs
+            .values()
+            .filter(|r| {
+                r.result
+                    .as_ref()
+                    .is_some_and(|res| res.sent == Sent::Sending)
+            })
+            .map(|r| r.id().to_string())
+            .collect()
+    }
+
+    /// Drops finished runs whose result was sent (after their file was written).
+    pub fn forget_finished(&mut self) {
+        self.forget_sent();
+    }
+
+    /// Components dispatched and not answered, over every build.
+    pub fn in_flight(&self) -> usize {
+        self.runs.values().map(BuildRun::in_flight).sum()
+    }
+
+    /// Builds not finished.
+    pub fn unfinished(&self) -> usize {
+        self.runs.values().filter(|r| !r.finished()).count()
+    }
+}
+
+pub mod executor_loop;
+
+#[cfg(test)]
+mod tests;

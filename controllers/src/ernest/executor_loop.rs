@@ -1,0 +1,421 @@
+//! The graph executor's loop: messages in, build files written, messages out, deadlines kept.
+//!
+//! Each step takes the messages waiting (up to [`BATCH`]), applies them to the [`Executor`],
+//! writes every build they changed through the [`BuildStore`] port, and only then publishes
+//! through the [`GraphBus`] port: a dispatch is never on the bus before the file that says the
+//! component runs (with its deadline), and a completion, once a later dispatch depends on it, is
+//! on disk. A terminal message is stored as `sending` before it is published, and as `sent`
+//! after a flush; a restart publishes neither again.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{BuildRun, Executor, ResultKind, Step};
+use crate::ports::{BuildStore, Clock, GraphBus};
+
+/// Messages taken into one step at most: one file write per build and step, whatever the
+/// number of answers, keeps a wide build's per-component cost low.
+pub const BATCH: usize = 1024;
+/// A flush (a round trip to the server) that takes longer is given up for now; the client still
+/// sends what it holds once it is connected again.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+/// A build file that cannot be written is tried again this often; nothing about that build is
+/// published meanwhile.
+const STORE_RETRY: Duration = Duration::from_secs(1);
+
+/// What reaches the loop.
+#[derive(Debug)]
+pub enum Input {
+    Message {
+        subject: String,
+        payload: Vec<u8>,
+    },
+    /// The connection came back: what waited in the client is flushed.
+    Reconnected,
+}
+
+/// What the loop reports, for metrics.
+pub trait GraphObserver: Send + Sync + 'static {
+    /// A component answered (or timed out) this long after its dispatch.
+    fn answered(&self, _errored: bool, _latency: Duration) {}
+    fn finished(&self, _result: ResultKind) {}
+    /// Components dispatched and not answered, over every build.
+    fn in_flight(&self, _components: usize) {}
+}
+
+impl GraphObserver for () {}
+
+pub struct ExecutorLoop {
+    pub executor: Executor,
+    pub bus: Arc<dyn GraphBus>,
+    pub store: Arc<dyn BuildStore>,
+    pub clock: Arc<dyn Clock>,
+    pub observer: Arc<dyn GraphObserver>,
+}
+
+impl ExecutorLoop {
+    /// Resumes the stored builds, then runs until `shutdown` or until `inbox` closes.
+    pub async fn run(mut self, mut inbox: mpsc::Receiver<Input>, shutdown: CancellationToken) {
+        let (stored, problems) = self.store.load();
+        for problem in problems {
+            tracing::error!(%problem, "Build file skipped: it cannot be read.");
+        }
+        let mut step = Step::default();
+        for bytes in stored {
+            match BuildRun::restore(&bytes) {
+                Ok(run) => merge(&mut step, self.executor.resume(run, self.clock.now_ms())),
+                Err(error) => {
+                    tracing::error!(%error, "Build file skipped: it is not a stored build.")
+                }
+            }
+        }
+        self.carry(step, &shutdown).await;
+        loop {
+            let wait = self
+                .executor
+                .next_deadline()
+                .map(|d| Duration::from_millis(d.saturating_sub(self.clock.now_ms())));
+            let step = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                input = inbox.recv() => {
+                    let Some(input) = input else { break };
+                    let mut step = Step::default();
+                    let mut reconnected = false;
+                    self.take(input, &mut step, &mut reconnected);
+                    for _ in 1..BATCH {
+                        match inbox.try_recv() {
+                            Ok(input) => self.take(input, &mut step, &mut reconnected),
+                            Err(_) => break,
+                        }
+                    }
+                    if reconnected {
+                        self.reconnected(&shutdown).await;
+                    }
+                    step
+                }
+                _ = sleep(wait) => self.executor.tick(self.clock.now_ms()),
+            };
+            self.carry(step, &shutdown).await;
+        }
+    }
+
+    fn take(&mut self, input: Input, step: &mut Step, reconnected: &mut bool) {
+        match input {
+            Input::Message { subject, payload } => {
+                let now = self.clock.now_ms();
+                merge(step, self.executor.message(&subject, &payload, now));
+            }
+            Input::Reconnected => *reconnected = true,
+        }
+    }
+
+    /// After a reconnect: flush what the client held, and take as sent the results whose
+    /// flush had failed.
+    async fn reconnected(&mut self, shutdown: &CancellationToken) {
+        match tokio::time::timeout(FLUSH_TIMEOUT, self.bus.flush()).await {
+            Ok(Ok(())) => {
+                tracing::info!("Graph executor flushed its messages after the reconnect.");
+                let sent = self.executor.sending();
+                for id in &sent {
+                    self.executor.mark_sent(id);
+                }
+                self.save(&sent, shutdown).await;
+                self.executor.forget_finished();
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "Flush after the reconnect failed."),
+            Err(_) => tracing::warn!("Flush after the reconnect timed out."),
+        }
+    }
+
+    /// Writes, then publishes, what a step asks for.
+    async fn carry(&mut self, step: Step, shutdown: &CancellationToken) {
+        for (errored, ms) in &step.answered {
+            self.observer.answered(*errored, Duration::from_millis(*ms));
+        }
+        if !self.save(&step.save, shutdown).await {
+            return;
+        }
+        let mut terminals = Vec::new();
+        for (id, out) in step.publish {
+            match self.bus.publish(out.subject.clone(), out.payload).await {
+                Ok(()) if out.terminal => terminals.push(id),
+                Ok(()) => {}
+                // The client refuses only what it can never send (over the server's payload
+                // limit, say): an operator must look. The file keeps the result as `sending`.
+                Err(error) if out.terminal => tracing::error!(build = %id,
+                    subject = %out.subject, %error, "The build's result cannot be published."),
+                Err(error) => tracing::warn!(build = %id, subject = %out.subject, %error,
+                    "Publish failed; the component will time out."),
+            }
+        }
+        for (id, result) in &step.finished {
+            self.observer.finished(*result);
+            tracing::info!(build = %id, result = result.label(), "Build {id} finished: {}",
+                result.label());
+        }
+        self.observer.in_flight(self.executor.in_flight());
+        if terminals.is_empty() {
+            return;
+        }
+        match tokio::time::timeout(FLUSH_TIMEOUT, self.bus.flush()).await {
+            Ok(Ok(())) => {
+                for id in &terminals {
+                    self.executor.mark_sent(id);
+                }
+                self.save(&terminals, shutdown).await;
+                self.executor.forget_finished();
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "Flush after a build's result failed."),
+            Err(_) => tracing::warn!("Flush after a build's result timed out."),
+        }
+    }
+
+    /// Writes the files of `ids`, retrying until each is written; `false` on shutdown first.
+    async fn save(&self, ids: &[String], shutdown: &CancellationToken) -> bool {
+        let mut seen = HashSet::new();
+        let writes: Vec<_> = ids
+            .iter()
+            .filter(|id| seen.insert(id.as_str()))
+            .filter_map(|id| {
+                let run = self.executor.run(id)?;
+                let bytes = serde_json::to_vec(run).ok()?;
+                Some((id.clone(), bytes))
+            })
+            .collect();
+        for (id, bytes) in writes {
+            loop {
+                match self.store.save(id.clone(), bytes.clone()).await {
+                    Ok(()) => break,
+                    Err(problem) => {
+                        tracing::error!(build = %id, %problem,
+                            "Cannot write the build's file; nothing of it is published until it is written.");
+                        tokio::select! {
+                            _ = shutdown.cancelled() => return false,
+                            _ = tokio::time::sleep(STORE_RETRY) => {}
+                        }
+                    }
+                }
+            }
+        }
+        true
+    }
+}
+
+fn merge(into: &mut Step, step: Step) {
+    for id in step.save {
+        if !into.save.contains(&id) {
+            into.save.push(id);
+        }
+    }
+    into.publish.extend(step.publish);
+    into.answered.extend(step.answered);
+    into.finished.extend(step.finished);
+}
+
+async fn sleep(wait: Option<Duration>) {
+    match wait {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use futures::FutureExt;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::ernest::RunSettings;
+    use crate::graph::ErrorPolicy;
+    use crate::ports::{BusError, StorageError};
+
+    /// Records what is published, with the files as they were at that moment.
+    #[derive(Default)]
+    struct World {
+        files: Mutex<HashMap<String, Vec<u8>>>,
+        /// (subject, payload, the build's file when it was published)
+        published: Mutex<Vec<(String, Value, Option<Value>)>>,
+        flushes: Mutex<usize>,
+    }
+
+    struct Bus(Arc<World>);
+    impl GraphBus for Bus {
+        fn publish(
+            &self,
+            subject: String,
+            payload: Vec<u8>,
+        ) -> futures::future::BoxFuture<'static, Result<(), BusError>> {
+            let payload: Value = serde_json::from_slice(&payload).unwrap();
+            let service = payload
+                .get("service")
+                .or(payload.get("id"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let file = self
+                .0
+                .files
+                .lock()
+                .unwrap()
+                .get(&service)
+                .map(|b| serde_json::from_slice(b).unwrap());
+            self.0
+                .published
+                .lock()
+                .unwrap()
+                .push((subject, payload, file));
+            async { Ok(()) }.boxed()
+        }
+        fn flush(&self) -> futures::future::BoxFuture<'static, Result<(), BusError>> {
+            *self.0.flushes.lock().unwrap() += 1;
+            async { Ok(()) }.boxed()
+        }
+    }
+
+    struct Store(Arc<World>);
+    impl BuildStore for Store {
+        fn save(
+            &self,
+            id: String,
+            bytes: Vec<u8>,
+        ) -> futures::future::BoxFuture<'static, Result<(), StorageError>> {
+            self.0.files.lock().unwrap().insert(id, bytes);
+            async { Ok(()) }.boxed()
+        }
+        fn load(&self) -> (Vec<Vec<u8>>, Vec<StorageError>) {
+            (
+                self.0.files.lock().unwrap().values().cloned().collect(),
+                Vec::new(),
+            )
+        }
+    }
+
+    /// Wall-clock ms that follow tokio's (paused) time.
+    struct TokioClock(tokio::time::Instant);
+    impl Clock for TokioClock {
+        fn now_ms(&self) -> u64 {
+            1_000_000 + self.0.elapsed().as_millis() as u64
+        }
+    }
+
+    fn start(world: &Arc<World>) -> (mpsc::Sender<Input>, CancellationToken) {
+        let looped = ExecutorLoop {
+            executor: Executor::new(RunSettings {
+                policy: ErrorPolicy::Halt,
+                component_timeout: Duration::from_secs(30),
+            }),
+            bus: Arc::new(Bus(world.clone())),
+            store: Arc::new(Store(world.clone())),
+            clock: Arc::new(TokioClock(tokio::time::Instant::now())),
+            observer: Arc::new(()),
+        };
+        let (tx, rx) = mpsc::channel(16);
+        let shutdown = CancellationToken::new();
+        tokio::spawn(looped.run(rx, shutdown.clone()));
+        (tx, shutdown)
+    }
+
+    fn build() -> Vec<u8> {
+        serde_json::to_vec(&json!({"id": "b1", "changes": [
+            {"_component_id": "a::1", "_component": "a", "_action": "create", "_provider": "p"},
+            {"_component_id": "a::2", "_component": "a", "_action": "create", "_provider": "p"}
+        ], "edges": [{"source": "a::1", "destination": "a::2"}]}))
+        .unwrap()
+    }
+
+    async fn published(world: &World, n: usize) -> Vec<(String, Value, Option<Value>)> {
+        for _ in 0..1000 {
+            let p = world.published.lock().unwrap().clone();
+            if p.len() >= n {
+                return p;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!(
+            "expected {n} messages: {:?}",
+            world.published.lock().unwrap()
+        );
+    }
+
+    fn msg(subject: &str, payload: &Value) -> Input {
+        Input::Message {
+            subject: subject.into(),
+            payload: serde_json::to_vec(payload).unwrap(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_file_is_written_before_a_dispatch_and_the_result_is_published_once() {
+        let world = Arc::new(World::default());
+        let (tx, shutdown) = start(&world);
+        tx.send(Input::Message {
+            subject: "build.create".into(),
+            payload: build(),
+        })
+        .await
+        .unwrap();
+        let p = published(&world, 1).await;
+        let (subject, payload, file) = &p[0];
+        assert_eq!(subject, "a.create.p");
+        let file = file.as_ref().expect("written before the dispatch");
+        assert_eq!(file["build"]["changes"][0]["_state"], "running");
+        assert!(file["running"]["a::1"]["deadline_ms"].is_u64());
+
+        tx.send(msg("a.create.p.done", payload)).await.unwrap();
+        let p = published(&world, 2).await;
+        let file = p[1].2.as_ref().unwrap();
+        assert_eq!(
+            file["build"]["changes"][0]["_state"], "completed",
+            "the completion is on disk before the next dispatch"
+        );
+        let second = p[1].1.clone();
+        tx.send(msg("a.create.p.done", &second)).await.unwrap();
+        tx.send(msg("a.create.p.done", &second)).await.unwrap();
+        let p = published(&world, 3).await;
+        assert_eq!(p[2].0, "build.create.done");
+        assert_eq!(p[2].2.as_ref().unwrap()["result"]["sent"], "sending");
+        // Let the loop finish the step: the file then says the result went out.
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let files = world.files.lock().unwrap().clone();
+        let stored: Value = serde_json::from_slice(&files["b1"]).unwrap();
+        assert_eq!(stored["result"]["sent"], "sent");
+        assert_eq!(world.published.lock().unwrap().len(), 3, "one result");
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_lost_answer_times_out_and_a_restart_does_not_dispatch_again() {
+        let world = Arc::new(World::default());
+        let (tx, shutdown) = start(&world);
+        tx.send(Input::Message {
+            subject: "build.create".into(),
+            payload: build(),
+        })
+        .await
+        .unwrap();
+        published(&world, 1).await;
+        // A restart: a second loop on the same files dispatches nothing already running.
+        shutdown.cancel();
+        tokio::task::yield_now().await;
+        let (_tx2, shutdown2) = start(&world);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(world.published.lock().unwrap().len(), 1);
+        // No answer comes: after the timeout, one error.
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        let p = published(&world, 2).await;
+        assert_eq!(p[1].0, "build.create.error");
+        assert!(p[1].1["error"].as_str().unwrap().contains("timed out"));
+        shutdown2.cancel();
+    }
+}

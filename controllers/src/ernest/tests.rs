@@ -1,0 +1,578 @@
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::graph::ErrorPolicy;
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn settings(policy: ErrorPolicy) -> RunSettings {
+    RunSettings {
+        policy,
+        component_timeout: TIMEOUT,
+    }
+}
+
+fn change(id: &str, action: &str) -> Value {
+    let (kind, name) = id.split_once("::").unwrap();
+    json!({"_component_id": id, "_component": kind, "_action": action, "_provider": "fake",
+           "_state": "waiting", "name": name, "service": ""})
+}
+
+/// An ernest-style service: network -> firewall -> two instances -> load balancer, the firewall
+/// and the load balancer filled from other components' fields.
+fn service() -> Build {
+    let mut firewall = change("firewall::web", "create");
+    firewall["network_id"] =
+        json!("$(components.#[_component_id=\"network::web\"].network_aws_id)");
+    let mut lb = change("elb::web", "create");
+    lb["instance_ips"] = json!([
+        "$(components.#[_component_id=\"instance::web-1\"].ip)",
+        "$(components.#[_component_id=\"instance::web-2\"].ip)"
+    ]);
+    lb["name_tag"] = json!("lb for $(name)");
+    serde_json::from_value(json!({
+        "id": "svc-1", "name": "shop", "user_id": 7, "username": "ann", "action": "create",
+        "options": {}, "datacenters": {"items": [{"region": "eu"}]},
+        "components": [],
+        "changes": [change("network::web", "create"), firewall,
+                    change("instance::web-1", "create"), change("instance::web-2", "create"), lb],
+        "edges": [
+            {"source": "start", "destination": "network::web", "length": 1},
+            {"source": "network::web", "destination": "firewall::web", "length": 1},
+            {"source": "firewall::web", "destination": "instance::web-1", "length": 1},
+            {"source": "firewall::web", "destination": "instance::web-2", "length": 1},
+            {"source": "instance::web-1", "destination": "elb::web", "length": 1},
+            {"source": "instance::web-2", "destination": "elb::web", "length": 1},
+            {"source": "elb::web", "destination": "end", "length": 1}
+        ]
+    }))
+    .unwrap()
+}
+
+fn payload(o: &Outgoing) -> Component {
+    serde_json::from_slice(&o.payload).unwrap()
+}
+
+fn subjects(out: &[Outgoing]) -> Vec<&str> {
+    out.iter().map(|o| o.subject.as_str()).collect()
+}
+
+/// The worker's answer to a dispatch: its payload with extra fields.
+fn done(dispatch: &Outgoing, extra: Value) -> Component {
+    let mut p = payload(dispatch);
+    for (k, v) in extra.as_object().unwrap() {
+        p.insert(k.clone(), v.clone());
+    }
+    p
+}
+
+#[test]
+fn subjects_are_read_as_ernest_reads_them() {
+    assert_eq!(Subject::parse("build.create"), Subject::Build("create"));
+    assert_eq!(Subject::parse("build.sync"), Subject::Build("sync"));
+    assert_eq!(Subject::parse("build.frobnicate"), Subject::Other);
+    assert_eq!(
+        Subject::parse("instance.create.aws.done"),
+        Subject::Answer { errored: false }
+    );
+    assert_eq!(
+        Subject::parse("instance.create.aws.error"),
+        Subject::Answer { errored: true }
+    );
+    // Our own results and dispatches are not answers.
+    assert_eq!(Subject::parse("build.create.done"), Subject::Other);
+    assert_eq!(Subject::parse("instance.create.aws"), Subject::Other);
+}
+
+#[test]
+fn a_service_builds_in_dependency_order_with_references_resolved() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 1000);
+    let out = run.pump(1000);
+    assert_eq!(subjects(&out), ["network.create.fake"]);
+    let net = payload(&out[0]);
+    assert_eq!(net["_state"], "running");
+    assert_eq!(net["service"], "svc-1");
+    assert_eq!(run.pump(1000), vec![], "nothing new without an answer");
+
+    let answer = done(&out[0], json!({"network_aws_id": "net-42"}));
+    assert!(matches!(
+        run.answer(answer, false, 1500),
+        Answered::Applied {
+            latency_ms: 500,
+            errored: false
+        }
+    ));
+    let out = run.pump(1500);
+    assert_eq!(subjects(&out), ["firewall.create.fake"]);
+    assert_eq!(payload(&out[0])["network_id"], "net-42");
+    // The stored change keeps its reference (a later step resolves it again).
+    let stored = &run.build.changes[1];
+    assert_eq!(stored["_state"], "running");
+    assert!(stored["network_id"].as_str().unwrap().starts_with("$("));
+
+    run.answer(done(&out[0], json!({})), false, 1600);
+    let out = run.pump(1600);
+    assert_eq!(
+        subjects(&out),
+        ["instance.create.fake", "instance.create.fake"]
+    );
+    assert_eq!(run.in_flight(), 2);
+    run.answer(done(&out[1], json!({"ip": "10.0.0.2"})), false, 1700);
+    assert_eq!(run.pump(1700), vec![], "the balancer waits for both");
+    run.answer(done(&out[0], json!({"ip": "10.0.0.1"})), false, 1800);
+    let out = run.pump(1800);
+    assert_eq!(subjects(&out), ["elb.create.fake"]);
+    let lb = payload(&out[0]);
+    assert_eq!(lb["instance_ips"], json!(["10.0.0.1", "10.0.0.2"]));
+    assert_eq!(lb["name_tag"], "lb for shop");
+
+    run.answer(done(&out[0], json!({"dns": "lb.example"})), false, 1900);
+    let out = run.pump(1900);
+    assert_eq!(subjects(&out), ["build.create.done"]);
+    assert!(out[0].terminal);
+    let result: Build = serde_json::from_slice(&out[0].payload).unwrap();
+    assert!(result.changes.iter().all(|c| c["_state"] == "completed"));
+    let ids: Vec<&str> = result.components.iter().filter_map(component_id).collect();
+    assert_eq!(
+        ids,
+        [
+            "network::web",
+            "firewall::web",
+            "instance::web-2",
+            "instance::web-1",
+            "elb::web"
+        ],
+        "components in the order they completed"
+    );
+    assert_eq!(result.extra["datacenters"]["items"][0]["region"], "eu");
+    assert_eq!(result.user_id, Some(json!(7)));
+    assert_eq!(run.result.as_ref().unwrap().kind, ResultKind::Done);
+    assert_eq!(run.pump(2000), vec![], "one terminal message only");
+}
+
+#[test]
+fn halt_waits_for_in_flight_components_then_errors_once() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = run.pump(0);
+    run.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 1);
+    let fw = run.pump(1);
+    run.answer(done(&fw[0], json!({})), false, 2);
+    let inst = run.pump(2);
+    assert_eq!(inst.len(), 2);
+
+    let failed = done(&inst[0], json!({"error_message": "quota exceeded"}));
+    assert!(matches!(
+        run.answer(failed, true, 3),
+        Answered::Applied { errored: true, .. }
+    ));
+    assert_eq!(run.pump(3), vec![], "web-2 still runs: no result yet");
+    assert!(!run.finished());
+
+    run.answer(done(&inst[1], json!({})), false, 4);
+    let out = run.pump(4);
+    assert_eq!(subjects(&out), ["build.create.error"]);
+    let result = payload(&out[0]);
+    let error = result["error"].as_str().unwrap();
+    assert!(
+        error.contains("instance::web-1 (quota exceeded)"),
+        "{error}"
+    );
+    assert!(error.contains("1 not started"), "{error}");
+    let lb = &run.build.changes[4];
+    assert_eq!(lb["_state"], "waiting", "the balancer never started");
+    assert_eq!(run.build.changes[3]["_state"], "completed");
+    // A late answer changes nothing and publishes nothing.
+    assert_eq!(
+        run.answer(done(&inst[1], json!({})), false, 5),
+        Answered::Duplicate
+    );
+    assert_eq!(run.pump(5), vec![]);
+}
+
+#[test]
+fn block_dependents_lets_independent_work_finish() {
+    let mut build = service();
+    build
+        .changes
+        .push(change("dns::extra", "create").as_object().unwrap().clone());
+    let mut run = BuildRun::new(
+        "build.create",
+        build,
+        settings(ErrorPolicy::BlockDependents),
+        0,
+    );
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["network.create.fake", "dns.create.fake"]);
+    run.answer(done(&out[0], json!({})), true, 1);
+    assert_eq!(run.pump(1), vec![], "dns still runs");
+    run.answer(done(&out[1], json!({})), false, 2);
+    let end = run.pump(2);
+    assert_eq!(subjects(&end), ["build.create.error"]);
+    assert_eq!(run.build.components.len(), 1, "dns was created");
+}
+
+#[test]
+fn a_lost_answer_times_out_into_one_error() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(run.next_deadline(), Some(60_000));
+    assert_eq!(run.expire(59_999), Vec::<String>::new());
+    assert_eq!(run.expire(60_000), ["network::web"]);
+    let end = run.pump(60_000);
+    assert_eq!(subjects(&end), ["build.create.error"]);
+    let change = &run.build.changes[0];
+    assert_eq!(change["_state"], "errored");
+    assert_eq!(change["error_code"], "timeout");
+    assert!(
+        change["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
+    assert!(
+        payload(&end[0])["error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
+    assert_eq!(run.next_deadline(), None);
+    // The answer that comes after all is a late one.
+    assert_eq!(
+        run.answer(done(&out[0], json!({})), false, 70_000),
+        Answered::Duplicate
+    );
+}
+
+#[test]
+fn a_cycle_fails_the_build_at_once_naming_it() {
+    let mut build = service();
+    build.edges.push(Edge {
+        source: "elb::web".into(),
+        destination: "firewall::web".into(),
+        length: None,
+        extra: Default::default(),
+    });
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["build.create.error"]);
+    let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+    assert!(error.contains("cycle"), "{error}");
+    for name in ["firewall::web", "instance::web-1", "elb::web"] {
+        assert!(error.contains(name), "{error}");
+    }
+    assert_eq!(run.pump(1), vec![]);
+}
+
+#[test]
+fn an_edge_to_a_missing_component_fails_the_build() {
+    let mut build = service();
+    build.edges.push(Edge {
+        source: "vpc::gone".into(),
+        destination: "network::web".into(),
+        length: None,
+        extra: Default::default(),
+    });
+    let mut run = BuildRun::new("build.delete", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["build.delete.error"]);
+    let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+    assert!(error.contains("vpc::gone"), "{error}");
+}
+
+#[test]
+fn an_edge_to_a_component_that_does_not_change_does_not_wait() {
+    let mut build = service();
+    build
+        .components
+        .push(change("vpc::main", "none").as_object().unwrap().clone());
+    build.edges.push(Edge {
+        source: "vpc::main".into(),
+        destination: "network::web".into(),
+        length: None,
+        extra: Default::default(),
+    });
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    assert_eq!(subjects(&run.pump(0)), ["network.create.fake"]);
+}
+
+#[test]
+fn a_change_without_edges_starts_at_once_and_start_end_are_not_dispatched() {
+    let build: Build = serde_json::from_value(json!({
+        "id": "b", "changes": [change("a::x", "create")]
+    }))
+    .unwrap();
+    let mut run = BuildRun::new("build.import", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["a.create.fake"]);
+    run.answer(done(&out[0], json!({})), false, 1);
+    assert_eq!(subjects(&run.pump(1)), ["build.import.done"]);
+}
+
+#[test]
+fn an_empty_build_is_done_at_once() {
+    let build: Build = serde_json::from_value(json!({"id": "empty"})).unwrap();
+    let mut run = BuildRun::new("build.sync", build, settings(ErrorPolicy::Halt), 0);
+    assert_eq!(subjects(&run.pump(0)), ["build.sync.done"]);
+}
+
+#[test]
+fn an_unresolvable_reference_errors_the_component() {
+    let mut build = service();
+    build.changes[0].insert(
+        "bad".into(),
+        json!("$(components.#[_component_id=\"nope\"].x)"),
+    );
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(
+        subjects(&out),
+        ["build.create.error"],
+        "{:?}",
+        run.build.changes[0]
+    );
+    assert_eq!(run.build.changes[0]["error_code"], "reference");
+}
+
+#[test]
+fn completion_rules_follow_ernest() {
+    let mut components: Vec<Component> = vec![
+        json!({"_component_id": "a::1", "v": 1})
+            .as_object()
+            .unwrap()
+            .clone(),
+        json!({"_component_id": "b::1", "v": 1})
+            .as_object()
+            .unwrap()
+            .clone(),
+    ];
+    let c = |v: Value| v.as_object().unwrap().clone();
+    apply_completion(
+        &mut components,
+        "create",
+        &c(json!({"_component_id": "c::1"})),
+    );
+    apply_completion(
+        &mut components,
+        "update",
+        &c(json!({"_component_id": "a::1", "v": 2})),
+    );
+    apply_completion(
+        &mut components,
+        "get",
+        &c(json!({"_component_id": "b::1", "v": 3})),
+    );
+    apply_completion(
+        &mut components,
+        "delete",
+        &c(json!({"_component_id": "c::1"})),
+    );
+    apply_completion(
+        &mut components,
+        "find",
+        &c(json!({"_component_id": "q::1", "components": [
+            {"_component_id": "f::1"}, {"_component_id": "f::2"}]})),
+    );
+    apply_completion(
+        &mut components,
+        "none",
+        &c(json!({"_component_id": "z::1"})),
+    );
+    let view: Vec<(String, Value)> = components
+        .iter()
+        .map(|c| {
+            let v = c.get("v").cloned().unwrap_or(Value::Null);
+            (component_id(c).unwrap().to_string(), v)
+        })
+        .collect();
+    assert_eq!(
+        view,
+        [
+            ("a::1".to_string(), json!(2)),
+            ("b::1".to_string(), json!(3)),
+            ("f::1".to_string(), Value::Null),
+            ("f::2".to_string(), Value::Null),
+        ]
+    );
+}
+
+#[test]
+fn a_delete_follows_the_reversed_edges_of_ernests_mapping() {
+    // ernest's builder reverses the edges of deletes: instances go before their network.
+    let build: Build = serde_json::from_value(json!({
+        "id": "svc-1",
+        "components": [
+            {"_component_id": "network::web", "_component": "network"},
+            {"_component_id": "instance::web-1", "_component": "instance"}
+        ],
+        "changes": [change("network::web", "delete"), change("instance::web-1", "delete")],
+        "edges": [
+            {"source": "start", "destination": "instance::web-1"},
+            {"source": "instance::web-1", "destination": "network::web"},
+            {"source": "network::web", "destination": "end"}
+        ]
+    }))
+    .unwrap();
+    let mut run = BuildRun::new("build.delete", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["instance.delete.fake"]);
+    run.answer(done(&out[0], json!({})), false, 1);
+    let out = run.pump(1);
+    assert_eq!(subjects(&out), ["network.delete.fake"]);
+    run.answer(done(&out[0], json!({})), false, 2);
+    assert_eq!(subjects(&run.pump(2)), ["build.delete.done"]);
+    assert!(run.build.components.is_empty(), "both deleted");
+}
+
+#[test]
+fn a_restored_run_goes_on_without_dispatching_completed_components() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = run.pump(0);
+    run.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 10);
+    let fw = run.pump(10);
+    run.answer(done(&fw[0], json!({})), false, 20);
+    let inst = run.pump(20);
+    run.answer(done(&inst[0], json!({"ip": "10.0.0.1"})), false, 30);
+    assert_eq!(run.pump(30), vec![]);
+    let stored = serde_json::to_vec(&run).unwrap();
+
+    let mut back = BuildRun::restore(&stored).unwrap();
+    assert_eq!(back.pump(40), vec![], "nothing is dispatched again");
+    assert_eq!(back.running.len(), 1);
+    assert_eq!(
+        back.next_deadline(),
+        Some(20 + 60_000),
+        "web-2 keeps its deadline"
+    );
+    // web-2's answer, sent before the stop, is taken.
+    back.answer(done(&inst[1], json!({"ip": "10.0.0.2"})), false, 50);
+    let out = back.pump(50);
+    assert_eq!(subjects(&out), ["elb.create.fake"]);
+    assert_eq!(
+        payload(&out[0])["instance_ips"],
+        json!(["10.0.0.1", "10.0.0.2"])
+    );
+}
+
+#[test]
+fn a_restored_failed_run_under_halt_still_waits_for_its_running_component() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = run.pump(0);
+    run.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 1);
+    let fw = run.pump(1);
+    run.answer(done(&fw[0], json!({})), false, 2);
+    let inst = run.pump(2);
+    run.answer(done(&inst[0], json!({})), true, 3);
+    assert_eq!(run.pump(3), vec![]);
+    let mut back = BuildRun::restore(&serde_json::to_vec(&run).unwrap()).unwrap();
+    assert_eq!(back.pump(4), vec![], "web-2 still runs");
+    back.answer(done(&inst[1], json!({})), false, 5);
+    assert_eq!(subjects(&back.pump(5)), ["build.create.error"]);
+}
+
+fn executor() -> Executor {
+    Executor::new(settings(ErrorPolicy::Halt))
+}
+
+fn bytes(v: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
+}
+
+#[test]
+fn the_executor_routes_answers_by_service_and_ignores_strangers() {
+    let mut ex = executor();
+    let step = ex.message("build.create", &bytes(&service()), 0);
+    assert_eq!(step.save, ["svc-1"]);
+    assert_eq!(step.publish.len(), 1);
+    let (_, net) = &step.publish[0];
+    assert_eq!(ex.in_flight(), 1);
+
+    // An answer for another build, one for no component, and one not on an answer subject.
+    let mut other = payload(net);
+    other.insert("service".into(), json!("svc-2"));
+    assert!(
+        ex.message("network.create.fake.done", &bytes(&other), 1)
+            .save
+            .is_empty()
+    );
+    let mut stranger = payload(net);
+    stranger.insert("_component_id".into(), json!("network::other"));
+    assert!(
+        ex.message("network.create.fake.done", &bytes(&stranger), 1)
+            .save
+            .is_empty()
+    );
+    assert!(
+        ex.message("network.create.fake", &net.payload, 1)
+            .save
+            .is_empty()
+    );
+    // The same build again while it runs is ignored.
+    assert!(
+        ex.message("build.create", &bytes(&service()), 1)
+            .save
+            .is_empty()
+    );
+
+    let mut answer = payload(net);
+    answer.insert("network_aws_id".into(), json!("n1"));
+    let step = ex.message("network.create.fake.done", &bytes(&answer), 5);
+    assert_eq!(step.answered, [(false, 5)]);
+    assert_eq!(step.publish[0].1.subject, "firewall.create.fake");
+    // The duplicate of that answer does nothing.
+    let dup = ex.message("network.create.fake.done", &bytes(&answer), 6);
+    assert!(dup.save.is_empty() && dup.publish.is_empty());
+}
+
+#[test]
+fn the_executor_times_out_and_reports_one_result() {
+    let mut ex = executor();
+    ex.message("build.create", &bytes(&service()), 0);
+    assert_eq!(ex.next_deadline(), Some(60_000));
+    assert!(ex.tick(59_000).publish.is_empty());
+    let step = ex.tick(60_000);
+    assert_eq!(step.finished, [("svc-1".to_string(), ResultKind::Error)]);
+    let terminals: Vec<_> = step.publish.iter().filter(|(_, o)| o.terminal).collect();
+    assert_eq!(terminals.len(), 1);
+    assert_eq!(terminals[0].1.subject, "build.create.error");
+    assert_eq!(ex.in_flight(), 0);
+    assert!(ex.tick(120_000).publish.is_empty());
+    ex.mark_sent("svc-1");
+    assert_eq!(
+        ex.run("svc-1").unwrap().result.as_ref().unwrap().sent,
+        Sent::Sent
+    );
+}
+
+#[test]
+fn a_result_handed_out_before_a_stop_is_not_published_again() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    run.pump(0);
+    run.expire(60_000);
+    let out = run.pump(60_000);
+    assert_eq!(out.len(), 1);
+    let stored = bytes(&run);
+    let mut ex = executor();
+    let step = ex.resume(BuildRun::restore(&stored).unwrap(), 70_000);
+    assert!(step.publish.is_empty() && step.save.is_empty());
+    assert_eq!(ex.unfinished(), 0);
+}
+
+#[test]
+fn a_resumed_run_dispatches_what_became_ready_before_the_stop() {
+    // Stopped after an answer was applied and stored, before the next dispatch went out.
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = run.pump(0);
+    run.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 1);
+    let stored = bytes(&run);
+    let mut ex = executor();
+    let step = ex.resume(BuildRun::restore(&stored).unwrap(), 2);
+    let subjects: Vec<&str> = step
+        .publish
+        .iter()
+        .map(|(_, o)| o.subject.as_str())
+        .collect();
+    assert_eq!(subjects, ["firewall.create.fake"]);
+    assert_eq!(step.save, ["svc-1"]);
+}

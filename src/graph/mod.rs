@@ -1,0 +1,179 @@
+//! The ernest-style graph executor over NATS: `verwalter graph`, or the daemon's `graph:`
+//! settings. What it decides is in `verwalter_controllers::ernest`; this module connects to
+//! NATS, forwards the subjects it listens to into the executor's loop, publishes what the loop
+//! asks for ([`nats::NatsBus`]), keeps one file per build ([`store::BuildFiles`]) and counts
+//! ([`metrics::GraphMetrics`]).
+//!
+//! Subjects listened to: `build.create`, `build.delete`, `build.patch`, `build.import`,
+//! `build.sync`, and answers `*.*.*.done` / `*.*.*.error` (ernest's four-token answers). ernest
+//! subscribed to `>` and filtered; these narrower subscriptions never match the executor's own
+//! dispatches (`<type>.<action>.<provider>`, three tokens) or results (`build.<action>.done`,
+//! three tokens), and the connection is opened with `no_echo` as well, so nothing it publishes
+//! comes back to it.
+
+pub mod events;
+pub mod metrics;
+pub mod nats;
+pub mod store;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use prometheus::Registry;
+use tokio_util::sync::CancellationToken;
+use verwalter_controllers::ernest::executor_loop::ExecutorLoop;
+use verwalter_controllers::ernest::{Executor, RunSettings};
+use verwalter_controllers::graph::ErrorPolicy;
+use verwalter_controllers::ports::SystemClock;
+
+/// ernest's default NATS address.
+pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+/// A component that has not answered after this long is errored: long enough for a cloud
+/// instance to boot, short enough that a lost answer does not hold a build for hours.
+pub const DEFAULT_COMPONENT_TIMEOUT: Duration = Duration::from_secs(300);
+/// Messages waiting for the executor's loop at most; the subscription waits when it is full.
+const INBOX: usize = 8192;
+
+/// `verwalter graph`'s flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GraphFlags {
+    /// The NATS server to connect to
+    #[arg(long, value_name = "URL", default_value = DEFAULT_NATS_URL)]
+    pub nats_url: String,
+    /// Where the builds are kept, one file each (made if missing)
+    #[arg(long, value_name = "DIR")]
+    pub storage_dir: PathBuf,
+    /// A dispatched component that has not answered after this many seconds is errored
+    #[arg(long, value_name = "SECS", default_value_t = DEFAULT_COMPONENT_TIMEOUT.as_secs_f64())]
+    pub component_timeout: f64,
+    /// What a failed component stops: `halt` (ernest: nothing new starts, what runs
+    /// finishes) or `block-dependents` (only what depends on it)
+    #[arg(long, value_name = "POLICY", default_value = "halt", value_parser = parse_policy)]
+    pub error_policy: ErrorPolicy,
+    /// Serve the executor's Prometheus metrics at http://ADDR/metrics
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_listen: Option<SocketAddr>,
+}
+
+/// `halt` or `block-dependents`.
+pub fn parse_policy(text: &str) -> Result<ErrorPolicy, String> {
+    match text {
+        "halt" => Ok(ErrorPolicy::Halt),
+        "block-dependents" => Ok(ErrorPolicy::BlockDependents),
+        other => Err(format!(
+            "{other:?} is not an error policy (halt or block-dependents)"
+        )),
+    }
+}
+
+/// What the executor needs, from the flags or the daemon's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GraphSettings {
+    pub nats_url: String,
+    pub storage_dir: PathBuf,
+    pub component_timeout: Duration,
+    pub policy: ErrorPolicy,
+}
+
+impl GraphSettings {
+    pub fn from_flags(flags: &GraphFlags) -> Result<GraphSettings, String> {
+        let component_timeout = Duration::try_from_secs_f64(flags.component_timeout)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .ok_or_else(|| {
+                format!(
+                    "--component-timeout {}: a positive number of seconds",
+                    flags.component_timeout
+                )
+            })?;
+        Ok(GraphSettings {
+            nats_url: flags.nats_url.clone(),
+            storage_dir: flags.storage_dir.clone(),
+            component_timeout,
+            policy: flags.error_policy,
+        })
+    }
+}
+
+/// Why the executor could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum GraphError {
+    #[error("graph executor: cannot use the storage dir {}: {source}", path.display())]
+    Storage {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("graph executor: cannot listen on {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Starts the executor: its metrics on `registry`, its storage dir made. The returned task
+/// connects to NATS (retrying until it can), resumes the stored builds and runs until
+/// `shutdown`.
+pub fn start(
+    settings: &GraphSettings,
+    registry: &Registry,
+    shutdown: CancellationToken,
+) -> Result<BoxFuture<'static, ()>, GraphError> {
+    let files =
+        store::BuildFiles::open(&settings.storage_dir).map_err(|source| GraphError::Storage {
+            path: settings.storage_dir.clone(),
+            source,
+        })?;
+    let metrics = Arc::new(metrics::GraphMetrics::register(registry));
+    let settings = settings.clone();
+    Ok(Box::pin(async move {
+        let (tx, rx) = tokio::sync::mpsc::channel(INBOX);
+        let Some(connection) =
+            nats::connect(&settings.nats_url, tx, metrics.clone(), &shutdown).await
+        else {
+            return;
+        };
+        let executor = Executor::new(RunSettings {
+            policy: settings.policy,
+            component_timeout: settings.component_timeout,
+        });
+        let looped = ExecutorLoop {
+            executor,
+            bus: Arc::new(connection.bus),
+            store: Arc::new(files),
+            clock: Arc::new(SystemClock),
+            observer: metrics,
+        };
+        tracing::info!(
+            storage = %settings.storage_dir.display(),
+            timeout_s = settings.component_timeout.as_secs_f64(),
+            policy = ?settings.policy,
+            "Graph executor running."
+        );
+        looped.run(rx, shutdown.clone()).await;
+        connection.forwarder.abort();
+    }))
+}
+
+/// `verwalter graph`: runs until `shutdown`.
+pub async fn run(flags: &GraphFlags, shutdown: CancellationToken) -> Result<(), String> {
+    let settings = GraphSettings::from_flags(flags)?;
+    let registry = Registry::new();
+    let executor = start(&settings, &registry, shutdown.clone()).map_err(|e| e.to_string())?;
+    let server = match flags.metrics_listen {
+        Some(addr) => Some(
+            metrics::serve(addr, registry, shutdown.clone())
+                .await
+                .map_err(|e| e.to_string())?,
+        ),
+        None => None,
+    };
+    // Both run until `shutdown`: the metrics are served while the executor works.
+    let server = server.unwrap_or_else(|| Box::pin(async {}));
+    futures::future::join(executor, server).await;
+    Ok(())
+}

@@ -1,0 +1,996 @@
+//! `verwalter graph` against Debian's real `nats-server` (`make nats-deps`), on loopback, with a
+//! worker written here (an async-nats client) that answers the dispatches.
+//!
+//! The test client subscribes to `>` once, so it sees every message in the order the server
+//! delivered them to it: "nothing was published before X" is checked against an event that must
+//! come after X (a probe build's dispatch), never by waiting.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use serde_json::{Value, json};
+
+use crate::util::BIN;
+
+const WAIT: Duration = Duration::from_secs(30);
+
+/// The `nats-server` binary: `$NATS_SERVER`, Debian's `/usr/bin/nats-server`, or on `PATH`.
+fn nats_binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("NATS_SERVER") {
+        return p.into();
+    }
+    let debian = Path::new("/usr/bin/nats-server");
+    if debian.exists() {
+        return debian.to_owned();
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("nats-server"))
+                .find(|p| p.is_file())
+        })
+        .expect("nats-server is missing: `make nats-deps` (apt-get install nats-server)")
+}
+
+/// A `nats-server` child on 127.0.0.1, killed on drop.
+struct Nats {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Nats {
+    /// On a port the server picks (`-p -1`), read back from its log.
+    fn start(dir: &Path) -> Nats {
+        Nats::on(dir, None)
+    }
+
+    /// `port`: again on the port of a server that was stopped.
+    fn on(dir: &Path, port: Option<u16>) -> Nats {
+        let log = dir.join(format!("nats-{}.log", port.unwrap_or(0)));
+        let child = Command::new(nats_binary())
+            .args(["-a", "127.0.0.1", "-p"])
+            .arg(port.map_or("-1".to_string(), |p| p.to_string()))
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut nats = Nats {
+            child,
+            port: 0,
+            log,
+        };
+        let found = wait_until(|| {
+            let text = std::fs::read_to_string(&nats.log).unwrap_or_default();
+            if !text.contains("Server is ready") {
+                return None;
+            }
+            let line = text
+                .lines()
+                .find(|l| l.contains("Listening for client connections on"))?;
+            line.rsplit(':').next()?.trim().parse::<u16>().ok()
+        });
+        nats.port = found.unwrap_or_else(|| {
+            panic!(
+                "nats-server did not start:\n{}",
+                std::fs::read_to_string(&nats.log).unwrap_or_default()
+            )
+        });
+        nats
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// `verwalter graph` as a child, killed on drop.
+struct Executor {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Executor {
+    fn start(url: &str, storage: &Path, timeout_s: f64, log: &Path) -> Executor {
+        Executor::start_with(url, storage, timeout_s, log, &[])
+    }
+
+    fn start_with(
+        url: &str,
+        storage: &Path,
+        timeout_s: f64,
+        log: &Path,
+        args: &[&str],
+    ) -> Executor {
+        let child = Command::new(BIN)
+            .args(["graph", "--nats-url", url, "--storage-dir"])
+            .arg(storage)
+            .arg("--component-timeout")
+            .arg(timeout_s.to_string())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).unwrap())
+            .spawn()
+            .unwrap();
+        let executor = Executor {
+            child,
+            log: log.to_owned(),
+        };
+        executor.wait_log("Graph executor running.", 1);
+        executor
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Waits until `text` is in the log `n` times.
+    fn wait_log(&self, text: &str, n: usize) {
+        if wait_until(|| (self.logs().matches(text).count() >= n).then_some(())).is_none() {
+            panic!("no {n}x {text:?} in the executor's log:\n{}", self.logs());
+        }
+    }
+
+    fn kill9(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Executor {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_until<T>(mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+    crate::util::wait_for(WAIT, &mut probe)
+}
+
+/// The test's NATS client: every message it sees, in order, and a way to answer.
+struct Client {
+    client: async_nats::Client,
+    seen: Arc<Mutex<Vec<(String, Value)>>>,
+    reconnects: Arc<Mutex<usize>>,
+}
+
+impl Client {
+    async fn connect(url: &str) -> Client {
+        let reconnects = Arc::new(Mutex::new(0usize));
+        let counted = reconnects.clone();
+        let client = async_nats::ConnectOptions::new()
+            .reconnect_delay_callback(|n| Duration::from_millis(100 * n as u64).min(WAIT / 15))
+            .event_callback(move |event| {
+                let counted = counted.clone();
+                async move {
+                    if matches!(event, async_nats::Event::Connected) {
+                        *counted.lock().unwrap() += 1;
+                    }
+                }
+            })
+            .connect(url)
+            .await
+            .unwrap();
+        let mut all = client.subscribe(">").await.unwrap();
+        client.flush().await.unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Some(m) = all.next().await {
+                let payload = serde_json::from_slice(&m.payload).unwrap_or(Value::Null);
+                log.lock().unwrap().push((m.subject.to_string(), payload));
+            }
+        });
+        Client {
+            client,
+            seen,
+            reconnects,
+        }
+    }
+
+    async fn publish(&self, subject: &str, payload: &Value) {
+        self.client
+            .publish(
+                subject.to_string(),
+                serde_json::to_vec(payload).unwrap().into(),
+            )
+            .await
+            .unwrap();
+        self.client.flush().await.unwrap();
+    }
+
+    /// Messages seen so far whose subject `matches`.
+    fn seen(&self, matches: impl Fn(&str, &Value) -> bool) -> Vec<(String, Value)> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, p)| matches(s, p))
+            .cloned()
+            .collect()
+    }
+
+    /// Waits until `n` messages match, and returns them.
+    async fn wait(
+        &self,
+        n: usize,
+        what: &str,
+        matches: impl Fn(&str, &Value) -> bool,
+    ) -> Vec<(String, Value)> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let found = self.seen(&matches);
+            if found.len() >= n {
+                return found;
+            }
+            if Instant::now() > deadline {
+                panic!("waited for {n} x {what}; seen: {:#?}", self.subjects());
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    fn subjects(&self) -> Vec<String> {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(s, p)| {
+                format!(
+                    "{s} {}",
+                    p.get("_component_id")
+                        .or(p.get("id"))
+                        .unwrap_or(&Value::Null)
+                )
+            })
+            .collect()
+    }
+
+    /// Answers a dispatch with `.done` (or `.error`), its payload plus `extra`.
+    async fn answer(&self, dispatch: &(String, Value), errored: bool, extra: Value) {
+        let mut payload = dispatch.1.clone();
+        for (k, v) in extra.as_object().unwrap() {
+            payload[k] = v.clone();
+        }
+        let suffix = if errored { "error" } else { "done" };
+        self.publish(&format!("{}.{suffix}", dispatch.0), &payload)
+            .await;
+    }
+}
+
+/// A dispatch: three tokens, not one of the executor's results.
+fn is_dispatch(subject: &str) -> bool {
+    subject.split('.').count() == 3 && !subject.starts_with("build.")
+}
+
+fn dispatch_of<'a>(build: &'a str, id: &'a str) -> impl Fn(&str, &Value) -> bool + use<'a> {
+    move |s, p| is_dispatch(s) && p["service"] == build && p["_component_id"] == id
+}
+
+fn result_of<'a>(build: &'a str) -> impl Fn(&str, &Value) -> bool + use<'a> {
+    move |s, p| s.starts_with("build.") && s.split('.').count() == 3 && p["id"] == build
+}
+
+fn service_build() -> Value {
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/graphs/ernest-service/build.json"),
+    )
+    .unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+/// What the example's fake cloud answers for each kind of component.
+fn outputs(id: &str) -> Value {
+    match id {
+        "network::web" => json!({"network_aws_id": "subnet-1"}),
+        "firewall::web-sg" => json!({"security_group_aws_id": "sg-1"}),
+        "instance::web-1" => json!({"instance_aws_id": "i-1", "ip": "10.0.1.11"}),
+        "instance::web-2" => json!({"instance_aws_id": "i-2", "ip": "10.0.1.12"}),
+        "elb::web-lb" => json!({"dns_name": "web-lb.example"}),
+        _ => json!({}),
+    }
+}
+
+/// A build with one component, to probe the executor's order of events.
+fn probe_build(id: &str) -> Value {
+    json!({"id": id, "changes": [{"_component_id": "probe::p", "_component": "probe",
+        "_action": "create", "_provider": "fake"}]})
+}
+
+/// Sends a probe build and waits for its dispatch: every message the executor received
+/// before it has been handled, and what that published was delivered before the dispatch.
+async fn probe(client: &Client, id: &'static str) -> (String, Value) {
+    client.publish("build.create", &probe_build(id)).await;
+    client
+        .wait(1, id, dispatch_of(id, "probe::p"))
+        .await
+        .remove(0)
+}
+
+/// The index of the first message matching `f` in what the client saw.
+fn position(client: &Client, f: impl Fn(&str, &Value) -> bool) -> usize {
+    client
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .position(|(s, p)| f(s, p))
+        .expect("seen")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &service_build()).await;
+    // The worker answers each dispatch as it comes, with what a cloud would fill in.
+    let mut answered = 0;
+    while answered < 5 {
+        let dispatches = client
+            .wait(answered + 1, "a dispatch", |s, p| {
+                is_dispatch(s) && p["service"] == "shop-1"
+            })
+            .await;
+        for d in &dispatches[answered..] {
+            let id = d.1["_component_id"].as_str().unwrap().to_string();
+            client.answer(d, false, outputs(&id)).await;
+            answered += 1;
+        }
+    }
+    let results = client.wait(1, "the result", result_of("shop-1")).await;
+    assert_eq!(results[0].0, "build.create.done");
+
+    let order: Vec<String> = client
+        .seen(|s, p| is_dispatch(s) && p["service"] == "shop-1")
+        .iter()
+        .map(|(s, p)| format!("{s} {}", p["_component_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(order[0], "network.create.fake network::web");
+    assert_eq!(order[1], "firewall.create.fake firewall::web-sg");
+    assert!(order[2..4].contains(&"instance.create.fake instance::web-1".to_string()));
+    assert!(order[2..4].contains(&"instance.create.fake instance::web-2".to_string()));
+    assert_eq!(order[4], "elb.create.fake elb::web-lb");
+    // References resolved against other components' answers and the build's own fields.
+    let lb = &client.seen(dispatch_of("shop-1", "elb::web-lb"))[0].1;
+    assert_eq!(lb["instance_aws_ids"], json!(["i-1", "i-2"]));
+    assert_eq!(lb["backends"], "10.0.1.11 10.0.1.12");
+    assert_eq!(lb["datacenter_region"], "eu-west-1");
+    assert_eq!(lb["_state"], "running");
+    let fw = &client.seen(dispatch_of("shop-1", "firewall::web-sg"))[0].1;
+    assert_eq!(fw["network_aws_id"], "subnet-1");
+
+    let graph = &results[0].1;
+    assert!(
+        graph["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["_state"] == "completed"),
+        "{graph:#}"
+    );
+    let components: Vec<&str> = graph["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["_component_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(components.len(), 5);
+    assert_eq!(components[0], "network::web");
+    assert_eq!(components[4], "elb::web-lb");
+    assert_eq!(graph["datacenters"]["items"][0]["region"], "eu-west-1");
+
+    // Exactly one result: a later build's result comes, and still one for shop-1.
+    let p = probe(&client, "later").await;
+    client.answer(&p, false, json!({})).await;
+    client.wait(1, "the later result", result_of("later")).await;
+    assert_eq!(client.seen(result_of("shop-1")).len(), 1);
+    executor.wait_log("Build shop-1 finished: done", 1);
+}
+
+/// network -> (web-1, web-2) -> lb, halting on error as ernest.
+fn two_instances(id: &str) -> Value {
+    let mut build = service_build();
+    build["id"] = json!(id);
+    // Without the firewall: the instances come right after the network.
+    let changes: Vec<Value> = build["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["_component_id"] != "firewall::web-sg")
+        .cloned()
+        .map(|mut c| {
+            c.as_object_mut().unwrap().remove("security_group_aws_ids");
+            c
+        })
+        .collect();
+    build["changes"] = json!(changes);
+    build["edges"] = json!([
+        {"source": "network::web", "destination": "instance::web-1"},
+        {"source": "network::web", "destination": "instance::web-2"},
+        {"source": "instance::web-1", "destination": "elb::web-lb"},
+        {"source": "instance::web-2", "destination": "elb::web-lb"}
+    ]);
+    build
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_while_others_run_gives_one_error_after_they_finish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &two_instances("b1")).await;
+    let net = client
+        .wait(1, "network", dispatch_of("b1", "network::web"))
+        .await;
+    client.answer(&net[0], false, outputs("network::web")).await;
+    let web1 = client
+        .wait(1, "web-1", dispatch_of("b1", "instance::web-1"))
+        .await
+        .remove(0);
+    let web2 = client
+        .wait(1, "web-2", dispatch_of("b1", "instance::web-2"))
+        .await
+        .remove(0);
+
+    client
+        .answer(&web1, true, json!({"error_message": "quota exceeded"}))
+        .await;
+    // The probe's dispatch comes after the executor handled web-1's error: nothing for b1 was
+    // published in between (no result while web-2 runs, and no load balancer).
+    probe(&client, "probe-1").await;
+    assert!(
+        client.seen(result_of("b1")).is_empty(),
+        "{:#?}",
+        client.subjects()
+    );
+    assert!(client.seen(dispatch_of("b1", "elb::web-lb")).is_empty());
+
+    client
+        .answer(&web2, false, outputs("instance::web-2"))
+        .await;
+    let results = client.wait(1, "b1's result", result_of("b1")).await;
+    assert_eq!(results[0].0, "build.create.error");
+    let graph = &results[0].1;
+    let error = graph["error"].as_str().unwrap();
+    assert!(
+        error.contains("instance::web-1 (quota exceeded)"),
+        "{error}"
+    );
+    let state = |id: &str| {
+        graph["changes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["_component_id"] == id)
+            .unwrap()["_state"]
+            .clone()
+    };
+    assert_eq!(state("instance::web-1"), "errored");
+    assert_eq!(
+        state("instance::web-2"),
+        "completed",
+        "in flight, it finished"
+    );
+    assert_eq!(state("elb::web-lb"), "waiting", "never started");
+    assert!(
+        position(&client, result_of("b1"))
+            > position(&client, |s, p| s.ends_with(".done")
+                && p["_component_id"] == "instance::web-2")
+    );
+
+    // A duplicate answer after the result changes nothing; one error only.
+    client.answer(&web2, false, json!({})).await;
+    let p = probe(&client, "probe-2").await;
+    client.answer(&p, false, json!({})).await;
+    client
+        .wait(1, "probe-2's result", result_of("probe-2"))
+        .await;
+    assert_eq!(client.seen(result_of("b1")).len(), 1);
+    executor.wait_log("Build b1 finished: error", 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_answer_times_out_into_one_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start_with(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        0.5,
+        &tmp.path().join("executor.log"),
+        &["--metrics-listen", "127.0.0.1:0"],
+    );
+    let metrics_port = {
+        let line = wait_until(|| {
+            executor
+                .logs()
+                .lines()
+                .find(|l| l.contains("Graph executor metrics at"))
+                .map(str::to_string)
+        })
+        .expect("the metrics address is logged");
+        let addr = line
+            .split("http://")
+            .nth(1)
+            .unwrap()
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string();
+        addr.rsplit(':').next().unwrap().parse::<u16>().unwrap()
+    };
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &two_instances("lost")).await;
+    // The network's answer never comes.
+    client
+        .wait(1, "network", dispatch_of("lost", "network::web"))
+        .await;
+    let results = client.wait(1, "the result", result_of("lost")).await;
+    assert_eq!(results[0].0, "build.create.error");
+    let network = &results[0].1["changes"][0];
+    assert_eq!(network["_state"], "errored");
+    assert_eq!(network["error_code"], "timeout");
+    assert!(
+        network["error_message"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
+    executor.wait_log("Component timed out.", 1);
+    // The answer that comes after all is ignored, and there is one result.
+    let net = client.seen(dispatch_of("lost", "network::web")).remove(0);
+    client.answer(&net, false, json!({})).await;
+    probe(&client, "probe").await;
+    assert_eq!(client.seen(result_of("lost")).len(), 1);
+    assert!(
+        client
+            .seen(dispatch_of("lost", "instance::web-1"))
+            .is_empty()
+    );
+    // `--metrics-listen` serves the executor's families.
+    let metric = |series: &str| crate::util::metric(metrics_port, series);
+    assert_eq!(
+        metric("verwalter_graph_builds_total{result=\"error\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric("verwalter_graph_component_duration_seconds_count{result=\"error\"}"),
+        Some(1.0)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_executor_resumes_without_dispatching_completed_components() {
+    let tmp = tempfile::tempdir().unwrap();
+    let storage = tmp.path().join("graph");
+    let nats = Nats::start(tmp.path());
+    let mut executor = Executor::start(
+        &nats.url(),
+        &storage,
+        60.0,
+        &tmp.path().join("executor-1.log"),
+    );
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &service_build()).await;
+    for id in ["network::web", "firewall::web-sg"] {
+        let d = client
+            .wait(1, id, dispatch_of("shop-1", id))
+            .await
+            .remove(0);
+        client.answer(&d, false, outputs(id)).await;
+    }
+    let web1 = client
+        .wait(1, "web-1", dispatch_of("shop-1", "instance::web-1"))
+        .await
+        .remove(0);
+    let web2 = client
+        .wait(1, "web-2", dispatch_of("shop-1", "instance::web-2"))
+        .await
+        .remove(0);
+    client
+        .answer(&web1, false, outputs("instance::web-1"))
+        .await;
+    // web-1's completion is on disk once the executor handled it (the probe proves it did).
+    probe(&client, "probe-1").await;
+    executor.kill9();
+
+    let executor = Executor::start(
+        &nats.url(),
+        &storage,
+        60.0,
+        &tmp.path().join("executor-2.log"),
+    );
+    executor.wait_log("Build resumed.", 1);
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    // web-2 was running: its answer, coming now, is taken.
+    client
+        .answer(&web2, false, outputs("instance::web-2"))
+        .await;
+    let lb = client
+        .wait(1, "the balancer", dispatch_of("shop-1", "elb::web-lb"))
+        .await
+        .remove(0);
+    assert_eq!(lb.1["instance_aws_ids"], json!(["i-1", "i-2"]));
+    client.answer(&lb, false, outputs("elb::web-lb")).await;
+    let results = client.wait(1, "the result", result_of("shop-1")).await;
+    assert_eq!(results[0].0, "build.create.done");
+    for id in [
+        "network::web",
+        "firewall::web-sg",
+        "instance::web-1",
+        "instance::web-2",
+        "elb::web-lb",
+    ] {
+        assert_eq!(
+            client.seen(dispatch_of("shop-1", id)).len(),
+            1,
+            "{id} dispatched once"
+        );
+    }
+    // The probe build, unfinished at the kill, was resumed as well and still takes its answer.
+    let p = client.seen(dispatch_of("probe-1", "probe::p")).remove(0);
+    client.answer(&p, false, json!({})).await;
+    client
+        .wait(1, "probe-1's result", result_of("probe-1"))
+        .await;
+    assert_eq!(client.seen(result_of("shop-1")).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_nats_server_does_not_stop_a_build() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &two_instances("b1")).await;
+    let net = client
+        .wait(1, "network", dispatch_of("b1", "network::web"))
+        .await
+        .remove(0);
+    client.answer(&net, false, outputs("network::web")).await;
+    let web1 = client
+        .wait(1, "web-1", dispatch_of("b1", "instance::web-1"))
+        .await
+        .remove(0);
+    let web2 = client
+        .wait(1, "web-2", dispatch_of("b1", "instance::web-2"))
+        .await
+        .remove(0);
+
+    let port = nats.port;
+    nats.stop();
+    executor.wait_log("Graph executor lost its NATS connection", 1);
+    let _nats = Nats::on(tmp.path(), Some(port));
+    executor.wait_log("Graph executor reconnected to NATS.", 1);
+    let reconnected = crate::util::wait_for(WAIT, || {
+        (*client.reconnects.lock().unwrap() >= 2).then_some(())
+    });
+    assert!(reconnected.is_some(), "the test client reconnects");
+    // The executor's subscriptions are back once a new build reaches it.
+    probe(&client, "probe").await;
+
+    client
+        .answer(&web1, false, outputs("instance::web-1"))
+        .await;
+    client
+        .answer(&web2, false, outputs("instance::web-2"))
+        .await;
+    let lb = client
+        .wait(1, "the balancer", dispatch_of("b1", "elb::web-lb"))
+        .await
+        .remove(0);
+    client.answer(&lb, false, outputs("elb::web-lb")).await;
+    let results = client.wait(1, "the result", result_of("b1")).await;
+    assert_eq!(results[0].0, "build.create.done");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_runs_the_executor_by_its_settings_with_its_metrics() {
+    let (tmp, config_dir, storage) = crate::util::example_site("minimal");
+    let nats = Nats::start(tmp.path());
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!(
+            "graph:\n  nats-url: {}\n  component-timeout: 0.5\n",
+            nats.url()
+        ),
+    )
+    .unwrap();
+    let daemon = crate::util::Daemon::launch(
+        &config_dir,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let logged = |text: &str| {
+        let found = crate::util::wait_for(WAIT, || daemon.logs().contains(text).then_some(()));
+        assert!(found.is_some(), "no {text:?}:\n{}", daemon.logs());
+    };
+    logged("Graph executor connected to NATS.");
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &two_instances("d1")).await;
+    let net = client
+        .wait(1, "network", dispatch_of("d1", "network::web"))
+        .await
+        .remove(0);
+    client.answer(&net, false, outputs("network::web")).await;
+    // The instances never answer: they time out, and the build ends in one error.
+    let results = client.wait(1, "the result", result_of("d1")).await;
+    assert_eq!(results[0].0, "build.create.error");
+    logged("Build d1 finished: error");
+    // Its file is under the daemon's storage dir by default.
+    assert!(storage.join("graph/d1.json").is_file());
+
+    let port = daemon.port;
+    let metric = |series: &str| crate::util::metric(port, series);
+    assert_eq!(
+        metric("verwalter_graph_builds_total{result=\"error\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric("verwalter_graph_builds_total{result=\"done\"}"),
+        Some(0.0)
+    );
+    assert_eq!(metric("verwalter_graph_components_in_flight"), Some(0.0));
+    assert_eq!(
+        metric("verwalter_graph_component_duration_seconds_count{result=\"done\"}"),
+        Some(1.0)
+    );
+    assert_eq!(
+        metric("verwalter_graph_component_duration_seconds_count{result=\"error\"}"),
+        Some(2.0),
+        "two timeouts"
+    );
+}
+
+/// A build of `n` components `c::i`, each after `after(i)` (indices of earlier components).
+fn synthetic(id: &str, n: usize, after: impl Fn(usize) -> Vec<usize>) -> Value {
+    let name = |i: usize| format!("c::{i:04}");
+    let changes: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"_component_id": name(i), "_component": "c", "_action": "create",
+                        "_provider": "fake", "size": i})
+        })
+        .collect();
+    let edges: Vec<Value> = (0..n)
+        .flat_map(|i| after(i).into_iter().map(move |j| (j, i)))
+        .map(|(j, i)| json!({"source": name(j), "destination": name(i), "length": 1}))
+        .collect();
+    json!({"id": id, "changes": changes, "edges": edges})
+}
+
+/// Runs `build` with an instant worker; returns the wall time and, per dispatch after the
+/// first, the time from the worker's previous `.done` to that dispatch.
+async fn timed(client: &async_nats::Client, build: &Value) -> (Duration, Vec<Duration>) {
+    let id = build["id"].as_str().unwrap().to_string();
+    let mut dispatches = client.subscribe("c.create.fake").await.unwrap();
+    let mut results = client.subscribe("build.create.*").await.unwrap();
+    client.flush().await.unwrap();
+    let started = Instant::now();
+    client
+        .publish("build.create", serde_json::to_vec(build).unwrap().into())
+        .await
+        .unwrap();
+    let n = build["changes"].as_array().unwrap().len();
+    let mut gaps = Vec::with_capacity(n);
+    let mut last_done: Option<Instant> = None;
+    for _ in 0..n {
+        let m = dispatches.next().await.unwrap();
+        if let Some(at) = last_done {
+            gaps.push(at.elapsed());
+        }
+        client
+            .publish(format!("{}.done", m.subject), m.payload)
+            .await
+            .unwrap();
+        last_done = Some(Instant::now());
+    }
+    let result = results.next().await.unwrap();
+    let wall = started.elapsed();
+    let payload: Value = serde_json::from_slice(&result.payload).unwrap();
+    assert_eq!(result.subject.as_str(), "build.create.done");
+    assert_eq!(payload["id"], id.as_str());
+    (wall, gaps)
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i].as_secs_f64() * 1000.0
+}
+
+/// `make bench-graph`: 1,000-component builds through a real nats-server with an instant
+/// worker, the executor's build files on the disk under $TMPDIR and on /dev/shm (tmpfs, no
+/// fsync cost). Prints figures; asserts only that the builds finish.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: make bench-graph"]
+async fn bench_thousand_components() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let shm = Path::new("/dev/shm");
+    let mut places = vec![("disk", tmp.path().to_owned())];
+    if shm.is_dir() {
+        places.push(("tmpfs", tempfile::tempdir_in(shm).unwrap().keep()));
+    }
+    let client = async_nats::connect(nats.url()).await.unwrap();
+    for (place, dir) in &places {
+        let storage = dir.join("graph");
+        let _executor = Executor::start(&nats.url(), &storage, 300.0, &dir.join("bench.log"));
+        let shapes: Vec<(&str, Value)> = vec![
+            (
+                "chain",
+                synthetic("chain", 1000, |i| if i == 0 { vec![] } else { vec![i - 1] }),
+            ),
+            ("independent", synthetic("independent", 1000, |_| vec![])),
+            (
+                "10 waves of 100",
+                synthetic("waves", 1000, |i| {
+                    // Two components of the wave before: the waves stay in order without 90,000
+                    // edges (over NATS's 1 MiB payload limit).
+                    let wave = i / 100;
+                    if wave == 0 {
+                        vec![]
+                    } else {
+                        vec![i - 100, (wave - 1) * 100 + (i + 1) % 100]
+                    }
+                }),
+            ),
+        ];
+        for (shape, build) in shapes {
+            let (wall, mut gaps) = timed(&client, &build).await;
+            let per = wall.as_secs_f64() * 1000.0 / 1000.0;
+            if shape == "chain" {
+                gaps.sort();
+                println!(
+                    "graph bench [{place}] {shape}: wall {:.0} ms, {per:.3} ms/component; \
+                     .done -> next dispatch median {:.3} ms, p90 {:.3} ms, p99 {:.3} ms",
+                    wall.as_secs_f64() * 1000.0,
+                    percentile(&gaps, 0.5),
+                    percentile(&gaps, 0.9),
+                    percentile(&gaps, 0.99),
+                );
+            } else {
+                println!(
+                    "graph bench [{place}] {shape}: wall {:.0} ms, {per:.3} ms/component",
+                    wall.as_secs_f64() * 1000.0
+                );
+            }
+        }
+    }
+    for (place, dir) in &places {
+        if *place == "tmpfs" {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_delete_runs_in_reverse_order_and_empties_the_service() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let _executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    let client = Client::connect(&nats.url()).await;
+    let text = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/graphs/ernest-service/delete.json"),
+    )
+    .unwrap();
+    let build: Value = serde_json::from_str(&text).unwrap();
+    client.publish("build.delete", &build).await;
+    let id = "shop-1-delete";
+    let mut answered = 0;
+    while answered < 5 {
+        let dispatches = client
+            .wait(answered + 1, "a dispatch", |s, p| {
+                is_dispatch(s) && p["service"] == id
+            })
+            .await;
+        for d in &dispatches[answered..] {
+            client.answer(d, false, json!({})).await;
+            answered += 1;
+        }
+    }
+    let results = client.wait(1, "the result", result_of(id)).await;
+    assert_eq!(results[0].0, "build.delete.done");
+    assert_eq!(results[0].1["components"], json!([]), "everything deleted");
+    let order: Vec<String> = client
+        .seen(|s, p| is_dispatch(s) && p["service"] == id)
+        .iter()
+        .map(|(s, p)| format!("{s} {}", p["_component_id"].as_str().unwrap()))
+        .collect();
+    assert_eq!(order[0], "elb.delete.fake elb::web-lb");
+    assert_eq!(order[3], "firewall.delete.fake firewall::web-sg");
+    assert_eq!(order[4], "network.delete.fake network::web");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
+    let (tmp, config_dir, storage) = crate::util::example_site("minimal");
+    let nats = Nats::start(tmp.path());
+    // Listening before the daemon starts: its first deployment is among the events.
+    let client = Client::connect(&nats.url()).await;
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!(
+            "deployment-events:\n  nats-url: {}\n  prefix: vw.test\n",
+            nats.url()
+        ),
+    )
+    .unwrap();
+    let daemon = crate::util::Daemon::launch(
+        &config_dir,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let finished = client
+        .wait(1, "a finished deployment", |s, _| {
+            s == "vw.test.deployment.finished"
+        })
+        .await
+        .remove(0);
+    assert_eq!(finished.1["node"], "alpha");
+    assert_eq!(finished.1["failed"], json!([]));
+    let id = finished.1["deployment_id"].as_str().unwrap().to_string();
+    let started =
+        client.seen(|s, p| s == "vw.test.deployment.started" && p["deployment_id"] == id.as_str());
+    assert_eq!(started.len(), 1, "{:#?}", client.subjects());
+    let roles = started[0].1["roles"].as_array().unwrap().clone();
+    assert!(!roles.is_empty());
+    let applied =
+        client.seen(|s, p| s == "vw.test.role.applied" && p["deployment_id"] == id.as_str());
+    assert_eq!(applied.len(), roles.len(), "one event per role of the pass");
+    assert!(
+        position(&client, |s, p| s == "vw.test.role.applied"
+            && p["deployment_id"] == id.as_str())
+            < position(&client, |s, _| s == "vw.test.deployment.finished")
+    );
+    drop(daemon);
+}
