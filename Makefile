@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim bench bench-rss bench-extender \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim fuzz bench bench-rss bench-extender \
 	package package-tools package-deps test-package
 
 all: build
@@ -73,6 +73,16 @@ ci: test
 ## The election and replication simulation with every seed (the unit tests run a quarter)
 sim:
 	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib election::sim
+
+## The long fuzz run (docs/reliability.md, "Fuzzing"): every parser and decoder for FUZZ_SECS
+## seconds each, built with the `fuzz` profile (release with overflow checks) (FUZZ_TARGETS=a,b
+## for some; FUZZ_SEED; FUZZ_SAVE=1 keeps new corpus entries under target/fuzz-out/new-corpus/);
+## crashing inputs go to target/fuzz-out/crashes/.
+## `make test` runs the short version (the corpus and 2,000 inputs per target).
+FUZZ_SECS ?= 60
+fuzz:
+	FUZZ_SECS=$(FUZZ_SECS) $(CARGO) test --profile fuzz --test tests fuzz::long_run -- \
+	    --ignored --exact --nocapture
 
 ## Criterion benchmarks (scheduler round) and the idle memory figure.
 bench:

@@ -28,6 +28,11 @@
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.
+//! - `fuzz`: the fuzz harness (`fuzz/engine.rs`, a mutational fuzzer on stable Rust) over every
+//!   parser and decoder (`fuzz/targets.rs`), each from its corpus `fuzz/corpus/<target>/`: the
+//!   corpus and 2,000 mutated inputs per target here, `make fuzz` for the long run; the crashes
+//!   it found, one test each (`fuzz/regressions.rs`). Calls the parsers in-process, not the
+//!   binary.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
@@ -78,6 +83,7 @@ mod cluster;
 mod daemon;
 mod extender;
 mod frontend;
+mod fuzz;
 mod lithos;
 mod notify;
 mod package;
