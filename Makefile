@@ -12,7 +12,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
+.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
 	package package-tools package-deps test-package
 
 all: build
@@ -107,6 +107,15 @@ crash-trials:
 ## Soak: five nodes under churn for an hour (make test runs 3 minutes).
 soak:
 	SOAK_SECS=3600 $(CARGO) test --release --test tests soak -- --nocapture
+## The long fuzz run (docs/reliability.md, "Fuzzing"): every parser and decoder for FUZZ_SECS
+## seconds each, built with the `fuzz` profile (release with overflow checks) (FUZZ_TARGETS=a,b
+## for some; FUZZ_SEED; FUZZ_SAVE=1 keeps new corpus entries under target/fuzz-out/new-corpus/);
+## crashing inputs go to target/fuzz-out/crashes/.
+## `make test` runs the short version (the corpus and 2,000 inputs per target).
+FUZZ_SECS ?= 60
+fuzz:
+	FUZZ_SECS=$(FUZZ_SECS) $(CARGO) test --profile fuzz --test tests fuzz::long_run -- \
+	    --ignored --exact --nocapture
 
 ## Criterion benchmarks (scheduler round) and the idle memory figure.
 bench:

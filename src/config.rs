@@ -415,6 +415,32 @@ impl Config {
                 problems.push(format!("{name}: must be above 0"));
             }
         }
+        // Sizes and ages become bytes and seconds: they must fit in 64 bits then (a value of
+        // many digits would panic, or wrap to a tiny limit; found by fuzzing).
+        for (name, value, unit) in [
+            (
+                "scheduler.memory-limit-mib",
+                sched.memory_limit_mib,
+                1u64 << 20,
+            ),
+            ("logs.segment-mib", file.logs.segment_mib, 1 << 20),
+            ("logs.max-total-mib", file.logs.max_total_mib, 1 << 20),
+            ("logs.max-age-days", file.logs.max_age_days, 86_400),
+            (
+                "actions.max-pending-kib",
+                file.actions.max_pending_kib,
+                1 << 10,
+            ),
+        ] {
+            if let Some(value) = value
+                && value.checked_mul(unit).is_none()
+            {
+                problems.push(format!(
+                    "{name}: {value} is too large (at most {})",
+                    u64::MAX / unit
+                ));
+            }
+        }
         let cantal = args.cantal_url.clone().or(file.cantal_url.clone());
         let peer_source = match (cantal, file.peers.is_empty()) {
             (Some(_), false) => {

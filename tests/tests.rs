@@ -40,6 +40,11 @@
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound.
+//! - `fuzz`: the fuzz harness (`fuzz/engine.rs`, a mutational fuzzer on stable Rust) over every
+//!   parser and decoder (`fuzz/targets.rs`), each from its corpus `fuzz/corpus/<target>/`: the
+//!   corpus and 2,000 mutated inputs per target here, `make fuzz` for the long run; the crashes
+//!   it found, one test each (`fuzz/regressions.rs`). Calls the parsers in-process, not the
+//!   binary.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
@@ -94,6 +99,7 @@ mod crash;
 mod daemon;
 mod extender;
 mod frontend;
+mod fuzz;
 mod graph_nats;
 mod hostile;
 mod lithos;

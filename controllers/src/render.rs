@@ -213,6 +213,87 @@ impl Deps {
     }
 }
 
+/// What this controller makes of a schedule for `host` before any template is read: per role
+/// of the node, its merged variables with `$(role.path)` references resolved (or why not), and
+/// the dependency problems (missing roles, cycles) by role. The same functions a render pass
+/// calls (the fuzz harness, `tests/fuzz/`, feeds it schedules).
+#[derive(Debug)]
+pub struct ScheduleCheck {
+    pub roles: Vec<(String, RoleVars)>,
+    pub dependency_problems: HashMap<String, String>,
+    pub waves: Option<Vec<Vec<String>>>,
+}
+
+/// A role's resolved variables, or why they cannot be had.
+pub type RoleVars = Result<serde_json::Map<String, Value>, String>;
+
+/// See [`ScheduleCheck`].
+pub fn check_schedule(data: &Value, host: &str) -> ScheduleCheck {
+    let deps = Deps::build(data, host);
+    let mut doc = serde_json::Map::new();
+    for role in vars::node_roles(data, host) {
+        if let Ok(merged) = vars::role_vars(data, host, &role) {
+            doc.insert(role, Value::Object(merged));
+        }
+    }
+    let doc = Value::Object(doc);
+    let roles = vars::node_roles(data, host)
+        .into_iter()
+        .map(|role| {
+            let resolved = resolve_role_vars(data, host, &role, &doc);
+            (role, resolved)
+        })
+        .collect();
+    let waves = deps.graph.waves().ok().map(|waves| {
+        waves
+            .into_iter()
+            .map(|wave| {
+                wave.into_iter()
+                    .map(|v| deps.graph.name(v).to_string())
+                    .collect()
+            })
+            .collect()
+    });
+    ScheduleCheck {
+        roles,
+        dependency_problems: deps.problems,
+        waves,
+    }
+}
+
+/// The merged variables of `role` on `host` with `$(role.path)` references resolved against
+/// `doc`. The `role` variable, and `node` when no source sets it, are the literal names: a role
+/// named `a$(b.c)` is not a reference (found by fuzzing: such a role's `role` variable was
+/// resolved, or failed it).
+fn resolve_role_vars(
+    data: &Value,
+    host: &str,
+    role: &str,
+    doc: &Value,
+) -> Result<serde_json::Map<String, Value>, String> {
+    let node_set = vars::sources(data, host, role)
+        .map_err(|e| e.to_string())?
+        .iter()
+        .flatten()
+        .any(|source| source.contains_key("node"));
+    let mut merged = vars::role_vars(data, host, role).map_err(|e| e.to_string())?;
+    let role_name = merged.remove("role");
+    let host_name = if node_set {
+        None
+    } else {
+        merged.remove("node")
+    };
+    match refs::Resolver::new(doc).resolve(&Value::Object(merged), "") {
+        Ok(Value::Object(mut resolved)) => {
+            resolved.extend(role_name.map(|v| ("role".to_string(), v)));
+            resolved.extend(host_name.map(|v| ("node".to_string(), v)));
+            Ok(resolved)
+        }
+        Ok(_) => unreachable!("an object resolves to an object"),
+        Err(e) => Err(format!("role {role:?}: variable {e}")),
+    }
+}
+
 /// `depends_on` of `role`: from the source of highest precedence that sets it (a list replaces
 /// a list whole, as every list does in the merge); a list of role names or one name.
 fn depends_on(data: &Value, host: &str, role: &str) -> Result<Vec<String>, String> {
@@ -429,13 +510,7 @@ impl RenderController {
         role: &str,
         doc: Arc<Value>,
     ) -> Result<serde_json::Map<String, Value>, RenderError> {
-        let merged = vars::role_vars(data, &self.host, role)
-            .map_err(|e| RenderError::Vars(e.to_string()))?;
-        match refs::Resolver::new(&doc).resolve(&Value::Object(merged), "") {
-            Ok(Value::Object(resolved)) => Ok(resolved),
-            Ok(_) => unreachable!("an object resolves to an object"),
-            Err(e) => Err(RenderError::Vars(format!("role {role:?}: variable {e}"))),
-        }
+        resolve_role_vars(data, &self.host, role, &doc).map_err(RenderError::Vars)
     }
 
     /// Every role of this node with its merged variables, for one schedule snapshot.

@@ -707,7 +707,7 @@ struct RawPrometheus {
     host: Text,
     port: Port,
     #[serde(default)]
-    timeout: Option<f64>,
+    timeout: Option<Seconds>,
     #[serde(default)]
     time: Option<Text>,
     #[serde(default)]
@@ -796,7 +796,7 @@ struct RawKubeapi {
     #[serde(default)]
     server_cert_ca_path: Option<Text>,
     #[serde(default)]
-    timeout: Option<f64>,
+    timeout: Option<Seconds>,
     #[serde(default)]
     monitored_namespaces: Option<Vec<Text>>,
 }
@@ -870,7 +870,7 @@ fn load_kubeapi(k: RawKubeapi) -> Kubeapi {
         port: k.port.map(|p| p.0),
         client_token_path: text(k.client_token_path).unwrap_or_else(|| SERVICE_TOKEN_PATH.into()),
         server_cert_ca_path: text(k.server_cert_ca_path).unwrap_or_else(|| SERVICE_CA_PATH.into()),
-        timeout: k.timeout.unwrap_or(5.0),
+        timeout: k.timeout.map_or(5.0, |s| s.0),
         monitored_namespaces: match k.monitored_namespaces {
             Some(ns) => ns.into_iter().map(|t| t.0).collect(),
             None => vec!["default".into()],
@@ -892,7 +892,7 @@ fn load_provider(raw: RawDataProvider) -> DataProvider {
         Prometheus {
             host: p.host.0,
             port: p.port.0,
-            timeout: p.timeout.unwrap_or(1.0),
+            timeout: p.timeout.map_or(1.0, |s| s.0),
             time: text(p.time.or(queries_time)),
             ssl: p.ssl.map(|Tagged(RawSslTag::Ssl(CheckedSsl(s)))| Ssl {
                 server_verify: s.server_verify.map_or(ServerVerify::System, |v| v.0),
@@ -956,8 +956,13 @@ impl<'de> Deserialize<'de> for Level {
     }
 }
 
-/// Seconds, not negative.
+/// Seconds, not negative, below [`MAX_SECONDS`].
+#[derive(Debug)]
 struct Seconds(f64);
+
+/// About 31 years: any longer wait or timeout is a typo, and `Duration::from_secs_f64` panics on
+/// numbers beyond `u64::MAX` seconds (found by fuzzing).
+const MAX_SECONDS: f64 = 1e9;
 
 impl<'de> Deserialize<'de> for Seconds {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Seconds, D::Error> {
@@ -965,17 +970,17 @@ impl<'de> Deserialize<'de> for Seconds {
         impl Visitor<'_> for V {
             type Value = Seconds;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("a number of seconds (0 or more)")
+                f.write_str("a number of seconds (0 or more, below 1e9)")
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<Seconds, E> {
-                if v.is_finite() && v >= 0.0 {
+                if v.is_finite() && (0.0..MAX_SECONDS).contains(&v) {
                     Ok(Seconds(v))
                 } else {
                     Err(E::invalid_value(de::Unexpected::Float(v), &self))
                 }
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Seconds, E> {
-                Ok(Seconds(v as f64))
+                self.visit_f64(v as f64)
             }
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Seconds, E> {
                 self.visit_f64(v as f64)

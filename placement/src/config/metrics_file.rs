@@ -192,7 +192,7 @@ fn prometheus(p: RawPrometheus) -> Result<PrometheusAddress, String> {
     Ok(PrometheusAddress::Tagged(Prometheus {
         host: p.host.0,
         port: p.port.0,
-        timeout: p.timeout.unwrap_or(1.0),
+        timeout: p.timeout.map_or(1.0, |s| s.0),
         time: text(p.time),
         ssl: p
             .ssl

@@ -1,0 +1,118 @@
+//! Inputs the fuzzer found crashing, one test each, named after what it checks; each input is
+//! also in its target's corpus (`tests/fuzz/corpus/<target>/crash-*`), so every short run
+//! replays it too.
+
+use super::target;
+
+/// `logs.max-age-days` of many digits panicked while the settings were loaded (days × 86,400
+/// overflowed); now it is a problem of the settings, like every other bad value.
+#[test]
+fn a_log_age_too_large_for_seconds_is_a_settings_problem() {
+    let class = (target("settings").run)(b"logs:\n  max-age-days: 9223372036854775807\n");
+    assert_eq!(
+        class,
+        "logs.max-age-days: 9223372036854775807 is too large (at most 213503982334601)"
+    );
+}
+
+/// Sizes in MiB and KiB that do not fit in 64 bits as bytes were wrapped (a segment of 0 bytes,
+/// a Lua memory limit of 0): refused the same way.
+#[test]
+fn sizes_too_large_for_bytes_are_settings_problems() {
+    let class = (target("settings").run)(
+        b"scheduler: {memory-limit-mib: 17592186044416}\nlogs: {segment-mib: 17592186044416}\n",
+    );
+    assert!(
+        class.contains("scheduler.memory-limit-mib: 17592186044416 is too large"),
+        "{class}"
+    );
+    assert!(
+        class.contains("logs.segment-mib: 17592186044416 is too large"),
+        "{class}"
+    );
+}
+
+/// A number JSON gave as `98446744073709551615` came back as another float after one more trip
+/// through JSON (serde_json's fast float parsing); a schedule holding such a float failed its
+/// hash check on every follower. Now the workspace parses floats exactly (`float_roundtrip`).
+#[test]
+fn a_float_survives_a_json_round_trip() {
+    let class = (target("runtime_json").run)(br#"{"f":98446744073709551615}"#);
+    assert_eq!(class, "ok");
+    let class = (target("runtime_yaml").run)(b"3320362233720362233720363372036854775808");
+    assert_eq!(class, "ok");
+}
+
+/// The same float in a schedule: what the leader serves, a follower parses and verifies.
+#[test]
+fn a_schedule_with_any_float_verifies_on_a_follower() {
+    use verwalter_controllers::state::Schedule;
+    let leader = Schedule::new(
+        serde_json::json!({"f": 9.844674407370957e19, "g": 2.2525252525252522e39}),
+        1_764_000_000_000,
+        "77985419c732412ea38b94db00000001".into(),
+    );
+    let served = serde_json::to_vec(&leader).unwrap();
+    let fetched: Schedule = serde_json::from_slice(&served).unwrap();
+    fetched.verify().unwrap();
+    assert_eq!(fetched, leader);
+}
+
+/// A `!Prometheus` timeout of 1e38 seconds in the scheduler's `metrics.yaml` panicked in
+/// `Duration::from_secs_f64` while the file was read; now the file is refused with why.
+#[test]
+fn a_prometheus_timeout_beyond_any_duration_is_refused() {
+    let class = (target("metrics_yaml").run)(
+        b"prometheus: !Prometheus\n  host: L\n  port: 9090\n  timeout: 1e38\nqueries:\n  a: up\n",
+    );
+    assert!(
+        class.contains("prometheus.timeout: invalid value")
+            && class.contains("expected a number of seconds (0 or more, below 1e9)"),
+        "{class}"
+    );
+}
+
+/// The placement config's `reschedule_interval` and the Kubernetes API's `timeout` took any
+/// number of seconds, and `u64::MAX` or 1e300 panicked when turned into a `Duration` (at load,
+/// or when the data sources started); now the config is refused, naming the line.
+#[test]
+fn placement_waits_beyond_any_duration_are_refused_with_their_line() {
+    let class = (target("placement_config").run)(
+        b"algorithms:\n  fit: !Fit\n    dimensions: [cpu, mem]\nreschedule_interval: 18446744073709551615\n",
+    );
+    assert!(
+        class.starts_with("config: reschedule_interval: invalid value")
+            && class.ends_with("at line 4 column 22"),
+        "{class}"
+    );
+    let class = (target("placement_config").run)(
+        b"algorithm: !Fit\n  dimensions: [cpu, mem]\n  data_provider: !ClusterDataProvider\n    kubeapi: !Kubeapi\n      timeout: 1e300\n",
+    );
+    assert!(
+        class.starts_with("config: algorithm.data_provider.kubeapi.timeout: invalid value")
+            && class.ends_with("at line 5 column 16"),
+        "{class}"
+    );
+}
+
+/// A role named `cach$(web.node):$(we` with a reference among its variables had its `role`
+/// variable resolved as a reference (`cachalpha:$(we`), and a role named `b$(nothing.x)` failed
+/// with "finds nothing": the `role` variable, and `node` when no source sets it, are the literal
+/// names; only the schedule's values are resolved.
+#[test]
+fn role_and_node_variables_are_never_resolved_as_references() {
+    let data = serde_json::json!({"nodes": {"alpha": {"roles": {
+        "web": {"template": "t", "port": 80},
+        "cach$(web.node):$(we": {"template": "t", "p": "$(web.port)"},
+        "b$(nothing.x)": {"template": "t", "q": "$(web.port)"},
+    }}}});
+    let check = verwalter_controllers::render::check_schedule(&data, "alpha");
+    assert_eq!(check.roles.len(), 3);
+    for (role, vars) in &check.roles {
+        let vars = vars.as_ref().unwrap_or_else(|e| panic!("{role}: {e}"));
+        assert_eq!(vars["role"], serde_json::json!(role));
+        assert_eq!(vars["node"], "alpha");
+    }
+    let input = br#"{"nodes": {"alpha": {"roles": {"web": {"template": "t", "port": 80}, "cach$(web.node):$(we": {"template": "t", "p": "$(web.port)"}}}}}"#;
+    assert_eq!((target("schedule_vars").run)(input), "ok");
+}
