@@ -732,9 +732,34 @@ fn absolute(path: PathBuf) -> PathBuf {
     std::path::absolute(&path).unwrap_or(path)
 }
 
+/// The most a key or token file may hold: they hold one line.
+const SECRET_FILE_LIMIT: u64 = 64 << 10;
+/// The most a settings file may hold.
+const SETTINGS_FILE_LIMIT: u64 = 1 << 20;
+
+/// Reads at most `limit` bytes of `file`: more is an error, so that a path to `/dev/zero` or to a
+/// huge file is refused instead of filling the memory.
+fn read_bounded(path: &Path, file: std::fs::File, limit: u64) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut bytes)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "{}: larger than {} KiB, which is not what this file should hold",
+            path.display(),
+            limit >> 10
+        ));
+    }
+    Ok(bytes)
+}
+
+fn open(path: &Path) -> Result<std::fs::File, String> {
+    std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
+}
+
 fn read_key(path: &Path) -> Result<verwalter_controllers::election::wire::AuthKey, String> {
     use verwalter_controllers::election::wire::{AuthKey, MIN_KEY_LEN};
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let bytes = read_bounded(path, open(path)?, SECRET_FILE_LIMIT)?;
     let key = bytes.trim_ascii();
     AuthKey::new(key).ok_or_else(|| {
         format!(
@@ -758,8 +783,7 @@ fn relative_to_settings(args: &RunArgs, path: &Path) -> PathBuf {
 /// ASCII characters.
 fn read_token(path: &Path) -> Result<verwalter_controllers::access::Token, String> {
     use std::os::unix::fs::PermissionsExt;
-    let mut file =
-        std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let file = open(path)?;
     let mode = file
         .metadata()
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?
@@ -774,16 +798,15 @@ fn read_token(path: &Path) -> Result<verwalter_controllers::access::Token, Strin
             path.display()
         ));
     }
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut file, &mut bytes)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let bytes = read_bounded(path, file, SECRET_FILE_LIMIT)?;
     verwalter_controllers::access::Token::from_file_bytes(&bytes)
         .map_err(|problem| format!("{}: {problem}", path.display()))
 }
 
 fn read_settings(path: &Path) -> Result<SettingsFile, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let bytes = read_bounded(path, open(path)?, SETTINGS_FILE_LIMIT)?;
+    let text =
+        String::from_utf8(bytes).map_err(|e| format!("{}: not UTF-8 text: {e}", path.display()))?;
     serde_norway::from_str(&text).map_err(|e| match e.location() {
         Some(loc) => format!("{}:{}: {e}", path.display(), loc.line()),
         None => format!("{}: {e}", path.display()),
@@ -996,6 +1019,27 @@ mod tests {
             Config::load(&args(Some("ops"))).unwrap().default_frontend,
             "ops"
         );
+    }
+
+    #[test]
+    fn endless_key_token_and_settings_files_are_refused_not_read_into_memory() {
+        for read in [
+            |p: &Path| read_key(p).map(|_| ()),
+            |p: &Path| read_settings(p).map(|_| ()),
+        ] {
+            let error = read(Path::new("/dev/zero")).unwrap_err();
+            assert!(
+                error.starts_with("/dev/zero: larger than") && error.contains("KiB"),
+                "{error}"
+            );
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let big = tmp.path().join("token");
+        std::fs::write(&big, vec![b'a'; 70 << 10]).unwrap();
+        std::fs::set_permissions(&big, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .unwrap();
+        let error = read_token(&big).unwrap_err();
+        assert!(error.contains("larger than 64 KiB"), "{error}");
     }
 
     #[test]
