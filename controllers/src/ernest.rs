@@ -10,13 +10,18 @@
 //! ernest's builder writes the edges of stateful deletes already reversed (an instance is
 //! deleted before its network), so they are followed as given and not reversed a second time.
 //!
-//! What is kept per build is plain data ([`BuildRun`] serializes to one JSON file): the mapping
-//! with each change's `_state`, the deadline of each running component and the result with
-//! whether it was handed out for publishing. [`BuildRun::restore`] rebuilds the graph and the
-//! progress from it, so a restarted executor goes on without dispatching a completed component
-//! again. [`Executor`] routes NATS messages to the runs it holds.
+//! What is kept per build is plain data ([`BuildRun`] serializes to one JSON snapshot): the
+//! mapping with each change's `_state`, the deadline of each running component and the result
+//! with whether it was handed out for publishing. Between snapshots, a run hands out what each
+//! step changed as a small [`Delta`] ([`BuildRun::take_delta`]: the changes touched, the
+//! components put or deleted in order, the deadlines added or removed, the result), numbered by
+//! [`BuildRun::seq`]; the executor's loop appends it to the build's journal instead of
+//! rewriting the whole build. [`BuildRun::restore_with`] applies the records newer than the
+//! snapshot and rebuilds the graph and the progress from the result, so a restarted executor
+//! goes on without dispatching a completed component again. [`Executor`] routes NATS messages
+//! to the runs it holds.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -210,6 +215,54 @@ struct Live {
     change_of: Vec<Option<usize>>,
 }
 
+/// A change to `components` by ernest's completion rules, in the order it was made.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ComponentOp {
+    /// Replaces the component with the same `_component_id`, or adds it at the end.
+    Put(Component),
+    /// Removes the components with this `_component_id`.
+    Delete(Option<String>),
+}
+
+/// What a run's steps changed since the last snapshot or delta: one journal record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Delta {
+    /// The run's [`BuildRun::seq`] once this record is applied; replay takes a record only
+    /// when it follows the run's seq directly.
+    pub seq: u64,
+    /// Entries of `build.changes` that were modified, by position, as they are now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub changes: Vec<(usize, Component)>,
+    /// Changes to `build.components`, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub components: Vec<ComponentOp>,
+    /// Running components added (with their deadline) or removed, in order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub running: Vec<(String, Option<Deadline>)>,
+    /// The result, when it was set or changed (a result is never taken back).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<BuildResult>,
+}
+
+/// What changed in a run since the last snapshot or delta (not stored).
+#[derive(Debug, Clone, Default)]
+struct Dirty {
+    changes: BTreeSet<usize>,
+    components: Vec<ComponentOp>,
+    running: Vec<(String, Option<Deadline>)>,
+    result: bool,
+}
+
+impl Dirty {
+    fn is_empty(&self) -> bool {
+        self.changes.is_empty()
+            && self.components.is_empty()
+            && self.running.is_empty()
+            && !self.result
+    }
+}
+
 /// One build being executed (see the module docs). Serializes to what a restart needs.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BuildRun {
@@ -224,8 +277,14 @@ pub struct BuildRun {
     pub running: BTreeMap<String, Deadline>,
     #[serde(default)]
     pub result: Option<BuildResult>,
+    /// The number of the last snapshot or journal record this state is (0 in files written
+    /// before the journal).
+    #[serde(default)]
+    pub seq: u64,
     #[serde(skip)]
     live: Option<Live>,
+    #[serde(skip)]
+    dirty: Dirty,
     /// Why the graph cannot run; the next [`BuildRun::pump`] ends the build with it.
     #[serde(skip)]
     invalid: Option<String>,
@@ -245,7 +304,9 @@ impl BuildRun {
             build,
             running: BTreeMap::new(),
             result: None,
+            seq: 0,
             live: None,
+            dirty: Dirty::default(),
             invalid: None,
         };
         for change in &mut run.build.changes {
@@ -261,7 +322,41 @@ impl BuildRun {
     /// running ones keep their deadline (their answer is still taken), errored ones count as
     /// failed under the run's policy.
     pub fn restore(bytes: &[u8]) -> Result<BuildRun, serde_json::Error> {
-        let mut run: BuildRun = serde_json::from_slice(bytes)?;
+        BuildRun::restore_with(bytes, std::iter::empty())
+    }
+
+    /// A stored run from its snapshot and its journal records (one [`Delta`] each, oldest
+    /// first): records not newer than the snapshot are skipped (a stop between writing a
+    /// snapshot and emptying the journal leaves them), the others applied in order. Replay stops
+    /// at the first record that does not parse (the torn tail a kill during an append leaves;
+    /// that append was not reported durable, so nothing published depends on it) or does not
+    /// follow the one before, with a warning. Then the graph and progress are rebuilt as
+    /// [`BuildRun::restore`] does.
+    pub fn restore_with<'a>(
+        snapshot: &[u8],
+        records: impl IntoIterator<Item = &'a [u8]>,
+    ) -> Result<BuildRun, serde_json::Error> {
+        let mut run: BuildRun = serde_json::from_slice(snapshot)?;
+        for (n, record) in records.into_iter().enumerate() {
+            let delta: Delta = match serde_json::from_slice(record) {
+                Ok(delta) => delta,
+                Err(error) => {
+                    tracing::warn!(build = %run.id(), record = n, %error,
+                        "Journal replay stopped at a record that does not parse (a write cut \
+                         short by a stop); the records from there on are not applied.");
+                    break;
+                }
+            };
+            if delta.seq <= run.seq {
+                continue;
+            }
+            if let Err(why) = run.apply(delta) {
+                tracing::warn!(build = %run.id(), record = n, %why,
+                    "Journal replay stopped at a record that does not fit the build; the \
+                     records from there on are not applied.");
+                break;
+            }
+        }
         if run.result.is_none()
             && let Err(error) = run.rebuild()
         {
@@ -269,6 +364,81 @@ impl BuildRun {
             run.invalid = Some(error);
         }
         Ok(run)
+    }
+
+    /// The journal records of `journal`: its lines, the empty ones left out.
+    pub fn journal_records(journal: &[u8]) -> impl Iterator<Item = &[u8]> {
+        journal.split(|&b| b == b'\n').filter(|l| !l.is_empty())
+    }
+
+    /// Applies one journal record; nothing changes when it does not fit.
+    fn apply(&mut self, delta: Delta) -> Result<(), String> {
+        if delta.seq != self.seq + 1 {
+            return Err(format!(
+                "record {} does not follow {} (a record is missing)",
+                delta.seq, self.seq
+            ));
+        }
+        if let Some((i, _)) = delta
+            .changes
+            .iter()
+            .find(|(i, _)| *i >= self.build.changes.len())
+        {
+            return Err(format!(
+                "change #{i} does not exist ({} changes)",
+                self.build.changes.len()
+            ));
+        }
+        for (i, change) in delta.changes {
+            self.build.changes[i] = change;
+        }
+        for op in &delta.components {
+            apply_op(&mut self.build.components, op);
+        }
+        for (id, deadline) in delta.running {
+            match deadline {
+                Some(deadline) => self.running.insert(id, deadline),
+                None => self.running.remove(&id),
+            };
+        }
+        if delta.result.is_some() {
+            self.result = delta.result;
+        }
+        self.seq = delta.seq;
+        Ok(())
+    }
+
+    /// What changed since the last snapshot or delta, as the next journal record (`None`:
+    /// nothing changed). Numbers it with the next [`BuildRun::seq`].
+    pub fn take_delta(&mut self) -> Option<Delta> {
+        if self.dirty.is_empty() {
+            return None;
+        }
+        let dirty = std::mem::take(&mut self.dirty);
+        self.seq += 1;
+        Some(Delta {
+            seq: self.seq,
+            changes: dirty
+                .changes
+                .into_iter()
+                .map(|i| (i, self.build.changes[i].clone()))
+                .collect(),
+            components: dirty.components,
+            running: dirty.running,
+            result: if dirty.result {
+                self.result.clone()
+            } else {
+                None
+            },
+        })
+    }
+
+    /// A snapshot is about to be written instead of a delta: forgets what changed, and moves
+    /// [`BuildRun::seq`] on, so the snapshot is newer than every record written before it and
+    /// older than every record after it.
+    pub fn clear_delta(&mut self) {
+        self.dirty = Dirty::default();
+        self.seq += 1;
     }
 
     pub fn id(&self) -> &str {
@@ -368,6 +538,7 @@ impl BuildRun {
             finished_ms: now_ms,
             sent: Sent::Sending,
         });
+        self.dirty.result = true;
     }
 
     /// Takes the step the run can take now: completes `start` and `end` as they become ready,
@@ -403,6 +574,7 @@ impl BuildRun {
                 change.insert("service".into(), Value::from(self.build.id.clone()));
                 change.insert("_state".into(), Value::from(RUNNING));
                 let change = change.clone();
+                self.dirty.changes.insert(i);
                 let id = component_id(&change).unwrap_or("").to_string();
                 let change = Value::Object(change);
                 let resolved = if has_refs(&change) {
@@ -417,13 +589,12 @@ impl BuildRun {
                 };
                 match resolved {
                     Ok(payload) => {
-                        self.running.insert(
-                            id,
-                            Deadline {
-                                dispatched_ms: now_ms,
-                                deadline_ms: now_ms.saturating_add(self.component_timeout_ms),
-                            },
-                        );
+                        let deadline = Deadline {
+                            dispatched_ms: now_ms,
+                            deadline_ms: now_ms.saturating_add(self.component_timeout_ms),
+                        };
+                        self.running.insert(id.clone(), deadline);
+                        self.dirty.running.push((id, Some(deadline)));
                         out.push(Outgoing {
                             subject: dispatch_subject(&self.build.changes[i]),
                             payload: serde_json::to_vec(&payload).unwrap_or_default(),
@@ -499,6 +670,7 @@ impl BuildRun {
     pub fn mark_sent(&mut self) {
         if let Some(result) = &mut self.result {
             result.sent = Sent::Sent;
+            self.dirty.result = true;
         }
     }
 
@@ -528,16 +700,18 @@ impl BuildRun {
         // The answer's own `_action` may be missing; the change's says what was asked.
         let action = field(&self.build.changes[i], "_action").to_string();
         if !errored {
-            apply_completion(&mut self.build.components, &action, &entry);
+            let ops = apply_completion(&mut self.build.components, &action, &entry);
+            self.dirty.components.extend(ops);
             live.progress.complete(&live.graph, v);
         } else {
             live.progress.fail(&live.graph, v);
         }
         self.build.changes[i] = entry;
-        let latency_ms = self
-            .running
-            .remove(&id)
-            .map_or(0, |d| now_ms.saturating_sub(d.dispatched_ms));
+        self.dirty.changes.insert(i);
+        let latency_ms = self.running.remove(&id).map_or(0, |d| {
+            self.dirty.running.push((id, None));
+            now_ms.saturating_sub(d.dispatched_ms)
+        });
         Answered::Applied {
             latency_ms,
             errored,
@@ -591,31 +765,48 @@ impl BuildRun {
     }
 }
 
-/// ernest's completion rules on the current state.
-fn apply_completion(components: &mut Vec<Component>, action: &str, done: &Component) {
-    let put = |components: &mut Vec<Component>, c: &Component| {
-        let id = component_id(c);
-        match components.iter_mut().find(|x| component_id(x) == id) {
-            Some(slot) => *slot = c.clone(),
-            None => components.push(c.clone()),
-        }
-    };
+/// ernest's completion rules on the current state; returns what they did, in order.
+fn apply_completion(
+    components: &mut Vec<Component>,
+    action: &str,
+    done: &Component,
+) -> Vec<ComponentOp> {
+    let ops = completion_ops(action, done);
+    for op in &ops {
+        apply_op(components, op);
+    }
+    ops
+}
+
+/// What a completed `action` does to the current state.
+fn completion_ops(action: &str, done: &Component) -> Vec<ComponentOp> {
     match action {
-        "create" | "update" | "get" => put(components, done),
+        "create" | "update" | "get" => vec![ComponentOp::Put(done.clone())],
         // A find answers with what it found, each one a component of its own.
         "find" => match done.get("components").and_then(Value::as_array) {
-            Some(found) => {
-                for c in found.iter().filter_map(Value::as_object) {
-                    put(components, c);
-                }
-            }
-            None => put(components, done),
+            Some(found) => found
+                .iter()
+                .filter_map(Value::as_object)
+                .map(|c| ComponentOp::Put(c.clone()))
+                .collect(),
+            None => vec![ComponentOp::Put(done.clone())],
         },
-        "delete" => {
-            let id = component_id(done);
-            components.retain(|c| component_id(c) != id);
+        "delete" => vec![ComponentOp::Delete(component_id(done).map(str::to_string))],
+        _ => Vec::new(),
+    }
+}
+
+/// One completion rule on the current state (live, and when a journal is replayed).
+fn apply_op(components: &mut Vec<Component>, op: &ComponentOp) {
+    match op {
+        ComponentOp::Put(c) => {
+            let id = component_id(c);
+            match components.iter_mut().find(|x| component_id(x) == id) {
+                Some(slot) => *slot = c.clone(),
+                None => components.push(c.clone()),
+            }
         }
-        _ => {}
+        ComponentOp::Delete(id) => components.retain(|c| component_id(c) != id.as_deref()),
     }
 }
 
@@ -772,6 +963,11 @@ impl Executor {
 
     pub fn run(&self, id: &str) -> Option<&BuildRun> {
         self.runs.get(id)
+    }
+
+    /// For writing a run: [`BuildRun::take_delta`] and [`BuildRun::clear_delta`].
+    pub fn run_mut(&mut self, id: &str) -> Option<&mut BuildRun> {
+        self.runs.get_mut(id)
     }
 
     /// The terminal message of `id` was published and flushed.

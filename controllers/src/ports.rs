@@ -244,10 +244,24 @@ pub trait GraphBus: Send + Sync + 'static {
     fn flush(&self) -> BoxFuture<'static, Result<(), BusError>>;
 }
 
-/// The graph executor's builds on disk, one file per build, each replaced atomically.
+/// One stored build: its last snapshot and the journal records appended since.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StoredBuild {
+    pub snapshot: Vec<u8>,
+    /// The records, one per line; the last may be cut short by a stop.
+    pub journal: Vec<u8>,
+}
+
+/// The graph executor's builds on disk: per build a snapshot, replaced atomically, and a
+/// journal of records appended since.
 pub trait BuildStore: Send + Sync + 'static {
-    /// Replaces build `id`'s file with `bytes` (durable when this returns `Ok`).
+    /// Replaces build `id`'s snapshot with `bytes`, then empties its journal (both durable when
+    /// this returns `Ok`).
     fn save(&self, id: String, bytes: Vec<u8>) -> BoxFuture<'static, Result<(), StorageError>>;
-    /// Every stored build's bytes, with a problem per file that could not be read.
-    fn load(&self) -> (Vec<Vec<u8>>, Vec<StorageError>);
+    /// Appends `record` (one line, with its `\n`) to build `id`'s journal: durable when this
+    /// returns `Ok`. After an `Err` the journal may end in part of `record`: the caller writes
+    /// a snapshot next, never another record.
+    fn append(&self, id: String, record: Vec<u8>) -> BoxFuture<'static, Result<(), StorageError>>;
+    /// Every stored build, with a problem per file that could not be read.
+    fn load(&self) -> (Vec<StoredBuild>, Vec<StorageError>);
 }

@@ -1,7 +1,7 @@
 //! The ernest-style graph executor over NATS: `verwalter graph`, or the daemon's `graph:`
 //! settings. What it decides is in `verwalter_controllers::ernest`; this module connects to
 //! NATS, forwards the subjects it listens to into the executor's loop, publishes what the loop
-//! asks for ([`nats::NatsBus`]), keeps one file per build ([`store::BuildFiles`]) and counts
+//! asks for ([`nats::NatsBus`]), keeps a snapshot and a journal per build ([`store::BuildFiles`]) and counts
 //! ([`metrics::GraphMetrics`]).
 //!
 //! Subjects listened to: `build.create`, `build.delete`, `build.patch`, `build.import`,
@@ -141,13 +141,13 @@ pub fn start(
             policy: settings.policy,
             component_timeout: settings.component_timeout,
         });
-        let looped = ExecutorLoop {
+        let looped = ExecutorLoop::new(
             executor,
-            bus: Arc::new(connection.bus),
-            store: Arc::new(files),
-            clock: Arc::new(SystemClock),
-            observer: metrics,
-        };
+            Arc::new(connection.bus),
+            Arc::new(files),
+            Arc::new(SystemClock),
+            metrics,
+        );
         tracing::info!(
             storage = %settings.storage_dir.display(),
             timeout_s = settings.component_timeout.as_secs_f64(),

@@ -6,8 +6,13 @@
 //! component runs (with its deadline), and a completion, once a later dispatch depends on it, is
 //! on disk. A terminal message is stored as `sending` before it is published, and as `sent`
 //! after a flush; a restart publishes neither again.
+//!
+//! A build is written as a snapshot (the whole run) or as one journal record (what the step
+//! changed, [`BuildRun::take_delta`]); see [`needs_snapshot`] for when. A chain of components
+//! thus costs one small append per step instead of rewriting a build that grows with each
+//! answer.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +31,32 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A build file that cannot be written is tried again this often; nothing about that build is
 /// published meanwhile.
 const STORE_RETRY: Duration = Duration::from_secs(1);
+/// A journal may grow to the size of its snapshot before the next write is a snapshot (so
+/// replay never reads more than about twice the build), but at least to this: a small build's
+/// snapshot is cheap, yet rewriting it every few steps would cost the fsyncs of a whole file.
+pub const JOURNAL_MIN: usize = 64 * 1024;
+
+/// What the loop knows of a build's journal: present once this process wrote the build's
+/// snapshot.
+#[derive(Debug, Clone, Copy)]
+struct Journal {
+    snapshot_len: usize,
+    /// Bytes appended since that snapshot.
+    appended: usize,
+}
+
+/// Whether the next write of a build is a snapshot rather than a journal record: when this
+/// process has not written its snapshot yet (a new build, or the first write after a restart,
+/// which also drops a torn record at the journal's end), after a failed write (`journal` is
+/// then `None`: a failed append may have left part of a record, after which nothing may be
+/// appended), when the journal outgrew `max(JOURNAL_MIN, snapshot)`, and once the build has its
+/// result (its last writes; the snapshot leaves an empty journal behind).
+fn needs_snapshot(journal: Option<&Journal>, finished: bool) -> bool {
+    match journal {
+        None => true,
+        Some(j) => finished || j.appended > j.snapshot_len.max(JOURNAL_MIN),
+    }
+}
 
 /// What reaches the loop.
 #[derive(Debug)]
@@ -50,14 +81,33 @@ pub trait GraphObserver: Send + Sync + 'static {
 impl GraphObserver for () {}
 
 pub struct ExecutorLoop {
-    pub executor: Executor,
-    pub bus: Arc<dyn GraphBus>,
-    pub store: Arc<dyn BuildStore>,
-    pub clock: Arc<dyn Clock>,
-    pub observer: Arc<dyn GraphObserver>,
+    executor: Executor,
+    bus: Arc<dyn GraphBus>,
+    store: Arc<dyn BuildStore>,
+    clock: Arc<dyn Clock>,
+    observer: Arc<dyn GraphObserver>,
+    /// Per build whose snapshot this process wrote: its journal since.
+    journals: HashMap<String, Journal>,
 }
 
 impl ExecutorLoop {
+    pub fn new(
+        executor: Executor,
+        bus: Arc<dyn GraphBus>,
+        store: Arc<dyn BuildStore>,
+        clock: Arc<dyn Clock>,
+        observer: Arc<dyn GraphObserver>,
+    ) -> ExecutorLoop {
+        ExecutorLoop {
+            executor,
+            bus,
+            store,
+            clock,
+            observer,
+            journals: HashMap::new(),
+        }
+    }
+
     /// Resumes the stored builds, then runs until `shutdown` or until `inbox` closes.
     pub async fn run(mut self, mut inbox: mpsc::Receiver<Input>, shutdown: CancellationToken) {
         let (stored, problems) = self.store.load();
@@ -65,8 +115,9 @@ impl ExecutorLoop {
             tracing::error!(%problem, "Build file skipped: it cannot be read.");
         }
         let mut step = Step::default();
-        for bytes in stored {
-            match BuildRun::restore(&bytes) {
+        for stored in stored {
+            let records = BuildRun::journal_records(&stored.journal);
+            match BuildRun::restore_with(&stored.snapshot, records) {
                 Ok(run) => merge(&mut step, self.executor.resume(run, self.clock.now_ms())),
                 Err(error) => {
                     tracing::error!(%error, "Build file skipped: it is not a stored build.")
@@ -174,21 +225,53 @@ impl ExecutorLoop {
         }
     }
 
-    /// Writes the files of `ids`, retrying until each is written; `false` on shutdown first.
-    async fn save(&self, ids: &[String], shutdown: &CancellationToken) -> bool {
+    /// Writes what changed in the builds of `ids` (a snapshot or a journal record each),
+    /// retrying until each is written; `false` on shutdown first.
+    async fn save(&mut self, ids: &[String], shutdown: &CancellationToken) -> bool {
         let mut seen = HashSet::new();
-        let writes: Vec<_> = ids
-            .iter()
-            .filter(|id| seen.insert(id.as_str()))
-            .filter_map(|id| {
-                let run = self.executor.run(id)?;
-                let bytes = serde_json::to_vec(run).ok()?;
-                Some((id.clone(), bytes))
-            })
-            .collect();
-        for (id, bytes) in writes {
+        for id in ids.iter().filter(|id| seen.insert(id.as_str())) {
             loop {
-                match self.store.save(id.clone(), bytes.clone()).await {
+                let Some(run) = self.executor.run_mut(id) else {
+                    break;
+                };
+                let finished = run.finished();
+                let written = if needs_snapshot(self.journals.get(id), finished) {
+                    run.clear_delta();
+                    let Ok(bytes) = serde_json::to_vec(&*run) else {
+                        break;
+                    };
+                    let len = bytes.len();
+                    let written = self.store.save(id.clone(), bytes).await;
+                    if written.is_ok() && !finished {
+                        let journal = Journal {
+                            snapshot_len: len,
+                            appended: 0,
+                        };
+                        self.journals.insert(id.clone(), journal);
+                    } else {
+                        // A finished build is written as snapshots only, and forgotten soon.
+                        self.journals.remove(id);
+                    }
+                    written
+                } else {
+                    let Some(delta) = run.take_delta() else {
+                        break;
+                    };
+                    let Ok(mut record) = serde_json::to_vec(&delta) else {
+                        break;
+                    };
+                    record.push(b'\n');
+                    let len = record.len();
+                    let written = self.store.append(id.clone(), record).await;
+                    match (&written, self.journals.get_mut(id)) {
+                        (Ok(()), Some(journal)) => journal.appended += len,
+                        _ => {
+                            self.journals.remove(id);
+                        }
+                    }
+                    written
+                };
+                match written {
                     Ok(()) => break,
                     Err(problem) => {
                         tracing::error!(build = %id, %problem,
@@ -234,15 +317,34 @@ mod tests {
     use super::*;
     use crate::ernest::RunSettings;
     use crate::graph::ErrorPolicy;
-    use crate::ports::{BusError, StorageError};
+    use crate::ports::{BusError, StorageError, StoredBuild};
 
     /// Records what is published, with the files as they were at that moment.
     #[derive(Default)]
     struct World {
-        files: Mutex<HashMap<String, Vec<u8>>>,
-        /// (subject, payload, the build's file when it was published)
+        files: Mutex<HashMap<String, StoredBuild>>,
+        /// (subject, payload, the build as its files gave it back when it was published)
         published: Mutex<Vec<(String, Value, Option<Value>)>>,
         flushes: Mutex<usize>,
+        /// The writes: (`save` or `append`, build, bytes, whether it failed).
+        writes: Mutex<Vec<(&'static str, String, usize, bool)>>,
+        /// This many of the next appends fail, after writing half their record.
+        failing_appends: Mutex<usize>,
+    }
+
+    impl World {
+        /// What a restart would read of build `id`: its snapshot with the journal replayed.
+        fn stored(&self, id: &str) -> Option<Value> {
+            let files = self.files.lock().unwrap();
+            let stored = files.get(id)?;
+            let records = BuildRun::journal_records(&stored.journal);
+            let run = BuildRun::restore_with(&stored.snapshot, records).unwrap();
+            Some(serde_json::to_value(&run).unwrap())
+        }
+
+        fn writes(&self) -> Vec<(&'static str, String, usize, bool)> {
+            self.writes.lock().unwrap().clone()
+        }
     }
 
     struct Bus(Arc<World>);
@@ -259,13 +361,7 @@ mod tests {
                 .and_then(Value::as_str)
                 .unwrap_or("")
                 .to_string();
-            let file = self
-                .0
-                .files
-                .lock()
-                .unwrap()
-                .get(&service)
-                .map(|b| serde_json::from_slice(b).unwrap());
+            let file = self.0.stored(&service);
             self.0
                 .published
                 .lock()
@@ -286,10 +382,55 @@ mod tests {
             id: String,
             bytes: Vec<u8>,
         ) -> futures::future::BoxFuture<'static, Result<(), StorageError>> {
-            self.0.files.lock().unwrap().insert(id, bytes);
+            let len = bytes.len();
+            self.0.files.lock().unwrap().insert(
+                id.clone(),
+                StoredBuild {
+                    snapshot: bytes,
+                    journal: Vec::new(),
+                },
+            );
+            self.0.writes.lock().unwrap().push(("save", id, len, false));
             async { Ok(()) }.boxed()
         }
-        fn load(&self) -> (Vec<Vec<u8>>, Vec<StorageError>) {
+        fn append(
+            &self,
+            id: String,
+            record: Vec<u8>,
+        ) -> futures::future::BoxFuture<'static, Result<(), StorageError>> {
+            let fail = {
+                let mut failing = self.0.failing_appends.lock().unwrap();
+                let fail = *failing > 0;
+                *failing = failing.saturating_sub(1);
+                fail
+            };
+            let written = if fail {
+                &record[..record.len() / 2]
+            } else {
+                &record[..]
+            };
+            let mut files = self.0.files.lock().unwrap();
+            let stored = files.get_mut(&id).expect("a record after the snapshot");
+            stored.journal.extend_from_slice(written);
+            self.0
+                .writes
+                .lock()
+                .unwrap()
+                .push(("append", id, record.len(), fail));
+            async move {
+                if fail {
+                    Err(StorageError {
+                        path: "b1.journal".into(),
+                        kind: std::io::ErrorKind::StorageFull,
+                        message: "cannot append: No space left on device".into(),
+                    })
+                } else {
+                    Ok(())
+                }
+            }
+            .boxed()
+        }
+        fn load(&self) -> (Vec<StoredBuild>, Vec<StorageError>) {
             (
                 self.0.files.lock().unwrap().values().cloned().collect(),
                 Vec::new(),
@@ -306,16 +447,16 @@ mod tests {
     }
 
     fn start(world: &Arc<World>) -> (mpsc::Sender<Input>, CancellationToken) {
-        let looped = ExecutorLoop {
-            executor: Executor::new(RunSettings {
+        let looped = ExecutorLoop::new(
+            Executor::new(RunSettings {
                 policy: ErrorPolicy::Halt,
                 component_timeout: Duration::from_secs(30),
             }),
-            bus: Arc::new(Bus(world.clone())),
-            store: Arc::new(Store(world.clone())),
-            clock: Arc::new(TokioClock(tokio::time::Instant::now())),
-            observer: Arc::new(()),
-        };
+            Arc::new(Bus(world.clone())),
+            Arc::new(Store(world.clone())),
+            Arc::new(TokioClock(tokio::time::Instant::now())),
+            Arc::new(()),
+        );
         let (tx, rx) = mpsc::channel(16);
         let shutdown = CancellationToken::new();
         tokio::spawn(looped.run(rx, shutdown.clone()));
@@ -385,8 +526,7 @@ mod tests {
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
-        let files = world.files.lock().unwrap().clone();
-        let stored: Value = serde_json::from_slice(&files["b1"]).unwrap();
+        let stored = world.stored("b1").unwrap();
         assert_eq!(stored["result"]["sent"], "sent");
         assert_eq!(world.published.lock().unwrap().len(), 3, "one result");
         shutdown.cancel();
@@ -417,5 +557,138 @@ mod tests {
         assert_eq!(p[1].0, "build.create.error");
         assert!(p[1].1["error"].as_str().unwrap().contains("timed out"));
         shutdown2.cancel();
+    }
+
+    fn kinds(writes: &[(&'static str, String, usize, bool)]) -> Vec<&'static str> {
+        writes.iter().map(|w| w.0).collect()
+    }
+
+    /// Answers every dispatch of build `b1` as it comes until the build's result is out.
+    async fn answer_all(world: &World, tx: &mpsc::Sender<Input>) -> Value {
+        let mut n = 1;
+        loop {
+            let p = published(world, n).await;
+            let (subject, payload, _) = p[n - 1].clone();
+            if subject.starts_with("build.") {
+                return payload;
+            }
+            tx.send(msg(&format!("{subject}.done"), &payload))
+                .await
+                .unwrap();
+            n += 1;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_build_is_a_snapshot_first_then_journal_records_then_a_snapshot_when_finished() {
+        let world = Arc::new(World::default());
+        let (tx, shutdown) = start(&world);
+        tx.send(Input::Message {
+            subject: "build.create".into(),
+            payload: build(),
+        })
+        .await
+        .unwrap();
+        let result = answer_all(&world, &tx).await;
+        assert_eq!(result["changes"][1]["_state"], "completed");
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        // The new build, a::1 done with a::2 dispatched, a::2 done with the result `sending`,
+        // the result `sent`.
+        assert_eq!(
+            kinds(&world.writes()),
+            ["save", "append", "save", "save"],
+            "{:?}",
+            world.writes()
+        );
+        let files = world.files.lock().unwrap().clone();
+        assert!(
+            files["b1"].journal.is_empty(),
+            "the last snapshot emptied it"
+        );
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn after_a_failed_append_the_build_is_written_as_a_snapshot() {
+        let world = Arc::new(World::default());
+        let (tx, shutdown) = start(&world);
+        tx.send(Input::Message {
+            subject: "build.create".into(),
+            payload: build(),
+        })
+        .await
+        .unwrap();
+        let p = published(&world, 1).await;
+        *world.failing_appends.lock().unwrap() = 1;
+        tx.send(msg("a.create.p.done", &p[0].1)).await.unwrap();
+        // The loop waits STORE_RETRY, then writes a snapshot.
+        tokio::time::sleep(STORE_RETRY * 2).await;
+        let p = published(&world, 2).await;
+        assert_eq!(p[1].0, "a.create.p");
+        let file = p[1].2.as_ref().unwrap();
+        assert_eq!(file["build"]["changes"][0]["_state"], "completed");
+        assert_eq!(file["build"]["changes"][1]["_state"], "running");
+        let writes = world.writes();
+        assert_eq!(kinds(&writes[..3]), ["save", "append", "save"]);
+        assert!(writes[1].3, "the append failed");
+        let files = world.files.lock().unwrap().clone();
+        assert!(
+            files["b1"].journal.is_empty(),
+            "the half record is gone with the snapshot"
+        );
+        shutdown.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_journal_grown_past_its_snapshot_is_replaced_by_a_snapshot() {
+        let world = Arc::new(World::default());
+        let (tx, shutdown) = start(&world);
+        // A chain of 40 components of 4 KiB each: a step's record (the answered change, the
+        // component it adds, the next change running) is about 12 KiB.
+        let n = 40;
+        let blob = "x".repeat(4096);
+        let changes: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"_component_id": format!("a::{i}"), "_component": "a",
+                       "_action": "create", "_provider": "p", "blob": blob})
+            })
+            .collect();
+        let edges: Vec<Value> = (1..n)
+            .map(|i| json!({"source": format!("a::{}", i - 1), "destination": format!("a::{i}")}))
+            .collect();
+        let payload = json!({"id": "b1", "changes": changes, "edges": edges});
+        tx.send(msg("build.create", &payload)).await.unwrap();
+        let result = answer_all(&world, &tx).await;
+        assert_eq!(result["components"].as_array().unwrap().len(), n);
+        let writes = world.writes();
+        let mut appended = 0;
+        let mut limit = 0;
+        let mut snapshots_between = 0;
+        for (i, (kind, _, len, _)) in writes.iter().enumerate() {
+            if *kind == "save" {
+                if i > 0 && i < writes.len() - 2 {
+                    snapshots_between += 1;
+                }
+                appended = 0;
+                limit = (*len).max(JOURNAL_MIN);
+            } else {
+                assert!(
+                    appended <= limit,
+                    "an append after the journal outgrew its snapshot: {writes:?}"
+                );
+                appended += len;
+            }
+        }
+        assert!(
+            snapshots_between >= 1,
+            "the journal was compacted: {writes:?}"
+        );
+        assert!(
+            kinds(&writes).iter().filter(|k| **k == "append").count() > n / 2,
+            "most steps are records: {writes:?}"
+        );
+        shutdown.cancel();
     }
 }

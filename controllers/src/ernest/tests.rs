@@ -1,5 +1,7 @@
 use std::time::Duration;
 
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
 use serde_json::{Value, json};
 
 use super::*;
@@ -575,4 +577,234 @@ fn a_resumed_run_dispatches_what_became_ready_before_the_stop() {
         .collect();
     assert_eq!(subjects, ["firewall.create.fake"]);
     assert_eq!(step.save, ["svc-1"]);
+}
+
+/// A run's snapshot and journal as the executor's loop writes them.
+#[derive(Default)]
+struct Disk {
+    snapshot: Vec<u8>,
+    journal: Vec<u8>,
+}
+
+impl Disk {
+    fn snapshot(&mut self, run: &mut BuildRun) {
+        run.clear_delta();
+        self.snapshot = bytes(run);
+        self.journal.clear();
+    }
+
+    /// Appends what changed; `false` when nothing did.
+    fn append(&mut self, run: &mut BuildRun) -> bool {
+        let Some(delta) = run.take_delta() else {
+            return false;
+        };
+        self.journal.extend(bytes(&delta));
+        self.journal.push(b'\n');
+        true
+    }
+
+    fn restore(&self) -> BuildRun {
+        BuildRun::restore_with(&self.snapshot, BuildRun::journal_records(&self.journal)).unwrap()
+    }
+}
+
+fn json_of(run: &BuildRun) -> Value {
+    serde_json::to_value(run).unwrap()
+}
+
+/// A random build: `n` changes on a random DAG (edges from earlier to later changes), each a
+/// create, update, get, find or delete, some referring to an earlier change's output; the
+/// components updated or deleted exist already.
+fn random_build(rng: &mut SmallRng) -> Build {
+    let n = rng.random_range(1..12);
+    let actions = ["create", "update", "get", "find", "delete"];
+    let mut changes = Vec::new();
+    let mut components = Vec::new();
+    let mut edges = Vec::new();
+    for i in 0..n {
+        let id = format!("c::{i}");
+        let action = actions[rng.random_range(0..actions.len())];
+        let mut c = change(&id, action);
+        if i > 0 && rng.random_bool(0.2) {
+            let j = rng.random_range(0..i);
+            c["input"] = json!(format!("$(components.#[_component_id=\"c::{j}\"].out)"));
+        }
+        if matches!(action, "update" | "delete") || rng.random_bool(0.2) {
+            components.push(json!({"_component_id": id, "out": "old"}));
+        }
+        changes.push(c);
+        for j in 0..i {
+            if rng.random_bool(0.3) {
+                edges.push(json!({"source": format!("c::{j}"), "destination": id}));
+            }
+        }
+    }
+    serde_json::from_value(json!({
+        "id": "b", "changes": changes, "components": components, "edges": edges
+    }))
+    .unwrap()
+}
+
+/// Runs random builds with answers in a random order, errors, timeouts, snapshots at random
+/// (some leaving stale records behind, as a stop between the snapshot and emptying the
+/// journal does) and restarts from the files: after every write, the snapshot with the
+/// journal replayed is exactly the live run.
+#[test]
+fn a_snapshot_with_its_journal_replayed_is_the_live_run() {
+    for seed in 0..300 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let policy = if rng.random_bool(0.5) {
+            ErrorPolicy::Halt
+        } else {
+            ErrorPolicy::BlockDependents
+        };
+        let mut now = 0;
+        let mut run = BuildRun::new(
+            "build.create",
+            random_build(&mut rng),
+            settings(policy),
+            now,
+        );
+        run.pump(now);
+        let mut disk = Disk::default();
+        disk.snapshot(&mut run);
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            assert!(steps < 200, "seed {seed}: the build does not end");
+            if run.finished() {
+                run.mark_sent();
+            } else if !run.running.is_empty() && rng.random_bool(0.95) {
+                let ids: Vec<String> = run.running.keys().cloned().collect();
+                let id = &ids[rng.random_range(0..ids.len())];
+                let mut answer = run
+                    .build
+                    .changes
+                    .iter()
+                    .find(|c| component_id(c) == Some(id))
+                    .unwrap()
+                    .clone();
+                answer.insert("out".into(), json!(format!("{id} at {now}")));
+                if field(&answer, "_action") == "find" {
+                    let found: Vec<Value> = (0..rng.random_range(0..3))
+                        .map(|k| json!({"_component_id": format!("f::{k}"), "out": now}))
+                        .collect();
+                    answer.insert("components".into(), json!(found));
+                }
+                now += rng.random_range(1..100);
+                let errored = rng.random_bool(0.1);
+                assert!(matches!(
+                    run.answer(answer, errored, now),
+                    Answered::Applied { .. }
+                ));
+                run.pump(now);
+            } else {
+                now += TIMEOUT.as_millis() as u64;
+                run.expire(now);
+                run.pump(now);
+            }
+            // Some steps are not written on their own: their changes go with the next write.
+            if !run.finished() && rng.random_bool(0.2) {
+                continue;
+            }
+            if rng.random_bool(0.2) {
+                let stale = std::mem::take(&mut disk.journal);
+                disk.snapshot(&mut run);
+                if rng.random_bool(0.5) {
+                    disk.journal = stale;
+                }
+            } else {
+                disk.append(&mut run);
+            }
+            let back = disk.restore();
+            assert_eq!(json_of(&back), json_of(&run), "seed {seed}, step {steps}");
+            if rng.random_bool(0.1) {
+                // A restart: the restored run goes on, and dispatches nothing again.
+                run = back;
+                assert_eq!(run.pump(now), vec![], "seed {seed}, step {steps}");
+            }
+            if run.result.as_ref().is_some_and(|r| r.sent == Sent::Sent) {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn journal_records_not_newer_than_the_snapshot_are_skipped() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = run.pump(0);
+    let mut disk = Disk::default();
+    disk.snapshot(&mut run);
+    run.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 10);
+    let fw = run.pump(10);
+    assert!(disk.append(&mut run));
+    run.answer(done(&fw[0], json!({})), false, 20);
+    run.pump(20);
+    assert!(disk.append(&mut run));
+    assert!(!disk.append(&mut run), "nothing changed since");
+    // A snapshot whose journal was not emptied (a stop in between): the old records are
+    // older than the snapshot and change nothing.
+    let old = disk.journal.clone();
+    disk.snapshot(&mut run);
+    disk.journal = old;
+    let back = disk.restore();
+    assert_eq!(json_of(&back), json_of(&run));
+    assert_eq!(back.running.len(), 2, "both instances run");
+    // Records written after the snapshot follow the stale ones and are applied.
+    let inst: Vec<String> = back.running.keys().cloned().collect();
+    let answer = run
+        .build
+        .changes
+        .iter()
+        .find(|c| component_id(c) == Some(&inst[0]))
+        .unwrap()
+        .clone();
+    run.answer(answer, false, 30);
+    run.pump(30);
+    assert!(disk.append(&mut run));
+    let back = disk.restore();
+    assert_eq!(json_of(&back), json_of(&run));
+    assert_eq!(back.running.len(), 1);
+}
+
+#[test]
+fn replay_stops_at_a_torn_record_or_a_missing_one() {
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = run.pump(0);
+    let mut disk = Disk::default();
+    disk.snapshot(&mut run);
+    run.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 10);
+    let fw = run.pump(10);
+    disk.append(&mut run);
+    let before = json_of(&run);
+    let whole = disk.journal.len();
+    run.answer(done(&fw[0], json!({})), false, 20);
+    run.pump(20);
+    disk.append(&mut run);
+    // A kill in the middle of the second append.
+    let cut = whole + (disk.journal.len() - whole) / 2;
+    let torn = Disk {
+        snapshot: disk.snapshot.clone(),
+        journal: disk.journal[..cut].to_vec(),
+    };
+    let mut back = torn.restore();
+    assert_eq!(
+        json_of(&back),
+        before,
+        "the first record applies, the torn one not"
+    );
+    assert_eq!(
+        subjects(&back.pump(30)),
+        Vec::<&str>::new(),
+        "the firewall still runs and is not dispatched again"
+    );
+    // The first record lost: the second does not follow the snapshot and is not applied.
+    let gap = Disk {
+        snapshot: disk.snapshot.clone(),
+        journal: disk.journal[whole..].to_vec(),
+    };
+    let back = gap.restore();
+    assert_eq!(back.seq, run.seq - 2);
+    assert_eq!(back.build.changes[0]["_state"], "running");
 }
