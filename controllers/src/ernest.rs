@@ -231,6 +231,10 @@ pub struct Delta {
     /// The run's [`BuildRun::seq`] once this record is applied; replay takes a record only
     /// when it follows the run's seq directly.
     pub seq: u64,
+    /// The run's `received_ms`: a record of an earlier build with the same id (left behind by
+    /// a stop between the new build's first snapshot and the emptying of the journal) does
+    /// not match and is skipped.
+    pub received_ms: u64,
     /// Entries of `build.changes` that were modified, by position, as they are now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub changes: Vec<(usize, Component)>,
@@ -347,7 +351,7 @@ impl BuildRun {
                     break;
                 }
             };
-            if delta.seq <= run.seq {
+            if delta.seq <= run.seq || delta.received_ms != run.received_ms {
                 continue;
             }
             if let Err(why) = run.apply(delta) {
@@ -418,6 +422,7 @@ impl BuildRun {
         self.seq += 1;
         Some(Delta {
             seq: self.seq,
+            received_ms: self.received_ms,
             changes: dirty
                 .changes
                 .into_iter()

@@ -11,7 +11,9 @@
 //! sequence number and a snapshot the number after the last record it contains
 //! ([`verwalter_controllers::ernest::BuildRun::restore_with`] applies only records that follow
 //! the snapshot's number). A kill between a snapshot's rename and the journal's truncation
-//! leaves old records whose numbers are not above the new snapshot's: replay skips them. A kill
+//! leaves old records whose numbers are not above the new snapshot's: replay skips them (and
+//! the records of an earlier build with the same id, which carry that build's receive time).
+//! A kill
 //! during an append leaves part of a record at the end, which was never reported durable:
 //! replay stops there, and the executor's first write of the build after a restart is a
 //! snapshot, which drops it. After a failed append the loop writes a snapshot next, never

@@ -230,10 +230,8 @@ impl ExecutorLoop {
     async fn save(&mut self, ids: &[String], shutdown: &CancellationToken) -> bool {
         let mut seen = HashSet::new();
         for id in ids.iter().filter(|id| seen.insert(id.as_str())) {
-            loop {
-                let Some(run) = self.executor.run_mut(id) else {
-                    break;
-                };
+            // Until written: a run forgotten meanwhile has nothing left to write.
+            while let Some(run) = self.executor.run_mut(id) {
                 let finished = run.finished();
                 let written = if needs_snapshot(self.journals.get(id), finished) {
                     run.clear_delta();
@@ -249,7 +247,8 @@ impl ExecutorLoop {
                         };
                         self.journals.insert(id.clone(), journal);
                     } else {
-                        // A finished build is written as snapshots only, and forgotten soon.
+                        // After a failure the next write is a snapshot again; a finished build
+                        // is written as snapshots only, and forgotten soon.
                         self.journals.remove(id);
                     }
                     written

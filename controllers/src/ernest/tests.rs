@@ -808,3 +808,29 @@ fn replay_stops_at_a_torn_record_or_a_missing_one() {
     assert_eq!(back.seq, run.seq - 2);
     assert_eq!(back.build.changes[0]["_state"], "running");
 }
+
+#[test]
+fn records_of_an_earlier_build_with_the_same_id_are_skipped() {
+    // The first build finished; a stop came after its last snapshot's rename, before the
+    // journal was emptied. The same id is then built again.
+    let mut old = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
+    let net = old.pump(0);
+    let mut disk = Disk::default();
+    disk.snapshot(&mut old);
+    old.answer(done(&net[0], json!({"network_aws_id": "n1"})), false, 10);
+    old.pump(10);
+    assert!(disk.append(&mut old));
+    let stale = disk.journal.clone();
+    let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 500);
+    run.pump(500);
+    disk.snapshot(&mut run);
+    disk.journal = stale;
+    assert_eq!(
+        run.seq,
+        old.seq - 1,
+        "the old record would follow the new snapshot"
+    );
+    let back = disk.restore();
+    assert_eq!(json_of(&back), json_of(&run));
+    assert_eq!(back.build.changes[0]["_state"], "running");
+}
