@@ -377,7 +377,7 @@ impl BuildRun {
 
     /// Applies one journal record; nothing changes when it does not fit.
     fn apply(&mut self, delta: Delta) -> Result<(), String> {
-        if delta.seq != self.seq + 1 {
+        if delta.seq != self.seq.saturating_add(1) {
             return Err(format!(
                 "record {} does not follow {} (a record is missing)",
                 delta.seq, self.seq
@@ -419,7 +419,7 @@ impl BuildRun {
             return None;
         }
         let dirty = std::mem::take(&mut self.dirty);
-        self.seq += 1;
+        self.seq = self.seq.saturating_add(1);
         Some(Delta {
             seq: self.seq,
             received_ms: self.received_ms,
@@ -443,7 +443,7 @@ impl BuildRun {
     /// older than every record after it.
     pub fn clear_delta(&mut self) {
         self.dirty = Dirty::default();
-        self.seq += 1;
+        self.seq = self.seq.saturating_add(1);
     }
 
     pub fn id(&self) -> &str {
