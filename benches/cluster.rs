@@ -10,7 +10,14 @@
 //! Times come from the nodes' own logs (microsecond timestamps of "New schedule", "Took the
 //! leader's schedule" and "Deployment finished"), so polling does not blur them.
 //!
-//! Run: `cargo bench --bench cluster` (TRIALS=20 by default).
+//! With `SCHEDULE_KB=N` the scheduler adds about N KiB of service definitions to the schedule
+//! (JSON about as compressible as real ones: names, images, ports, a checksum per service), and
+//! the leader's egress per schedule change is printed from its
+//! `verwalter_schedule_served_bytes_total`, as a multiple of the schedule's size.
+//!
+//! Run: `cargo bench --bench cluster` (TRIALS=20, NODES=5, SCHEDULE_KB=0 by default;
+//! FAILOVER_TRIALS=TRIALS);
+//! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
 
 use std::fs;
 use std::path::PathBuf;
@@ -20,17 +27,44 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_verwalter");
-const NODES: usize = 5;
-
 const SCHEDULER: &str = r#"
--- Every node gets role `app`; the version comes from runtime/version.json.
+-- Every node gets role `app`; the version comes from runtime/version.json, the size of the
+-- service list (KiB) from runtime/size.json.
+local function services(kb, v)
+  local list = {}
+  local x = 12345
+  for i = 1, math.floor(kb * 2.35) do
+    x = (x * 1103515245 + 12345 + v) % 2147483648
+    list["service-" .. i] = {
+      image = "registry.example.com/platform/service-" .. i .. ":1." .. v .. "." .. (i % 17),
+      replicas = i % 7 + 1, memory_mb = 256 + (i % 16) * 64, cpu_shares = 100 + i % 900,
+      args = {"--listen", "0.0.0.0:" .. (8000 + i), "--log-level", "info",
+              "--config", "/etc/services/service-" .. i .. ".yaml"},
+      env = {RUST_LOG = "info", REGION = "eu-" .. (i % 3), SHARD = tostring(i % 64),
+             UPSTREAM = "http://upstream-" .. (i % 40) .. ".internal:8080/api/v2"},
+      checksum = string.format("%08x%08x%08x%08x", x, (x * 7) % 4294967296,
+                               (x * 13 + i) % 4294967296, (x * 31 + v) % 4294967296),
+      owner = "team-" .. (i % 23), description = "Service " .. i .. " of the benchmark fleet",
+    }
+  end
+  return list
+end
 return {scheduler = function(state)
   local nodes = {[state.current_host] = {roles = {app = {}}}}
   for _, peer in pairs(state.peers) do nodes[peer.hostname] = {roles = {app = {}}} end
   local v = state.runtime.version and state.runtime.version.v or 0
-  return {vars = {template = "app/v1", v = v, leader = state.current_host}, nodes = nodes}, "ok"
+  local kb = state.runtime.size and state.runtime.size.kb or 0
+  return {vars = {template = "app/v1", v = v, leader = state.current_host,
+                  services = services(kb, v)}, nodes = nodes}, "ok"
 end}
 "#;
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .unwrap_or(default)
+}
 
 fn id(n: usize) -> String {
     format!("77985419c732412ea38b94db{n:08}")
@@ -83,6 +117,11 @@ impl Node {
     }
 
     fn get(&self, path: &str) -> Option<Value> {
+        serde_json::from_str(&self.get_text(path)?).ok()
+    }
+
+    /// The body of a 200 answer to `GET path`.
+    fn get_text(&self, path: &str) -> Option<String> {
         use std::io::{Read, Write};
         let mut s =
             std::net::TcpStream::connect((format!("127.0.0.{}", self.n).as_str(), self.port))
@@ -92,9 +131,16 @@ impl Node {
         let mut text = String::new();
         s.read_to_string(&mut text).ok()?;
         let (head, body) = text.split_once("\r\n\r\n")?;
-        head.contains(" 200 ")
-            .then(|| serde_json::from_str(body).ok())
-            .flatten()
+        head.contains(" 200 ").then(|| body.to_string())
+    }
+
+    /// Bytes of schedules this node served (every encoding).
+    fn served_bytes(&self) -> f64 {
+        let text = self.get_text("/metrics").unwrap_or_default();
+        text.lines()
+            .filter(|l| l.starts_with("verwalter_schedule_served_bytes_total"))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum()
     }
 
     /// Log lines containing `needle` with their wall-clock time.
@@ -136,7 +182,7 @@ fn wait_for<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<
 
 /// The leader (index) once every live node agrees on it and holds its schedule.
 fn settled(nodes: &[Node]) -> (usize, String) {
-    wait_for(Duration::from_secs(30), || {
+    wait_for(Duration::from_secs(120), || {
         let mut leader = None;
         let mut hashes = std::collections::BTreeSet::new();
         for (i, node) in nodes.iter().enumerate() {
@@ -158,7 +204,7 @@ fn settled(nodes: &[Node]) -> (usize, String) {
         (hashes.len() == 1 && hashes.contains(&hash) && schedule["origin"] == id(nodes[leader].n))
             .then_some((leader, hash))
     })
-    .expect("the cluster settles within 30 s")
+    .expect("the cluster settles within 120 s")
 }
 
 /// The latest time, over `nodes` except `skip`, of the first log line with `needle` and `hash`
@@ -203,20 +249,27 @@ fn report(name: &str, mut v: Vec<Duration>) {
 }
 
 fn main() {
-    let trials: usize = std::env::var("TRIALS")
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .unwrap_or(20);
+    let trials = env_or("TRIALS", 20);
+    let nodes_n = env_or("NODES", 5);
+    let kb = env_or("SCHEDULE_KB", 0);
     let tmp = tempfile::Builder::new()
         .prefix("verwalter-bench-cluster.")
         .tempdir_in("target")
         .unwrap();
+    // KEEP=1 leaves the nodes' dirs (config, storage, logs) for a look afterwards.
+    let root = tmp.path().to_owned();
+    let _cleanup = if std::env::var("KEEP").is_ok_and(|k| k == "1") {
+        println!("nodes' dirs: {}", tmp.keep().display());
+        None
+    } else {
+        Some(tmp)
+    };
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let peers: String = (1..=NODES)
+    let peers: String = (1..=nodes_n)
         .map(|n| {
             format!(
                 "- {{id: {}, addr: \"127.0.0.{n}:{port}\", hostname: node{n}}}\n",
@@ -224,15 +277,20 @@ fn main() {
             )
         })
         .collect();
-    let mut nodes: Vec<Node> = (1..=NODES)
+    let mut nodes: Vec<Node> = (1..=nodes_n)
         .map(|n| {
-            let dir = tmp.path().join(format!("node{n}"));
+            let dir = root.join(format!("node{n}"));
             let config = dir.join("config");
             fs::create_dir_all(config.join("scheduler/v1")).unwrap();
             fs::create_dir_all(config.join("runtime")).unwrap();
             fs::create_dir_all(config.join("templates/app/v1")).unwrap();
             fs::write(config.join("scheduler/v1/main.lua"), SCHEDULER).unwrap();
             fs::write(config.join("runtime/version.json"), "{\"v\": 0}").unwrap();
+            fs::write(
+                config.join("runtime/size.json"),
+                format!("{{\"kb\": {kb}}}"),
+            )
+            .unwrap();
             fs::write(
                 config.join("templates/app/v1/app.render.yaml"),
                 "templates: {conf: app.conf.hbs}\ncommands:\n- !Cmd [true]\n",
@@ -256,11 +314,19 @@ fn main() {
         node.start();
     }
     let (mut leader, _) = settled(&nodes);
-    println!("{NODES} nodes on 127.0.0.1-{NODES}, {trials} trials each:");
+    let size = nodes[leader]
+        .get_text("/v1/schedule")
+        .map_or(0, |body| body.len());
+    println!(
+        "{nodes_n} nodes on 127.0.0.1-{nodes_n}, schedule {:.1} KiB, {trials} trials each:",
+        size as f64 / 1024.0
+    );
+    let mut egress = Vec::new();
 
     let mut distribution = Vec::new();
     let mut propagation = Vec::new();
     for trial in 1..=trials {
+        let served_before = nodes[leader].served_bytes();
         let written = SystemTime::now();
         let file = nodes[leader].dir.join("config/runtime/version.json");
         fs::write(&file, format!("{{\"v\": {trial}}}")).unwrap();
@@ -290,12 +356,13 @@ fn main() {
         })
         .expect("followers render the schedule");
         distribution.push(held.duration_since(accepted).unwrap_or_default());
+        egress.push((nodes[leader].served_bytes() - served_before) / size.max(1) as f64);
         propagation.push(rendered.duration_since(written).unwrap_or_default());
         std::thread::sleep(Duration::from_millis(100));
     }
 
     let mut failover = Vec::new();
-    for _ in 0..trials {
+    for _ in 0..env_or("FAILOVER_TRIALS", trials) {
         let killed_at = SystemTime::now();
         nodes[leader].kill();
         let old = leader;
@@ -310,7 +377,15 @@ fn main() {
         let _ = new_leader;
         std::thread::sleep(Duration::from_millis(300));
     }
-    report("failover", failover);
+    if !failover.is_empty() {
+        report("failover", failover);
+    }
     report("distribution", distribution);
     report("propagation", propagation);
+    egress.sort_by(f64::total_cmp);
+    println!(
+        "  leader egress per change: median {:.2} x the schedule, max {:.2} x",
+        egress[egress.len() / 2],
+        egress[egress.len() - 1]
+    );
 }

@@ -231,6 +231,9 @@ pub struct ElectionSettings {
     /// With allow-minority-cluster, peers not heard from directly for this long do not count
     /// for the vote.
     pub minority_window_ms: Option<u64>,
+    /// Followers fetch the leader's schedule through a tree of other followers of this
+    /// fan-out (0: every follower from the leader, as verwalter 0.13).
+    pub relay_fanout: Option<u64>,
     /// A file holding a key shared by every node (at least 16 bytes; surrounding whitespace is
     /// dropped): election packets then carry an HMAC tag, and packets without a valid one are
     /// dropped. Relative to the settings file. [default: none, packets as verwalter 0.13's]
@@ -317,6 +320,8 @@ pub struct Config {
     pub timings: verwalter_controllers::election::machine::Timings,
     pub prefetch: Duration,
     pub minority_window: Duration,
+    /// `election.relay-fanout`.
+    pub relay_fanout: usize,
     /// `election.key-file`'s key.
     /// The Kubernetes scheduler extender to serve, if the settings ask for it.
     pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
@@ -687,6 +692,12 @@ impl Config {
             timings,
             prefetch: or(file.election.prefetch_ms, defaults::PREFETCH),
             minority_window: or(file.election.minority_window_ms, defaults::MINORITY_WINDOW),
+            relay_fanout: file
+                .election
+                .relay_fanout
+                .map_or(verwalter_controllers::replication::RELAY_FANOUT, |n| {
+                    n.min(usize::MAX as u64) as usize
+                }),
             election_key,
         })
     }

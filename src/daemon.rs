@@ -382,11 +382,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         );
         tasks.spawn(Task::Election, task.run(shutdown.clone()));
         let fetcher = Fetcher::new(
-            ReplicationConfig::new(
-                config.machine_id.clone(),
-                config.prefetch,
-                config.timings.heartbeat,
-            ),
+            ReplicationConfig {
+                relay_fanout: config.relay_fanout,
+                ..ReplicationConfig::new(
+                    config.machine_id.clone(),
+                    config.prefetch,
+                    config.timings.heartbeat,
+                )
+            },
             FetcherParts {
                 store: store.clone(),
                 schedule: schedule.clone(),

@@ -45,6 +45,8 @@ pub struct Metrics {
     messages_dropped: IntCounterVec,
     elections_started: IntCounterVec,
     schedule_fetches: IntCounterVec,
+    schedule_served_bytes: IntCounterVec,
+    schedules_served: IntCounterVec,
     /// Wall-clock ms of the last packet from the leader (0: none), for the age gauge.
     leader_contact_ms: std::sync::atomic::AtomicU64,
     leader_contact_age: prometheus::Gauge,
@@ -238,6 +240,16 @@ impl Metrics {
                 "Schedules fetched from other nodes, by result (ok, error).",
                 &["result"],
             ),
+            schedule_served_bytes: counter_vec(
+                "verwalter_schedule_served_bytes_total",
+                "Bytes of schedule bodies this node served (/v1/schedule, /v1/schedule/<hash>), by encoding (identity, gzip).",
+                &["encoding"],
+            ),
+            schedules_served: counter_vec(
+                "verwalter_schedules_served_total",
+                "Schedules this node served to peers and clients, by encoding (identity, gzip).",
+                &["encoding"],
+            ),
             leader_contact_ms: Default::default(),
             leader_contact_age: reg(
                 &registry,
@@ -298,6 +310,10 @@ impl Metrics {
         }
         for r in ["ok", "error"] {
             metrics.schedule_fetches.with_label_values(&[r]);
+        }
+        for e in ["identity", "gzip"] {
+            metrics.schedule_served_bytes.with_label_values(&[e]);
+            metrics.schedules_served.with_label_values(&[e]);
         }
         metrics.scheduler_metrics_queries.with_label_values(&["ok"]);
         // Every failure reason is a series from the start, so rate() and alerts see zeros.
@@ -370,6 +386,15 @@ impl Metrics {
     pub fn schedule_fetch(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.schedule_fetches.with_label_values(&[result]).inc();
+    }
+
+    /// A schedule body of `bytes` went out, gzip-compressed or not.
+    pub fn schedule_served(&self, gzip: bool, bytes: usize) {
+        let encoding = if gzip { "gzip" } else { "identity" };
+        self.schedules_served.with_label_values(&[encoding]).inc();
+        self.schedule_served_bytes
+            .with_label_values(&[encoding])
+            .inc_by(bytes as u64);
     }
 
     /// The registry, for families registered elsewhere (the graph executor's).

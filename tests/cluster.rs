@@ -25,10 +25,16 @@ pub struct Node {
 }
 
 impl Node {
+    /// Node `i` (0-based) on `127.0.0.<i+1>`; with the settings file `dir/settings.yaml` if
+    /// there is one (see [`Cluster::start_with`]).
     pub fn start(i: usize, dir: &Path, port: u16, cantal: &str) -> Node {
         let n = i + 1;
         let host = format!("127.0.0.{n}");
         let (mut command, log) = cluster_node(dir, n);
+        let settings = dir.join("settings.yaml");
+        if settings.exists() {
+            command.arg("--settings").arg(settings);
+        }
         let child = command
             .args(["--hostname", MORE_NAMES[i], "--name"])
             .arg(format!("{}.test", MORE_NAMES[i]))
@@ -106,8 +112,16 @@ impl Cluster {
 
     /// `n` nodes (at most five), named from [`MORE_NAMES`].
     pub fn start_n(n: usize) -> Cluster {
+        Cluster::start_with(n, None)
+    }
+
+    /// `n` nodes sharing the settings file `settings` (YAML), if given.
+    pub fn start_with(n: usize, settings: Option<&str>) -> Cluster {
         let names = &MORE_NAMES[..n];
         let tmp = tempfile::tempdir().unwrap();
+        if let Some(settings) = settings {
+            std::fs::write(tmp.path().join("settings.yaml"), settings).unwrap();
+        }
         let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
         // Ports are picked by the system and read back from what the processes say (no
         // bind-and-release window): cantal's from its first line, the nodes' from node 1's
@@ -345,4 +359,70 @@ fn strangers_and_absurd_epochs_do_not_move_leadership(cluster: &Cluster, leader:
         "the leader stepped down: {on_leader}"
     );
     assert_eq!(on_leader["epoch"], epoch, "{on_leader}");
+}
+
+/// Five nodes with a relay fan-out of 1: the leader serves one follower, which serves the next,
+/// and so on down a chain of four. Each schedule reaches every node, most of them through a
+/// relay, checked by hash; and a client that does not ask for gzip (verwalter 0.13, curl)
+/// still gets plain JSON from every node.
+#[test]
+fn followers_take_the_leaders_schedule_through_relays() {
+    let cluster = Cluster::start_with(5, Some("election:\n  relay-fanout: 1\n"));
+    let (leader, first) = cluster.converged();
+    let leader_node = cluster.nodes[leader].as_ref().unwrap();
+    // A new schedule: the leader's runtime gains a version.
+    replace_file(
+        &cluster
+            .tmp
+            .path()
+            .join(format!("config{}/runtime/web/v7.yaml", leader + 1)),
+        "image: web.v7\ninstances: 2\n",
+    );
+    let second = wait_for(SOON, || {
+        let (next, hash) = cluster.converged();
+        (next == leader && hash != first).then_some(hash)
+    })
+    .unwrap_or_else(|| panic!("the new schedule did not spread:\n{}", cluster.logs()));
+
+    // Who served each follower: the `from` of its "Took the leader's schedule." lines.
+    let leader_id = id(leader);
+    let mut relayed = 0;
+    let mut took_all = 0;
+    for node in cluster.live().filter(|n| n.host != leader_node.host) {
+        let logs = node.logs();
+        let took: Vec<&str> = logs
+            .lines()
+            .filter(|l| l.contains("Took the leader's schedule.") && l.contains(&second))
+            .collect();
+        assert_eq!(took.len(), 1, "{}:\n{logs}", node.host);
+        took_all += logs
+            .lines()
+            .filter(|l| l.contains("Took the leader's schedule."))
+            .count();
+        let from = took[0]
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("from="))
+            .unwrap_or_else(|| panic!("no from= in {}", took[0]));
+        if from != leader_id {
+            relayed += 1;
+        }
+        let (code, body) = http_get_at(&node.host, node.port, "/v1/schedule").unwrap();
+        assert_eq!(code, 200);
+        let plain: Value = serde_json::from_str(&body).expect("plain JSON without gzip");
+        assert_eq!(plain["hash"], second.as_str());
+    }
+    assert!(
+        relayed >= 3,
+        "a chain of four relays three:\n{}",
+        cluster.logs()
+    );
+    // The leader served its schedules compressed, and fewer of them than the followers took.
+    let served = metric(
+        leader_node,
+        "verwalter_schedules_served_total{encoding=\"gzip\"}",
+    );
+    assert!(
+        served >= 1.0 && served < took_all as f64,
+        "served {served}, taken {took_all}"
+    );
 }

@@ -23,6 +23,12 @@
 //! - schedules are fetched only from peers heard from lately (in the last two heartbeats): a
 //!   schedule only silent peers report (the other side of a partition that lasts) waits until
 //!   a peer that has it is heard again, instead of using up its tries before the heal;
+//! - a follower fetches its leader's schedule through a relay, another follower, when there
+//!   are more than [`ReplicationConfig::relay_fanout`] followers: the followers sorted by id
+//!   form a tree of that fan-out under the leader, so the leader serves `fanout` of them and
+//!   each of those serves up to `fanout` more. The schedule is checked by hash and origin
+//!   whoever served it. A relay that fails is passed over for [`RELAY_PAUSE`] and the follower
+//!   goes to its leader at once (a relay cut off from the leader answers within 250 ms);
 //! - a result for a fetch that no longer matters (the leader changed, leadership was lost or
 //!   the epoch moved on) is ignored.
 
@@ -55,6 +61,12 @@ pub const FOLLOW_RETRY_FIRST: Duration = Duration::from_millis(100);
 /// seconds of its repair, without hammering a leader that cannot serve.
 pub const FOLLOW_RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// The fan-out of the relay tree unless set: a leader of 100 followers serves 8 of them, a
+/// schedule crosses three hops at most.
+pub const RELAY_FANOUT: usize = 8;
+/// A relay that failed is not asked again for this long.
+pub const RELAY_PAUSE: Duration = Duration::from_secs(30);
+
 /// Settings of the machine.
 #[derive(Debug, Clone)]
 pub struct ReplicationConfig {
@@ -67,6 +79,9 @@ pub struct ReplicationConfig {
     /// hold every failover for the whole window. Reports of other nodes' schedules count from
     /// this long before a leadership was won.
     pub recent: Duration,
+    /// Followers a node serves in the relay tree (see the module docs); 0: every follower
+    /// fetches from the leader, as in verwalter 0.13.
+    pub relay_fanout: usize,
 }
 
 impl ReplicationConfig {
@@ -77,6 +92,7 @@ impl ReplicationConfig {
             id,
             window,
             recent: heartbeat * 2,
+            relay_fanout: RELAY_FANOUT,
         }
     }
 }
@@ -152,6 +168,8 @@ pub struct World<'a> {
     pub packets: &'a BTreeMap<NodeId, u64>,
     /// Wall-clock ms now.
     pub now_ms: u64,
+    /// The ids of the nodes known (cantal's or the settings' peers, this node in or not).
+    pub nodes: &'a [NodeId],
 }
 
 /// Why a schedule is fetched; a result whose purpose has passed is ignored.
@@ -171,6 +189,30 @@ pub struct Fetch {
     pub peer: NodeId,
     pub stamp: ScheduleStamp,
     pub purpose: Purpose,
+}
+
+impl Fetch {
+    /// A follower's fetch of its leader's schedule from another follower (its relay).
+    pub fn relayed(&self) -> bool {
+        matches!(&self.purpose, Purpose::Follow { leader } if *leader != self.peer)
+    }
+}
+
+/// The relay of follower `me` under `leader`: the followers (every node known but the leader,
+/// with `me`) sorted by id are the nodes 1, 2, ... of a tree of fan-out `fanout` whose root
+/// is the leader; node `p`'s parent is `(p - 1) / fanout`. `None`: `me` fetches from the
+/// leader itself.
+pub fn relay(me: &NodeId, leader: &NodeId, nodes: &[NodeId], fanout: usize) -> Option<NodeId> {
+    if fanout == 0 || me == leader {
+        return None;
+    }
+    let mut followers: Vec<&NodeId> = nodes.iter().filter(|n| *n != leader).collect();
+    followers.push(me);
+    followers.sort();
+    followers.dedup();
+    let position = followers.iter().position(|n| *n == me)? + 1;
+    let parent = (position - 1) / fanout;
+    (parent > 0).then(|| followers[parent - 1].clone())
 }
 
 /// What the machine asks the node to do.
@@ -238,6 +280,8 @@ pub struct Replication {
     replaced: Vec<Schedule>,
     /// When to look again for a late parent only silent peers report.
     poll_at: Option<Instant>,
+    /// A relay that failed, and until when it is passed over.
+    relay_failed: Option<(NodeId, Instant)>,
 }
 
 impl Replication {
@@ -252,6 +296,7 @@ impl Replication {
             skipped: BTreeMap::new(),
             replaced: Vec::new(),
             poll_at: None,
+            relay_failed: None,
         }
     }
 
@@ -317,6 +362,15 @@ impl Replication {
                     out.push(Action::Replaced(self.replaced.clone()));
                 }
                 out.push(Action::Accept(schedule));
+            }
+            (Purpose::Follow { .. }, Err(error)) if fetch.relayed() => {
+                // The leader is asked at once (the next step); this relay waits its turn.
+                self.relay_failed = Some((fetch.peer.clone(), now + RELAY_PAUSE));
+                out.push(Action::Failed {
+                    fetch,
+                    error,
+                    retry_at: Some(now),
+                });
             }
             (Purpose::Follow { .. }, Err(error)) => {
                 self.failures += 1;
@@ -402,9 +456,21 @@ impl Replication {
         if world.held.is_some_and(|s| s.hash == stamp.hash) {
             return;
         }
+        let relay = relay(
+            &self.config.id,
+            leader,
+            world.nodes,
+            self.config.relay_fanout,
+        )
+        .filter(|r| {
+            !self
+                .relay_failed
+                .as_ref()
+                .is_some_and(|(failed, until)| failed == r && now < *until)
+        });
         self.ask(
             Fetch {
-                peer: leader.clone(),
+                peer: relay.unwrap_or_else(|| leader.clone()),
                 stamp,
                 purpose: Purpose::Follow {
                     leader: leader.clone(),

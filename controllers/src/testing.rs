@@ -428,6 +428,8 @@ pub struct ReplicaWorld {
     pub reports: crate::state::Reports,
     pub sightings: crate::replication::Sightings,
     pub packets: std::collections::BTreeMap<crate::state::NodeId, u64>,
+    /// The nodes known (the relay tree's members); empty: every follower asks its leader.
+    pub nodes: Vec<crate::state::NodeId>,
 }
 
 impl ReplicaWorld {
@@ -469,6 +471,7 @@ impl ReplicaWorld {
             sightings: &self.sightings,
             packets: &self.packets,
             now_ms,
+            nodes: &self.nodes,
         }
     }
 

@@ -97,7 +97,7 @@ impl Fetcher {
             peers.get();
             let now = Instant::now();
             let actions = self.io.with_world(|world| self.machine.step(now, world));
-            self.act(actions, &mut running);
+            self.act(actions, &mut running, None);
             let wake = self.machine.wake_at(now);
             let sleep = async {
                 match wake {
@@ -118,15 +118,21 @@ impl Fetcher {
                     let now = Instant::now();
                     let actions = self
                         .io
-                        .with_world(|world| self.machine.fetched(now, world, fetch, result));
-                    self.act(actions, &mut running);
+                        .with_world(|world| self.machine.fetched(now, world, fetch.clone(), result));
+                    self.act(actions, &mut running, Some(&fetch.peer));
                 }
                 _ = sleep => {}
             }
         }
     }
 
-    fn act(&self, actions: Vec<Action>, running: &mut FuturesUnordered<Running>) {
+    /// Carries out `actions`; `from`: the peer whose fetch they answer.
+    fn act(
+        &self,
+        actions: Vec<Action>,
+        running: &mut FuturesUnordered<Running>,
+        from: Option<&str>,
+    ) {
         for action in actions {
             match action {
                 Action::Fetch(fetch) => {
@@ -143,8 +149,12 @@ impl Fetcher {
                     running.push(Box::pin(async move {
                         let result = match addr {
                             Some(addr) => {
-                                get_schedule(&client, token.as_ref(), &addr, &fetch.stamp.hash)
-                                    .await
+                                let hash = &fetch.stamp.hash;
+                                if fetch.relayed() {
+                                    get_relayed(&client, token.as_ref(), &addr, hash).await
+                                } else {
+                                    get_schedule(&client, token.as_ref(), &addr, hash).await
+                                }
                             }
                             None => Err(format!("no address known for {}", fetch.peer)),
                         };
@@ -159,7 +169,8 @@ impl Fetcher {
                     // force anyway.
                     let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
                     let _ = self.io.persister.save(&schedule, canonical);
-                    tracing::info!(hash = %schedule.hash, leader = %schedule.origin, "Took the leader's schedule.");
+                    tracing::info!(hash = %schedule.hash, leader = %schedule.origin,
+                        from = %from.unwrap_or("-"), "Took the leader's schedule.");
                     self.io.schedule.set(Some(schedule));
                 }
                 Action::Gathered { parents, took } => {
@@ -183,6 +194,9 @@ impl Fetcher {
                     let peer = &fetch.peer;
                     let retry_in = retry_at.map(|at| at.saturating_duration_since(Instant::now()));
                     match (&fetch.purpose, retry_in) {
+                        (Purpose::Follow { .. }, _) if fetch.relayed() => {
+                            tracing::info!(relay = %peer, %error, "The relay did not give the leader's schedule; fetching it from the leader.")
+                        }
                         (Purpose::Follow { .. }, _) => {
                             tracing::warn!(leader = %peer, %error, ?retry_in, "Cannot fetch the leader's schedule.")
                         }
@@ -210,6 +224,7 @@ impl FetcherParts {
         let held = self.store.schedule.peek();
         let packets: BTreeMap<String, u64> = self.live.packets();
         let sightings = self.sightings.lock().unwrap();
+        let nodes: Vec<String> = self.store.peers.peek().peers.keys().cloned().collect();
         decide(&World {
             election: &election,
             reports: &reports,
@@ -217,6 +232,7 @@ impl FetcherParts {
             sightings: &sightings,
             packets: &packets,
             now_ms: self.clock.now_ms(),
+            nodes: &nodes,
         })
     }
 }
@@ -233,13 +249,37 @@ async fn get_schedule(
 ) -> Result<Schedule, String> {
     let by_hash = format!("http://{addr}/v1/schedule/{hash}");
     let url = format!("http://{addr}/v1/schedule");
-    let get = |url| client.get_with_token(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
+    let get = |url| client.get_compressed(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
     let body = match get(&by_hash).await {
         Ok(body) => body,
         Err(_) => get(&url).await?,
     };
+    decode(&url, &body)
+}
+
+/// Fetches the leader's schedule `hash` from the follower at `addr`, this node's relay: it may
+/// be about to take that schedule itself, so the request waits for it
+/// (`/v1/schedule/<hash>?wait_ms=`, see `http::api::schedule_by_hash`). No fallback to the
+/// plain `/v1/schedule` here: a relay without the hash (or of verwalter 0.13, without the
+/// route) fails the fetch, and the machine asks the leader.
+async fn get_relayed(
+    client: &HttpClient,
+    token: Option<&verwalter_controllers::access::Token>,
+    addr: &str,
+    hash: &str,
+) -> Result<Schedule, String> {
+    let wait = crate::http::RELAY_WAIT_MAX.as_millis();
+    let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
+    let body = client
+        .get_compressed(&url, token, MAX_SCHEDULE, FETCH_TIMEOUT)
+        .await?;
+    decode(&url, &body)
+}
+
+/// A schedule from `body`, its data checked against its hash.
+fn decode(url: &str, body: &[u8]) -> Result<Schedule, String> {
     let schedule: Schedule =
-        serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
+        serde_json::from_slice(body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
     schedule.verify().map_err(|e| format!("{url}: {e}"))?;
     Ok(schedule)
 }
@@ -271,6 +311,7 @@ mod tests {
             id: ME.into(),
             window: Duration::from_secs(2),
             recent: Duration::from_secs(60),
+            relay_fanout: verwalter_controllers::replication::RELAY_FANOUT,
         }
     }
 

@@ -1,8 +1,10 @@
 //! Handlers of the `/v1/` routes, `/metrics` and the index page.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::extract::State;
-use axum::http::{HeaderValue, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use verwalter_controllers::election::ElectionState;
@@ -28,12 +30,137 @@ pub async fn status(State(state): State<AppState>) -> Json<Status> {
     Json(build_status(&state))
 }
 
-pub async fn schedule(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub async fn schedule(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
     let schedule = state.store.schedule.peek();
     if schedule.is_none() {
         return Err(ApiError::NotFound("no schedule yet".into()));
     }
-    Ok(shared_json(state.http.schedule_json.body(&schedule)))
+    Ok(schedule_body(&state, &schedule, &headers))
+}
+
+/// The schedule in force as a response shared with other responses (see `SharedJson`),
+/// gzip-compressed for a client that takes it (peers of this version do; 0.13 peers and most
+/// tools get plain JSON). Counted in `verwalter_schedule_served_bytes_total`.
+fn schedule_body(
+    state: &AppState,
+    schedule: &std::sync::Arc<Option<verwalter_controllers::state::Schedule>>,
+    headers: &HeaderMap,
+) -> Response {
+    let json = HeaderValue::from_static("application/json");
+    if takes_gzip(headers) {
+        let body = state.http.schedule_json.gzip(schedule);
+        state.metrics.schedule_served(true, body.len());
+        (
+            [
+                (header::CONTENT_TYPE, json),
+                (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
+                (header::VARY, HeaderValue::from_static("accept-encoding")),
+            ],
+            body,
+        )
+            .into_response()
+    } else {
+        let body = state.http.schedule_json.body(schedule);
+        state.metrics.schedule_served(false, body.len());
+        (
+            [
+                (header::CONTENT_TYPE, json),
+                (header::VARY, HeaderValue::from_static("accept-encoding")),
+            ],
+            body,
+        )
+            .into_response()
+    }
+}
+
+/// Whether `Accept-Encoding` names gzip (or `*`) without `q=0`.
+fn takes_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|item| {
+            let mut parts = item.split(';').map(str::trim);
+            let coding = parts.next().unwrap_or("");
+            let refused = parts.any(|p| {
+                p.strip_prefix("q=")
+                    .and_then(|q| q.trim().parse::<f32>().ok())
+                    .is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
+}
+
+/// The longest a `/v1/schedule/<hash>?wait_ms=` request waits for the schedule to arrive.
+pub const RELAY_WAIT_MAX: Duration = Duration::from_secs(2);
+/// A relay waits this long at most for a schedule its own leader has not announced (yet): the
+/// leader's ping reaches the asking follower and this node a moment apart, but a relay cut off
+/// from the leader must send the follower to the leader soon.
+pub const RELAY_UNANNOUNCED_WAIT: Duration = Duration::from_millis(250);
+
+#[derive(Debug, serde::Deserialize)]
+pub struct ScheduleWait {
+    /// Wait up to this many ms (at most [`RELAY_WAIT_MAX`]) for the schedule to arrive.
+    wait_ms: Option<u64>,
+}
+
+/// `/v1/schedule/<hash>`: the schedule in force if it has that hash, or one of other leaders
+/// this node replaced lately (so a new leader can still gather it as a parent); else 404.
+/// With `?wait_ms=N` (a follower fetching through this node as its relay) a schedule this node
+/// is about to take is waited for: up to N ms (at most [`RELAY_WAIT_MAX`]) while this node's
+/// leader announces that hash, up to [`RELAY_UNANNOUNCED_WAIT`] while it does not.
+pub async fn schedule_by_hash(
+    State(state): State<AppState>,
+    axum::extract::Path(hash): axum::extract::Path<String>,
+    axum::extract::Query(wait): axum::extract::Query<ScheduleWait>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    if let Some(found) = held_schedule(&state, &hash, &headers) {
+        return Ok(found);
+    }
+    let missing = || ApiError::NotFound(format!("no schedule {hash} here"));
+    let Some(wait_ms) = wait.wait_ms.filter(|w| *w > 0) else {
+        return Err(missing());
+    };
+    // A waiting request takes one of the long-poll slots; with none free it is told at once,
+    // and the follower goes to its leader.
+    let Ok(_slot) = state.http.long_polls.clone().try_acquire_owned() else {
+        return Err(missing());
+    };
+    let started = tokio::time::Instant::now();
+    let until = started + Duration::from_millis(wait_ms).min(RELAY_WAIT_MAX);
+    let unannounced_until = until.min(started + RELAY_UNANNOUNCED_WAIT);
+    let mut schedule = state.store.schedule.clone();
+    let mut reports = state.store.reports.clone();
+    let mut election = state.store.election.clone();
+    loop {
+        schedule.get();
+        let reports_now = reports.get();
+        let election_now = election.get();
+        if let Some(found) = held_schedule(&state, &hash, &headers) {
+            return Ok(found);
+        }
+        let announced = election_now.leader.as_ref().is_some_and(|leader| {
+            reports_now
+                .get(leader)
+                .and_then(|r| r.schedule.as_ref())
+                .is_some_and(|s| s.hash == hash)
+        });
+        let deadline = if announced { until } else { unannounced_until };
+        if tokio::time::Instant::now() >= deadline {
+            return Err(missing());
+        }
+        tokio::select! {
+            _ = schedule.changed() => {}
+            _ = reports.changed() => {}
+            _ = election.changed() => {}
+            _ = tokio::time::sleep_until(deadline) => {}
+        }
+    }
 }
 
 /// A JSON response whose body is shared with other responses (see `SharedJson`).
@@ -48,21 +175,17 @@ fn shared_json(body: axum::body::Bytes) -> Response {
         .into_response()
 }
 
-/// `/v1/schedule/<hash>`: the schedule in force if it has that hash, or one of other leaders
-/// this node replaced lately (so a new leader can still gather it as a parent); else 404.
-pub async fn schedule_by_hash(
-    State(state): State<AppState>,
-    axum::extract::Path(hash): axum::extract::Path<String>,
-) -> Result<Response, ApiError> {
+/// The response for schedule `hash` if this node holds it (in force, or replaced lately).
+fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Option<Response> {
     let current = state.store.schedule.peek();
     if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
-        return Ok(shared_json(state.http.schedule_json.body(&current)));
+        return Some(schedule_body(state, &current, headers));
     }
     let replaced = state.store.replaced.peek();
-    match replaced.iter().find(|s| s.hash == hash) {
-        Some(schedule) => Ok(Json(schedule).into_response()),
-        None => Err(ApiError::NotFound(format!("no schedule {hash} here"))),
-    }
+    let schedule = replaced.iter().find(|s| s.hash == hash)?;
+    let body = serde_json::to_vec(schedule).expect("a schedule serializes to JSON");
+    state.metrics.schedule_served(false, body.len());
+    Some(shared_json(axum::body::Bytes::from(body)))
 }
 
 pub async fn scheduler_input(State(state): State<AppState>) -> Result<Response, ApiError> {

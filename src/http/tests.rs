@@ -1106,3 +1106,157 @@ async fn without_a_token_file_no_token_is_asked() {
         "a token sent anyway is ignored"
     );
 }
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+/// Peers of this version take the schedule gzip-compressed; a client that does not ask for it
+/// (verwalter 0.13, curl) gets the same plain JSON as before. Both are counted by encoding.
+#[tokio::test]
+async fn the_schedule_is_gzip_compressed_for_a_client_that_takes_it() {
+    let writer = StoreWriter::new(None);
+    let app = app(&writer);
+    let services: serde_json::Map<String, Value> = (0..200)
+        .map(|i| {
+            (
+                format!("service-{i}"),
+                json!({"version": "v1", "instances": 3}),
+            )
+        })
+        .collect();
+    let schedule = Schedule::new(json!({"services": services}), 1, "leader".into());
+    writer.schedule.set(Some(schedule.clone()));
+    let plain = serde_json::to_vec(&schedule).unwrap();
+
+    for path in [
+        "/v1/schedule".to_string(),
+        format!("/v1/schedule/{}", schedule.hash),
+    ] {
+        for accept in ["gzip", "deflate, gzip;q=0.5", "*"] {
+            let response = get_with(&app, &path, &[("accept-encoding", accept)]).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.headers()["content-encoding"], "gzip", "{accept}");
+            assert_eq!(response.headers()["vary"], "accept-encoding");
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            assert!(
+                body.len() * 4 < plain.len(),
+                "{} of {}",
+                body.len(),
+                plain.len()
+            );
+            assert_eq!(gunzip(&body), plain, "{path} {accept}");
+        }
+        for accept in [None, Some("identity"), Some("gzip;q=0"), Some("br")] {
+            let headers: Vec<(&str, &str)> =
+                accept.iter().map(|a| ("accept-encoding", *a)).collect();
+            let response = get_with(&app, &path, &headers).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert!(
+                response.headers().get("content-encoding").is_none(),
+                "{accept:?}"
+            );
+            assert_eq!(body_text(response).await.as_bytes(), plain, "{accept:?}");
+        }
+    }
+    let (_, _, text) = get(&app, "/metrics").await;
+    assert!(
+        text.contains("verwalter_schedules_served_total{encoding=\"gzip\"} 6"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verwalter_schedules_served_total{encoding=\"identity\"} 8"),
+        "{text}"
+    );
+    let identity_bytes = format!(
+        "verwalter_schedule_served_bytes_total{{encoding=\"identity\"}} {}",
+        plain.len() * 8
+    );
+    assert!(text.contains(&identity_bytes), "{text}");
+}
+
+/// A store whose node follows `leader`, which announces `announced` (if any) in its pings.
+fn following_announcing(leader: &str, announced: Option<&Schedule>) -> StoreWriter {
+    let writer = StoreWriter::new(None);
+    writer.election.set(ElectionState {
+        is_stable: true,
+        leader: Some(leader.into()),
+        epoch: 3,
+        ..Default::default()
+    });
+    let mut reports = verwalter_controllers::state::Reports::new();
+    reports.insert(
+        leader.into(),
+        verwalter_controllers::state::Report {
+            schedule: announced.map(Schedule::stamp),
+            errors: 0,
+            epoch: 3,
+        },
+    );
+    writer.reports.set(reports);
+    writer
+}
+
+const LEADER: &str = "77985419c732412ea38b94db000000aa";
+
+/// A follower asking this node (its relay) for the leader's newest schedule waits for it to
+/// arrive here instead of being told 404 a moment too early.
+#[tokio::test(start_paused = true)]
+async fn a_relay_holds_the_request_until_the_announced_schedule_arrives() {
+    let next = Schedule::new(json!({"n": 2}), 2, LEADER.into());
+    let writer = following_announcing(LEADER, Some(&next));
+    let app = app(&writer);
+    let path = format!("/v1/schedule/{}?wait_ms=2000", next.hash);
+    let started = tokio::time::Instant::now();
+    let waiting = tokio::spawn({
+        let app = app.clone();
+        async move { send(&app, "GET", &path, &[]).await }
+    });
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "answered before the schedule came");
+    writer.schedule.set(Some(next.clone()));
+    let response = waiting.await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let served: Schedule = serde_json::from_str(&body_text(response).await).unwrap();
+    assert_eq!(served.hash, next.hash);
+    assert!(started.elapsed() < RELAY_WAIT_MAX);
+
+    // Without `wait_ms` (verwalter 0.13's request) a missing hash is 404 at once.
+    let other = Schedule::new(json!({"n": 3}), 3, LEADER.into());
+    let (status, _, _) = get(&app, &format!("/v1/schedule/{}", other.hash)).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+/// A relay waits the whole `wait_ms` (capped) for a schedule its leader announces, but only
+/// a short while for one it does not know of: cut off from the leader, it must send the
+/// follower to the leader soon.
+#[tokio::test(start_paused = true)]
+async fn a_relay_gives_up_soon_on_a_schedule_its_leader_does_not_announce() {
+    let next = Schedule::new(json!({"n": 2}), 2, LEADER.into());
+    for (announced, waited) in [
+        (Some(&next), RELAY_WAIT_MAX),
+        (None, api::RELAY_UNANNOUNCED_WAIT),
+    ] {
+        let writer = following_announcing(LEADER, announced);
+        let app = app(&writer);
+        let started = tokio::time::Instant::now();
+        let path = format!("/v1/schedule/{}?wait_ms=60000", next.hash);
+        let (status, _, body) = get(&app, &path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{body}");
+        assert_eq!(
+            started.elapsed(),
+            waited,
+            "announced: {}",
+            announced.is_some()
+        );
+    }
+}

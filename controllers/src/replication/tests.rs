@@ -2,6 +2,7 @@
 //! the results of the fetches it asked for; its actions are carried out on that world the way
 //! `src/cluster/fetch.rs` carries them out on the store.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use serde_json::json;
@@ -46,6 +47,7 @@ impl Node {
                 id: ME.into(),
                 window: WINDOW,
                 recent: RECENT,
+                relay_fanout: crate::replication::RELAY_FANOUT,
             }),
             now: Instant::now(),
             now_ms: 1_700_000_000_000,
@@ -809,4 +811,138 @@ fn sightings_keep_the_64_most_recently_reported_schedules() {
         sightings.since(1_000 + SIGHTINGS_KEPT as u64 + 2).count(),
         2
     );
+}
+
+// --- The relay tree ---
+
+/// The id of the `n`th of a fleet's nodes (sorted as their number).
+fn node_id(n: usize) -> NodeId {
+    format!("77985419c732412ea38b94db1{n:07}")
+}
+
+#[test]
+fn followers_form_a_tree_of_the_fanout_under_the_leader() {
+    let nodes: Vec<NodeId> = (0..30).map(node_id).collect();
+    let leader = node_id(7);
+    let fanout = 3;
+    let relay_of = |n: usize| relay(&node_id(n), &leader, &nodes, fanout);
+    // The followers sorted: 0..=6, 8..=29; the first three hang under the leader.
+    for n in 0..3 {
+        assert_eq!(relay_of(n), None, "node {n} asks the leader");
+    }
+    // The next three under the first follower, then the second...
+    assert_eq!(relay_of(3), Some(node_id(0)));
+    assert_eq!(relay_of(5), Some(node_id(0)));
+    assert_eq!(relay_of(6), Some(node_id(1)));
+    // The leader takes no place: node 8 is the 8th follower, under the 2nd (node 1).
+    assert_eq!(relay_of(8), Some(node_id(1)));
+    assert_eq!(relay(&leader, &leader, &nodes, fanout), None);
+
+    // Every follower reaches the leader in a few hops, no relay serves more than the fan-out
+    // and none is its own ancestor.
+    let mut served: BTreeMap<NodeId, usize> = BTreeMap::new();
+    for n in (0..30).filter(|n| *n != 7) {
+        let mut at = node_id(n);
+        let mut hops = 0;
+        while let Some(up) = relay(&at, &leader, &nodes, fanout) {
+            assert_ne!(up, node_id(n), "a cycle through {n}");
+            at = up;
+            hops += 1;
+        }
+        assert!(hops <= 3, "node {n} is {hops} relays away from the leader");
+        if let Some(up) = relay_of(n) {
+            *served.entry(up).or_default() += 1;
+        }
+    }
+    assert!(served.values().all(|n| *n <= fanout), "{served:?}");
+    assert!(!served.contains_key(&leader));
+}
+
+#[test]
+fn a_fanout_of_zero_or_a_small_cluster_fetches_from_the_leader() {
+    let nodes: Vec<NodeId> = (0..30).map(node_id).collect();
+    assert_eq!(
+        relay(&node_id(20), &node_id(0), &nodes, 0),
+        None,
+        "0.13's way"
+    );
+    let few: Vec<NodeId> = (0..9).map(node_id).collect();
+    for n in 1..9 {
+        assert_eq!(relay(&node_id(n), &node_id(0), &few, RELAY_FANOUT), None);
+    }
+    // A node missing from its own list (a peer list without itself) still finds its place.
+    let others: Vec<NodeId> = (0..29).map(node_id).collect();
+    assert_eq!(
+        relay(&node_id(29), &node_id(0), &others, 3),
+        relay(&node_id(29), &node_id(0), &nodes, 3)
+    );
+}
+
+/// A follower of `leader` with a fan-out of 1 whose relay is B: the followers sorted are A, B
+/// and this node (whose id is made to sort last), so the leader serves A, A serves B and B
+/// serves this node.
+fn relayed_follower() -> (Node, NodeId, Schedule) {
+    let leader: NodeId = "77985419c732412ea38b94db00000000".into();
+    let mut node = Node::following(&leader, 3);
+    node.machine.config.relay_fanout = 1;
+    node.machine.config.id = "77985419c732412ea38b94db00000005".into();
+    node.replica.nodes = vec![leader.clone(), A.into(), B.into()];
+    let theirs = made_by(&leader, 1);
+    node.packet(&leader, 3, Some(&theirs));
+    (node, leader, theirs)
+}
+
+#[test]
+fn a_follower_fetches_through_its_relay_and_checks_the_origin() {
+    let (mut node, leader, theirs) = relayed_follower();
+    let asked = node.step();
+    let fetch = fetches(&asked)[0].clone();
+    assert_eq!(fetch.peer, B, "the relay of the last follower, fan-out 1");
+    assert!(fetch.relayed());
+    assert_eq!(
+        fetch.purpose,
+        Purpose::Follow {
+            leader: leader.clone()
+        }
+    );
+    // A relay that serves something else than the leader's schedule is refused as the
+    // leader's own answer would be.
+    let forged = made_by(B, 1);
+    node.answer(Ok(forged));
+    assert_ne!(
+        node.replica.held.as_ref().map(|s| &s.hash),
+        Some(&theirs.hash)
+    );
+    assert!(node.replica.held.is_none());
+}
+
+#[test]
+fn a_relay_that_fails_sends_the_follower_to_its_leader_at_once_and_is_paused() {
+    let (mut node, leader, theirs) = relayed_follower();
+    node.step();
+    assert_eq!(node.in_flight().peer, B);
+    let actions = node.answer(Err("connection refused".into()));
+    assert_eq!(
+        node.retry_wait(&actions),
+        Some(Duration::ZERO),
+        "no backoff"
+    );
+    let to_leader = fetches(&actions);
+    assert_eq!(to_leader.len(), 1, "{actions:?}");
+    assert_eq!(to_leader[0].peer, leader, "the leader, in the same turn");
+    assert!(!to_leader[0].relayed());
+    node.answer(Ok(theirs.clone()));
+    assert_eq!(node.replica.held.as_ref(), Some(&theirs));
+
+    // The leader's next schedule within the pause: still from the leader.
+    let second = made_by(&leader, 2);
+    node.advance(RELAY_PAUSE - ms(1));
+    node.packet(&leader, 3, Some(&second));
+    assert_eq!(fetches(&node.step())[0].peer, leader);
+    node.answer(Ok(second));
+    // After the pause the relay is asked again.
+    let third = made_by(&leader, 3);
+    node.advance(ms(1));
+    node.packet(&leader, 3, Some(&third));
+    assert_eq!(fetches(&node.step())[0].peer, B);
 }
