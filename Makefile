@@ -26,9 +26,11 @@ run:
 		--storage-dir target/demo/storage --log-dir target/demo/log \
 		--override-machine-id $(DEMO_ID)
 
-## Three nodes on 127.0.0.1-3 with the cantal test double (see examples/cluster/run.sh)
+## N nodes (3 by default: make cluster N=100) on 127.0.0.1-N with the cantal test double
+## (see examples/cluster/run.sh)
+N ?= 3
 cluster:
-	examples/cluster/run.sh
+	N=$(N) examples/cluster/run.sh
 
 fmt:
 	$(CARGO) fmt --all

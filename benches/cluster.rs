@@ -29,7 +29,7 @@ use serde_json::Value;
 const BIN: &str = env!("CARGO_BIN_EXE_verwalter");
 const SCHEDULER: &str = r#"
 -- Every node gets role `app`; the version comes from runtime/version.json, the size of the
--- service list (KiB) from runtime/size.json.
+-- service list (KiB) from runtime/size.json; each node's role has its share of the services.
 local function services(kb, v)
   local list = {}
   local x = 12345
@@ -50,12 +50,21 @@ local function services(kb, v)
   return list
 end
 return {scheduler = function(state)
-  local nodes = {[state.current_host] = {roles = {app = {}}}}
-  for _, peer in pairs(state.peers) do nodes[peer.hostname] = {roles = {app = {}}} end
+  -- The services are spread over the nodes, as a real fleet's would be: the schedule holds
+  -- them all, each node's role gets its own share.
+  local hosts = {state.current_host}
+  for _, peer in pairs(state.peers) do hosts[#hosts + 1] = peer.hostname end
+  table.sort(hosts)
   local v = state.runtime.version and state.runtime.version.v or 0
   local kb = state.runtime.size and state.runtime.size.kb or 0
-  return {vars = {template = "app/v1", v = v, leader = state.current_host,
-                  services = services(kb, v)}, nodes = nodes}, "ok"
+  local nodes = {}
+  for _, host in ipairs(hosts) do nodes[host] = {roles = {app = {services = {}}}} end
+  local list = services(kb, v)
+  for i = 1, math.floor(kb * 2.35) do
+    local name = "service-" .. i
+    nodes[hosts[i % #hosts + 1]].roles.app.services[name] = list[name]
+  end
+  return {vars = {template = "app/v1", v = v, leader = state.current_host}, nodes = nodes}, "ok"
 end}
 "#;
 

@@ -3,7 +3,8 @@
 //! peer list counts as a change. `src/inputs/watcher.rs` and `src/cluster/peers.rs` read the
 //! outside world and write what this says.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -17,6 +18,65 @@ use crate::state::{InputError, Inputs, NodeId, Peer, Peers};
 /// changes cannot postpone the read forever).
 pub fn read_at(first: Instant, last: Instant, debounce: Duration, max_delay: Duration) -> Instant {
     (last + debounce).min(first + max_delay)
+}
+
+/// What one config-dir event says about the files it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Touch {
+    /// Being written: created, or its data modified, and not closed yet.
+    Writing,
+    /// Complete: closed after writing, renamed into place, a dir made, its mode changed.
+    Done,
+    /// No longer there under that name: removed, or renamed away.
+    Gone,
+    /// Nothing known (the watcher lost events, or an event of an unknown kind).
+    Unknown,
+}
+
+/// A burst of config-dir events and when to read after it. A read goes as soon as every file
+/// the burst started writing is complete (closed, or renamed into place): a deploy tool that
+/// renames finished files into place, an editor's save or `cp` costs no wait at all. While a
+/// file is still open for writing, or when the watcher could not tell (lost events, a kind it
+/// does not know), the read waits for the quiet time `debounce`, at most `max_delay` after the
+/// first event, as [`read_at`] says.
+#[derive(Debug, Clone)]
+pub struct Burst {
+    first: Instant,
+    last: Instant,
+    writing: BTreeSet<PathBuf>,
+    unknown: bool,
+}
+
+impl Burst {
+    pub fn new(now: Instant) -> Burst {
+        Burst {
+            first: now,
+            last: now,
+            writing: BTreeSet::new(),
+            unknown: false,
+        }
+    }
+
+    /// An event that came at `now`.
+    pub fn note(&mut self, now: Instant, touch: Touch, paths: &[PathBuf]) {
+        self.last = now;
+        match touch {
+            Touch::Writing => self.writing.extend(paths.iter().cloned()),
+            Touch::Done | Touch::Gone => paths.iter().for_each(|p| {
+                self.writing.remove(p);
+            }),
+            Touch::Unknown => self.unknown = true,
+        }
+    }
+
+    /// When to read, given what came so far.
+    pub fn read_at(&self, debounce: Duration, max_delay: Duration) -> Instant {
+        if self.writing.is_empty() && !self.unknown {
+            self.last
+        } else {
+            read_at(self.first, self.last, debounce, max_delay)
+        }
+    }
 }
 
 /// The inputs in force after a read that could not see everything (`failures`: files or dirs
@@ -78,6 +138,48 @@ mod tests {
             t0 + ms(1000),
             "but not past max_delay"
         );
+    }
+
+    #[test]
+    fn a_burst_of_complete_files_is_read_at_once_and_an_open_one_waits() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let (debounce, max) = (ms(100), ms(1000));
+        let path = |p: &str| vec![PathBuf::from(p)];
+
+        // A deploy tool: written under a temp name, closed, renamed into place.
+        let mut burst = Burst::new(t0);
+        burst.note(t0, Touch::Writing, &path("runtime/web/.v3.yaml.tmp"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(100), "still open");
+        burst.note(t0 + ms(3), Touch::Done, &path("runtime/web/.v3.yaml.tmp"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(3), "closed: read now");
+        burst.note(t0 + ms(4), Touch::Gone, &path("runtime/web/.v3.yaml.tmp"));
+        burst.note(t0 + ms(4), Touch::Done, &path("runtime/web/v3.yaml"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(4));
+
+        // Two files written at once: the read waits for both to close.
+        let mut burst = Burst::new(t0);
+        burst.note(t0, Touch::Writing, &path("a.yaml"));
+        burst.note(t0 + ms(1), Touch::Writing, &path("b.yaml"));
+        burst.note(t0 + ms(2), Touch::Done, &path("a.yaml"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(102));
+        burst.note(t0 + ms(50), Touch::Writing, &path("b.yaml"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(150));
+        // A file removed while written is no longer waited for.
+        burst.note(t0 + ms(60), Touch::Gone, &path("b.yaml"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(60));
+
+        // A writer that never closes does not hold the read past max_delay.
+        let mut burst = Burst::new(t0);
+        burst.note(t0, Touch::Writing, &path("log.txt"));
+        burst.note(t0 + ms(980), Touch::Writing, &path("log.txt"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(1000));
+
+        // Lost events: back to the quiet time, even once the files are closed.
+        let mut burst = Burst::new(t0);
+        burst.note(t0, Touch::Unknown, &[]);
+        burst.note(t0 + ms(1), Touch::Done, &path("a.yaml"));
+        assert_eq!(burst.read_at(debounce, max), t0 + ms(101));
     }
 
     fn error(path: &str) -> InputError {

@@ -62,10 +62,20 @@ pub struct Fetcher {
     client: HttpClient,
     /// Sent on schedule fetches ([`crate::http::HttpSettings::token_for_peers`]).
     token: Option<verwalter_controllers::access::Token>,
+    /// The canonical data of the last schedule fetched, by its hash, for the storage dir.
+    canonical: Option<(String, Vec<u8>)>,
 }
 
-/// A fetch running, with the fetch it answers.
-type Running = BoxFuture<'static, (Fetch, Result<Schedule, String>)>;
+/// A fetch running, with the fetch it answers; a schedule comes with its canonical data.
+type Running = BoxFuture<'static, (Fetch, Result<Decoded, String>)>;
+
+/// A schedule fetched and verified, with the canonical JSON of its data (what its hash
+/// covers and what the storage dir writes: computed once, off the async runtime).
+#[derive(Debug)]
+pub struct Decoded {
+    schedule: Schedule,
+    canonical: Vec<u8>,
+}
 
 impl Fetcher {
     pub fn new(config: ReplicationConfig, parts: FetcherParts) -> Fetcher {
@@ -74,6 +84,7 @@ impl Fetcher {
             io: parts,
             client: HttpClient::default(),
             token: None,
+            canonical: None,
         }
     }
 
@@ -111,11 +122,16 @@ impl Fetcher {
                 _ = reports.changed() => {}
                 _ = peers.changed() => {}
                 Some((fetch, result)) = running.next(), if !running.is_empty() => {
-                    let ok = result.as_ref().is_ok_and(|s| {
-                        verwalter_controllers::replication::refusal(&fetch, s).is_none()
+                    let ok = result.as_ref().is_ok_and(|d| {
+                        verwalter_controllers::replication::refusal(&fetch, &d.schedule).is_none()
                     });
                     self.io.metrics.schedule_fetch(ok);
                     let now = Instant::now();
+                    let result = result.map(|decoded| {
+                        self.canonical =
+                            Some((decoded.schedule.hash.clone(), decoded.canonical));
+                        decoded.schedule
+                    });
                     let actions = self
                         .io
                         .with_world(|world| self.machine.fetched(now, world, fetch.clone(), result));
@@ -128,7 +144,7 @@ impl Fetcher {
 
     /// Carries out `actions`; `from`: the peer whose fetch they answer.
     fn act(
-        &self,
+        &mut self,
         actions: Vec<Action>,
         running: &mut FuturesUnordered<Running>,
         from: Option<&str>,
@@ -167,8 +183,19 @@ impl Fetcher {
                 Action::Accept(schedule) => {
                     // A failure is reported and retried by the persister; the schedule is in
                     // force anyway.
-                    let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
-                    let _ = self.io.persister.save(&schedule, canonical);
+                    let canonical = match self.canonical.take() {
+                        Some((hash, canonical)) if hash == schedule.hash => canonical,
+                        _ => verwalter_controllers::hash::canonical_json(&schedule.data),
+                    };
+                    // The write (a file and its fsync) must not hold up the runtime's other
+                    // tasks, the election's among them.
+                    let save = || self.io.persister.save(&schedule, canonical);
+                    let _ = match tokio::runtime::Handle::current().runtime_flavor() {
+                        tokio::runtime::RuntimeFlavor::MultiThread => {
+                            tokio::task::block_in_place(save)
+                        }
+                        _ => save(),
+                    };
                     tracing::info!(hash = %schedule.hash, leader = %schedule.origin,
                         from = %from.unwrap_or("-"), "Took the leader's schedule.");
                     self.io.schedule.set(Some(schedule));
@@ -246,7 +273,7 @@ async fn get_schedule(
     token: Option<&verwalter_controllers::access::Token>,
     addr: &str,
     hash: &str,
-) -> Result<Schedule, String> {
+) -> Result<Decoded, String> {
     let by_hash = format!("http://{addr}/v1/schedule/{hash}");
     let url = format!("http://{addr}/v1/schedule");
     let get = |url| client.get_compressed(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
@@ -254,7 +281,7 @@ async fn get_schedule(
         Ok(body) => body,
         Err(_) => get(&url).await?,
     };
-    decode(&url, &body)
+    decode(&url, body).await
 }
 
 /// Fetches the leader's schedule `hash` from the follower at `addr`, this node's relay: it may
@@ -267,21 +294,39 @@ async fn get_relayed(
     token: Option<&verwalter_controllers::access::Token>,
     addr: &str,
     hash: &str,
-) -> Result<Schedule, String> {
+) -> Result<Decoded, String> {
     let wait = crate::http::RELAY_WAIT_MAX.as_millis();
     let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
     let body = client
         .get_compressed(&url, token, MAX_SCHEDULE, FETCH_TIMEOUT)
         .await?;
-    decode(&url, &body)
+    decode(&url, body).await
 }
 
-/// A schedule from `body`, its data checked against its hash.
-fn decode(url: &str, body: &[u8]) -> Result<Schedule, String> {
-    let schedule: Schedule =
-        serde_json::from_slice(body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
-    schedule.verify().map_err(|e| format!("{url}: {e}"))?;
-    Ok(schedule)
+/// A schedule from `body`, its data checked against its hash; parsed and hashed on a blocking
+/// thread (a megabyte takes milliseconds that the runtime's other tasks must not wait).
+async fn decode(url: &str, body: hyper::body::Bytes) -> Result<Decoded, String> {
+    let url = url.to_string();
+    let work = move || {
+        let schedule: Schedule =
+            serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
+        let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
+        let actual = verwalter_controllers::hash::hash_canonical(&canonical);
+        if actual != schedule.hash {
+            let mismatch = verwalter_controllers::state::HashMismatch {
+                claimed: schedule.hash.clone(),
+                actual,
+            };
+            return Err(format!("{url}: {mismatch}"));
+        }
+        Ok(Decoded {
+            schedule,
+            canonical,
+        })
+    };
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("decoding the schedule failed: {e}"))?
 }
 
 #[cfg(test)]
@@ -640,6 +685,6 @@ mod tests {
         let got = get_schedule(&client, Some(&token), &addr, &schedule.hash)
             .await
             .unwrap();
-        assert_eq!(got.hash, schedule.hash);
+        assert_eq!(got.schedule.hash, schedule.hash);
     }
 }

@@ -38,20 +38,33 @@ pub async fn schedule(
     if schedule.is_none() {
         return Err(ApiError::NotFound("no schedule yet".into()));
     }
-    Ok(schedule_body(&state, &schedule, &headers))
+    Ok(schedule_body(&state, schedule, &headers).await)
 }
 
 /// The schedule in force as a response shared with other responses (see `SharedJson`),
 /// gzip-compressed for a client that takes it (peers of this version do; 0.13 peers and most
-/// tools get plain JSON). Counted in `verwalter_schedule_served_bytes_total`.
-fn schedule_body(
+/// tools get plain JSON). Counted in `verwalter_schedule_served_bytes_total`. The body of a
+/// new schedule is made on a blocking thread: a megabyte takes milliseconds to serialize and
+/// compress, which the runtime's other tasks (the election's among them) must not wait.
+async fn schedule_body(
     state: &AppState,
-    schedule: &std::sync::Arc<Option<verwalter_controllers::state::Schedule>>,
+    schedule: std::sync::Arc<Option<verwalter_controllers::state::Schedule>>,
     headers: &HeaderMap,
 ) -> Response {
     let json = HeaderValue::from_static("application/json");
-    if takes_gzip(headers) {
-        let body = state.http.schedule_json.gzip(schedule);
+    let gzip = takes_gzip(headers);
+    let http = state.http.clone();
+    let made = tokio::task::spawn_blocking(move || {
+        if gzip {
+            http.schedule_json.gzip(&schedule)
+        } else {
+            http.schedule_json.body(&schedule)
+        }
+    });
+    let Ok(body) = made.await else {
+        return ApiError::Internal("the schedule body could not be made".into()).into_response();
+    };
+    if gzip {
         state.metrics.schedule_served(true, body.len());
         (
             [
@@ -63,7 +76,6 @@ fn schedule_body(
         )
             .into_response()
     } else {
-        let body = state.http.schedule_json.body(schedule);
         state.metrics.schedule_served(false, body.len());
         (
             [
@@ -119,7 +131,7 @@ pub async fn schedule_by_hash(
     axum::extract::Query(wait): axum::extract::Query<ScheduleWait>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    if let Some(found) = held_schedule(&state, &hash, &headers) {
+    if let Some(found) = held_schedule(&state, &hash, &headers).await {
         return Ok(found);
     }
     let missing = || ApiError::NotFound(format!("no schedule {hash} here"));
@@ -141,7 +153,7 @@ pub async fn schedule_by_hash(
         schedule.get();
         let reports_now = reports.get();
         let election_now = election.get();
-        if let Some(found) = held_schedule(&state, &hash, &headers) {
+        if let Some(found) = held_schedule(&state, &hash, &headers).await {
             return Ok(found);
         }
         let announced = election_now.leader.as_ref().is_some_and(|leader| {
@@ -176,10 +188,10 @@ fn shared_json(body: axum::body::Bytes) -> Response {
 }
 
 /// The response for schedule `hash` if this node holds it (in force, or replaced lately).
-fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Option<Response> {
+async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Option<Response> {
     let current = state.store.schedule.peek();
     if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
-        return Some(schedule_body(state, &current, headers));
+        return Some(schedule_body(state, current, headers).await);
     }
     let replaced = state.store.replaced.peek();
     let schedule = replaced.iter().find(|s| s.hash == hash)?;

@@ -1,8 +1,11 @@
 //! Watches the config dir and re-reads the inputs after changes settle.
 //!
-//! Events are debounced: a read happens once the directory has been quiet for `debounce`, or at
-//! the latest `max_delay` after the first event, so an editor's write-rename-chmod burst or a
-//! deploy tool copying a tree costs one read. A periodic re-read covers lost events (inotify
+//! Events are coalesced without a fixed wait: a read happens as soon as every file the burst
+//! started writing is complete (closed after writing, or renamed into place), after taking
+//! every event already queued. While a file is still open for writing, or when events were
+//! lost, it waits until the directory has been quiet for `debounce`, at the latest `max_delay`
+//! after the first event ([`sources::Burst`]). Events that come during a read make another
+//! read right after it. A periodic re-read covers lost events (inotify
 //! queue overflow, a watcher that failed to start): level-triggered, a missed event costs at most
 //! one resync period.
 //!
@@ -16,12 +19,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind, RenameMode};
 use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::sources;
+use verwalter_controllers::sources::{self, Touch};
 use verwalter_controllers::state::{InputError, Inputs, Templates};
 use verwalter_controllers::store::Field;
 
@@ -31,8 +34,8 @@ use crate::metrics::Metrics;
 
 #[derive(Debug, Clone)]
 pub struct WatchConfig {
-    /// Quiet time that ends a burst of events. 100 ms covers an editor's save sequence and keeps
-    /// an edit-to-schedule round well under a second.
+    /// Quiet time that ends a burst of events while a file is still open for writing (or events
+    /// were lost); a burst of complete files is read without waiting.
     pub debounce: Duration,
     /// Upper bound on the wait while events keep coming.
     pub max_delay: Duration,
@@ -63,7 +66,7 @@ pub struct InputsWatcher {
     metrics: Arc<Metrics>,
     config: WatchConfig,
     /// `None` when the dir is not watched (then it is polled).
-    events: Option<mpsc::UnboundedReceiver<Vec<PathBuf>>>,
+    events: Option<mpsc::UnboundedReceiver<Event>>,
     /// Kept alive for the events; `None` when the dir cannot be watched (then it is polled).
     _watcher: Option<notify::RecommendedWatcher>,
     /// The errors of the last complete read: a failed read shows them plus its own.
@@ -81,23 +84,17 @@ impl InputsWatcher {
         metrics: Arc<Metrics>,
         config: WatchConfig,
     ) -> InputsWatcher {
-        // The paths of each relevant event (empty for a watcher error).
-        let (tx, events) = mpsc::unbounded_channel::<Vec<PathBuf>>();
+        // What each relevant event says, with its paths (none for a watcher error).
+        let (tx, events) = mpsc::unbounded_channel::<Event>();
         let handler = move |event: notify::Result<notify::Event>| {
-            let relevant = match &event {
-                // Our own reads open files; only a close after writing means new content.
-                Ok(e) => {
-                    !matches!(e.kind, EventKind::Access(_))
-                        || matches!(
-                            e.kind,
-                            EventKind::Access(AccessKind::Close(AccessMode::Write))
-                        )
-                }
-                Err(_) => true, // e.g. queue overflow: re-read to be safe
+            let touch = match &event {
+                Ok(e) => match touch(&e.kind) {
+                    Some(touch) => touch,
+                    None => return,
+                },
+                Err(_) => Touch::Unknown, // e.g. queue overflow: re-read to be safe
             };
-            if relevant {
-                let _ = tx.send(event.map(|e| e.paths).unwrap_or_default());
-            }
+            let _ = tx.send((touch, event.map(|e| e.paths).unwrap_or_default()));
         };
         // Symlinks are not followed when adding watches: a link out of the config dir (to `/`,
         // say) would have put the whole file system under watch, and a maze of links would
@@ -137,21 +134,23 @@ impl InputsWatcher {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 got = next_event(&mut self.events) => {
-                    if !got {
+                    let Some((touch, paths)) = got else {
                         // The watcher is gone: poll instead.
                         self.config.resync = self.config.resync.min(Duration::from_secs(2));
                         continue;
-                    }
-                    let first = Instant::now();
-                    let mut last = first;
+                    };
+                    let mut burst = sources::Burst::new(Instant::now());
+                    burst.note(Instant::now(), touch, &paths);
                     loop {
                         let WatchConfig { debounce, max_delay, .. } = self.config;
-                        let read_at = sources::read_at(first, last, debounce, max_delay);
+                        let read_at = burst.read_at(debounce, max_delay);
                         tokio::select! {
+                            // Every event already queued is taken before a read that is due.
+                            biased;
                             _ = shutdown.cancelled() => return,
                             more = next_event(&mut self.events) => {
-                                if !more { break }
-                                last = Instant::now();
+                                let Some((touch, paths)) = more else { break };
+                                burst.note(Instant::now(), touch, &paths);
                             }
                             _ = tokio::time::sleep_until(read_at) => break,
                         }
@@ -205,14 +204,35 @@ impl InputsWatcher {
     }
 }
 
-/// Whether an event came; `false` once the watcher is gone, then never ready again.
-async fn next_event(events: &mut Option<mpsc::UnboundedReceiver<Vec<PathBuf>>>) -> bool {
+/// A relevant event: what it says of its paths.
+type Event = (Touch, Vec<PathBuf>);
+
+/// What an event of `kind` says, or `None` when it does not matter: our own reads open and
+/// close files, only a close after writing means new content.
+fn touch(kind: &EventKind) -> Option<Touch> {
+    Some(match kind {
+        EventKind::Access(AccessKind::Close(AccessMode::Write)) => Touch::Done,
+        EventKind::Access(_) => return None,
+        EventKind::Create(CreateKind::Folder) => Touch::Done,
+        EventKind::Create(_) => Touch::Writing,
+        EventKind::Modify(ModifyKind::Data(_)) => Touch::Writing,
+        EventKind::Modify(ModifyKind::Name(RenameMode::From)) => Touch::Gone,
+        EventKind::Modify(ModifyKind::Name(_)) | EventKind::Modify(ModifyKind::Metadata(_)) => {
+            Touch::Done
+        }
+        EventKind::Remove(_) => Touch::Gone,
+        EventKind::Modify(_) | EventKind::Any | EventKind::Other => Touch::Unknown,
+    })
+}
+
+/// The next event; `None` once the watcher is gone, then never ready again.
+async fn next_event(events: &mut Option<mpsc::UnboundedReceiver<Event>>) -> Option<Event> {
     match events {
         Some(rx) => match rx.recv().await {
-            Some(_) => true,
+            Some(event) => Some(event),
             None => {
                 *events = None;
-                false
+                None
             }
         },
         None => std::future::pending().await,

@@ -4,7 +4,7 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use verwalter_controllers::store::StoreWriter;
 
 use super::*;
@@ -142,7 +142,7 @@ fn the_watch_does_not_follow_links_out_of_the_config_dir() {
             "no event for {marker:?}: {seen:?}"
         );
         match events.try_recv() {
-            Ok(paths) => seen.extend(paths),
+            Ok((_, paths)) => seen.extend(paths),
             Err(_) => std::thread::sleep(Duration::from_millis(10)),
         }
     }
@@ -178,6 +178,88 @@ async fn a_dir_that_cannot_be_watched_is_polled() {
     assert!(found.is_ok(), "the dir was never read");
     assert_eq!(inputs.peek().runtime["a"], json!(1));
     assert!(!task.is_finished());
+    shutdown.cancel();
+    task.await.unwrap();
+}
+
+/// A watcher on `dir` whose quiet time and longest wait are an hour: any read it makes before
+/// then was made without a fixed wait.
+fn watcher_without_timeouts(
+    dir: &Path,
+) -> (InputsWatcher, verwalter_controllers::store::Reader<Inputs>) {
+    let writer = StoreWriter::new(None);
+    let store = writer.store();
+    let w = InputsWatcher::start(
+        dir.to_path_buf(),
+        Outputs {
+            inputs: writer.inputs,
+            templates: writer.templates,
+        },
+        Arc::new(Metrics::new()),
+        WatchConfig {
+            debounce: Duration::from_secs(3600),
+            max_delay: Duration::from_secs(3600),
+            resync: Duration::from_secs(3600),
+        },
+    );
+    (w, store.inputs)
+}
+
+/// Waits until the inputs' runtime has `key`, and returns its value.
+async fn runtime_value(
+    inputs: &mut verwalter_controllers::store::Reader<Inputs>,
+    key: &str,
+) -> Value {
+    loop {
+        if let Some(value) = inputs.peek().runtime.get(key) {
+            return value.clone();
+        }
+        inputs.changed().await;
+    }
+}
+
+/// A file written and closed, or renamed into place, is read at once: no quiet time is waited
+/// (it is an hour here). A file still open for writing is not read half-written: the read
+/// waits until it is closed.
+#[tokio::test]
+async fn complete_files_are_read_at_once_and_an_open_one_when_it_is_closed() {
+    use std::io::Write;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    write(root, "scheduler/v1/main.lua", "return {}");
+    write(root, "runtime/a.yaml", "1");
+    let (mut w, mut inputs) = watcher_without_timeouts(root);
+    w.refresh().await;
+    assert_eq!(inputs.get().runtime["a"], json!(1));
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(w.run(shutdown.clone()));
+
+    // Written in place and closed.
+    write(root, "runtime/b.yaml", "2");
+    assert_eq!(runtime_value(&mut inputs, "b").await, json!(2));
+    // Written under another name, then renamed into place.
+    write(root, "runtime/.c.yaml.tmp~", "3");
+    fs::rename(
+        root.join("runtime/.c.yaml.tmp~"),
+        root.join("runtime/c.yaml"),
+    )
+    .unwrap();
+    assert_eq!(runtime_value(&mut inputs, "c").await, json!(3));
+
+    // Half a file, left open: then another complete file. The read that shows the complete
+    // one must not have happened while the open one was half written.
+    let mut open = fs::File::create(root.join("runtime/d.yaml")).unwrap();
+    open.write_all(b"[1, 2,").unwrap();
+    open.sync_all().unwrap();
+    write(root, "runtime/e.yaml", "5");
+    // Closing it ends the wait: one read sees both, whole.
+    open.write_all(b" 3]").unwrap();
+    drop(open);
+    assert_eq!(runtime_value(&mut inputs, "e").await, json!(5));
+    let read = inputs.peek();
+    assert_eq!(read.runtime["d"], json!([1, 2, 3]), "{:?}", read.errors);
+    assert!(read.errors.is_empty(), "{:?}", read.errors);
+
     shutdown.cancel();
     task.await.unwrap();
 }
