@@ -16,7 +16,7 @@
 //! `verwalter_schedule_served_bytes_total`, as a multiple of the schedule's size.
 //!
 //! Run: `cargo bench --bench cluster` (TRIALS=20, NODES=5, SCHEDULE_KB=0 by default;
-//! FAILOVER_TRIALS=TRIALS);
+//! FAILOVER_TRIALS=TRIALS; RELAY_FANOUT sets `election.relay-fanout`);
 //! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
 
 use std::fs;
@@ -310,7 +310,15 @@ fn main() {
                 "v = {{v}} from {{leader}}\n",
             )
             .unwrap();
-            fs::write(dir.join("settings.yaml"), format!("peers:\n{peers}")).unwrap();
+            let election = match std::env::var("RELAY_FANOUT") {
+                Ok(fanout) => format!("election:\n  relay-fanout: {fanout}\n"),
+                Err(_) => String::new(),
+            };
+            fs::write(
+                dir.join("settings.yaml"),
+                format!("peers:\n{peers}{election}"),
+            )
+            .unwrap();
             Node {
                 n,
                 dir,
@@ -331,10 +339,16 @@ fn main() {
         size as f64 / 1024.0
     );
     let mut egress = Vec::new();
+    let idle_before = cpu_ms(&nodes);
+    std::thread::sleep(Duration::from_secs(3));
+    let idle = (cpu_ms(&nodes) - idle_before) / nodes_n as f64 / 3.0;
+    println!("  idle CPU per node: {idle:.1} ms per second");
 
     let mut distribution = Vec::new();
     let mut propagation = Vec::new();
+    let mut cpu = Vec::new();
     for trial in 1..=trials {
+        let cpu_before = cpu_ms(&nodes);
         let served_before = nodes[leader].served_bytes();
         let written = SystemTime::now();
         let file = nodes[leader].dir.join("config/runtime/version.json");
@@ -367,6 +381,7 @@ fn main() {
         distribution.push(held.duration_since(accepted).unwrap_or_default());
         egress.push((nodes[leader].served_bytes() - served_before) / size.max(1) as f64);
         propagation.push(rendered.duration_since(written).unwrap_or_default());
+        cpu.push((cpu_ms(&nodes) - cpu_before) / nodes_n as f64);
         std::thread::sleep(Duration::from_millis(100));
     }
 
@@ -397,4 +412,36 @@ fn main() {
         egress[egress.len() / 2],
         egress[egress.len() - 1]
     );
+    cpu.sort_by(f64::total_cmp);
+    println!(
+        "  CPU per node per change (all its threads, from the schedule's write to every node rendered): median {:.1} ms, max {:.1} ms",
+        cpu[cpu.len() / 2],
+        cpu[cpu.len() - 1]
+    );
+}
+
+/// CPU time (user + system, ms) the nodes' processes used so far, from `/proc/<pid>/stat`.
+fn cpu_ms(nodes: &[Node]) -> f64 {
+    let tick_ms = 1000.0
+        / nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+            .ok()
+            .flatten()
+            .unwrap_or(100) as f64;
+    nodes
+        .iter()
+        .filter_map(|n| n.child.as_ref())
+        .filter_map(|c| fs::read_to_string(format!("/proc/{}/stat", c.id())).ok())
+        .map(|stat| {
+            // The fields after the command name (which may hold spaces) in parentheses.
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            let ticks = |i: usize| {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (ticks(11) + ticks(12)) * tick_ms
+        })
+        .sum()
 }
