@@ -420,6 +420,58 @@ impl Config {
                 problems.push(format!("{name}: must be above 0"));
             }
         }
+        // Times are added to clocks and to each other (a command's time limit plus its kill
+        // grace, a backoff doubled): a value of many digits overflowed and panicked. No time
+        // needs more than 30 days.
+        const MAX_DAYS: u64 = 30;
+        let max_ms = MAX_DAYS * 86_400_000;
+        for (name, value, unit_ms) in [
+            (
+                "render.command-timeout-secs",
+                file.render.command_timeout_secs,
+                1000,
+            ),
+            ("http.idle-timeout-ms", file.http.idle_timeout_ms, 1),
+            (
+                "http.stream-stall-timeout-ms",
+                file.http.stream_stall_timeout_ms,
+                1,
+            ),
+            ("election.heartbeat-ms", file.election.heartbeat_ms, 1),
+            (
+                "election.leader-timeout-min-ms",
+                file.election.leader_timeout_min_ms,
+                1,
+            ),
+            (
+                "election.leader-timeout-max-ms",
+                file.election.leader_timeout_max_ms,
+                1,
+            ),
+            (
+                "election.start-timeout-ms",
+                file.election.start_timeout_ms,
+                1,
+            ),
+            ("election.prefetch-ms", file.election.prefetch_ms, 1),
+            (
+                "election.minority-window-ms",
+                file.election.minority_window_ms,
+                1,
+            ),
+            ("scheduler.period-ms", sched.period_ms, 1),
+            ("scheduler.time-limit-ms", sched.time_limit_ms, 1),
+            ("inputs.debounce-ms", file.inputs.debounce_ms, 1),
+        ] {
+            if let Some(value) = value
+                && value > max_ms / unit_ms
+            {
+                problems.push(format!(
+                    "{name}: {value} is too long (at most {}, {MAX_DAYS} days)",
+                    max_ms / unit_ms
+                ));
+            }
+        }
         // Sizes and ages become bytes and seconds: they must fit in 64 bits then (a value of
         // many digits would panic, or wrap to a tiny limit; found by fuzzing).
         for (name, value, unit) in [

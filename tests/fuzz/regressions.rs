@@ -32,6 +32,31 @@ fn sizes_too_large_for_bytes_are_settings_problems() {
     );
 }
 
+/// `render.command-timeout-secs` of many digits panicked when the daemon started (the time
+/// limit plus the kill grace overflowed a `Duration`), and other times could reach the clocks as
+/// absurd deadlines: every time setting is at most 30 days now.
+#[test]
+fn times_too_long_for_the_clocks_are_settings_problems() {
+    let class = (target("settings").run)(
+        b"render: {command-timeout-secs: 18446744073709551615}\nhttp: {idle-timeout-ms: 2592000001}\ninputs: {debounce-ms: 2592000000}\n",
+    );
+    assert!(
+        class.contains(
+            "render.command-timeout-secs: 18446744073709551615 is too long (at most 2592000, 30 days)"
+        ),
+        "{class}"
+    );
+    assert!(
+        class
+            .contains("http.idle-timeout-ms: 2592000001 is too long (at most 2592000000, 30 days)"),
+        "{class}"
+    );
+    assert!(
+        !class.contains("debounce-ms"),
+        "30 days is allowed: {class}"
+    );
+}
+
 /// A number JSON gave as `98446744073709551615` came back as another float after one more trip
 /// through JSON (serde_json's fast float parsing); a schedule holding such a float failed its
 /// hash check on every follower. Now the workspace parses floats exactly (`float_roundtrip`).
