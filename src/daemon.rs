@@ -312,6 +312,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         shutdown: &shutdown,
     }
     .spawn(Task::Persister, driver, watchdog::LOCAL_WORK);
+    // What a follower passes on to the followers that fetch through it (its HTTP serves it).
+    let relay = Arc::new(http::RelayBody::default());
     let clustered = config.peer_source != PeerSource::None;
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
@@ -400,6 +402,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 live: live.clone(),
                 clock: clock.clone(),
                 sightings,
+                relay: relay.clone(),
             },
         )
         .with_token(config.http.token_for_peers());
@@ -598,7 +601,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         metrics: metrics.clone(),
         node: node.clone(),
         frontend_dir: config.config_dir.join("frontend"),
-        http: Arc::new(http::HttpState::new(limits.clone())),
+        http: Arc::new(http::HttpState::new(limits.clone()).with_relay(relay)),
     });
     // Tests and scripts started with `--port 0` read the port from this line.
     tracing::info!(

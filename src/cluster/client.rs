@@ -48,7 +48,7 @@ impl HttpClient {
         limit: usize,
         timeout: Duration,
     ) -> Result<Bytes, String> {
-        self.request(url, token, limit, timeout, false).await
+        Ok(self.request(url, token, limit, timeout, false).await?.body)
     }
 
     /// [`get_with_token`](Self::get_with_token) that takes a gzip-compressed answer
@@ -61,7 +61,7 @@ impl HttpClient {
         token: Option<&verwalter_controllers::access::Token>,
         limit: usize,
         timeout: Duration,
-    ) -> Result<Bytes, String> {
+    ) -> Result<Fetched, String> {
         self.request(url, token, limit, timeout, true).await
     }
 
@@ -72,7 +72,7 @@ impl HttpClient {
         limit: usize,
         timeout: Duration,
         gzip: bool,
-    ) -> Result<Bytes, String> {
+    ) -> Result<Fetched, String> {
         let uri: hyper::Uri = url.parse().map_err(|e| format!("{url}: {e}"))?;
         let mut request = hyper::Request::get(uri).header(hyper::header::HOST, "verwalter");
         if gzip {
@@ -110,9 +110,13 @@ impl HttpClient {
                 .map_err(|e| format!("{url}: {e} (at most {limit} bytes)"))?
                 .to_bytes();
             if compressed {
-                gunzip(&body, limit).map_err(|e| format!("{url}: {e}"))
+                let plain = gunzip(&body, limit).map_err(|e| format!("{url}: {e}"))?;
+                Ok(Fetched {
+                    body: plain,
+                    gzip: Some(body),
+                })
             } else {
-                Ok(body)
+                Ok(Fetched { body, gzip: None })
             }
         };
         match tokio::time::timeout(timeout, work).await {
@@ -120,6 +124,13 @@ impl HttpClient {
             Err(_) => Err(format!("{url}: no answer within {timeout:?}")),
         }
     }
+}
+
+/// A body fetched: decompressed, and as it came when it came gzip-compressed.
+#[derive(Debug)]
+pub struct Fetched {
+    pub body: Bytes,
+    pub gzip: Option<Bytes>,
 }
 
 /// The decompressed `body`, refused past `limit` bytes (a small body may inflate a lot).

@@ -53,6 +53,8 @@ pub struct FetcherParts {
     pub clock: Arc<dyn Clock>,
     /// Fed by the election transport.
     pub sightings: SharedSightings,
+    /// Where a follower puts the leader's schedule as it arrives, for its relay children.
+    pub relay: Arc<crate::http::RelayBody>,
 }
 
 /// The fetcher task: the replication machine and what it acts through.
@@ -162,14 +164,18 @@ impl Fetcher {
                         .and_then(|p| p.addr.clone());
                     let client = self.client.clone();
                     let token = self.token.clone();
+                    // What a follower takes from its leader, it passes on to its children.
+                    let relay = matches!(fetch.purpose, Purpose::Follow { .. })
+                        .then(|| self.io.relay.clone());
                     running.push(Box::pin(async move {
                         let result = match addr {
                             Some(addr) => {
                                 let hash = &fetch.stamp.hash;
+                                let relay = relay.as_deref();
                                 if fetch.relayed() {
-                                    get_relayed(&client, token.as_ref(), &addr, hash).await
+                                    get_relayed(&client, token.as_ref(), &addr, hash, relay).await
                                 } else {
-                                    get_schedule(&client, token.as_ref(), &addr, hash).await
+                                    get_schedule(&client, token.as_ref(), &addr, hash, relay).await
                                 }
                             }
                             None => Err(format!("no address known for {}", fetch.peer)),
@@ -273,15 +279,38 @@ async fn get_schedule(
     token: Option<&verwalter_controllers::access::Token>,
     addr: &str,
     hash: &str,
+    relay: Option<&crate::http::RelayBody>,
 ) -> Result<Decoded, String> {
     let by_hash = format!("http://{addr}/v1/schedule/{hash}");
     let url = format!("http://{addr}/v1/schedule");
     let get = |url| client.get_compressed(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
-    let body = match get(&by_hash).await {
-        Ok(body) => body,
+    let fetched = match get(&by_hash).await {
+        Ok(fetched) => fetched,
         Err(_) => get(&url).await?,
     };
-    decode(&url, body).await
+    pass_on(&url, hash, fetched, relay).await
+}
+
+/// Offers the gzip body of `hash` to `relay` at once (see `RelayBody`), then decodes it; a body
+/// that fails the check is withdrawn. (The plain `/v1/schedule` of a 0.13 peer may hold another
+/// schedule than `hash`: it is offered under `hash` only if it checks out as that one.)
+async fn pass_on(
+    url: &str,
+    hash: &str,
+    fetched: crate::cluster::client::Fetched,
+    relay: Option<&crate::http::RelayBody>,
+) -> Result<Decoded, String> {
+    let relay = relay.filter(|_| fetched.gzip.is_some() && !url.ends_with("/v1/schedule"));
+    if let (Some(relay), Some(gzip)) = (relay, &fetched.gzip) {
+        relay.offer(hash, gzip.clone());
+    }
+    let decoded = decode(url, fetched.body).await;
+    if let Some(relay) = relay
+        && !decoded.as_ref().is_ok_and(|d| d.schedule.hash == hash)
+    {
+        relay.withdraw(hash);
+    }
+    decoded
 }
 
 /// Fetches the leader's schedule `hash` from the follower at `addr`, this node's relay: it may
@@ -294,13 +323,14 @@ async fn get_relayed(
     token: Option<&verwalter_controllers::access::Token>,
     addr: &str,
     hash: &str,
+    relay: Option<&crate::http::RelayBody>,
 ) -> Result<Decoded, String> {
     let wait = crate::http::RELAY_WAIT_MAX.as_millis();
     let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
-    let body = client
+    let fetched = client
         .get_compressed(&url, token, MAX_SCHEDULE, FETCH_TIMEOUT)
         .await?;
-    decode(&url, body).await
+    pass_on(&url, hash, fetched, relay).await
 }
 
 /// A schedule from `body`, its data checked against its hash; parsed and hashed on a blocking
@@ -502,6 +532,7 @@ mod tests {
                 live: heard(PEER),
                 clock: Arc::new(SystemClock),
                 sightings,
+                relay: Default::default(),
             },
         );
         let stop = stop.clone();
@@ -668,7 +699,7 @@ mod tests {
         let (port, heads) = serve_with_token(schedule.clone(), TOKEN).await;
         let addr = format!("127.0.0.1:{port}");
         let client = HttpClient::default();
-        let err = get_schedule(&client, None, &addr, &schedule.hash)
+        let err = get_schedule(&client, None, &addr, &schedule.hash, None)
             .await
             .unwrap_err();
         assert!(err.contains("401"), "{err}");
@@ -682,9 +713,73 @@ mod tests {
         );
         let token =
             verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap();
-        let got = get_schedule(&client, Some(&token), &addr, &schedule.hash)
+        let got = get_schedule(&client, Some(&token), &addr, &schedule.hash, None)
             .await
             .unwrap();
         assert_eq!(got.schedule.hash, schedule.hash);
+    }
+
+    fn gzip(bytes: &[u8]) -> hyper::body::Bytes {
+        use std::io::Write;
+        let mut encoder = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        encoder.write_all(bytes).unwrap();
+        encoder.finish().unwrap().into()
+    }
+
+    /// A follower offers the leader's schedule to its relay children as soon as it arrives,
+    /// before checking it, and withdraws it when the check fails.
+    #[tokio::test]
+    async fn a_schedule_is_passed_on_as_it_arrives_and_withdrawn_when_bad() {
+        let relay = crate::http::RelayBody::default();
+        let schedule = Schedule::test().with_role("web", "v1").build();
+        let json = serde_json::to_vec(&schedule).unwrap();
+        let by_hash = format!("http://127.0.0.2:1/v1/schedule/{}", schedule.hash);
+        let arrived = crate::cluster::client::Fetched {
+            body: json.clone().into(),
+            gzip: Some(gzip(&json)),
+        };
+        let mut changes = relay.subscribe();
+        let taking = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay));
+        let passed = tokio::join!(taking, async {
+            changes.changed().await.unwrap();
+            relay.get(&schedule.hash)
+        });
+        assert_eq!(passed.0.unwrap().schedule.hash, schedule.hash);
+        assert_eq!(
+            passed.1,
+            Some(gzip(&json)),
+            "offered before the check ended"
+        );
+        assert_eq!(relay.get(&schedule.hash), Some(gzip(&json)), "and kept");
+        assert_eq!(relay.get("0000"), None);
+
+        // Data that does not hash to the hash: refused, and no longer passed on.
+        let mut forged: serde_json::Value = serde_json::to_value(&schedule).unwrap();
+        forged["data"]["roles"]["web"]["version"] = "v666".into();
+        let forged = serde_json::to_vec(&forged).unwrap();
+        let arrived = crate::cluster::client::Fetched {
+            body: forged.clone().into(),
+            gzip: Some(gzip(&forged)),
+        };
+        let err = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay))
+            .await
+            .unwrap_err();
+        assert!(err.contains("hash mismatch"), "{err}");
+        assert_eq!(relay.get(&schedule.hash), None);
+
+        // A 0.13 peer's plain `/v1/schedule` might hold another schedule: not passed on.
+        let arrived = crate::cluster::client::Fetched {
+            body: json.clone().into(),
+            gzip: Some(gzip(&json)),
+        };
+        pass_on(
+            "http://127.0.0.2:1/v1/schedule",
+            &schedule.hash,
+            arrived,
+            Some(&relay),
+        )
+        .await
+        .unwrap();
+        assert_eq!(relay.get(&schedule.hash), None);
     }
 }

@@ -149,8 +149,10 @@ pub async fn schedule_by_hash(
     let mut schedule = state.store.schedule.clone();
     let mut reports = state.store.reports.clone();
     let mut election = state.store.election.clone();
+    let mut relay = state.http.relay.subscribe();
     loop {
         schedule.get();
+        relay.borrow_and_update();
         let reports_now = reports.get();
         let election_now = election.get();
         if let Some(found) = held_schedule(&state, &hash, &headers).await {
@@ -170,6 +172,7 @@ pub async fn schedule_by_hash(
             _ = schedule.changed() => {}
             _ = reports.changed() => {}
             _ = election.changed() => {}
+            _ = relay.changed() => {}
             _ = tokio::time::sleep_until(deadline) => {}
         }
     }
@@ -187,11 +190,32 @@ fn shared_json(body: axum::body::Bytes) -> Response {
         .into_response()
 }
 
-/// The response for schedule `hash` if this node holds it (in force, or replaced lately).
+/// The response for schedule `hash` if this node holds it (in force, or replaced lately), or,
+/// for a client that takes gzip, has just received it from its leader or relay.
 async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Option<Response> {
     let current = state.store.schedule.peek();
     if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
         return Some(schedule_body(state, current, headers).await);
+    }
+    if takes_gzip(headers)
+        && let Some(body) = state.http.relay.get(hash)
+    {
+        // Arrived a moment ago and not taken yet (see `RelayBody`).
+        state.metrics.schedule_served(true, body.len());
+        return Some(
+            (
+                [
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static("application/json"),
+                    ),
+                    (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
+                    (header::VARY, HeaderValue::from_static("accept-encoding")),
+                ],
+                body,
+            )
+                .into_response(),
+        );
     }
     let replaced = state.store.replaced.peek();
     let schedule = replaced.iter().find(|s| s.hash == hash)?;

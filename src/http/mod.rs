@@ -68,6 +68,58 @@ pub struct HttpState {
     long_polls: Arc<tokio::sync::Semaphore>,
     /// `/v1/schedule`'s body, serialized once per schedule and shared by every response.
     pub schedule_json: SharedJson<Option<verwalter_controllers::state::Schedule>>,
+    /// The leader's schedule this node is taking, as it came, for the followers that fetch
+    /// through this node (written by the fetcher).
+    pub relay: Arc<RelayBody>,
+}
+
+/// The gzip body of the leader's schedule that this follower received, by its hash, kept from
+/// the moment it arrived: the followers fetching through this node (its relay children) get
+/// these very bytes without waiting for this node to check, store and take the schedule, and
+/// without it serializing and compressing the schedule again. Passing bytes on unchecked is
+/// safe because every follower checks the hash itself; a body that fails this node's check is
+/// withdrawn.
+#[derive(Debug)]
+pub struct RelayBody {
+    body: tokio::sync::watch::Sender<Option<(String, axum::body::Bytes)>>,
+}
+
+impl Default for RelayBody {
+    fn default() -> Self {
+        RelayBody {
+            body: tokio::sync::watch::Sender::new(None),
+        }
+    }
+}
+
+impl RelayBody {
+    /// The gzip body of schedule `hash` has arrived.
+    pub fn offer(&self, hash: &str, gzip: axum::body::Bytes) {
+        self.body.send_replace(Some((hash.to_string(), gzip)));
+    }
+
+    /// The body of `hash` turned out bad: it is no longer passed on.
+    pub fn withdraw(&self, hash: &str) {
+        self.body.send_if_modified(|body| {
+            let bad = body.as_ref().is_some_and(|(h, _)| h == hash);
+            if bad {
+                *body = None;
+            }
+            bad
+        });
+    }
+
+    /// The gzip body of `hash`, if it is the one here.
+    pub fn get(&self, hash: &str) -> Option<axum::body::Bytes> {
+        let body = self.body.borrow();
+        let (held, bytes) = body.as_ref()?;
+        (held == hash).then(|| bytes.clone())
+    }
+
+    /// Wakes when a body is offered or withdrawn.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<(String, axum::body::Bytes)>> {
+        self.body.subscribe()
+    }
 }
 
 /// A JSON body serialized once per store snapshot and shared by every response: `Bytes` is
@@ -151,8 +203,15 @@ impl HttpState {
             max_long_polls,
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             schedule_json: SharedJson::default(),
+            relay: Arc::default(),
             settings,
         }
+    }
+
+    /// The same, passing on the bodies the fetcher offers to `relay`.
+    pub fn with_relay(mut self, relay: Arc<RelayBody>) -> HttpState {
+        self.relay = relay;
+        self
     }
 }
 

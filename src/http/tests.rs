@@ -1260,3 +1260,41 @@ async fn a_relay_gives_up_soon_on_a_schedule_its_leader_does_not_announce() {
         );
     }
 }
+
+/// A follower passes the leader's schedule on to the followers fetching through it as soon as
+/// it has arrived (`RelayBody`), compressed as it came, before taking it itself.
+#[tokio::test(start_paused = true)]
+async fn a_relay_passes_on_the_body_it_received_before_taking_it() {
+    let next = Schedule::new(json!({"n": 2}), 2, LEADER.into());
+    let writer = following_announcing(LEADER, Some(&next));
+    let relay = Arc::new(RelayBody::default());
+    let mut state = app_state(
+        &writer,
+        std::env::temp_dir().join("verwalter-http-tests-no-frontends"),
+        "common",
+    );
+    state.http = Arc::new(HttpState::default().with_relay(relay.clone()));
+    let app = router(state);
+    let path = format!("/v1/schedule/{}?wait_ms=2000", next.hash);
+    let waiting = tokio::spawn({
+        let app = app.clone();
+        let path = path.clone();
+        async move { get_with(&app, &path, &[("accept-encoding", "gzip")]).await }
+    });
+    for _ in 0..50 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished());
+    let wire: axum::body::Bytes = b"the gzip bytes as they came".to_vec().into();
+    relay.offer(&next.hash, wire.clone());
+    let response = waiting.await.unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    assert_eq!(response.headers()["content-encoding"], "gzip");
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(body, wire, "the very bytes, not re-encoded");
+    // A client that does not take gzip waits for the schedule to be taken here.
+    let (status, _, _) = get(&app, &path).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
