@@ -452,7 +452,7 @@ fn every_write_operation_in_the_openapi_description_names_the_token() {
             assert!(!unauthorized.is_null(), "{method} {route:?} lacks its 401");
         }
     }
-    assert_eq!(writes, 3, "force_render_all, action, wait_action");
+    assert_eq!(writes, 4, "force_render_all, action, wait_action, query");
 }
 
 async fn body_text(response: axum::response::Response) -> String {

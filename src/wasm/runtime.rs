@@ -99,8 +99,11 @@ struct Live {
     memory: Memory,
     alloc: TypedFunc<i32, i32>,
     dealloc: TypedFunc<i32, ()>,
-    entries: Vec<(&'static str, TypedFunc<(i32, i32), i32>)>,
+    entries: Vec<(&'static str, EntryFunc)>,
 }
+
+/// An entry point: `(ptr, len) -> result ptr`.
+type EntryFunc = TypedFunc<(i32, i32), i32>;
 
 impl std::fmt::Debug for WasmModule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -321,7 +324,7 @@ impl WasmModule {
             .ok_or_else(|| bad_export("dealloc", "a function (i32)"))?;
         let mut entries = Vec::new();
         for entry in &self.entries {
-            let func = typed::<(i32, i32), i32>(&instance, &store, entry)
+            let func: EntryFunc = typed(&instance, &store, entry)
                 .ok_or_else(|| bad_export(entry, "a function (i32, i32) -> i32"))?;
             entries.push((*entry, func));
         }
