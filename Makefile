@@ -126,9 +126,11 @@ wasm-example:
 	cp $(WASM_EXAMPLE)/target/wasm32-unknown-unknown/release/verwalter_wasm_scheduler.wasm \
 	    $(WASM_EXAMPLE)/scheduler/v1/scheduler.wasm
 
-## Criterion benchmarks (scheduler round) and the idle memory figure.
+## Criterion benchmarks (scheduler round), the wasm scheduler against its Lua twin, and the idle
+## memory figure.
 bench:
 	$(CARGO) bench --bench scheduler
+	$(CARGO) bench --bench wasm
 	benches/idle_rss.sh
 
 bench-rss:

@@ -80,14 +80,20 @@ fn main() {
     let bytes = std::fs::read(root.join("examples/wasm-scheduler/scheduler/v1/scheduler.wasm"))
         .expect("the shipped module");
     let load_started = Instant::now();
-    let mut wasm = WasmRun::from_bytes("scheduler.wasm", &bytes, Limits::default().into())
-        .expect("the module loads");
+    // The daemon's memory cap, and time enough to measure a slow run instead of stopping it.
+    let limits = verwalter::wasm::WasmLimits {
+        memory: Limits::default().memory,
+        time: Duration::from_secs(60),
+    };
+    let mut wasm = WasmRun::from_bytes("scheduler.wasm", &bytes, limits).expect("the module loads");
     let load = load_started.elapsed();
     let input = input();
 
     let a = lua.run(&input).unwrap();
     lua.after_run();
+    let started = Instant::now();
     let b = wasm.run(&input).unwrap();
+    println!("first wasm run: {:.2} ms", ms(started.elapsed()));
     assert_eq!(a.data, b.data, "the two schedulers disagree");
     println!("schedule: {}", b.log);
     println!(

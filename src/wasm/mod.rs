@@ -241,10 +241,11 @@ fn worker(config_dir: PathBuf, limits: WasmLimits, jobs: mpsc::Receiver<Job>) {
     }
 }
 
-/// How long past the budget the port waits for the thread before it reports the run lost. The
-/// fuel slices stop the module within a slice of its budget; loading and the JSON copies are
-/// what can add to it.
-pub const WASM_GRACE: Duration = Duration::from_secs(3);
+/// How long past the budget the port waits for the thread before it reports the run lost: the
+/// Lua scheduler's grace, which the daemon's step limit for a scheduler run counts on. The fuel
+/// slices stop the module within a slice of its budget; compiling the module and the JSON
+/// copies are what can add to it.
+pub const WASM_GRACE: Duration = crate::lua::WATCHDOG_GRACE;
 
 impl Scheduler for WasmScheduler {
     fn run(
@@ -259,7 +260,7 @@ impl Scheduler for WasmScheduler {
             reply,
         };
         let sent = self.jobs.lock().expect("wasm scheduler lock").send(job);
-        let wait = self.limits.time * 2 + WASM_GRACE;
+        let wait = self.limits.time + WASM_GRACE;
         Box::pin(async move {
             if sent.is_err() {
                 return Err(error(

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 use serde_json::Value;
 use verwalter_controllers::ports::SchedulerFailure;
 use wasmi::{
-    Caller, Config, Engine, Extern, Instance, Linker, Memory, Module, Store, StoreLimits,
-    StoreLimitsBuilder, TrapCode, TypedFunc, TypedResumableCall,
+    Caller, CompilationMode, Config, Engine, Extern, Instance, Linker, Memory, Module, Store,
+    StoreLimits, StoreLimitsBuilder, TrapCode, TypedFunc, TypedResumableCall,
 };
 
 /// Fuel handed out per slice; the clock is read between slices. A release build runs some
@@ -123,6 +123,10 @@ impl WasmModule {
         let load_error = |m: String| CallError::new(SchedulerFailure::Load, format!("{name}: {m}"));
         let mut config = Config::default();
         config.consume_fuel(true);
+        // Translated whole at load: lazy translation charges a function's translation to the
+        // fuel of the call that first reaches it, and a function bigger than what is left of a
+        // slice would fail the run as out of fuel, where no slice can be added.
+        config.compilation_mode(CompilationMode::Eager);
         let engine = Engine::new(&config);
         let module = Module::new(&engine, bytes)
             .map_err(|e| load_error(format!("not a valid WebAssembly module: {e}")))?;

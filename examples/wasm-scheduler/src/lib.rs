@@ -9,8 +9,6 @@
 //! `{"schedule": {..}, "log": "..", "actions": {..}}` as JSON at the returned pointer. A panic
 //! reports its message through the `env.log_panic` import before the module traps.
 
-use std::collections::BTreeMap;
-
 use serde_json::{Map, Value, json};
 
 /// What one node offers.
@@ -112,8 +110,8 @@ pub fn schedule(state: &Value) -> (Value, String) {
         names.extend(peers.values().filter_map(|p| p["hostname"].as_str()).map(String::from));
     }
     names.sort();
-    let mut free: BTreeMap<&str, (i64, i64, i64)> =
-        names.iter().map(|n| (n.as_str(), (CPU, MEM, 0))).collect();
+    // Free CPU, free memory and instances placed, by the node's index in `names`.
+    let mut free: Vec<(i64, i64, i64)> = vec![(CPU, MEM, 0); names.len()];
 
     let empty = Map::new();
     let runtime = state["runtime"].as_object().unwrap_or(&empty);
@@ -135,9 +133,8 @@ pub fn schedule(state: &Value) -> (Value, String) {
 
         let (want, cpu, mem) = (int(meta, "instances"), int(meta, "cpu"), int(meta, "memory"));
         // The `want` best-scored nodes that fit, best first (ties keep the earlier node).
-        let mut best: Vec<(f64, &str)> = Vec::new();
-        for name in &names {
-            let (fc, fm, count) = free[name.as_str()];
+        let mut best: Vec<(f64, usize)> = Vec::new();
+        for (index, &(fc, fm, count)) in free.iter().enumerate() {
             if fc < cpu || fm < mem || want <= 0 {
                 continue;
             }
@@ -148,16 +145,16 @@ pub fn schedule(state: &Value) -> (Value, String) {
                     best.pop();
                 }
                 let at = best.iter().position(|(s, _)| *s < score).unwrap_or(best.len());
-                best.insert(at, (score, name.as_str()));
+                best.insert(at, (score, index));
             }
         }
-        for (_, name) in &best {
-            let entry = free.get_mut(name).expect("a known node");
+        for &(_, index) in &best {
+            let entry = &mut free[index];
             entry.0 -= cpu;
             entry.1 -= mem;
             entry.2 += 1;
             let node = nodes
-                .entry(name.to_string())
+                .entry(names[index].clone())
                 .or_insert_with(|| json!({"roles": {}}));
             let mut placed = Map::new();
             placed.insert("instances".into(), json!(1));
