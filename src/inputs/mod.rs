@@ -128,6 +128,18 @@ mod tests {
     use std::fs;
 
     #[test]
+    fn a_wasm_scheduler_takes_the_place_of_main_lua_and_counts_for_the_code_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir_all(root.join("scheduler/v1")).unwrap();
+        fs::write(root.join("scheduler/v1/scheduler.wasm"), b"\0asm one").unwrap();
+        let first = read_inputs(root);
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        fs::write(root.join("scheduler/v1/scheduler.wasm"), b"\0asm two").unwrap();
+        assert_ne!(read_inputs(root).scheduler_hash, first.scheduler_hash);
+    }
+
+    #[test]
     fn hashes_follow_content_and_missing_main_is_reported() {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path();

@@ -76,7 +76,7 @@ impl CallError {
 /// What the host functions keep between calls.
 struct Host {
     limits: StoreLimits,
-    /// The last `log_panic` message of this call.
+    /// The first `log_panic` message of this call.
     panic: Option<String>,
 }
 
@@ -477,25 +477,28 @@ fn linker(engine: &Engine) -> Result<Linker<Host>, wasmi::Error> {
          file_ptr: i32,
          file_len: i32,
          line: i32| {
-            let memory = caller
-                .get_export("memory")
-                .and_then(Extern::into_memory)
-                .map(|m| m.data(&caller).to_vec())
-                .unwrap_or_default();
-            let text = |ptr: i32, len: i32| {
-                let start = ptr as u32 as usize;
-                let end = start.saturating_add((len as u32 as usize).min(4096));
-                memory
-                    .get(start..end.min(memory.len()))
-                    .map(|b| String::from_utf8_lossy(b).into_owned())
-                    .unwrap_or_default()
+            // Only the two strings are read (at most 4 KiB each), and only the first report of a
+            // call is kept and logged: a module calling this in a loop costs little.
+            if caller.data().panic.is_some() {
+                return;
+            }
+            let message = {
+                let memory = caller.get_export("memory").and_then(Extern::into_memory);
+                let bytes = memory.as_ref().map_or(&[][..], |m| m.data(&caller));
+                let text = |ptr: i32, len: i32| {
+                    let start = (ptr as u32 as usize).min(bytes.len());
+                    let end = start
+                        .saturating_add((len as u32 as usize).min(4096))
+                        .min(bytes.len());
+                    String::from_utf8_lossy(&bytes[start..end]).into_owned()
+                };
+                format!(
+                    "{}:{}: {}",
+                    text(file_ptr, file_len),
+                    line,
+                    text(payload_ptr, payload_len)
+                )
             };
-            let message = format!(
-                "{}:{}: {}",
-                text(file_ptr, file_len),
-                line,
-                text(payload_ptr, payload_len)
-            );
             tracing::warn!("Scheduler panicked at {message}");
             caller.data_mut().panic = Some(message);
         },

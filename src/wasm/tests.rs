@@ -180,8 +180,11 @@ fn a_trap_is_a_runtime_error_with_the_panic_message() {
 
     // A Rust module reports its panic through env.log_panic, then traps.
     let imports = r#"(import "env" "log_panic" (func $log_panic (param i32 i32 i32 i32 i32)))"#;
+    // A second report in the same call is ignored (a module reporting in a loop costs little).
     let body = "(call $log_panic (i32.const 16) (i32.const 5) (i32.const 21) (i32.const 8) \
-                (i32.const 42)) unreachable";
+                (i32.const 42)) \
+                (call $log_panic (i32.const 21) (i32.const 3) (i32.const 16) (i32.const 5) \
+                (i32.const 7)) unreachable";
     let error = failure(&module(imports, "boom!src/x.rs", body));
     assert_eq!(error.kind, SchedulerFailure::Runtime);
     assert!(
@@ -189,6 +192,7 @@ fn a_trap_is_a_runtime_error_with_the_panic_message() {
         "{}",
         error.message
     );
+    assert!(!error.message.contains(":7:"), "{}", error.message);
 
     // Pointers outside the memory do not take the host down.
     let body = "(call $log_panic (i32.const -1) (i32.const -1) (i32.const 70000) (i32.const 9) \
