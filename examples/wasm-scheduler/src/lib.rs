@@ -41,14 +41,23 @@ pub extern "C" fn dealloc(ptr: i32) {
     unsafe {
         let base = (ptr as usize - HEADER) as *mut u8;
         let size = (base as *const usize).read();
-        std::alloc::dealloc(base, std::alloc::Layout::from_size_align_unchecked(size, HEADER));
+        std::alloc::dealloc(
+            base,
+            std::alloc::Layout::from_size_align_unchecked(size, HEADER),
+        );
     }
 }
 
 #[cfg(target_arch = "wasm32")]
 #[link(wasm_import_module = "env")]
 unsafe extern "C" {
-    fn log_panic(payload: *const u8, payload_len: usize, file: *const u8, file_len: usize, line: u32);
+    fn log_panic(
+        payload: *const u8,
+        payload_len: usize,
+        file: *const u8,
+        file_len: usize,
+        line: u32,
+    );
 }
 
 #[cfg(target_arch = "wasm32")]
@@ -57,7 +66,15 @@ fn report_panics() {
         let message = info.payload_as_str().unwrap_or("(no message)");
         let (file, line) = info.location().map_or(("?", 0), |l| (l.file(), l.line()));
         // SAFETY: both slices are valid for the duration of the call.
-        unsafe { log_panic(message.as_ptr(), message.len(), file.as_ptr(), file.len(), line) }
+        unsafe {
+            log_panic(
+                message.as_ptr(),
+                message.len(),
+                file.as_ptr(),
+                file.len(),
+                line,
+            )
+        }
     }));
 }
 
@@ -89,9 +106,13 @@ pub extern "C" fn scheduler(ptr: i32, len: i32) -> i32 {
 fn newest(versions: &Map<String, Value>) -> Option<&str> {
     let mut best: Option<(&str, u64)> = None;
     for key in versions.keys() {
-        let Some(digits) = key.strip_prefix('v') else { continue };
+        let Some(digits) = key.strip_prefix('v') else {
+            continue;
+        };
         let digits: String = digits.chars().take_while(char::is_ascii_digit).collect();
-        let Ok(n) = digits.parse::<u64>() else { continue };
+        let Ok(n) = digits.parse::<u64>() else {
+            continue;
+        };
         if best.is_none_or(|(_, b)| n > b) {
             best = Some((key, n));
         }
@@ -107,7 +128,12 @@ fn int(value: &Value, key: &str) -> i64 {
 pub fn schedule(state: &Value) -> (Value, String) {
     let mut names: Vec<String> = vec![state["current_host"].as_str().unwrap_or("").to_string()];
     if let Some(peers) = state["peers"].as_object() {
-        names.extend(peers.values().filter_map(|p| p["hostname"].as_str()).map(String::from));
+        names.extend(
+            peers
+                .values()
+                .filter_map(|p| p["hostname"].as_str())
+                .map(String::from),
+        );
     }
     names.sort();
     // Free CPU, free memory and instances placed, by the node's index in `names`.
@@ -121,7 +147,9 @@ pub fn schedule(state: &Value) -> (Value, String) {
     // serde_json's map is sorted by key: the roles come in the order the Lua scheduler sorts.
     for (role, versions) in runtime {
         let versions = versions.as_object().unwrap_or(&empty);
-        let Some(version) = newest(versions) else { continue };
+        let Some(version) = newest(versions) else {
+            continue;
+        };
         let meta = &versions[version];
         let mut info = Map::new();
         info.insert("version".into(), json!(version));
@@ -131,7 +159,11 @@ pub fn schedule(state: &Value) -> (Value, String) {
         info.insert("template".into(), json!("svc/v1"));
         roles.insert(role.clone(), Value::Object(info));
 
-        let (want, cpu, mem) = (int(meta, "instances"), int(meta, "cpu"), int(meta, "memory"));
+        let (want, cpu, mem) = (
+            int(meta, "instances"),
+            int(meta, "cpu"),
+            int(meta, "memory"),
+        );
         // The `want` best-scored nodes that fit, best first (ties keep the earlier node).
         let mut best: Vec<(f64, usize)> = Vec::new();
         for (index, &(fc, fm, count)) in free.iter().enumerate() {
@@ -144,7 +176,10 @@ pub fn schedule(state: &Value) -> (Value, String) {
                 if kept >= want {
                     best.pop();
                 }
-                let at = best.iter().position(|(s, _)| *s < score).unwrap_or(best.len());
+                let at = best
+                    .iter()
+                    .position(|(s, _)| *s < score)
+                    .unwrap_or(best.len());
                 best.insert(at, (score, index));
             }
         }
@@ -172,5 +207,8 @@ pub fn schedule(state: &Value) -> (Value, String) {
         names.len(),
         unplaced
     );
-    (json!({"vars": {"cluster": "bench"}, "roles": roles, "nodes": nodes}), log)
+    (
+        json!({"vars": {"cluster": "bench"}, "roles": roles, "nodes": nodes}),
+        log,
+    )
 }
