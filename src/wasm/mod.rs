@@ -219,26 +219,47 @@ impl WasmScheduler {
 fn worker(config_dir: PathBuf, limits: WasmLimits, jobs: mpsc::Receiver<Job>) {
     let mut loaded: Option<(String, WasmRun)> = None;
     while let Ok(job) = jobs.recv() {
-        if loaded
-            .as_ref()
-            .is_none_or(|(version, _)| *version != job.code_version)
-        {
+        // A panic in the runtime (a bug of the interpreter, not of the module) fails this run
+        // and drops the module; the thread goes on serving runs.
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            run_job(
+                &config_dir,
+                limits,
+                &mut loaded,
+                &job.code_version,
+                &job.input,
+            )
+        }));
+        let result = run.unwrap_or_else(|_| {
             loaded = None;
-            match WasmRun::load(&config_dir, limits) {
-                Ok(run) => {
-                    tracing::info!(version = %job.code_version, "Loaded the wasm scheduler.");
-                    loaded = Some((job.code_version.clone(), run));
-                }
-                Err(e) => {
-                    let _ = job.reply.send(Err(e));
-                    continue;
-                }
-            }
-        }
-        if let Some((_, run)) = loaded.as_mut() {
-            let _ = job.reply.send(run.run(&job.input));
-        }
+            Err(error(
+                SchedulerFailure::Internal,
+                "the wasm runtime panicked running the scheduler (see the daemon's log)".into(),
+            ))
+        });
+        let _ = job.reply.send(result);
     }
+}
+
+/// Loads the module if its version changed (or the last run panicked), then runs it.
+fn run_job(
+    config_dir: &Path,
+    limits: WasmLimits,
+    loaded: &mut Option<(String, WasmRun)>,
+    code_version: &str,
+    input: &SchedulerInput,
+) -> Result<SchedulerOutput, SchedulerError> {
+    if loaded
+        .as_ref()
+        .is_none_or(|(version, _)| version != code_version)
+    {
+        *loaded = None;
+        let run = WasmRun::load(config_dir, limits)?;
+        tracing::info!(version = %code_version, "Loaded the wasm scheduler.");
+        *loaded = Some((code_version.to_string(), run));
+    }
+    let (_, run) = loaded.as_mut().expect("loaded above");
+    run.run(input)
 }
 
 /// How long past the budget the port waits for the thread before it reports the run lost: the
