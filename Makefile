@@ -13,7 +13,7 @@ CARGO_GENERATE_RPM_VERSION := 0.21.1
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
 .PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
-	package package-tools package-deps test-package
+	package package-tools package-deps test-package wasm-example
 
 all: build
 
@@ -119,9 +119,20 @@ fuzz:
 	FUZZ_SECS=$(FUZZ_SECS) $(CARGO) test --profile fuzz --test tests fuzz::long_run -- \
 	    --ignored --exact --nocapture
 
-## Criterion benchmarks (scheduler round) and the idle memory figure.
+## Rebuilds the shipped WebAssembly scheduler example (examples/wasm-scheduler) from its Rust
+## source; needs the wasm32 target (`rustup target add wasm32-unknown-unknown`). The tests use the
+## shipped module, so CI does not run this.
+WASM_EXAMPLE := examples/wasm-scheduler
+wasm-example:
+	cd $(WASM_EXAMPLE) && $(CARGO) build --release --target wasm32-unknown-unknown
+	cp $(WASM_EXAMPLE)/target/wasm32-unknown-unknown/release/verwalter_wasm_scheduler.wasm \
+	    $(WASM_EXAMPLE)/scheduler/v1/scheduler.wasm
+
+## Criterion benchmarks (scheduler round), the wasm scheduler against its Lua twin, and the idle
+## memory figure.
 bench:
 	$(CARGO) bench --bench scheduler
+	$(CARGO) bench --bench wasm
 	benches/idle_rss.sh
 
 bench-rss:

@@ -39,6 +39,7 @@ use crate::metrics::Metrics;
 use crate::render::{self, Applier, ApplierConfig};
 use crate::state_dir::StateDir;
 use crate::systemd::{self, Notify};
+use crate::wasm::{ConfigDirScheduler, WasmScheduler};
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -442,9 +443,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     };
     tasks.spawn(Task::SchedulerMetrics, refresh.run(shutdown.clone()));
 
-    let scheduler = LuaScheduler::start(config.config_dir.clone(), config.limits)
+    let lua = LuaScheduler::start(config.config_dir.clone(), config.limits)
         .map_err(StartError::SchedulerThread)?
         .watched(&progress);
+    // `scheduler/v1/scheduler.wasm`, when it exists, runs instead of `main.lua`.
+    let wasm = WasmScheduler::start(config.config_dir.clone(), config.limits.into())
+        .map_err(StartError::SchedulerThread)?;
+    let scheduler = ConfigDirScheduler::new(config.config_dir.clone(), lua, wasm);
     let controller = ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
@@ -601,6 +606,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         metrics: metrics.clone(),
         node: node.clone(),
         frontend_dir: config.config_dir.join("frontend"),
+        scheduler_dir: crate::inputs::scheduler_dir(&config.config_dir),
         http: Arc::new(http::HttpState::new(limits.clone()).with_relay(relay)),
     });
     // Tests and scripts started with `--port 0` read the port from this line.

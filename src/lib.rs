@@ -43,3 +43,4 @@ pub mod render;
 pub mod state_dir;
 pub mod systemd;
 pub mod upgrade;
+pub mod wasm;

@@ -561,14 +561,10 @@ fn check(args: &OfflineArgs) -> ExitCode {
             .into_iter()
             .map(|p| format!("{}: {p}", dir.display())),
     );
-    if let (Ok(input), true) = (input, scheduler_dir(dir).join("main.lua").is_file()) {
-        match verwalter::lua::run_once(
-            &scheduler_dir(dir),
-            SCHEDULER_DIR,
-            dir,
-            input.clone(),
-            Limits::default(),
-        ) {
+    let has_scheduler =
+        scheduler_dir(dir).join("main.lua").is_file() || verwalter::wasm::has_wasm_scheduler(dir);
+    if let (Ok(input), true) = (input, has_scheduler) {
+        match run_scheduler_once(dir, input.clone()) {
             Ok(output) => {
                 let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
                 // Every role this node would render must have usable variables.
@@ -604,6 +600,28 @@ fn check(args: &OfflineArgs) -> ExitCode {
     }
 }
 
+/// Runs the config dir's scheduler once: `scheduler.wasm` when it exists, else `main.lua`.
+fn run_scheduler_once(
+    dir: &Path,
+    input: SchedulerInput,
+) -> Result<
+    verwalter_controllers::state::SchedulerOutput,
+    verwalter_controllers::ports::SchedulerError,
+> {
+    if verwalter::wasm::has_wasm_scheduler(dir) {
+        verwalter::wasm::WasmRun::load(dir, Limits::default().into())
+            .and_then(|mut run| run.run(&input))
+    } else {
+        verwalter::lua::run_once(
+            &scheduler_dir(dir),
+            SCHEDULER_DIR,
+            dir,
+            input,
+            Limits::default(),
+        )
+    }
+}
+
 fn read_input_file(path: &Path) -> Result<SchedulerInput, String> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
@@ -634,13 +652,7 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
             }
         }
     };
-    let result = verwalter::lua::run_once(
-        &scheduler_dir(dir),
-        SCHEDULER_DIR,
-        dir,
-        input.clone(),
-        Limits::default(),
-    );
+    let result = run_scheduler_once(dir, input.clone());
     match result {
         Ok(output) => {
             let schedule = Schedule::new(output.data, input.now, input.current_id.clone());

@@ -86,6 +86,9 @@
 //!   schedule is the first run's parent and kept as a backup, its backups join ours and
 //!   retention goes on counting them, the deployment log continues the same index and segments,
 //!   and a restart finds nothing more to migrate.
+//! - `wasm`: a node whose scheduler is `examples/wasm-scheduler`'s WebAssembly module: it
+//!   schedules and serves the module; a module replaced by a trapping or a runaway one leaves
+//!   the last good schedule with the error in `/v1/status`, and the good one clears it.
 //! - `webdriver`: a small W3C WebDriver client for browser tests (headless Chromium through
 //!   chromedriver; panics when either is missing), and its self-test against the daemon.
 
@@ -112,3 +115,4 @@ mod scheduler_metrics;
 mod soak;
 mod sources;
 mod upgrade;
+mod wasm;

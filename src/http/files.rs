@@ -5,7 +5,10 @@
 //! - `/v1/log/external/<name>/<path>`: a `log-dirs` entry of `sandbox/*.yaml` (403 for an unknown
 //!   name);
 //! - `/v1/backups` (the names) and `/v1/backup/<name>` (a gzip file, sent with
-//!   `Content-Encoding: gzip` and `Content-Type: application/json`, as 0.13 did).
+//!   `Content-Encoding: gzip` and `Content-Type: application/json`, as 0.13 did);
+//! - `/v1/wasm/scheduler.wasm`, `/v1/wasm/query.wasm`: the config dir's modules, as
+//!   `application/wasm` with no `Content-Encoding` (0.13 sent the backups' gzip and JSON
+//!   headers with these raw modules, which made clients fail to decode them).
 //!
 //! Files are served with `Range`, `If-Modified-Since` and `Last-Modified`. A path is made of
 //! plain components only, and once symlinks are resolved it must still be inside its dir: no way
@@ -210,6 +213,38 @@ pub async fn backup(
                 HeaderValue::from_static("application/json"),
             );
             response
+        }
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `/v1/wasm/<name>`: `scheduler.wasm` or `query.wasm` of `scheduler/v1`, raw; 404 without it.
+pub async fn wasm_module(
+    State(state): State<AppState>,
+    UrlPath(name): UrlPath<String>,
+    request: Request,
+) -> Response {
+    if name != crate::wasm::SCHEDULER_WASM && name != crate::wasm::QUERY_WASM {
+        return ApiError::NotFound(format!(
+            "no module {name:?}: only {} and {} are served",
+            crate::wasm::SCHEDULER_WASM,
+            crate::wasm::QUERY_WASM
+        ))
+        .into_response();
+    }
+    match inside(&state.scheduler_dir, &name) {
+        Ok(path) => {
+            let mut response = serve(path, request).await;
+            let headers = response.headers_mut();
+            headers.remove(header::CONTENT_ENCODING);
+            headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/wasm"),
+            );
+            response
+        }
+        Err(ApiError::NotFound(_)) => {
+            ApiError::NotFound(format!("the config dir has no scheduler/v1/{name}")).into_response()
         }
         Err(e) => e.into_response(),
     }

@@ -12,6 +12,7 @@ mod events;
 mod files;
 mod frontend;
 mod guard;
+mod query;
 mod serve;
 
 use std::sync::Arc;
@@ -53,6 +54,9 @@ pub struct AppState {
     pub node: Arc<NodeInfo>,
     /// `<config-dir>/frontend`: alternative frontends, served under `/~<name>/`.
     pub frontend_dir: std::path::PathBuf,
+    /// `<config-dir>/scheduler/v1`: its `scheduler.wasm` and `query.wasm` are served under
+    /// `/v1/wasm/`.
+    pub scheduler_dir: std::path::PathBuf,
     pub http: Arc<HttpState>,
 }
 
@@ -296,6 +300,8 @@ fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/v1/log/external/{name}/{*path}", get(files::log_external)),
         ("/v1/log/{stream}/{file}", get(files::log_stream)),
         ("/v1/backup/{name}", get(files::backup)),
+        ("/v1/wasm/{name}", get(files::wasm_module)),
+        ("/v1/query/{*path}", post(query::query)),
         (
             "/v1/action_is_pending/{id}",
             get(actions::action_is_pending),

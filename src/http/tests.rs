@@ -12,6 +12,9 @@ use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 
 use super::*;
 
+/// `/v1/wasm/*` and `/v1/query/*`.
+mod wasm_routes;
+
 fn app(writer: &StoreWriter) -> Router {
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     app_serving(writer, no_frontends, "common")
@@ -58,6 +61,7 @@ fn app_state(
             version: version(),
         }),
         frontend_dir,
+        scheduler_dir: std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
         http: Default::default(),
     }
 }
@@ -448,7 +452,7 @@ fn every_write_operation_in_the_openapi_description_names_the_token() {
             assert!(!unauthorized.is_null(), "{method} {route:?} lacks its 401");
         }
     }
-    assert_eq!(writes, 3, "force_render_all, action, wait_action");
+    assert_eq!(writes, 4, "force_render_all, action, wait_action, query");
 }
 
 async fn body_text(response: axum::response::Response) -> String {

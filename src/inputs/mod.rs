@@ -55,7 +55,12 @@ pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut P
     let mut code = Sha1::new();
     let sched = scheduler_dir(config_dir);
     let main = format!("{SCHEDULER_DIR}/main.lua");
+    // A wasm module (`scheduler.wasm`) takes the place of `main.lua` (src/wasm/).
+    let wasm = fs
+        .metadata(&sched.join(crate::wasm::SCHEDULER_WASM))
+        .is_ok_and(|meta| meta.is_file());
     match fs.metadata(&sched.join("main.lua")) {
+        _ if wasm => {}
         Ok(meta) if meta.is_file() => {}
         Err(e) if !walk::is_gone(&e) => problems.failures.push(InputError {
             path: main,
@@ -65,7 +70,7 @@ pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut P
         _ => problems.errors.push(InputError {
             path: main,
             line: None,
-            message: "missing: the scheduler entry point must exist".into(),
+            message: "missing: the scheduler entry point (or scheduler.wasm) must exist".into(),
         }),
     }
     hash_dir(fs, &sched, config_dir, SCHEDULER_DIR, &mut code, problems);
@@ -121,6 +126,18 @@ fn hash_dir(
 mod tests {
     use super::*;
     use std::fs;
+
+    #[test]
+    fn a_wasm_scheduler_takes_the_place_of_main_lua_and_counts_for_the_code_version() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        fs::create_dir_all(root.join("scheduler/v1")).unwrap();
+        fs::write(root.join("scheduler/v1/scheduler.wasm"), b"\0asm one").unwrap();
+        let first = read_inputs(root);
+        assert!(first.errors.is_empty(), "{:?}", first.errors);
+        fs::write(root.join("scheduler/v1/scheduler.wasm"), b"\0asm two").unwrap();
+        assert_ne!(read_inputs(root).scheduler_hash, first.scheduler_hash);
+    }
 
     #[test]
     fn hashes_follow_content_and_missing_main_is_reported() {

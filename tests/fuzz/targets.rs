@@ -909,6 +909,7 @@ fn http_app() -> HttpApp {
             version: verwalter::http::version(),
         }),
         frontend_dir: scratch().join("frontend"),
+        scheduler_dir: scratch().join("scheduler/v1"),
         http: Default::default(),
     };
     // The writer must outlive the app: its fields are the store's senders.

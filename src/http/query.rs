@@ -1,0 +1,85 @@
+//! `POST /v1/query/<path>`: answered by `scheduler/v1/query.wasm`'s `query` (verwalter 0.13.0),
+//! after `init` with the schedule in force. Without a `query.wasm` (the compat derivation) the
+//! answer is a 500 saying so, as in 0.13.
+
+use axum::extract::{Path as UrlPath, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::AppState;
+use crate::wasm::query::{QueryModule, has_query_wasm};
+
+/// The largest query body read (0.13 took at most 64 KiB of JSON).
+const BODY_LIMIT: usize = 64 << 10;
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (status, axum::Json(json!({"error": message.into()}))).into_response()
+}
+
+pub async fn query(
+    State(state): State<AppState>,
+    UrlPath(path): UrlPath<String>,
+    request: Request,
+) -> Response {
+    let json_type = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let media = v.split(';').next().unwrap_or("").trim();
+            media.eq_ignore_ascii_case("application/json")
+        });
+    if !json_type {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the query as Content-Type: application/json",
+        );
+    }
+    let bytes = match axum::body::to_bytes(request.into_body(), BODY_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("a query body is at most {BODY_LIMIT} bytes of JSON"),
+            );
+        }
+    };
+    let body: Value = match serde_json::from_slice(&bytes) {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not JSON: {e}"),
+            );
+        }
+    };
+    let dir = state.scheduler_dir.clone();
+    if !has_query_wasm(&dir) {
+        return error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "no query interface: the config dir has no scheduler/v1/query.wasm, and the default \
+             (compat) role derivation answers no queries",
+        );
+    }
+    let schedule = state.store.schedule.peek();
+    let Some(schedule) = schedule.as_ref().clone() else {
+        return error(StatusCode::INTERNAL_SERVER_ERROR, "no schedule yet");
+    };
+    let hostname = state.node.hostname.clone();
+    // The module runs off the async runtime; its time budget bounds the call.
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut module = QueryModule::load(&dir, crate::lua::Limits::default().into())?;
+        module.init(&schedule, &hostname)?;
+        module.query(&path, &body)
+    })
+    .await;
+    match answer {
+        Ok(Ok(value)) => axum::Json(value).into_response(),
+        Ok(Err(e)) => error(StatusCode::INTERNAL_SERVER_ERROR, e.message),
+        Err(e) => error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("the query did not finish: {e}"),
+        ),
+    }
+}

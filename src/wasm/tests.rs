@@ -1,0 +1,527 @@
+//! The wasm scheduler: the example module against its Lua twin, and hostile modules (written
+//! as WAT text) each stopped with a clear error.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::state::{Peer, Schedule, SchedulerInput};
+
+use super::query::{QueryModule, unwrap_envelope};
+use super::*;
+
+fn limits() -> WasmLimits {
+    WasmLimits {
+        memory: 16 << 20,
+        time: Duration::from_millis(300),
+    }
+}
+
+fn input_with(peers: usize, roles: usize) -> SchedulerInput {
+    let mut runtime = serde_json::Map::new();
+    for r in 0..roles {
+        let mut versions = serde_json::Map::new();
+        for v in 1..=3 {
+            versions.insert(
+                format!("v{v}"),
+                json!({"image": format!("role-{r:03}.v{v}"), "instances": 1 + r % 7,
+                       "cpu": 1 + r % 4, "memory": 2 + r % 8}),
+            );
+        }
+        runtime.insert(format!("role-{r:03}"), Value::Object(versions));
+    }
+    let peers = (1..=peers)
+        .map(|i| {
+            let id = format!("77985419c732412ea38b94db{i:08x}");
+            let peer = Peer {
+                id: id.clone(),
+                addr: Some(format!("10.0.0.{i}:8379")),
+                name: format!("node-{i:04}.example.com"),
+                hostname: format!("node-{i:04}"),
+                schedule: None,
+                known_since: 1_700_000_000_000,
+                last_report_direct: None,
+                errors: 0,
+            };
+            (id, peer)
+        })
+        .collect();
+    SchedulerInput {
+        now: 1_700_000_001_000,
+        current_host: "node-0000".into(),
+        current_id: "77985419c732412ea38b94db00000000".into(),
+        parents: vec![],
+        actions: BTreeMap::from([(1_700_000_000_001, json!({"button": {"role": "x"}}))]),
+        runtime: Arc::new(Value::Object(runtime)),
+        peers,
+        metrics: json!({}),
+    }
+}
+
+fn small_input() -> SchedulerInput {
+    input_with(1, 1)
+}
+
+/// A module with the protocol's exports (a bump allocator that grows memory as needed),
+/// `data` at address 16, `imports` and `scheduler`'s `body`.
+fn module(imports: &str, data: &str, body: &str) -> Vec<u8> {
+    let text = format!(
+        r#"(module
+  {imports}
+  (memory (export "memory") 1)
+  (global $next (mut i32) (i32.const 4096))
+  (global $dirty (mut i32) (i32.const 0))
+  (data (i32.const 16) "{data}")
+  (func (export "alloc") (param $len i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $next))
+    (global.set $next (i32.add (global.get $next) (local.get $len)))
+    (block $fits
+      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
+      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
+    (local.get $p))
+  (func (export "dealloc") (param i32))
+  (func (export "scheduler") (param $ptr i32) (param $len i32) (result i32)
+    {body}))"#
+    );
+    wat::parse_str(text).expect("test module assembles")
+}
+
+const OK_RESULT: &str = r#"{\"schedule\": {\"nodes\": {}, \"vars\": {\"a\": 1}}, \"log\": \"hello\", \"actions\": {\"1700000000001\": {\"ok\": \"done\"}}} trailing bytes"#;
+
+fn run(bytes: &[u8], input: &SchedulerInput) -> Result<SchedulerOutput, SchedulerError> {
+    WasmRun::from_bytes("scheduler.wasm", bytes, limits())?.run(input)
+}
+
+fn failure(bytes: &[u8]) -> SchedulerError {
+    run(bytes, &small_input()).expect_err("the module must fail")
+}
+
+#[test]
+fn a_result_becomes_schedule_log_and_action_answers() {
+    let bytes = module("", OK_RESULT, "(i32.const 16)");
+    let output = run(&bytes, &small_input()).unwrap();
+    assert_eq!(output.log, "hello");
+    assert_eq!(
+        output.data,
+        json!({"nodes": {}, "vars": {"a": 1}, "actions": {"1700000000001": {"ok": "done"}}})
+    );
+}
+
+#[test]
+fn the_input_arrives_as_0_13_json_with_string_action_keys() {
+    // The module answers {"schedule": <its input>}: it writes `{"schedule":` (data at 16) into
+    // the free bytes just before the input (which alloc put at 4096) and `}` just after it.
+    let body = r#"
+    (memory.copy (i32.sub (local.get $ptr) (i32.const 12)) (i32.const 16) (i32.const 12))
+    (i32.store8 (i32.add (local.get $ptr) (local.get $len)) (i32.const 125))
+    (i32.sub (local.get $ptr) (i32.const 12))"#;
+    let bytes = module("", r#"{\"schedule\":"#, body);
+    let output = run(&bytes, &small_input()).unwrap();
+    assert_eq!(output.data["current_host"], "node-0000");
+    assert_eq!(
+        output.data["actions"]["1700000000001"],
+        json!({"button": {"role": "x"}})
+    );
+    assert_eq!(output.data["now"], 1_700_000_001_000u64);
+    assert_eq!(output.data["parents"], json!([]));
+}
+
+#[test]
+fn a_runaway_loop_is_stopped_at_the_time_budget() {
+    let bytes = module("", "", "(loop $forever (br $forever)) (i32.const 0)");
+    let started = Instant::now();
+    let error = failure(&bytes);
+    assert_eq!(error.kind, SchedulerFailure::Timeout, "{error:?}");
+    assert!(error.message.contains("time budget"), "{}", error.message);
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "stopped after {:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn memory_growth_past_the_limit_is_stopped() {
+    let bytes = module(
+        "",
+        "",
+        "(loop $more (drop (memory.grow (i32.const 16))) (br $more)) (i32.const 0)",
+    );
+    let error = failure(&bytes);
+    assert_eq!(error.kind, SchedulerFailure::Memory, "{error:?}");
+    assert!(error.message.contains("memory"), "{}", error.message);
+}
+
+#[test]
+fn an_initial_memory_over_the_limit_is_refused() {
+    let text = r#"(module
+      (memory (export "memory") 1000)
+      (func (export "alloc") (param i32) (result i32) (i32.const 0))
+      (func (export "dealloc") (param i32))
+      (func (export "scheduler") (param i32 i32) (result i32) (i32.const 0)))"#;
+    let error = failure(&wat::parse_str(text).unwrap());
+    assert_eq!(error.kind, SchedulerFailure::Memory, "{error:?}");
+    assert!(error.message.contains("16 MiB"), "{}", error.message);
+}
+
+#[test]
+fn a_trap_is_a_runtime_error_with_the_panic_message() {
+    let error = failure(&module("", "", "unreachable"));
+    assert_eq!(error.kind, SchedulerFailure::Runtime, "{error:?}");
+    assert!(
+        error.message.contains("scheduler failed: trapped"),
+        "{}",
+        error.message
+    );
+
+    // A Rust module reports its panic through env.log_panic, then traps.
+    let imports = r#"(import "env" "log_panic" (func $log_panic (param i32 i32 i32 i32 i32)))"#;
+    // A second report in the same call is ignored (a module reporting in a loop costs little).
+    let body = "(call $log_panic (i32.const 16) (i32.const 5) (i32.const 21) (i32.const 8) \
+                (i32.const 42)) \
+                (call $log_panic (i32.const 21) (i32.const 3) (i32.const 16) (i32.const 5) \
+                (i32.const 7)) unreachable";
+    let error = failure(&module(imports, "boom!src/x.rs", body));
+    assert_eq!(error.kind, SchedulerFailure::Runtime);
+    assert!(
+        error.message.contains("panicked at src/x.rs:42: boom!"),
+        "{}",
+        error.message
+    );
+    assert!(!error.message.contains(":7:"), "{}", error.message);
+
+    // Pointers outside the memory do not take the host down.
+    let body = "(call $log_panic (i32.const -1) (i32.const -1) (i32.const 70000) (i32.const 9) \
+                (i32.const 1)) unreachable";
+    let error = failure(&module(imports, "", body));
+    assert!(
+        error.message.contains("panicked at :1: "),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn the_instance_is_made_anew_after_a_trap() {
+    // Traps when its input is long, and from then on whenever the same instance is called.
+    let body = r#"
+    (if (global.get $dirty) (then unreachable))
+    (if (i32.gt_u (local.get $len) (i32.const 2000))
+      (then (global.set $dirty (i32.const 1)) unreachable))
+    (i32.const 16)"#;
+    let bytes = module("", OK_RESULT, body);
+    let mut run = WasmRun::from_bytes("scheduler.wasm", &bytes, limits()).unwrap();
+    assert!(run.run(&small_input()).is_ok());
+    let error = run.run(&input_with(5, 40)).unwrap_err();
+    assert_eq!(error.kind, SchedulerFailure::Runtime);
+    let again = run.run(&small_input());
+    assert!(again.is_ok(), "the trapped instance was reused: {again:?}");
+}
+
+#[test]
+fn output_of_the_wrong_type_is_refused() {
+    let cases = [
+        (r#"[1, 2]"#, "an array, not an object"),
+        (
+            r#"{\"schedule\": 5, \"log\": \"\"}"#,
+            "`schedule` is a number",
+        ),
+        (r#"{\"log\": \"only a log\"}"#, "has no `schedule`"),
+        (r#"{\"schedule\": {}, \"log\": 7}"#, "`log` is a number"),
+        (
+            r#"{\"schedule\": {}, \"actions\": [1]}"#,
+            "`actions` is an array",
+        ),
+        ("not json", "did not return JSON"),
+    ];
+    for (data, expected) in cases {
+        let error = failure(&module("", data, "(i32.const 16)"));
+        assert_eq!(error.kind, SchedulerFailure::BadOutput, "{data}: {error:?}");
+        assert!(
+            error.message.contains(expected),
+            "{data}: {}",
+            error.message
+        );
+    }
+    // A pointer past the memory's end.
+    let error = failure(&module("", "", "(i32.const 0x7fffffff)"));
+    assert_eq!(error.kind, SchedulerFailure::BadOutput);
+    assert!(
+        error.message.contains("outside the module's memory"),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn a_missing_export_is_named() {
+    let text = r#"(module
+      (memory (export "memory") 1)
+      (func (export "alloc") (param i32) (result i32) (i32.const 0)))"#;
+    let error = failure(&wat::parse_str(text).unwrap());
+    assert_eq!(error.kind, SchedulerFailure::Load);
+    assert!(
+        error
+            .message
+            .contains("does not export `dealloc`, `scheduler`"),
+        "{}",
+        error.message
+    );
+    // Exported with the wrong signature.
+    let text = r#"(module
+      (memory (export "memory") 1)
+      (func (export "alloc") (param i32) (result i32) (i32.const 0))
+      (func (export "dealloc") (param i32))
+      (func (export "scheduler") (param i32) (result i32) (i32.const 0)))"#;
+    let error = failure(&wat::parse_str(text).unwrap());
+    assert_eq!(error.kind, SchedulerFailure::Load);
+    assert!(
+        error
+            .message
+            .contains("`scheduler` must be a function (i32, i32) -> i32"),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn an_unknown_import_is_named() {
+    for import in [
+        r#"(import "env" "getrandom" (func (param i32 i32) (result i32)))"#,
+        r#"(import "wasi_snapshot_preview1" "fd_write" (func (param i32 i32 i32 i32) (result i32)))"#,
+    ] {
+        let error = failure(&module(import, OK_RESULT, "(i32.const 16)"));
+        assert_eq!(error.kind, SchedulerFailure::Load);
+        let name = if import.contains("getrandom") {
+            "`env.getrandom`"
+        } else {
+            "`wasi_snapshot_preview1.fd_write`"
+        };
+        assert!(error.message.contains(name), "{}", error.message);
+        assert!(error.message.contains("env.log_panic"), "{}", error.message);
+    }
+    // Not a module at all.
+    let error = failure(b"\0asm junk");
+    assert_eq!(error.kind, SchedulerFailure::Load);
+    assert!(error.message.contains("not a valid WebAssembly module"));
+}
+
+#[test]
+fn the_libm_shims_compute() {
+    let imports = r#"(import "env" "pow" (func $pow (param f64 f64) (result f64)))
+      (import "env" "ldexp" (func $ldexp (param f64 i32) (result f64)))
+      (import "env" "fmod" (func $fmod (param f64 f64) (result f64)))"#;
+    // Returns {"schedule":{}} when pow(2,10) + ldexp(1,3) + fmod(7,4) == 1035, else traps.
+    let body = r#"
+    (if (f64.ne (f64.add (f64.add (call $pow (f64.const 2) (f64.const 10))
+                                  (call $ldexp (f64.const 1) (i32.const 3)))
+                         (call $fmod (f64.const 7) (f64.const 4)))
+                (f64.const 1035))
+      (then unreachable))
+    (i32.const 16)"#;
+    let output = run(
+        &module(imports, r#"{\"schedule\":{}}"#, body),
+        &small_input(),
+    )
+    .unwrap();
+    assert_eq!(output.data, json!({}));
+    assert_eq!(
+        super::runtime::ldexp(1e-300, 1100),
+        1e-300 * 2f64.powi(1000) * 2f64.powi(100)
+    );
+    assert_eq!(super::runtime::ldexp(3.0, -2), 0.75);
+}
+
+fn repo(path: &str) -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
+}
+
+/// The shipped example module (examples/wasm-scheduler) and the Lua scheduler it was written
+/// after (benches/placement) give the same schedule and log on the same input.
+#[test]
+fn the_example_module_schedules_as_its_lua_twin() {
+    let wasm = std::fs::read(repo("examples/wasm-scheduler/scheduler/v1/scheduler.wasm")).unwrap();
+    let lua = crate::lua::Sandbox::load(
+        &repo("benches/placement/scheduler/v1"),
+        "scheduler/v1",
+        crate::lua::Limits::default(),
+    )
+    .unwrap();
+    // A debug build interprets some 50 times slower than a release one.
+    let generous = WasmLimits {
+        memory: 256 << 20,
+        time: Duration::from_secs(60),
+    };
+    let mut module = WasmRun::from_bytes("scheduler.wasm", &wasm, generous).unwrap();
+    for (peers, roles) in [(0, 1), (3, 10), (20, 30)] {
+        let input = input_with(peers, roles);
+        let expected = lua.run(&input).unwrap();
+        let got = module.run(&input).unwrap();
+        assert_eq!(got.log, expected.log, "{peers} peers, {roles} roles");
+        assert_eq!(got.data, expected.data, "{peers} peers, {roles} roles");
+        // The same hash, so a follower of either accepts the other's schedule.
+        let a = Schedule::new(got.data, input.now, input.current_id.clone());
+        let b = Schedule::new(expected.data, input.now, input.current_id.clone());
+        assert_eq!(a.hash, b.hash);
+    }
+    assert!(
+        lua.run(&input_with(20, 30))
+            .unwrap()
+            .log
+            .contains("placed 30 roles over 21 nodes"),
+        "the comparison must cover real placements"
+    );
+}
+
+#[test]
+fn a_config_dir_with_scheduler_wasm_runs_it_instead_of_main_lua() {
+    let dir = tempfile::tempdir().unwrap();
+    let sched = dir.path().join("scheduler/v1");
+    std::fs::create_dir_all(&sched).unwrap();
+    std::fs::write(
+        sched.join("main.lua"),
+        r#"return {scheduler = function() return '{"from": "lua"}', "" end}"#,
+    )
+    .unwrap();
+    let lua = LuaScheduler::start(dir.path().into(), crate::lua::Limits::default()).unwrap();
+    let wasm = WasmScheduler::start(dir.path().into(), limits()).unwrap();
+    let scheduler = ConfigDirScheduler::new(dir.path().into(), lua, wasm);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let input = Arc::new(small_input());
+    let first = runtime.block_on(scheduler.run("a", input.clone())).unwrap();
+    assert_eq!(first.data, json!({"from": "lua"}));
+
+    std::fs::write(
+        sched.join(SCHEDULER_WASM),
+        module("", OK_RESULT, "(i32.const 16)"),
+    )
+    .unwrap();
+    let second = runtime.block_on(scheduler.run("b", input.clone())).unwrap();
+    assert_eq!(second.log, "hello");
+
+    // A new module version is loaded; a broken one fails with its error and the next good
+    // version runs again.
+    std::fs::write(sched.join(SCHEDULER_WASM), module("", "", "unreachable")).unwrap();
+    let third = runtime
+        .block_on(scheduler.run("c", input.clone()))
+        .unwrap_err();
+    assert_eq!(third.kind, SchedulerFailure::Runtime);
+    assert!(
+        third
+            .message
+            .starts_with("scheduler/v1/scheduler.wasm: scheduler failed")
+    );
+    std::fs::write(sched.join(SCHEDULER_WASM), b"garbage").unwrap();
+    let fourth = runtime
+        .block_on(scheduler.run("d", input.clone()))
+        .unwrap_err();
+    assert_eq!(fourth.kind, SchedulerFailure::Load);
+    std::fs::write(
+        sched.join(SCHEDULER_WASM),
+        module("", OK_RESULT, "(i32.const 16)"),
+    )
+    .unwrap();
+    assert!(runtime.block_on(scheduler.run("e", input)).is_ok());
+}
+
+/// A query.wasm whose entry points return `init_result`, `render_result` and `query_result`
+/// (JSON text at fixed addresses).
+fn query_module(init_result: &str, render_result: &str, query_result: &str) -> Vec<u8> {
+    let text = format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $next (mut i32) (i32.const 8192))
+  (data (i32.const 16) "{init_result}")
+  (data (i32.const 1024) "{render_result}")
+  (data (i32.const 4096) "{query_result}")
+  (func (export "alloc") (param $len i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $next))
+    (global.set $next (i32.add (global.get $next) (local.get $len)))
+    (block $fits
+      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
+      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
+    (local.get $p))
+  (func (export "dealloc") (param i32))
+  (func (export "init") (param i32 i32) (result i32) (i32.const 16))
+  (func (export "render_roles") (param i32 i32) (result i32) (i32.const 1024))
+  (func (export "query") (param i32 i32) (result i32) (i32.const 4096)))"#
+    );
+    wat::parse_str(text).unwrap()
+}
+
+fn schedule() -> Schedule {
+    Schedule::new(json!({"roles": {"web": {}}}), 1, "ab".into())
+}
+
+#[test]
+fn query_wasm_answers_through_ok_envelopes() {
+    let bytes = query_module(
+        r#"{\"Ok\": null}"#,
+        r#"{\"Ok\": {\"web\": {\"template\": \"web/v1\", \"port\": 80}}}"#,
+        r#"{\"Ok\": {\"answer\": 42}}"#,
+    );
+    let mut module = QueryModule::from_bytes("query.wasm", &bytes, limits()).unwrap();
+    module.init(&schedule(), "alpha").unwrap();
+    let roles = module.render_roles("dep1", None).unwrap();
+    assert_eq!(roles["web"], json!({"template": "web/v1", "port": 80}));
+    assert_eq!(
+        module.query("x/y", &json!({"q": 1})).unwrap(),
+        json!({"answer": 42})
+    );
+}
+
+#[test]
+fn query_wasm_errors_say_what_failed() {
+    let bytes = query_module(
+        r#"{\"Err\": {\"kind\": \"Deserialize\", \"message\": \"bad schedule\", \"causes\": [\"missing field\"]}}"#,
+        r#"{\"Ok\": [1]}"#,
+        r#"{\"Oops\": 1}"#,
+    );
+    let mut module = QueryModule::from_bytes("query.wasm", &bytes, limits()).unwrap();
+    let error = module.init(&schedule(), "alpha").unwrap_err();
+    assert_eq!(
+        error.message,
+        "query.wasm: init: Deserialize: bad schedule: missing field"
+    );
+    let error = module.render_roles("dep1", None).unwrap_err();
+    assert!(
+        error.message.contains("not an object of roles"),
+        "{}",
+        error.message
+    );
+    let error = module.query("x", &json!(null)).unwrap_err();
+    assert!(error.message.contains("not {\"Ok\""), "{}", error.message);
+    // A scheduler module is not a query module.
+    let scheduler = module_bytes_without_query_exports();
+    let error = QueryModule::from_bytes("query.wasm", &scheduler, limits()).unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("does not export `init`, `render_roles`, `query`"),
+        "{}",
+        error.message
+    );
+}
+
+fn module_bytes_without_query_exports() -> Vec<u8> {
+    module("", OK_RESULT, "(i32.const 16)")
+}
+
+#[test]
+fn envelopes_unwrap() {
+    assert_eq!(unwrap_envelope(json!({"Ok": 1})), Ok(json!(1)));
+    assert_eq!(
+        unwrap_envelope(json!({"Err": {"kind": "Internal", "message": "m"}})),
+        Err("Internal: m".into())
+    );
+    assert!(unwrap_envelope(json!({"Ok": 1, "Err": 2})).is_err());
+    assert!(unwrap_envelope(json!([])).is_err());
+}
