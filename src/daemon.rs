@@ -551,7 +551,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(
         store.clone(),
-        config.hostname.clone(),
         render,
         Arc::new(Sweep {
             logs: logs.clone(),
