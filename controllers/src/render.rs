@@ -541,7 +541,7 @@ impl RenderController {
                 Ok(Requeue::None)
             }
             Err(e) => {
-                let message = format!("{key}: {e}; the schedule is not rendered");
+                let message = format!("{e}; the schedule is not rendered");
                 self.state.lock().unwrap().view = Some((real.clone(), Err(message.clone())));
                 self.record_failure(&key, message.clone(), None);
                 Err(RenderError::Roles(message))
