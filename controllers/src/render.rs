@@ -142,6 +142,9 @@ type Cached = (
     Result<Arc<Desired>, RenderError>,
 );
 
+/// The schedule a node's roles are read from, or why the role source could not give them.
+type View = Result<Arc<Option<Schedule>>, String>;
+
 /// A deployment-log entry, decided under the state lock and written after it is released.
 #[derive(Debug)]
 enum LogEntry {
@@ -360,7 +363,7 @@ struct State {
     refs_doc: Option<(Arc<Option<Schedule>>, Arc<Value>)>,
     /// The roles of this node for one schedule snapshot (held, as in [`Cached`]): the schedule
     /// they are read from (the same snapshot with [`CompatRoles`]), or why the source failed.
-    view: Option<(Arc<Option<Schedule>>, Result<Arc<Option<Schedule>>, String>)>,
+    view: Option<(Arc<Option<Schedule>>, View)>,
     /// The last schedule whose roles were derived, for the source's `previous`.
     previous: Option<Schedule>,
     /// The deployment id given to the source with the roles, for the first pass they start.
@@ -451,10 +454,7 @@ impl RenderController {
     /// The schedule this node's roles are read from for snapshot `real`, when known now: the
     /// cached answer of the source, or `real` itself when the source derives nothing
     /// ([`CompatRoles`]).
-    fn view_now(
-        &self,
-        real: &Arc<Option<Schedule>>,
-    ) -> Option<Result<Arc<Option<Schedule>>, String>> {
+    fn view_now(&self, real: &Arc<Option<Schedule>>) -> Option<View> {
         let mut st = self.state.lock().unwrap();
         if let Some((s, view)) = &st.view
             && Arc::ptr_eq(s, real)
