@@ -292,6 +292,12 @@ pub trait RoleSource: Send + Sync + 'static {
     /// Where the roles come from as status and metrics name it (`scheduler/v1/query.wasm`): it
     /// contains `/`, so it never names a role.
     fn name(&self) -> &str;
+    /// What the roles depend on besides the schedule (the module file's size and time); when it
+    /// changes they are derived again for the schedule in force (at the render driver's next
+    /// scan). `None` for a source that depends on the schedule only.
+    fn version(&self) -> Option<String> {
+        None
+    }
     /// `None`: the roles are the schedule's own, derived by the compat merge, with nothing to
     /// call. `Some`: resolves (off the async runtime; it does nothing until polled) to the
     /// node's roles with their variables, or why they cannot be had.

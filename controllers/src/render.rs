@@ -28,7 +28,7 @@
 //! cannot be written is reported in `roles.deployment_log`, and roles go on.
 //!
 //! Which roles the node has, and their variables, comes from the [`RoleSource`] port, once per
-//! schedule: the compat merge ([`CompatRoles`], the default) reads them from the schedule as it
+//! schedule (and again when the source's version, e.g. the module file, changes): the compat merge ([`CompatRoles`], the default) reads them from the schedule as it
 //! is; a hook (`query.wasm`) gives `{role: vars}`, which is then read as if the schedule were
 //! `{"nodes": {host: {"roles": ..}}}` (so `template`, `depends_on` and references work the same).
 //! While a hook runs, the driver sees one key, the source's name (never a role name); when it
@@ -363,7 +363,7 @@ struct State {
     refs_doc: Option<(Arc<Option<Schedule>>, Arc<Value>)>,
     /// The roles of this node for one schedule snapshot (held, as in [`Cached`]): the schedule
     /// they are read from (the same snapshot with [`CompatRoles`]), or why the source failed.
-    view: Option<(Arc<Option<Schedule>>, View)>,
+    view: Option<(Arc<Option<Schedule>>, Option<String>, View)>,
     /// The last schedule whose roles were derived, for the source's `previous`.
     previous: Option<Schedule>,
     /// The deployment id given to the source with the roles, for the first pass they start.
@@ -455,9 +455,11 @@ impl RenderController {
     /// cached answer of the source, or `real` itself when the source derives nothing
     /// ([`CompatRoles`]).
     fn view_now(&self, real: &Arc<Option<Schedule>>) -> Option<View> {
+        let version = self.roles.version();
         let mut st = self.state.lock().unwrap();
-        if let Some((s, view)) = &st.view
+        if let Some((s, v, view)) = &st.view
             && Arc::ptr_eq(s, real)
+            && *v == version
         {
             return Some(view.clone());
         }
@@ -473,7 +475,7 @@ impl RenderController {
         // A source that derives roles answers in `derive_roles`; its future is dropped unpolled.
         match self.roles.roles(request) {
             None => {
-                st.view = Some((real.clone(), Ok(real.clone())));
+                st.view = Some((real.clone(), version, Ok(real.clone())));
                 Some(Ok(real.clone()))
             }
             Some(_) => None,
@@ -490,6 +492,7 @@ impl RenderController {
             return Ok(Requeue::None);
         };
         let id = deployment_id();
+        let version = self.roles.version();
         let request = RolesRequest {
             schedule: schedule.clone(),
             previous: self.state.lock().unwrap().previous.clone(),
@@ -528,7 +531,7 @@ impl RenderController {
                     .unwrap_or_default();
                 {
                     let mut st = self.state.lock().unwrap();
-                    st.view = Some((real.clone(), Ok(view)));
+                    st.view = Some((real.clone(), version, Ok(view)));
                     st.previous = Some(schedule);
                     st.next_pass_id = Some(id);
                 }
@@ -542,7 +545,8 @@ impl RenderController {
             }
             Err(e) => {
                 let message = format!("{e}; the schedule is not rendered");
-                self.state.lock().unwrap().view = Some((real.clone(), Err(message.clone())));
+                self.state.lock().unwrap().view =
+                    Some((real.clone(), version, Err(message.clone())));
                 self.record_failure(&key, message.clone(), None);
                 Err(RenderError::Roles(message))
             }

@@ -237,6 +237,17 @@ impl RoleSource for QueryHook {
         "scheduler/v1/query.wasm"
     }
 
+    /// The file's size and modification time: a changed `query.wasm` derives the roles again.
+    fn version(&self) -> Option<String> {
+        let meta = std::fs::metadata(self.dir.join(QUERY_WASM)).ok()?;
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        Some(format!("{}:{modified}", meta.len()))
+    }
+
     /// `None` without a `query.wasm` (the compat merge); else `render_roles`, off the runtime.
     fn roles(
         &self,

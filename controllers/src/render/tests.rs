@@ -703,6 +703,7 @@ async fn a_reference_cycle_fails_the_role_naming_the_chain() {
 struct GivenRoles {
     answer: Mutex<Option<Result<crate::ports::NodeRoles, String>>>,
     asked: Mutex<Vec<RolesRequest>>,
+    version: Mutex<Option<String>>,
 }
 
 impl GivenRoles {
@@ -718,6 +719,10 @@ impl GivenRoles {
 impl RoleSource for GivenRoles {
     fn name(&self) -> &str {
         "scheduler/v1/query.wasm"
+    }
+
+    fn version(&self) -> Option<String> {
+        self.version.lock().unwrap().clone()
     }
 
     fn roles(
@@ -835,4 +840,31 @@ async fn a_failing_role_source_renders_nothing_and_says_why() {
     source.answer(Ok(json!({"api": {"template": "other/v1"}})));
     rig.pass_all().await;
     assert!(rig.failed().is_empty());
+}
+
+#[tokio::test]
+async fn a_new_version_of_the_role_source_derives_the_roles_again_for_the_same_schedule() {
+    let (rig, source) = rig_with_given();
+    source.answer(Ok(json!({"api": {"template": "other/v1", "v": 1}})));
+    rig.schedule.set(schedule(json!({})));
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api"]);
+    rig.pass_all().await;
+    assert_eq!(
+        source.asked.lock().unwrap().len(),
+        1,
+        "asked once per schedule"
+    );
+
+    // The module changed: the next scan asks again and renders what it says now.
+    source.answer(Ok(json!({"api": {"template": "other/v1", "v": 2}})));
+    *source.version.lock().unwrap() = Some("2".into());
+    assert_eq!(rig.controller.keys(), vec!["scheduler/v1/query.wasm"]);
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api", "api"]);
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    assert_eq!(jobs[1].vars["v"], json!(2));
+    assert_eq!(source.asked.lock().unwrap().len(), 2);
 }
