@@ -10,6 +10,7 @@ mod error;
 mod events;
 mod files;
 mod frontend;
+mod graphql;
 mod guard;
 mod serve;
 
@@ -67,6 +68,8 @@ pub struct HttpState {
     long_polls: Arc<tokio::sync::Semaphore>,
     /// `/v1/schedule`'s body, serialized once per schedule and shared by every response.
     pub schedule_json: SharedJson<Option<verwalter_controllers::state::Schedule>>,
+    /// `/v1/graphql`'s schema, built at first use.
+    graphql: graphql::SchemaCell,
 }
 
 /// A JSON body serialized once per store snapshot and shared by every response: `Bytes` is
@@ -115,6 +118,7 @@ impl HttpState {
             max_long_polls,
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             schedule_json: SharedJson::default(),
+            graphql: graphql::SchemaCell::default(),
             settings,
         }
     }
@@ -197,6 +201,8 @@ fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/metrics", get(api::metrics)),
         ("/v1/schedule/{hash}", get(api::schedule_by_hash)),
         ("/v1/events", get(events::events)),
+        ("/v1/graphql", get(graphql::socket).post(graphql::post)),
+        ("/v1/graphiql", get(graphql::graphiql)),
         ("/v1/log/role/{role}/{file}", get(files::log_role)),
         ("/v1/log/external/{name}/{*path}", get(files::log_external)),
         ("/v1/log/{stream}/{file}", get(files::log_stream)),
@@ -298,3 +304,5 @@ async fn pretty(request: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_graphql;
