@@ -16,7 +16,6 @@
 //! result only when the client is ready for it (a slow reader gets the latest status, never a
 //! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -38,6 +37,7 @@ use verwalter_controllers::access;
 use verwalter_controllers::state::{BlockedState, Peer as StatePeer};
 use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
 use verwalter_controllers::store::Store;
+use verwalter_controllers::subscriptions::LastSent;
 use verwalter_controllers::vars;
 
 use super::AppState;
@@ -863,7 +863,7 @@ async fn run(
         });
     let mut outgoing = GraphqlSocket::new(executor, incoming, protocol);
     // The last payload sent per subscription: an unchanged result is not sent again.
-    let mut last: HashMap<String, String> = HashMap::new();
+    let mut last = LastSent::default();
     // `next` makes the next message only now: nothing waits in a queue for a slow client.
     while let Some(message) = outgoing.next().await {
         let message = match message {
@@ -894,9 +894,9 @@ async fn run(
     let _ = tokio::time::timeout(stall, sink.close()).await;
 }
 
-/// Whether a server message is worth sending: not a subscription result equal to the last one
-/// sent for the same subscription. Remembers results, forgets a subscription when it completes.
-pub(super) fn fresh(last: &mut HashMap<String, String>, text: &str) -> bool {
+/// Whether a server message is worth sending ([`LastSent`]): not a subscription result equal to
+/// the last one sent for the same subscription. A `complete` forgets the subscription.
+pub(super) fn fresh(last: &mut LastSent, text: &str) -> bool {
     #[derive(serde::Deserialize)]
     struct Envelope<'a> {
         #[serde(rename = "type")]
@@ -908,16 +908,9 @@ pub(super) fn fresh(last: &mut HashMap<String, String>, text: &str) -> bool {
         return true;
     };
     match (envelope.kind, envelope.id, envelope.payload) {
-        ("data" | "next", Some(id), Some(payload)) => {
-            let payload = payload.get();
-            if last.get(&id).is_some_and(|sent| sent == payload) {
-                return false;
-            }
-            last.insert(id, payload.to_string());
-            true
-        }
+        ("data" | "next", Some(id), Some(payload)) => last.fresh(&id, payload.get()),
         ("complete", Some(id), _) => {
-            last.remove(&id);
+            last.forget(&id);
             true
         }
         _ => true,

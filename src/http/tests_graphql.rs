@@ -625,8 +625,8 @@ async fn sockets_share_the_event_stream_cap_and_refuse_other_sites() {
 }
 
 #[test]
-fn an_unchanged_result_is_not_sent_again() {
-    let mut last = std::collections::HashMap::new();
+fn an_unchanged_result_is_not_sent_again_in_either_protocol() {
+    let mut last = verwalter_controllers::subscriptions::LastSent::default();
     let data = |id: &str, epoch: u64| {
         json!({"type": "data", "id": id, "payload": {"data": {"epoch": epoch}}}).to_string()
     };
@@ -663,4 +663,49 @@ fn the_schema_in_the_docs_is_the_served_one() {
             "docs/http-api.md's schema differs; the served one is in target/graphql-schema.graphql"
         );
     }
+}
+
+#[tokio::test]
+async fn a_socket_that_stops_reading_is_closed_after_the_stall_timeout() {
+    let writer = leading(1);
+    // A result far larger than the socket buffers hold: it cannot be written while the client
+    // does not read. (No hash check on this path: the envelope is made by hand.)
+    let blob = "x".repeat(16 << 20);
+    writer.schedule.set(Some(Schedule {
+        timestamp: 1,
+        hash: "big".into(),
+        data: Arc::new(json!({ "blob": blob })),
+        origin: "77985419c732412ea38b94db00000001".into(),
+    }));
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        max_event_streams: 1,
+        stream_stall_timeout: Duration::from_millis(300),
+        ..HttpSettings::default()
+    }));
+    let (addr, shutdown) = serving(state).await;
+    let mut stalled = open_socket(addr, "graphql-ws", None).await.unwrap();
+    send(&mut stalled, json!({"type": "connection_init"})).await;
+    assert_eq!(receive(&mut stalled).await, json!({"type": "connection_ack"}));
+    send(
+        &mut stalled,
+        json!({"type": "start", "id": "1",
+               "payload": {"query": "subscription { status { schedule { data } } }"}}),
+    )
+    .await;
+    // `stalled` is never read again (nor dropped until the end). Its slot, the only one, comes
+    // back once the server has given up on it.
+    let reopened = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            if let Ok(socket) = open_socket(addr, "graphql-ws", None).await {
+                return socket;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert!(reopened.is_ok(), "the stalled socket was closed");
+    drop(stalled);
+    shutdown.cancel();
 }
