@@ -49,7 +49,10 @@ mod tests {
         assert!(last.fresh("1", r#"{"epoch":2}"#), "a new result");
         assert!(!last.fresh("1", r#"{"epoch":2}"#));
         last.forget("1");
-        assert!(last.fresh("1", r#"{"epoch":2}"#), "a completed id starts over");
+        assert!(
+            last.fresh("1", r#"{"epoch":2}"#),
+            "a completed id starts over"
+        );
         assert_eq!(last.len(), 2);
     }
 }

@@ -2,30 +2,32 @@
 //!
 //! - `POST /v1/graphql` `{query, operationName?, variables?}` answers `{data, errors?}`: 200 when
 //!   there is data, 400 when there is none (the query did not parse or validate, e.g. too deep
-//!   or too complex: [`MAX_DEPTH`], [`MAX_COMPLEXITY`]). The body is JSON of at most
-//!   [`BODY_LIMIT`] bytes, as for the other POST routes.
+//!   or too complex: [`MAX_DEPTH`], [`MAX_COMPLEXITY`], [`MAX_COSTLY_FIELDS`]). The body is JSON
+//!   of at most [`BODY_LIMIT`] bytes, as for the other POST routes.
 //! - `GET /v1/graphql` with a WebSocket upgrade speaks `graphql-ws` (subscriptions-transport-ws,
 //!   what 0.13's clients speak) and `graphql-transport-ws` (the graphql-ws library's protocol);
 //!   `subscription { status { ... } }` sends the status now and again whenever it changes.
 //! - `GET /v1/graphiql`: a small query page from the binary, no resources from elsewhere.
 //!
 //! Every field is read from one snapshot of the store made into the `/v1/status` view
-//! ([`status::view`]), so a query and `/v1/status` agree. Subscriptions wake on the same store
+//! ([`status::view`]) and from that into one JSON tree ([`tree`]), so a query and `/v1/status`
+//! agree. Subscriptions wake on the same store
 //! fields as `/v1/events` ([`Sources::triggers`]) and share its limits: a socket takes one of the
 //! `http.max-event-streams` slots, holds at most [`MAX_SUBSCRIPTIONS`] subscriptions, makes a
 //! result only when the client is ready for it (a slow reader gets the latest status, never a
 //! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use async_graphql::dynamic::{
+    Enum, Field, FieldFuture, FieldValue, InputValue, Object, ResolverContext, Scalar, Schema,
+    Subscription, SubscriptionField, SubscriptionFieldFuture, TypeRef,
+};
 use async_graphql::futures_util::stream::BoxStream;
 use async_graphql::http::{WebSocket as GraphqlSocket, WebSocketProtocols, WsMessage};
-use async_graphql::{
-    Context, Enum, Executor, Json as GqlJson, Object, Schema, ServerError, SimpleObject,
-    Subscription,
-};
+use async_graphql::{Executor, Name, ServerError, Value as GqlValue};
 use axum::Json;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Request, State};
@@ -34,14 +36,14 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use verwalter_controllers::access;
-use verwalter_controllers::state::{BlockedState, Peer as StatePeer};
+use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
 use verwalter_controllers::store::Store;
 use verwalter_controllers::subscriptions::LastSent;
 use verwalter_controllers::vars;
 
 use super::AppState;
-use crate::logs::{IndexEntry, LogDir};
+use crate::logs::LogDir;
 use crate::metrics::Metrics;
 
 /// Largest `POST /v1/graphql` body and WebSocket message accepted (as `/v1/action`).
@@ -49,22 +51,24 @@ pub const BODY_LIMIT: usize = super::actions::BODY_LIMIT;
 /// Deepest selection accepted: this schema's deepest field is at depth 4
 /// (`status { roles { list { name } } }`); the standard introspection query needs 13.
 pub const MAX_DEPTH: usize = 15;
-/// Most costly query accepted: every field costs 1, `status` 10, `schedule.data` (the whole
-/// schedule, copied into the answer) 100 and `deployments` (a read of the deployment log) 50;
-/// the standard introspection query costs about 200.
-pub const MAX_COMPLEXITY: usize = 1000;
+/// Most fields one query may select (aliases and fragments counted out; every field costs 1);
+/// the standard introspection query selects about 200.
+pub const MAX_COMPLEXITY: usize = 500;
+/// How often one result may hold `schedule.data` (the whole schedule, copied into the answer)
+/// and `deployments` (a read of the deployment log), however aliases repeat them.
+pub const MAX_COSTLY_FIELDS: usize = 2;
 /// Subscriptions one WebSocket may hold at once; a `start` past them gets an error.
 pub const MAX_SUBSCRIPTIONS: usize = 16;
 /// Most deployment log entries `deployments(last:)` returns.
-pub const MAX_DEPLOYMENT_ENTRIES: i32 = 200;
+pub const MAX_DEPLOYMENT_ENTRIES: i64 = 200;
 /// Changes closer together than this make one subscription result (as `/v1/events`).
 const COALESCE: Duration = Duration::from_millis(50);
 
-pub type VerwalterSchema = Schema<Query, Mutation, SubscriptionRoot>;
+pub type VerwalterSchema = Schema;
 
 /// The schema of an app, built at first use (in [`super::HttpState`]).
 #[derive(Default)]
-pub struct SchemaCell(std::sync::OnceLock<VerwalterSchema>);
+pub struct SchemaCell(OnceLock<VerwalterSchema>);
 
 impl std::fmt::Debug for SchemaCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -94,19 +98,13 @@ pub fn schema(state: &AppState) -> VerwalterSchema {
                 metrics: state.metrics.clone(),
                 logs: state.logs.clone(),
             };
-            Schema::build(Query, Mutation, SubscriptionRoot)
-                .data(source)
-                .limit_depth(MAX_DEPTH)
-                .limit_complexity(MAX_COMPLEXITY)
-                .limit_recursive_depth(32)
-                .limit_directives(16)
-                .finish()
+            build_schema(source)
         })
         .clone()
 }
 
 /// The whole schema in GraphQL's schema language without its descriptions, indented by two
-/// spaces (docs/http-api.md lists it; a test compares; introspection has the descriptions).
+/// spaces (docs/http-api.md lists it; a test compares).
 #[cfg(test)]
 pub fn sdl(state: &AppState) -> String {
     let mut out = String::new();
@@ -127,46 +125,406 @@ pub fn sdl(state: &AppState) -> String {
 }
 
 // ---- The schema -------------------------------------------------------------------------------
+//
+// A dynamic schema from a table rather than derived types: every object is a node of one JSON
+// tree made per status ([`View`]) and one resolver reads every field of it, so the schema costs
+// one copy of the resolver machinery instead of one per type and field (docs/benchmarks.md).
 
-pub struct Query;
+/// The object types and their fields, `name: type` in GraphQL's notation. `Schedule.data`,
+/// `Status.deployments` and `Mutation.noop` have resolvers of their own.
+const OBJECTS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "Status",
+        &[
+            ("version", "String!"),
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("defaultFrontend", "String!"),
+            ("roles", "Roles!"),
+            ("peers", "Peers!"),
+            ("election", "Election!"),
+            ("schedule", "Schedule"),
+            ("fetch", "Fetch!"),
+            ("numErrors", "Int!"),
+            ("errors", "JSON!"),
+            ("leader", "Leader"),
+            ("selfReport", "JSON"),
+            ("threadsReport", "JSON"),
+            ("scheduleStatus", "String!"),
+            ("metrics", "JSON!"),
+            ("lastDeployment", "Deployment"),
+        ],
+    ),
+    (
+        "Roles",
+        &[
+            ("number", "Int!"),
+            ("failed", "[String!]!"),
+            ("list", "[Role!]!"),
+        ],
+    ),
+    (
+        "Role",
+        &[
+            ("name", "String!"),
+            ("state", "RoleState!"),
+            ("lastError", "String"),
+            ("attempts", "Int!"),
+            ("since", "Float"),
+            ("blockedOn", "[String!]!"),
+            ("blockedReason", "String"),
+            ("deploymentId", "String"),
+        ],
+    ),
+    (
+        "Peers",
+        &[
+            ("number", "Int!"),
+            ("errorneous", "[ErroneousPeer!]!"),
+            ("timestamp", "Float"),
+            ("list", "[Peer!]!"),
+        ],
+    ),
+    (
+        "ErroneousPeer",
+        &[
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("errors", "Int!"),
+        ],
+    ),
+    (
+        "Peer",
+        &[
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("addr", "String"),
+            ("knownSince", "Float!"),
+            ("lastReportDirect", "Float"),
+            ("errors", "Int!"),
+            ("schedule", "String"),
+            ("isLeader", "Boolean!"),
+        ],
+    ),
+    (
+        "Election",
+        &[
+            ("isLeader", "Boolean!"),
+            ("isStable", "Boolean!"),
+            ("promoting", "String"),
+            ("numVotesForMe", "Int"),
+            ("neededVotes", "Int"),
+            ("epoch", "Float!"),
+            ("deadline", "Float!"),
+            ("lastStableTimestamp", "Float"),
+            ("leader", "String"),
+        ],
+    ),
+    (
+        "Schedule",
+        &[
+            ("timestamp", "Float!"),
+            ("hash", "String!"),
+            ("origin", "String!"),
+        ],
+    ),
+    (
+        "Fetch",
+        &[
+            ("state", "FetchState!"),
+            ("leader", "String"),
+            ("schedule", "String"),
+        ],
+    ),
+    (
+        "Leader",
+        &[
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("addr", "String"),
+            ("schedule", "String"),
+            ("debugForced", "Boolean!"),
+        ],
+    ),
+    (
+        "Deployment",
+        &[
+            ("id", "String!"),
+            ("schedule", "String!"),
+            ("started", "Float!"),
+            ("finished", "Float"),
+            ("roles", "[String!]!"),
+            ("failed", "[String!]!"),
+            ("blocked", "[String!]!"),
+        ],
+    ),
+    (
+        "LogEntry",
+        &[
+            ("time", "String!"),
+            ("deploymentId", "String!"),
+            ("marker", "String!"),
+            ("action", "String"),
+            ("role", "String"),
+        ],
+    ),
+    ("Okay", &[("ok", "Boolean!")]),
+];
 
-#[Object]
-impl Query {
-    /// This node's status (`/v1/status`).
-    #[graphql(complexity = "10 + child_complexity")]
-    async fn status(&self, ctx: &Context<'_>) -> StatusView {
-        StatusView::now(ctx.data_unchecked::<Source>())
+const ENUMS: &[(&str, &[&str])] = &[
+    (
+        "FetchState",
+        &["UNSTABLE", "STABLE_LEADER", "PREFETCHING", "REPLICATING"],
+    ),
+    ("RoleState", &["OK", "FAILED", "WAITING", "BLOCKED"]),
+];
+
+/// A type in GraphQL's notation (`String!`, `[Role!]!`, `Float`).
+fn type_ref(text: &str) -> TypeRef {
+    let (inner, non_null) = match text.strip_suffix('!') {
+        Some(inner) => (inner, true),
+        None => (text, false),
+    };
+    let ty = match inner.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        Some(item) => TypeRef::List(Box::new(type_ref(item))),
+        None => TypeRef::Named(inner.to_string().into()),
+    };
+    if non_null {
+        TypeRef::NonNull(Box::new(ty))
+    } else {
+        ty
     }
 }
 
-pub struct Mutation;
+/// How the generic resolver hands on a field's JSON.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A scalar or a list of scalars.
+    Leaf,
+    /// An enum value (a string in the tree).
+    Enum,
+    /// An object, or a list of objects.
+    Object,
+}
 
-#[Object]
-impl Mutation {
-    /// Does nothing (0.13 had it because a GraphQL schema needs a mutation type).
-    async fn noop(&self) -> Okay {
-        Okay { ok: true }
+fn kind_of(ty: &str) -> Kind {
+    let name = ty.trim_matches(|c| matches!(c, '[' | ']' | '!'));
+    if ENUMS.iter().any(|(e, _)| *e == name) {
+        Kind::Enum
+    } else if OBJECTS.iter().any(|(o, _)| *o == name) {
+        Kind::Object
+    } else {
+        Kind::Leaf
     }
 }
 
-#[derive(SimpleObject)]
-pub struct Okay {
-    ok: bool,
+/// An object of a result: the node at `path` (a JSON pointer) of `root`.
+struct Node {
+    view: Option<Arc<View>>,
+    root: Arc<Value>,
+    path: String,
 }
 
-pub struct SubscriptionRoot;
-
-#[Subscription(name = "Subscription")]
-impl SubscriptionRoot {
-    /// The status now, then again on every change (changes within 50 ms make one result).
-    #[graphql(complexity = "10 + child_complexity")]
-    async fn status(&self, ctx: &Context<'_>) -> impl Stream<Item = StatusView> + use<> {
-        status_changes(ctx.data_unchecked::<Source>().clone())
+impl Node {
+    fn child<'a>(&self, path: String) -> FieldValue<'a> {
+        FieldValue::owned_any(Node {
+            view: self.view.clone(),
+            root: self.root.clone(),
+            path,
+        })
     }
 }
+
+/// JSON as a GraphQL value (enum values from strings where the schema says so).
+fn to_graphql(value: &Value, kind: Kind) -> GqlValue {
+    match (value, kind) {
+        (Value::String(name), Kind::Enum) => GqlValue::Enum(Name::new(name)),
+        (Value::Array(items), Kind::Enum) => {
+            GqlValue::List(items.iter().map(|v| to_graphql(v, kind)).collect())
+        }
+        _ => GqlValue::from_json(value.clone()).unwrap_or(GqlValue::Null),
+    }
+}
+
+/// The resolver of every table field: field `name` of the parent's node.
+fn json_field(
+    name: &'static str,
+    kind: Kind,
+) -> impl for<'a> Fn(ResolverContext<'a>) -> FieldFuture<'a> + Send + Sync + 'static {
+    move |ctx| {
+        let Some(node) = ctx.parent_value.downcast_ref::<Node>() else {
+            return FieldFuture::Value(None);
+        };
+        let path = format!("{}/{name}", node.path);
+        let value = match node.root.pointer(&path) {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) if kind == Kind::Object => Some(FieldValue::list(
+                (0..items.len()).map(|i| node.child(format!("{path}/{i}"))),
+            )),
+            Some(_) if kind == Kind::Object => Some(node.child(path)),
+            Some(value) => Some(FieldValue::value(to_graphql(value, kind))),
+        };
+        FieldFuture::Value(value)
+    }
+}
+
+fn error_field<'a>(message: String) -> FieldFuture<'a> {
+    FieldFuture::new(async move { Err::<Option<FieldValue<'a>>, _>(message.into()) })
+}
+
+fn build_schema(source: Source) -> VerwalterSchema {
+    let mut builder = Schema::build("Query", Some("Mutation"), Some("Subscription"));
+    for (name, fields) in OBJECTS {
+        let mut object = Object::new(*name);
+        for (field, ty) in *fields {
+            object = object.field(Field::new(
+                *field,
+                type_ref(ty),
+                json_field(field, kind_of(ty)),
+            ));
+        }
+        match *name {
+            "Status" => object = object.field(deployments_field()),
+            "Schedule" => object = object.field(schedule_data_field()),
+            _ => {}
+        }
+        builder = builder.register(object);
+    }
+    for (name, items) in ENUMS {
+        builder = builder.register(Enum::new(*name).items(items.iter().copied()));
+    }
+    let query =
+        Object::new("Query").field(Field::new("status", TypeRef::named_nn("Status"), |ctx| {
+            let source = match ctx.data::<Source>() {
+                Ok(source) => source,
+                Err(e) => return error_field(e.message),
+            };
+            let view = match ctx.data_opt::<RequestView>() {
+                // Aliases of `status` in one request read one snapshot.
+                Some(cached) => cached.0.get_or_init(|| View::now(source)).clone(),
+                None => View::now(source),
+            };
+            FieldFuture::Value(Some(View::root(view)))
+        }));
+    let mutation =
+        Object::new("Mutation").field(Field::new("noop", TypeRef::named_nn("Okay"), |_| {
+            FieldFuture::Value(Some(FieldValue::owned_any(Node {
+                view: None,
+                root: Arc::new(json!({"ok": true})),
+                path: String::new(),
+            })))
+        }));
+    let subscription = Subscription::new("Subscription").field(SubscriptionField::new(
+        "status",
+        TypeRef::named_nn("Status"),
+        |ctx| {
+            SubscriptionFieldFuture::new(async move {
+                let source = ctx.data::<Source>()?.clone();
+                Ok(status_changes(source).map(|view| Ok(View::root(view))))
+            })
+        },
+    ));
+    builder
+        .register(Scalar::new("JSON"))
+        .register(query)
+        .register(mutation)
+        .register(subscription)
+        .data(source)
+        .limit_depth(MAX_DEPTH)
+        .limit_complexity(MAX_COMPLEXITY)
+        .limit_recursive_depth(32)
+        .limit_directives(16)
+        .finish()
+        .expect("the schema table is consistent")
+}
+
+/// `Schedule.data`: the scheduler's output, from the snapshot (not copied into the tree).
+fn schedule_data_field() -> Field {
+    Field::new("data", TypeRef::named_nn("JSON"), |ctx| {
+        let Some(view) = ctx
+            .parent_value
+            .downcast_ref::<Node>()
+            .and_then(|n| n.view.clone())
+        else {
+            return FieldFuture::Value(None);
+        };
+        if let Err(message) = view.spend() {
+            return error_field(message);
+        }
+        let data = view.snap.schedule.as_ref().as_ref().map(|s| s.data.clone());
+        FieldFuture::Value(data.map(|d| FieldValue::value(to_graphql(&d, Kind::Leaf))))
+    })
+}
+
+/// `Status.deployments(last: Int! = 20)`: the newest entries of the deployment log index.
+fn deployments_field() -> Field {
+    Field::new(
+        "deployments",
+        TypeRef::named_nn_list_nn("LogEntry"),
+        |ctx| {
+            let Some(view) = ctx
+                .parent_value
+                .downcast_ref::<Node>()
+                .and_then(|n| n.view.clone())
+            else {
+                return FieldFuture::Value(None);
+            };
+            let last = ctx
+                .args
+                .get("last")
+                .and_then(|v| v.i64().ok())
+                .unwrap_or(20);
+            if !(0..=MAX_DEPLOYMENT_ENTRIES).contains(&last) {
+                return error_field(format!("last must be 0 to {MAX_DEPLOYMENT_ENTRIES}"));
+            }
+            if let Err(message) = view.spend() {
+                return error_field(message);
+            }
+            FieldFuture::new(async move {
+                let entries = match view.logs.clone() {
+                    None => Vec::new(),
+                    Some(logs) => {
+                        tokio::task::spawn_blocking(move || logs.recent_index(last as usize))
+                            .await
+                            .map_err(|e| format!("reading the deployment log: {e}"))?
+                            .map_err(|e| format!("reading the deployment log: {e}"))?
+                    }
+                };
+                let root = Arc::new(Value::Array(
+                    entries
+                        .into_iter()
+                        .map(|e| {
+                            json!({"time": e.time, "deploymentId": e.deployment_id,
+                               "marker": e.marker, "action": e.action, "role": e.role})
+                        })
+                        .collect(),
+                ));
+                let items = (0..root.as_array().map_or(0, Vec::len))
+                    .map(|i| {
+                        FieldValue::owned_any(Node {
+                            view: Some(view.clone()),
+                            root: root.clone(),
+                            path: format!("/{i}"),
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                Ok(Some(FieldValue::list(items)))
+            })
+        },
+    )
+    .argument(InputValue::new("last", TypeRef::named_nn("Int")).default_value(20))
+}
+
+/// The view of one request: made by the first `status` field, shared by its aliases.
+#[derive(Default)]
+pub struct RequestView(OnceLock<Arc<View>>);
 
 /// A status made when the consumer asks for the next one: the stream holds no queue.
-fn status_changes(source: Source) -> impl Stream<Item = StatusView> {
+fn status_changes(source: Source) -> impl Stream<Item = Arc<View>> {
     let triggers = Sources::new(&source.store).triggers();
     futures::stream::unfold(
         (source, triggers, true),
@@ -175,31 +533,19 @@ fn status_changes(source: Source) -> impl Stream<Item = StatusView> {
                 futures::future::select_all(triggers.iter_mut().map(|t| t.changed())).await;
                 tokio::time::sleep(COALESCE).await;
             }
-            let view = StatusView::now(&source);
+            let view = View::now(&source);
             Some((view, (source, triggers, false)))
         },
     )
 }
 
-/// One snapshot of the store with the `/v1/status` view made from it.
-pub struct StatusView {
-    node: Arc<NodeInfo>,
+/// One snapshot of the store, the `/v1/status` view made from it and the GraphQL tree of both.
+pub struct View {
     snap: Snapshot,
-    status: status::Status,
     logs: Option<Arc<LogDir>>,
-}
-
-impl StatusView {
-    fn now(source: &Source) -> StatusView {
-        let snap = Snapshot::take(&source.store);
-        let status = status::view(&source.node, &snap, source.metrics.scheduler_runs());
-        StatusView {
-            node: source.node.clone(),
-            snap,
-            status,
-            logs: source.logs.clone(),
-        }
-    }
+    tree: Arc<Value>,
+    /// `schedule.data` and `deployments` resolved so far ([`MAX_COSTLY_FIELDS`]).
+    costly: AtomicUsize,
 }
 
 /// Milliseconds as GraphQL floats (0.13's timestamps).
@@ -207,503 +553,162 @@ fn ms(value: u64) -> f64 {
     value as f64
 }
 
-#[Object(name = "Status")]
-impl StatusView {
-    async fn version(&self) -> &str {
-        &self.status.version
-    }
-    async fn id(&self) -> &str {
-        &self.status.id
-    }
-    async fn name(&self) -> &str {
-        &self.status.name
-    }
-    async fn hostname(&self) -> &str {
-        &self.status.hostname
-    }
-    async fn default_frontend(&self) -> &str {
-        &self.status.default_frontend
-    }
-    async fn roles(&self) -> Roles<'_> {
-        Roles { view: self }
-    }
-    async fn peers(&self) -> PeersView<'_> {
-        PeersView { view: self }
-    }
-    async fn election(&self) -> Election<'_> {
-        Election {
-            state: &self.status.election_state,
-        }
-    }
-    /// The schedule in force on this node, if any.
-    async fn schedule(&self) -> Option<ScheduleView<'_>> {
-        self.snap
-            .schedule
-            .as_ref()
-            .as_ref()
-            .map(|schedule| ScheduleView { schedule })
-    }
-    async fn fetch(&self) -> Fetch {
-        let state = &self.status.fetch_state;
-        let text = |key: &str| state.get(key).and_then(Value::as_str).map(str::to_string);
-        Fetch {
-            state: match state.get("state").and_then(Value::as_str) {
-                Some("StableLeader") => FetchState::StableLeader,
-                Some("Prefetching") => FetchState::Prefetching,
-                Some("Replicating") => FetchState::Replicating,
-                _ => FetchState::Unstable,
-            },
-            leader: text("leader"),
-            schedule: text("schedule"),
-        }
-    }
-    async fn num_errors(&self) -> usize {
-        self.status.num_errors
-    }
-    /// Problems by domain, as `/v1/status` `errors` (new).
-    async fn errors(&self) -> GqlJson<&std::collections::BTreeMap<String, String>> {
-        GqlJson(&self.status.errors)
-    }
-    /// The leader as this node knows it (itself while it leads).
-    async fn leader(&self) -> Option<Leader<'_>> {
-        self.status.leader.as_ref().map(|info| Leader {
-            info,
-            debug_forced: self.status.election_state.is_leader && self.node.debug_force_leader,
+impl View {
+    fn now(source: &Source) -> Arc<View> {
+        let snap = Snapshot::take(&source.store);
+        let status = status::view(&source.node, &snap, source.metrics.scheduler_runs());
+        let tree = Arc::new(tree(&source.node, &snap, &status));
+        Arc::new(View {
+            snap,
+            logs: source.logs.clone(),
+            tree,
+            costly: AtomicUsize::new(0),
         })
     }
-    /// 0.13's self-meter report: verwalter has no self-meter, always null.
-    async fn self_report(&self) -> Option<GqlJson<Value>> {
-        None
+
+    fn root<'a>(view: Arc<View>) -> FieldValue<'a> {
+        FieldValue::owned_any(Node {
+            root: view.tree.clone(),
+            view: Some(view),
+            path: String::new(),
+        })
     }
-    /// 0.13's per-thread self-meter report: always null, as `selfReport`.
-    async fn threads_report(&self) -> Option<GqlJson<Value>> {
-        None
-    }
-    /// `ok`, `fetching`, `waiting` or `unstable`.
-    async fn schedule_status(&self) -> &str {
-        self.status.schedule_status
-    }
-    /// `/v1/status` `metrics` (new).
-    async fn metrics(&self) -> GqlJson<&std::collections::BTreeMap<&'static str, u64>> {
-        GqlJson(&self.status.metrics)
-    }
-    /// The latest render pass of this node (new).
-    async fn last_deployment(&self) -> Option<Deployment<'_>> {
-        self.snap
-            .roles
-            .last_deployment
-            .as_ref()
-            .map(|deployment| Deployment { deployment })
-    }
-    /// The newest `last` entries of today's deployment log index (new), newest first; empty
-    /// when the node keeps no deployment log.
-    #[graphql(complexity = "50 + child_complexity")]
-    async fn deployments(
-        &self,
-        #[graphql(default = 20)] last: i32,
-    ) -> async_graphql::Result<Vec<LogEntry>> {
-        if !(0..=MAX_DEPLOYMENT_ENTRIES).contains(&last) {
-            return Err(format!("last must be 0 to {MAX_DEPLOYMENT_ENTRIES}").into());
+
+    /// Counts one costly field; an error past [`MAX_COSTLY_FIELDS`].
+    fn spend(&self) -> Result<(), String> {
+        if self.costly.fetch_add(1, Ordering::SeqCst) >= MAX_COSTLY_FIELDS {
+            return Err(format!(
+                "schedule.data and deployments may be selected {MAX_COSTLY_FIELDS} times in all \
+                 per result"
+            ));
         }
-        let Some(logs) = self.logs.clone() else {
-            return Ok(Vec::new());
-        };
-        let entries = tokio::task::spawn_blocking(move || logs.recent_index(last as usize))
-            .await
-            .map_err(|e| format!("reading the deployment log: {e}"))?
-            .map_err(|e| format!("reading the deployment log: {e}"))?;
-        Ok(entries.into_iter().map(LogEntry).collect())
+        Ok(())
     }
 }
 
-pub struct Roles<'a> {
-    view: &'a StatusView,
-}
-
-#[Object]
-impl Roles<'_> {
-    /// Roles in the schedule (all nodes).
-    async fn number(&self) -> usize {
-        self.view.status.roles
-    }
-    /// Roles failing on this node.
-    async fn failed(&self) -> &[String] {
-        &self.view.status.failed_roles
-    }
-    /// This node's roles (from the schedule, and any still failing or held back), by name (new).
-    async fn list(&self) -> Vec<Role<'_>> {
-        let snap = &self.view.snap;
-        let mut names: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
-        let mine = snap
-            .schedule
-            .as_ref()
-            .as_ref()
-            .map(|s| vars::node_roles(&s.data, &self.view.node.hostname))
-            .unwrap_or_default();
-        names.extend(mine.iter().map(String::as_str));
-        names.extend(snap.roles.failed.keys().map(String::as_str));
-        names.extend(snap.roles.blocked.keys().map(String::as_str));
-        names
-            .into_iter()
-            .map(|name| Role {
-                name: name.to_string(),
-                view: self.view,
+/// The GraphQL tree of a status (all but `schedule.data` and `deployments`), field names as in
+/// the schema.
+fn tree(node: &NodeInfo, snap: &Snapshot, status: &status::Status) -> Value {
+    let roles = &snap.roles;
+    let mut names: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mine = snap
+        .schedule
+        .as_ref()
+        .as_ref()
+        .map(|s| vars::node_roles(&s.data, &node.hostname))
+        .unwrap_or_default();
+    names.extend(mine.iter().map(String::as_str));
+    names.extend(roles.failed.keys().map(String::as_str));
+    names.extend(roles.blocked.keys().map(String::as_str));
+    let role_list: Vec<Value> = names
+        .into_iter()
+        .map(|name| {
+            let failed = roles.failed.get(name);
+            let blocked = roles.blocked.get(name);
+            let state = match (failed, blocked.map(|b| b.state)) {
+                (Some(_), _) => "FAILED",
+                (None, Some(BlockedState::Waiting)) => "WAITING",
+                (None, Some(BlockedState::Blocked)) => "BLOCKED",
+                (None, None) => "OK",
+            };
+            json!({
+                "name": name,
+                "state": state,
+                "lastError": failed.map(|f| &f.message),
+                "attempts": failed.map_or(0, |f| f.attempts),
+                "since": failed.map(|f| f.since).or(blocked.map(|b| b.since)).map(ms),
+                "blockedOn": blocked.map(|b| b.on.clone()).unwrap_or_default(),
+                "blockedReason": blocked.map(|b| &b.reason),
+                "deploymentId": match failed {
+                    Some(f) => f.deployment_id.as_ref(),
+                    None => blocked.and_then(|b| b.deployment_id.as_ref()),
+                },
             })
-            .collect()
-    }
-}
-
-/// What a role of this node is doing.
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub enum RoleState {
-    /// Neither failing nor held back.
-    Ok,
-    /// Its last attempt failed.
-    Failed,
-    /// Needs work but waits for a role it depends on.
-    Waiting,
-    /// Needs work but a role it depends on failed (or the pass halted).
-    Blocked,
-}
-
-pub struct Role<'a> {
-    name: String,
-    view: &'a StatusView,
-}
-
-#[Object]
-impl Role<'_> {
-    async fn name(&self) -> &str {
-        &self.name
-    }
-    async fn state(&self) -> RoleState {
-        let roles = &self.view.snap.roles;
-        if roles.failed.contains_key(&self.name) {
-            return RoleState::Failed;
-        }
-        match roles.blocked.get(&self.name).map(|b| b.state) {
-            Some(BlockedState::Waiting) => RoleState::Waiting,
-            Some(BlockedState::Blocked) => RoleState::Blocked,
-            None => RoleState::Ok,
-        }
-    }
-    /// Why its last attempt failed, while it fails.
-    async fn last_error(&self) -> Option<&str> {
-        let failure = self.view.snap.roles.failed.get(&self.name)?;
-        Some(&failure.message)
-    }
-    /// Failed attempts in a row (0 when not failing).
-    async fn attempts(&self) -> u32 {
-        self.view
-            .snap
-            .roles
-            .failed
-            .get(&self.name)
-            .map_or(0, |f| f.attempts)
-    }
-    /// Since when it fails, waits or is blocked (ms).
-    async fn since(&self) -> Option<f64> {
-        let roles = &self.view.snap.roles;
-        let failed = roles.failed.get(&self.name).map(|f| f.since);
-        failed
-            .or_else(|| roles.blocked.get(&self.name).map(|b| b.since))
-            .map(ms)
-    }
-    /// The roles it waits for, or that blocked it.
-    async fn blocked_on(&self) -> Vec<String> {
-        self.view
-            .snap
-            .roles
-            .blocked
-            .get(&self.name)
-            .map(|b| b.on.clone())
-            .unwrap_or_default()
-    }
-    /// Why it is held back.
-    async fn blocked_reason(&self) -> Option<&str> {
-        let blocked = self.view.snap.roles.blocked.get(&self.name)?;
-        Some(&blocked.reason)
-    }
-    /// The deployment of its failed attempt or of the pass it is held back in.
-    async fn deployment_id(&self) -> Option<&str> {
-        let roles = &self.view.snap.roles;
-        match roles.failed.get(&self.name) {
-            Some(failure) => failure.deployment_id.as_deref(),
-            None => roles.blocked.get(&self.name)?.deployment_id.as_deref(),
-        }
-    }
-}
-
-pub struct PeersView<'a> {
-    view: &'a StatusView,
-}
-
-#[Object(name = "Peers")]
-impl PeersView<'_> {
-    /// Other nodes in the peer list.
-    async fn number(&self) -> usize {
-        self.view.status.peers
-    }
-    /// Peers whose last report counted errors (0.13's spelling).
-    async fn errorneous(&self) -> Vec<ErroneousPeer<'_>> {
-        self.view
-            .status
-            .failing_nodes
-            .iter()
-            .map(|node| ErroneousPeer { node })
-            .collect()
-    }
-    /// When the peer list was last refreshed (ms).
-    async fn timestamp(&self) -> Option<f64> {
-        self.view.status.peers_timestamp.map(ms)
-    }
-    /// Every peer (new), by id.
-    async fn list(&self) -> Vec<PeerView<'_>> {
-        self.view
-            .snap
-            .peers
-            .peers
-            .values()
-            .map(|peer| PeerView {
-                peer,
-                view: self.view,
+        })
+        .collect();
+    let peers: Vec<Value> = snap
+        .peers
+        .peers
+        .values()
+        .map(|peer| {
+            let report = snap.reports.get(&peer.id);
+            json!({
+                "id": peer.id,
+                "name": peer.name,
+                "hostname": peer.hostname,
+                "addr": peer.addr,
+                "knownSince": ms(peer.known_since),
+                "lastReportDirect": peer.last_report_direct.map(ms),
+                "errors": report.map_or(peer.errors, |r| r.errors),
+                "schedule": report
+                    .and_then(|r| r.schedule.as_ref())
+                    .or(peer.schedule.as_ref())
+                    .map(|s| &s.hash),
+                "isLeader": snap.election.leader.as_ref() == Some(&peer.id),
             })
-            .collect()
-    }
-}
-
-pub struct ErroneousPeer<'a> {
-    node: &'a status::FailingNode,
-}
-
-#[Object]
-impl ErroneousPeer<'_> {
-    async fn id(&self) -> &str {
-        &self.node.id
-    }
-    async fn name(&self) -> &str {
-        &self.node.name
-    }
-    async fn hostname(&self) -> &str {
-        &self.node.hostname
-    }
-    /// Errors it reported (new).
-    async fn errors(&self) -> u64 {
-        self.node.errors
-    }
-}
-
-pub struct PeerView<'a> {
-    peer: &'a StatePeer,
-    view: &'a StatusView,
-}
-
-#[Object(name = "Peer")]
-impl PeerView<'_> {
-    async fn id(&self) -> &str {
-        &self.peer.id
-    }
-    async fn name(&self) -> &str {
-        &self.peer.name
-    }
-    async fn hostname(&self) -> &str {
-        &self.peer.hostname
-    }
-    /// `ip:port` of its verwalter, when known.
-    async fn addr(&self) -> Option<&str> {
-        self.peer.addr.as_deref()
-    }
-    async fn known_since(&self) -> f64 {
-        ms(self.peer.known_since)
-    }
-    async fn last_report_direct(&self) -> Option<f64> {
-        self.peer.last_report_direct.map(ms)
-    }
-    /// Failing roles and error domains it reported.
-    async fn errors(&self) -> u64 {
-        let report = self.view.snap.reports.get(&self.peer.id);
-        report.map_or(self.peer.errors, |r| r.errors)
-    }
-    /// Hash of the schedule it reported holding.
-    async fn schedule(&self) -> Option<&str> {
-        let report = self.view.snap.reports.get(&self.peer.id);
-        report
-            .and_then(|r| r.schedule.as_ref())
-            .or(self.peer.schedule.as_ref())
-            .map(|s| s.hash.as_str())
-    }
-    /// Whether this node sees it as the leader.
-    async fn is_leader(&self) -> bool {
-        self.view.snap.election.leader.as_ref() == Some(&self.peer.id)
-    }
-}
-
-pub struct Election<'a> {
-    state: &'a verwalter_controllers::election::ElectionState,
-}
-
-#[Object]
-impl Election<'_> {
-    async fn is_leader(&self) -> bool {
-        self.state.is_leader
-    }
-    async fn is_stable(&self) -> bool {
-        self.state.is_stable
-    }
-    /// The node this one votes for while an election runs.
-    async fn promoting(&self) -> Option<&str> {
-        self.state.promoting.as_deref()
-    }
-    async fn num_votes_for_me(&self) -> Option<usize> {
-        self.state.num_votes_for_me
-    }
-    async fn needed_votes(&self) -> Option<usize> {
-        self.state.needed_votes
-    }
-    async fn epoch(&self) -> f64 {
-        self.state.epoch as f64
-    }
-    /// When the election machine acts next (ms).
-    async fn deadline(&self) -> f64 {
-        ms(self.state.deadline)
-    }
-    async fn last_stable_timestamp(&self) -> Option<f64> {
-        self.state.last_stable_timestamp.map(ms)
-    }
-    /// The elected leader's id (new).
-    async fn leader(&self) -> Option<&str> {
-        self.state.leader.as_deref()
-    }
-}
-
-pub struct ScheduleView<'a> {
-    schedule: &'a verwalter_controllers::state::Schedule,
-}
-
-#[Object(name = "Schedule")]
-impl ScheduleView<'_> {
-    async fn timestamp(&self) -> f64 {
-        ms(self.schedule.timestamp)
-    }
-    async fn hash(&self) -> &str {
-        &self.schedule.hash
-    }
-    /// The scheduler's output.
-    #[graphql(complexity = 100)]
-    async fn data(&self) -> GqlJson<&Value> {
-        GqlJson(&*self.schedule.data)
-    }
-    /// The id of the leader that made it.
-    async fn origin(&self) -> &str {
-        &self.schedule.origin
-    }
-}
-
-/// 0.13's fetch states.
-#[derive(Enum, Clone, Copy, PartialEq, Eq)]
-pub enum FetchState {
-    /// No stable leader.
-    Unstable,
-    /// This node leads and has gathered its peers' schedules.
-    StableLeader,
-    /// This node leads and still gathers its peers' schedules.
-    Prefetching,
-    /// This node follows the leader's schedule.
-    Replicating,
-}
-
-#[derive(SimpleObject)]
-pub struct Fetch {
-    state: FetchState,
-    /// The leader followed, while replicating (new).
-    leader: Option<String>,
-    /// The leader's schedule this node does not hold yet, while fetching it (new).
-    schedule: Option<String>,
-}
-
-pub struct Leader<'a> {
-    info: &'a status::LeaderInfo,
-    debug_forced: bool,
-}
-
-#[Object]
-impl Leader<'_> {
-    async fn id(&self) -> &str {
-        &self.info.id
-    }
-    async fn name(&self) -> &str {
-        &self.info.name
-    }
-    async fn hostname(&self) -> &str {
-        &self.info.hostname
-    }
-    async fn addr(&self) -> Option<&str> {
-        self.info.addr.as_deref()
-    }
-    /// Hash of the leader's schedule, as this node last heard it.
-    async fn schedule(&self) -> Option<&str> {
-        self.info.schedule.as_deref()
-    }
-    /// Leads because of `--debug-force-leader` (known for this node only; false for others).
-    async fn debug_forced(&self) -> bool {
-        self.debug_forced
-    }
-}
-
-pub struct Deployment<'a> {
-    deployment: &'a verwalter_controllers::state::Deployment,
-}
-
-#[Object]
-impl Deployment<'_> {
-    async fn id(&self) -> &str {
-        &self.deployment.id
-    }
-    /// Hash of the schedule it rendered.
-    async fn schedule(&self) -> &str {
-        &self.deployment.schedule
-    }
-    async fn started(&self) -> f64 {
-        ms(self.deployment.started)
-    }
-    async fn finished(&self) -> Option<f64> {
-        self.deployment.finished.map(ms)
-    }
-    async fn roles(&self) -> &[String] {
-        &self.deployment.roles
-    }
-    async fn failed(&self) -> &[String] {
-        &self.deployment.failed
-    }
-    async fn blocked(&self) -> &[String] {
-        &self.deployment.blocked
-    }
-}
-
-/// One line of the deployment log index.
-pub struct LogEntry(IndexEntry);
-
-#[Object]
-impl LogEntry {
-    /// RFC 3339 UTC time.
-    async fn time(&self) -> &str {
-        &self.0.time
-    }
-    async fn deployment_id(&self) -> &str {
-        &self.0.deployment_id
-    }
-    /// `DeploymentStart`, `RoleStart`, `ActionStart`, `RoleFinish`, `DeploymentFinish`, ...
-    async fn marker(&self) -> &str {
-        &self.0.marker
-    }
-    /// The action of `ActionStart`/`ActionFinish`.
-    async fn action(&self) -> Option<&str> {
-        self.0.action.as_deref()
-    }
-    /// The role whose log the entry points into.
-    async fn role(&self) -> Option<&str> {
-        self.0.role.as_deref()
-    }
+        })
+        .collect();
+    let election = &status.election_state;
+    let fetch = &status.fetch_state;
+    let fetch_state = match fetch.get("state").and_then(Value::as_str) {
+        Some("StableLeader") => "STABLE_LEADER",
+        Some("Prefetching") => "PREFETCHING",
+        Some("Replicating") => "REPLICATING",
+        _ => "UNSTABLE",
+    };
+    json!({
+        "version": status.version,
+        "id": status.id,
+        "name": status.name,
+        "hostname": status.hostname,
+        "defaultFrontend": status.default_frontend,
+        "roles": {"number": status.roles, "failed": status.failed_roles, "list": role_list},
+        "peers": {
+            "number": status.peers,
+            "errorneous": status.failing_nodes.iter().map(|n| json!({
+                "id": n.id, "name": n.name, "hostname": n.hostname, "errors": n.errors,
+            })).collect::<Vec<_>>(),
+            "timestamp": status.peers_timestamp.map(ms),
+            "list": peers,
+        },
+        "election": {
+            "isLeader": election.is_leader,
+            "isStable": election.is_stable,
+            "promoting": election.promoting,
+            "numVotesForMe": election.num_votes_for_me,
+            "neededVotes": election.needed_votes,
+            "epoch": election.epoch as f64,
+            "deadline": ms(election.deadline),
+            "lastStableTimestamp": election.last_stable_timestamp.map(ms),
+            "leader": election.leader,
+        },
+        "schedule": snap.schedule.as_ref().as_ref().map(|s| json!({
+            "timestamp": ms(s.timestamp), "hash": s.hash, "origin": s.origin,
+        })),
+        "fetch": {
+            "state": fetch_state,
+            "leader": fetch.get("leader"),
+            "schedule": fetch.get("schedule"),
+        },
+        "numErrors": status.num_errors,
+        "errors": status.errors,
+        "leader": status.leader.as_ref().map(|l| json!({
+            "id": l.id, "name": l.name, "hostname": l.hostname, "addr": l.addr,
+            "schedule": l.schedule,
+            // Known for this node only: a remote leader's flag is not reported.
+            "debugForced": election.is_leader && node.debug_force_leader,
+        })),
+        // 0.13's self-meter reports: no counterpart.
+        "selfReport": null,
+        "threadsReport": null,
+        "scheduleStatus": status.schedule_status,
+        "metrics": status.metrics,
+        "lastDeployment": roles.last_deployment.as_ref().map(|d| json!({
+            "id": d.id, "schedule": d.schedule, "started": ms(d.started),
+            "finished": d.finished.map(ms), "roles": d.roles, "failed": d.failed,
+            "blocked": d.blocked,
+        })),
+    })
 }
 
 // ---- HTTP -------------------------------------------------------------------------------------
@@ -767,6 +772,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Response {
             );
         }
     };
+    let request = request.data(RequestView::default());
     let response = schema(&state).execute(request).await;
     let code = if response.data == async_graphql::Value::Null {
         StatusCode::BAD_REQUEST
@@ -935,7 +941,9 @@ impl Drop for Counted {
 
 impl Executor for Capped {
     async fn execute(&self, request: async_graphql::Request) -> async_graphql::Response {
-        self.schema.execute(request).await
+        self.schema
+            .execute(request.data(RequestView::default()))
+            .await
     }
 
     fn execute_stream(
@@ -952,6 +960,7 @@ impl Executor for Capped {
             return futures::stream::once(futures::future::ready(refused)).boxed();
         }
         let counted = Counted(self.open.clone());
+        let request = request.data(RequestView::default());
         Executor::execute_stream(&self.schema, request, session_data)
             .map(move |response| {
                 let _held = &counted;

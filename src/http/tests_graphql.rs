@@ -348,15 +348,36 @@ async fn bad_requests_are_refused_with_a_clear_error() {
         json!("Query is nested too deep."),
         "{answer}"
     );
-    // Too costly: the schedule copied many times over by aliases.
-    let aliases: String = (0..20)
-        .map(|i| format!("s{i}: status {{ schedule {{ data }} }} "))
+    // Too costly: many fields, however they are spread over aliases.
+    let aliases: String = (0..300)
+        .map(|i| format!("s{i}: status {{ id }} "))
         .collect();
     let (code, answer) = query(&app, &format!("{{ {aliases} }}")).await;
     assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
     assert_eq!(
         answer["errors"][0]["message"],
         json!("Query is too complex."),
+        "{answer}"
+    );
+    // The schedule is copied into an answer at most twice, however aliases repeat it.
+    writer
+        .schedule
+        .set(Some(Schedule::test().with_role("web", "v2").build()));
+    let two = "{ a: status { schedule { data } } b: status { schedule { data } } }";
+    let (code, answer) = query(&app, two).await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    assert_eq!(
+        answer["data"]["b"]["schedule"]["data"]["roles"]["web"]["version"],
+        "v2"
+    );
+    let aliases: String = (0..3)
+        .map(|i| format!("s{i}: status {{ schedule {{ data }} }} "))
+        .collect();
+    let (code, answer) = query(&app, &format!("{{ {aliases} }}")).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+    assert_eq!(
+        answer["errors"][0]["message"],
+        json!("schedule.data and deployments may be selected 2 times in all per result"),
         "{answer}"
     );
     // The standard introspection query fits the limits (tools use it).
@@ -687,7 +708,10 @@ async fn a_socket_that_stops_reading_is_closed_after_the_stall_timeout() {
     let (addr, shutdown) = serving(state).await;
     let mut stalled = open_socket(addr, "graphql-ws", None).await.unwrap();
     send(&mut stalled, json!({"type": "connection_init"})).await;
-    assert_eq!(receive(&mut stalled).await, json!({"type": "connection_ack"}));
+    assert_eq!(
+        receive(&mut stalled).await,
+        json!({"type": "connection_ack"})
+    );
     send(
         &mut stalled,
         json!({"type": "start", "id": "1",
