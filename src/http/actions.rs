@@ -29,7 +29,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// Whether reading a body failed because the client stopped sending it (the server's
 /// `RequestBodyTimeoutLayer`, see `serve.rs`); the error is wrapped by the body adapters.
-fn body_timed_out(error: &axum::Error) -> bool {
+pub(super) fn body_timed_out(error: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if e.is::<tower_http::timeout::TimeoutError>() {

@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod files;
 mod frontend;
+mod graphql;
 mod guard;
 mod query;
 mod serve;
@@ -75,6 +76,8 @@ pub struct HttpState {
     /// The leader's schedule this node is taking, as it came, for the followers that fetch
     /// through this node (written by the fetcher).
     pub relay: Arc<RelayBody>,
+    /// `/v1/graphql`'s schema, built at first use.
+    graphql: graphql::SchemaCell,
 }
 
 /// The gzip body of the leader's schedule that this follower received, by its hash, kept from
@@ -208,6 +211,7 @@ impl HttpState {
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             schedule_json: SharedJson::default(),
             relay: Arc::default(),
+            graphql: graphql::SchemaCell::default(),
             settings,
         }
     }
@@ -296,6 +300,8 @@ fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/metrics", get(api::metrics)),
         ("/v1/schedule/{hash}", get(api::schedule_by_hash)),
         ("/v1/events", get(events::events)),
+        ("/v1/graphql", get(graphql::socket).post(graphql::post)),
+        ("/v1/graphiql", get(graphql::graphiql)),
         ("/v1/log/role/{role}/{file}", get(files::log_role)),
         ("/v1/log/external/{name}/{*path}", get(files::log_external)),
         ("/v1/log/{stream}/{file}", get(files::log_stream)),
@@ -399,3 +405,5 @@ async fn pretty(request: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_graphql;
