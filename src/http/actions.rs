@@ -46,14 +46,7 @@ async fn read_action(
     request: Request,
     wait: bool,
 ) -> Result<Registered, Response> {
-    let json_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let media = v.split(';').next().unwrap_or("").trim();
-            media.eq_ignore_ascii_case("application/json")
-        });
+    let json_type = super::sends_json(request.headers());
     if !json_type {
         return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

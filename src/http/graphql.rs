@@ -723,14 +723,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// `POST /v1/graphql`.
 pub async fn post(State(state): State<AppState>, request: Request) -> Response {
-    let json_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let media = v.split(';').next().unwrap_or("").trim();
-            media.eq_ignore_ascii_case("application/json")
-        });
+    let json_type = super::sends_json(request.headers());
     if !json_type {
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -129,6 +129,18 @@ impl RelayBody {
     }
 }
 
+/// Whether a request body is declared JSON (`Content-Type: application/json`, any parameters):
+/// the POST routes that read one refuse anything else with 415.
+pub(crate) fn sends_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let media = v.split(';').next().unwrap_or("").trim();
+            media.eq_ignore_ascii_case("application/json")
+        })
+}
+
 /// A JSON body serialized once per store snapshot and shared by every response: `Bytes` is
 /// reference-counted, so a client that does not read its answer holds a reference to the one
 /// buffer, not a copy (512 stalled clients of a 1 MB schedule hold 1 MB, not 512). Its gzip
