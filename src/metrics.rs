@@ -291,7 +291,10 @@ impl Metrics {
                 "HTTP connections the server closed to stay within its limits, by reason (evicted: idle, to make room; refused: over the cap with none idle; stalled_stream: an events client that stopped reading; stalled_write: a client that took no response data).",
                 &["reason"],
             ),
-            event_streams: gauge("verwalter_event_streams", "/v1/events streams open now."),
+            event_streams: gauge(
+                "verwalter_event_streams",
+                "/v1/events streams and /v1/graphql WebSockets open now.",
+            ),
             scheduler_metrics_queries: counter_vec(
                 "verwalter_scheduler_metrics_queries_total",
                 "Prometheus queries of the scheduler's metrics.yaml run on this node (the leader), by result (ok or the error kind).",
@@ -425,7 +428,7 @@ impl Metrics {
         self.http_closed.with_label_values(&[reason.label()])
     }
 
-    /// A `/v1/events` stream was opened / closed.
+    /// A `/v1/events` stream or a `/v1/graphql` WebSocket was opened / closed.
     pub fn event_stream_opened(&self) {
         self.event_streams.inc();
     }

@@ -34,6 +34,8 @@
 //!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
 //!   settings with its metrics, the example's delete build, the daemon's deployment events
 //!   on NATS; the ignored `bench_thousand_components` (`make bench-graph`).
+//! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
+//!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error; its modules
 //!   served as JavaScript.
@@ -104,6 +106,7 @@ mod extender;
 mod frontend;
 mod fuzz;
 mod graph_nats;
+mod graphql;
 mod hostile;
 mod lithos;
 mod notify;

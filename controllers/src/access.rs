@@ -126,6 +126,17 @@ pub fn judge(names: Names<'_>, asked: Asked<'_>) -> Option<Refusal> {
     None
 }
 
+/// Whether a WebSocket upgrade may go on: browsers apply no same-origin rule to WebSockets, so
+/// one opened by a page (it sends `Origin`) must come from a page of this node (the same host
+/// and port as `Host`). A client that is not a browser sends no `Origin` and is let through, as
+/// any `GET`. (The `Host` itself is judged by [`judge`] first.)
+pub fn websocket_allowed(host: Option<&str>, origin: Option<&str>) -> bool {
+    let Some(origin) = origin else {
+        return true;
+    };
+    host.is_some_and(|host| same_origin(origin, &host.to_ascii_lowercase()))
+}
+
 /// Whether a `Content-Type` is one a form can send without asking the server first.
 fn form_body_type(content_type: &str) -> bool {
     let media = content_type
@@ -276,12 +287,14 @@ pub struct TokenScope {
 /// OPTIONS, on any path (whatever route is added later, and unknown paths: nothing that is
 /// not a read gets past without it); with `scope.reads`, also reads of `/v1` and below and of
 /// `/metrics`. The frontend's own files and pages (`/`, `/common/`, `/~<name>/`, the page for
-/// any other path) stay open, so the page can load and ask for the token.
+/// any other path) stay open, so the page can load and ask for the token; so does the GraphQL
+/// query page (`/v1/graphiql`: a page from the binary, no data), while `/v1/graphql` is closed
+/// like the rest of the API.
 pub fn needs_token(scope: TokenScope, method: &str, path: &str) -> bool {
     if !matches!(method, "GET" | "HEAD" | "OPTIONS") {
         return true;
     }
-    scope.reads && method != "OPTIONS" && is_api_path(path)
+    scope.reads && method != "OPTIONS" && is_api_path(path) && path != "/v1/graphiql"
 }
 
 /// `/v1`, anything under it, and `/metrics`.
@@ -334,6 +347,31 @@ fn bearer(header: &[u8]) -> Option<&[u8]> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_websocket_from_a_page_of_another_site_is_refused() {
+        use super::websocket_allowed;
+        // Not a browser: no Origin.
+        assert!(websocket_allowed(Some("alpha:8379"), None));
+        assert!(websocket_allowed(
+            Some("alpha:8379"),
+            Some("http://alpha:8379")
+        ));
+        assert!(websocket_allowed(
+            Some("Alpha.Example.com"),
+            Some("https://alpha.example.com")
+        ));
+        assert!(!websocket_allowed(
+            Some("alpha:8379"),
+            Some("http://evil.example.net")
+        ));
+        assert!(!websocket_allowed(
+            Some("alpha:8379"),
+            Some("http://alpha:9000")
+        ));
+        assert!(!websocket_allowed(None, Some("http://alpha:8379")));
+        assert!(!websocket_allowed(Some("alpha:8379"), Some("null")));
+    }
+
     use super::*;
 
     #[test]
@@ -594,6 +632,7 @@ mod tests {
             "/v1/status",
             "/v1/log/global/latest",
             "/v1/events",
+            "/v1/graphql",
             "/metrics",
         ] {
             assert!(needs_token(reads, "GET", path), "{path}");
@@ -607,9 +646,12 @@ mod tests {
             "/~ops/index.html",
             "/roles/web",
             "/v1x",
+            "/v1/graphiql",
         ] {
             assert!(!needs_token(reads, "GET", path), "{path}");
         }
+        assert!(needs_token(reads, "GET", "/v1/graphql"));
+        assert!(needs_token(writes, "POST", "/v1/graphql"));
     }
 
     #[test]

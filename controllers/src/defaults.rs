@@ -137,6 +137,11 @@ pub fn shown() -> Vec<Shown> {
         entry("election.prefetch-ms", None, ms(PREFETCH)),
         entry("election.minority-window-ms", None, ms(MINORITY_WINDOW)),
         entry(
+            "election.relay-fanout",
+            None,
+            crate::replication::RELAY_FANOUT.to_string(),
+        ),
+        entry(
             "default-frontend",
             Some("default-frontend"),
             FRONTEND.into(),

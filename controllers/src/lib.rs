@@ -59,6 +59,7 @@ pub mod sources;
 pub mod state;
 pub mod status;
 pub mod store;
+pub mod subscriptions;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 pub mod upgrade;

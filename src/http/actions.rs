@@ -29,7 +29,7 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 
 /// Whether reading a body failed because the client stopped sending it (the server's
 /// `RequestBodyTimeoutLayer`, see `serve.rs`); the error is wrapped by the body adapters.
-fn body_timed_out(error: &axum::Error) -> bool {
+pub(super) fn body_timed_out(error: &axum::Error) -> bool {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
     while let Some(e) = source {
         if e.is::<tower_http::timeout::TimeoutError>() {
@@ -46,14 +46,7 @@ async fn read_action(
     request: Request,
     wait: bool,
 ) -> Result<Registered, Response> {
-    let json_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let media = v.split(';').next().unwrap_or("").trim();
-            media.eq_ignore_ascii_case("application/json")
-        });
+    let json_type = super::sends_json(request.headers());
     if !json_type {
         return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

@@ -40,10 +40,22 @@ struct Watch {
     _slot: Slot,
 }
 
-/// A place among the open streams, given back when the stream goes.
-struct Slot {
+/// A place among the open streams (and GraphQL WebSockets), given back when the stream goes.
+pub(super) struct Slot {
     _permit: OwnedSemaphorePermit,
     metrics: std::sync::Arc<crate::metrics::Metrics>,
+}
+
+impl Slot {
+    pub(super) fn new(
+        permit: OwnedSemaphorePermit,
+        metrics: std::sync::Arc<crate::metrics::Metrics>,
+    ) -> Slot {
+        Slot {
+            _permit: permit,
+            metrics,
+        }
+    }
 }
 
 impl Drop for Slot {

@@ -11,6 +11,7 @@ mod error;
 mod events;
 mod files;
 mod frontend;
+mod graphql;
 mod guard;
 mod query;
 mod serve;
@@ -77,6 +78,8 @@ pub struct HttpState {
     /// The leader's schedule this node is taking, as it came, for the followers that fetch
     /// through this node (written by the fetcher).
     pub relay: Arc<RelayBody>,
+    /// `/v1/graphql`'s schema, built at first use.
+    graphql: graphql::SchemaCell,
 }
 
 /// The gzip body of the leader's schedule that this follower received, by its hash, kept from
@@ -126,6 +129,18 @@ impl RelayBody {
     pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<(String, axum::body::Bytes)>> {
         self.body.subscribe()
     }
+}
+
+/// Whether a request body is declared JSON (`Content-Type: application/json`, any parameters):
+/// the POST routes that read one refuse anything else with 415.
+pub(crate) fn sends_json(headers: &axum::http::HeaderMap) -> bool {
+    headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            let media = v.split(';').next().unwrap_or("").trim();
+            media.eq_ignore_ascii_case("application/json")
+        })
 }
 
 /// A JSON body serialized once per store snapshot and shared by every response: `Bytes` is
@@ -210,6 +225,7 @@ impl HttpState {
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
             schedule_json: SharedJson::default(),
             relay: Arc::default(),
+            graphql: graphql::SchemaCell::default(),
             settings,
         }
     }
@@ -298,6 +314,8 @@ fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
         ("/metrics", get(api::metrics)),
         ("/v1/schedule/{hash}", get(api::schedule_by_hash)),
         ("/v1/events", get(events::events)),
+        ("/v1/graphql", get(graphql::socket).post(graphql::post)),
+        ("/v1/graphiql", get(graphql::graphiql)),
         ("/v1/log/role/{role}/{file}", get(files::log_role)),
         ("/v1/log/external/{name}/{*path}", get(files::log_external)),
         ("/v1/log/{stream}/{file}", get(files::log_stream)),
@@ -401,3 +419,5 @@ async fn pretty(request: Request, next: Next) -> Response {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_graphql;

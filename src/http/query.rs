@@ -3,7 +3,7 @@
 //! answer is a 500 saying so, as in 0.13.
 
 use axum::extract::{Path as UrlPath, Request, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
@@ -21,14 +21,7 @@ pub async fn query(
     UrlPath(path): UrlPath<String>,
     request: Request,
 ) -> Response {
-    let json_type = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            let media = v.split(';').next().unwrap_or("").trim();
-            media.eq_ignore_ascii_case("application/json")
-        });
+    let json_type = super::sends_json(request.headers());
     if !json_type {
         return error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,

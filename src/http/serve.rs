@@ -18,7 +18,9 @@
 //!   and the kernel's socket buffers, not a growing queue.
 //!
 //! `/v1/events` streams have their own cap and stall timeout (see `events.rs`); they close their
-//! connection through the [`ConnectionHandle`] every request carries.
+//! connection through the [`ConnectionHandle`] every request carries. GraphQL WebSockets
+//! (`graphql.rs`) share that cap; once upgraded, a connection leaves the connection count and
+//! ends itself when a message waits for the stall timeout.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
@@ -535,7 +537,11 @@ pub async fn serve(
             blocked,
             metrics: metrics.clone(),
         };
-        let conn = builder.serve_connection(TokioIo::new(io), service);
+        // With upgrades: `/v1/graphql` takes the connection over as a WebSocket (it then leaves
+        // this registry, holding an event stream slot instead; its writes stay `Watched`).
+        let conn = builder
+            .serve_connection(TokioIo::new(io), service)
+            .with_upgrades();
         let shutdown = shutdown.clone();
         tasks.spawn(async move {
             let _registered = registered;

@@ -29,7 +29,7 @@ fn app_serving(
     router(app_state(writer, frontend_dir, default_frontend))
 }
 
-fn app_state(
+pub(super) fn app_state(
     writer: &StoreWriter,
     frontend_dir: std::path::PathBuf,
     default_frontend: &str,
@@ -71,7 +71,7 @@ fn app_state(
 }
 
 /// A store of a node that leads `epoch`, stably.
-fn leading(epoch: u64) -> StoreWriter {
+pub(super) fn leading(epoch: u64) -> StoreWriter {
     let writer = StoreWriter::new(None);
     writer.election.set(ElectionState {
         is_leader: true,
@@ -82,7 +82,7 @@ fn leading(epoch: u64) -> StoreWriter {
     writer
 }
 
-async fn get(app: &Router, path: &str) -> (StatusCode, String, String) {
+pub(super) async fn get(app: &Router, path: &str) -> (StatusCode, String, String) {
     let response = send(app, "GET", path, &[]).await;
     let status = response.status();
     let content_type = response
@@ -94,14 +94,14 @@ async fn get(app: &Router, path: &str) -> (StatusCode, String, String) {
 }
 
 /// The body of `path`, which must answer 200 with a content type starting `content_type`.
-async fn get_ok(app: &Router, path: &str, content_type: &str) -> String {
+pub(super) async fn get_ok(app: &Router, path: &str, content_type: &str) -> String {
     let (status, got, body) = get(app, path).await;
     assert_eq!(status, StatusCode::OK, "{path}: {body}");
     assert!(got.starts_with(content_type), "{path}: {got}");
     body
 }
 
-async fn get_json(app: &Router, path: &str) -> Value {
+pub(super) async fn get_json(app: &Router, path: &str) -> Value {
     serde_json::from_str(&get_ok(app, path, "").await).unwrap()
 }
 
@@ -456,10 +456,13 @@ fn every_write_operation_in_the_openapi_description_names_the_token() {
             assert!(!unauthorized.is_null(), "{method} {route:?} lacks its 401");
         }
     }
-    assert_eq!(writes, 4, "force_render_all, action, wait_action, query");
+    assert_eq!(
+        writes, 5,
+        "force_render_all, action, wait_action, query, graphql"
+    );
 }
 
-async fn body_text(response: axum::response::Response) -> String {
+pub(super) async fn body_text(response: axum::response::Response) -> String {
     let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
         .await
         .unwrap();
@@ -528,6 +531,42 @@ async fn leader_redirect_keeps_an_encoded_crlf_encoded() {
         "http://alpha.example.com:8379/v1/status%0D%0ASet-Cookie:%20x=1?pretty=1"
     );
     assert!(response.headers().get("set-cookie").is_none());
+}
+
+/// `POST path` with a JSON `body`.
+pub(super) async fn post_json(
+    app: &Router,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> axum::response::Response {
+    let mut request = Request::post(path).header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    app.clone()
+        .oneshot(request.body(Body::from(body.to_string())).unwrap())
+        .await
+        .unwrap()
+}
+
+/// `POST path` with `body` sent as `content_type`.
+pub(super) async fn send_body(
+    app: &Router,
+    path: &str,
+    content_type: &str,
+    body: &str,
+) -> axum::response::Response {
+    let request = Request::post(path)
+        .header("content-type", content_type)
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    app.clone().oneshot(request).await.unwrap()
+}
+
+/// `GET path`, the whole response.
+pub(super) async fn send_get(app: &Router, path: &str) -> axum::response::Response {
+    send(app, "GET", path, &[]).await
 }
 
 async fn send(
@@ -1094,10 +1133,21 @@ async fn token_for_reads_closes_the_api_and_metrics_but_not_the_page() {
         let response = send(&app, "GET", path, &[auth]).await;
         assert_eq!(response.status(), StatusCode::OK, "{path}");
     }
-    for path in ["/", "/common/app.js", "/common/js/api.js", "/roles/web"] {
+    for path in [
+        "/",
+        "/common/app.js",
+        "/common/js/api.js",
+        "/roles/web",
+        "/v1/graphiql",
+    ] {
         let (status, _, body) = get(&app, path).await;
         assert_eq!(status, StatusCode::OK, "{path}: {body}");
     }
+    let query = r#"{"query": "{ status { id } }"}"#;
+    let response = post_json(&app, "/v1/graphql", query, &[]).await;
+    assert_401(response, "POST /v1/graphql").await;
+    let response = post_json(&app, "/v1/graphql", query, &[auth]).await;
+    assert_eq!(response.status(), StatusCode::OK);
 }
 
 #[tokio::test]

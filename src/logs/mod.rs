@@ -142,6 +142,51 @@ impl Marker {
     }
 }
 
+/// How much of the index file's end [`LogDir::recent_index`] reads.
+pub const RECENT_INDEX_BYTES: u64 = 256 << 10;
+
+/// One line of the index, read back: `[time, deployment_id, pointer, marker]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub time: String,
+    pub deployment_id: String,
+    /// The marker's name (`RoleStart`, `ActionStart`, ...).
+    pub marker: String,
+    /// The name an `ActionStart`/`ActionFinish` marker carries.
+    pub action: Option<String>,
+    /// The role of a `Role` pointer.
+    pub role: Option<String>,
+}
+
+impl IndexEntry {
+    fn parse(line: &[u8]) -> Option<IndexEntry> {
+        let line: (String, String, Value, Value) = serde_json::from_slice(line).ok()?;
+        let (time, deployment_id, pointer, marker) = line;
+        let (marker, action) = match marker {
+            Value::String(name) => (name, None),
+            Value::Object(variant) => (
+                variant.get("variant")?.as_str()?.to_string(),
+                variant
+                    .get("fields")
+                    .and_then(|f| f.get(0))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+            ),
+            _ => return None,
+        };
+        let role = (pointer.get("variant").and_then(Value::as_str) == Some("Role"))
+            .then(|| pointer.get("fields")?.get(0)?.as_str().map(str::to_string))
+            .flatten();
+        Some(IndexEntry {
+            time,
+            deployment_id,
+            marker,
+            action,
+            role,
+        })
+    }
+}
+
 impl LogDir {
     /// Creates the directory if needed. One that cannot be created is reported
     /// ([`LogDir::problem`]), not an error: the daemon runs without its log.
@@ -228,6 +273,34 @@ impl LogDir {
 
     pub fn path(&self) -> &Path {
         &self.dir
+    }
+
+    /// The newest `limit` lines of the current index file (`.index/latest`), newest first, from
+    /// its last [`RECENT_INDEX_BYTES`] at most; lines that do not parse are skipped. No index yet
+    /// is no entry.
+    pub fn recent_index(&self, limit: usize) -> io::Result<Vec<IndexEntry>> {
+        use std::io::{Read, Seek, SeekFrom};
+        let mut file = match File::open(self.dir.join(".index").join("latest")) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let length = file.metadata()?.len();
+        let start = length.saturating_sub(RECENT_INDEX_BYTES);
+        file.seek(SeekFrom::Start(start))?;
+        let mut bytes = Vec::new();
+        file.take(RECENT_INDEX_BYTES).read_to_end(&mut bytes)?;
+        let mut lines: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+        if start > 0 && !lines.is_empty() {
+            // Begins inside a line.
+            lines.remove(0);
+        }
+        Ok(lines
+            .into_iter()
+            .rev()
+            .filter_map(IndexEntry::parse)
+            .take(limit)
+            .collect())
     }
 
     /// Appends one index line.

@@ -333,3 +333,34 @@ fn a_log_dir_0_13_left_goes_on() {
         "{text}"
     );
 }
+
+#[test]
+fn recent_index_entries_come_back_newest_first_and_from_the_tail_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let log = LogDir::open(tmp.path(), LogLimits::default());
+    assert_eq!(log.recent_index(10).unwrap(), vec![], "no index yet");
+    log.deployment_start("dep1", "0123456789abcdef", &["web".into()], &[]);
+    let mut role = log.role("web", "dep1");
+    role.action_start("nginx.render.yaml");
+    role.finish(&Ok(()));
+    log.deployment_finish("dep1", &[], &[]);
+
+    let recent = log.recent_index(3).unwrap();
+    let markers: Vec<&str> = recent.iter().map(|e| e.marker.as_str()).collect();
+    assert_eq!(markers, ["DeploymentFinish", "RoleFinish", "ActionStart"]);
+    assert_eq!(recent[2].action.as_deref(), Some("nginx.render.yaml"));
+    assert_eq!(recent[2].role.as_deref(), Some("web"));
+    assert!(recent.iter().all(|e| e.deployment_id == "dep1"));
+    assert!(recent[0].time.ends_with('Z'));
+    let all = log.recent_index(100).unwrap();
+    assert_eq!(all.last().unwrap().marker, "DeploymentStart");
+
+    // A long index is read from its end: the first line read is cut and skipped, not misread.
+    for i in 0..(RECENT_INDEX_BYTES / 100 + 10) {
+        log.deployment_start(&format!("dep-{i:06}"), "0123456789abcdef", &[], &[]);
+    }
+    let newest = log.recent_index(usize::MAX).unwrap();
+    assert!(newest.len() < 3000, "{}", newest.len());
+    assert!(newest[0].deployment_id.starts_with("dep-"));
+    assert!(newest.iter().all(|e| e.deployment_id.starts_with("dep-")));
+}

@@ -1,0 +1,984 @@
+//! `/v1/graphql` and `/v1/graphiql`: verwalter 0.13's GraphQL API (docs/http-api.md, "GraphQL").
+//!
+//! - `POST /v1/graphql` `{query, operationName?, variables?}` answers `{data, errors?}`: 200 when
+//!   there is data, 400 when there is none (the query did not parse or validate, e.g. too deep
+//!   or too complex: [`MAX_DEPTH`], [`MAX_COMPLEXITY`], [`MAX_COSTLY_FIELDS`]). The body is JSON
+//!   of at most [`BODY_LIMIT`] bytes, as for the other POST routes.
+//! - `GET /v1/graphql` with a WebSocket upgrade speaks `graphql-ws` (subscriptions-transport-ws,
+//!   what 0.13's clients speak) and `graphql-transport-ws` (the graphql-ws library's protocol);
+//!   `subscription { status { ... } }` sends the status now and again whenever it changes.
+//! - `GET /v1/graphiql`: a small query page from the binary, no resources from elsewhere.
+//!
+//! Every field is read from one snapshot of the store made into the `/v1/status` view
+//! ([`status::view`]) and from that into one JSON tree ([`tree`]), so a query and `/v1/status`
+//! agree. Subscriptions wake on the same store
+//! fields as `/v1/events` ([`Sources::triggers`]) and share its limits: a socket takes one of the
+//! `http.max-event-streams` slots, holds at most [`MAX_SUBSCRIPTIONS`] subscriptions, makes a
+//! result only when the client is ready for it (a slow reader gets the latest status, never a
+//! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use async_graphql::dynamic::{
+    Enum, Field, FieldFuture, FieldValue, InputValue, Object, ResolverContext, Scalar, Schema,
+    Subscription, SubscriptionField, SubscriptionFieldFuture, TypeRef,
+};
+use async_graphql::futures_util::stream::BoxStream;
+use async_graphql::http::{WebSocket as GraphqlSocket, WebSocketProtocols, WsMessage};
+use async_graphql::{Executor, Name, ServerError, Value as GqlValue};
+use axum::Json;
+use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::{SinkExt, Stream, StreamExt};
+use serde_json::{Value, json};
+use verwalter_controllers::access;
+use verwalter_controllers::state::BlockedState;
+use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
+use verwalter_controllers::store::Store;
+use verwalter_controllers::subscriptions::LastSent;
+use verwalter_controllers::vars;
+
+use super::AppState;
+use crate::logs::LogDir;
+use crate::metrics::Metrics;
+
+/// Largest `POST /v1/graphql` body and WebSocket message accepted (as `/v1/action`).
+pub const BODY_LIMIT: usize = super::actions::BODY_LIMIT;
+/// Deepest selection accepted: this schema's deepest field is at depth 4
+/// (`status { roles { list { name } } }`); the standard introspection query needs 13.
+pub const MAX_DEPTH: usize = 15;
+/// Most fields one query may select (aliases and fragments counted out; every field costs 1);
+/// the standard introspection query selects about 200.
+pub const MAX_COMPLEXITY: usize = 500;
+/// How often one result may hold `schedule.data` (the whole schedule, copied into the answer)
+/// and `deployments` (a read of the deployment log), however aliases repeat them.
+pub const MAX_COSTLY_FIELDS: usize = 2;
+/// Subscriptions one WebSocket may hold at once; a `start` past them gets an error.
+pub const MAX_SUBSCRIPTIONS: usize = 16;
+/// Most deployment log entries `deployments(last:)` returns.
+pub const MAX_DEPLOYMENT_ENTRIES: i64 = 200;
+/// Changes closer together than this make one subscription result (as `/v1/events`).
+const COALESCE: Duration = Duration::from_millis(50);
+
+pub type VerwalterSchema = Schema;
+
+/// The schema of an app, built at first use (in [`super::HttpState`]).
+#[derive(Default)]
+pub struct SchemaCell(OnceLock<VerwalterSchema>);
+
+impl std::fmt::Debug for SchemaCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SchemaCell")
+    }
+}
+
+/// What the resolvers read.
+#[derive(Clone)]
+pub struct Source {
+    store: Store,
+    node: Arc<NodeInfo>,
+    metrics: Arc<Metrics>,
+    logs: Option<Arc<LogDir>>,
+}
+
+/// The schema of `state`'s app, built once.
+pub fn schema(state: &AppState) -> VerwalterSchema {
+    state
+        .http
+        .graphql
+        .0
+        .get_or_init(|| {
+            let source = Source {
+                store: state.store.clone(),
+                node: state.node.clone(),
+                metrics: state.metrics.clone(),
+                logs: state.logs.clone(),
+            };
+            build_schema(source)
+        })
+        .clone()
+}
+
+/// The whole schema in GraphQL's schema language without its descriptions, indented by two
+/// spaces (docs/http-api.md lists it; a test compares).
+#[cfg(test)]
+pub fn sdl(state: &AppState) -> String {
+    let mut out = String::new();
+    let mut in_description = false;
+    for line in schema(state).sdl().lines() {
+        let trimmed = line.trim();
+        if trimmed == "\"\"\"" {
+            in_description = !in_description;
+            continue;
+        }
+        if in_description || (trimmed.starts_with("\"\"\"") && trimmed.len() > 6) {
+            continue;
+        }
+        out.push_str(&line.replace('\t', "  "));
+        out.push('\n');
+    }
+    out
+}
+
+// ---- The schema -------------------------------------------------------------------------------
+//
+// A dynamic schema from a table rather than derived types: every object is a node of one JSON
+// tree made per status ([`View`]) and one resolver reads every field of it, so the schema costs
+// one copy of the resolver machinery instead of one per type and field (docs/benchmarks.md).
+
+/// The object types and their fields, `name: type` in GraphQL's notation. `Schedule.data`,
+/// `Status.deployments` and `Mutation.noop` have resolvers of their own.
+const OBJECTS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "Status",
+        &[
+            ("version", "String!"),
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("defaultFrontend", "String!"),
+            ("roles", "Roles!"),
+            ("peers", "Peers!"),
+            ("election", "Election!"),
+            ("schedule", "Schedule"),
+            ("fetch", "Fetch!"),
+            ("numErrors", "Int!"),
+            ("errors", "JSON!"),
+            ("leader", "Leader"),
+            ("selfReport", "JSON"),
+            ("threadsReport", "JSON"),
+            ("scheduleStatus", "String!"),
+            ("metrics", "JSON!"),
+            ("lastDeployment", "Deployment"),
+        ],
+    ),
+    (
+        "Roles",
+        &[
+            ("number", "Int!"),
+            ("failed", "[String!]!"),
+            ("list", "[Role!]!"),
+        ],
+    ),
+    (
+        "Role",
+        &[
+            ("name", "String!"),
+            ("state", "RoleState!"),
+            ("lastError", "String"),
+            ("attempts", "Int!"),
+            ("since", "Float"),
+            ("blockedOn", "[String!]!"),
+            ("blockedReason", "String"),
+            ("deploymentId", "String"),
+        ],
+    ),
+    (
+        "Peers",
+        &[
+            ("number", "Int!"),
+            ("errorneous", "[ErroneousPeer!]!"),
+            ("timestamp", "Float"),
+            ("list", "[Peer!]!"),
+        ],
+    ),
+    (
+        "ErroneousPeer",
+        &[
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("errors", "Int!"),
+        ],
+    ),
+    (
+        "Peer",
+        &[
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("addr", "String"),
+            ("knownSince", "Float!"),
+            ("lastReportDirect", "Float"),
+            ("errors", "Int!"),
+            ("schedule", "String"),
+            ("isLeader", "Boolean!"),
+        ],
+    ),
+    (
+        "Election",
+        &[
+            ("isLeader", "Boolean!"),
+            ("isStable", "Boolean!"),
+            ("promoting", "String"),
+            ("numVotesForMe", "Int"),
+            ("neededVotes", "Int"),
+            ("epoch", "Float!"),
+            ("deadline", "Float!"),
+            ("lastStableTimestamp", "Float"),
+            ("leader", "String"),
+        ],
+    ),
+    (
+        "Schedule",
+        &[
+            ("timestamp", "Float!"),
+            ("hash", "String!"),
+            ("origin", "String!"),
+        ],
+    ),
+    (
+        "Fetch",
+        &[
+            ("state", "FetchState!"),
+            ("leader", "String"),
+            ("schedule", "String"),
+        ],
+    ),
+    (
+        "Leader",
+        &[
+            ("id", "String!"),
+            ("name", "String!"),
+            ("hostname", "String!"),
+            ("addr", "String"),
+            ("schedule", "String"),
+            ("debugForced", "Boolean!"),
+        ],
+    ),
+    (
+        "Deployment",
+        &[
+            ("id", "String!"),
+            ("schedule", "String!"),
+            ("started", "Float!"),
+            ("finished", "Float"),
+            ("roles", "[String!]!"),
+            ("failed", "[String!]!"),
+            ("blocked", "[String!]!"),
+        ],
+    ),
+    (
+        "LogEntry",
+        &[
+            ("time", "String!"),
+            ("deploymentId", "String!"),
+            ("marker", "String!"),
+            ("action", "String"),
+            ("role", "String"),
+        ],
+    ),
+    ("Okay", &[("ok", "Boolean!")]),
+];
+
+const ENUMS: &[(&str, &[&str])] = &[
+    (
+        "FetchState",
+        &["UNSTABLE", "STABLE_LEADER", "PREFETCHING", "REPLICATING"],
+    ),
+    ("RoleState", &["OK", "FAILED", "WAITING", "BLOCKED"]),
+];
+
+/// A type in GraphQL's notation (`String!`, `[Role!]!`, `Float`).
+fn type_ref(text: &str) -> TypeRef {
+    let (inner, non_null) = match text.strip_suffix('!') {
+        Some(inner) => (inner, true),
+        None => (text, false),
+    };
+    let ty = match inner.strip_prefix('[').and_then(|t| t.strip_suffix(']')) {
+        Some(item) => TypeRef::List(Box::new(type_ref(item))),
+        None => TypeRef::Named(inner.to_string().into()),
+    };
+    if non_null {
+        TypeRef::NonNull(Box::new(ty))
+    } else {
+        ty
+    }
+}
+
+/// How the generic resolver hands on a field's JSON.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// A scalar or a list of scalars.
+    Leaf,
+    /// An enum value (a string in the tree).
+    Enum,
+    /// An object, or a list of objects.
+    Object,
+}
+
+fn kind_of(ty: &str) -> Kind {
+    let name = ty.trim_matches(|c| matches!(c, '[' | ']' | '!'));
+    if ENUMS.iter().any(|(e, _)| *e == name) {
+        Kind::Enum
+    } else if OBJECTS.iter().any(|(o, _)| *o == name) {
+        Kind::Object
+    } else {
+        Kind::Leaf
+    }
+}
+
+/// An object of a result: the node at `path` (a JSON pointer) of `root`.
+struct Node {
+    view: Option<Arc<View>>,
+    root: Arc<Value>,
+    path: String,
+}
+
+impl Node {
+    fn child<'a>(&self, path: String) -> FieldValue<'a> {
+        FieldValue::owned_any(Node {
+            view: self.view.clone(),
+            root: self.root.clone(),
+            path,
+        })
+    }
+}
+
+/// JSON as a GraphQL value (enum values from strings where the schema says so).
+fn to_graphql(value: &Value, kind: Kind) -> GqlValue {
+    match (value, kind) {
+        (Value::String(name), Kind::Enum) => GqlValue::Enum(Name::new(name)),
+        (Value::Array(items), Kind::Enum) => {
+            GqlValue::List(items.iter().map(|v| to_graphql(v, kind)).collect())
+        }
+        _ => GqlValue::from_json(value.clone()).unwrap_or(GqlValue::Null),
+    }
+}
+
+/// The resolver of every table field: field `name` of the parent's node.
+fn json_field(
+    name: &'static str,
+    kind: Kind,
+) -> impl for<'a> Fn(ResolverContext<'a>) -> FieldFuture<'a> + Send + Sync + 'static {
+    move |ctx| {
+        let Some(node) = ctx.parent_value.downcast_ref::<Node>() else {
+            return FieldFuture::Value(None);
+        };
+        let path = format!("{}/{name}", node.path);
+        let value = match node.root.pointer(&path) {
+            None | Some(Value::Null) => None,
+            Some(Value::Array(items)) if kind == Kind::Object => Some(FieldValue::list(
+                (0..items.len()).map(|i| node.child(format!("{path}/{i}"))),
+            )),
+            Some(_) if kind == Kind::Object => Some(node.child(path)),
+            Some(value) => Some(FieldValue::value(to_graphql(value, kind))),
+        };
+        FieldFuture::Value(value)
+    }
+}
+
+fn error_field<'a>(message: String) -> FieldFuture<'a> {
+    FieldFuture::new(async move { Err::<Option<FieldValue<'a>>, _>(message.into()) })
+}
+
+fn build_schema(source: Source) -> VerwalterSchema {
+    let mut builder = Schema::build("Query", Some("Mutation"), Some("Subscription"));
+    for (name, fields) in OBJECTS {
+        let mut object = Object::new(*name);
+        for (field, ty) in *fields {
+            object = object.field(Field::new(
+                *field,
+                type_ref(ty),
+                json_field(field, kind_of(ty)),
+            ));
+        }
+        match *name {
+            "Status" => object = object.field(deployments_field()),
+            "Schedule" => object = object.field(schedule_data_field()),
+            _ => {}
+        }
+        builder = builder.register(object);
+    }
+    for (name, items) in ENUMS {
+        builder = builder.register(Enum::new(*name).items(items.iter().copied()));
+    }
+    let query =
+        Object::new("Query").field(Field::new("status", TypeRef::named_nn("Status"), |ctx| {
+            let source = match ctx.data::<Source>() {
+                Ok(source) => source,
+                Err(e) => return error_field(e.message),
+            };
+            let view = match ctx.data_opt::<RequestView>() {
+                // Aliases of `status` in one request read one snapshot.
+                Some(cached) => cached.0.get_or_init(|| View::now(source)).clone(),
+                None => View::now(source),
+            };
+            FieldFuture::Value(Some(View::root(view)))
+        }));
+    let mutation =
+        Object::new("Mutation").field(Field::new("noop", TypeRef::named_nn("Okay"), |_| {
+            FieldFuture::Value(Some(FieldValue::owned_any(Node {
+                view: None,
+                root: Arc::new(json!({"ok": true})),
+                path: String::new(),
+            })))
+        }));
+    let subscription = Subscription::new("Subscription").field(SubscriptionField::new(
+        "status",
+        TypeRef::named_nn("Status"),
+        |ctx| {
+            SubscriptionFieldFuture::new(async move {
+                let source = ctx.data::<Source>()?.clone();
+                Ok(status_changes(source).map(|view| Ok(View::root(view))))
+            })
+        },
+    ));
+    builder
+        .register(Scalar::new("JSON"))
+        .register(query)
+        .register(mutation)
+        .register(subscription)
+        .data(source)
+        .limit_depth(MAX_DEPTH)
+        .limit_complexity(MAX_COMPLEXITY)
+        .limit_recursive_depth(32)
+        .limit_directives(16)
+        .finish()
+        .expect("the schema table is consistent")
+}
+
+/// `Schedule.data`: the scheduler's output, from the snapshot (not copied into the tree).
+fn schedule_data_field() -> Field {
+    Field::new("data", TypeRef::named_nn("JSON"), |ctx| {
+        let Some(view) = ctx
+            .parent_value
+            .downcast_ref::<Node>()
+            .and_then(|n| n.view.clone())
+        else {
+            return FieldFuture::Value(None);
+        };
+        if let Err(message) = view.spend() {
+            return error_field(message);
+        }
+        let data = view.snap.schedule.as_ref().as_ref().map(|s| s.data.clone());
+        FieldFuture::Value(data.map(|d| FieldValue::value(to_graphql(&d, Kind::Leaf))))
+    })
+}
+
+/// `Status.deployments(last: Int! = 20)`: the newest entries of the deployment log index.
+fn deployments_field() -> Field {
+    Field::new(
+        "deployments",
+        TypeRef::named_nn_list_nn("LogEntry"),
+        |ctx| {
+            let Some(view) = ctx
+                .parent_value
+                .downcast_ref::<Node>()
+                .and_then(|n| n.view.clone())
+            else {
+                return FieldFuture::Value(None);
+            };
+            let last = ctx
+                .args
+                .get("last")
+                .and_then(|v| v.i64().ok())
+                .unwrap_or(20);
+            if !(0..=MAX_DEPLOYMENT_ENTRIES).contains(&last) {
+                return error_field(format!("last must be 0 to {MAX_DEPLOYMENT_ENTRIES}"));
+            }
+            if let Err(message) = view.spend() {
+                return error_field(message);
+            }
+            FieldFuture::new(async move {
+                let entries = match view.logs.clone() {
+                    None => Vec::new(),
+                    Some(logs) => {
+                        tokio::task::spawn_blocking(move || logs.recent_index(last as usize))
+                            .await
+                            .map_err(|e| format!("reading the deployment log: {e}"))?
+                            .map_err(|e| format!("reading the deployment log: {e}"))?
+                    }
+                };
+                let root = Arc::new(Value::Array(
+                    entries
+                        .into_iter()
+                        .map(|e| {
+                            json!({"time": e.time, "deploymentId": e.deployment_id,
+                               "marker": e.marker, "action": e.action, "role": e.role})
+                        })
+                        .collect(),
+                ));
+                let items = (0..root.as_array().map_or(0, Vec::len))
+                    .map(|i| {
+                        FieldValue::owned_any(Node {
+                            view: Some(view.clone()),
+                            root: root.clone(),
+                            path: format!("/{i}"),
+                        })
+                    })
+                    .collect::<Vec<_>>();
+                Ok(Some(FieldValue::list(items)))
+            })
+        },
+    )
+    .argument(InputValue::new("last", TypeRef::named_nn("Int")).default_value(20))
+}
+
+/// The view of one request: made by the first `status` field, shared by its aliases.
+#[derive(Default)]
+pub struct RequestView(OnceLock<Arc<View>>);
+
+/// A status made when the consumer asks for the next one: the stream holds no queue.
+fn status_changes(source: Source) -> impl Stream<Item = Arc<View>> {
+    let triggers = Sources::new(&source.store).triggers();
+    futures::stream::unfold(
+        (source, triggers, true),
+        |(source, mut triggers, first)| async move {
+            if !first {
+                futures::future::select_all(triggers.iter_mut().map(|t| t.changed())).await;
+                tokio::time::sleep(COALESCE).await;
+            }
+            let view = View::now(&source);
+            Some((view, (source, triggers, false)))
+        },
+    )
+}
+
+/// One snapshot of the store, the `/v1/status` view made from it and the GraphQL tree of both.
+pub struct View {
+    snap: Snapshot,
+    logs: Option<Arc<LogDir>>,
+    tree: Arc<Value>,
+    /// `schedule.data` and `deployments` resolved so far ([`MAX_COSTLY_FIELDS`]).
+    costly: AtomicUsize,
+}
+
+/// Milliseconds as GraphQL floats (0.13's timestamps).
+fn ms(value: u64) -> f64 {
+    value as f64
+}
+
+impl View {
+    fn now(source: &Source) -> Arc<View> {
+        let snap = Snapshot::take(&source.store);
+        let status = status::view(&source.node, &snap, source.metrics.scheduler_runs());
+        let tree = Arc::new(tree(&source.node, &snap, &status));
+        Arc::new(View {
+            snap,
+            logs: source.logs.clone(),
+            tree,
+            costly: AtomicUsize::new(0),
+        })
+    }
+
+    fn root<'a>(view: Arc<View>) -> FieldValue<'a> {
+        FieldValue::owned_any(Node {
+            root: view.tree.clone(),
+            view: Some(view),
+            path: String::new(),
+        })
+    }
+
+    /// Counts one costly field; an error past [`MAX_COSTLY_FIELDS`].
+    fn spend(&self) -> Result<(), String> {
+        if self.costly.fetch_add(1, Ordering::SeqCst) >= MAX_COSTLY_FIELDS {
+            return Err(format!(
+                "schedule.data and deployments may be selected {MAX_COSTLY_FIELDS} times in all \
+                 per result"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The GraphQL tree of a status (all but `schedule.data` and `deployments`), field names as in
+/// the schema.
+fn tree(node: &NodeInfo, snap: &Snapshot, status: &status::Status) -> Value {
+    let roles = &snap.roles;
+    let mut names: std::collections::BTreeSet<&str> = std::collections::BTreeSet::new();
+    let mine = snap
+        .schedule
+        .as_ref()
+        .as_ref()
+        .map(|s| vars::node_roles(&s.data, &node.hostname))
+        .unwrap_or_default();
+    names.extend(mine.iter().map(String::as_str));
+    names.extend(roles.failed.keys().map(String::as_str));
+    names.extend(roles.blocked.keys().map(String::as_str));
+    let role_list: Vec<Value> = names
+        .into_iter()
+        .map(|name| {
+            let failed = roles.failed.get(name);
+            let blocked = roles.blocked.get(name);
+            let state = match (failed, blocked.map(|b| b.state)) {
+                (Some(_), _) => "FAILED",
+                (None, Some(BlockedState::Waiting)) => "WAITING",
+                (None, Some(BlockedState::Blocked)) => "BLOCKED",
+                (None, None) => "OK",
+            };
+            json!({
+                "name": name,
+                "state": state,
+                "lastError": failed.map(|f| &f.message),
+                "attempts": failed.map_or(0, |f| f.attempts),
+                "since": failed.map(|f| f.since).or(blocked.map(|b| b.since)).map(ms),
+                "blockedOn": blocked.map(|b| b.on.clone()).unwrap_or_default(),
+                "blockedReason": blocked.map(|b| &b.reason),
+                "deploymentId": match failed {
+                    Some(f) => f.deployment_id.as_ref(),
+                    None => blocked.and_then(|b| b.deployment_id.as_ref()),
+                },
+            })
+        })
+        .collect();
+    let peers: Vec<Value> = snap
+        .peers
+        .peers
+        .values()
+        .map(|peer| {
+            let report = snap.reports.get(&peer.id);
+            json!({
+                "id": peer.id,
+                "name": peer.name,
+                "hostname": peer.hostname,
+                "addr": peer.addr,
+                "knownSince": ms(peer.known_since),
+                "lastReportDirect": peer.last_report_direct.map(ms),
+                "errors": report.map_or(peer.errors, |r| r.errors),
+                "schedule": report
+                    .and_then(|r| r.schedule.as_ref())
+                    .or(peer.schedule.as_ref())
+                    .map(|s| &s.hash),
+                "isLeader": snap.election.leader.as_ref() == Some(&peer.id),
+            })
+        })
+        .collect();
+    let election = &status.election_state;
+    let fetch = &status.fetch_state;
+    let fetch_state = match fetch.get("state").and_then(Value::as_str) {
+        Some("StableLeader") => "STABLE_LEADER",
+        Some("Prefetching") => "PREFETCHING",
+        Some("Replicating") => "REPLICATING",
+        _ => "UNSTABLE",
+    };
+    json!({
+        "version": status.version,
+        "id": status.id,
+        "name": status.name,
+        "hostname": status.hostname,
+        "defaultFrontend": status.default_frontend,
+        "roles": {"number": status.roles, "failed": status.failed_roles, "list": role_list},
+        "peers": {
+            "number": status.peers,
+            "errorneous": status.failing_nodes.iter().map(|n| json!({
+                "id": n.id, "name": n.name, "hostname": n.hostname, "errors": n.errors,
+            })).collect::<Vec<_>>(),
+            "timestamp": status.peers_timestamp.map(ms),
+            "list": peers,
+        },
+        "election": {
+            "isLeader": election.is_leader,
+            "isStable": election.is_stable,
+            "promoting": election.promoting,
+            "numVotesForMe": election.num_votes_for_me,
+            "neededVotes": election.needed_votes,
+            "epoch": election.epoch as f64,
+            "deadline": ms(election.deadline),
+            "lastStableTimestamp": election.last_stable_timestamp.map(ms),
+            "leader": election.leader,
+        },
+        "schedule": snap.schedule.as_ref().as_ref().map(|s| json!({
+            "timestamp": ms(s.timestamp), "hash": s.hash, "origin": s.origin,
+        })),
+        "fetch": {
+            "state": fetch_state,
+            "leader": fetch.get("leader"),
+            "schedule": fetch.get("schedule"),
+        },
+        "numErrors": status.num_errors,
+        "errors": status.errors,
+        "leader": status.leader.as_ref().map(|l| json!({
+            "id": l.id, "name": l.name, "hostname": l.hostname, "addr": l.addr,
+            "schedule": l.schedule,
+            // Known for this node only: a remote leader's flag is not reported.
+            "debugForced": election.is_leader && node.debug_force_leader,
+        })),
+        // 0.13's self-meter reports: no counterpart.
+        "selfReport": null,
+        "threadsReport": null,
+        "scheduleStatus": status.schedule_status,
+        "metrics": status.metrics,
+        "lastDeployment": roles.last_deployment.as_ref().map(|d| json!({
+            "id": d.id, "schedule": d.schedule, "started": ms(d.started),
+            "finished": d.finished.map(ms), "roles": d.roles, "failed": d.failed,
+            "blocked": d.blocked,
+        })),
+    })
+}
+
+// ---- HTTP -------------------------------------------------------------------------------------
+
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    (
+        status,
+        Json(json!({"errors": [{"message": message.into()}]})),
+    )
+        .into_response()
+}
+
+/// `POST /v1/graphql`.
+pub async fn post(State(state): State<AppState>, request: Request) -> Response {
+    let json_type = super::sends_json(request.headers());
+    if !json_type {
+        return error(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "send the query as Content-Type: application/json",
+        );
+    }
+    let too_large = || {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a GraphQL request body is at most {BODY_LIMIT} bytes"),
+        )
+    };
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if announced.is_some_and(|length| length > BODY_LIMIT as u64) {
+        return too_large();
+    }
+    let bytes = match axum::body::to_bytes(request.into_body(), BODY_LIMIT).await {
+        Ok(bytes) => bytes,
+        Err(e) if super::actions::body_timed_out(&e) => {
+            return error(
+                StatusCode::REQUEST_TIMEOUT,
+                "the request body stalled for the idle timeout (http.idle-timeout-ms)",
+            );
+        }
+        Err(_) => return too_large(),
+    };
+    let request: async_graphql::Request = match serde_json::from_slice(&bytes) {
+        Ok(request) => request,
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "the body is not a GraphQL request ({{query, operationName?, variables?}}): {e}"
+                ),
+            );
+        }
+    };
+    let request = request.data(RequestView::default());
+    let response = schema(&state).execute(request).await;
+    let code = if response.data == async_graphql::Value::Null {
+        StatusCode::BAD_REQUEST
+    } else {
+        StatusCode::OK
+    };
+    (code, Json(response)).into_response()
+}
+
+/// `GET /v1/graphql`: a WebSocket for subscriptions (queries and mutations work there too).
+pub async fn socket(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(upgrade) => upgrade,
+        Err(_) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "GET /v1/graphql is a WebSocket (subprotocol graphql-ws or graphql-transport-ws); \
+                 send queries with POST",
+            );
+        }
+    };
+    // Browsers apply no same-origin rule to WebSockets: a page of another site could read the
+    // status over one. Its `Origin` must be this node's, as for requests that change state.
+    let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
+    if !access::websocket_allowed(text(header::HOST), text(header::ORIGIN)) {
+        return super::ApiError::Forbidden(format!(
+            "cross-site WebSocket from {:?} refused: open it from a page of this node",
+            text(header::ORIGIN).unwrap_or("")
+        ))
+        .into_response();
+    }
+    let Ok(permit) = state.http.streams.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "5")],
+            Json(json!({
+                "error": format!(
+                    "{} event streams and GraphQL sockets are open, the most this node serves \
+                     (http.max-event-streams, at most a quarter of the connection cap)",
+                    state.http.max_streams
+                )
+            })),
+        )
+            .into_response();
+    };
+    let upgrade = upgrade
+        .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
+        .max_message_size(BODY_LIMIT)
+        .max_frame_size(BODY_LIMIT)
+        .write_buffer_size(super::serve::BUFFER)
+        .max_write_buffer_size(4 * super::serve::BUFFER);
+    // A client that names no subprotocol gets 0.13's.
+    let protocol = upgrade
+        .selected_protocol()
+        .and_then(|p| p.to_str().ok())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(WebSocketProtocols::SubscriptionsTransportWS);
+    state.metrics.event_stream_opened();
+    let slot = super::events::Slot::new(permit, state.metrics.clone());
+    let executor = Capped {
+        schema: schema(&state),
+        open: Arc::new(AtomicUsize::new(0)),
+    };
+    let stall = state.http.settings.stream_stall_timeout;
+    upgrade.on_upgrade(move |socket| run(socket, executor, protocol, stall, slot))
+}
+
+/// Serves one GraphQL WebSocket until either side closes it or the client stops reading.
+async fn run(
+    socket: WebSocket,
+    executor: Capped,
+    protocol: WebSocketProtocols,
+    stall: Duration,
+    _slot: super::events::Slot,
+) {
+    let (mut sink, incoming) = socket.split();
+    let incoming = incoming
+        .take_while(|message| {
+            futures::future::ready(!matches!(message, Err(_) | Ok(Message::Close(_))))
+        })
+        .filter_map(|message| {
+            futures::future::ready(match message {
+                Ok(Message::Text(text)) => Some(axum::body::Bytes::from(text)),
+                Ok(Message::Binary(_)) => {
+                    tracing::debug!("Ignored a binary message on a GraphQL WebSocket.");
+                    None
+                }
+                _ => None,
+            })
+        });
+    let mut outgoing = GraphqlSocket::new(executor, incoming, protocol);
+    // The last payload sent per subscription: an unchanged result is not sent again.
+    let mut last = LastSent::default();
+    // `next` makes the next message only now: nothing waits in a queue for a slow client.
+    while let Some(message) = outgoing.next().await {
+        let message = match message {
+            WsMessage::Text(text) => {
+                if !fresh(&mut last, &text) {
+                    continue;
+                }
+                Message::Text(text.into())
+            }
+            WsMessage::Close(code, reason) => Message::Close(Some(CloseFrame {
+                code,
+                reason: reason.into(),
+            })),
+        };
+        let closing = matches!(message, Message::Close(_));
+        match tokio::time::timeout(stall, sink.send(message)).await {
+            Ok(Ok(())) if !closing => {}
+            Ok(Ok(())) | Ok(Err(_)) => return,
+            Err(_) => {
+                tracing::info!(
+                    stall_ms = stall.as_millis() as u64,
+                    "Dropped a GraphQL WebSocket client that stopped reading."
+                );
+                return;
+            }
+        }
+    }
+    let _ = tokio::time::timeout(stall, sink.close()).await;
+}
+
+/// Whether a server message is worth sending ([`LastSent`]): not a subscription result equal to
+/// the last one sent for the same subscription. A `complete` forgets the subscription.
+pub(super) fn fresh(last: &mut LastSent, text: &str) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Envelope<'a> {
+        #[serde(rename = "type")]
+        kind: &'a str,
+        id: Option<String>,
+        payload: Option<&'a serde_json::value::RawValue>,
+    }
+    let Ok(envelope) = serde_json::from_str::<Envelope<'_>>(text) else {
+        return true;
+    };
+    match (envelope.kind, envelope.id, envelope.payload) {
+        ("data" | "next", Some(id), Some(payload)) => last.fresh(&id, payload.get()),
+        ("complete", Some(id), _) => {
+            last.forget(&id);
+            true
+        }
+        _ => true,
+    }
+}
+
+/// The schema, holding at most [`MAX_SUBSCRIPTIONS`] subscriptions of one socket at once.
+#[derive(Clone)]
+struct Capped {
+    schema: VerwalterSchema,
+    open: Arc<AtomicUsize>,
+}
+
+/// One open subscription of a socket, counted until its stream is dropped.
+struct Counted(Arc<AtomicUsize>);
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Executor for Capped {
+    async fn execute(&self, request: async_graphql::Request) -> async_graphql::Response {
+        self.schema
+            .execute(request.data(RequestView::default()))
+            .await
+    }
+
+    fn execute_stream(
+        &self,
+        request: async_graphql::Request,
+        session_data: Option<Arc<async_graphql::Data>>,
+    ) -> BoxStream<'static, async_graphql::Response> {
+        if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_SUBSCRIPTIONS {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            let refused = async_graphql::Response::from_errors(vec![ServerError::new(
+                format!("at most {MAX_SUBSCRIPTIONS} subscriptions per WebSocket"),
+                None,
+            )]);
+            return futures::stream::once(futures::future::ready(refused)).boxed();
+        }
+        let counted = Counted(self.open.clone());
+        let request = request.data(RequestView::default());
+        Executor::execute_stream(&self.schema, request, session_data)
+            .map(move |response| {
+                let _held = &counted;
+                response
+            })
+            .boxed()
+    }
+}
+
+/// The query page: plain HTML and script from the binary, nothing from other hosts.
+const GRAPHIQL: &str = include_str!("graphiql.html");
+
+/// `GET /v1/graphiql`.
+pub async fn graphiql() -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+            (header::CACHE_CONTROL, "no-cache"),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
+                 connect-src 'self'; frame-ancestors 'none'",
+            ),
+        ],
+        GRAPHIQL,
+    )
+        .into_response()
+}
