@@ -525,6 +525,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             }
             None => logs.clone(),
         };
+    // `scheduler/v1/query.wasm`, when it exists, derives the roles (shared with `/v1/query`).
+    let query_hook = crate::wasm::query::QueryHook::new(
+        crate::inputs::scheduler_dir(&config.config_dir),
+        config.limits.into(),
+    );
     let render = Arc::new(
         RenderController::new(
             store.clone(),
@@ -535,7 +540,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             render_log,
             clock,
         )
-        .error_policy(config.dependency_failure),
+        .error_policy(config.dependency_failure)
+        .role_source(Arc::new(query_hook.clone())),
     );
     // On shutdown a running pass may finish its apply command (bounded by the command's own
     // timeout and the kill of its group) rather than leave a role half applied; the unit's
@@ -551,7 +557,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(
         store.clone(),
-        config.hostname.clone(),
         render,
         Arc::new(Sweep {
             logs: logs.clone(),
@@ -607,6 +612,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         node: node.clone(),
         frontend_dir: config.config_dir.join("frontend"),
         scheduler_dir: crate::inputs::scheduler_dir(&config.config_dir),
+        query: query_hook,
         http: Arc::new(http::HttpState::new(limits.clone()).with_relay(relay)),
     });
     // Tests and scripts started with `--port 0` read the port from this line.

@@ -763,3 +763,108 @@ fn a_failing_middle_role_blocks_only_its_dependents_and_its_fix_resumes_the_chai
     })
     .expect("nothing held back once second applied");
 }
+
+/// A `scheduler/v1/query.wasm` whose `init`, `render_roles` and `query` return the given JSON
+/// (WAT data, quotes escaped as `\"`).
+fn query_wasm(init: &str, render_roles: &str, query: &str) -> Vec<u8> {
+    wat::parse_str(format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $next (mut i32) (i32.const 8192))
+  (data (i32.const 16) "{init}")
+  (data (i32.const 1024) "{render_roles}")
+  (data (i32.const 4096) "{query}")
+  (func (export "alloc") (param $len i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $next))
+    (global.set $next (i32.add (global.get $next) (local.get $len)))
+    (block $fits
+      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
+      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
+    (local.get $p))
+  (func (export "dealloc") (param i32))
+  (func (export "init") (param i32 i32) (result i32) (i32.const 16))
+  (func (export "render_roles") (param i32 i32) (result i32) (i32.const 1024))
+  (func (export "query") (param i32 i32) (result i32) (i32.const 4096)))"#
+    ))
+    .unwrap()
+}
+
+const QUERY_ROLES: &str = r#"{\"Ok\": {\"api\": {\"template\": \"app/v1\", \"value\": 7, \"filler\": \"from query.wasm\"}}}"#;
+
+#[test]
+fn query_wasm_decides_the_roles_rendered_and_answers_queries() {
+    let site = Site::start();
+    std::fs::write(
+        site.config.join("scheduler/v1/query.wasm"),
+        query_wasm(
+            r#"{\"Ok\": null}"#,
+            QUERY_ROLES,
+            r#"{\"Ok\": {\"answer\": 42}}"#,
+        ),
+    )
+    .unwrap();
+    // The schedule's own role (`web`) is not this node's: query.wasm says `api`.
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 1, "filler": ""}}),
+    );
+    assert_eq!(site.wait_calls(1), vec!["api"]);
+    let conf = site.conf("api");
+    assert!(
+        conf.contains("BEGIN api\nvalue: 7\nfrom query.wasm\n"),
+        "{conf}"
+    );
+    assert!(!site.out.join("web.conf").exists());
+    let (code, body) = http_post(site.daemon.port, "/v1/query/x", "application/json", b"{}");
+    assert_eq!((code, body.as_str()), (200, r#"{"answer":42}"#));
+}
+
+#[test]
+fn a_query_wasm_whose_init_fails_renders_nothing_and_is_shown_until_fixed() {
+    let site = Site::start();
+    let module = site.config.join("scheduler/v1/query.wasm");
+    std::fs::write(
+        &module,
+        query_wasm(
+            r#"{\"Err\": {\"kind\": \"InitError\", \"message\": \"no cluster named prod\"}}"#,
+            QUERY_ROLES,
+            r#"{\"Ok\": null}"#,
+        ),
+    )
+    .unwrap();
+    site.schedule(
+        json!({}),
+        json!({"web": {"template": "app/v1", "value": 1, "filler": ""}}),
+    );
+    let status = wait_for(SOON, || {
+        let s = site.status();
+        let error = s["errors"]["role scheduler/v1/query.wasm"]
+            .as_str()?
+            .to_string();
+        Some(error)
+    })
+    .unwrap_or_else(|| panic!("no query.wasm error shown: {}", site.status()));
+    assert!(
+        status.contains("InitError: no cluster named prod") && status.contains("not rendered"),
+        "{status}"
+    );
+    let metrics = site.daemon.get("/metrics").unwrap().1;
+    assert!(
+        metrics.contains("verwalter_role_failed_attempts{role=\"scheduler/v1/query.wasm\"}"),
+        "{metrics}"
+    );
+    assert!(site.calls().is_empty(), "nothing may be rendered");
+
+    // A fixed module is read on the next retry, without a new schedule.
+    std::fs::write(
+        &module,
+        query_wasm(r#"{\"Ok\": null}"#, QUERY_ROLES, r#"{\"Ok\": null}"#),
+    )
+    .unwrap();
+    assert_eq!(site.wait_calls(1), vec!["api"]);
+    wait_for(SOON, || {
+        (site.status()["failed_roles"] == json!([])).then_some(())
+    })
+    .expect("the query.wasm failure cleared");
+}

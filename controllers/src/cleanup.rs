@@ -13,7 +13,6 @@ use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::ports::StorageError;
 use crate::render::RenderController;
 use crate::store::Store;
-use crate::vars;
 
 /// Housekeeping with IO: log retention, schedule backups, stale staging files.
 pub trait Sweeper: Send + Sync + 'static {
@@ -37,7 +36,6 @@ pub enum SweepError {
 
 pub struct CleanupController {
     store: Store,
-    host: String,
     render: Arc<RenderController>,
     sweeper: Arc<dyn Sweeper>,
 }
@@ -45,13 +43,11 @@ pub struct CleanupController {
 impl CleanupController {
     pub fn new(
         store: Store,
-        host: String,
         render: Arc<RenderController>,
         sweeper: Arc<dyn Sweeper>,
     ) -> CleanupController {
         CleanupController {
             store,
-            host,
             render,
             sweeper,
         }
@@ -85,18 +81,8 @@ impl Reconciler for CleanupController {
     }
 
     async fn reconcile(self: Arc<Self>, _key: ()) -> Result<Requeue, SweepError> {
-        // Without a schedule nothing is known to be gone.
-        let roles = self
-            .store
-            .schedule
-            .peek()
-            .as_ref()
-            .as_ref()
-            .map(|schedule| {
-                vars::node_roles(&schedule.data, &self.host)
-                    .into_iter()
-                    .collect::<BTreeSet<String>>()
-            });
+        // Without a schedule, or while its roles are not known, nothing is known to be gone.
+        let roles = self.render.node_roles();
         if let Some(keep) = &roles {
             let gone = self.render.retain_roles(keep);
             if !gone.is_empty() {

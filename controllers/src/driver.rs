@@ -191,8 +191,8 @@ impl<R: Reconciler> Driver<R> {
         }
     }
 
-    /// Runs a pass of each key received here (a key not among the current keys is ignored), as
-    /// a change would: the reconciler asks for the keys its own progress unblocked, without
+    /// Runs a pass of each key received here, as a change would (a key not among the current
+    /// keys rescans them when the reconciler lists it now, and is ignored otherwise): the reconciler asks for the keys its own progress unblocked, without
     /// waking every key.
     pub fn wake_keys(mut self, wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>) -> Self {
         self.wakes = Some(wakes);
@@ -279,6 +279,10 @@ impl<R: Reconciler> Driver<R> {
                 Event::Wake(key) => {
                     if self.keys.contains_key(&key) {
                         self.want(key, true);
+                    } else if self.reconciler.keys().contains(&key) {
+                        // A key the reconciler learned of since the last scan (the render
+                        // controller's roles, once its role source answered).
+                        self.scan(true);
                     }
                 }
                 Event::Timer => {

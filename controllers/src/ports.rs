@@ -265,3 +265,62 @@ pub trait BuildStore: Send + Sync + 'static {
     /// Every stored build, with a problem per file that could not be read.
     fn load(&self) -> (Vec<StoredBuild>, Vec<StorageError>);
 }
+
+/// What a [`RoleSource`] is asked: the roles of node `host` for `schedule`.
+#[derive(Debug, Clone)]
+pub struct RolesRequest {
+    pub schedule: Schedule,
+    /// The schedule this node's roles were derived from before, if any.
+    pub previous: Option<Schedule>,
+    pub host: String,
+    /// The id the first render pass of this schedule will carry.
+    pub deployment_id: String,
+}
+
+/// The roles of a node with their variables, `{role: {variable: value}}`.
+pub type NodeRoles = serde_json::Map<String, serde_json::Value>;
+
+/// Why a [`RoleSource`] could not give a node's roles: the schedule is then not rendered.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct RolesError(pub String);
+
+/// How a node's roles and their variables are derived from the schedule: the compat merge
+/// ([`CompatRoles`], [`crate::vars`]) by default, or a hook such as `scheduler/v1/query.wasm`
+/// (`src/wasm/query.rs`).
+pub trait RoleSource: Send + Sync + 'static {
+    /// Where the roles come from as status and metrics name it (`scheduler/v1/query.wasm`): it
+    /// contains `/`, so it never names a role.
+    fn name(&self) -> &str;
+    /// What the roles depend on besides the schedule (the module file's size and time); when it
+    /// changes they are derived again for the schedule in force (at the render driver's next
+    /// scan). `None` for a source that depends on the schedule only.
+    fn version(&self) -> Option<String> {
+        None
+    }
+    /// `None`: the roles are the schedule's own, derived by the compat merge, with nothing to
+    /// call. `Some`: resolves (off the async runtime; it does nothing until polled) to the
+    /// node's roles with their variables, or why they cannot be had.
+    fn roles(
+        &self,
+        request: RolesRequest,
+    ) -> Option<BoxFuture<'static, Result<NodeRoles, RolesError>>>;
+}
+
+/// The default [`RoleSource`]: the roles of `nodes[host].roles`, their variables merged from
+/// the schedule as [`crate::vars`] says.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CompatRoles;
+
+impl RoleSource for CompatRoles {
+    fn name(&self) -> &str {
+        "schedule/compat"
+    }
+
+    fn roles(
+        &self,
+        _request: RolesRequest,
+    ) -> Option<BoxFuture<'static, Result<NodeRoles, RolesError>>> {
+        None
+    }
+}

@@ -26,6 +26,14 @@
 //!
 //! The deployment log is written outside the state lock, and never decides anything: a log that
 //! cannot be written is reported in `roles.deployment_log`, and roles go on.
+//!
+//! Which roles the node has, and their variables, comes from the [`RoleSource`] port, once per
+//! schedule (and again when the source's version, e.g. the module file, changes): the compat merge ([`CompatRoles`], the default) reads them from the schedule as it
+//! is; a hook (`query.wasm`) gives `{role: vars}`, which is then read as if the schedule were
+//! `{"nodes": {host: {"roles": ..}}}` (so `template`, `depends_on` and references work the same).
+//! While a hook runs, the driver sees one key, the source's name (never a role name); when it
+//! fails, that key fails (status, metric, log), no role of the schedule is rendered, and what was
+//! applied stays.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -37,7 +45,8 @@ use sha1::{Digest, Sha1};
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::graph::{ErrorPolicy, Graph, GraphError};
 use crate::ports::{
-    AppliedStore, ApplyError, Clock, DeploymentLog, RoleApplier, RoleJob, StorageError,
+    AppliedStore, ApplyError, Clock, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleSource,
+    RolesRequest, StorageError,
 };
 use crate::refs;
 use crate::state::{
@@ -76,6 +85,9 @@ pub enum RenderError {
     /// `depends_on` cannot be followed: a cycle, a role not on this node, a bad value.
     #[error("{0}")]
     Dependencies(String),
+    /// The [`RoleSource`] could not give this node's roles: the schedule is not rendered.
+    #[error("{0}")]
+    Roles(String),
 }
 
 impl RenderError {
@@ -86,6 +98,7 @@ impl RenderError {
             RenderError::Apply(_) => "apply",
             RenderError::Store(_) => "store",
             RenderError::Dependencies(_) => "dependencies",
+            RenderError::Roles(_) => "roles",
         }
     }
 }
@@ -128,6 +141,9 @@ type Cached = (
     Arc<Templates>,
     Result<Arc<Desired>, RenderError>,
 );
+
+/// The schedule a node's roles are read from, or why the role source could not give them.
+type View = Result<Arc<Option<Schedule>>, String>;
 
 /// A deployment-log entry, decided under the state lock and written after it is released.
 #[derive(Debug)]
@@ -345,6 +361,13 @@ struct State {
     /// Every role of this node by name with its merged variables (references unresolved), for
     /// resolving `$(role.path)`, for one schedule snapshot.
     refs_doc: Option<(Arc<Option<Schedule>>, Arc<Value>)>,
+    /// The roles of this node for one schedule snapshot (held, as in [`Cached`]): the schedule
+    /// they are read from (the same snapshot with [`CompatRoles`]), or why the source failed.
+    view: Option<(Arc<Option<Schedule>>, Option<String>, View)>,
+    /// The last schedule whose roles were derived, for the source's `previous`.
+    previous: Option<Schedule>,
+    /// The deployment id given to the source with the roles, for the first pass they start.
+    next_pass_id: Option<String>,
     /// The schedule whose `changes` went into the log last (each schedule's once).
     changes_logged: Option<String>,
     /// Log entries not written yet, in the order they were decided.
@@ -364,6 +387,7 @@ pub struct RenderController {
     /// Held while queued log entries are written, so they reach the log in order.
     log_writer: Mutex<()>,
     policy: ErrorPolicy,
+    roles: Arc<dyn RoleSource>,
     /// Asks the driver for a pass of one role (set by [`RenderController::driver`]).
     wake: std::sync::OnceLock<tokio::sync::mpsc::UnboundedSender<String>>,
 }
@@ -397,6 +421,7 @@ impl RenderController {
             }),
             log_writer: Mutex::new(()),
             policy: ErrorPolicy::default(),
+            roles: Arc::new(CompatRoles),
             wake: std::sync::OnceLock::new(),
         }
     }
@@ -405,6 +430,127 @@ impl RenderController {
     pub fn error_policy(mut self, policy: ErrorPolicy) -> RenderController {
         self.policy = policy;
         self
+    }
+
+    /// Where this node's roles and their variables come from; by default [`CompatRoles`].
+    pub fn role_source(mut self, roles: Arc<dyn RoleSource>) -> RenderController {
+        self.roles = roles;
+        self
+    }
+
+    /// The roles of this node for the schedule in force, or `None` while they are not known
+    /// (no schedule, the role source has not answered or failed). The cleanup controller asks.
+    pub fn node_roles(&self) -> Option<BTreeSet<String>> {
+        let real = self.store.schedule.peek();
+        match self.view_now(&real)? {
+            Ok(view) => view
+                .as_ref()
+                .as_ref()
+                .map(|s| vars::node_roles(&s.data, &self.host).into_iter().collect()),
+            Err(_) => None,
+        }
+    }
+
+    /// The schedule this node's roles are read from for snapshot `real`, when known now: the
+    /// cached answer of the source, or `real` itself when the source derives nothing
+    /// ([`CompatRoles`]).
+    fn view_now(&self, real: &Arc<Option<Schedule>>) -> Option<View> {
+        let version = self.roles.version();
+        let mut st = self.state.lock().unwrap();
+        if let Some((s, v, view)) = &st.view
+            && Arc::ptr_eq(s, real)
+            && *v == version
+        {
+            return Some(view.clone());
+        }
+        let Some(schedule) = real.as_ref() else {
+            return Some(Ok(real.clone()));
+        };
+        let request = RolesRequest {
+            schedule: schedule.clone(),
+            previous: None,
+            host: self.host.clone(),
+            deployment_id: String::new(),
+        };
+        // A source that derives roles answers in `derive_roles`; its future is dropped unpolled.
+        match self.roles.roles(request) {
+            None => {
+                st.view = Some((real.clone(), version, Ok(real.clone())));
+                Some(Ok(real.clone()))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// Asks the role source for this node's roles under the schedule in force, then wakes them.
+    async fn derive_roles(self: Arc<Self>) -> Result<Requeue, RenderError> {
+        let real = self.store.schedule.peek();
+        if let Some(Ok(_)) = self.view_now(&real) {
+            return Ok(Requeue::None);
+        }
+        let Some(schedule) = real.as_ref().clone() else {
+            return Ok(Requeue::None);
+        };
+        let id = deployment_id();
+        let version = self.roles.version();
+        let request = RolesRequest {
+            schedule: schedule.clone(),
+            previous: self.state.lock().unwrap().previous.clone(),
+            host: self.host.clone(),
+            deployment_id: id.clone(),
+        };
+        let answer = match self.roles.roles(request) {
+            None => Ok(None),
+            Some(future) => future.await.map(Some),
+        };
+        let key = self.roles.name().to_string();
+        match answer {
+            Ok(roles) => {
+                let view = match roles {
+                    None => real.clone(),
+                    Some(roles) => {
+                        let mut data = serde_json::Map::new();
+                        if let Some(changes) = schedule.data.get("changes") {
+                            data.insert("changes".into(), changes.clone());
+                        }
+                        let mut node = serde_json::Map::new();
+                        node.insert("roles".into(), Value::Object(roles));
+                        let mut nodes = serde_json::Map::new();
+                        nodes.insert(self.host.clone(), Value::Object(node));
+                        data.insert("nodes".into(), Value::Object(nodes));
+                        Arc::new(Some(Schedule {
+                            data: Arc::new(Value::Object(data)),
+                            ..schedule.clone()
+                        }))
+                    }
+                };
+                let roles = view
+                    .as_ref()
+                    .as_ref()
+                    .map(|s| vars::node_roles(&s.data, &self.host))
+                    .unwrap_or_default();
+                {
+                    let mut st = self.state.lock().unwrap();
+                    st.view = Some((real.clone(), version, Ok(view)));
+                    st.previous = Some(schedule);
+                    st.next_pass_id = Some(id);
+                }
+                self.clear_failure(&key);
+                if let Some(wake) = self.wake.get() {
+                    for role in roles {
+                        let _ = wake.send(role);
+                    }
+                }
+                Ok(Requeue::None)
+            }
+            Err(e) => {
+                let message = format!("{e}; the schedule is not rendered");
+                self.state.lock().unwrap().view =
+                    Some((real.clone(), version, Err(message.clone())));
+                self.record_failure(&key, message.clone(), None);
+                Err(RenderError::Roles(message))
+            }
+        }
     }
 
     /// A driver that wakes on a new schedule, changed templates and `force_render_all`.
@@ -654,7 +800,7 @@ impl RenderController {
                 roles.insert(other);
             }
         }
-        let id = deployment_id();
+        let id = st.next_pass_id.take().unwrap_or_else(deployment_id);
         for old in &mut st.passes {
             old.pending.retain(|r| !roles.contains(r));
         }
@@ -944,7 +1090,11 @@ impl RenderController {
     }
 
     async fn attempt(self: Arc<Self>, role: String) -> Result<Requeue, RenderError> {
-        let schedule = self.store.schedule.peek();
+        let real = self.store.schedule.peek();
+        // Roles of a schedule whose roles are not known (yet) wait for `derive_roles`.
+        let Some(Ok(schedule)) = self.view_now(&real) else {
+            return Ok(Requeue::None);
+        };
         let templates = self.store.templates.peek();
         let force = *self.store.force_render.peek();
         if schedule.is_none() {
@@ -1003,6 +1153,7 @@ impl RenderController {
         self.flush_log();
         let now = self.clock.now_ms();
         let data = schedule.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
+        let full_schedule = real.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
         // Checked by `desired` already; the schedule snapshot is the same.
         let merged = match refs_doc {
             Some(doc) => self.resolved_vars(data, &role, doc)?,
@@ -1016,7 +1167,7 @@ impl RenderController {
             merged,
             &id,
             &crate::wallclock::rfc3339(now),
-            mentions_full_schedule.then_some(data),
+            mentions_full_schedule.then_some(full_schedule),
         );
         let job = RoleJob {
             role: role.clone(),
@@ -1071,13 +1222,21 @@ impl Reconciler for RenderController {
     }
 
     fn keys(&self) -> Vec<String> {
-        match self.store.schedule.peek().as_ref() {
-            Some(s) => vars::node_roles(&s.data, &self.host),
-            None => Vec::new(),
+        let real = self.store.schedule.peek();
+        match self.view_now(&real) {
+            Some(Ok(view)) => match view.as_ref() {
+                Some(s) => vars::node_roles(&s.data, &self.host),
+                None => Vec::new(),
+            },
+            // The source is asked (again, after a failure: the driver's backoff).
+            _ => vec![self.roles.name().to_string()],
         }
     }
 
     async fn reconcile(self: Arc<Self>, role: String) -> Result<Requeue, RenderError> {
+        if role == self.roles.name() {
+            return self.derive_roles().await;
+        }
         self.pass(role).await
     }
 

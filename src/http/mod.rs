@@ -58,6 +58,8 @@ pub struct AppState {
     /// `<config-dir>/scheduler/v1`: its `scheduler.wasm` and `query.wasm` are served under
     /// `/v1/wasm/`.
     pub scheduler_dir: std::path::PathBuf,
+    /// `scheduler/v1/query.wasm`, shared with the render controller (`/v1/query`).
+    pub query: crate::wasm::query::QueryHook,
     pub http: Arc<HttpState>,
 }
 

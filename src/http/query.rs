@@ -1,5 +1,5 @@
 //! `POST /v1/query/<path>`: answered by `scheduler/v1/query.wasm`'s `query` (verwalter 0.13.0),
-//! after `init` with the schedule in force. Without a `query.wasm` (the compat derivation) the
+//! on the instance `init`ed with the schedule in force (shared with rendering, [`QueryHook`](crate::wasm::query::QueryHook)). Without a `query.wasm` (the compat derivation) the
 //! answer is a 500 saying so, as in 0.13.
 
 use axum::extract::{Path as UrlPath, Request, State};
@@ -8,7 +8,6 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use super::AppState;
-use crate::wasm::query::{QueryModule, has_query_wasm};
 
 /// The largest query body read (0.13 took at most 64 KiB of JSON).
 const BODY_LIMIT: usize = 64 << 10;
@@ -47,8 +46,7 @@ pub async fn query(
             );
         }
     };
-    let dir = state.scheduler_dir.clone();
-    if !has_query_wasm(&dir) {
+    if !state.query.present() {
         return error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "no query interface: the config dir has no scheduler/v1/query.wasm, and the default \
@@ -60,11 +58,11 @@ pub async fn query(
         return error(StatusCode::INTERNAL_SERVER_ERROR, "no schedule yet");
     };
     let hostname = state.node.hostname.clone();
-    // The module runs off the async runtime; its time budget bounds the call.
+    let hook = state.query.clone();
+    // The module runs off the async runtime; its time budget bounds the call. It is the
+    // render controller's instance, `init`ed once per schedule.
     let answer = tokio::task::spawn_blocking(move || {
-        let mut module = QueryModule::load(&dir, crate::lua::Limits::default().into())?;
-        module.init(&schedule, &hostname)?;
-        module.query(&path, &body)
+        hook.with_module(&schedule, &hostname, |module| module.query(&path, &body))
     })
     .await;
     match answer {

@@ -62,6 +62,10 @@ pub(super) fn app_state(
         }),
         frontend_dir,
         scheduler_dir: std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
+        query: crate::wasm::query::QueryHook::new(
+            std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
+            crate::lua::Limits::default().into(),
+        ),
         http: Default::default(),
     }
 }

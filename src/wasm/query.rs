@@ -6,10 +6,18 @@
 //! `Result` as JSON: `{"Ok": ..}` or `{"Err": {"kind": .., "message": .., "causes"?: [..]}}`.
 //! `init({"schedule": <schedule envelope>, "hostname": ..})` is called once per schedule before
 //! the others.
+//!
+//! [`QueryHook`] is the node's one `query.wasm`: the render controller's [`RoleSource`] and what
+//! answers `/v1/query`. It is read when the file exists, compiled anew when its bytes change,
+//! instantiated and `init`ed once per schedule (0.13: a new instance per schedule), and dropped
+//! after a failed call so the next one starts from a fresh instance.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
+use futures::future::BoxFuture;
 use serde_json::{Value, json};
+use verwalter_controllers::ports::{NodeRoles, RoleSource, RolesError, RolesRequest};
 use verwalter_controllers::state::Schedule;
 
 use super::runtime::{WasmLimits, WasmModule};
@@ -148,4 +156,120 @@ pub fn unwrap_envelope(value: Value) -> Result<Value, String> {
         "returned {}, not {{\"Ok\": ..}} or {{\"Err\": ..}}",
         Value::Object(map)
     ))
+}
+
+/// The node's `scheduler/v1/query.wasm` (see the module docs). Clones share the module.
+#[derive(Clone)]
+pub struct QueryHook {
+    dir: PathBuf,
+    limits: WasmLimits,
+    loaded: Arc<Mutex<Option<Loaded>>>,
+}
+
+/// A compiled module, instantiated and initialised for one schedule.
+struct Loaded {
+    bytes: Vec<u8>,
+    module: QueryModule,
+    /// The hash of the schedule `init` took, with the host.
+    schedule: String,
+}
+
+impl std::fmt::Debug for QueryHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "QueryHook({})", self.dir.display())
+    }
+}
+
+impl QueryHook {
+    /// The hook of `scheduler_dir` (`<config-dir>/scheduler/v1`), run within `limits` (the
+    /// scheduler's `time-limit-ms` and `memory-limit-mib`).
+    pub fn new(scheduler_dir: PathBuf, limits: WasmLimits) -> QueryHook {
+        QueryHook {
+            dir: scheduler_dir,
+            limits,
+            loaded: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// Whether there is a `query.wasm` to run.
+    pub fn present(&self) -> bool {
+        has_query_wasm(&self.dir)
+    }
+
+    /// Runs `call` on the module initialised for `schedule` on `hostname`: compiled again when
+    /// the file changed, instantiated and `init`ed again for another schedule. Blocks: call it
+    /// off the async runtime. A failed call drops the instance.
+    pub fn with_module<T>(
+        &self,
+        schedule: &Schedule,
+        hostname: &str,
+        call: impl FnOnce(&mut QueryModule) -> Result<T, QueryError>,
+    ) -> Result<T, QueryError> {
+        let name = format!("{SCHEDULER_DIR}/{QUERY_WASM}");
+        let bytes = read_module(&self.dir.join(QUERY_WASM))
+            .map_err(|e| failed(format!("{name}: cannot read: {e}")))?;
+        let key = format!("{}@{hostname}", schedule.hash);
+        let mut slot = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        let current = slot
+            .as_ref()
+            .is_some_and(|l| l.bytes == bytes && l.schedule == key);
+        if !current {
+            *slot = None;
+            let mut module = QueryModule::from_bytes(&name, &bytes, self.limits)?;
+            module.init(schedule, hostname)?;
+            *slot = Some(Loaded {
+                bytes,
+                module,
+                schedule: key,
+            });
+        }
+        let loaded = slot.as_mut().expect("loaded above");
+        let result = call(&mut loaded.module);
+        if result.is_err() {
+            *slot = None;
+        }
+        result
+    }
+}
+
+impl RoleSource for QueryHook {
+    fn name(&self) -> &str {
+        "scheduler/v1/query.wasm"
+    }
+
+    /// The file's size and modification time: a changed `query.wasm` derives the roles again.
+    fn version(&self) -> Option<String> {
+        let meta = std::fs::metadata(self.dir.join(QUERY_WASM)).ok()?;
+        let modified = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        Some(format!("{}:{modified}", meta.len()))
+    }
+
+    /// `None` without a `query.wasm` (the compat merge); else `render_roles`, off the runtime.
+    fn roles(
+        &self,
+        request: RolesRequest,
+    ) -> Option<BoxFuture<'static, Result<NodeRoles, RolesError>>> {
+        if !self.present() {
+            return None;
+        }
+        let hook = self.clone();
+        Some(Box::pin(async move {
+            let answer = tokio::task::spawn_blocking(move || {
+                hook.with_module(&request.schedule, &request.host, |module| {
+                    module.render_roles(&request.deployment_id, request.previous.as_ref())
+                })
+            })
+            .await;
+            match answer {
+                Ok(result) => result.map_err(|e| RolesError(e.message)),
+                Err(e) => Err(RolesError(format!(
+                    "the query.wasm call did not finish: {e}"
+                ))),
+            }
+        }))
+    }
 }

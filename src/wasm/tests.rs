@@ -525,3 +525,54 @@ fn envelopes_unwrap() {
     assert!(unwrap_envelope(json!({"Ok": 1, "Err": 2})).is_err());
     assert!(unwrap_envelope(json!([])).is_err());
 }
+
+#[test]
+fn the_query_hook_derives_roles_off_the_runtime_and_reloads_a_changed_module() {
+    use verwalter_controllers::ports::{RoleSource, RolesRequest};
+    let dir = tempfile::tempdir().unwrap();
+    let hook = super::query::QueryHook::new(dir.path().to_path_buf(), limits());
+    let request = RolesRequest {
+        schedule: schedule(),
+        previous: None,
+        host: "alpha".into(),
+        deployment_id: "d1".into(),
+    };
+    // Without query.wasm the compat merge derives the roles: nothing to call.
+    assert!(hook.roles(request.clone()).is_none());
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    std::fs::write(
+        dir.path().join(QUERY_WASM),
+        query_module(
+            r#"{\"Err\": {\"kind\": \"InitError\", \"message\": \"no cluster\"}}"#,
+            r#"{\"Ok\": {}}"#,
+            r#"{\"Ok\": 1}"#,
+        ),
+    )
+    .unwrap();
+    let error = runtime
+        .block_on(hook.roles(request.clone()).unwrap())
+        .unwrap_err();
+    assert_eq!(
+        error.0,
+        "scheduler/v1/query.wasm: init: InitError: no cluster"
+    );
+    // A changed file is compiled again on the next call.
+    std::fs::write(
+        dir.path().join(QUERY_WASM),
+        query_module(
+            r#"{\"Ok\": null}"#,
+            r#"{\"Ok\": {\"web\": {\"template\": \"web/v1\"}}}"#,
+            r#"{\"Ok\": 2}"#,
+        ),
+    )
+    .unwrap();
+    let roles = runtime.block_on(hook.roles(request).unwrap()).unwrap();
+    assert_eq!(Value::Object(roles), json!({"web": {"template": "web/v1"}}));
+    // `/v1/query` shares the instance.
+    let answer = hook.with_module(&schedule(), "alpha", |m| m.query("x", &json!({})));
+    assert_eq!(answer.unwrap(), json!(2));
+}

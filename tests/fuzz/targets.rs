@@ -910,6 +910,13 @@ fn http_app() -> HttpApp {
         }),
         frontend_dir: scratch().join("frontend"),
         scheduler_dir: scratch().join("scheduler/v1"),
+        query: verwalter::wasm::query::QueryHook::new(
+            scratch().join("scheduler/v1"),
+            verwalter::wasm::WasmLimits {
+                memory: 64 << 20,
+                time: std::time::Duration::from_secs(1),
+            },
+        ),
         http: Default::default(),
     };
     // The writer must outlive the app: its fields are the store's senders.

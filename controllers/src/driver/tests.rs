@@ -274,3 +274,24 @@ async fn shutdown_waits_for_a_running_pass() {
     advance(Duration::from_secs(6)).await;
     assert!(running.handle.is_finished());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_wake_for_a_key_learned_since_the_scan_rescans_and_others_are_ignored() {
+    let probe = Arc::new(Probe::new());
+    let (wake, wakes) = tokio::sync::mpsc::unbounded_channel();
+    let running = spawn_driver(Driver::new(probe.clone(), config()).wake_keys(wakes));
+    advance(Duration::from_millis(10)).await;
+    assert_eq!(probe.count(), 1, "key 1 at start");
+    // Key 2 is not a key (yet): its wake is ignored.
+    wake.send(2).unwrap();
+    advance(Duration::from_millis(10)).await;
+    assert_eq!(probe.count(), 1);
+    // Now the reconciler lists 2 and 3: waking 2 scans, so both run.
+    *probe.keys.lock().unwrap() = vec![1, 2, 3];
+    wake.send(2).unwrap();
+    advance(Duration::from_millis(10)).await;
+    let mut keys: Vec<u32> = probe.passes.lock().unwrap().iter().map(|p| p.0).collect();
+    keys.sort();
+    assert_eq!(keys, vec![1, 1, 2, 3]);
+    running.stop().await;
+}

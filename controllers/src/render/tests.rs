@@ -33,6 +33,14 @@ fn schedule(roles: Value) -> Option<Schedule> {
 }
 
 fn rig_with(applied: Arc<MemoryAppliedStore>, policy: ErrorPolicy) -> Rig {
+    rig_with_source(applied, policy, Arc::new(CompatRoles))
+}
+
+fn rig_with_source(
+    applied: Arc<MemoryAppliedStore>,
+    policy: ErrorPolicy,
+    source: Arc<dyn RoleSource>,
+) -> Rig {
     let writer = StoreWriter::new(None);
     let store = writer.store();
     let StoreWriter {
@@ -58,7 +66,8 @@ fn rig_with(applied: Arc<MemoryAppliedStore>, policy: ErrorPolicy) -> Rig {
             log.clone(),
             FakeClock::at(1_600_000_000_000),
         )
-        .error_policy(policy),
+        .error_policy(policy)
+        .role_source(source),
     );
     Rig {
         schedule,
@@ -687,4 +696,175 @@ async fn a_reference_cycle_fails_the_role_naming_the_chain() {
         rig.store.roles.peek().failed["a"].message,
         "role \"a\": variable reference cycle: $(b.y) -> $(a.x) -> $(b.y)"
     );
+}
+
+/// A role source that answers what it is told, and records what it was asked.
+#[derive(Default)]
+struct GivenRoles {
+    answer: Mutex<Option<Result<crate::ports::NodeRoles, String>>>,
+    asked: Mutex<Vec<RolesRequest>>,
+    version: Mutex<Option<String>>,
+}
+
+impl GivenRoles {
+    fn answer(&self, answer: Result<Value, &str>) {
+        *self.answer.lock().unwrap() = Some(
+            answer
+                .map(|v| v.as_object().unwrap().clone())
+                .map_err(String::from),
+        );
+    }
+}
+
+impl RoleSource for GivenRoles {
+    fn name(&self) -> &str {
+        "scheduler/v1/query.wasm"
+    }
+
+    fn version(&self) -> Option<String> {
+        self.version.lock().unwrap().clone()
+    }
+
+    fn roles(
+        &self,
+        request: RolesRequest,
+    ) -> Option<
+        futures::future::BoxFuture<
+            'static,
+            Result<crate::ports::NodeRoles, crate::ports::RolesError>,
+        >,
+    > {
+        let answer = self.answer.lock().unwrap().clone()?;
+        if !request.deployment_id.is_empty() {
+            self.asked.lock().unwrap().push(request);
+        }
+        Some(Box::pin(
+            async move { answer.map_err(crate::ports::RolesError) },
+        ))
+    }
+}
+
+fn rig_with_given() -> (Rig, Arc<GivenRoles>) {
+    let source = Arc::new(GivenRoles::default());
+    let rig = rig_with_source(
+        Arc::new(MemoryAppliedStore::default()),
+        ErrorPolicy::default(),
+        source.clone(),
+    );
+    (rig, source)
+}
+
+#[tokio::test]
+async fn roles_from_a_role_source_are_rendered_instead_of_the_schedules() {
+    let (rig, source) = rig_with_given();
+    source.answer(Ok(json!({
+        "api": {"template": "other/v1", "port": 8080},
+        "worker": {"template": "app/v1", "depends_on": "api", "upstream": "$(api.port)"},
+    })));
+    rig.schedule.set(schedule(json!({"web": {"v": 1}})));
+    // The first scan asks the source (once per schedule), the next renders what it gave.
+    let first = rig.pass_all().await;
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].0, "scheduler/v1/query.wasm");
+    assert!(rig.applier.roles().is_empty());
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api", "worker"]);
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    assert_eq!(jobs[0].template, "other/v1");
+    assert_eq!(jobs[0].vars["port"], json!(8080));
+    assert_eq!(jobs[0].vars["role"], json!("api"));
+    assert_eq!(jobs[0].vars["node"], json!(HOST));
+    assert_eq!(jobs[1].vars["upstream"], json!(8080));
+    let asked = source.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 1);
+    assert_eq!(asked[0].host, HOST);
+    assert!(asked[0].previous.is_none());
+    // The deployment id the source was given names the pass it started.
+    assert_eq!(jobs[0].deployment_id, asked[0].deployment_id);
+    assert_eq!(
+        rig.controller.node_roles(),
+        Some(["api".to_string(), "worker".to_string()].into())
+    );
+
+    // A new schedule: the source is asked again, with the previous one.
+    let mut next = schedule(json!({"web": {"v": 2}})).unwrap();
+    next.hash = "other".into();
+    rig.schedule.set(Some(next));
+    rig.pass_all().await;
+    let asked = source.asked.lock().unwrap().clone();
+    assert_eq!(asked.len(), 2);
+    assert_eq!(
+        asked[1].previous.as_ref().map(|s| &s.data),
+        Some(&asked[0].schedule.data)
+    );
+}
+
+#[tokio::test]
+async fn a_failing_role_source_renders_nothing_and_says_why() {
+    let (rig, source) = rig_with_given();
+    source.answer(Ok(json!({"api": {"template": "other/v1"}})));
+    rig.schedule.set(schedule(json!({})));
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api"]);
+
+    source.answer(Err("InitError: no such cluster"));
+    let mut next = schedule(json!({})).unwrap();
+    next.hash = "other".into();
+    rig.schedule.set(Some(next));
+    let results = rig.pass_all().await;
+    assert_eq!(results.len(), 1);
+    let Err(error) = &results[0].1 else {
+        panic!("the source's failure must fail its key: {results:?}");
+    };
+    assert_eq!(error.reason(), "roles");
+    assert!(
+        error.to_string().contains("InitError: no such cluster"),
+        "{error}"
+    );
+    assert_eq!(rig.failed(), vec!["scheduler/v1/query.wasm"]);
+    let failure = rig.store.roles.peek().failed["scheduler/v1/query.wasm"].clone();
+    assert!(
+        failure.message.contains("not rendered"),
+        "{}",
+        failure.message
+    );
+    // Nothing rendered, nothing forgotten: the applied role stays.
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api"]);
+    assert_eq!(rig.controller.node_roles(), None);
+    assert!(rig.applied.load().contains_key("api"));
+
+    // The source recovers (the driver's retry): the failure clears.
+    source.answer(Ok(json!({"api": {"template": "other/v1"}})));
+    rig.pass_all().await;
+    assert!(rig.failed().is_empty());
+}
+
+#[tokio::test]
+async fn a_new_version_of_the_role_source_derives_the_roles_again_for_the_same_schedule() {
+    let (rig, source) = rig_with_given();
+    source.answer(Ok(json!({"api": {"template": "other/v1", "v": 1}})));
+    rig.schedule.set(schedule(json!({})));
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api"]);
+    rig.pass_all().await;
+    assert_eq!(
+        source.asked.lock().unwrap().len(),
+        1,
+        "asked once per schedule"
+    );
+
+    // The module changed: the next scan asks again and renders what it says now.
+    source.answer(Ok(json!({"api": {"template": "other/v1", "v": 2}})));
+    *source.version.lock().unwrap() = Some("2".into());
+    assert_eq!(rig.controller.keys(), vec!["scheduler/v1/query.wasm"]);
+    rig.pass_all().await;
+    rig.pass_all().await;
+    assert_eq!(rig.applier.roles(), vec!["api", "api"]);
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    assert_eq!(jobs[1].vars["v"], json!(2));
+    assert_eq!(source.asked.lock().unwrap().len(), 2);
 }

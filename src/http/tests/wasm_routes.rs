@@ -6,6 +6,8 @@ fn app_with_scheduler_dir(writer: &StoreWriter, dir: &std::path::Path) -> Router
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     let mut state = app_state(writer, no_frontends, "common");
     state.scheduler_dir = dir.to_path_buf();
+    state.query =
+        crate::wasm::query::QueryHook::new(dir.to_path_buf(), crate::lua::Limits::default().into());
     router(state)
 }
 
