@@ -119,14 +119,19 @@ fuzz:
 	FUZZ_SECS=$(FUZZ_SECS) $(CARGO) test --profile fuzz --test tests fuzz::long_run -- \
 	    --ignored --exact --nocapture
 
-## Rebuilds the shipped WebAssembly scheduler example (examples/wasm-scheduler) from its Rust
-## source; needs the wasm32 target (`rustup target add wasm32-unknown-unknown`). The tests use the
-## shipped module, so CI does not run this.
+## Rebuilds the shipped WebAssembly examples from their Rust source: the scheduler of
+## examples/wasm-scheduler and the query.wasm of examples/wasm-query; needs the wasm32 target
+## (`rustup target add wasm32-unknown-unknown`). The tests use the shipped modules, so CI does not
+## run this.
 WASM_EXAMPLE := examples/wasm-scheduler
+WASM_QUERY_EXAMPLE := examples/wasm-query
 wasm-example:
 	cd $(WASM_EXAMPLE) && $(CARGO) build --release --target wasm32-unknown-unknown
 	cp $(WASM_EXAMPLE)/target/wasm32-unknown-unknown/release/verwalter_wasm_scheduler.wasm \
 	    $(WASM_EXAMPLE)/scheduler/v1/scheduler.wasm
+	cd $(WASM_QUERY_EXAMPLE) && $(CARGO) build --release --target wasm32-unknown-unknown
+	cp $(WASM_QUERY_EXAMPLE)/target/wasm32-unknown-unknown/release/verwalter_wasm_query.wasm \
+	    $(WASM_QUERY_EXAMPLE)/scheduler/v1/query.wasm
 
 ## Criterion benchmarks (scheduler round), the wasm scheduler against its Lua twin, and the idle
 ## memory figure.

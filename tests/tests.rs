@@ -90,7 +90,9 @@
 //!   and a restart finds nothing more to migrate.
 //! - `wasm`: a node whose scheduler is `examples/wasm-scheduler`'s WebAssembly module: it
 //!   schedules and serves the module; a module replaced by a trapping or a runaway one leaves
-//!   the last good schedule with the error in `/v1/status`, and the good one clears it.
+//!   the last good schedule with the error in `/v1/status`, and the good one clears it; a node
+//!   with `examples/wasm-query`'s `query.wasm` renders the same files as without it and answers
+//!   `/v1/query`.
 //! - `webdriver`: a small W3C WebDriver client for browser tests (headless Chromium through
 //!   chromedriver; panics when either is missing), and its self-test against the daemon.
 

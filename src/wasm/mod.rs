@@ -345,3 +345,6 @@ impl Scheduler for ConfigDirScheduler {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod query_example_tests;
