@@ -818,6 +818,12 @@ fn query_wasm_decides_the_roles_rendered_and_answers_queries() {
     assert!(!site.out.join("web.conf").exists());
     let (code, body) = http_post(site.daemon.port, "/v1/query/x", "application/json", b"{}");
     assert_eq!((code, body.as_str()), (200, r#"{"answer":42}"#));
+    // `/v1/roles_data` shows what is rendered: query.wasm's roles, as 0.13 answered it.
+    let roles = site.daemon.json("/v1/roles_data").unwrap();
+    let to_render = roles["to_render"].as_object().unwrap();
+    assert_eq!(to_render.keys().collect::<Vec<_>>(), vec!["api"], "{roles}");
+    assert_eq!(to_render["api"]["value"], 7, "{roles}");
+    assert_eq!(to_render["api"]["filler"], "from query.wasm", "{roles}");
 }
 
 #[test]

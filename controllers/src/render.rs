@@ -508,21 +508,10 @@ impl RenderController {
             Ok(roles) => {
                 let view = match roles {
                     None => real.clone(),
-                    Some(roles) => {
-                        let mut data = serde_json::Map::new();
-                        if let Some(changes) = schedule.data.get("changes") {
-                            data.insert("changes".into(), changes.clone());
-                        }
-                        let mut node = serde_json::Map::new();
-                        node.insert("roles".into(), Value::Object(roles));
-                        let mut nodes = serde_json::Map::new();
-                        nodes.insert(self.host.clone(), Value::Object(node));
-                        data.insert("nodes".into(), Value::Object(nodes));
-                        Arc::new(Some(Schedule {
-                            data: Arc::new(Value::Object(data)),
-                            ..schedule.clone()
-                        }))
-                    }
+                    Some(roles) => Arc::new(Some(Schedule {
+                        data: Arc::new(vars::roles_view(&schedule.data, &self.host, roles)),
+                        ..schedule.clone()
+                    })),
                 };
                 let roles = view
                     .as_ref()

@@ -69,6 +69,22 @@ pub fn node_roles(data: &Value, host: &str) -> Vec<String> {
     }
 }
 
+/// The schedule data a role source's answer stands for: `roles` (a `query.wasm`'s
+/// `render_roles`, `{role: vars}`) as `nodes[host].roles`, with the schedule's `changes` kept,
+/// so that [`node_roles`] and [`role_vars`] read it as they read a schedule.
+pub fn roles_view(data: &Value, host: &str, roles: Map<String, Value>) -> Value {
+    let mut view = Map::new();
+    if let Some(changes) = data.get("changes") {
+        view.insert("changes".into(), changes.clone());
+    }
+    let mut node = Map::new();
+    node.insert("roles".into(), Value::Object(roles));
+    let mut nodes = Map::new();
+    nodes.insert(host.to_string(), Value::Object(node));
+    view.insert("nodes".into(), Value::Object(nodes));
+    Value::Object(view)
+}
+
 /// Every role the schedule mentions: keys of `roles` and of every node's `roles`.
 pub fn all_roles(data: &Value) -> BTreeSet<String> {
     let mut all = BTreeSet::new();

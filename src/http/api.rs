@@ -303,9 +303,28 @@ pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, Ap
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
     );
+    let host = &state.node.hostname;
+    // With a `query.wasm` the roles are its `render_roles` answer (as rendering takes them, and
+    // as 0.13 answered this route through its query thread); else the compat derivation.
+    let view = if state.query.present() {
+        let hook = state.query.clone();
+        let (for_module, host_for_module, id_for_module) =
+            (schedule.clone(), host.clone(), id.clone());
+        let answer = tokio::task::spawn_blocking(move || {
+            hook.with_module(&for_module, &host_for_module, |module| {
+                module.render_roles(&id_for_module, None)
+            })
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("the query.wasm call did not finish: {e}")))?;
+        let roles = answer.map_err(|e| ApiError::Internal(e.message))?;
+        std::borrow::Cow::Owned(vars::roles_view(&schedule.data, host, roles))
+    } else {
+        std::borrow::Cow::Borrowed(schedule.data.as_ref())
+    };
     let mut to_render = serde_json::Map::new();
-    for role in vars::node_roles(&schedule.data, &state.node.hostname) {
-        let value = match vars::role_vars(&schedule.data, &state.node.hostname, &role) {
+    for role in vars::node_roles(&view, host) {
+        let value = match vars::role_vars(&view, host, &role) {
             Ok(v) => Value::Object(vars::with_pass(v, &id, &now, None)),
             Err(e) => json!({"error": e.message}),
         };

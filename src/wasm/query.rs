@@ -10,7 +10,8 @@
 //! [`QueryHook`] is the node's one `query.wasm`: the render controller's [`RoleSource`] and what
 //! answers `/v1/query`. It is read when the file exists, compiled anew when its bytes change,
 //! instantiated and `init`ed once per schedule (0.13: a new instance per schedule), and dropped
-//! after a failed call so the next one starts from a fresh instance.
+//! after a call that failed (trap, budget, bad output) so the next one starts from a fresh
+//! instance; an `Err` the module answered keeps it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -30,10 +31,15 @@ use crate::inputs::SCHEDULER_DIR;
 #[error("{message}")]
 pub struct QueryError {
     pub message: String,
+    /// The module answered with its own `{"Err": ..}`: it is working, and its instance is kept.
+    pub answered: bool,
 }
 
 fn failed(message: String) -> QueryError {
-    QueryError { message }
+    QueryError {
+        message,
+        answered: false,
+    }
 }
 
 /// A loaded `query.wasm`.
@@ -80,7 +86,13 @@ impl QueryModule {
             .module
             .call_json(entry, input)
             .map_err(|e| failed(e.message))?;
-        unwrap_envelope(result).map_err(|m| failed(format!("{}: {entry}: {m}", self.name)))
+        let answered = result
+            .as_object()
+            .is_some_and(|map| map.len() == 1 && map.contains_key("Err"));
+        unwrap_envelope(result).map_err(|m| QueryError {
+            message: format!("{}: {entry}: {m}", self.name),
+            answered,
+        })
     }
 
     /// `init({"schedule", "hostname"})`: readies the module for `schedule` on node `hostname`.
@@ -198,7 +210,8 @@ impl QueryHook {
 
     /// Runs `call` on the module initialised for `schedule` on `hostname`: compiled again when
     /// the file changed, instantiated and `init`ed again for another schedule. Blocks: call it
-    /// off the async runtime. A failed call drops the instance.
+    /// off the async runtime. A call that fails drops the instance, unless the module answered
+    /// with its own `Err` (a query it refuses, say).
     pub fn with_module<T>(
         &self,
         schedule: &Schedule,
@@ -225,7 +238,7 @@ impl QueryHook {
         }
         let loaded = slot.as_mut().expect("loaded above");
         let result = call(&mut loaded.module);
-        if result.is_err() {
+        if result.as_ref().is_err_and(|e| !e.answered) {
             *slot = None;
         }
         result

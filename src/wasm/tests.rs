@@ -434,13 +434,33 @@ fn a_config_dir_with_scheduler_wasm_runs_it_instead_of_main_lua() {
 /// A query.wasm whose entry points return `init_result`, `render_result` and `query_result`
 /// (JSON text at fixed addresses).
 fn query_module(init_result: &str, render_result: &str, query_result: &str) -> Vec<u8> {
+    query_module_with(
+        init_result,
+        render_result,
+        query_result,
+        "",
+        "(i32.const 4096)",
+    )
+}
+
+/// A query module with fixed `init` and `render_roles` answers whose `query` runs `query_body`
+/// (the result is where its answer starts: `query_result` at 4096, or in `extra_data`).
+fn query_module_with(
+    init_result: &str,
+    render_result: &str,
+    query_result: &str,
+    extra_data: &str,
+    query_body: &str,
+) -> Vec<u8> {
     let text = format!(
         r#"(module
   (memory (export "memory") 1)
   (global $next (mut i32) (i32.const 8192))
+  (global $queries (mut i32) (i32.const 0))
   (data (i32.const 16) "{init_result}")
   (data (i32.const 1024) "{render_result}")
   (data (i32.const 4096) "{query_result}")
+  {extra_data}
   (func (export "alloc") (param $len i32) (result i32)
     (local $p i32)
     (local.set $p (global.get $next))
@@ -452,9 +472,46 @@ fn query_module(init_result: &str, render_result: &str, query_result: &str) -> V
   (func (export "dealloc") (param i32))
   (func (export "init") (param i32 i32) (result i32) (i32.const 16))
   (func (export "render_roles") (param i32 i32) (result i32) (i32.const 1024))
-  (func (export "query") (param i32 i32) (result i32) (i32.const 4096)))"#
+  (func (export "query") (param i32 i32) (result i32) {query_body}))"#
     );
     wat::parse_str(text).unwrap()
+}
+
+#[test]
+fn a_query_the_module_refuses_keeps_its_instance_and_a_failed_call_does_not() {
+    // `query` refuses every call; the first on an instance says "first", later ones "again".
+    let bytes = query_module_with(
+        r#"{\"Ok\": null}"#,
+        r#"{\"Ok\": {}}"#,
+        r#"{\"Err\": {\"kind\": \"UnknownPath\", \"message\": \"first\"}}"#,
+        r#"(data (i32.const 6000) "{\"Err\": {\"kind\": \"UnknownPath\", \"message\": \"again\"}}")"#,
+        "(if (result i32) (global.get $queries) (then (i32.const 6000)) \
+         (else (global.set $queries (i32.const 1)) (i32.const 4096)))",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join(QUERY_WASM), &bytes).unwrap();
+    let hook = super::query::QueryHook::new(dir.path().to_path_buf(), limits());
+    let ask = || {
+        let error = hook
+            .with_module(&schedule(), "alpha", |m| m.query("x", &json!({})))
+            .unwrap_err();
+        assert!(error.answered, "{error:?}");
+        error.message
+    };
+    let said = |word: &str| format!("scheduler/v1/query.wasm: query: UnknownPath: {word}");
+    assert_eq!(ask(), said("first"));
+    assert_eq!(ask(), said("again"), "the refusal dropped the instance");
+    assert_eq!(ask(), said("again"));
+    // A call that failed (a trap, the budget, output that is no envelope) drops the instance:
+    // the next call gets a fresh one.
+    let failed = hook.with_module(&schedule(), "alpha", |_| {
+        Err::<(), _>(super::query::QueryError {
+            message: "trapped".into(),
+            answered: false,
+        })
+    });
+    assert!(failed.is_err());
+    assert_eq!(ask(), said("first"));
 }
 
 fn schedule() -> Schedule {
