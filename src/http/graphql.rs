@@ -815,12 +815,17 @@ pub async fn socket(
         )
             .into_response();
     };
+    // The write buffer takes one whole message: tungstenite refuses a message larger than
+    // `max_write_buffer_size` with an error (a result holding a schedule of a few hundred KiB
+    // closed the socket at once, even for a client that reads). `run` sends one message at a
+    // time and waits until it is written, so the buffer never holds more than that one (whose
+    // text is in memory anyway); a client that does not take it meets the stall timeout.
     let upgrade = upgrade
         .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
         .max_message_size(BODY_LIMIT)
         .max_frame_size(BODY_LIMIT)
         .write_buffer_size(super::serve::BUFFER)
-        .max_write_buffer_size(4 * super::serve::BUFFER);
+        .max_write_buffer_size(usize::MAX);
     // A client that names no subprotocol gets 0.13's.
     let protocol = upgrade
         .selected_protocol()
@@ -878,19 +883,43 @@ async fn run(
             })),
         };
         let closing = matches!(message, Message::Close(_));
+        let dropped = || {
+            tracing::info!(
+                stall_ms = stall.as_millis() as u64,
+                "Dropped a GraphQL WebSocket client that stopped reading."
+            );
+        };
         match tokio::time::timeout(stall, sink.send(message)).await {
             Ok(Ok(())) if !closing => {}
-            Ok(Ok(())) | Ok(Err(_)) => return,
+            Ok(Ok(())) => return,
+            // The connection's socket fails a write waiting as long (`serve.rs`); whichever
+            // of the two timers is polled first ends the socket.
+            Ok(Err(e)) => {
+                if stalled_write(&e) {
+                    dropped();
+                }
+                return;
+            }
             Err(_) => {
-                tracing::info!(
-                    stall_ms = stall.as_millis() as u64,
-                    "Dropped a GraphQL WebSocket client that stopped reading."
-                );
+                dropped();
                 return;
             }
         }
     }
     let _ = tokio::time::timeout(stall, sink.close()).await;
+}
+
+/// Whether a failed send is the connection's stall timeout (`serve.rs` fails a write waiting
+/// for it with `TimedOut`).
+fn stalled_write(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::TimedOut;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Whether a server message is worth sending ([`LastSent`]): not a subscription result equal to

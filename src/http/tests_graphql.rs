@@ -733,3 +733,42 @@ async fn a_socket_that_stops_reading_is_closed_after_the_stall_timeout() {
     drop(stalled);
     shutdown.cancel();
 }
+
+#[tokio::test]
+async fn a_result_larger_than_the_write_buffer_reaches_a_client_that_reads() {
+    // A result is written whole: one over the write buffer's size closed the socket at once.
+    let writer = leading(1);
+    let blob = "x".repeat(1 << 20);
+    writer.schedule.set(Some(Schedule {
+        timestamp: 1,
+        hash: "big".into(),
+        data: Arc::new(json!({ "blob": blob })),
+        origin: "77985419c732412ea38b94db00000001".into(),
+    }));
+    let (state, _) = app_with(&writer);
+    let (addr, shutdown) = serving(state).await;
+    let mut socket = open_socket(addr, "graphql-transport-ws", None)
+        .await
+        .unwrap();
+    send(&mut socket, json!({"type": "connection_init"})).await;
+    assert_eq!(
+        receive(&mut socket).await,
+        json!({"type": "connection_ack"})
+    );
+    send(
+        &mut socket,
+        json!({"type": "subscribe", "id": "1", "payload": {"query":
+            "subscription { status { a: schedule { data } b: schedule { data } } }"}}),
+    )
+    .await;
+    let result = receive(&mut socket).await;
+    let status = &result["payload"]["data"]["status"];
+    for alias in ["a", "b"] {
+        assert_eq!(
+            status[alias]["data"]["blob"].as_str().map(str::len),
+            Some(1 << 20),
+            "{alias}"
+        );
+    }
+    shutdown.cancel();
+}
