@@ -448,7 +448,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         .watched(&progress);
     // `scheduler/v1/scheduler.wasm`, when it exists, runs instead of `main.lua`.
     let wasm = WasmScheduler::start(config.config_dir.clone(), config.limits.into())
-        .map_err(StartError::SchedulerThread)?;
+        .map_err(StartError::SchedulerThread)?
+        .watched(&progress);
     let scheduler = ConfigDirScheduler::new(config.config_dir.clone(), lua, wasm);
     let controller = ScheduleController::new(
         store.clone(),

@@ -891,3 +891,54 @@ fn with_token_for_reads_the_page_asks_before_it_shows_anything_and_streams_with_
     assert!(browser.find("#token-form").is_none(), "not asked again");
     assert!(!daemon.logs().contains(API_TOKEN));
 }
+
+#[test]
+fn with_token_for_reads_the_graphql_page_queries_and_subscribes_with_the_token() {
+    let (_tmp, _storage, daemon) = token_site(true);
+    let port = daemon.port;
+    let bearer = format!("Authorization: Bearer {API_TOKEN}");
+    wait_for(SOON, || {
+        (request(port, "GET", "/v1/schedule", &[&bearer], "").0 == 200).then_some(())
+    })
+    .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let set_token = |browser: &Browser, token: &str| {
+        browser.execute(
+            "const t = document.getElementById('token'); t.value = arguments[0]; \
+             t.dispatchEvent(new Event('change')); return null",
+            vec![json!(token)],
+        );
+    };
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{port}/v1/graphiql"));
+    browser.wait_for("#subscribe", SOON);
+
+    // A browser sends no Authorization on a WebSocket: the page puts the token in
+    // connection_init, and the node closes the socket (4403) on a wrong one.
+    set_token(&browser, "wrong-t0ken-0123456789");
+    browser.click_on("#subscribe", None, SOON);
+    browser.wait_for_text("#state", "closed: Forbidden", SOON);
+    browser.wait_for_text("#result", "needs its API token", SOON);
+    set_token(&browser, API_TOKEN);
+    browser.click_on("#subscribe", None, SOON);
+    browser.wait_for_text("#state", "update 1", SOON);
+    browser.wait_for_text("#result", "alpha.test", SOON);
+    // Run stops the subscription and POSTs the query with the token as a header.
+    browser.execute(
+        "document.getElementById('result').textContent = ''; return null",
+        vec![],
+    );
+    browser.click_on("#run", None, SOON);
+    browser.wait_for_text("#result", "alpha.test", SOON);
+    assert_eq!(
+        browser.text(&browser.wait_for("#subscribe", SOON)),
+        "Subscribe"
+    );
+    // Kept for the tab, never in the address; no log line holds it.
+    let kept = browser.execute(
+        "return sessionStorage.getItem('verwalter-api-token')",
+        vec![],
+    );
+    assert_eq!(kept, json!(API_TOKEN));
+    assert!(!browser.url().contains(API_TOKEN));
+    assert!(!daemon.logs().contains(API_TOKEN));
+}

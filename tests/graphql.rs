@@ -59,23 +59,13 @@ fn a_query_and_a_subscription_on_the_daemon() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let mut request = format!("ws://127.0.0.1:{}/v1/graphql", daemon.port)
-            .into_client_request()
-            .unwrap();
-        request
-            .headers_mut()
-            .insert("sec-websocket-protocol", "graphql-ws".parse().unwrap());
-        let (mut socket, response) = tokio_tungstenite::connect_async(request).await.unwrap();
-        assert_eq!(response.headers()["sec-websocket-protocol"], "graphql-ws");
+        let mut socket = open_socket(daemon.port, "graphql-ws", &[]).await.unwrap();
         for message in [
             json!({"type": "connection_init", "payload": {}}),
             json!({"type": "start", "id": "1",
                    "payload": {"query": "subscription { status { schedule { hash } } }"}}),
         ] {
-            socket
-                .send(Message::Text(message.to_string().into()))
-                .await
-                .unwrap();
+            send(&mut socket, message).await;
         }
         assert_eq!(
             receive(&mut socket).await,
@@ -114,11 +104,40 @@ fn a_query_and_a_subscription_on_the_daemon() {
     });
 }
 
-type Socket =
+pub type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// A WebSocket to the daemon's `/v1/graphql` speaking `protocol`, with extra request `headers`;
+/// the upgrade's answer (e.g. an HTTP 503) as the error when it is refused.
+pub async fn open_socket(
+    port: u16,
+    protocol: &str,
+    headers: &[(&'static str, &str)],
+) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    let mut request = format!("ws://127.0.0.1:{port}/v1/graphql")
+        .into_client_request()
+        .unwrap();
+    request
+        .headers_mut()
+        .insert("sec-websocket-protocol", protocol.parse().unwrap());
+    for (name, value) in headers {
+        request.headers_mut().insert(*name, value.parse().unwrap());
+    }
+    let (socket, response) = tokio_tungstenite::connect_async(request).await?;
+    assert_eq!(response.headers()["sec-websocket-protocol"], protocol);
+    Ok(socket)
+}
+
+/// Sends `message` as a text message.
+pub async fn send(socket: &mut Socket, message: Value) {
+    socket
+        .send(Message::Text(message.to_string().into()))
+        .await
+        .unwrap();
+}
+
 /// The next text message, as JSON (10 s at most).
-async fn receive(socket: &mut Socket) -> Value {
+pub async fn receive(socket: &mut Socket) -> Value {
     loop {
         let message = tokio::time::timeout(SOON, socket.next())
             .await

@@ -24,7 +24,10 @@
 //! An operator may also require a bearer token (`http.token-file`): [`needs_token`] says which
 //! requests must carry it (every one that can change something; reads too with
 //! `http.token-for-reads`, apart from the frontend's own files), [`check_token`] whether the
-//! `Authorization` header of one does, comparing in constant time.
+//! `Authorization` header of one does, comparing in constant time. A browser cannot send that
+//! header on a WebSocket, so a GraphQL WebSocket upgrade without it may give the token in its
+//! `connection_init` message instead ([`token_at_connection_init`], [`check_init_token`],
+//! [`refuse_init`]).
 
 use std::net::IpAddr;
 
@@ -332,6 +335,86 @@ pub fn check_token(
         Ok(())
     } else {
         Err(TokenRefusal::Wrong)
+    }
+}
+
+/// The GraphQL endpoint, whose WebSocket may carry the token in `connection_init`.
+pub const GRAPHQL_PATH: &str = "/v1/graphql";
+
+/// Whether a request refused for `refusal` goes through to give the token in its first message
+/// instead: a WebSocket upgrade (`GET` with `Upgrade: websocket`) of [`GRAPHQL_PATH`] that sent
+/// no `Authorization` header, as browsers cannot. One that sent a wrong token is refused.
+pub fn token_at_connection_init(
+    refusal: TokenRefusal,
+    method: &str,
+    path: &str,
+    websocket_upgrade: bool,
+) -> bool {
+    refusal == TokenRefusal::Missing && websocket_upgrade && method == "GET" && path == GRAPHQL_PATH
+}
+
+/// Whether the payload of a GraphQL WebSocket's `connection_init` carries `token`, as
+/// GraphQL-over-WebSocket clients send it: `{"Authorization": "Bearer <token>"}` (the key in
+/// any case, the scheme as in the header) or `{"token": "<token>"}`.
+pub fn check_init_token(token: &Token, payload: &serde_json::Value) -> Result<(), TokenRefusal> {
+    let serde_json::Value::Object(fields) = payload else {
+        return Err(TokenRefusal::Missing);
+    };
+    let header = fields
+        .iter()
+        .find(|(key, _)| key.eq_ignore_ascii_case("authorization"))
+        .and_then(|(_, value)| value.as_str());
+    let presented = match header {
+        Some(header) => bearer(header.as_bytes()),
+        None => fields
+            .get("token")
+            .and_then(|value| value.as_str())
+            .map(str::as_bytes)
+            .filter(|t| !t.is_empty()),
+    }
+    .ok_or(TokenRefusal::Missing)?;
+    if token.matches(presented) {
+        Ok(())
+    } else {
+        Err(TokenRefusal::Wrong)
+    }
+}
+
+/// The two GraphQL WebSocket subprotocols.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GraphqlProtocol {
+    /// `graphql-ws` (subscriptions-transport-ws, verwalter 0.13's).
+    GraphqlWs,
+    /// `graphql-transport-ws` (the graphql-ws library's).
+    GraphqlTransportWs,
+}
+
+/// How a GraphQL WebSocket whose `connection_init` lacks the token is answered before it is
+/// closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum InitRefused {
+    /// `graphql-ws`: a `connection_error` with `message`, then the socket closes.
+    ConnectionError { message: String },
+    /// `graphql-transport-ws`: a close frame, 4403 `Forbidden` as that protocol says.
+    Close { code: u16, reason: &'static str },
+}
+
+/// The answer to a `connection_init` refused for `refusal`.
+pub fn refuse_init(protocol: GraphqlProtocol, refusal: TokenRefusal) -> InitRefused {
+    match protocol {
+        GraphqlProtocol::GraphqlWs => InitRefused::ConnectionError {
+            message: match refusal {
+                TokenRefusal::Missing => "this node needs the token of its http.token-file: send                                           {\"Authorization\": \"Bearer <token>\"} as the                                           connection_init payload"
+                    .into(),
+                TokenRefusal::Wrong => {
+                    "the token in connection_init is not this node's (http.token-file)".into()
+                }
+            },
+        },
+        GraphqlProtocol::GraphqlTransportWs => InitRefused::Close {
+            code: 4403,
+            reason: "Forbidden",
+        },
     }
 }
 
@@ -694,5 +777,117 @@ mod tests {
             ),
             Err(TokenRefusal::Missing)
         );
+    }
+
+    #[test]
+    fn only_a_graphql_websocket_without_a_header_may_give_the_token_in_connection_init() {
+        use TokenRefusal::{Missing, Wrong};
+        assert!(token_at_connection_init(
+            Missing,
+            "GET",
+            "/v1/graphql",
+            true
+        ));
+        // A wrong header is refused at the upgrade; so is anything but the upgrade of
+        // /v1/graphql.
+        assert!(!token_at_connection_init(Wrong, "GET", "/v1/graphql", true));
+        assert!(!token_at_connection_init(
+            Missing,
+            "GET",
+            "/v1/graphql",
+            false
+        ));
+        assert!(!token_at_connection_init(
+            Missing,
+            "POST",
+            "/v1/graphql",
+            true
+        ));
+        assert!(!token_at_connection_init(
+            Missing,
+            "GET",
+            "/v1/events",
+            true
+        ));
+        assert!(!token_at_connection_init(
+            Missing,
+            "GET",
+            "/v1/graphql.json",
+            true
+        ));
+    }
+
+    #[test]
+    fn a_connection_init_payload_carries_the_token_as_clients_send_it() {
+        use serde_json::json;
+        let token = Token::from_file_bytes(SECRET).unwrap();
+        let check = |payload| check_init_token(&token, &payload);
+        for good in [
+            json!({"Authorization": "Bearer s3cret-token-0123456789"}),
+            json!({"authorization": "Bearer s3cret-token-0123456789"}),
+            json!({"AUTHORIZATION": "bearer  s3cret-token-0123456789"}),
+            json!({"token": "s3cret-token-0123456789"}),
+            json!({"token": "s3cret-token-0123456789", "other": 1}),
+        ] {
+            assert_eq!(check(good.clone()), Ok(()), "{good}");
+        }
+        for missing in [
+            json!(null),
+            json!({}),
+            json!("Bearer s3cret-token-0123456789"),
+            json!({"Authorization": "s3cret-token-0123456789"}),
+            json!({"Authorization": 5}),
+            json!({"token": ""}),
+            json!({"token": ["s3cret-token-0123456789"]}),
+            json!({"headers": {"Authorization": "Bearer s3cret-token-0123456789"}}),
+        ] {
+            assert_eq!(
+                check(missing.clone()),
+                Err(TokenRefusal::Missing),
+                "{missing}"
+            );
+        }
+        for wrong in [
+            json!({"Authorization": "Bearer wrong-token-0123456789"}),
+            json!({"token": "s3cret-token-012345678"}),
+            // The header form is taken first, as the browser page sends it.
+            json!({"Authorization": "Bearer wrong-token-0123456789",
+                   "token": "s3cret-token-0123456789"}),
+        ] {
+            assert_eq!(check(wrong.clone()), Err(TokenRefusal::Wrong), "{wrong}");
+        }
+    }
+
+    #[test]
+    fn a_refused_connection_init_is_answered_as_each_protocol_says() {
+        assert_eq!(
+            refuse_init(GraphqlProtocol::GraphqlTransportWs, TokenRefusal::Missing),
+            InitRefused::Close {
+                code: 4403,
+                reason: "Forbidden"
+            }
+        );
+        assert_eq!(
+            refuse_init(GraphqlProtocol::GraphqlTransportWs, TokenRefusal::Wrong),
+            InitRefused::Close {
+                code: 4403,
+                reason: "Forbidden"
+            }
+        );
+        let InitRefused::ConnectionError { message } =
+            refuse_init(GraphqlProtocol::GraphqlWs, TokenRefusal::Missing)
+        else {
+            panic!("graphql-ws answers with connection_error");
+        };
+        assert!(
+            message.contains("\"Authorization\": \"Bearer <token>\""),
+            "{message}"
+        );
+        let InitRefused::ConnectionError { message } =
+            refuse_init(GraphqlProtocol::GraphqlWs, TokenRefusal::Wrong)
+        else {
+            panic!("graphql-ws answers with connection_error");
+        };
+        assert!(message.contains("not this node's"), "{message}");
     }
 }

@@ -779,6 +779,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Response {
 pub async fn socket(
     State(state): State<AppState>,
     headers: HeaderMap,
+    token_at_init: Option<axum::Extension<super::guard::TokenAtInit>>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
     let upgrade = match upgrade {
@@ -815,12 +816,17 @@ pub async fn socket(
         )
             .into_response();
     };
+    // The write buffer takes one whole message: tungstenite refuses a message larger than
+    // `max_write_buffer_size` with an error (a result holding a schedule of a few hundred KiB
+    // closed the socket at once, even for a client that reads). `run` sends one message at a
+    // time and waits until it is written, so the buffer never holds more than that one (whose
+    // text is in memory anyway); a client that does not take it meets the stall timeout.
     let upgrade = upgrade
         .protocols(async_graphql::http::ALL_WEBSOCKET_PROTOCOLS)
         .max_message_size(BODY_LIMIT)
         .max_frame_size(BODY_LIMIT)
         .write_buffer_size(super::serve::BUFFER)
-        .max_write_buffer_size(4 * super::serve::BUFFER);
+        .max_write_buffer_size(usize::MAX);
     // A client that names no subprotocol gets 0.13's.
     let protocol = upgrade
         .selected_protocol()
@@ -834,14 +840,20 @@ pub async fn socket(
         open: Arc::new(AtomicUsize::new(0)),
     };
     let stall = state.http.settings.stream_stall_timeout;
-    upgrade.on_upgrade(move |socket| run(socket, executor, protocol, stall, slot))
+    // The upgrade came without the token reads need (a browser cannot send the header): its
+    // `connection_init` must carry it.
+    let init_token = token_at_init.and(state.http.settings.token.clone());
+    upgrade.on_upgrade(move |socket| run(socket, executor, protocol, init_token, stall, slot))
 }
 
-/// Serves one GraphQL WebSocket until either side closes it or the client stops reading.
+/// Serves one GraphQL WebSocket until either side closes it or the client stops reading. With
+/// `init_token`, nothing runs before a `connection_init` that carries it; one that does not is
+/// answered as `access::refuse_init` says and the socket closes.
 async fn run(
     socket: WebSocket,
     executor: Capped,
     protocol: WebSocketProtocols,
+    init_token: Option<access::Token>,
     stall: Duration,
     _slot: super::events::Slot,
 ) {
@@ -860,7 +872,34 @@ async fn run(
                 _ => None,
             })
         });
-    let mut outgoing = GraphqlSocket::new(executor, incoming, protocol);
+    let protocol_name = match protocol {
+        WebSocketProtocols::SubscriptionsTransportWS => access::GraphqlProtocol::GraphqlWs,
+        WebSocketProtocols::GraphQLWS => access::GraphqlProtocol::GraphqlTransportWs,
+    };
+    // Set when `connection_init` was refused, so that the close the crate then makes is ours.
+    let refused = Arc::new(OnceLock::new());
+    let init_refused = refused.clone();
+    let mut outgoing =
+        GraphqlSocket::new(executor, incoming, protocol).on_connection_init(move |payload| {
+            let verdict = match &init_token {
+                None => Ok(()),
+                Some(token) => access::check_init_token(token, &payload),
+            };
+            async move {
+                let refusal = match verdict {
+                    Ok(()) => return Ok(async_graphql::Data::default()),
+                    Err(refusal) => refusal,
+                };
+                let _ = init_refused.set(refusal);
+                // graphql-ws sends this as its `connection_error`.
+                Err(async_graphql::Error::new(
+                    match access::refuse_init(protocol_name, refusal) {
+                        access::InitRefused::ConnectionError { message } => message,
+                        access::InitRefused::Close { reason, .. } => reason.into(),
+                    },
+                ))
+            }
+        });
     // The last payload sent per subscription: an unchanged result is not sent again.
     let mut last = LastSent::default();
     // `next` makes the next message only now: nothing waits in a queue for a slow client.
@@ -872,25 +911,58 @@ async fn run(
                 }
                 Message::Text(text.into())
             }
-            WsMessage::Close(code, reason) => Message::Close(Some(CloseFrame {
-                code,
-                reason: reason.into(),
-            })),
+            WsMessage::Close(code, reason) => {
+                let (code, reason) = match refused
+                    .get()
+                    .map(|refusal| access::refuse_init(protocol_name, *refusal))
+                {
+                    Some(access::InitRefused::Close { code, reason }) => (code, reason.into()),
+                    _ => (code, reason),
+                };
+                Message::Close(Some(CloseFrame {
+                    code,
+                    reason: reason.into(),
+                }))
+            }
         };
         let closing = matches!(message, Message::Close(_));
+        let dropped = || {
+            tracing::info!(
+                stall_ms = stall.as_millis() as u64,
+                "Dropped a GraphQL WebSocket client that stopped reading."
+            );
+        };
         match tokio::time::timeout(stall, sink.send(message)).await {
             Ok(Ok(())) if !closing => {}
-            Ok(Ok(())) | Ok(Err(_)) => return,
+            Ok(Ok(())) => return,
+            // The connection's socket fails a write waiting as long (`serve.rs`); whichever
+            // of the two timers is polled first ends the socket.
+            Ok(Err(e)) => {
+                if stalled_write(&e) {
+                    dropped();
+                }
+                return;
+            }
             Err(_) => {
-                tracing::info!(
-                    stall_ms = stall.as_millis() as u64,
-                    "Dropped a GraphQL WebSocket client that stopped reading."
-                );
+                dropped();
                 return;
             }
         }
     }
     let _ = tokio::time::timeout(stall, sink.close()).await;
+}
+
+/// Whether a failed send is the connection's stall timeout (`serve.rs` fails a write waiting
+/// for it with `TimedOut`).
+fn stalled_write(error: &axum::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::TimedOut;
+        }
+        cause = e.source();
+    }
+    false
 }
 
 /// Whether a server message is worth sending ([`LastSent`]): not a subscription result equal to

@@ -4,7 +4,9 @@
 //! the bearer token of `http.token-file` when one is set (401 with `WWW-Authenticate: Bearer`).
 //!
 //! The `Authorization` header is read here and nowhere else, and never logged: no span or log
-//! line of the HTTP layer records request headers.
+//! line of the HTTP layer records request headers. A GraphQL WebSocket upgrade without it that
+//! `access::token_at_connection_init` lets through is marked with [`TokenAtInit`]: the socket
+//! then asks the token of its `connection_init` (`graphql.rs`).
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -14,17 +16,40 @@ use verwalter_controllers::access::{self, Asked, Names, Refusal, TokenRefusal, T
 
 use super::{ApiError, AppState};
 
-pub async fn same_site(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let refused = refusal(&state, request.method(), request.headers())
-        .or_else(|| unauthorized(&state, &request));
-    match refused {
-        None => next.run(request).await,
-        Some(response) => response,
+/// Marks a GraphQL WebSocket upgrade let through without the token it needs: its
+/// `connection_init` must carry it.
+#[derive(Debug, Clone, Copy)]
+pub struct TokenAtInit;
+
+pub async fn same_site(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    if let Some(response) = refusal(&state, request.method(), request.headers()) {
+        return response;
     }
+    match unauthorized(&state, &request) {
+        TokenGate::Pass => {}
+        TokenGate::AtConnectionInit => {
+            request.extensions_mut().insert(TokenAtInit);
+        }
+        TokenGate::Refused(response) => return response,
+    }
+    next.run(request).await
 }
 
-/// The 401 of a request without the token it needs; `None` lets it through.
-fn unauthorized(state: &AppState, request: &Request) -> Option<Response> {
+/// What the token check makes of a request.
+enum TokenGate {
+    /// It has the token it needs, or needs none.
+    Pass,
+    /// A GraphQL WebSocket upgrade without the header: its `connection_init` must carry it.
+    AtConnectionInit,
+    /// The 401.
+    Refused(Response),
+}
+
+fn unauthorized(state: &AppState, request: &Request) -> TokenGate {
     let settings = &state.http.settings;
     let scope = TokenScope {
         reads: settings.token_for_reads,
@@ -35,8 +60,18 @@ fn unauthorized(state: &AppState, request: &Request) -> Option<Response> {
         .headers()
         .get(header::AUTHORIZATION)
         .map(HeaderValue::as_bytes);
-    let refusal =
-        access::check_token(settings.token.as_ref(), scope, method, path, authorization).err()?;
+    let Err(refusal) =
+        access::check_token(settings.token.as_ref(), scope, method, path, authorization)
+    else {
+        return TokenGate::Pass;
+    };
+    let websocket = request
+        .headers()
+        .get(header::UPGRADE)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"websocket"));
+    if access::token_at_connection_init(refusal, method, path, websocket) {
+        return TokenGate::AtConnectionInit;
+    }
     let (challenge, error) = match refusal {
         TokenRefusal::Missing => (
             "Bearer",
@@ -50,7 +85,7 @@ fn unauthorized(state: &AppState, request: &Request) -> Option<Response> {
             format!("{method} {path}: the token sent is not this node's (http.token-file)"),
         ),
     };
-    Some(
+    TokenGate::Refused(
         (
             StatusCode::UNAUTHORIZED,
             [(header::WWW_AUTHENTICATE, challenge)],

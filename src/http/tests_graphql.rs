@@ -442,16 +442,24 @@ async fn open_socket(
     protocol: &str,
     origin: Option<&str>,
 ) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
+    let origin: Vec<(&'static str, &str)> = origin.map(|o| ("origin", o)).into_iter().collect();
+    open_socket_with(addr, protocol, &origin).await
+}
+
+/// [`open_socket`] with any extra request headers.
+async fn open_socket_with(
+    addr: std::net::SocketAddr,
+    protocol: &str,
+    headers: &[(&'static str, &str)],
+) -> Result<Socket, tokio_tungstenite::tungstenite::Error> {
     let mut request = format!("ws://{addr}/v1/graphql")
         .into_client_request()
         .unwrap();
     request
         .headers_mut()
         .insert("sec-websocket-protocol", protocol.parse().unwrap());
-    if let Some(origin) = origin {
-        request
-            .headers_mut()
-            .insert("origin", origin.parse().unwrap());
+    for (name, value) in headers {
+        request.headers_mut().insert(*name, value.parse().unwrap());
     }
     let (socket, response) = tokio_tungstenite::connect_async(request).await?;
     assert_eq!(response.headers()["sec-websocket-protocol"], protocol);
@@ -732,4 +740,252 @@ async fn a_socket_that_stops_reading_is_closed_after_the_stall_timeout() {
     assert!(reopened.is_ok(), "the stalled socket was closed");
     drop(stalled);
     shutdown.cancel();
+}
+
+#[tokio::test]
+async fn a_result_larger_than_the_write_buffer_reaches_a_client_that_reads() {
+    // A result is written whole: one over the write buffer's size closed the socket at once.
+    let writer = leading(1);
+    let blob = "x".repeat(1 << 20);
+    writer.schedule.set(Some(Schedule {
+        timestamp: 1,
+        hash: "big".into(),
+        data: Arc::new(json!({ "blob": blob })),
+        origin: "77985419c732412ea38b94db00000001".into(),
+    }));
+    let (state, _) = app_with(&writer);
+    let (addr, shutdown) = serving(state).await;
+    let mut socket = open_socket(addr, "graphql-transport-ws", None)
+        .await
+        .unwrap();
+    send(&mut socket, json!({"type": "connection_init"})).await;
+    assert_eq!(
+        receive(&mut socket).await,
+        json!({"type": "connection_ack"})
+    );
+    send(
+        &mut socket,
+        json!({"type": "subscribe", "id": "1", "payload": {"query":
+            "subscription { status { a: schedule { data } b: schedule { data } } }"}}),
+    )
+    .await;
+    let result = receive(&mut socket).await;
+    let status = &result["payload"]["data"]["status"];
+    for alias in ["a", "b"] {
+        assert_eq!(
+            status[alias]["data"]["blob"].as_str().map(str::len),
+            Some(1 << 20),
+            "{alias}"
+        );
+    }
+    shutdown.cancel();
+}
+
+const TOKEN: &str = "op3rator-t0ken-for-tests";
+
+/// A leading node that asks for [`TOKEN`], on reads too with `reads`, served on a free port.
+async fn serving_with_token(
+    reads: bool,
+) -> (
+    StoreWriter,
+    std::net::SocketAddr,
+    tokio_util::sync::CancellationToken,
+) {
+    let writer = leading(1);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        token: Some(
+            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
+        ),
+        token_for_reads: reads,
+        ..HttpSettings::default()
+    }));
+    let (addr, shutdown) = serving(state).await;
+    (writer, addr, shutdown)
+}
+
+/// What the server says until it closes the socket: its text messages and the close frame's
+/// code and reason (`None` when it closed without one).
+async fn until_closed(socket: &mut Socket) -> (Vec<Value>, Option<(u16, String)>) {
+    let mut texts = Vec::new();
+    loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), socket.next())
+            .await
+            .expect("closed within 10 s");
+        match message {
+            Some(Ok(Message::Text(text))) => texts.push(serde_json::from_str(&text).unwrap()),
+            Some(Ok(Message::Close(frame))) => {
+                return (
+                    texts,
+                    frame.map(|f| (u16::from(f.code), f.reason.to_string())),
+                );
+            }
+            Some(Ok(_)) => {}
+            None | Some(Err(_)) => return (texts, None),
+        }
+    }
+}
+
+#[tokio::test]
+async fn under_token_for_reads_a_socket_gives_the_token_in_connection_init() {
+    let (_writer, addr, shutdown) = serving_with_token(true).await;
+    let query = "subscription { status { election { epoch } } }";
+    let bearer = format!("Bearer {TOKEN}");
+
+    // The upgrade goes through without the header; the token comes in connection_init, in
+    // any of the forms clients send it.
+    for (protocol, payload, start) in [
+        (
+            "graphql-transport-ws",
+            json!({"Authorization": bearer}),
+            "subscribe",
+        ),
+        ("graphql-ws", json!({"authorization": bearer}), "start"),
+        ("graphql-ws", json!({"token": TOKEN}), "start"),
+    ] {
+        let mut socket = open_socket(addr, protocol, None).await.unwrap();
+        send(
+            &mut socket,
+            json!({"type": "connection_init", "payload": payload}),
+        )
+        .await;
+        assert_eq!(
+            receive(&mut socket).await,
+            json!({"type": "connection_ack"}),
+            "{protocol}"
+        );
+        send(
+            &mut socket,
+            json!({"type": start, "id": "1", "payload": {"query": query}}),
+        )
+        .await;
+        let result = receive(&mut socket).await;
+        assert_eq!(
+            result["payload"]["data"]["status"]["election"]["epoch"],
+            json!(1.0),
+            "{protocol}: {result}"
+        );
+    }
+
+    // graphql-transport-ws: no token or another one closes with 4403; a subscription sent
+    // along runs not.
+    for payload in [
+        json!({}),
+        json!({"Authorization": "Bearer wrong-t0ken-for-tests"}),
+    ] {
+        let mut socket = open_socket(addr, "graphql-transport-ws", None)
+            .await
+            .unwrap();
+        send(
+            &mut socket,
+            json!({"type": "connection_init", "payload": payload}),
+        )
+        .await;
+        send(
+            &mut socket,
+            json!({"type": "subscribe", "id": "1", "payload": {"query": query}}),
+        )
+        .await;
+        let (texts, close) = until_closed(&mut socket).await;
+        assert_eq!(texts, Vec::<Value>::new(), "{payload}");
+        assert_eq!(close, Some((4403, "Forbidden".into())), "{payload}");
+    }
+    // A subscription before any connection_init runs not either.
+    let mut socket = open_socket(addr, "graphql-transport-ws", None)
+        .await
+        .unwrap();
+    send(
+        &mut socket,
+        json!({"type": "subscribe", "id": "1", "payload": {"query": query}}),
+    )
+    .await;
+    let (texts, close) = until_closed(&mut socket).await;
+    assert_eq!(texts, Vec::<Value>::new());
+    assert!(close.is_some());
+
+    // graphql-ws: a connection_error saying what is missing, then the socket closes.
+    for (payload, says) in [
+        (json!(null), "\"Authorization\": \"Bearer <token>\""),
+        (json!({"token": "wrong-t0ken-for-tests"}), "not this node's"),
+    ] {
+        let mut socket = open_socket(addr, "graphql-ws", None).await.unwrap();
+        send(
+            &mut socket,
+            json!({"type": "connection_init", "payload": payload}),
+        )
+        .await;
+        send(
+            &mut socket,
+            json!({"type": "start", "id": "1", "payload": {"query": query}}),
+        )
+        .await;
+        let (texts, _) = until_closed(&mut socket).await;
+        assert_eq!(texts.len(), 1, "{texts:?}");
+        assert_eq!(texts[0]["type"], "connection_error", "{texts:?}");
+        let message = texts[0]["payload"]["message"].as_str().unwrap();
+        assert!(message.contains(says), "{message}");
+    }
+
+    // With the header on the upgrade, as before: connection_init needs nothing.
+    let mut socket = open_socket_with(addr, "graphql-ws", &[("authorization", &bearer)])
+        .await
+        .unwrap();
+    send(&mut socket, json!({"type": "connection_init"})).await;
+    assert_eq!(
+        receive(&mut socket).await,
+        json!({"type": "connection_ack"})
+    );
+    // A wrong header is refused at the upgrade; so is a page of another site, token or not;
+    // and a plain GET without the header.
+    let refused = |error| match error {
+        tokio_tungstenite::tungstenite::Error::Http(response) => response.status(),
+        other => panic!("{other}"),
+    };
+    let wrong = open_socket_with(
+        addr,
+        "graphql-ws",
+        &[("authorization", "Bearer wrong-t0ken-for-tests")],
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused(wrong), StatusCode::UNAUTHORIZED);
+    let cross_site = open_socket(addr, "graphql-ws", Some("http://evil.example.net"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused(cross_site), StatusCode::FORBIDDEN);
+    let plain = plain_get(addr, "/v1/graphql").await;
+    assert_eq!(plain, 401);
+    shutdown.cancel();
+}
+
+#[tokio::test]
+async fn without_token_for_reads_connection_init_needs_no_token() {
+    let (_writer, addr, shutdown) = serving_with_token(false).await;
+    for protocol in ["graphql-ws", "graphql-transport-ws"] {
+        let mut socket = open_socket(addr, protocol, None).await.unwrap();
+        send(&mut socket, json!({"type": "connection_init"})).await;
+        assert_eq!(
+            receive(&mut socket).await,
+            json!({"type": "connection_ack"}),
+            "{protocol}"
+        );
+    }
+    shutdown.cancel();
+}
+
+/// The status code of a plain `GET` of `path` (no upgrade, no token).
+async fn plain_get(addr: std::net::SocketAddr, path: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: verwalter\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await
+        .unwrap();
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).await.unwrap();
+    std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
 }

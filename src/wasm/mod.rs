@@ -18,6 +18,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 use verwalter_controllers::ports::{Scheduler, SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
+use verwalter_controllers::watchdog::{self as progress, DriverBeat, PassMark, Progress};
 
 use crate::inputs::SCHEDULER_DIR;
 use crate::lua::LuaScheduler;
@@ -188,13 +189,23 @@ struct Job {
     code_version: String,
     input: Arc<SchedulerInput>,
     reply: Reply,
+    /// The run in the watchdog's records, until the thread is done with it.
+    mark: Option<PassMark>,
 }
 
 /// The scheduler port backed by a wasm module on its own thread.
 pub struct WasmScheduler {
     jobs: Mutex<mpsc::Sender<Job>>,
     limits: WasmLimits,
+    /// How long past the budget a run may take before the port gives up on it.
+    grace: Duration,
+    /// Where each run is recorded for the watchdog.
+    beat: Option<DriverBeat>,
 }
+
+/// Runs on the thread before each run; tests use it to hold the thread the way a host call the
+/// fuel slices cannot stop would.
+type BeforeRun = Arc<dyn Fn() + Send + Sync>;
 
 impl std::fmt::Debug for WasmScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -205,20 +216,49 @@ impl std::fmt::Debug for WasmScheduler {
 impl WasmScheduler {
     /// Starts the module's thread for the config dir `config_dir`.
     pub fn start(config_dir: PathBuf, limits: WasmLimits) -> std::io::Result<WasmScheduler> {
+        Self::start_with(config_dir, limits, WASM_GRACE, None)
+    }
+
+    fn start_with(
+        config_dir: PathBuf,
+        limits: WasmLimits,
+        grace: Duration,
+        before_run: Option<BeforeRun>,
+    ) -> std::io::Result<WasmScheduler> {
         let (jobs, rx) = mpsc::channel::<Job>();
         std::thread::Builder::new()
             .name("wasm-scheduler".into())
-            .spawn(move || worker(config_dir, limits, rx))?;
+            .spawn(move || worker(config_dir, limits, rx, before_run))?;
         Ok(WasmScheduler {
             jobs: Mutex::new(jobs),
             limits,
+            grace,
+            beat: None,
         })
+    }
+
+    /// Records every run in `progress` until the thread is done with it, as the Lua
+    /// scheduler's are: a run held past its budget, grace and [`progress::MARGIN`] (a host call
+    /// or a copy the fuel slices do not cover) is then a stall of the watchdog, and systemd
+    /// restarts the daemon.
+    pub fn watched(mut self, progress: &Progress) -> WasmScheduler {
+        let limit = self.limits.time + self.grace + progress::MARGIN;
+        self.beat = Some(progress.worker("wasm scheduler thread", limit));
+        self
     }
 }
 
-fn worker(config_dir: PathBuf, limits: WasmLimits, jobs: mpsc::Receiver<Job>) {
+fn worker(
+    config_dir: PathBuf,
+    limits: WasmLimits,
+    jobs: mpsc::Receiver<Job>,
+    before_run: Option<BeforeRun>,
+) {
     let mut loaded: Option<(String, WasmRun)> = None;
     while let Ok(job) = jobs.recv() {
+        if let Some(hook) = &before_run {
+            hook();
+        }
         // A panic in the runtime (a bug of the interpreter, not of the module) fails this run
         // and drops the module; the thread goes on serving runs.
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -237,6 +277,9 @@ fn worker(config_dir: PathBuf, limits: WasmLimits, jobs: mpsc::Receiver<Job>) {
                 "the wasm runtime panicked running the scheduler (see the daemon's log)".into(),
             ))
         });
+        // The run is over before its result is out: whoever gets the result finds no record
+        // of it left.
+        drop(job.mark);
         let _ = job.reply.send(result);
     }
 }
@@ -279,9 +322,13 @@ impl Scheduler for WasmScheduler {
             code_version: code_version.to_string(),
             input,
             reply,
+            mark: self
+                .beat
+                .as_ref()
+                .map(|beat| beat.pass("run".into(), tokio::time::Instant::now())),
         };
         let sent = self.jobs.lock().expect("wasm scheduler lock").send(job);
-        let wait = self.limits.time + WASM_GRACE;
+        let wait = self.limits.time + self.grace;
         Box::pin(async move {
             if sent.is_err() {
                 return Err(error(

@@ -431,6 +431,99 @@ fn a_config_dir_with_scheduler_wasm_runs_it_instead_of_main_lua() {
     assert!(runtime.block_on(scheduler.run("e", input)).is_ok());
 }
 
+/// A config dir whose `scheduler.wasm` is `bytes`.
+fn wasm_dir(bytes: &[u8]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let sched = dir.path().join("scheduler/v1");
+    std::fs::create_dir_all(&sched).unwrap();
+    std::fs::write(sched.join(SCHEDULER_WASM), bytes).unwrap();
+    dir
+}
+
+#[tokio::test]
+async fn a_held_run_stops_the_watchdog_pings_until_the_thread_is_free() {
+    use verwalter_controllers::watchdog::Verdict;
+    let dir = wasm_dir(&module("", OK_RESULT, "(i32.const 16)"));
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = std::sync::Mutex::new(held);
+    let runs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = runs.clone();
+    // The first run holds the thread until released, as a call the fuel cannot stop would.
+    let hook: BeforeRun = Arc::new(move || {
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            held.lock().unwrap().recv().unwrap();
+        }
+    });
+    let records = Progress::watched(Duration::from_secs(1));
+    let scheduler = WasmScheduler::start_with(
+        dir.path().into(),
+        WasmLimits {
+            time: Duration::from_millis(50),
+            ..limits()
+        },
+        Duration::from_millis(50),
+        Some(hook),
+    )
+    .unwrap()
+    .watched(&records);
+    let input = Arc::new(small_input());
+
+    let e = scheduler.run("v1", input.clone()).await.unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    assert!(e.message.contains("did not return within"), "{}", e.message);
+    // Still held: within its limit it is no stall, past budget, grace and margin it is.
+    let now = tokio::time::Instant::now();
+    assert_eq!(records.verdict(now), Verdict::Alive);
+    let stall = match records.verdict(now + progress::MARGIN + Duration::from_secs(1)) {
+        Verdict::Stalled(stall) => stall,
+        alive => panic!("{alive:?}"),
+    };
+    assert_eq!(
+        (stall.controller, stall.key.as_deref()),
+        ("wasm scheduler thread", Some("run"))
+    );
+    assert_eq!(stall.limit, Duration::from_millis(100) + progress::MARGIN);
+
+    // Released, the thread takes the next run; by the time its result is out, neither run is
+    // on the records.
+    release.send(()).unwrap();
+    let scheduler = WasmScheduler {
+        grace: Duration::from_secs(30),
+        ..scheduler
+    };
+    let out = scheduler.run("v1", input).await.unwrap();
+    assert_eq!(out.log, "hello");
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert_eq!(
+        records.verdict(tokio::time::Instant::now() + Duration::from_secs(3600)),
+        Verdict::Alive
+    );
+}
+
+#[tokio::test]
+async fn a_looping_module_stopped_by_its_budget_leaves_no_stall() {
+    use verwalter_controllers::watchdog::Verdict;
+    let dir = wasm_dir(&module(
+        "",
+        "",
+        "(loop $forever (br $forever)) (i32.const 0)",
+    ));
+    let records = Progress::watched(Duration::from_secs(1));
+    let scheduler = WasmScheduler::start(dir.path().into(), limits())
+        .unwrap()
+        .watched(&records);
+    let e = scheduler
+        .run("v1", Arc::new(small_input()))
+        .await
+        .unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Timeout, "{e:?}");
+    assert!(e.message.contains("time budget"), "{}", e.message);
+    assert_eq!(
+        records.verdict(tokio::time::Instant::now() + Duration::from_secs(3600)),
+        Verdict::Alive
+    );
+}
+
 /// A query.wasm whose entry points return `init_result`, `render_result` and `query_result`
 /// (JSON text at fixed addresses).
 fn query_module(init_result: &str, render_result: &str, query_result: &str) -> Vec<u8> {
