@@ -305,6 +305,59 @@ fn render_shows_files_and_commands_from_vars_or_a_schedule() {
 }
 
 #[test]
+fn render_from_a_schedule_takes_the_roles_query_wasm_derives() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("config");
+    copy_tree(&example("minimal"), &dir);
+    let schedule = tmp.path().join("schedule.json");
+    std::fs::write(
+        &schedule,
+        r#"{"vars": {"template": "minimal/v1", "cluster": "prod"},
+            "nodes": {"alpha": {"roles": {"web": {"version": "v1", "instances": 1}}}}}"#,
+    )
+    .unwrap();
+    // The module gives node alpha role `api` (not the schedule's `web`), with its own variables.
+    std::fs::write(
+        dir.join("scheduler/v1/query.wasm"),
+        crate::render::query_wasm(
+            r#"{\"Ok\": null}"#,
+            r#"{\"Ok\": {\"api\": {\"template\": \"minimal/v1\", \"node\": \"alpha\", \"cluster\": \"wasm\", \"version\": \"v9\", \"instances\": 4}}}"#,
+            r#"{\"Ok\": null}"#,
+        ),
+    )
+    .unwrap();
+    let base = ["--schedule", schedule.to_str().unwrap(), "--dry-run"];
+    let base = [&base[..], &["--hostname", "alpha"]].concat();
+    let (code, stdout, stderr) = run_on("render", &dir, &[&base[..], &["--role", "api"]].concat());
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains("# api on alpha (cluster wasm)")
+            && stdout.contains("version: v9\ninstances: 4\n"),
+        "{stdout}"
+    );
+    let (code, _, stderr) = run_on("render", &dir, &[&base[..], &["--role", "web"]].concat());
+    assert_eq!(code, 1);
+    assert!(stderr.contains("(its roles: api)"), "{stderr}");
+
+    // A module that fails says so, naming itself.
+    std::fs::write(
+        dir.join("scheduler/v1/query.wasm"),
+        crate::render::query_wasm(
+            r#"{\"Err\": {\"kind\": \"InitError\", \"message\": \"no cluster named prod\"}}"#,
+            r#"{\"Ok\": {}}"#,
+            r#"{\"Ok\": null}"#,
+        ),
+    )
+    .unwrap();
+    let (code, _, stderr) = run_on("render", &dir, &[&base[..], &["--role", "api"]].concat());
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("scheduler/v1/query.wasm: init: InitError: no cluster named prod"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn render_check_dir_parses_and_renders_a_template_dir() {
     let dir = example("minimal").join("templates/minimal/v1");
     let (code, stdout, stderr) = run(&["render", "-C", dir.to_str().unwrap()]);

@@ -766,7 +766,7 @@ fn a_failing_middle_role_blocks_only_its_dependents_and_its_fix_resumes_the_chai
 
 /// A `scheduler/v1/query.wasm` whose `init`, `render_roles` and `query` return the given JSON
 /// (WAT data, quotes escaped as `\"`).
-fn query_wasm(init: &str, render_roles: &str, query: &str) -> Vec<u8> {
+pub fn query_wasm(init: &str, render_roles: &str, query: &str) -> Vec<u8> {
     wat::parse_str(format!(
         r#"(module
   (memory (export "memory") 1)

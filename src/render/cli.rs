@@ -75,11 +75,27 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
         VarsSource::Schedule { file, hostname } => {
             let object = read_object(file)?;
             // An envelope has `data` and `hash`; otherwise the file is the data itself.
-            let data = match (object.get("data"), object.get("hash")) {
-                (Some(data), Some(_)) => data.clone(),
-                _ => Value::Object(object),
+            let schedule = match (object.get("data"), object.get("hash")) {
+                (Some(data), Some(hash)) => Schedule {
+                    timestamp: object.get("timestamp").and_then(Value::as_u64).unwrap_or(0),
+                    hash: hash.as_str().unwrap_or_default().to_string(),
+                    data: Arc::new(data.clone()),
+                    origin: object
+                        .get("origin")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                },
+                _ => Schedule::new(Value::Object(object), 0, String::new()),
             };
-            let roles = vars::node_roles(&data, hostname);
+            let data = schedule.data.as_ref();
+            // With a `query.wasm` the node's roles are its answer, as in the daemon.
+            let view = match query_wasm_roles(args, &schedule, hostname, &id)? {
+                Some(roles) => std::borrow::Cow::Owned(vars::roles_view(data, hostname, roles)),
+                None => std::borrow::Cow::Borrowed(data),
+            };
+            let data = view.as_ref();
+            let roles = vars::node_roles(data, hostname);
             if !roles.contains(&args.role) {
                 return Err(format!(
                     "role {:?} is not assigned to {hostname:?} in {} (its roles: {})",
@@ -92,11 +108,31 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
                     }
                 ));
             }
-            let merged = vars::role_vars(&data, hostname, &args.role).map_err(|e| e.to_string())?;
-            let schedule = Schedule::new(data, 0, String::new());
+            let merged = vars::role_vars(data, hostname, &args.role).map_err(|e| e.to_string())?;
             Ok(vars::with_pass(merged, &id, &now, Some(&schedule.data)))
         }
     }
+}
+
+/// The roles `scheduler/v1/query.wasm` of the config dir derives for `hostname` (`init`, then
+/// `render_roles`, within the scheduler's default limits), or `None` without one.
+fn query_wasm_roles(
+    args: &RenderArgs,
+    schedule: &Schedule,
+    hostname: &str,
+    deployment_id: &str,
+) -> Result<Option<Map<String, Value>>, String> {
+    let dir = args.config_dir.join(crate::inputs::SCHEDULER_DIR);
+    if !crate::wasm::query::has_query_wasm(&dir) {
+        return Ok(None);
+    }
+    let limits = crate::lua::Limits::default().into();
+    let mut module = crate::wasm::query::QueryModule::load(&dir, limits).map_err(|e| e.message)?;
+    module.init(schedule, hostname).map_err(|e| e.message)?;
+    let roles = module
+        .render_roles(deployment_id, None)
+        .map_err(|e| e.message)?;
+    Ok(Some(roles))
 }
 
 /// Renders the role's templates, prints them, and runs (or with `dry_run`, shows) its commands.
