@@ -202,15 +202,6 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
-                // The run's log first: whoever sees the new schedule finds its log too.
-                self.out.status.set(SchedulerStatus {
-                    last_input: Some(input.clone()),
-                    debug_info: Some(output.log),
-                    error: None,
-                    failure: None,
-                    last_success: Some(input.now),
-                    last_success_input: Some(input.clone()),
-                });
                 let (schedule, canonical) =
                     Schedule::encode(output.data, input.now, self.deps.identity.id.clone());
                 let current = self.out.schedule.get();
@@ -230,6 +221,14 @@ impl ScheduleController {
                     // Our own parents update must not count as a new input.
                     snap.parents = self.store.parents.peek();
                 }
+                self.out.status.set(SchedulerStatus {
+                    last_input: Some(input.clone()),
+                    debug_info: Some(output.log),
+                    error: None,
+                    failure: None,
+                    last_success: Some(input.now),
+                    last_success_input: Some(input.clone()),
+                });
                 snap.ok = true;
                 *self.last.lock().unwrap() = Some(snap);
                 Ok(Some(self.deps.period))
