@@ -43,8 +43,12 @@ fn a_wasm_scheduler_schedules_and_a_broken_module_keeps_the_last_schedule() {
     assert_eq!(data["roles"]["web"]["version"], "v2", "{first}");
     assert_eq!(data["roles"]["web"]["template"], "svc/v1");
     assert_eq!(data["nodes"]["alpha"]["roles"]["db"]["image"], "db.v1");
-    let (code, log) = daemon.get("/v1/scheduler_debug_info").unwrap();
-    assert_eq!(code, 200);
+    // The run's log is published just after its schedule.
+    let log = wait_for(SOON, || match daemon.get("/v1/scheduler_debug_info") {
+        Some((200, log)) => Some(log),
+        _ => None,
+    })
+    .expect("the scheduler's log");
     assert!(
         log.contains("placed 2 roles over 1 nodes, 1 instances unplaced"),
         "{log}"

@@ -221,6 +221,9 @@ impl ScheduleController {
                     // Our own parents update must not count as a new input.
                     snap.parents = self.store.parents.peek();
                 }
+                // After the schedule, never before: the action queue reads the answers of the
+                // actions a run consumed from the schedule in force when the status says that
+                // run succeeded (`actions::ActionQueue`).
                 self.out.status.set(SchedulerStatus {
                     last_input: Some(input.clone()),
                     debug_info: Some(output.log),
