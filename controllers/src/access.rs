@@ -404,8 +404,11 @@ pub fn refuse_init(protocol: GraphqlProtocol, refusal: TokenRefusal) -> InitRefu
     match protocol {
         GraphqlProtocol::GraphqlWs => InitRefused::ConnectionError {
             message: match refusal {
-                TokenRefusal::Missing => "this node needs the token of its http.token-file: send                                           {\"Authorization\": \"Bearer <token>\"} as the                                           connection_init payload"
-                    .into(),
+                TokenRefusal::Missing => concat!(
+                    "this node needs the token of its http.token-file: send ",
+                    r#"{"Authorization": "Bearer <token>"} as the connection_init payload"#
+                )
+                .into(),
                 TokenRefusal::Wrong => {
                     "the token in connection_init is not this node's (http.token-file)".into()
                 }
@@ -417,6 +420,11 @@ pub fn refuse_init(protocol: GraphqlProtocol, refusal: TokenRefusal) -> InitRefu
         },
     }
 }
+
+/// How a GraphQL WebSocket that sent no `connection_init` within `http.idle-timeout-ms` is
+/// closed (either protocol): 4408, as graphql-transport-ws says. It held one of the
+/// `http.max-event-streams` slots without asking for anything.
+pub const INIT_TIMEOUT_CLOSE: (u16, &str) = (4408, "Connection initialisation timeout");
 
 /// The token of an `Authorization: Bearer <token>` header.
 fn bearer(header: &[u8]) -> Option<&[u8]> {

@@ -17,7 +17,7 @@
 //! result only when the client is ready for it (a slow reader gets the latest status, never a
 //! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -843,20 +843,35 @@ pub async fn socket(
     // The upgrade came without the token reads need (a browser cannot send the header): its
     // `connection_init` must carry it.
     let init_token = token_at_init.and(state.http.settings.token.clone());
-    upgrade.on_upgrade(move |socket| run(socket, executor, protocol, init_token, stall, slot))
+    let timers = Timers {
+        stall,
+        init: state.http.settings.idle_timeout,
+    };
+    upgrade.on_upgrade(move |socket| run(socket, executor, protocol, init_token, timers, slot))
+}
+
+/// How long a GraphQL WebSocket may wait.
+#[derive(Debug, Clone, Copy)]
+struct Timers {
+    /// For a message to be written (`http.stream-stall-timeout-ms`).
+    stall: Duration,
+    /// For the client's `connection_init` (`http.idle-timeout-ms`).
+    init: Duration,
 }
 
 /// Serves one GraphQL WebSocket until either side closes it or the client stops reading. With
 /// `init_token`, nothing runs before a `connection_init` that carries it; one that does not is
-/// answered as `access::refuse_init` says and the socket closes.
+/// answered as `access::refuse_init` says and the socket closes. A socket without a
+/// `connection_init` within `timers.init` is closed as `access::INIT_TIMEOUT_CLOSE` says.
 async fn run(
     socket: WebSocket,
     executor: Capped,
     protocol: WebSocketProtocols,
     init_token: Option<access::Token>,
-    stall: Duration,
+    timers: Timers,
     _slot: super::events::Slot,
 ) {
+    let stall = timers.stall;
     let (mut sink, incoming) = socket.split();
     let incoming = incoming
         .take_while(|message| {
@@ -879,8 +894,11 @@ async fn run(
     // Set when `connection_init` was refused, so that the close the crate then makes is ours.
     let refused = Arc::new(OnceLock::new());
     let init_refused = refused.clone();
+    let initialised = Arc::new(AtomicBool::new(false));
+    let init_seen = initialised.clone();
     let mut outgoing =
         GraphqlSocket::new(executor, incoming, protocol).on_connection_init(move |payload| {
+            init_seen.store(true, Ordering::Relaxed);
             let verdict = match &init_token {
                 None => Ok(()),
                 Some(token) => access::check_init_token(token, &payload),
@@ -902,8 +920,35 @@ async fn run(
         });
     // The last payload sent per subscription: an unchanged result is not sent again.
     let mut last = LastSent::default();
-    // `next` makes the next message only now: nothing waits in a queue for a slow client.
-    while let Some(message) = outgoing.next().await {
+    let init_deadline = tokio::time::Instant::now() + timers.init;
+    loop {
+        // `next` makes the next message only now: nothing waits in a queue for a slow client.
+        let next = if initialised.load(Ordering::Relaxed) {
+            outgoing.next().await
+        } else {
+            tokio::select! {
+                next = outgoing.next() => next,
+                () = tokio::time::sleep_until(init_deadline) => {
+                    if initialised.load(Ordering::Relaxed) {
+                        continue;
+                    }
+                    let (code, reason) = access::INIT_TIMEOUT_CLOSE;
+                    tracing::info!(
+                        idle_timeout_ms = timers.init.as_millis() as u64,
+                        "Closed a GraphQL WebSocket that sent no connection_init."
+                    );
+                    let close = Message::Close(Some(CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    }));
+                    let _ = tokio::time::timeout(stall, sink.send(close)).await;
+                    return;
+                }
+            }
+        };
+        let Some(message) = next else {
+            break;
+        };
         let message = match message {
             WsMessage::Text(text) => {
                 if !fresh(&mut last, &text) {

@@ -989,3 +989,71 @@ async fn plain_get(addr: std::net::SocketAddr, path: &str) -> u16 {
     stream.read_exact(&mut head).await.unwrap();
     std::str::from_utf8(&head[9..12]).unwrap().parse().unwrap()
 }
+
+/// A socket that sends no `connection_init` within `http.idle-timeout-ms` is closed with 4408
+/// and gives its `http.max-event-streams` slot back; one that sent it stays open past that.
+#[tokio::test]
+async fn a_socket_without_connection_init_is_closed_after_the_idle_timeout() {
+    let writer = leading(1);
+    let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
+    let mut state = app_state(&writer, no_frontends, "common");
+    state.http = Arc::new(HttpState::new(HttpSettings {
+        idle_timeout: Duration::from_millis(300),
+        max_event_streams: 2,
+        ..HttpSettings::default()
+    }));
+    let (addr, shutdown) = serving(state).await;
+    let query = "subscription { status { election { epoch } } }";
+
+    let mut talking = open_socket(addr, "graphql-transport-ws", None)
+        .await
+        .unwrap();
+    send(&mut talking, json!({"type": "connection_init"})).await;
+    assert_eq!(
+        receive(&mut talking).await,
+        json!({"type": "connection_ack"})
+    );
+
+    // Opened later, so its deadline comes after the first socket's.
+    for protocol in ["graphql-ws", "graphql-transport-ws"] {
+        let mut silent = open_socket(addr, protocol, None).await.unwrap();
+        let (texts, close) = until_closed(&mut silent).await;
+        assert_eq!(texts, Vec::<Value>::new(), "{protocol}");
+        assert_eq!(
+            close,
+            Some((4408, "Connection initialisation timeout".to_string())),
+            "{protocol}"
+        );
+        // Its slot is free again: with the first socket holding the other one, a new socket
+        // gets in (the server lets go of the slot as the socket's task ends).
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut next = loop {
+            match open_socket(addr, protocol, None).await {
+                Ok(socket) => break socket,
+                Err(e) if std::time::Instant::now() < deadline => {
+                    assert!(e.to_string().contains("503"), "{e}");
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => panic!("the slot was not given back: {e}"),
+            }
+        };
+        send(&mut next, json!({"type": "connection_init"})).await;
+        assert_eq!(receive(&mut next).await["type"], "connection_ack");
+        next.close(None).await.unwrap();
+        let _ = until_closed(&mut next).await;
+    }
+
+    // The socket that sent connection_init is still served.
+    send(
+        &mut talking,
+        json!({"type": "subscribe", "id": "1", "payload": {"query": query}}),
+    )
+    .await;
+    let result = receive(&mut talking).await;
+    assert_eq!(
+        result["payload"]["data"]["status"]["election"]["epoch"],
+        json!(1.0),
+        "{result}"
+    );
+    shutdown.cancel();
+}
