@@ -567,9 +567,26 @@ fn check(args: &OfflineArgs) -> ExitCode {
         match run_scheduler_once(dir, input.clone()) {
             Ok(output) => {
                 let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+                let host = &input.current_host;
+                // The roles this node would render: `query.wasm`'s, if there is one.
+                let derived = verwalter::wasm::query::derive_offline(
+                    dir,
+                    &schedule,
+                    host,
+                    &verwalter_controllers::render::deployment_id(),
+                );
+                let view = match derived {
+                    Ok(Some(roles)) => Some(vars::roles_view(&schedule.data, host, roles)),
+                    Ok(None) => None,
+                    Err(e) => {
+                        problems.push(format!("{}: {}", dir.display(), e.message));
+                        Some(serde_json::Value::Null)
+                    }
+                };
+                let data = view.as_ref().unwrap_or(&schedule.data);
                 // Every role this node would render must have usable variables.
-                for role in vars::node_roles(&schedule.data, &input.current_host) {
-                    if let Err(e) = vars::role_vars(&schedule.data, &input.current_host, &role) {
+                for role in vars::node_roles(data, host) {
+                    if let Err(e) = vars::role_vars(data, host, &role) {
                         problems.push(format!("{}: schedule: {e}", dir.display()));
                     }
                 }

@@ -305,6 +305,37 @@ fn render_shows_files_and_commands_from_vars_or_a_schedule() {
 }
 
 #[test]
+fn check_derives_the_roles_with_query_wasm_and_names_its_problems() {
+    let (code, stdout, stderr) = run_on("check", &example("wasm-query"), &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(": ok; the scheduler returned"), "{stdout}");
+
+    let failing_init = crate::render::query_wasm(
+        r#"{\"Err\": {\"kind\": \"InitError\", \"message\": \"no cluster named prod\"}}"#,
+        r#"{\"Ok\": {}}"#,
+        r#"{\"Ok\": null}"#,
+    );
+    let bad_role = crate::render::query_wasm(
+        r#"{\"Ok\": null}"#,
+        r#"{\"Ok\": {\"api\": {\"template\": \"../outside\"}}}"#,
+        r#"{\"Ok\": null}"#,
+    );
+    for (module, says) in [
+        (
+            failing_init,
+            "scheduler/v1/query.wasm: init: InitError: no cluster named prod",
+        ),
+        (bad_role, "role \"api\": `template` \"../outside\""),
+    ] {
+        let tmp = edited_example("minimal", &[]);
+        std::fs::write(tmp.path().join("scheduler/v1/query.wasm"), module).unwrap();
+        let (code, _, stderr) = run_on("check", tmp.path(), &[]);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+    }
+}
+
+#[test]
 fn render_from_a_schedule_takes_the_roles_query_wasm_derives() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("config");

@@ -90,7 +90,10 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
             };
             let data = schedule.data.as_ref();
             // With a `query.wasm` the node's roles are its answer, as in the daemon.
-            let view = match query_wasm_roles(args, &schedule, hostname, &id)? {
+            let derived =
+                crate::wasm::query::derive_offline(&args.config_dir, &schedule, hostname, &id)
+                    .map_err(|e| e.message)?;
+            let view = match derived {
                 Some(roles) => std::borrow::Cow::Owned(vars::roles_view(data, hostname, roles)),
                 None => std::borrow::Cow::Borrowed(data),
             };
@@ -112,27 +115,6 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
             Ok(vars::with_pass(merged, &id, &now, Some(&schedule.data)))
         }
     }
-}
-
-/// The roles `scheduler/v1/query.wasm` of the config dir derives for `hostname` (`init`, then
-/// `render_roles`, within the scheduler's default limits), or `None` without one.
-fn query_wasm_roles(
-    args: &RenderArgs,
-    schedule: &Schedule,
-    hostname: &str,
-    deployment_id: &str,
-) -> Result<Option<Map<String, Value>>, String> {
-    let dir = args.config_dir.join(crate::inputs::SCHEDULER_DIR);
-    if !crate::wasm::query::has_query_wasm(&dir) {
-        return Ok(None);
-    }
-    let limits = crate::lua::Limits::default().into();
-    let mut module = crate::wasm::query::QueryModule::load(&dir, limits).map_err(|e| e.message)?;
-    module.init(schedule, hostname).map_err(|e| e.message)?;
-    let roles = module
-        .render_roles(deployment_id, None)
-        .map_err(|e| e.message)?;
-    Ok(Some(roles))
 }
 
 /// Renders the role's templates, prints them, and runs (or with `dry_run`, shows) its commands.

@@ -138,6 +138,24 @@ impl QueryModule {
     }
 }
 
+/// What `<config-dir>/scheduler/v1/query.wasm` derives for `hostname` from `schedule`, for the
+/// offline commands (`verwalter check`, `verwalter render`): loaded, `init`ed and asked for
+/// `render_roles` once, within the scheduler's default limits. `None` without a `query.wasm`.
+pub fn derive_offline(
+    config_dir: &Path,
+    schedule: &Schedule,
+    hostname: &str,
+    deployment_id: &str,
+) -> Result<Option<serde_json::Map<String, Value>>, QueryError> {
+    let dir = config_dir.join(SCHEDULER_DIR);
+    if !has_query_wasm(&dir) {
+        return Ok(None);
+    }
+    let mut module = QueryModule::load(&dir, crate::lua::Limits::default().into())?;
+    module.init(schedule, hostname)?;
+    module.render_roles(deployment_id, None).map(Some)
+}
+
 /// `{"Ok": v}` -> `v`; `{"Err": {kind, message, causes?}}` -> its text.
 pub fn unwrap_envelope(value: Value) -> Result<Value, String> {
     let Value::Object(mut map) = value else {
