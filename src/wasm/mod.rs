@@ -391,7 +391,7 @@ impl Scheduler for ConfigDirScheduler {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 mod query_example_tests;

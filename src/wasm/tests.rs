@@ -65,6 +65,18 @@ fn small_input() -> SchedulerInput {
     input_with(1, 1)
 }
 
+/// The protocol's `alloc` (a bump allocator from the global `$next`, growing memory as needed)
+/// and a `dealloc` that frees nothing, for the test modules.
+const BUMP_ALLOC: &str = r#"(func (export "alloc") (param $len i32) (result i32)
+    (local $p i32)
+    (local.set $p (global.get $next))
+    (global.set $next (i32.add (global.get $next) (local.get $len)))
+    (block $fits
+      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
+      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
+    (local.get $p))
+  (func (export "dealloc") (param i32))"#;
+
 /// A module with the protocol's exports (a bump allocator that grows memory as needed),
 /// `data` at address 16, `imports` and `scheduler`'s `body`.
 fn module(imports: &str, data: &str, body: &str) -> Vec<u8> {
@@ -75,15 +87,7 @@ fn module(imports: &str, data: &str, body: &str) -> Vec<u8> {
   (global $next (mut i32) (i32.const 4096))
   (global $dirty (mut i32) (i32.const 0))
   (data (i32.const 16) "{data}")
-  (func (export "alloc") (param $len i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $next))
-    (global.set $next (i32.add (global.get $next) (local.get $len)))
-    (block $fits
-      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
-      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
-    (local.get $p))
-  (func (export "dealloc") (param i32))
+  {BUMP_ALLOC}
   (func (export "scheduler") (param $ptr i32) (param $len i32) (result i32)
     {body}))"#
     );
@@ -526,7 +530,7 @@ async fn a_looping_module_stopped_by_its_budget_leaves_no_stall() {
 
 /// A query.wasm whose entry points return `init_result`, `render_result` and `query_result`
 /// (JSON text at fixed addresses).
-fn query_module(init_result: &str, render_result: &str, query_result: &str) -> Vec<u8> {
+pub(crate) fn query_module(init_result: &str, render_result: &str, query_result: &str) -> Vec<u8> {
     query_module_with(
         init_result,
         render_result,
@@ -554,15 +558,7 @@ fn query_module_with(
   (data (i32.const 1024) "{render_result}")
   (data (i32.const 4096) "{query_result}")
   {extra_data}
-  (func (export "alloc") (param $len i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $next))
-    (global.set $next (i32.add (global.get $next) (local.get $len)))
-    (block $fits
-      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
-      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
-    (local.get $p))
-  (func (export "dealloc") (param i32))
+  {BUMP_ALLOC}
   (func (export "init") (param i32 i32) (result i32) (i32.const 16))
   (func (export "render_roles") (param i32 i32) (result i32) (i32.const 1024))
   (func (export "query") (param i32 i32) (result i32) {query_body}))"#

@@ -78,26 +78,7 @@ async fn query_without_query_wasm_is_a_500_that_says_why() {
 /// A query.wasm answering every `query` with `{"Ok": {"answer": 42}}`, and `init` with
 /// `init_result`.
 fn query_wasm(init_result: &str) -> Vec<u8> {
-    wat::parse_str(format!(
-        r#"(module
-  (memory (export "memory") 1)
-  (global $next (mut i32) (i32.const 8192))
-  (data (i32.const 16) "{init_result}")
-  (data (i32.const 1024) "{{\"Ok\": {{\"answer\": 42}}}}")
-  (func (export "alloc") (param $len i32) (result i32)
-    (local $p i32)
-    (local.set $p (global.get $next))
-    (global.set $next (i32.add (global.get $next) (local.get $len)))
-    (block $fits
-      (br_if $fits (i32.le_u (global.get $next) (i32.mul (memory.size) (i32.const 65536))))
-      (drop (memory.grow (i32.add (i32.const 1) (i32.div_u (global.get $next) (i32.const 65536))))))
-    (local.get $p))
-  (func (export "dealloc") (param i32))
-  (func (export "init") (param i32 i32) (result i32) (i32.const 16))
-  (func (export "render_roles") (param i32 i32) (result i32) (i32.const 16))
-  (func (export "query") (param i32 i32) (result i32) (i32.const 1024)))"#
-    ))
-    .unwrap()
+    crate::wasm::tests::query_module(init_result, init_result, r#"{\"Ok\": {\"answer\": 42}}"#)
 }
 
 #[tokio::test]
