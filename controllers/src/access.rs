@@ -887,9 +887,11 @@ mod tests {
         else {
             panic!("graphql-ws answers with connection_error");
         };
-        assert!(
-            message.contains("\"Authorization\": \"Bearer <token>\""),
-            "{message}"
+        // The whole sentence, as one line (a `\` continuation once left a run of spaces in it).
+        assert_eq!(
+            message,
+            "this node needs the token of its http.token-file: send \
+             {\"Authorization\": \"Bearer <token>\"} as the connection_init payload"
         );
         let InitRefused::ConnectionError { message } =
             refuse_init(GraphqlProtocol::GraphqlWs, TokenRefusal::Wrong)
