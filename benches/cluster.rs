@@ -16,7 +16,8 @@
 //! `verwalter_schedule_served_bytes_total`, as a multiple of the schedule's size.
 //!
 //! Run: `cargo bench --bench cluster` (TRIALS=20, NODES=5, SCHEDULE_KB=0 by default;
-//! FAILOVER_TRIALS=TRIALS; RELAY_FANOUT sets `election.relay-fanout`);
+//! FAILOVER_TRIALS=TRIALS; RELAY_FANOUT sets `election.relay-fanout`; BENCH_DIR is where the
+//! nodes' dirs go, `target` by default);
 //! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
 
 use std::fs;
@@ -261,9 +262,12 @@ fn main() {
     let trials = env_or("TRIALS", 20);
     let nodes_n = env_or("NODES", 5);
     let kb = env_or("SCHEDULE_KB", 0);
+    // BENCH_DIR=/dev/shm puts the nodes' dirs on tmpfs: 100 nodes on one machine otherwise
+    // share one disk, each syncing its copy of every schedule to it (a fleet has a disk per node).
+    let base = std::env::var("BENCH_DIR").unwrap_or_else(|_| "target".into());
     let tmp = tempfile::Builder::new()
         .prefix("verwalter-bench-cluster.")
-        .tempdir_in("target")
+        .tempdir_in(&base)
         .unwrap();
     // KEEP=1 leaves the nodes' dirs (config, storage, logs) for a look afterwards.
     let root = tmp.path().to_owned();

@@ -94,8 +94,8 @@ thread_local! {
 
 fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Schedule {
     let output = sandbox.run(input).unwrap();
-    let (schedule, canonical) = Schedule::encode(output.data, input.now, input.current_id.clone());
-    store.save_encoded(&schedule, &canonical).unwrap();
+    let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+    store.save_schedule(&schedule).unwrap();
     schedule
 }
 
@@ -107,14 +107,14 @@ fn bench(c: &mut Criterion) {
     let tmp = tempfile::tempdir().unwrap();
     let store = StateDir::new(tmp.path());
     let check = full_round(&sandbox, &input, &store);
-    let placed: usize = check.data["nodes"].as_object().map_or(0, |n| {
+    let placed: usize = check.data.tree()["nodes"].as_object().map_or(0, |n| {
         n.values()
             .map(|v| v["roles"].as_object().unwrap().len())
             .sum()
     });
     eprintln!(
         "bench schedule: {placed} instances over {} nodes, hash {}",
-        check.data["nodes"].as_object().unwrap().len(),
+        check.data.tree()["nodes"].as_object().unwrap().len(),
         check.hash
     );
 
@@ -212,11 +212,10 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
         let output = sandbox.output(raw).unwrap();
         steps[2].push(t.elapsed());
         let t = Instant::now();
-        let (schedule, canonical) =
-            Schedule::encode(output.data, input.now, input.current_id.clone());
+        let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
         steps[3].push(t.elapsed());
         let t = Instant::now();
-        store.save_encoded(&schedule, &canonical).unwrap();
+        store.save_schedule(&schedule).unwrap();
         steps[4].push(t.elapsed());
         sandbox.after_run();
     }
@@ -240,7 +239,7 @@ fn ms(d: Duration) -> f64 {
 
 /// Instances in a schedule: the roles on every node.
 fn instances(schedule: &Schedule) -> usize {
-    schedule.data["nodes"].as_object().map_or(0, |n| {
+    schedule.data.tree()["nodes"].as_object().map_or(0, |n| {
         n.values()
             .map(|v| v["roles"].as_object().unwrap().len())
             .sum()
@@ -260,7 +259,7 @@ fn bench_library(c: &mut Criterion) {
     eprintln!(
         "library schedule: {} instances over {} nodes ({}), hash {}",
         instances(&check),
-        check.data["nodes"].as_object().unwrap().len(),
+        check.data.tree()["nodes"].as_object().unwrap().len(),
         out.log,
         check.hash
     );

@@ -406,7 +406,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 relay: relay.clone(),
             },
         )
-        .with_token(config.http.token_for_peers());
+        .with_token(config.http.token_for_peers())
+        .with_host(&config.hostname);
         tasks.spawn(Task::Fetcher, fetcher.run(shutdown.clone()));
     } else {
         // No peer source: the node cannot have peers, so it leads itself at once.

@@ -576,14 +576,14 @@ fn check(args: &OfflineArgs) -> ExitCode {
                     &verwalter_controllers::render::deployment_id(),
                 );
                 let view = match derived {
-                    Ok(Some(roles)) => Some(vars::roles_view(&schedule.data, host, roles)),
+                    Ok(Some(roles)) => Some(vars::roles_view(schedule.data.tree(), host, roles)),
                     Ok(None) => None,
                     Err(e) => {
                         problems.push(format!("{}: {}", dir.display(), e.message));
                         Some(serde_json::Value::Null)
                     }
                 };
-                let data = view.as_ref().unwrap_or(&schedule.data);
+                let data = view.as_ref().unwrap_or(schedule.data.tree());
                 // Every role this node would render must have usable variables.
                 for role in vars::node_roles(data, host) {
                     if let Err(e) = vars::role_vars(data, host, &role) {

@@ -75,33 +75,15 @@ impl StateDir {
         Ok(Some(schedule))
     }
 
+    /// Writes the envelope around the canonical text of `schedule.data` as it is (no second
+    /// serialisation of the data): compact and key-sorted.
     pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StorageError> {
-        self.save_encoded(
-            schedule,
-            &verwalter_controllers::hash::canonical_json(&schedule.data),
-        )
-    }
-
-    /// Writes the envelope around `canonical_data` (the canonical JSON of `schedule.data`), so
-    /// the file is compact, key-sorted, and costs no second serialisation of the data.
-    pub fn save_encoded(
-        &self,
-        schedule: &Schedule,
-        canonical_data: &[u8],
-    ) -> Result<(), StorageError> {
         let path = self.schedule_path();
         // Compact JSON: half the bytes of indented JSON for large schedules, and the file is read
-        // by programs (`jq .` shows it indented). Same field order as the envelope type.
-        let mut bytes = Vec::with_capacity(canonical_data.len() + 160);
-        bytes.extend_from_slice(
-            format!("{{\"timestamp\":{},\"hash\":", schedule.timestamp).as_bytes(),
-        );
-        serde_json::to_writer(&mut bytes, &schedule.hash).expect("a string serializes");
-        bytes.extend_from_slice(b",\"data\":");
-        bytes.extend_from_slice(canonical_data);
-        bytes.extend_from_slice(b",\"origin\":");
-        serde_json::to_writer(&mut bytes, &schedule.origin).expect("a string serializes");
-        bytes.extend_from_slice(b"}\n");
+        // by programs (`jq .` shows it indented).
+        let mut bytes = Vec::new();
+        schedule.write_json(&mut bytes);
+        bytes.push(b'\n');
         write_atomic(&path, &bytes).map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 }
@@ -229,8 +211,8 @@ impl AppliedStore for StateDir {
 }
 
 impl ScheduleStore for StateDir {
-    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), StorageError> {
-        self.save_encoded(schedule, canonical_data)
+    fn save(&self, schedule: &Schedule) -> Result<(), StorageError> {
+        self.save_schedule(schedule)
     }
 }
 
@@ -326,7 +308,7 @@ mod tests {
                 "{{\"timestamp\":{},\"hash\":\"{}\",\"data\":{},\"origin\":\"{}\"}}\n",
                 schedule.timestamp,
                 schedule.hash,
-                serde_json::to_string(&*schedule.data).unwrap(),
+                serde_json::to_string(&**schedule.data.tree()).unwrap(),
                 schedule.origin
             ),
             "compact envelope around the canonical data"

@@ -600,7 +600,7 @@ impl ActionQueue {
                     let replies = schedule
                         .as_ref()
                         .as_ref()
-                        .and_then(|s| s.data.get("actions").cloned());
+                        .and_then(|s| s.data.tree().get("actions").cloned());
                     self.finish(&consumed, |id| {
                         match replies.as_ref().and_then(|r| r.get(id.to_string())) {
                             Some(value) => Outcome::Reply(value.clone()),

@@ -122,8 +122,12 @@ mod tests {
             "origin": "77985419c732412ea38b94db00000001"}"#;
         let schedule: crate::state::Schedule = serde_json::from_str(text).unwrap();
         schedule.verify().unwrap();
-        let mut tampered = schedule.clone();
-        std::sync::Arc::make_mut(&mut tampered.data)["vars"]["ratio"] = json!(0.25);
+        let mut changed = (**schedule.data.tree()).clone();
+        changed["vars"]["ratio"] = json!(0.25);
+        let tampered = crate::state::Schedule {
+            data: crate::state::ScheduleData::from_value(changed),
+            ..schedule.clone()
+        };
         assert!(
             tampered.verify().is_err(),
             "a changed value no longer verifies"

@@ -54,6 +54,7 @@ pub mod render;
 pub mod replication;
 pub mod retention;
 pub mod schedule;
+pub mod schedule_data;
 pub mod scheduler_metrics;
 pub mod sources;
 pub mod state;

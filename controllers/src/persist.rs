@@ -26,7 +26,6 @@ pub const PERSIST_RETRY: Duration = Duration::from_secs(5);
 /// The schedule in force that the storage dir has not taken yet.
 struct Unsaved {
     schedule: Schedule,
-    canonical: Vec<u8>,
     /// When the last write failed: the next one is due [`PERSIST_RETRY`] after it.
     failed_at: Instant,
 }
@@ -49,15 +48,14 @@ impl Persister {
         }
     }
 
-    /// Writes `schedule`, which the caller puts in force next whatever the outcome
-    /// (`canonical_data` is the canonical JSON of its data). On failure it is kept and written
-    /// again later; it replaces any older schedule still waiting to be written.
-    pub fn save(&self, schedule: &Schedule, canonical_data: Vec<u8>) -> Result<(), StorageError> {
+    /// Writes `schedule`, which the caller puts in force next whatever the outcome. On failure
+    /// it is kept and written again later; it replaces any older schedule still waiting to be
+    /// written.
+    pub fn save(&self, schedule: &Schedule) -> Result<(), StorageError> {
         let mut unsaved = self.unsaved.lock().unwrap();
-        let result = self.store.save(schedule, &canonical_data);
+        let result = self.store.save(schedule);
         *unsaved = result.as_ref().err().map(|_| Unsaved {
             schedule: schedule.clone(),
-            canonical: canonical_data,
             failed_at: Instant::now(),
         });
         self.report(result.as_ref().err().map(ToString::to_string));
@@ -74,7 +72,7 @@ impl Persister {
         if now < due {
             return Some(due - now);
         }
-        let result = self.store.save(&pending.schedule, &pending.canonical);
+        let result = self.store.save(&pending.schedule);
         let retry = match &result {
             Ok(()) => {
                 *unsaved = None;

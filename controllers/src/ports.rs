@@ -92,8 +92,8 @@ impl StorageError {
 
 /// Persists the schedule in force so a restarted node starts from it.
 pub trait ScheduleStore: Send + Sync + 'static {
-    /// `canonical_data` is the canonical JSON of `schedule.data`, from [`Schedule::encode`].
-    fn save(&self, schedule: &Schedule, canonical_data: &[u8]) -> Result<(), StorageError>;
+    /// Writes the envelope with `schedule.data`'s canonical text as it is.
+    fn save(&self, schedule: &Schedule) -> Result<(), StorageError>;
 }
 
 /// Wall-clock time, as milliseconds since the Unix epoch.

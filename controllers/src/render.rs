@@ -50,7 +50,8 @@ use crate::ports::{
 };
 use crate::refs;
 use crate::state::{
-    BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, Templates,
+    BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, ScheduleData,
+    Templates,
 };
 use crate::store::{Field, Store};
 use crate::vars;
@@ -443,17 +444,18 @@ impl RenderController {
     pub fn node_roles(&self) -> Option<BTreeSet<String>> {
         let real = self.store.schedule.peek();
         match self.view_now(&real)? {
-            Ok(view) => view
-                .as_ref()
-                .as_ref()
-                .map(|s| vars::node_roles(&s.data, &self.host).into_iter().collect()),
+            Ok(view) => view.as_ref().as_ref().map(|s| {
+                vars::node_roles(s.data.tree(), &self.host)
+                    .into_iter()
+                    .collect()
+            }),
             Err(_) => None,
         }
     }
 
     /// The schedule this node's roles are read from for snapshot `real`, when known now: the
-    /// cached answer of the source, or `real` itself when the source derives nothing
-    /// ([`CompatRoles`]).
+    /// cached answer of the source, or `real` cut to this node's part when the source derives
+    /// nothing ([`CompatRoles`]; see [`Schedule::node_view`]).
     fn view_now(&self, real: &Arc<Option<Schedule>>) -> Option<View> {
         let version = self.roles.version();
         let mut st = self.state.lock().unwrap();
@@ -475,8 +477,9 @@ impl RenderController {
         // A source that derives roles answers in `derive_roles`; its future is dropped unpolled.
         match self.roles.roles(request) {
             None => {
-                st.view = Some((real.clone(), version, Ok(real.clone())));
-                Some(Ok(real.clone()))
+                let view = Arc::new(Some(schedule.node_view(&self.host)));
+                st.view = Some((real.clone(), version, Ok(view.clone())));
+                Some(Ok(view))
             }
             Some(_) => None,
         }
@@ -507,16 +510,20 @@ impl RenderController {
         match answer {
             Ok(roles) => {
                 let view = match roles {
-                    None => real.clone(),
+                    None => Arc::new(Some(schedule.node_view(&self.host))),
                     Some(roles) => Arc::new(Some(Schedule {
-                        data: Arc::new(vars::roles_view(&schedule.data, &self.host, roles)),
+                        data: ScheduleData::from_value(vars::roles_view(
+                            &schedule.data.node_view(&self.host),
+                            &self.host,
+                            roles,
+                        )),
                         ..schedule.clone()
                     })),
                 };
                 let roles = view
                     .as_ref()
                     .as_ref()
-                    .map(|s| vars::node_roles(&s.data, &self.host))
+                    .map(|s| vars::node_roles(s.data.tree(), &self.host))
                     .unwrap_or_default();
                 {
                     let mut st = self.state.lock().unwrap();
@@ -596,7 +603,7 @@ impl RenderController {
         refs_doc: impl FnOnce() -> Arc<Value>,
     ) -> Result<Desired, RenderError> {
         let vars_error = |e: vars::VarsError| RenderError::Vars(e.to_string());
-        let sources = vars::sources(&schedule.data, &self.host, role).map_err(vars_error)?;
+        let sources = vars::sources(schedule.data.tree(), &self.host, role).map_err(vars_error)?;
         let template = vars::role_template(role, &sources).map_err(vars_error)?;
         let mut hasher = Sha1::new();
         hasher.update(shared);
@@ -627,7 +634,7 @@ impl RenderController {
         if has_refs {
             // What references find lives in other roles' sources, which the hash does not cover:
             // the resolved variables are hashed instead.
-            let resolved = self.resolved_vars(&schedule.data, role, refs_doc())?;
+            let resolved = self.resolved_vars(schedule.data.tree(), role, refs_doc())?;
             hasher.update(Value::Object(resolved).to_string().as_bytes());
         }
         Ok(Desired {
@@ -661,8 +668,8 @@ impl RenderController {
         }
         let mut doc = serde_json::Map::new();
         if let Some(sched) = schedule.as_ref() {
-            for role in vars::node_roles(&sched.data, &self.host) {
-                if let Ok(merged) = vars::role_vars(&sched.data, &self.host, &role) {
+            for role in vars::node_roles(sched.data.tree(), &self.host) {
+                if let Ok(merged) = vars::role_vars(sched.data.tree(), &self.host, &role) {
                     doc.insert(role, Value::Object(merged));
                 }
             }
@@ -680,7 +687,7 @@ impl RenderController {
             return deps.clone();
         }
         let deps = Arc::new(match schedule.as_ref() {
-            Some(sched) => Deps::build(&sched.data, &self.host),
+            Some(sched) => Deps::build(sched.data.tree(), &self.host),
             None => Deps::default(),
         });
         st.deps = Some((schedule.clone(), deps.clone()));
@@ -691,7 +698,7 @@ impl RenderController {
     fn shared_digest(&self, schedule: &Schedule) -> [u8; 20] {
         let mut hasher = Sha1::new();
         let mut bytes = Vec::new();
-        let data = &schedule.data;
+        let data = schedule.data.tree();
         let node_vars = data
             .get("nodes")
             .and_then(|n| n.get(&self.host))
@@ -777,7 +784,7 @@ impl RenderController {
         let data_roles = schedule
             .as_ref()
             .as_ref()
-            .map(|s| vars::node_roles(&s.data, &self.host))
+            .map(|s| vars::node_roles(s.data.tree(), &self.host))
             .unwrap_or_default();
         for other in data_roles {
             if other == role {
@@ -1141,8 +1148,10 @@ impl RenderController {
         // `DeploymentStart` goes into the log before the role's own entries.
         self.flush_log();
         let now = self.clock.now_ms();
-        let data = schedule.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
-        let full_schedule = real.as_ref().as_ref().map_or(&Value::Null, |s| &s.data);
+        let data = schedule
+            .as_ref()
+            .as_ref()
+            .map_or(&Value::Null, |s| s.data.tree());
         // Checked by `desired` already; the schedule snapshot is the same.
         let merged = match refs_doc {
             Some(doc) => self.resolved_vars(data, &role, doc)?,
@@ -1156,7 +1165,13 @@ impl RenderController {
             merged,
             &id,
             &crate::wallclock::rfc3339(now),
-            mentions_full_schedule.then_some(full_schedule),
+            // The whole tree is parsed only for templates that read it (a follower keeps the
+            // schedule as text otherwise, see `ScheduleData`).
+            mentions_full_schedule.then(|| {
+                real.as_ref()
+                    .as_ref()
+                    .map_or(&Value::Null, |s| s.data.tree().as_ref())
+            }),
         );
         let job = RoleJob {
             role: role.clone(),
@@ -1214,7 +1229,7 @@ impl Reconciler for RenderController {
         let real = self.store.schedule.peek();
         match self.view_now(&real) {
             Some(Ok(view)) => match view.as_ref() {
-                Some(s) => vars::node_roles(&s.data, &self.host),
+                Some(s) => vars::node_roles(s.data.tree(), &self.host),
                 None => Vec::new(),
             },
             // The source is asked (again, after a failure: the driver's backoff).
@@ -1236,7 +1251,7 @@ impl Reconciler for RenderController {
 
 /// The strings of the schedule's `changes` list (other items are shown as JSON).
 fn schedule_changes(schedule: Option<&Schedule>) -> Vec<String> {
-    match schedule.and_then(|s| s.data.get("changes")) {
+    match schedule.and_then(|s| s.data.tree().get("changes")) {
         Some(Value::Array(items)) => items
             .iter()
             .map(|item| match item {

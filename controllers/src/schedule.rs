@@ -150,7 +150,7 @@ impl ScheduleController {
             now,
             current_host: self.deps.identity.hostname.clone(),
             current_id: self.deps.identity.id.clone(),
-            parents: snap.parents.iter().map(|s| s.data.clone()).collect(),
+            parents: snap.parents.iter().map(|s| s.data.tree().clone()).collect(),
             actions: (*snap.actions).clone(),
             runtime: snap.inputs.runtime.clone(),
             peers: snap.peers.peers.clone(),
@@ -202,8 +202,7 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
-                let (schedule, canonical) =
-                    Schedule::encode(output.data, input.now, self.deps.identity.id.clone());
+                let schedule = Schedule::new(output.data, input.now, self.deps.identity.id.clone());
                 let current = self.out.schedule.get();
                 // Same data from another leader's run is taken anew as well: the envelope must
                 // name this node as origin, or its followers would not fetch it from it.
@@ -214,7 +213,7 @@ impl ScheduleController {
                 if !same {
                     // A failure is the persister's to report and retry; the schedule is in
                     // force either way.
-                    let _ = self.deps.persist.save(&schedule, canonical);
+                    let _ = self.deps.persist.save(&schedule);
                     tracing::info!(hash = %schedule.hash, "New schedule.");
                     self.out.parents.set(vec![schedule.clone()]);
                     self.out.schedule.set(Some(schedule));

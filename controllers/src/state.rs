@@ -9,22 +9,105 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::hash::schedule_hash;
+use serde_json::value::RawValue;
+
+pub use crate::schedule_data::ScheduleData;
 
 /// A machine id: 32 lowercase hex characters (16 bytes on the wire).
 pub type NodeId = String;
 
 /// The schedule envelope, as stored on disk and served at `/v1/schedule` (verwalter 0.13 shape).
+/// Deserializing keeps `data` as the text it came as when that text hashes to `hash` (see
+/// [`ScheduleData`]); [`Schedule::verify`] checks the hash.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "Envelope")]
 pub struct Schedule {
     /// Wall-clock milliseconds when the leader produced it.
     pub timestamp: u64,
-    /// [`schedule_hash`] of `data`.
+    /// [`crate::hash::schedule_hash`] of `data`.
     pub hash: String,
-    /// The scheduler's output: a JSON object.
-    pub data: Arc<Value>,
+    /// The scheduler's output: a JSON object, as canonical text parsed on demand.
+    pub data: ScheduleData,
     /// Machine id of the leader that produced it.
     pub origin: NodeId,
+}
+
+/// [`Schedule`] as it is read, `data` still raw.
+#[derive(Deserialize)]
+struct Envelope {
+    timestamp: u64,
+    hash: String,
+    data: Box<RawValue>,
+    origin: NodeId,
+}
+
+impl TryFrom<Envelope> for Schedule {
+    type Error = serde_json::Error;
+
+    fn try_from(envelope: Envelope) -> Result<Schedule, serde_json::Error> {
+        Ok(Schedule {
+            data: ScheduleData::from_raw(envelope.data, &envelope.hash)?,
+            timestamp: envelope.timestamp,
+            hash: envelope.hash,
+            origin: envelope.origin,
+        })
+    }
+}
+
+/// Why an envelope from a peer was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("not a schedule: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Hash(#[from] HashMismatch),
+}
+
+/// The fields of an envelope in the form [`Schedule::write_json`] writes, `data` as a range of
+/// the body.
+struct Written {
+    timestamp: u64,
+    hash: String,
+    data: std::ops::Range<usize>,
+    origin: NodeId,
+}
+
+/// Splits `body` if it is an envelope as [`Schedule::write_json`] writes it (a trailing newline
+/// allowed, as the storage dir has): `{"timestamp":N,"hash":"<40 hex>","data":…,"origin":"<id>"}`
+/// with a plain id (no escapes). `None` for any other form.
+fn split_written(body: &[u8]) -> Option<Written> {
+    let rest = body.strip_prefix(b"{\"timestamp\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    // JSON has no leading zeros (found by fuzzing: `"timestamp":00` was read here, refused by
+    // serde_json).
+    if digits > 1 && rest[0] == b'0' {
+        return None;
+    }
+    let timestamp = std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()?;
+    let rest = rest[digits..].strip_prefix(b",\"hash\":\"")?;
+    let hash = rest.get(..40)?;
+    if !hash.iter().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    rest[40..].strip_prefix(b"\",\"data\":")?;
+    let start = body.len() - rest.len() + 40 + b"\",\"data\":".len();
+    let end = body.trim_ascii_end().strip_suffix(b"\"}")?;
+    let marker = b",\"origin\":\"";
+    let at = end.windows(marker.len()).rposition(|w| w == marker)?;
+    let origin = &end[at + marker.len()..];
+    if at < start
+        || origin
+            .iter()
+            .any(|b| *b == b'"' || *b == b'\\' || *b < 0x20)
+    {
+        return None;
+    }
+    Some(Written {
+        timestamp,
+        hash: String::from_utf8(hash.to_vec()).ok()?,
+        data: start..at,
+        origin: String::from_utf8(origin.to_vec()).ok()?,
+    })
 }
 
 /// What peers tell each other about a schedule (timestamp, hash, origin).
@@ -46,26 +129,18 @@ pub struct HashMismatch {
 impl Schedule {
     /// Wraps scheduler output into an envelope, computing its hash.
     pub fn new(data: Value, timestamp: u64, origin: NodeId) -> Schedule {
-        Schedule::encode(data, timestamp, origin).0
-    }
-
-    /// Like [`Schedule::new`], also returning the canonical JSON of `data` the hash was taken
-    /// over, so the schedule can be written without serialising it again.
-    pub fn encode(data: Value, timestamp: u64, origin: NodeId) -> (Schedule, Vec<u8>) {
-        let canonical = crate::hash::canonical_json(&data);
-        let hash = crate::hash::hash_canonical(&canonical);
-        let schedule = Schedule {
+        let data = ScheduleData::from_value(data);
+        Schedule {
             timestamp,
-            hash,
-            data: Arc::new(data),
+            hash: data.hash(),
+            data,
             origin,
-        };
-        (schedule, canonical)
+        }
     }
 
     /// Checks that `hash` matches `data` (schedules read from disk or from peers).
     pub fn verify(&self) -> Result<(), HashMismatch> {
-        let actual = schedule_hash(&self.data);
+        let actual = self.data.hash();
         if actual == self.hash {
             Ok(())
         } else {
@@ -73,6 +148,69 @@ impl Schedule {
                 claimed: self.hash.clone(),
                 actual,
             })
+        }
+    }
+
+    /// The envelope as compact JSON, the data's canonical text as it is (no second
+    /// serialisation of the data): what `/v1/schedule` serves and the storage dir keeps.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.reserve(self.data.len() + 160);
+        out.extend_from_slice(format!("{{\"timestamp\":{},\"hash\":", self.timestamp).as_bytes());
+        serde_json::to_writer(&mut *out, &self.hash).expect("a string serializes");
+        out.extend_from_slice(b",\"data\":");
+        out.extend_from_slice(self.data.canonical().as_bytes());
+        out.extend_from_slice(b",\"origin\":");
+        serde_json::to_writer(&mut *out, &self.origin).expect("a string serializes");
+        out.push(b'}');
+    }
+
+    /// Reads and checks an envelope that node `host` received from a peer. One written by
+    /// [`Schedule::write_json`] (this version's peers serve that) is read in one pass over its
+    /// data ([`ScheduleData::received`]); any other JSON form of it (verwalter 0.13 peers) is
+    /// read with serde_json and its hash checked as [`Schedule::verify`] does.
+    pub fn from_peer(body: Vec<u8>, host: &str) -> Result<Schedule, ReadError> {
+        let Some(parts) = split_written(&body) else {
+            return Schedule::from_json(&body);
+        };
+        let text = match String::from_utf8(body) {
+            Ok(text) => text,
+            Err(e) => return Schedule::from_json(e.as_bytes()),
+        };
+        let range = parts.data.clone();
+        let (data, checked) = match ScheduleData::received(text, range, &parts.hash, host) {
+            // Its SHA-1 is the hash: checked.
+            Ok(data) => (data, true),
+            Err(text) => {
+                let data = text.get(parts.data).unwrap_or_default();
+                let raw: Box<RawValue> = serde_json::from_str(data)?;
+                (ScheduleData::from_raw(raw, &parts.hash)?, false)
+            }
+        };
+        let schedule = Schedule {
+            timestamp: parts.timestamp,
+            hash: parts.hash,
+            data,
+            origin: parts.origin,
+        };
+        if !checked {
+            schedule.verify()?;
+        }
+        Ok(schedule)
+    }
+
+    /// Reads an envelope with serde_json and checks its hash.
+    fn from_json(bytes: &[u8]) -> Result<Schedule, ReadError> {
+        let schedule: Schedule = serde_json::from_slice(bytes)?;
+        schedule.verify()?;
+        Ok(schedule)
+    }
+
+    /// This schedule with its data cut to what node `host` renders from
+    /// ([`ScheduleData::node_view`]); timestamp, hash and origin stay those of the whole.
+    pub fn node_view(&self, host: &str) -> Schedule {
+        Schedule {
+            data: ScheduleData::from_value(self.data.node_view(host)),
+            ..self.clone()
         }
     }
 

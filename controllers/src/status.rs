@@ -19,7 +19,6 @@ use crate::state::{
     SchedulerStatus,
 };
 use crate::store::{Reader, Store, Trigger};
-use crate::vars;
 
 /// The `errors` key of a schedule that could not be written to the storage dir.
 pub const SCHEDULE_PERSIST: &str = "schedule_persist";
@@ -296,7 +295,7 @@ pub fn view(node: &NodeInfo, snap: &Snapshot, runs: SchedulerRuns) -> Status {
         peers: peers.peers.len(),
         peers_timestamp: peers.timestamp,
         leader: leader(node, snap),
-        roles: schedule.map_or(0, |s| vars::all_roles(&s.data).len()),
+        roles: schedule.map_or(0, |s| s.data.all_roles().len()),
         last_stable_timestamp: election.last_stable_timestamp,
         num_errors: snap.error_count(),
         errors,

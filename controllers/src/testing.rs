@@ -87,7 +87,7 @@ impl MemoryScheduleStore {
 }
 
 impl ScheduleStore for MemoryScheduleStore {
-    fn save(&self, schedule: &Schedule, _canonical_data: &[u8]) -> Result<(), StorageError> {
+    fn save(&self, schedule: &Schedule) -> Result<(), StorageError> {
         if let Some(error) = self.fail.lock().unwrap().clone() {
             self.failed.fetch_add(1, Ordering::SeqCst);
             return Err(error);

@@ -64,20 +64,12 @@ pub struct Fetcher {
     client: HttpClient,
     /// Sent on schedule fetches ([`crate::http::HttpSettings::token_for_peers`]).
     token: Option<verwalter_controllers::access::Token>,
-    /// The canonical data of the last schedule fetched, by its hash, for the storage dir.
-    canonical: Option<(String, Vec<u8>)>,
+    /// This node's hostname: its part of a schedule is read as the schedule arrives.
+    host: Arc<str>,
 }
 
-/// A fetch running, with the fetch it answers; a schedule comes with its canonical data.
-type Running = BoxFuture<'static, (Fetch, Result<Decoded, String>)>;
-
-/// A schedule fetched and verified, with the canonical JSON of its data (what its hash
-/// covers and what the storage dir writes: computed once, off the async runtime).
-#[derive(Debug)]
-pub struct Decoded {
-    schedule: Schedule,
-    canonical: Vec<u8>,
-}
+/// A fetch running, with the fetch it answers.
+type Running = BoxFuture<'static, (Fetch, Result<Schedule, String>)>;
 
 impl Fetcher {
     pub fn new(config: ReplicationConfig, parts: FetcherParts) -> Fetcher {
@@ -86,13 +78,19 @@ impl Fetcher {
             io: parts,
             client: HttpClient::default(),
             token: None,
-            canonical: None,
+            host: Arc::from(""),
         }
     }
 
     /// Fetches send `token` (peers whose reads need it: `http.token-for-reads`).
     pub fn with_token(mut self, token: Option<verwalter_controllers::access::Token>) -> Fetcher {
         self.token = token;
+        self
+    }
+
+    /// The hostname this node renders as (see `ScheduleData::received`).
+    pub fn with_host(mut self, host: &str) -> Fetcher {
+        self.host = Arc::from(host);
         self
     }
 
@@ -124,16 +122,11 @@ impl Fetcher {
                 _ = reports.changed() => {}
                 _ = peers.changed() => {}
                 Some((fetch, result)) = running.next(), if !running.is_empty() => {
-                    let ok = result.as_ref().is_ok_and(|d| {
-                        verwalter_controllers::replication::refusal(&fetch, &d.schedule).is_none()
+                    let ok = result.as_ref().is_ok_and(|s| {
+                        verwalter_controllers::replication::refusal(&fetch, s).is_none()
                     });
                     self.io.metrics.schedule_fetch(ok);
                     let now = Instant::now();
-                    let result = result.map(|decoded| {
-                        self.canonical =
-                            Some((decoded.schedule.hash.clone(), decoded.canonical));
-                        decoded.schedule
-                    });
                     let actions = self
                         .io
                         .with_world(|world| self.machine.fetched(now, world, fetch.clone(), result));
@@ -164,6 +157,7 @@ impl Fetcher {
                         .and_then(|p| p.addr.clone());
                     let client = self.client.clone();
                     let token = self.token.clone();
+                    let host = self.host.clone();
                     // What a follower takes from its leader, it passes on to its children.
                     let relay = matches!(fetch.purpose, Purpose::Follow { .. })
                         .then(|| self.io.relay.clone());
@@ -173,9 +167,11 @@ impl Fetcher {
                                 let hash = &fetch.stamp.hash;
                                 let relay = relay.as_deref();
                                 if fetch.relayed() {
-                                    get_relayed(&client, token.as_ref(), &addr, hash, relay).await
+                                    get_relayed(&client, token.as_ref(), &addr, hash, relay, &host)
+                                        .await
                                 } else {
-                                    get_schedule(&client, token.as_ref(), &addr, hash, relay).await
+                                    get_schedule(&client, token.as_ref(), &addr, hash, relay, &host)
+                                        .await
                                 }
                             }
                             None => Err(format!("no address known for {}", fetch.peer)),
@@ -189,13 +185,9 @@ impl Fetcher {
                 Action::Accept(schedule) => {
                     // A failure is reported and retried by the persister; the schedule is in
                     // force anyway.
-                    let canonical = match self.canonical.take() {
-                        Some((hash, canonical)) if hash == schedule.hash => canonical,
-                        _ => verwalter_controllers::hash::canonical_json(&schedule.data),
-                    };
                     // The write (a file and its fsync) must not hold up the runtime's other
                     // tasks, the election's among them.
-                    let save = || self.io.persister.save(&schedule, canonical);
+                    let save = || self.io.persister.save(&schedule);
                     let _ = match tokio::runtime::Handle::current().runtime_flavor() {
                         tokio::runtime::RuntimeFlavor::MultiThread => {
                             tokio::task::block_in_place(save)
@@ -280,7 +272,8 @@ async fn get_schedule(
     addr: &str,
     hash: &str,
     relay: Option<&crate::http::RelayBody>,
-) -> Result<Decoded, String> {
+    host: &str,
+) -> Result<Schedule, String> {
     let by_hash = format!("http://{addr}/v1/schedule/{hash}");
     let url = format!("http://{addr}/v1/schedule");
     let get = |url| client.get_compressed(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
@@ -288,7 +281,7 @@ async fn get_schedule(
         Ok(fetched) => fetched,
         Err(_) => get(&url).await?,
     };
-    pass_on(&url, hash, fetched, relay).await
+    pass_on(&url, hash, fetched, relay, host).await
 }
 
 /// Offers the gzip body of `hash` to `relay` at once (see `RelayBody`), then decodes it; a body
@@ -299,14 +292,15 @@ async fn pass_on(
     hash: &str,
     fetched: crate::cluster::client::Fetched,
     relay: Option<&crate::http::RelayBody>,
-) -> Result<Decoded, String> {
+    host: &str,
+) -> Result<Schedule, String> {
     let relay = relay.filter(|_| fetched.gzip.is_some() && !url.ends_with("/v1/schedule"));
     if let (Some(relay), Some(gzip)) = (relay, &fetched.gzip) {
         relay.offer(hash, gzip.clone());
     }
-    let decoded = decode(url, fetched.body).await;
+    let decoded = decode(url, host, fetched.body).await;
     if let Some(relay) = relay
-        && !decoded.as_ref().is_ok_and(|d| d.schedule.hash == hash)
+        && !decoded.as_ref().is_ok_and(|s| s.hash == hash)
     {
         relay.withdraw(hash);
     }
@@ -324,36 +318,23 @@ async fn get_relayed(
     addr: &str,
     hash: &str,
     relay: Option<&crate::http::RelayBody>,
-) -> Result<Decoded, String> {
+    host: &str,
+) -> Result<Schedule, String> {
     let wait = crate::http::RELAY_WAIT_MAX.as_millis();
     let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
     let fetched = client
         .get_compressed(&url, token, MAX_SCHEDULE, FETCH_TIMEOUT)
         .await?;
-    pass_on(&url, hash, fetched, relay).await
+    pass_on(&url, hash, fetched, relay, host).await
 }
 
-/// A schedule from `body`, its data checked against its hash; parsed and hashed on a blocking
-/// thread (a megabyte takes milliseconds that the runtime's other tasks must not wait).
-async fn decode(url: &str, body: hyper::body::Bytes) -> Result<Decoded, String> {
-    let url = url.to_string();
-    let work = move || {
-        let schedule: Schedule =
-            serde_json::from_slice(&body).map_err(|e| format!("{url}: not a schedule: {e}"))?;
-        let canonical = verwalter_controllers::hash::canonical_json(&schedule.data);
-        let actual = verwalter_controllers::hash::hash_canonical(&canonical);
-        if actual != schedule.hash {
-            let mismatch = verwalter_controllers::state::HashMismatch {
-                claimed: schedule.hash.clone(),
-                actual,
-            };
-            return Err(format!("{url}: {mismatch}"));
-        }
-        Ok(Decoded {
-            schedule,
-            canonical,
-        })
-    };
+/// A schedule from `body`, its data checked against its hash, on a blocking thread (a
+/// megabyte takes a millisecond or two that the runtime's other tasks must not wait). The data
+/// stays text: the schedule's `ScheduleData` parses it when something reads it whole.
+async fn decode(url: &str, host: &str, body: hyper::body::Bytes) -> Result<Schedule, String> {
+    let (url, host) = (url.to_string(), host.to_string());
+    let work =
+        move || Schedule::from_peer(Vec::from(body), &host).map_err(|e| format!("{url}: {e}"));
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| format!("decoding the schedule failed: {e}"))?
@@ -565,8 +546,8 @@ mod tests {
     /// This node leads epoch 5 with parents gathered for `prefetched_epoch`; a peer reported
     /// another leader's schedule, then this node's. That schedule must end up among the parents.
     async fn parents_after_a_brief_report(prefetched_epoch: u64, failures: usize) {
-        let (other, _) = Schedule::encode(json!({"side": "other"}), 1000, OTHER_LEADER.into());
-        let (own, _) = Schedule::encode(json!({"side": "this"}), 2000, ME.into());
+        let other = Schedule::new(json!({"side": "other"}), 1000, OTHER_LEADER.into());
+        let own = Schedule::new(json!({"side": "this"}), 2000, ME.into());
         let port = serve(other.clone(), failures).await;
         let writer = cluster(Some(own.clone()), port, ME);
         writer.prefetched.set(Prefetched {
@@ -609,7 +590,7 @@ mod tests {
     #[tokio::test]
     async fn a_follower_writes_the_leaders_schedule_once_the_disk_takes_it() {
         const FULL: &str = "schedule.json: No space left on device";
-        let (theirs, _) = Schedule::encode(json!({"from": "leader"}), 1000, PEER.into());
+        let theirs = Schedule::new(json!({"from": "leader"}), 1000, PEER.into());
         let port = serve(theirs.clone(), 0).await;
         let writer = cluster(None, port, PEER);
         peer_reports(&writer, &theirs);
@@ -699,7 +680,7 @@ mod tests {
         let (port, heads) = serve_with_token(schedule.clone(), TOKEN).await;
         let addr = format!("127.0.0.1:{port}");
         let client = HttpClient::default();
-        let err = get_schedule(&client, None, &addr, &schedule.hash, None)
+        let err = get_schedule(&client, None, &addr, &schedule.hash, None, "")
             .await
             .unwrap_err();
         assert!(err.contains("401"), "{err}");
@@ -713,10 +694,10 @@ mod tests {
         );
         let token =
             verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap();
-        let got = get_schedule(&client, Some(&token), &addr, &schedule.hash, None)
+        let got = get_schedule(&client, Some(&token), &addr, &schedule.hash, None, "")
             .await
             .unwrap();
-        assert_eq!(got.schedule.hash, schedule.hash);
+        assert_eq!(got.hash, schedule.hash);
     }
 
     fn gzip(bytes: &[u8]) -> hyper::body::Bytes {
@@ -739,12 +720,12 @@ mod tests {
             gzip: Some(gzip(&json)),
         };
         let mut changes = relay.subscribe();
-        let taking = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay));
+        let taking = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), "");
         let passed = tokio::join!(taking, async {
             changes.changed().await.unwrap();
             relay.get(&schedule.hash)
         });
-        assert_eq!(passed.0.unwrap().schedule.hash, schedule.hash);
+        assert_eq!(passed.0.unwrap().hash, schedule.hash);
         assert_eq!(
             passed.1,
             Some(gzip(&json)),
@@ -761,7 +742,7 @@ mod tests {
             body: forged.clone().into(),
             gzip: Some(gzip(&forged)),
         };
-        let err = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay))
+        let err = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), "")
             .await
             .unwrap_err();
         assert!(err.contains("hash mismatch"), "{err}");
@@ -777,6 +758,7 @@ mod tests {
             &schedule.hash,
             arrived,
             Some(&relay),
+            "",
         )
         .await
         .unwrap();

@@ -193,14 +193,11 @@ fn shared_json(body: axum::body::Bytes) -> Response {
 /// The response for schedule `hash` if this node holds it (in force, or replaced lately), or,
 /// for a client that takes gzip, has just received it from its leader or relay.
 async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Option<Response> {
-    let current = state.store.schedule.peek();
-    if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
-        return Some(schedule_body(state, current, headers).await);
-    }
+    // The body as it came from the leader, when there is one: arrived a moment ago and maybe
+    // not taken yet, or taken (see `RelayBody`); this node need not compress it again.
     if takes_gzip(headers)
         && let Some(body) = state.http.relay.get(hash)
     {
-        // Arrived a moment ago and not taken yet (see `RelayBody`).
         state.metrics.schedule_served(true, body.len());
         return Some(
             (
@@ -217,9 +214,14 @@ async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Opt
                 .into_response(),
         );
     }
+    let current = state.store.schedule.peek();
+    if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
+        return Some(schedule_body(state, current, headers).await);
+    }
     let replaced = state.store.replaced.peek();
     let schedule = replaced.iter().find(|s| s.hash == hash)?;
-    let body = serde_json::to_vec(schedule).expect("a schedule serializes to JSON");
+    let mut body = Vec::new();
+    schedule.write_json(&mut body);
     state.metrics.schedule_served(false, body.len());
     Some(shared_json(axum::body::Bytes::from(body)))
 }
@@ -318,9 +320,9 @@ pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, Ap
         .await
         .map_err(|e| ApiError::Internal(format!("the query.wasm call did not finish: {e}")))?;
         let roles = answer.map_err(|e| ApiError::Internal(e.message))?;
-        std::borrow::Cow::Owned(vars::roles_view(&schedule.data, host, roles))
+        vars::roles_view(&schedule.data.node_view(host), host, roles)
     } else {
-        std::borrow::Cow::Borrowed(schedule.data.as_ref())
+        schedule.data.node_view(host)
     };
     let mut to_render = serde_json::Map::new();
     for role in vars::node_roles(&view, host) {
@@ -332,7 +334,7 @@ pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, Ap
     }
     Ok(Json(json!({
         "to_render": to_render,
-        "all_roles": vars::all_roles(&schedule.data),
+        "all_roles": schedule.data.all_roles(),
         "failed": state.store.roles.peek().failed,
         "last_deployment": state.store.roles.peek().last_deployment,
     })))

@@ -455,7 +455,12 @@ fn schedule_data_field() -> Field {
         if let Err(message) = view.spend() {
             return error_field(message);
         }
-        let data = view.snap.schedule.as_ref().as_ref().map(|s| s.data.clone());
+        let data = view
+            .snap
+            .schedule
+            .as_ref()
+            .as_ref()
+            .map(|s| s.data.tree().clone());
         FieldFuture::Value(data.map(|d| FieldValue::value(to_graphql(&d, Kind::Leaf))))
     })
 }
@@ -595,7 +600,7 @@ fn tree(node: &NodeInfo, snap: &Snapshot, status: &status::Status) -> Value {
         .schedule
         .as_ref()
         .as_ref()
-        .map(|s| vars::node_roles(&s.data, &node.hostname))
+        .map(|s| vars::node_roles(s.data.tree(), &node.hostname))
         .unwrap_or_default();
     names.extend(mine.iter().map(String::as_str));
     names.extend(roles.failed.keys().map(String::as_str));

@@ -152,6 +152,8 @@ pub struct SharedJson<T> {
     /// The snapshot the body was made from, held so that its address cannot be reused by a
     /// new snapshot while it is compared by pointer.
     slot: std::sync::Mutex<Option<Shared<T>>>,
+    /// Writes a snapshot's JSON (serde_json's, unless the type writes its own faster).
+    write: fn(&T) -> Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -161,26 +163,45 @@ struct Shared<T> {
     gzip: Option<axum::body::Bytes>,
 }
 
-impl<T> Default for SharedJson<T> {
+impl<T: serde::Serialize> Default for SharedJson<T> {
     fn default() -> Self {
         SharedJson {
             slot: std::sync::Mutex::new(None),
+            write: |snapshot| serde_json::to_vec(snapshot).expect("store values serialize to JSON"),
         }
     }
 }
 
-impl<T: serde::Serialize> SharedJson<T> {
+impl SharedJson<Option<verwalter_controllers::state::Schedule>> {
+    /// The schedule in force: its data's canonical text is copied into the envelope as it is
+    /// (`Schedule::write_json`), not parsed again.
+    pub fn schedule() -> Self {
+        SharedJson {
+            slot: std::sync::Mutex::new(None),
+            write: |snapshot| match snapshot {
+                Some(schedule) => {
+                    let mut out = Vec::new();
+                    schedule.write_json(&mut out);
+                    out
+                }
+                None => b"null".to_vec(),
+            },
+        }
+    }
+}
+
+impl<T> SharedJson<T> {
     /// The body for `snapshot`: the shared one if it was made from this very snapshot.
     pub fn body(&self, snapshot: &Arc<T>) -> axum::body::Bytes {
         let mut slot = self.slot.lock().unwrap();
-        Self::fill(&mut slot, snapshot).json.clone()
+        self.fill(&mut slot, snapshot).json.clone()
     }
 
     /// The body for `snapshot`, gzip-compressed (fast level: a 1 MiB schedule of service
     /// definitions shrinks about eightfold in a few milliseconds, once).
     pub fn gzip(&self, snapshot: &Arc<T>) -> axum::body::Bytes {
         let mut slot = self.slot.lock().unwrap();
-        let shared = Self::fill(&mut slot, snapshot);
+        let shared = self.fill(&mut slot, snapshot);
         if shared.gzip.is_none() {
             use std::io::Write;
             let mut encoder = flate2::write::GzEncoder::new(
@@ -196,16 +217,14 @@ impl<T: serde::Serialize> SharedJson<T> {
         shared.gzip.clone().expect("set above")
     }
 
-    fn fill<'a>(slot: &'a mut Option<Shared<T>>, snapshot: &Arc<T>) -> &'a mut Shared<T> {
+    fn fill<'a>(&self, slot: &'a mut Option<Shared<T>>, snapshot: &Arc<T>) -> &'a mut Shared<T> {
         if !slot
             .as_ref()
             .is_some_and(|held| Arc::ptr_eq(&held.snapshot, snapshot))
         {
             *slot = Some(Shared {
                 snapshot: snapshot.clone(),
-                json: axum::body::Bytes::from(
-                    serde_json::to_vec(&**snapshot).expect("store values serialize to JSON"),
-                ),
+                json: axum::body::Bytes::from((self.write)(snapshot)),
                 gzip: None,
             });
         }
@@ -223,7 +242,7 @@ impl HttpState {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_long_polls,
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
-            schedule_json: SharedJson::default(),
+            schedule_json: SharedJson::schedule(),
             relay: Arc::default(),
             graphql: graphql::SchemaCell::default(),
             settings,

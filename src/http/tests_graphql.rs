@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use verwalter_controllers::ports::DeploymentLog;
 use verwalter_controllers::state::{
     BlockedState, Deployment, Peer, Peers, Report, RoleBlocked, RoleFailure, RolesStatus, Schedule,
-    ScheduleStamp,
+    ScheduleData, ScheduleStamp,
 };
 use verwalter_controllers::store::StoreWriter;
 
@@ -239,7 +239,7 @@ async fn every_documented_field_resolves_and_agrees_with_v1_status() {
     assert_eq!(election["leader"], rest_election["leader"]);
 
     assert_eq!(gql["schedule"]["hash"], rest["schedule_id"]);
-    assert_eq!(gql["schedule"]["data"], *schedule.data);
+    assert_eq!(gql["schedule"]["data"], **schedule.data.tree());
     assert_eq!(gql["schedule"]["origin"], json!(schedule.origin));
     assert_eq!(
         gql["schedule"]["timestamp"],
@@ -703,7 +703,7 @@ async fn a_socket_that_stops_reading_is_closed_after_the_stall_timeout() {
     writer.schedule.set(Some(Schedule {
         timestamp: 1,
         hash: "big".into(),
-        data: Arc::new(json!({ "blob": blob })),
+        data: ScheduleData::from_value(json!({ "blob": blob })),
         origin: "77985419c732412ea38b94db00000001".into(),
     }));
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
@@ -750,7 +750,7 @@ async fn a_result_larger_than_the_write_buffer_reaches_a_client_that_reads() {
     writer.schedule.set(Some(Schedule {
         timestamp: 1,
         hash: "big".into(),
-        data: Arc::new(json!({ "blob": blob })),
+        data: ScheduleData::from_value(json!({ "blob": blob })),
         origin: "77985419c732412ea38b94db00000001".into(),
     }));
     let (state, _) = app_with(&writer);

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use verwalter_controllers::state::Schedule;
+use verwalter_controllers::state::{Schedule, ScheduleData};
 use verwalter_controllers::vars;
 
 use super::{TemplateSet, Vars, read_log_dirs};
@@ -79,7 +79,7 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
                 (Some(data), Some(hash)) => Schedule {
                     timestamp: object.get("timestamp").and_then(Value::as_u64).unwrap_or(0),
                     hash: hash.as_str().unwrap_or_default().to_string(),
-                    data: Arc::new(data.clone()),
+                    data: ScheduleData::from_value(data.clone()),
                     origin: object
                         .get("origin")
                         .and_then(Value::as_str)
@@ -88,7 +88,7 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
                 },
                 _ => Schedule::new(Value::Object(object), 0, String::new()),
             };
-            let data = schedule.data.as_ref();
+            let data = schedule.data.tree().as_ref();
             // With a `query.wasm` the node's roles are its answer, as in the daemon.
             let derived =
                 crate::wasm::query::derive_offline(&args.config_dir, &schedule, hostname, &id)
@@ -112,7 +112,7 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
                 ));
             }
             let merged = vars::role_vars(data, hostname, &args.role).map_err(|e| e.to_string())?;
-            Ok(vars::with_pass(merged, &id, &now, Some(&schedule.data)))
+            Ok(vars::with_pass(merged, &id, &now, Some(data)))
         }
     }
 }

@@ -83,6 +83,25 @@ fn a_schedule_with_any_float_verifies_on_a_follower() {
     assert_eq!(fetched, leader);
 }
 
+/// An envelope in the form peers write but with `"timestamp":00` (not JSON: a leading zero)
+/// was taken by the follower's one-pass reading and refused by serde_json; the two must agree.
+#[test]
+fn a_timestamp_with_a_leading_zero_is_not_a_schedule() {
+    use verwalter_controllers::state::Schedule;
+    let leader = Schedule::new(serde_json::json!({"n": 1}), 0, "01".into());
+    let mut body = Vec::new();
+    leader.write_json(&mut body);
+    let body = String::from_utf8(body).unwrap();
+    assert_eq!(
+        Schedule::from_peer(body.clone().into_bytes(), "n").unwrap(),
+        leader
+    );
+    let zeros = body.replacen("\"timestamp\":0", "\"timestamp\":00", 1);
+    let err = Schedule::from_peer(zeros.clone().into_bytes(), "n").unwrap_err();
+    assert!(err.to_string().starts_with("not a schedule: "), "{err}");
+    assert_ne!((target("schedule").run)(zeros.as_bytes()), "ok");
+}
+
 /// A `!Prometheus` timeout of 1e38 seconds in the scheduler's `metrics.yaml` panicked in
 /// `Duration::from_secs_f64` while the file was read; now the file is refused with why.
 #[test]

@@ -811,15 +811,33 @@ fn election_packet(bytes: &[u8]) -> String {
 }
 
 /// A schedule envelope as a follower fetches it or the storage dir holds it: parsed, its hash
-/// checked; what parses serializes and parses back the same.
+/// checked; what parses serializes and parses back the same. The follower's one-pass reading
+/// (`Schedule::from_peer`) must agree with serde_json's: the same schedule taken or refused,
+/// and the same node view as cut from the parsed tree.
 fn schedule(bytes: &[u8]) -> String {
     use verwalter_controllers::state::Schedule;
     let parsed = serde_json::from_slice::<Schedule>(bytes);
+    let from_peer = Schedule::from_peer(bytes.to_vec(), "alpha");
     let Ok(schedule) = parsed else {
+        assert!(from_peer.is_err(), "from_peer took what serde refused");
         return class(&parsed);
     };
     let verified = schedule.verify();
+    match (&from_peer, &verified) {
+        (Ok(read), Ok(())) => {
+            assert_eq!(read, &schedule, "from_peer read another schedule");
+            let tree = (**schedule.data.tree()).clone();
+            let whole = Schedule::new(tree, schedule.timestamp, schedule.origin.clone());
+            assert_eq!(read.data.node_view("alpha"), whole.data.node_view("alpha"));
+            assert_eq!(read.data.all_roles(), whole.data.all_roles());
+        }
+        (Err(_), Err(_)) => {}
+        _ => panic!("from_peer and serde disagree: {from_peer:?} vs {verified:?}"),
+    }
+    let mut written = Vec::new();
+    schedule.write_json(&mut written);
     let json = serde_json::to_vec(&schedule).expect("a schedule serializes");
+    assert_eq!(json, written, "write_json differs from serde's form");
     let again: Schedule = serde_json::from_slice(&json).expect("a serialized schedule parses");
     assert_eq!(again, schedule, "schedule round trip differs");
     assert_eq!(again.verify().is_ok(), verified.is_ok());

@@ -63,7 +63,7 @@ impl Rig {
             data["actions"][id.to_string()] = answer.clone();
         }
         self.schedule
-            .set(Some(Schedule::encode(data, at, "leader".into()).0));
+            .set(Some(Schedule::new(data, at, "leader".into())));
         let input = input(self.actions.peek().as_ref().clone());
         self.scheduler.set(SchedulerStatus {
             last_input: Some(input.clone()),

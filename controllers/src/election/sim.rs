@@ -794,7 +794,7 @@ impl Sim {
 
 /// The labels (`node@epoch#n`) of every schedule `schedule` descends from, itself included.
 fn lineage(schedule: &Schedule) -> Vec<String> {
-    schedule.data["lineage"]
+    schedule.data.tree()["lineage"]
         .as_array()
         .map(|all| {
             all.iter()

@@ -38,8 +38,8 @@ fn rig() -> Rig {
     }
 }
 
-fn schedule(n: u64) -> (Schedule, Vec<u8>) {
-    Schedule::encode(json!({"n": n}), 1_000 + n, "bb".repeat(16))
+fn schedule(n: u64) -> Schedule {
+    Schedule::new(json!({"n": n}), 1_000 + n, "bb".repeat(16))
 }
 
 const FULL: &str = "schedule.json: No space left on device";
@@ -50,8 +50,8 @@ const FULL: &str = "schedule.json: No space left on device";
 async fn a_failed_save_is_reported_and_retried_until_written() {
     let rig = rig();
     *rig.saved.fail.lock().unwrap() = Some(disk_full());
-    let (first, canonical) = schedule(1);
-    assert!(rig.persister.save(&first, canonical).is_err());
+    let first = schedule(1);
+    assert!(rig.persister.save(&first).is_err());
     assert_eq!(rig.error.peek().as_deref(), Some(FULL));
     tokio::time::sleep(PERSIST_RETRY + Duration::from_millis(1)).await;
     assert_eq!(rig.saved.failed.load(Ordering::SeqCst), 2, "retried");
@@ -75,11 +75,11 @@ async fn a_failed_save_is_reported_and_retried_until_written() {
 async fn a_retry_writes_the_latest_schedule_only() {
     let rig = rig();
     *rig.saved.fail.lock().unwrap() = Some(disk_full());
-    let (first, canonical) = schedule(1);
-    assert!(rig.persister.save(&first, canonical).is_err());
+    let first = schedule(1);
+    assert!(rig.persister.save(&first).is_err());
     tokio::time::sleep(PERSIST_RETRY / 2).await;
-    let (second, canonical) = schedule(2);
-    assert!(rig.persister.save(&second, canonical).is_err());
+    let second = schedule(2);
+    assert!(rig.persister.save(&second).is_err());
     *rig.saved.fail.lock().unwrap() = None;
     tokio::time::sleep(PERSIST_RETRY * 3).await;
     assert_eq!(rig.saved.hashes(), vec![second.hash.clone()]);

@@ -141,9 +141,10 @@ async fn renders_each_role_once_under_one_deployment_id() {
 #[tokio::test]
 async fn each_schedules_changes_are_logged_once() {
     let rig = rig();
-    let mut s = schedule(json!({"web": {"v": 1}})).unwrap();
-    Arc::make_mut(&mut s.data)["changes"] = json!(["web: v0 -> v1", {"odd": true}]);
-    let s = Schedule::new((*s.data).clone(), s.timestamp, s.origin);
+    let s = schedule(json!({"web": {"v": 1}})).unwrap();
+    let mut data = (**s.data.tree()).clone();
+    data["changes"] = json!(["web: v0 -> v1", {"odd": true}]);
+    let s = Schedule::new(data, s.timestamp, s.origin);
     rig.schedule.set(Some(s));
     rig.applier.fail("web", "boom");
     rig.pass_all().await;

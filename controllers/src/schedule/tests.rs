@@ -123,7 +123,7 @@ async fn leader_runs_the_scheduler_and_publishes_and_persists() {
     assert_eq!(rig.scheduler.runs(), 1);
     let schedule = rig.store.schedule.peek();
     let schedule = schedule.as_ref().as_ref().expect("a schedule");
-    assert_eq!(*schedule.data, json!({"echo": {"app": {"v1": {}}}}));
+    assert_eq!(**schedule.data.tree(), json!({"echo": {"app": {"v1": {}}}}));
     assert_eq!(schedule.origin, "aa".repeat(16));
     schedule.verify().unwrap();
     assert_eq!(rig.saved.saved.lock().unwrap().len(), 1);
@@ -153,7 +153,7 @@ async fn input_change_reruns_and_same_output_changes_nothing() {
     assert_eq!(rig.scheduler.runs(), 3);
     let schedule = rig.store.schedule.peek();
     assert_eq!(
-        schedule.as_ref().as_ref().unwrap().data["echo"]["app"]["v2"],
+        schedule.as_ref().as_ref().unwrap().data.tree()["echo"]["app"]["v2"],
         json!({})
     );
     // No rerun before the period without a change.
@@ -185,7 +185,7 @@ async fn failure_keeps_the_last_good_schedule_and_retries() {
     assert!(rig.store.scheduler.peek().error.is_none());
     let schedule = rig.store.schedule.peek();
     assert_eq!(
-        schedule.as_ref().as_ref().unwrap().data["echo"]["app"]["v3"],
+        schedule.as_ref().as_ref().unwrap().data.tree()["echo"]["app"]["v3"],
         json!({})
     );
     rig.stop().await;
@@ -300,8 +300,8 @@ async fn a_later_schedule_written_clears_the_error_and_the_older_one_stays_unwri
     });
     *rig.saved.fail.lock().unwrap() = None;
     // What the fetcher does with the new leader's schedule.
-    let (theirs, canonical) = Schedule::encode(json!({"from": "leader"}), 2_000, "bb".repeat(16));
-    rig.persister.save(&theirs, canonical).unwrap();
+    let theirs = Schedule::new(json!({"from": "leader"}), 2_000, "bb".repeat(16));
+    rig.persister.save(&theirs).unwrap();
     rig.schedule.set(Some(theirs.clone()));
     assert_eq!(*rig.store.persist_error.peek(), None);
     tokio::time::sleep(PERSIST_RETRY * 3).await;

@@ -1,0 +1,465 @@
+//! A schedule's `data`, held as its canonical JSON and parsed into a tree only when read whole.
+//!
+//! Every node takes every schedule the leader makes, and schedules of a fleet run to megabytes.
+//! Parsing one into a [`Value`] tree, writing its canonical form again to check the hash and
+//! freeing the old tree cost a node more CPU than everything else it does per change. Most nodes
+//! never read the whole tree: they store the schedule, serve it to peers and render their own
+//! roles from `vars`, `roles`, `changes` and their own entry in `nodes`. So a schedule's data is
+//! kept as the canonical text its hash covers; the storage dir and `/v1/schedule` write that text
+//! as it is, [`ScheduleData::node_view`] reads one node's part by scanning it, and
+//! [`ScheduleData::tree`] parses the whole once for the readers that need it (the scheduler's
+//! `parents` on a new leader, `full_schedule` in templates, the API's schedule queries).
+//!
+//! Text that arrives from a peer or the disk is taken as canonical without being rewritten when
+//! its SHA-1 is the hash it came with (the leader hashed exactly these bytes); otherwise (a peer
+//! that formats differently, a file edited by hand) it is parsed and written canonically, and
+//! [`crate::state::Schedule::verify`] then compares hashes as before.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, OnceLock};
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use serde::{Serialize, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::hash::{canonical_json, hash_canonical};
+
+/// The keys of a schedule that a node's own view keeps besides its entry in `nodes`: what role
+/// variables are made of ([`crate::vars`]) and the changes log the render controller reports.
+pub const VIEW_KEYS: &[&str] = &["changes", "roles", "vars"];
+
+/// A schedule's data: canonical JSON text, with its parsed tree made on first use. Cheap to
+/// clone (shared).
+#[derive(Clone)]
+pub struct ScheduleData(Arc<Inner>);
+
+struct Inner {
+    /// Holds at `range` compact JSON with object keys sorted
+    /// ([`crate::hash::write_canonical`]), or the exact text a schedule's hash was taken over:
+    /// always one JSON value. (Text received in an envelope keeps the envelope around it rather
+    /// than move a megabyte.)
+    text: Box<str>,
+    range: std::ops::Range<usize>,
+    tree: OnceLock<Arc<Value>>,
+    all_roles: OnceLock<BTreeSet<String>>,
+    /// A node view cut when the text was checked ([`ScheduleData::received`]), and its host.
+    view: Option<(String, Value)>,
+}
+
+impl ScheduleData {
+    fn with(text: Box<str>, tree: OnceLock<Arc<Value>>, view: Option<(String, Value)>) -> Self {
+        let range = 0..text.len();
+        ScheduleData::within(text, range, tree, view)
+    }
+
+    fn within(
+        text: Box<str>,
+        range: std::ops::Range<usize>,
+        tree: OnceLock<Arc<Value>>,
+        view: Option<(String, Value)>,
+    ) -> Self {
+        ScheduleData(Arc::new(Inner {
+            text,
+            range,
+            tree,
+            all_roles: OnceLock::new(),
+            view,
+        }))
+    }
+
+    /// Data made on this node (the scheduler's output): written canonically, its tree kept.
+    pub fn from_value(value: Value) -> ScheduleData {
+        ScheduleData::from_tree(Arc::new(value))
+    }
+
+    /// Like [`ScheduleData::from_value`], sharing a tree the caller holds.
+    pub fn from_tree(tree: Arc<Value>) -> ScheduleData {
+        let text = String::from_utf8(canonical_json(&tree)).expect("serde_json writes UTF-8");
+        ScheduleData::with(text.into_boxed_str(), OnceLock::from(tree), None)
+    }
+
+    /// Data received as JSON text `raw` (serde_json checked it) with the hash `claimed` for it.
+    /// Text whose SHA-1 is `claimed` is kept as it is and parsed only when read; other text is
+    /// parsed and written canonically (its hash is then checked by the caller).
+    pub fn from_raw(raw: Box<RawValue>, claimed: &str) -> Result<ScheduleData, serde_json::Error> {
+        if hash_canonical(raw.get().as_bytes()) == claimed {
+            return Ok(ScheduleData::with(raw.into(), OnceLock::new(), None));
+        }
+        let tree: Value = serde_json::from_str(raw.get())?;
+        Ok(ScheduleData::from_value(tree))
+    }
+
+    /// Text received at `range` of `text` for a schedule of hash `claimed` that nothing has
+    /// checked to be JSON yet, as a node that renders as `host` takes it from a peer (the rest
+    /// of `text` is its envelope, kept as well). Taken as it is when its SHA-1 is
+    /// `claimed` and it is a JSON object, checked in the one pass that cuts `host`'s view
+    /// ([`ScheduleData::node_view`], kept for the render controller): a schedule of a megabyte
+    /// is read once. Otherwise the text comes back, for the caller to read the slow way, which
+    /// explains what is wrong ([`ScheduleData::from_raw`], [`crate::state::Schedule::verify`]).
+    pub fn received(
+        text: String,
+        range: std::ops::Range<usize>,
+        claimed: &str,
+        host: &str,
+    ) -> Result<ScheduleData, String> {
+        let Some(data) = text.get(range.clone()) else {
+            return Err(text);
+        };
+        if hash_canonical(data.as_bytes()) != claimed {
+            return Err(text);
+        }
+        let mut de = serde_json::Deserializer::from_str(data);
+        let view = match (ViewSeed { host }).deserialize(&mut de) {
+            Ok(view) if de.end().is_ok() => view,
+            _ => return Err(text),
+        };
+        let view = (host.to_string(), Value::Object(view));
+        Ok(ScheduleData::within(
+            text.into_boxed_str(),
+            range,
+            OnceLock::new(),
+            Some(view),
+        ))
+    }
+
+    /// The canonical JSON text: what the hash covers and what is written and served.
+    pub fn canonical(&self) -> &str {
+        &self.0.text[self.0.range.clone()]
+    }
+
+    /// Bytes of the canonical text.
+    pub fn len(&self) -> usize {
+        self.canonical().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.canonical().is_empty()
+    }
+
+    /// SHA-1 hex of the canonical text: the schedule hash.
+    pub fn hash(&self) -> String {
+        hash_canonical(self.canonical().as_bytes())
+    }
+
+    /// The whole data as a tree, parsed on the first call (milliseconds for a megabyte; most
+    /// nodes never need it, see the module docs).
+    pub fn tree(&self) -> &Arc<Value> {
+        self.0.tree.get_or_init(|| {
+            Arc::new(serde_json::from_str(self.canonical()).expect("schedule data is JSON"))
+        })
+    }
+
+    /// Whether [`ScheduleData::tree`] has been made (for tests and diagnostics).
+    pub fn is_parsed(&self) -> bool {
+        self.0.tree.get().is_some()
+    }
+
+    /// Every role the schedule mentions ([`crate::vars::all_roles`]), found once per schedule,
+    /// by scanning the text when the tree is not made.
+    pub fn all_roles(&self) -> &BTreeSet<String> {
+        self.0.all_roles.get_or_init(|| {
+            if let Some(tree) = self.0.tree.get() {
+                return crate::vars::all_roles(tree);
+            }
+            let mut de = serde_json::Deserializer::from_str(self.canonical());
+            // The text is JSON; not an object at the top: no roles.
+            RolesSeed(Depth::Top)
+                .deserialize(&mut de)
+                .map(one)
+                .unwrap_or_default()
+        })
+    }
+
+    /// The part of the data node `host` renders from: [`VIEW_KEYS`] and `nodes[host]`, as an
+    /// object holding those keys that are present (`nodes` then holds `host` alone). Read from
+    /// the tree when it is made, otherwise by scanning the text once without building the rest.
+    pub fn node_view(&self, host: &str) -> Value {
+        if let Some((cut_for, view)) = &self.0.view
+            && cut_for == host
+        {
+            return view.clone();
+        }
+        if let Some(tree) = self.0.tree.get() {
+            return project(tree, host);
+        }
+        let mut de = serde_json::Deserializer::from_str(self.canonical());
+        match (ViewSeed { host }).deserialize(&mut de) {
+            Ok(view) => Value::Object(view),
+            // Not an object at the top: nothing of it is rendered.
+            Err(_) => Value::Object(Map::new()),
+        }
+    }
+}
+
+/// [`ScheduleData::node_view`] of a parsed tree.
+fn project(tree: &Value, host: &str) -> Value {
+    let mut view = Map::new();
+    let Some(data) = tree.as_object() else {
+        return Value::Object(view);
+    };
+    for key in VIEW_KEYS {
+        if let Some(value) = data.get(*key) {
+            view.insert((*key).to_string(), value.clone());
+        }
+    }
+    if let Some(node) = data.get("nodes").and_then(|n| n.get(host)) {
+        let mut nodes = Map::new();
+        nodes.insert(host.to_string(), node.clone());
+        view.insert("nodes".into(), Value::Object(nodes));
+    }
+    Value::Object(view)
+}
+
+/// Reads the top-level object, keeping [`VIEW_KEYS`] and `nodes[host]` and skipping the rest.
+/// A key given twice keeps its last value, as a parsed tree does.
+struct ViewSeed<'a> {
+    host: &'a str,
+}
+
+impl<'de> DeserializeSeed<'de> for ViewSeed<'_> {
+    type Value = Map<String, Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for ViewSeed<'_> {
+    type Value = Map<String, Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut view = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if VIEW_KEYS.contains(&key.as_str()) {
+                let value: Value = map.next_value()?;
+                view.insert(key, value);
+            } else if key == "nodes" {
+                match map.next_value_seed(NodeSeed { host: self.host })? {
+                    Some(node) => {
+                        let mut nodes = Map::new();
+                        nodes.insert(self.host.to_string(), node);
+                        view.insert(key, Value::Object(nodes));
+                    }
+                    None => {
+                        view.remove("nodes");
+                    }
+                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(view)
+    }
+}
+
+/// Reads `nodes`, keeping the entry of `host` (the last one, if given twice); `None` when
+/// `nodes` is not an object or has no such entry.
+struct NodeSeed<'a> {
+    host: &'a str,
+}
+
+impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
+    type Value = Option<Value>;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for NodeSeed<'_> {
+    type Value = Option<Value>;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = None;
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.host {
+                found = Some(map.next_value::<Value>()?);
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(None)
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+
+    fn visit_unit<E>(self) -> Result<Self::Value, E> {
+        Ok(None)
+    }
+}
+
+/// Where [`RolesSeed`] reads: role names are the keys of `roles` at the top and of `roles` in
+/// each entry of `nodes`. A key given twice keeps its last value, as a parsed tree does, so each
+/// level returns what it found instead of adding to one set.
+#[derive(Clone, Copy)]
+enum Depth {
+    /// The data object: all its role names.
+    Top,
+    /// `nodes`: role names by node.
+    Nodes,
+    /// One entry of `nodes`: the names in its `roles`.
+    Node,
+    /// A `roles` object: its keys.
+    Roles,
+}
+
+/// Role names by node (`Depth::Nodes`) or one set of them (the other depths, under "").
+type Found = BTreeMap<String, BTreeSet<String>>;
+
+/// Reads the role names at its depth, skipping everything else; anything but an object holds
+/// none.
+struct RolesSeed(Depth);
+
+impl<'de> DeserializeSeed<'de> for RolesSeed {
+    type Value = Found;
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Found, D::Error> {
+        de.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for RolesSeed {
+    type Value = Found;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Found, A::Error> {
+        let mut top_roles = BTreeSet::new();
+        let mut nodes = Found::new();
+        let mut names = BTreeSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            match (self.0, key.as_str()) {
+                (Depth::Top, "roles") => {
+                    top_roles = one(map.next_value_seed(RolesSeed(Depth::Roles))?);
+                }
+                (Depth::Top, "nodes") => nodes = map.next_value_seed(RolesSeed(Depth::Nodes))?,
+                (Depth::Nodes, _) => {
+                    let node = one(map.next_value_seed(RolesSeed(Depth::Node))?);
+                    nodes.insert(key, node);
+                }
+                (Depth::Node, "roles") => {
+                    names = one(map.next_value_seed(RolesSeed(Depth::Roles))?);
+                }
+                (Depth::Roles, _) => {
+                    map.next_value::<IgnoredAny>()?;
+                    names.insert(key);
+                }
+                _ => {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+        }
+        Ok(match self.0 {
+            Depth::Nodes => nodes,
+            Depth::Top => {
+                top_roles.extend(nodes.into_values().flatten());
+                Found::from([(String::new(), top_roles)])
+            }
+            Depth::Node | Depth::Roles => Found::from([(String::new(), names)]),
+        })
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Found, A::Error> {
+        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        Ok(Found::new())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<Found, E> {
+        Ok(Found::new())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<Found, E> {
+        Ok(Found::new())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<Found, E> {
+        Ok(Found::new())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<Found, E> {
+        Ok(Found::new())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<Found, E> {
+        Ok(Found::new())
+    }
+
+    fn visit_unit<E>(self) -> Result<Found, E> {
+        Ok(Found::new())
+    }
+}
+
+/// The one set of names a non-`Nodes` level found.
+fn one(found: Found) -> BTreeSet<String> {
+    found.into_values().next().unwrap_or_default()
+}
+
+/// The canonical text as a JSON value. serde_json reads the text again to hand it over (a scan,
+/// no tree); the paths that run on every schedule change (storing, serving to peers) write it
+/// themselves with [`crate::state::Schedule::write_json`].
+impl Serialize for ScheduleData {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let raw: &RawValue =
+            serde_json::from_str(self.canonical()).map_err(serde::ser::Error::custom)?;
+        raw.serialize(s)
+    }
+}
+
+impl PartialEq for ScheduleData {
+    fn eq(&self, other: &ScheduleData) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || self.canonical() == other.canonical()
+    }
+}
+
+impl std::fmt::Debug for ScheduleData {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        const SHOWN: usize = 200;
+        let text = self.canonical();
+        if text.len() <= SHOWN {
+            write!(f, "ScheduleData({text})")
+        } else {
+            let mut cut = SHOWN;
+            while !text.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            write!(f, "ScheduleData({}… {} bytes)", &text[..cut], text.len())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,288 @@
+use serde_json::json;
+
+use super::*;
+use crate::hash::schedule_hash;
+use crate::state::Schedule;
+
+/// Data received as `text` claiming `hash`.
+fn received(text: &str, hash: &str) -> ScheduleData {
+    let raw = RawValue::from_string(text.to_string()).unwrap();
+    ScheduleData::from_raw(raw, hash).unwrap()
+}
+
+/// Data as a follower holds it: the canonical text of `value`, with its hash, not parsed.
+fn as_follower(value: &Value) -> ScheduleData {
+    let text = String::from_utf8(canonical_json(value)).unwrap();
+    let data = received(&text, &schedule_hash(value));
+    assert!(
+        !data.is_parsed(),
+        "text that hashes to its hash is kept unparsed"
+    );
+    data
+}
+
+/// Schedules with the shapes `node_view` and `all_roles` must get right: keys in and out of
+/// the view, a host absent or not an object, escapes in keys, non-object `nodes` and `roles`.
+fn samples() -> Vec<Value> {
+    vec![
+        json!({}),
+        json!({"vars": {"a": 1}, "roles": {"web": {"v": 2}}, "changes": ["x"],
+               "nodes": {"alpha": {"roles": {"web": {}}}, "beta": {"roles": {"db": {}}}},
+               "state": {"big": [1, 2, {"nodes": {"alpha": 1}}]}}),
+        json!({"nodes": {"beta": {"roles": {"db": {}}}}}),
+        json!({"nodes": {"alpha": "not an object", "al\"pha": {"roles": {"q\u{e9}": 1}}}}),
+        json!({"nodes": [1, 2, 3], "roles": "none", "vars": null}),
+        json!({"nodes": {"alpha": null}, "roles": [], "changes": {"k": "v"}}),
+        json!({"z": {"roles": {"hidden": 1}}, "nodes": {"alpha": {"vars": {"x": 1.5e300}}}}),
+        json!([1, 2]),
+        json!("text"),
+        json!(null),
+    ]
+}
+
+#[test]
+fn data_made_here_is_canonical_and_already_parsed() {
+    let value = json!({"b": 1, "a": {"d": [true, null], "c": "é"}});
+    let data = ScheduleData::from_value(value.clone());
+    assert_eq!(data.canonical().as_bytes(), canonical_json(&value));
+    assert_eq!(data.hash(), schedule_hash(&value));
+    assert!(data.is_parsed());
+    assert_eq!(**data.tree(), value);
+}
+
+#[test]
+fn received_text_with_its_hash_is_kept_as_is_and_parsed_only_when_read() {
+    let value = samples()[1].clone();
+    let data = as_follower(&value);
+    assert_eq!(data.canonical().as_bytes(), canonical_json(&value));
+    // Serving and storing do not parse it.
+    let served = serde_json::to_string(&data).unwrap();
+    assert_eq!(served, data.canonical());
+    assert!(!data.is_parsed());
+    assert_eq!(**data.tree(), value);
+    assert!(data.is_parsed());
+}
+
+#[test]
+fn received_text_formatted_otherwise_is_rewritten_canonically() {
+    let value = json!({"b": [1, 2], "a": {"y": 1, "x": 2}});
+    let pretty = serde_json::to_string_pretty(&value).unwrap();
+    let data = received(&pretty, &schedule_hash(&value));
+    assert_eq!(data.canonical().as_bytes(), canonical_json(&value));
+    assert_eq!(data.hash(), schedule_hash(&value));
+}
+
+#[test]
+fn a_wrong_hash_is_caught_by_verify_whatever_the_text() {
+    let value = json!({"nodes": {"alpha": {}}});
+    let wrong = "0".repeat(40);
+    let envelope = json!({"timestamp": 1, "hash": wrong, "data": value, "origin": "x"});
+    let schedule: Schedule = serde_json::from_value(envelope).unwrap();
+    let error = schedule.verify().unwrap_err();
+    assert_eq!(error.claimed, wrong);
+    assert_eq!(error.actual, schedule_hash(&value));
+}
+
+#[test]
+fn text_that_is_not_json_is_refused() {
+    let body = r#"{"timestamp": 1, "hash": "aa", "data": {"a": }, "origin": "x"}"#;
+    assert!(serde_json::from_str::<Schedule>(body).is_err());
+}
+
+#[test]
+fn the_node_view_scanned_from_text_is_the_one_cut_from_the_tree() {
+    for value in samples() {
+        let tree = ScheduleData::from_value(value.clone());
+        let text = as_follower(&value);
+        for host in ["alpha", "beta", "al\"pha", "gamma"] {
+            let from_tree = tree.node_view(host);
+            assert_eq!(text.node_view(host), from_tree, "{value} for {host}");
+            assert!(!text.is_parsed());
+            // The view holds what role variables are made of, and nothing of other nodes.
+            let expected_node = value.get("nodes").and_then(|n| n.get(host));
+            assert_eq!(
+                from_tree.get("nodes").and_then(|n| n.get(host)),
+                expected_node
+            );
+            for key in VIEW_KEYS {
+                assert_eq!(from_tree.get(*key), value.get(*key), "{key} of {value}");
+            }
+            let others = from_tree
+                .get("nodes")
+                .and_then(Value::as_object)
+                .map_or(0, |n| n.keys().filter(|k| *k != host).count());
+            assert_eq!(others, 0);
+        }
+    }
+}
+
+#[test]
+fn role_variables_from_the_node_view_are_those_from_the_whole_schedule() {
+    let value = json!({"vars": {"a": 1, "template": "t/v1"}, "roles": {"web": {"v": 2}},
+                       "nodes": {"alpha": {"vars": {"b": 3}, "roles": {"web": {"c": 4}}},
+                                 "beta": {"roles": {"db": {}}}}});
+    let view = as_follower(&value).node_view("alpha");
+    assert_eq!(crate::vars::node_roles(&view, "alpha"), ["web"]);
+    let vars = crate::vars::role_vars(&view, "alpha", "web").unwrap();
+    assert_eq!(
+        vars,
+        crate::vars::role_vars(&value, "alpha", "web").unwrap()
+    );
+    assert_eq!(
+        (
+            vars["a"].clone(),
+            vars["v"].clone(),
+            vars["b"].clone(),
+            vars["c"].clone()
+        ),
+        (json!(1), json!(2), json!(3), json!(4))
+    );
+}
+
+#[test]
+fn all_roles_scanned_from_text_are_those_of_the_tree() {
+    for value in samples() {
+        let text = as_follower(&value);
+        assert_eq!(*text.all_roles(), crate::vars::all_roles(&value), "{value}");
+        assert!(!text.is_parsed());
+        assert_eq!(
+            *ScheduleData::from_value(value.clone()).all_roles(),
+            crate::vars::all_roles(&value)
+        );
+    }
+    let value = samples()[1].clone();
+    let names: Vec<String> = as_follower(&value).all_roles().iter().cloned().collect();
+    assert_eq!(names, ["db", "web"]);
+}
+
+#[test]
+fn a_key_given_twice_keeps_its_last_value_as_the_tree_does() {
+    let text = r#"{"vars":{"a":1},"nodes":{"alpha":{"x":1},"alpha":{"x":2}},"vars":{"a":2}}"#;
+    let hash = crate::hash::hash_canonical(text.as_bytes());
+    let data = received(text, &hash);
+    let view = data.node_view("alpha");
+    assert_eq!(
+        view,
+        json!({"vars": {"a": 2}, "nodes": {"alpha": {"x": 2}}})
+    );
+    assert_eq!(data.node_view("alpha"), project(data.tree(), "alpha"));
+}
+
+#[test]
+fn schedules_compare_and_print_by_their_text() {
+    let a = ScheduleData::from_value(json!({"n": 1}));
+    let b = as_follower(&json!({"n": 1}));
+    assert_eq!(a, b);
+    assert_ne!(a, ScheduleData::from_value(json!({"n": 2})));
+    assert_eq!(format!("{a:?}"), r#"ScheduleData({"n":1})"#);
+    let big = ScheduleData::from_value(json!({"s": "é".repeat(300)}));
+    let printed = format!("{big:?}");
+    assert!(
+        printed.ends_with(&format!("… {} bytes)", big.len())),
+        "{printed}"
+    );
+    assert!(printed.len() < 300);
+}
+
+#[test]
+fn an_envelope_round_trips_through_json_and_json_values() {
+    let schedule = Schedule::new(samples()[1].clone(), 7, "ab".repeat(16));
+    let text = serde_json::to_string(&schedule).unwrap();
+    let back: Schedule = serde_json::from_str(&text).unwrap();
+    back.verify().unwrap();
+    assert_eq!(back, schedule);
+    assert!(!back.data.is_parsed());
+    let value = serde_json::to_value(&schedule).unwrap();
+    assert_eq!(value["data"], samples()[1]);
+    let again: Schedule = serde_json::from_value(value).unwrap();
+    again.verify().unwrap();
+    assert_eq!(again, schedule);
+}
+
+/// An envelope as `Schedule::write_json` writes it.
+fn written(schedule: &Schedule) -> Vec<u8> {
+    let mut out = Vec::new();
+    schedule.write_json(&mut out);
+    out
+}
+
+#[test]
+fn an_envelope_written_here_is_read_in_one_pass_with_the_view_cut() {
+    let schedule = Schedule::new(samples()[1].clone(), 1_700_000_000_123, "ab".repeat(16));
+    let body = written(&schedule);
+    assert_eq!(
+        body,
+        serde_json::to_vec(&schedule).unwrap(),
+        "serde's form too"
+    );
+    for body in [body.clone(), [body.as_slice(), b"\n"].concat()] {
+        let read = Schedule::from_peer(body, "alpha").unwrap();
+        assert_eq!(read, schedule);
+        assert_eq!(
+            read.data.node_view("alpha"),
+            schedule.data.node_view("alpha")
+        );
+        assert!(!read.data.is_parsed(), "nor parsed to cut the view");
+    }
+}
+
+#[test]
+fn other_forms_of_an_envelope_are_read_the_slow_way() {
+    let data = json!({"nodes": {"alpha": {"roles": {"web": {}}}}, "vars": {"a": [1, 2.5]}});
+    let schedule = Schedule::new(data.clone(), 5, "77985419c732412ea38b94db00000001".into());
+    let pretty = serde_json::to_vec_pretty(&schedule).unwrap();
+    let reordered = serde_json::to_vec(&json!({"origin": schedule.origin, "data": data,
+        "hash": schedule.hash, "timestamp": 5}))
+    .unwrap();
+    let odd_origin = Schedule {
+        origin: "a\"b".into(),
+        ..schedule.clone()
+    };
+    for (body, expected) in [
+        (pretty, &schedule),
+        (reordered, &schedule),
+        (written(&odd_origin), &odd_origin),
+    ] {
+        let read = Schedule::from_peer(body, "alpha").unwrap();
+        assert_eq!(&read, expected);
+        assert_eq!(
+            read.data.node_view("alpha"),
+            expected.data.node_view("alpha")
+        );
+    }
+    // Data that is not an object is a schedule still (the slow way keeps it).
+    let list = Schedule::new(json!([1, 2]), 5, "ab".repeat(16));
+    assert_eq!(Schedule::from_peer(written(&list), "alpha").unwrap(), list);
+}
+
+#[test]
+fn a_forged_or_broken_envelope_is_refused_with_the_reason() {
+    let schedule = Schedule::new(samples()[1].clone(), 5, "ab".repeat(16));
+    let body = String::from_utf8(written(&schedule)).unwrap();
+    let forged = body.replace("\"a\":1", "\"a\":2");
+    assert_ne!(forged, body);
+    let err = Schedule::from_peer(forged.into_bytes(), "alpha").unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!(
+            "schedule hash mismatch: envelope says {}",
+            schedule.hash
+        )),
+        "{err}"
+    );
+    // Text that hashes to the hash but is not JSON: refused, not taken unread.
+    let broken = "{\"a\":}";
+    let hash = crate::hash::hash_canonical(broken.as_bytes());
+    let body =
+        format!("{{\"timestamp\":5,\"hash\":\"{hash}\",\"data\":{broken},\"origin\":\"x\"}}");
+    let err = Schedule::from_peer(body.into_bytes(), "alpha").unwrap_err();
+    assert!(err.to_string().starts_with("not a schedule: "), "{err}");
+    // Not UTF-8.
+    let mut bytes = written(&schedule);
+    let at = bytes.windows(3).position(|w| w == b"\"a\"").unwrap();
+    bytes[at + 1] = 0xff;
+    let err = Schedule::from_peer(bytes, "alpha").unwrap_err();
+    assert!(err.to_string().starts_with("not a schedule: "), "{err}");
+    for junk in [&b""[..], b"{", b"{\"timestamp\":1,\"hash\":\"", b"null"] {
+        assert!(Schedule::from_peer(junk.to_vec(), "alpha").is_err());
+    }
+}
