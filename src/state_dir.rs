@@ -80,11 +80,15 @@ impl StateDir {
     pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StorageError> {
         let path = self.schedule_path();
         // Compact JSON: half the bytes of indented JSON for large schedules, and the file is read
-        // by programs (`jq .` shows it indented).
-        let mut bytes = Vec::new();
-        schedule.write_json(&mut bytes);
-        bytes.push(b'\n');
-        write_atomic(&path, &bytes).map_err(|e| StorageError::io(&path, "cannot write", &e))
+        // by programs (`jq .` shows it indented). The envelope is `Schedule::write_json`'s.
+        let (head, tail) = schedule.json_envelope();
+        let parts = [
+            head.as_slice(),
+            schedule.data.canonical().as_bytes(),
+            tail.as_slice(),
+            b"\n",
+        ];
+        write_atomic_parts(&path, &parts).map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 }
 
@@ -260,6 +264,12 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// crash could bring back the older schedule (a rollback) or lose a compacted action journal.
 /// It costs one more fsync per write, and these writes are rare.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    write_atomic_parts(path, &[bytes])
+}
+
+/// [`write_atomic`] of `parts` one after the other (a schedule's envelope around its data,
+/// without copying a megabyte into one buffer first).
+pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -278,7 +288,9 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = temp_path(dir, &name);
     let result = (|| {
         let mut file = create_private(&tmp)?;
-        file.write_all(bytes)?;
+        for part in parts {
+            file.write_all(part)?;
+        }
         file.sync_all()?;
         fs::rename(&tmp, path)
     })();

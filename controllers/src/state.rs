@@ -154,14 +154,22 @@ impl Schedule {
     /// The envelope as compact JSON, the data's canonical text as it is (no second
     /// serialisation of the data): what `/v1/schedule` serves and the storage dir keeps.
     pub fn write_json(&self, out: &mut Vec<u8>) {
-        out.reserve(self.data.len() + 160);
-        out.extend_from_slice(format!("{{\"timestamp\":{},\"hash\":", self.timestamp).as_bytes());
-        serde_json::to_writer(&mut *out, &self.hash).expect("a string serializes");
-        out.extend_from_slice(b",\"data\":");
+        let (head, tail) = self.json_envelope();
+        out.reserve(head.len() + self.data.len() + tail.len());
+        out.extend_from_slice(&head);
         out.extend_from_slice(self.data.canonical().as_bytes());
-        out.extend_from_slice(b",\"origin\":");
-        serde_json::to_writer(&mut *out, &self.origin).expect("a string serializes");
-        out.push(b'}');
+        out.extend_from_slice(&tail);
+    }
+
+    /// What [`Schedule::write_json`] writes before and after the data.
+    pub fn json_envelope(&self) -> (Vec<u8>, Vec<u8>) {
+        let mut head = format!("{{\"timestamp\":{},\"hash\":", self.timestamp).into_bytes();
+        serde_json::to_writer(&mut head, &self.hash).expect("a string serializes");
+        head.extend_from_slice(b",\"data\":");
+        let mut tail = b",\"origin\":".to_vec();
+        serde_json::to_writer(&mut tail, &self.origin).expect("a string serializes");
+        tail.push(b'}');
+        (head, tail)
     }
 
     /// Reads and checks an envelope that node `host` received from a peer. One written by
