@@ -81,7 +81,7 @@ impl QueryModule {
         })
     }
 
-    fn call(&mut self, entry: &str, input: &Value) -> Result<Value, QueryError> {
+    fn call<T: serde::Serialize>(&mut self, entry: &str, input: &T) -> Result<Value, QueryError> {
         let result = self
             .module
             .call_json(entry, input)
@@ -97,8 +97,13 @@ impl QueryModule {
 
     /// `init({"schedule", "hostname"})`: readies the module for `schedule` on node `hostname`.
     pub fn init(&mut self, schedule: &Schedule, hostname: &str) -> Result<(), QueryError> {
-        self.call("init", &json!({"schedule": schedule, "hostname": hostname}))
-            .map(|_| ())
+        // A struct, not a `json!` tree: the schedule's data goes in as the text it is held as.
+        #[derive(serde::Serialize)]
+        struct Init<'a> {
+            schedule: &'a Schedule,
+            hostname: &'a str,
+        }
+        self.call("init", &Init { schedule, hostname }).map(|_| ())
     }
 
     /// `render_roles({"deployment_id", "previous_schedule"})`: the roles to render on this node
@@ -108,10 +113,16 @@ impl QueryModule {
         deployment_id: &str,
         previous: Option<&Schedule>,
     ) -> Result<serde_json::Map<String, Value>, QueryError> {
-        let value = self.call(
-            "render_roles",
-            &json!({"deployment_id": deployment_id, "previous_schedule": previous}),
-        )?;
+        #[derive(serde::Serialize)]
+        struct RenderRoles<'a> {
+            deployment_id: &'a str,
+            previous_schedule: Option<&'a Schedule>,
+        }
+        let input = RenderRoles {
+            deployment_id,
+            previous_schedule: previous,
+        };
+        let value = self.call("render_roles", &input)?;
         let roles = match value {
             Value::Object(roles) => roles,
             other => {
