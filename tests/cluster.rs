@@ -136,8 +136,19 @@ impl Cluster {
             .unwrap();
         let url = wait_for(Duration::from_secs(10), || {
             let log = std::fs::read_to_string(&cantal_log).ok()?;
-            let addr = log.lines().find_map(|l| l.split(" on ").nth(1))?;
-            Some(format!("http://{}", addr.trim()))
+            // Whole lines only: `eprintln!` may reach the file in pieces, and a line read
+            // before its address was written gave the nodes the URL `http://`.
+            let addr = log
+                .split_inclusive('\n')
+                .filter(|l| l.ends_with('\n'))
+                .find_map(|l| {
+                    l.split(" on ")
+                        .nth(1)?
+                        .trim()
+                        .parse::<std::net::SocketAddr>()
+                        .ok()
+                })?;
+            Some(format!("http://{addr}"))
         })
         .expect("fake_cantal says where it listens");
         let mut first = Node::start(0, tmp.path(), 0, &url);
