@@ -286,3 +286,36 @@ fn a_forged_or_broken_envelope_is_refused_with_the_reason() {
         assert!(Schedule::from_peer(junk.to_vec(), "alpha").is_err());
     }
 }
+
+/// serde_json checks the escapes of a string it skips (`RawValue`, `IgnoredAny`) less than one it
+/// reads: a lone surrogate (`\ud800`) passes the first and fails the second. Text holding one
+/// must never be kept unread, or reading it later would fail.
+#[test]
+fn text_with_a_surrogate_escape_is_read_whole_before_it_is_kept() {
+    let lone = r#"{"a":"\ud800","nodes":{"alpha":{"x":1}}}"#;
+    let hash = crate::hash::hash_canonical(lone.as_bytes());
+    assert!(
+        serde_json::from_str::<Box<RawValue>>(lone).is_ok(),
+        "serde skips it"
+    );
+    assert!(ScheduleData::received(lone.to_string(), 0..lone.len(), &hash, "alpha").is_err());
+    let raw = RawValue::from_string(lone.to_string()).unwrap();
+    assert!(ScheduleData::from_raw(raw, &hash).is_err());
+    let body = format!("{{\"timestamp\":5,\"hash\":\"{hash}\",\"data\":{lone},\"origin\":\"x\"}}");
+    let err = Schedule::from_peer(body.into_bytes(), "alpha").unwrap_err();
+    assert!(err.to_string().starts_with("not a schedule: "), "{err}");
+    // A pair is a character: read whole, written canonically (so the hash of the text as it
+    // came no longer matches, as before: the leader writes the character itself).
+    let pair = r#"{"a":"\ud83d\ude00"}"#;
+    let hash = crate::hash::hash_canonical(pair.as_bytes());
+    let raw = RawValue::from_string(pair.to_string()).unwrap();
+    let data = ScheduleData::from_raw(raw, &hash).unwrap();
+    assert_eq!(data.canonical(), "{\"a\":\"\u{1f600}\"}");
+    assert!(data.is_parsed());
+    // An escaped backslash before `u` is not an escape: kept as it came after a full read.
+    let text = r#"{"a":"\\ud800"}"#;
+    let hash = crate::hash::hash_canonical(text.as_bytes());
+    let data = received(text, &hash);
+    assert_eq!(data.canonical(), text);
+    assert_eq!(data.tree()["a"], "\\ud800");
+}
