@@ -13,7 +13,8 @@
 //! Text that arrives from a peer or the disk is taken as canonical without being rewritten when
 //! its SHA-1 is the hash it came with (the leader hashed exactly these bytes); otherwise (a peer
 //! that formats differently, a file edited by hand) it is parsed and written canonically, and
-//! [`crate::state::Schedule::verify`] then compares hashes as before.
+//! [`crate::state::Schedule::verify`] then compares hashes as before. Either way only text that
+//! parses into a tree is kept, so [`ScheduleData::tree`] cannot fail.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, OnceLock};
@@ -79,23 +80,29 @@ impl ScheduleData {
         ScheduleData::with(text.into_boxed_str(), OnceLock::from(tree), None)
     }
 
-    /// Data received as JSON text `raw` (serde_json checked it) with the hash `claimed` for it.
-    /// Text whose SHA-1 is `claimed` is kept as it is and parsed only when read; other text is
-    /// parsed and written canonically (its hash is then checked by the caller).
+    /// Data received as JSON text `raw` with the hash `claimed` for it (read from the storage
+    /// dir, or from a peer that wrote it in another form than this version's). It is parsed,
+    /// which checks it the way every schedule was checked before; text whose SHA-1 is `claimed`
+    /// is then kept as it is, other text written canonically (its hash is then checked by the
+    /// caller).
     pub fn from_raw(raw: Box<RawValue>, claimed: &str) -> Result<ScheduleData, serde_json::Error> {
-        if !surrogate_escapes(raw.get()) && hash_canonical(raw.get().as_bytes()) == claimed {
-            return Ok(ScheduleData::with(raw.into(), OnceLock::new(), None));
-        }
         let tree: Value = serde_json::from_str(raw.get())?;
+        if hash_canonical(raw.get().as_bytes()) == claimed {
+            return Ok(ScheduleData::with(
+                raw.into(),
+                OnceLock::from(Arc::new(tree)),
+                None,
+            ));
+        }
         Ok(ScheduleData::from_value(tree))
     }
 
     /// Text received at `range` of `text` for a schedule of hash `claimed` that nothing has
     /// checked to be JSON yet, as a node that renders as `host` takes it from a peer (the rest
     /// of `text` is its envelope, kept as well). Taken as it is when its SHA-1 is
-    /// `claimed` and it is a JSON object, checked in the one pass that cuts `host`'s view
-    /// ([`ScheduleData::node_view`], kept for the render controller): a schedule of a megabyte
-    /// is read once. Otherwise the text comes back, for the caller to read the slow way, which
+    /// `claimed` and it is a JSON object that parses (checked as strictly as a parse into a
+    /// tree, see [`Skip`]) in the one pass that cuts `host`'s view ([`ScheduleData::node_view`],
+    /// kept for the render controller): a schedule of a megabyte is read once, no tree built. Otherwise the text comes back, for the caller to read the slow way, which
     /// explains what is wrong ([`ScheduleData::from_raw`], [`crate::state::Schedule::verify`]).
     pub fn received(
         text: String,
@@ -106,7 +113,7 @@ impl ScheduleData {
         let Some(data) = text.get(range.clone()) else {
             return Err(text);
         };
-        if surrogate_escapes(data) || hash_canonical(data.as_bytes()) != claimed {
+        if hash_canonical(data.as_bytes()) != claimed {
             return Err(text);
         }
         let mut de = serde_json::Deserializer::from_str(data);
@@ -192,20 +199,61 @@ impl ScheduleData {
     }
 }
 
-/// Whether `text` may hold a `\uD800`–`\uDFFF` escape. serde_json checks a string it skips
-/// less than one it reads: a lone surrogate passes the scan that checks received text
-/// (`IgnoredAny`, `RawValue`) and fails a full parse, so text with one is read whole before it
-/// is kept. Canonical text never has such an escape (serde_json writes every character above
-/// U+001F as it is); a false alarm (`\\ud800`, an escaped backslash) only costs that read.
-fn surrogate_escapes(text: &str) -> bool {
-    let bytes = text.as_bytes();
-    memchr::memmem::find_iter(bytes, b"\\u").any(|at| {
-        matches!(bytes.get(at + 2), Some(b'd' | b'D'))
-            && matches!(
-                bytes.get(at + 3),
-                Some(b'8'..=b'9' | b'a'..=b'f' | b'A'..=b'F')
-            )
-    })
+/// Reads past one JSON value as strictly as parsing it into a [`Value`] would (escapes,
+/// surrogates, numbers, nesting no deeper than serde_json's limit), without building it:
+/// `IgnoredAny` skips more leniently, and text it let through could fail a parse later.
+struct Skip;
+
+impl<'de> DeserializeSeed<'de> for Skip {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+        de.deserialize_any(Skip)
+    }
+}
+
+impl<'de> Visitor<'de> for Skip {
+    type Value = ();
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        while map.next_key_seed(Skip)?.is_some() {
+            map.next_value_seed(Skip)?;
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(Skip)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
 }
 
 /// [`ScheduleData::node_view`] of a parsed tree.
@@ -266,7 +314,7 @@ impl<'de> Visitor<'de> for ViewSeed<'_> {
                     }
                 }
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         Ok(view)
@@ -300,14 +348,14 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
             if key == self.host {
                 found = Some(map.next_value::<Value>()?);
             } else {
-                map.next_value::<IgnoredAny>()?;
+                map.next_value_seed(Skip)?;
             }
         }
         Ok(found)
     }
 
     fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element::<IgnoredAny>()?.is_some() {}
+        while seq.next_element_seed(Skip)?.is_some() {}
         Ok(None)
     }
 
