@@ -29,8 +29,11 @@ use std::collections::BTreeMap;
 
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput};
 
-/// Nesting deeper than this is refused on the way back (self-referencing tables).
-const MAX_DEPTH: usize = 200;
+/// Tables nested deeper than this are refused on the way back: a table that contains itself,
+/// or a schedule nested deeper than followers can read (serde_json parses at most 128 levels,
+/// one of them the envelope's; a schedule past that would be made here and refused by every
+/// follower).
+const MAX_DEPTH: usize = 100;
 
 /// What one JSON value is counted as: the size of a `serde_json::Value`, the slot every value
 /// takes whatever it holds. String bytes and object keys are counted on top.
@@ -592,9 +595,9 @@ unsafe fn read_table(
     meter: &mut Meter,
 ) -> Result<Value, Stop> {
     if depth > MAX_DEPTH {
-        return Err(Stop::bad(
-            "is nested too deep (a table that contains itself?)".into(),
-        ));
+        return Err(Stop::bad(format!(
+            "is nested too deep (more than {MAX_DEPTH} tables; a table that contains itself?)"
+        )));
     }
     unsafe {
         if ffi::lua_checkstack(state, 4) == 0 {

@@ -414,6 +414,21 @@ fn bad_outputs_are_reported() {
     );
     let e = err("local t = {}; t.self = t; return t");
     assert!(e.message.contains("nested too deep"), "{}", e.message);
+    // 100 tables in the schedule are fine; a schedule nested deeper than followers can read is
+    // refused where it is made.
+    let nest =
+        |n: usize| format!("local t = {{}} for i = 1, {n} do t = {{t}} end return {{t = t}}");
+    let e = err(&nest(101));
+    assert!(e.message.contains("more than 100 tables"), "{}", e.message);
+    let deep = run_body(&format!("{}, ''", nest(99))).unwrap();
+    let schedule = verwalter_controllers::state::Schedule::new(deep.data, 1, "ab".repeat(16));
+    let mut body = Vec::new();
+    schedule.write_json(&mut body);
+    let read: verwalter_controllers::state::Schedule = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        read, schedule,
+        "a follower reads the deepest schedule a leader makes"
+    );
     let e = run_main("return 42", &[]).unwrap_err();
     assert_eq!(e.kind, SchedulerFailure::Load);
     assert!(
