@@ -242,12 +242,12 @@ impl Metrics {
             ),
             schedule_served_bytes: counter_vec(
                 "verwalter_schedule_served_bytes_total",
-                "Bytes of schedule bodies this node served (/v1/schedule, /v1/schedule/<hash>), by encoding (identity, gzip).",
+                "Bytes of schedule bodies this node served (/v1/schedule, /v1/schedule/<hash>), by encoding (identity, gzip, x-verwalter-lz4).",
                 &["encoding"],
             ),
             schedules_served: counter_vec(
                 "verwalter_schedules_served_total",
-                "Schedules this node served to peers and clients, by encoding (identity, gzip).",
+                "Schedules this node served to peers and clients, by encoding (identity, gzip, x-verwalter-lz4).",
                 &["encoding"],
             ),
             leader_contact_ms: Default::default(),
@@ -314,7 +314,7 @@ impl Metrics {
         for r in ["ok", "error"] {
             metrics.schedule_fetches.with_label_values(&[r]);
         }
-        for e in ["identity", "gzip"] {
+        for e in ["identity", "gzip", crate::cluster::coding::LZ4] {
             metrics.schedule_served_bytes.with_label_values(&[e]);
             metrics.schedules_served.with_label_values(&[e]);
         }
@@ -392,8 +392,8 @@ impl Metrics {
     }
 
     /// A schedule body of `bytes` went out, gzip-compressed or not.
-    pub fn schedule_served(&self, gzip: bool, bytes: usize) {
-        let encoding = if gzip { "gzip" } else { "identity" };
+    pub fn schedule_served(&self, coding: crate::cluster::coding::Coding, bytes: usize) {
+        let encoding = coding.token();
         self.schedules_served.with_label_values(&[encoding]).inc();
         self.schedule_served_bytes
             .with_label_values(&[encoding])

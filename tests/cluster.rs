@@ -430,7 +430,7 @@ fn followers_take_the_leaders_schedule_through_relays() {
     // The leader served its schedules compressed, and fewer of them than the followers took.
     let served = metric(
         leader_node,
-        "verwalter_schedules_served_total{encoding=\"gzip\"}",
+        "verwalter_schedules_served_total{encoding=\"x-verwalter-lz4\"}",
     );
     assert!(
         served >= 1.0 && served < took_all as f64,

@@ -40,7 +40,7 @@ struct Inner {
     /// ([`crate::hash::write_canonical`]), or the exact text a schedule's hash was taken over:
     /// always one JSON value. (Text received in an envelope keeps the envelope around it rather
     /// than move a megabyte.)
-    text: Box<str>,
+    text: String,
     range: std::ops::Range<usize>,
     tree: OnceLock<Arc<Value>>,
     all_roles: OnceLock<BTreeSet<String>>,
@@ -49,13 +49,13 @@ struct Inner {
 }
 
 impl ScheduleData {
-    fn with(text: Box<str>, tree: OnceLock<Arc<Value>>, view: Option<(String, Value)>) -> Self {
+    fn with(text: String, tree: OnceLock<Arc<Value>>, view: Option<(String, Value)>) -> Self {
         let range = 0..text.len();
         ScheduleData::within(text, range, tree, view)
     }
 
     fn within(
-        text: Box<str>,
+        text: String,
         range: std::ops::Range<usize>,
         tree: OnceLock<Arc<Value>>,
         view: Option<(String, Value)>,
@@ -77,7 +77,7 @@ impl ScheduleData {
     /// Like [`ScheduleData::from_value`], sharing a tree the caller holds.
     pub fn from_tree(tree: Arc<Value>) -> ScheduleData {
         let text = String::from_utf8(canonical_json(&tree)).expect("serde_json writes UTF-8");
-        ScheduleData::with(text.into_boxed_str(), OnceLock::from(tree), None)
+        ScheduleData::with(text, OnceLock::from(tree), None)
     }
 
     /// Data received as JSON text `raw` with the hash `claimed` for it (read from the storage
@@ -89,7 +89,7 @@ impl ScheduleData {
         let tree: Value = serde_json::from_str(raw.get())?;
         if hash_canonical(raw.get().as_bytes()) == claimed {
             return Ok(ScheduleData::with(
-                raw.into(),
+                String::from(Box::<str>::from(raw)),
                 OnceLock::from(Arc::new(tree)),
                 None,
             ));
@@ -99,11 +99,12 @@ impl ScheduleData {
 
     /// Text received at `range` of `text` for a schedule of hash `claimed` that nothing has
     /// checked to be JSON yet, as a node that renders as `host` takes it from a peer (the rest
-    /// of `text` is its envelope, kept as well). Taken as it is when its SHA-1 is
-    /// `claimed` and it is a JSON object that parses (checked as strictly as a parse into a
-    /// tree, see [`Skip`]) in the one pass that cuts `host`'s view ([`ScheduleData::node_view`],
-    /// kept for the render controller): a schedule of a megabyte is read once, no tree built. Otherwise the text comes back, for the caller to read the slow way, which
-    /// explains what is wrong ([`ScheduleData::from_raw`], [`crate::state::Schedule::verify`]).
+    /// of `text` is its envelope, kept as well). Taken as it is when its SHA-1 is `claimed`
+    /// and it is a JSON object that serde_json would parse, checked in the one pass that finds
+    /// `host`'s view ([`scan::cut`]; the view is kept for the render controller): a schedule
+    /// of a megabyte is read once, no tree built. Otherwise the text comes back, for the caller
+    /// to read the slow way, which explains what is wrong ([`ScheduleData::from_raw`],
+    /// [`crate::state::Schedule::verify`]).
     pub fn received(
         text: String,
         range: std::ops::Range<usize>,
@@ -116,14 +117,12 @@ impl ScheduleData {
         if hash_canonical(data.as_bytes()) != claimed {
             return Err(text);
         }
-        let mut de = serde_json::Deserializer::from_str(data);
-        let view = match (ViewSeed { host }).deserialize(&mut de) {
-            Ok(view) if de.end().is_ok() => view,
-            _ => return Err(text),
+        let Some(view) = cut_view(data, host) else {
+            return Err(text);
         };
         let view = (host.to_string(), Value::Object(view));
         Ok(ScheduleData::within(
-            text.into_boxed_str(),
+            text,
             range,
             OnceLock::new(),
             Some(view),
@@ -190,69 +189,8 @@ impl ScheduleData {
         if let Some(tree) = self.0.tree.get() {
             return project(tree, host);
         }
-        let mut de = serde_json::Deserializer::from_str(self.canonical());
-        match (ViewSeed { host }).deserialize(&mut de) {
-            Ok(view) => Value::Object(view),
-            // Not an object at the top: nothing of it is rendered.
-            Err(_) => Value::Object(Map::new()),
-        }
-    }
-}
-
-/// Reads past one JSON value as strictly as parsing it into a [`Value`] would (escapes,
-/// surrogates, numbers, nesting no deeper than serde_json's limit), without building it:
-/// `IgnoredAny` skips more leniently, and text it let through could fail a parse later.
-struct Skip;
-
-impl<'de> DeserializeSeed<'de> for Skip {
-    type Value = ();
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
-        de.deserialize_any(Skip)
-    }
-}
-
-impl<'de> Visitor<'de> for Skip {
-    type Value = ();
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        while map.next_key_seed(Skip)?.is_some() {
-            map.next_value_seed(Skip)?;
-        }
-        Ok(())
-    }
-
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
-        while seq.next_element_seed(Skip)?.is_some() {}
-        Ok(())
-    }
-
-    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<(), E> {
-        Ok(())
-    }
-
-    fn visit_unit<E>(self) -> Result<(), E> {
-        Ok(())
+        // Not an object at the top: nothing of it is rendered.
+        Value::Object(cut_view(self.canonical(), host).unwrap_or_default())
     }
 }
 
@@ -275,113 +213,53 @@ fn project(tree: &Value, host: &str) -> Value {
     Value::Object(view)
 }
 
-/// Reads the top-level object, keeping [`VIEW_KEYS`] and `nodes[host]` and skipping the rest.
-/// A key given twice keeps its last value, as a parsed tree does.
-struct ViewSeed<'a> {
-    host: &'a str,
-}
+/// Texts this big give their buffer to the next schedule when dropped ([`text_buffer`]).
+const SPARE_MIN: usize = 64 << 10;
 
-impl<'de> DeserializeSeed<'de> for ViewSeed<'_> {
-    type Value = Map<String, Value>;
+/// The buffer of the last schedule text dropped that was at least [`SPARE_MIN`] bytes.
+static SPARE: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
-        de.deserialize_map(self)
-    }
-}
-
-impl<'de> Visitor<'de> for ViewSeed<'_> {
-    type Value = Map<String, Value>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut view = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            if VIEW_KEYS.contains(&key.as_str()) {
-                let value: Value = map.next_value()?;
-                view.insert(key, value);
-            } else if key == "nodes" {
-                match map.next_value_seed(NodeSeed { host: self.host })? {
-                    Some(node) => {
-                        let mut nodes = Map::new();
-                        nodes.insert(self.host.to_string(), node);
-                        view.insert(key, Value::Object(nodes));
-                    }
-                    None => {
-                        view.remove("nodes");
-                    }
-                }
-            } else {
-                map.next_value_seed(Skip)?;
-            }
+/// An empty buffer for a schedule's text of about `size` bytes (a schedule arriving from a
+/// peer): the buffer of the schedule last dropped when it is big enough, a new one otherwise.
+/// A node that takes a megabyte's schedule every few seconds then writes it into memory it
+/// already has, not into a thousand fresh pages the kernel must fault in and zero; it keeps one
+/// such buffer, the size of its last schedule.
+pub fn text_buffer(size: usize) -> Vec<u8> {
+    if size >= SPARE_MIN {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.capacity() >= size {
+            return std::mem::take(&mut *spare);
         }
-        Ok(view)
     }
+    Vec::with_capacity(size)
 }
 
-/// Reads `nodes`, keeping the entry of `host` (the last one, if given twice); `None` when
-/// `nodes` is not an object or has no such entry.
-struct NodeSeed<'a> {
-    host: &'a str,
-}
-
-impl<'de> DeserializeSeed<'de> for NodeSeed<'_> {
-    type Value = Option<Value>;
-
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<Self::Value, D::Error> {
-        de.deserialize_any(self)
-    }
-}
-
-impl<'de> Visitor<'de> for NodeSeed<'_> {
-    type Value = Option<Value>;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("any JSON value")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
-        let mut found = None;
-        while let Some(key) = map.next_key::<String>()? {
-            if key == self.host {
-                found = Some(map.next_value::<Value>()?);
-            } else {
-                map.next_value_seed(Skip)?;
-            }
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.text.capacity() >= SPARE_MIN {
+            let mut buffer = std::mem::take(&mut self.text).into_bytes();
+            buffer.clear();
+            *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = buffer;
         }
-        Ok(found)
     }
+}
 
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
-        while seq.next_element_seed(Skip)?.is_some() {}
-        Ok(None)
+/// `host`'s view of the JSON text `data` ([`ScheduleData::node_view`]), checked and cut in one
+/// pass ([`scan::cut`]); `None` when serde_json would refuse the text or it is not an object.
+fn cut_view(data: &str, host: &str) -> Option<Map<String, Value>> {
+    let cut = scan::cut(data, host)?;
+    let mut view = Map::new();
+    for (key, range) in VIEW_KEYS.iter().zip(cut.keys) {
+        if let Some(range) = range {
+            view.insert((*key).to_string(), serde_json::from_str(&data[range]).ok()?);
+        }
     }
-
-    fn visit_bool<E>(self, _: bool) -> Result<Self::Value, E> {
-        Ok(None)
+    if let Some(range) = cut.node {
+        let mut nodes = Map::new();
+        nodes.insert(host.to_string(), serde_json::from_str(&data[range]).ok()?);
+        view.insert("nodes".into(), Value::Object(nodes));
     }
-
-    fn visit_i64<E>(self, _: i64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_u64<E>(self, _: u64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_f64<E>(self, _: f64) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_str<E>(self, _: &str) -> Result<Self::Value, E> {
-        Ok(None)
-    }
-
-    fn visit_unit<E>(self) -> Result<Self::Value, E> {
-        Ok(None)
-    }
+    Some(view)
 }
 
 /// Where [`RolesSeed`] reads: role names are the keys of `roles` at the top and of `roles` in
@@ -524,6 +402,8 @@ impl std::fmt::Debug for ScheduleData {
         }
     }
 }
+
+mod scan;
 
 #[cfg(test)]
 mod tests;

@@ -284,7 +284,7 @@ async fn get_schedule(
     pass_on(&url, hash, fetched, relay, host).await
 }
 
-/// Offers the gzip body of `hash` to `relay` at once (see `RelayBody`), then decodes it; a body
+/// Offers the compressed body of `hash` to `relay` at once (see `RelayBody`), then decodes it; a body
 /// that fails the check is withdrawn. (The plain `/v1/schedule` of a 0.13 peer may hold another
 /// schedule than `hash`: it is offered under `hash` only if it checks out as that one.)
 async fn pass_on(
@@ -294,11 +294,12 @@ async fn pass_on(
     relay: Option<&crate::http::RelayBody>,
     host: &str,
 ) -> Result<Schedule, String> {
-    let relay = relay.filter(|_| fetched.gzip.is_some() && !url.ends_with("/v1/schedule"));
-    if let (Some(relay), Some(gzip)) = (relay, &fetched.gzip) {
-        relay.offer(hash, gzip.clone());
+    let compressed = fetched.coding != crate::cluster::client::Coding::Identity;
+    let relay = relay.filter(|_| compressed && !url.ends_with("/v1/schedule"));
+    if let Some(relay) = relay {
+        relay.offer(hash, fetched.coding, fetched.body.clone());
     }
-    let decoded = decode(url, host, fetched.body).await;
+    let decoded = decode(url, host, fetched).await;
     if let Some(relay) = relay
         && !decoded.as_ref().is_ok_and(|s| s.hash == hash)
     {
@@ -328,13 +329,22 @@ async fn get_relayed(
     pass_on(&url, hash, fetched, relay, host).await
 }
 
-/// A schedule from `body`, its data checked against its hash, on a blocking thread (a
-/// megabyte takes a millisecond or two that the runtime's other tasks must not wait). The data
-/// stays text: the schedule's `ScheduleData` parses it when something reads it whole.
-async fn decode(url: &str, host: &str, body: hyper::body::Bytes) -> Result<Schedule, String> {
+/// A schedule from the body `fetched`, inflated and its data checked against its hash, on a
+/// blocking thread (a megabyte takes a millisecond or two that the runtime's other tasks must
+/// not wait). The data stays text: the schedule's `ScheduleData` parses it when something
+/// reads it whole.
+async fn decode(
+    url: &str,
+    host: &str,
+    fetched: crate::cluster::client::Fetched,
+) -> Result<Schedule, String> {
     let (url, host) = (url.to_string(), host.to_string());
-    let work =
-        move || Schedule::from_peer(Vec::from(body), &host).map_err(|e| format!("{url}: {e}"));
+    let work = move || {
+        let body = fetched
+            .plain(MAX_SCHEDULE)
+            .map_err(|e| format!("{url}: {e}"))?;
+        Schedule::from_peer(body, &host).map_err(|e| format!("{url}: {e}"))
+    };
     tokio::task::spawn_blocking(work)
         .await
         .map_err(|e| format!("decoding the schedule failed: {e}"))?
@@ -716,8 +726,8 @@ mod tests {
         let json = serde_json::to_vec(&schedule).unwrap();
         let by_hash = format!("http://127.0.0.2:1/v1/schedule/{}", schedule.hash);
         let arrived = crate::cluster::client::Fetched {
-            body: json.clone().into(),
-            gzip: Some(gzip(&json)),
+            body: gzip(&json),
+            coding: crate::cluster::client::Coding::Gzip,
         };
         let mut changes = relay.subscribe();
         let taking = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), "");
@@ -728,10 +738,14 @@ mod tests {
         assert_eq!(passed.0.unwrap().hash, schedule.hash);
         assert_eq!(
             passed.1,
-            Some(gzip(&json)),
+            Some((crate::cluster::client::Coding::Gzip, gzip(&json))),
             "offered before the check ended"
         );
-        assert_eq!(relay.get(&schedule.hash), Some(gzip(&json)), "and kept");
+        assert_eq!(
+            relay.get(&schedule.hash),
+            Some((crate::cluster::client::Coding::Gzip, gzip(&json))),
+            "and kept"
+        );
         assert_eq!(relay.get("0000"), None);
 
         // Data that does not hash to the hash: refused, and no longer passed on.
@@ -739,8 +753,8 @@ mod tests {
         forged["data"]["roles"]["web"]["version"] = "v666".into();
         let forged = serde_json::to_vec(&forged).unwrap();
         let arrived = crate::cluster::client::Fetched {
-            body: forged.clone().into(),
-            gzip: Some(gzip(&forged)),
+            body: gzip(&forged),
+            coding: crate::cluster::client::Coding::Gzip,
         };
         let err = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), "")
             .await
@@ -750,8 +764,8 @@ mod tests {
 
         // A 0.13 peer's plain `/v1/schedule` might hold another schedule: not passed on.
         let arrived = crate::cluster::client::Fetched {
-            body: json.clone().into(),
-            gzip: Some(gzip(&json)),
+            body: gzip(&json),
+            coding: crate::cluster::client::Coding::Gzip,
         };
         pass_on(
             "http://127.0.0.2:1/v1/schedule",

@@ -1,6 +1,7 @@
 //! The cluster: peer sources, the election over UDP, schedule distribution.
 
 pub mod client;
+pub mod coding;
 pub mod election;
 pub mod fetch;
 pub mod peers;

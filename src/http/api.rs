@@ -14,6 +14,7 @@ use verwalter_controllers::vars;
 use verwalter_controllers::wallclock::rfc3339;
 
 use super::{ApiError, AppState};
+use crate::cluster::coding::Coding;
 
 /// The version string peers and tools see, `v` + the package version as in 0.13.
 pub fn version() -> String {
@@ -42,69 +43,45 @@ pub async fn schedule(
 }
 
 /// The schedule in force as a response shared with other responses (see `SharedJson`),
-/// gzip-compressed for a client that takes it (peers of this version do; 0.13 peers and most
-/// tools get plain JSON). Counted in `verwalter_schedule_served_bytes_total`. The body of a
-/// new schedule is made on a blocking thread: a megabyte takes milliseconds to serialize and
-/// compress, which the runtime's other tasks (the election's among them) must not wait.
+/// compressed for a client that takes it (peers of this version do, see
+/// [`crate::cluster::coding`]; 0.13 peers and most tools get plain JSON). Counted in
+/// `verwalter_schedule_served_bytes_total`. The body of a new schedule is made on a blocking
+/// thread: a megabyte takes milliseconds to serialize and compress, which the runtime's other
+/// tasks (the election's among them) must not wait.
 async fn schedule_body(
     state: &AppState,
     schedule: std::sync::Arc<Option<verwalter_controllers::state::Schedule>>,
     headers: &HeaderMap,
 ) -> Response {
-    let json = HeaderValue::from_static("application/json");
-    let gzip = takes_gzip(headers);
+    let coding = Coding::for_request(headers);
     let http = state.http.clone();
-    let made = tokio::task::spawn_blocking(move || {
-        if gzip {
-            http.schedule_json.gzip(&schedule)
-        } else {
-            http.schedule_json.body(&schedule)
-        }
-    });
+    let made = tokio::task::spawn_blocking(move || http.schedule_json.encoded(&schedule, coding));
     let Ok(body) = made.await else {
         return ApiError::Internal("the schedule body could not be made".into()).into_response();
     };
-    if gzip {
-        state.metrics.schedule_served(true, body.len());
-        (
-            [
-                (header::CONTENT_TYPE, json),
-                (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
-                (header::VARY, HeaderValue::from_static("accept-encoding")),
-            ],
-            body,
-        )
-            .into_response()
-    } else {
-        state.metrics.schedule_served(false, body.len());
-        (
-            [
-                (header::CONTENT_TYPE, json),
-                (header::VARY, HeaderValue::from_static("accept-encoding")),
-            ],
-            body,
-        )
-            .into_response()
-    }
+    coded_schedule(state, coding, body)
 }
 
-/// Whether `Accept-Encoding` names gzip (or `*`) without `q=0`.
-fn takes_gzip(headers: &HeaderMap) -> bool {
-    headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|item| {
-            let mut parts = item.split(';').map(str::trim);
-            let coding = parts.next().unwrap_or("");
-            let refused = parts.any(|p| {
-                p.strip_prefix("q=")
-                    .and_then(|q| q.trim().parse::<f32>().ok())
-                    .is_some_and(|q| q <= 0.0)
-            });
-            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
-        })
+/// A schedule body in `coding`, counted as served.
+fn coded_schedule(state: &AppState, coding: Coding, body: axum::body::Bytes) -> Response {
+    state.metrics.schedule_served(coding, body.len());
+    let mut response = (
+        [
+            (
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            ),
+            (header::VARY, HeaderValue::from_static("accept-encoding")),
+        ],
+        body,
+    )
+        .into_response();
+    if let Some(value) = coding.header() {
+        response
+            .headers_mut()
+            .insert(header::CONTENT_ENCODING, value);
+    }
+    response
 }
 
 /// The longest a `/v1/schedule/<hash>?wait_ms=` request waits for the schedule to arrive.
@@ -191,28 +168,14 @@ fn shared_json(body: axum::body::Bytes) -> Response {
 }
 
 /// The response for schedule `hash` if this node holds it (in force, or replaced lately), or,
-/// for a client that takes gzip, has just received it from its leader or relay.
+/// for a client that takes its coding, has just received it from its leader or relay.
 async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Option<Response> {
     // The body as it came from the leader, when there is one: arrived a moment ago and maybe
     // not taken yet, or taken (see `RelayBody`); this node need not compress it again.
-    if takes_gzip(headers)
-        && let Some(body) = state.http.relay.get(hash)
+    if let Some((coding, body)) = state.http.relay.get(hash)
+        && coding.taken_by(headers)
     {
-        state.metrics.schedule_served(true, body.len());
-        return Some(
-            (
-                [
-                    (
-                        header::CONTENT_TYPE,
-                        HeaderValue::from_static("application/json"),
-                    ),
-                    (header::CONTENT_ENCODING, HeaderValue::from_static("gzip")),
-                    (header::VARY, HeaderValue::from_static("accept-encoding")),
-                ],
-                body,
-            )
-                .into_response(),
-        );
+        return Some(coded_schedule(state, coding, body));
     }
     let current = state.store.schedule.peek();
     if current.as_ref().as_ref().is_some_and(|s| s.hash == hash) {
@@ -222,7 +185,7 @@ async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Opt
     let schedule = replaced.iter().find(|s| s.hash == hash)?;
     let mut body = Vec::new();
     schedule.write_json(&mut body);
-    state.metrics.schedule_served(false, body.len());
+    state.metrics.schedule_served(Coding::Identity, body.len());
     Some(shared_json(axum::body::Bytes::from(body)))
 }
 

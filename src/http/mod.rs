@@ -26,6 +26,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 use verwalter_controllers::access;
+
+use crate::cluster::coding::Coding;
 use verwalter_controllers::store::{Field, Store};
 
 pub use api::version;
@@ -82,16 +84,19 @@ pub struct HttpState {
     graphql: graphql::SchemaCell,
 }
 
-/// The gzip body of the leader's schedule that this follower received, by its hash, kept from
-/// the moment it arrived: the followers fetching through this node (its relay children) get
-/// these very bytes without waiting for this node to check, store and take the schedule, and
-/// without it serializing and compressing the schedule again. Passing bytes on unchecked is
-/// safe because every follower checks the hash itself; a body that fails this node's check is
-/// withdrawn.
+/// The compressed body of the leader's schedule that this follower received, by its hash, kept
+/// from the moment it arrived: the followers fetching through this node (its relay children)
+/// get these very bytes without waiting for this node to check, store and take the schedule,
+/// and without it serializing and compressing the schedule again. Passing bytes on unchecked
+/// is safe because every follower checks the hash itself; a body that fails this node's check
+/// is withdrawn.
 #[derive(Debug)]
 pub struct RelayBody {
-    body: tokio::sync::watch::Sender<Option<(String, axum::body::Bytes)>>,
+    body: tokio::sync::watch::Sender<Option<Relayed>>,
 }
+
+/// A body held for relay children: the schedule's hash, the body's coding, the body.
+pub type Relayed = (String, Coding, axum::body::Bytes);
 
 impl Default for RelayBody {
     fn default() -> Self {
@@ -102,15 +107,16 @@ impl Default for RelayBody {
 }
 
 impl RelayBody {
-    /// The gzip body of schedule `hash` has arrived.
-    pub fn offer(&self, hash: &str, gzip: axum::body::Bytes) {
-        self.body.send_replace(Some((hash.to_string(), gzip)));
+    /// The body of schedule `hash`, in `coding`, has arrived.
+    pub fn offer(&self, hash: &str, coding: Coding, body: axum::body::Bytes) {
+        self.body
+            .send_replace(Some((hash.to_string(), coding, body)));
     }
 
     /// The body of `hash` turned out bad: it is no longer passed on.
     pub fn withdraw(&self, hash: &str) {
         self.body.send_if_modified(|body| {
-            let bad = body.as_ref().is_some_and(|(h, _)| h == hash);
+            let bad = body.as_ref().is_some_and(|(h, _, _)| h == hash);
             if bad {
                 *body = None;
             }
@@ -118,15 +124,15 @@ impl RelayBody {
         });
     }
 
-    /// The gzip body of `hash`, if it is the one here.
-    pub fn get(&self, hash: &str) -> Option<axum::body::Bytes> {
+    /// The body of `hash` and its coding, if it is the one here.
+    pub fn get(&self, hash: &str) -> Option<(Coding, axum::body::Bytes)> {
         let body = self.body.borrow();
-        let (held, bytes) = body.as_ref()?;
-        (held == hash).then(|| bytes.clone())
+        let (held, coding, bytes) = body.as_ref()?;
+        (held == hash).then(|| (*coding, bytes.clone()))
     }
 
     /// Wakes when a body is offered or withdrawn.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<(String, axum::body::Bytes)>> {
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Relayed>> {
         self.body.subscribe()
     }
 }
@@ -145,8 +151,8 @@ pub(crate) fn sends_json(headers: &axum::http::HeaderMap) -> bool {
 
 /// A JSON body serialized once per store snapshot and shared by every response: `Bytes` is
 /// reference-counted, so a client that does not read its answer holds a reference to the one
-/// buffer, not a copy (512 stalled clients of a 1 MB schedule hold 1 MB, not 512). Its gzip
-/// form is made the first time a client asks for it, once per snapshot as well.
+/// buffer, not a copy (512 stalled clients of a 1 MB schedule hold 1 MB, not 512). Its
+/// compressed forms are made the first time a client asks for one, once per snapshot as well.
 #[derive(Debug)]
 pub struct SharedJson<T> {
     /// The snapshot the body was made from, held so that its address cannot be reused by a
@@ -160,7 +166,9 @@ pub struct SharedJson<T> {
 struct Shared<T> {
     snapshot: Arc<T>,
     json: axum::body::Bytes,
+    /// The gzip and the LZ4 body, once made.
     gzip: Option<axum::body::Bytes>,
+    lz4: Option<axum::body::Bytes>,
 }
 
 impl<T: serde::Serialize> Default for SharedJson<T> {
@@ -197,24 +205,18 @@ impl<T> SharedJson<T> {
         self.fill(&mut slot, snapshot).json.clone()
     }
 
-    /// The body for `snapshot`, gzip-compressed (fast level: a 1 MiB schedule of service
-    /// definitions shrinks about eightfold in a few milliseconds, once).
-    pub fn gzip(&self, snapshot: &Arc<T>) -> axum::body::Bytes {
+    /// The body for `snapshot` in `coding` (see [`crate::cluster::coding`]; a 1 MiB schedule
+    /// of service definitions shrinks about fivefold in about a millisecond, once).
+    pub fn encoded(&self, snapshot: &Arc<T>, coding: Coding) -> axum::body::Bytes {
         let mut slot = self.slot.lock().unwrap();
         let shared = self.fill(&mut slot, snapshot);
-        if shared.gzip.is_none() {
-            use std::io::Write;
-            let mut encoder = flate2::write::GzEncoder::new(
-                Vec::with_capacity(shared.json.len() / 4),
-                flate2::Compression::fast(),
-            );
-            let bytes = encoder
-                .write_all(&shared.json)
-                .and_then(|()| encoder.finish())
-                .expect("compressing into memory cannot fail");
-            shared.gzip = Some(axum::body::Bytes::from(bytes));
-        }
-        shared.gzip.clone().expect("set above")
+        let held = match coding {
+            Coding::Identity => return shared.json.clone(),
+            Coding::Gzip => &mut shared.gzip,
+            Coding::Lz4 => &mut shared.lz4,
+        };
+        held.get_or_insert_with(|| coding.encode(&shared.json).into())
+            .clone()
     }
 
     fn fill<'a>(&self, slot: &'a mut Option<Shared<T>>, snapshot: &Arc<T>) -> &'a mut Shared<T> {
@@ -226,6 +228,7 @@ impl<T> SharedJson<T> {
                 snapshot: snapshot.clone(),
                 json: axum::body::Bytes::from((self.write)(snapshot)),
                 gzip: None,
+                lz4: None,
             });
         }
         slot.as_mut().expect("set above")

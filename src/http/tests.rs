@@ -1174,10 +1174,11 @@ fn gunzip(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// Peers of this version take the schedule gzip-compressed; a client that does not ask for it
-/// (verwalter 0.13, curl) gets the same plain JSON as before. Both are counted by encoding.
+/// Peers of this version take the schedule LZ4-compressed, a client that takes gzip gets gzip;
+/// a client that asks for neither (verwalter 0.13, curl) gets the same plain JSON as before.
+/// All are counted by encoding.
 #[tokio::test]
-async fn the_schedule_is_gzip_compressed_for_a_client_that_takes_it() {
+async fn the_schedule_is_compressed_for_a_client_that_takes_it() {
     let writer = StoreWriter::new(None);
     let app = app(&writer);
     let services: serde_json::Map<String, Value> = (0..200)
@@ -1212,6 +1213,19 @@ async fn the_schedule_is_gzip_compressed_for_a_client_that_takes_it() {
             );
             assert_eq!(gunzip(&body), plain, "{path} {accept}");
         }
+        for accept in ["x-verwalter-lz4, gzip", "gzip;q=0.5, X-Verwalter-LZ4"] {
+            let response = get_with(&app, &path, &[("accept-encoding", accept)]).await;
+            assert_eq!(response.status(), StatusCode::OK);
+            assert_eq!(response.headers()["content-encoding"], "x-verwalter-lz4");
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+                .await
+                .unwrap();
+            assert!(body.len() * 4 < plain.len(), "{}", body.len());
+            let decoded = crate::cluster::coding::Coding::Lz4
+                .decode(body, 1 << 20)
+                .unwrap();
+            assert_eq!(decoded, plain, "{path} {accept}");
+        }
         for accept in [None, Some("identity"), Some("gzip;q=0"), Some("br")] {
             let headers: Vec<(&str, &str)> =
                 accept.iter().map(|a| ("accept-encoding", *a)).collect();
@@ -1231,6 +1245,10 @@ async fn the_schedule_is_gzip_compressed_for_a_client_that_takes_it() {
     );
     assert!(
         text.contains("verwalter_schedules_served_total{encoding=\"identity\"} 8"),
+        "{text}"
+    );
+    assert!(
+        text.contains("verwalter_schedules_served_total{encoding=\"x-verwalter-lz4\"} 4"),
         "{text}"
     );
     let identity_bytes = format!(
@@ -1344,7 +1362,7 @@ async fn a_relay_passes_on_the_body_it_received_before_taking_it() {
     }
     assert!(!waiting.is_finished());
     let wire: axum::body::Bytes = b"the gzip bytes as they came".to_vec().into();
-    relay.offer(&next.hash, wire.clone());
+    relay.offer(&next.hash, Coding::Gzip, wire.clone());
     let response = waiting.await.unwrap();
     assert_eq!(response.status(), StatusCode::OK);
     assert_eq!(response.headers()["content-encoding"], "gzip");
@@ -1352,7 +1370,20 @@ async fn a_relay_passes_on_the_body_it_received_before_taking_it() {
         .await
         .unwrap();
     assert_eq!(body, wire, "the very bytes, not re-encoded");
-    // A client that does not take gzip waits for the schedule to be taken here.
+    // A body that came LZ4-compressed goes to peers that take that, as it came; a client that
+    // takes gzip only waits for the schedule to be taken here.
+    let wire: axum::body::Bytes = b"the lz4 bytes as they came".to_vec().into();
+    relay.offer(&next.hash, Coding::Lz4, wire.clone());
+    let accepted = [("accept-encoding", crate::cluster::coding::ACCEPTED)];
+    let response = get_with(&app, &path, &accepted).await;
+    assert_eq!(response.headers()["content-encoding"], "x-verwalter-lz4");
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+        .await
+        .unwrap();
+    assert_eq!(body, wire);
+    let gzip_only = get_with(&app, &path, &[("accept-encoding", "gzip")]).await;
+    assert_eq!(gzip_only.status(), StatusCode::NOT_FOUND);
+    // So does a client that takes no compression.
     let (status, _, _) = get(&app, &path).await;
     assert_eq!(status, StatusCode::NOT_FOUND);
 }

@@ -115,6 +115,7 @@ short_runs!(
     graph,
     election_packet,
     schedule,
+    schedule_data,
     action_journal,
     http,
     paths,

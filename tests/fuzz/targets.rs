@@ -85,6 +85,13 @@ pub const TARGETS: &[Target] = &[
         shape: Shape::Json,
     },
     Target {
+        name: "schedule_data",
+        run: schedule_data,
+        dict: SCHEDULE_DATA,
+        max_len: 8192,
+        shape: Shape::Json,
+    },
+    Target {
         name: "action_journal",
         run: action_journal,
         dict: JSON,
@@ -333,6 +340,44 @@ const VARS: &[&str] = &[
     "\"a\"",
     "\"b\"",
     "null",
+];
+/// The keys a node's view is cut by, and the escapes, numbers and nesting at the edges of what
+/// serde_json takes.
+const SCHEDULE_DATA: &[&str] = &[
+    "{",
+    "}",
+    "[",
+    "]",
+    ",",
+    ":",
+    "\"",
+    "\"nodes\"",
+    "\"alpha\"",
+    "\"vars\"",
+    "\"roles\"",
+    "\"changes\"",
+    "\\u0061",
+    "\\ud800",
+    "\\udc00",
+    "\\ud83d\\ude00",
+    "\\n",
+    "\\",
+    "\t",
+    "\u{1f}",
+    "\u{7f}",
+    "\u{e9}",
+    "0",
+    "-0",
+    "01",
+    "1.5",
+    "1e400",
+    "0e999999",
+    "-",
+    "true",
+    "null",
+    " ",
+    "[[[[[[[[[[[[[[[[",
+    "]]]]]]]]]]]]]]]]",
 ];
 const REFS: &[&str] = &[
     "$(", ")", ".", "#", "#(", "==", "!=", "<", ">", "%", "!%", "*", "?", "\\", "|", "@", "a", "b",
@@ -842,6 +887,42 @@ fn schedule(bytes: &[u8]) -> String {
     assert_eq!(again, schedule, "schedule round trip differs");
     assert_eq!(again.verify().is_ok(), verified.is_ok());
     class(&verified)
+}
+
+/// A schedule's data as a follower takes it from a peer, in the form peers write and with the
+/// hash of exactly these bytes, so that every input reaches the one-pass check of
+/// `Schedule::from_peer` (the `schedule` target's inputs mostly fail their hash first): taken
+/// exactly when serde_json parses the data, kept as it came, with the node view and role list
+/// of the parsed tree.
+fn schedule_data(bytes: &[u8]) -> String {
+    use verwalter_controllers::state::Schedule;
+    let Ok(text) = std::str::from_utf8(bytes) else {
+        return "not UTF-8".into();
+    };
+    let hash = verwalter_controllers::hash::hash_canonical(bytes);
+    let body = format!("{{\"timestamp\":1,\"hash\":\"{hash}\",\"data\":{text},\"origin\":\"x\"}}");
+    let taken = Schedule::from_peer(body.into_bytes(), "alpha");
+    let tree = match serde_json::from_str::<Value>(text) {
+        Ok(tree) => tree,
+        Err(e) => {
+            assert!(
+                taken.is_err(),
+                "from_peer took data serde refuses: {taken:?}"
+            );
+            return format!("refused: {}", class(&Err::<(), _>(e)));
+        }
+    };
+    let taken = taken.expect("from_peer refused data serde parses");
+    assert_eq!(taken.data.canonical(), text, "not kept as it came");
+    assert_eq!(taken.hash, hash);
+    let whole = Schedule::new(tree, 1, "x".into());
+    assert_eq!(taken.data.node_view("alpha"), whole.data.node_view("alpha"));
+    assert_eq!(taken.data.all_roles(), whole.data.all_roles());
+    if whole.data.tree().is_object() {
+        "object".into()
+    } else {
+        "other".into()
+    }
 }
 
 /// The action journal (`<storage>/actions.journal`) replayed by `ActionQueue::open` at start.

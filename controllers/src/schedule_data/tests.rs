@@ -323,3 +323,106 @@ fn text_that_would_not_parse_is_refused_however_it_comes() {
     assert_eq!(data.canonical(), pair);
     assert_eq!(data.tree()["a"], "\u{1f600}");
 }
+
+/// What the one-pass check takes and refuses is serde_json's, at every edge of the grammar, and
+/// the view it cuts is the one cut from the tree.
+#[test]
+fn the_one_pass_check_agrees_with_serde_json_at_the_edges() {
+    let nest = |n: usize| format!("{}1{}", "[".repeat(n), "]".repeat(n));
+    let mut texts: Vec<String> = [
+        r#"{}"#,
+        r#" { } "#,
+        "{\t\"a\"\r\n:\n1}",
+        "\u{feff}{}",
+        " \x0c{}",
+        r#"{"a":1} x"#,
+        r#"{"a":1,}"#,
+        r#"{"a":[1,]}"#,
+        r#"{,}"#,
+        r#"{"a" 1}"#,
+        r#"{"a":}"#,
+        r#"{a:1}"#,
+        r#"{"a":1 "b":2}"#,
+        r#"{"a":[1 2]}"#,
+        r#"{"a":{"b":1]}"#,
+        r#"{"a":[1}"#,
+        r#"[]"#,
+        r#"1"#,
+        r#"{"a":-0}"#,
+        r#"{"a":01}"#,
+        r#"{"a":-01}"#,
+        r#"{"a":1.}"#,
+        r#"{"a":.5}"#,
+        r#"{"a":-}"#,
+        r#"{"a":+1}"#,
+        r#"{"a":1e}"#,
+        r#"{"a":1e+}"#,
+        r#"{"a":1E+2}"#,
+        r#"{"a":0.5e-3}"#,
+        r#"{"a":1e400}"#,
+        r#"{"a":-1e400}"#,
+        r#"{"a":0e999999}"#,
+        r#"{"a":1e-99999}"#,
+        r#"{"a":123456789012345678901234567890}"#,
+        r#"{"a":1.7976931348623157e308}"#,
+        r#"{"a":tru}"#,
+        r#"{"a":true}"#,
+        r#"{"a":nul}"#,
+        r#"{"a":nulll}"#,
+        r#"{"a":falsey}"#,
+        r#"{"a":"\ud800"}"#,
+        r#"{"a":"\udc00"}"#,
+        r#"{"a":"\ud800\u0041"}"#,
+        r#"{"a":"\ud800\n"}"#,
+        r#"{"a":"\ud83d\ude00"}"#,
+        r#"{"a":"\uDBFF\uDFFF"}"#,
+        r#"{"a":"\u00e9\/\b\f\n\r\t\"\\"}"#,
+        r#"{"a":"\x"}"#,
+        r#"{"a":"\u12G4"}"#,
+        r#"{"a":"\u123"}"#,
+        "{\"a\":\"\u{7f}\u{e9}\u{1f600}\"}",
+        "{\"a\":\"\t\"}",
+        "{\"a\":\"\u{1f}\"}",
+        r#"{"a":"unterminated}"#,
+        r#"{"a":"12345678\"9abcdef"}"#,
+        r#"{"no\u0064es":{"alpha":{"x":1}},"v\u0061rs":{"y":2}}"#,
+        r#"{"nodes":{"alph\u0061":{"x":1}}}"#,
+        r#"{"nodes":{"alpha":{"x":1}},"nodes":{"beta":{}}}"#,
+        r#"{"nodes":{"alpha":{"x":1}},"nodes":[1]}"#,
+        r#"{"nodes":{"alpha":1,"alpha":{"x":2}},"vars":1,"vars":{"v":3},"roles":{},"changes":[]}"#,
+    ]
+    .into_iter()
+    .map(String::from)
+    .collect();
+    // serde_json nests 127 containers, not 128: the limit at the top, under `nodes`, in the
+    // node's own entry and elsewhere.
+    for n in [125, 126, 127, 128] {
+        texts.push(nest(n));
+        texts.push(format!(r#"{{"a":{}}}"#, nest(n - 1)));
+        texts.push(format!(r#"{{"vars":{}}}"#, nest(n - 1)));
+        texts.push(format!(r#"{{"nodes":{{"alpha":{}}}}}"#, nest(n - 2)));
+        texts.push(format!(r#"{{"nodes":{{"beta":{}}}}}"#, nest(n - 2)));
+        texts.push(format!(
+            r#"{{"x":{}}}"#,
+            "{\"a\":".repeat(n - 1) + "1" + &"}".repeat(n - 1)
+        ));
+    }
+    for text in &texts {
+        let parsed = serde_json::from_str::<Value>(text);
+        let cut = super::cut_view(text, "alpha");
+        match &parsed {
+            Ok(tree) if tree.is_object() => {
+                let cut = cut.unwrap_or_else(|| panic!("refused what serde takes: {text:?}"));
+                assert_eq!(
+                    Value::Object(cut),
+                    super::project(tree, "alpha"),
+                    "{text:?}"
+                );
+            }
+            _ => assert!(
+                cut.is_none(),
+                "took what serde refuses: {text:?} ({parsed:?})"
+            ),
+        }
+    }
+}
