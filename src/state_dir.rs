@@ -3,7 +3,7 @@
 
 use std::fs;
 use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -88,7 +88,7 @@ impl StateDir {
             tail.as_slice(),
             b"\n",
         ];
-        write_atomic_parts(&path, &parts).map_err(|e| StorageError::io(&path, "cannot write", &e))
+        write_atomic_reusing(&path, &parts).map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 }
 
@@ -301,6 +301,59 @@ pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
     sync_dir(dir)
 }
 
+/// [`write_atomic_parts`] for a file rewritten whole at every change (the schedule: a megabyte
+/// on a large fleet, on every node): the file it replaces is kept under a temp name
+/// (`.tmp.<name>.spare.0`) and the next write goes into that file, over pages the kernel already
+/// has, instead of into a new one whose pages it must allocate while it frees the old file's.
+/// The spare is never the file in force, so a crash while it is written leaves the file as it
+/// was; the start-up cleanup removes a spare with the other temp files.
+pub fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+    let (Some(dir), Some(name)) = (
+        path.parent().filter(|d| d.is_dir()),
+        path.file_name().and_then(|n| n.to_str()),
+    ) else {
+        return write_atomic_parts(path, parts);
+    };
+    let spare = dir.join(format!("{TEMP_PREFIX}{name}.spare.0"));
+    let tmp = temp_path(dir, name);
+    let mut kept = None;
+    let result = (|| {
+        // Renamed first, so that two writers never share it: the one that loses writes anew.
+        // A spare someone else linked to is left to them (it would change under them).
+        let claimed = fs::rename(&spare, &tmp).is_ok();
+        let mut file = match claimed {
+            true => fs::OpenOptions::new().write(true).open(&tmp)?,
+            false => create_private(&tmp)?,
+        };
+        if claimed && file.metadata()?.nlink() > 1 {
+            fs::remove_file(&tmp)?;
+            file = create_private(&tmp)?;
+        }
+        let mut len = 0;
+        for part in parts {
+            file.write_all(part)?;
+            len += part.len() as u64;
+        }
+        file.set_len(len)?;
+        file.sync_all()?;
+        let keep = temp_path(dir, name);
+        if fs::hard_link(path, &keep).is_ok() {
+            kept = Some(keep);
+        }
+        fs::rename(&tmp, path)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    if let Some(keep) = kept
+        && (result.is_err() || fs::rename(&keep, &spare).is_err())
+    {
+        let _ = fs::remove_file(&keep);
+    }
+    result?;
+    sync_dir(dir)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +398,40 @@ mod tests {
             .filter(|n| n.starts_with(".tmp"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    /// Each save after the first writes into the file the one before replaced, and the file in
+    /// force is always whole: schedules that grow and shrink read back as they were saved.
+    #[test]
+    fn a_schedule_is_written_over_the_file_it_replaced_two_saves_ago() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let spare = dir.root.join("schedule/.tmp.schedule.json.spare.0");
+        let mut inodes = Vec::new();
+        for (n, size) in [1000, 10, 5000, 3, 3, 700].into_iter().enumerate() {
+            let schedule = Schedule::new(
+                serde_json::json!({"pad": "x".repeat(size)}),
+                n as u64,
+                "a".into(),
+            );
+            dir.save_schedule(&schedule).unwrap();
+            assert_eq!(dir.load_schedule().unwrap(), Some(schedule), "save {n}");
+            inodes.push(fs::metadata(dir.schedule_path()).unwrap().ino());
+            assert_eq!(spare.exists(), n > 0, "save {n}");
+        }
+        assert_eq!(inodes[2], inodes[0], "the first file, written again");
+        assert_eq!(inodes[3], inodes[1]);
+        assert_ne!(inodes[1], inodes[0]);
+        // A spare that another name links to is not written over.
+        let link = tmp.path().join("someone-elses");
+        fs::hard_link(&spare, &link).unwrap();
+        let before = fs::read(&link).unwrap();
+        dir.save_schedule(&Schedule::new(serde_json::json!({"n": 7}), 7, "a".into()))
+            .unwrap();
+        assert_eq!(fs::read(&link).unwrap(), before);
+        // The start-up cleanup removes the spare with the other temp files.
+        assert_eq!(dir.clean_temp_files(), 1);
+        assert!(!spare.exists());
     }
 
     #[test]

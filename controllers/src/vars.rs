@@ -22,24 +22,66 @@ pub const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedul
 /// Words that mark a key as holding a secret (matched case-insensitively within the key).
 const SECRET_WORDS: &[&str] = &["password", "secret", "token", "key"];
 
-/// A copy of role variables `value` for people to read (the role log), where the value of every key that looks like a secret (contains
-/// `password`, `secret`, `token` or `key`, any case) is `"***"`, at any depth.
-pub fn mask_secrets(value: &Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(
-            map.iter()
-                .map(|(k, v)| {
-                    let lower = k.to_ascii_lowercase();
-                    if SECRET_WORDS.iter().any(|w| lower.contains(w)) {
-                        (k.clone(), Value::String("***".into()))
-                    } else {
-                        (k.clone(), mask_secrets(v))
-                    }
-                })
-                .collect(),
-        ),
-        Value::Array(items) => Value::Array(items.iter().map(mask_secrets).collect()),
-        other => other.clone(),
+/// Whether key `key` looks like it holds a secret: contains one of [`SECRET_WORDS`], any case.
+fn is_secret(key: &str) -> bool {
+    SECRET_WORDS.iter().any(|word| {
+        key.as_bytes()
+            .windows(word.len())
+            .any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+    })
+}
+
+/// Role variables as people read them (the role log), written by serde without copying them:
+/// the value of every key that looks like a secret (contains `password`, `secret`, `token` or
+/// `key`, any case) is `"***"`, at any depth, and `full_schedule` is a pointer to
+/// `/v1/schedule`.
+pub struct MaskedVars<'a>(pub &'a Map<String, Value>);
+
+/// What [`MaskedVars`] shows for `full_schedule`.
+pub const FULL_SCHEDULE_SHOWN: &str = "(the whole schedule; see /v1/schedule)";
+
+/// A value inside [`MaskedVars`], secrets masked at any depth; `None`: a secret's, `"***"`.
+struct Masked<'a>(Option<&'a Value>);
+
+impl serde::Serialize for MaskedVars<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = s.serialize_map(Some(self.0.len()))?;
+        for (key, value) in self.0 {
+            if key == "full_schedule" {
+                map.serialize_entry(key, FULL_SCHEDULE_SHOWN)?;
+            } else {
+                map.serialize_entry(key, &Masked::entry(key, value))?;
+            }
+        }
+        map.end()
+    }
+}
+
+impl<'a> Masked<'a> {
+    /// The value of `key`: `"***"` if the key looks like a secret.
+    fn entry(key: &str, value: &'a Value) -> Masked<'a> {
+        Masked((!is_secret(key)).then_some(value))
+    }
+}
+
+impl serde::Serialize for Masked<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let Some(value) = self.0 else {
+            return s.serialize_str("***");
+        };
+        match value {
+            Value::Object(object) => {
+                let mut map = s.serialize_map(Some(object.len()))?;
+                for (key, value) in object {
+                    map.serialize_entry(key, &Masked::entry(key, value))?;
+                }
+                map.end()
+            }
+            Value::Array(items) => s.collect_seq(items.iter().map(|v| Masked(Some(v)))),
+            other => other.serialize(s),
+        }
     }
 }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
-use verwalter_controllers::vars::mask_secrets;
+use verwalter_controllers::vars::MaskedVars;
 
 use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
 use crate::apply::ApplyLog;
@@ -43,20 +43,10 @@ impl RoleLog {
 
     /// The variables the templates see, secrets masked; `full_schedule` is summarised.
     pub fn vars(&mut self, vars: &Map<String, Value>) {
-        let mut shown: Map<String, Value> = vars
-            .iter()
-            .filter(|(k, _)| *k != "full_schedule")
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        if vars.contains_key("full_schedule") {
-            shown.insert(
-                "full_schedule".into(),
-                Value::String("(the whole schedule; see /v1/schedule)".into()),
-            );
-        }
-        let text =
-            serde_json::to_string_pretty(&mask_secrets(&Value::Object(shown))).unwrap_or_default();
-        self.write(format!("Template variables: {text}\n").as_bytes());
+        let mut text = b"Template variables: ".to_vec();
+        serde_json::to_writer_pretty(&mut text, &MaskedVars(vars)).unwrap_or_default();
+        text.push(b'\n');
+        self.write(&text);
     }
 
     pub fn action_start(&mut self, name: &str) {

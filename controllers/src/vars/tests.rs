@@ -217,11 +217,14 @@ fn a_source_that_is_not_an_object_is_named() {
 
 #[test]
 fn secrets_are_masked_at_any_depth_and_any_case() {
-    let masked = mask_secrets(&json!({
-        "PASSWORD": "a", "list": [{"SecretKey": "b"}], "keys": ["c"], "plain": "d"
-    }));
+    let vars = json!({
+        "PASSWORD": "a", "list": [{"SecretKey": "b"}], "keys": ["c"], "plain": "d",
+        "full_schedule": {"nodes": {}}, "api_Token": {"x": 1}
+    });
+    let shown = serde_json::to_value(MaskedVars(vars.as_object().unwrap())).unwrap();
     assert_eq!(
-        masked,
-        json!({"PASSWORD": "***", "list": [{"SecretKey": "***"}], "keys": "***", "plain": "d"})
+        shown,
+        json!({"PASSWORD": "***", "list": [{"SecretKey": "***"}], "keys": "***", "plain": "d",
+               "full_schedule": FULL_SCHEDULE_SHOWN, "api_Token": "***"})
     );
 }
