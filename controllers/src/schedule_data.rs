@@ -225,13 +225,16 @@ static SPARE: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
 /// already has, not into a thousand fresh pages the kernel must fault in and zero; it keeps one
 /// such buffer, the size of its last schedule.
 pub fn text_buffer(size: usize) -> Vec<u8> {
-    if size >= SPARE_MIN {
-        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
-        if spare.capacity() >= size {
-            return std::mem::take(&mut *spare);
-        }
+    if size < SPARE_MIN {
+        return Vec::with_capacity(size);
     }
-    Vec::with_capacity(size)
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    if spare.capacity() >= size {
+        return std::mem::take(&mut *spare);
+    }
+    // With room for the next schedules to grow a little (a version string, a few services)
+    // and still fit.
+    Vec::with_capacity(size + size / 16)
 }
 
 impl Drop for Inner {
