@@ -97,6 +97,22 @@ impl ScheduleData {
         Ok(ScheduleData::from_value(tree))
     }
 
+    /// Data received as the JSON text `data` with the hash `claimed` for it, read the way
+    /// [`ScheduleData::from_raw`] reads it, but hashed as it came, whitespace around the value
+    /// included: text whose exact bytes hash to `claimed` is kept as it is, whatever the value
+    /// (the one-pass reading takes only objects; this is the rest of that reading).
+    pub fn from_text(data: &str, claimed: &str) -> Result<ScheduleData, serde_json::Error> {
+        let tree: Value = serde_json::from_str(data)?;
+        if hash_canonical(data.as_bytes()) == claimed {
+            return Ok(ScheduleData::with(
+                data.to_string(),
+                OnceLock::from(Arc::new(tree)),
+                None,
+            ));
+        }
+        Ok(ScheduleData::from_value(tree))
+    }
+
     /// Text received at `range` of `text` for a schedule of hash `claimed` that nothing has
     /// checked to be JSON yet, as a node that renders as `host` takes it from a peer (the rest
     /// of `text` is its envelope, kept as well). Taken as it is when its SHA-1 is `claimed`

@@ -190,8 +190,7 @@ impl Schedule {
             Ok(data) => (data, true),
             Err(text) => {
                 let data = text.get(parts.data).unwrap_or_default();
-                let raw: Box<RawValue> = serde_json::from_str(data)?;
-                (ScheduleData::from_raw(raw, &parts.hash)?, false)
+                (ScheduleData::from_text(data, &parts.hash)?, false)
             }
         };
         let schedule = Schedule {

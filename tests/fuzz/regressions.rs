@@ -102,6 +102,25 @@ fn a_timestamp_with_a_leading_zero_is_not_a_schedule() {
     assert_ne!((target("schedule").run)(zeros.as_bytes()), "ok");
 }
 
+/// Schedule data `\n2` (a number after a newline) whose exact bytes hash to the claimed hash
+/// was refused by a follower: not an object, so read the slow way, which hashed the value
+/// without the whitespace around it. Data is taken however it is spaced when its bytes hash to
+/// the hash, object or not, as serde_json parses it.
+#[test]
+fn spaced_data_that_hashes_to_its_hash_is_taken_whatever_the_value() {
+    use verwalter_controllers::state::Schedule;
+    for data in ["\n2", " [1] ", "\t{\"a\":1}\r\n", "\"x\""] {
+        let hash = verwalter_controllers::hash::hash_canonical(data.as_bytes());
+        let body =
+            format!("{{\"timestamp\":1,\"hash\":\"{hash}\",\"data\":{data},\"origin\":\"x\"}}");
+        let taken = Schedule::from_peer(body.into_bytes(), "n").unwrap();
+        assert_eq!(taken.data.canonical(), data);
+        assert_eq!(taken.hash, hash);
+        let class = (target("schedule_data").run)(data.as_bytes());
+        assert!(class == "object" || class == "other", "{class}");
+    }
+}
+
 /// A `!Prometheus` timeout of 1e38 seconds in the scheduler's `metrics.yaml` panicked in
 /// `Duration::from_secs_f64` while the file was read; now the file is refused with why.
 #[test]
