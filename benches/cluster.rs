@@ -17,7 +17,7 @@
 //!
 //! Run: `cargo bench --bench cluster` (TRIALS=20, NODES=5, SCHEDULE_KB=0 by default;
 //! FAILOVER_TRIALS=TRIALS; RELAY_FANOUT sets `election.relay-fanout`; BENCH_DIR is where the
-//! nodes' dirs go, `target` by default);
+//! nodes' dirs go, `target` by default; KEEP=1 keeps them; VERBOSE=1 prints every trial);
 //! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
 
 use std::fs;
@@ -429,6 +429,15 @@ fn main() {
         egress.push((nodes[leader].served_bytes() - served_before) / size.max(1) as f64);
         propagation.push(rendered.duration_since(written).unwrap_or_default());
         cpu.push((cpu_ms(&nodes) - cpu_before) / nodes_n as f64);
+        // VERBOSE=1: each trial's figures, to see where the slow ones fall.
+        if std::env::var("VERBOSE").is_ok_and(|v| v == "1") {
+            println!(
+                "  trial {trial:>3}: distribution {:6.1} ms, propagation {:6.1} ms, CPU {:4.1} ms per node",
+                ms(distribution[distribution.len() - 1]),
+                ms(propagation[propagation.len() - 1]),
+                cpu[cpu.len() - 1]
+            );
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 

@@ -315,6 +315,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     .spawn(Task::Persister, driver, watchdog::LOCAL_WORK);
     // What a follower passes on to the followers that fetch through it (its HTTP serves it).
     let relay = Arc::new(http::RelayBody::default());
+    // `/v1/schedule`'s bodies, shared with the election, whose pings announce the LZ4 body's hash.
+    let schedule_json = Arc::new(http::SharedJson::schedule());
     let clustered = config.peer_source != PeerSource::None;
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
@@ -365,6 +367,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         )
         .force_leader(config.debug_force_leader);
         let sightings = crate::cluster::fetch::SharedSightings::default();
+        let announced = Arc::new(crate::cluster::vouch::Announced::default());
         let wiring = ElectionWiring {
             socket: Arc::new(udp),
             store: store.clone(),
@@ -374,6 +377,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             clock: clock.clone(),
             metrics: metrics.clone(),
             sightings: sightings.clone(),
+            announced: announced.clone(),
+            schedule_json: schedule_json.clone(),
         };
         let task = ElectionTask::new(
             machine,
@@ -404,6 +409,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 clock: clock.clone(),
                 sightings,
                 relay: relay.clone(),
+                announced,
             },
         )
         .with_token(config.http.token_for_peers())
@@ -615,7 +621,11 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         frontend_dir: config.config_dir.join("frontend"),
         scheduler_dir: crate::inputs::scheduler_dir(&config.config_dir),
         query: query_hook,
-        http: Arc::new(http::HttpState::new(limits.clone()).with_relay(relay)),
+        http: Arc::new(
+            http::HttpState::new(limits.clone())
+                .with_relay(relay)
+                .with_schedule_json(schedule_json),
+        ),
     });
     // Tests and scripts started with `--port 0` read the port from this line.
     tracing::info!(

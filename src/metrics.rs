@@ -45,6 +45,7 @@ pub struct Metrics {
     messages_dropped: IntCounterVec,
     elections_started: IntCounterVec,
     schedule_fetches: IntCounterVec,
+    schedules_checked: IntCounterVec,
     schedule_served_bytes: IntCounterVec,
     schedules_served: IntCounterVec,
     /// Wall-clock ms of the last packet from the leader (0: none), for the age gauge.
@@ -240,6 +241,11 @@ impl Metrics {
                 "Schedules fetched from other nodes, by result (ok, error).",
                 &["result"],
             ),
+            schedules_checked: counter_vec(
+                "verwalter_schedules_checked_total",
+                "Schedules fetched from other nodes and taken as sound, by what vouched for them: data_hash (the SHA-1 of the data is the schedule hash) or body_hash (the SHA-1 of the x-verwalter-lz4 body is the one the leader announced in its ping).",
+                &["by"],
+            ),
             schedule_served_bytes: counter_vec(
                 "verwalter_schedule_served_bytes_total",
                 "Bytes of schedule bodies this node served (/v1/schedule, /v1/schedule/<hash>), by encoding (identity, gzip, x-verwalter-lz4).",
@@ -313,6 +319,9 @@ impl Metrics {
         }
         for r in ["ok", "error"] {
             metrics.schedule_fetches.with_label_values(&[r]);
+        }
+        for by in ["data_hash", "body_hash"] {
+            metrics.schedules_checked.with_label_values(&[by]);
         }
         for e in ["identity", "gzip", crate::cluster::coding::LZ4] {
             metrics.schedule_served_bytes.with_label_values(&[e]);
@@ -389,6 +398,19 @@ impl Metrics {
     pub fn schedule_fetch(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.schedule_fetches.with_label_values(&[result]).inc();
+    }
+
+    /// A fetched schedule checked out: by the hash of its data or (`vouched`) of its body.
+    pub fn schedule_checked(&self, vouched: bool) {
+        let by = if vouched { "body_hash" } else { "data_hash" };
+        self.schedules_checked.with_label_values(&[by]).inc();
+    }
+
+    /// Fetched schedules checked so far by the body's (`vouched`) or the data's hash (tests).
+    #[cfg(test)]
+    pub(crate) fn schedules_checked(&self, vouched: bool) -> u64 {
+        let by = if vouched { "body_hash" } else { "data_hash" };
+        self.schedules_checked.with_label_values(&[by]).get()
     }
 
     /// A schedule body of `bytes` went out, gzip-compressed or not.

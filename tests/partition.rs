@@ -462,6 +462,7 @@ fn untagged_pings_are_dropped(site: &Site, leader: usize, follower: usize) {
         epoch: epoch + 1,
         schedule: None,
         kind: Kind::Ping,
+        lz4_sha1: None,
     };
     let socket = UdpSocket::bind((proxy_ip(follower, other).as_str(), 0)).unwrap();
     socket

@@ -44,12 +44,17 @@ struct Inner {
     range: std::ops::Range<usize>,
     tree: OnceLock<Arc<Value>>,
     all_roles: OnceLock<BTreeSet<String>>,
-    /// A node view cut when the text was checked ([`ScheduleData::received`]), and its host.
-    view: Option<(String, Value)>,
+    /// A node view cut when the text was checked ([`ScheduleData::received`]), and its host:
+    /// the data the render controller renders from, made once and shared.
+    view: Option<(String, ScheduleData)>,
 }
 
 impl ScheduleData {
-    fn with(text: String, tree: OnceLock<Arc<Value>>, view: Option<(String, Value)>) -> Self {
+    fn with(
+        text: String,
+        tree: OnceLock<Arc<Value>>,
+        view: Option<(String, ScheduleData)>,
+    ) -> Self {
         let range = 0..text.len();
         ScheduleData::within(text, range, tree, view)
     }
@@ -58,7 +63,7 @@ impl ScheduleData {
         text: String,
         range: std::ops::Range<usize>,
         tree: OnceLock<Arc<Value>>,
-        view: Option<(String, Value)>,
+        view: Option<(String, ScheduleData)>,
     ) -> Self {
         ScheduleData(Arc::new(Inner {
             text,
@@ -127,16 +132,40 @@ impl ScheduleData {
         claimed: &str,
         host: &str,
     ) -> Result<ScheduleData, String> {
+        ScheduleData::take(text, range, Some(claimed), host)
+    }
+
+    /// [`ScheduleData::received`] for text that something else vouches for, so that the data is
+    /// not hashed: the caller checked the hash of the very bytes it came in against one the
+    /// schedule's maker announced (the `lz4_sha1` of its ping). It is still checked to be a JSON
+    /// object serde_json would parse, in the pass that finds `host`'s view.
+    pub fn received_vouched(
+        text: String,
+        range: std::ops::Range<usize>,
+        host: &str,
+    ) -> Result<ScheduleData, String> {
+        ScheduleData::take(text, range, None, host)
+    }
+
+    fn take(
+        text: String,
+        range: std::ops::Range<usize>,
+        claimed: Option<&str>,
+        host: &str,
+    ) -> Result<ScheduleData, String> {
         let Some(data) = text.get(range.clone()) else {
             return Err(text);
         };
-        if hash_canonical(data.as_bytes()) != claimed {
+        if claimed.is_some_and(|claimed| hash_canonical(data.as_bytes()) != claimed) {
             return Err(text);
         }
         let Some(view) = cut_view(data, host) else {
             return Err(text);
         };
-        let view = (host.to_string(), Value::Object(view));
+        let view = (
+            host.to_string(),
+            ScheduleData::from_value(Value::Object(view)),
+        );
         Ok(ScheduleData::within(
             text,
             range,
@@ -193,6 +222,15 @@ impl ScheduleData {
         })
     }
 
+    /// [`ScheduleData::node_view`] as data of its own: the one cut when the text was received,
+    /// shared, when it was cut for `host` (no copy of the tree, no second canonical writing).
+    pub fn node_view_data(&self, host: &str) -> ScheduleData {
+        match &self.0.view {
+            Some((cut_for, view)) if cut_for == host => view.clone(),
+            _ => ScheduleData::from_value(self.node_view(host)),
+        }
+    }
+
     /// The part of the data node `host` renders from: [`VIEW_KEYS`] and `nodes[host]`, as an
     /// object holding those keys that are present (`nodes` then holds `host` alone). Read from
     /// the tree when it is made, otherwise by scanning the text once without building the rest.
@@ -200,7 +238,7 @@ impl ScheduleData {
         if let Some((cut_for, view)) = &self.0.view
             && cut_for == host
         {
-            return view.clone();
+            return view.tree().as_ref().clone();
         }
         if let Some(tree) = self.0.tree.get() {
             return project(tree, host);

@@ -15,11 +15,14 @@ use verwalter_controllers::election::transport::{self, Cause, To};
 use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
 use verwalter_controllers::ports::Clock;
-use verwalter_controllers::state::{Reports, ScheduleStamp};
+use verwalter_controllers::state::{Reports, Schedule, ScheduleStamp};
 use verwalter_controllers::store::{Field, Store};
 
+use super::coding::Coding;
 use super::fetch::SharedSightings;
 use super::peers::Liveness;
+use super::vouch::{self, Announced};
+use crate::http::SharedJson;
 use crate::metrics::Metrics;
 
 /// Sources of dropped packets warned about (the first packet of each); later ones, and sources
@@ -37,6 +40,11 @@ pub struct ElectionWiring {
     pub metrics: Arc<Metrics>,
     /// Where the schedules of other nodes that peers report are noted for the fetcher.
     pub sightings: SharedSightings,
+    /// Where the body hashes leaders announce are noted for the fetcher.
+    pub announced: Arc<Announced>,
+    /// The bodies this node serves its schedule in: a leader's pings announce the hash of the
+    /// LZ4 one.
+    pub schedule_json: Arc<SharedJson<Option<Schedule>>>,
 }
 
 /// The UDP transport around the election machine.
@@ -48,6 +56,9 @@ pub struct ElectionTask {
     minority_window: Option<Duration>,
     /// `election.key-file`: packets are tagged, and only tagged ones taken.
     key: Option<AuthKey>,
+    /// The hash of this node's own schedule, and the SHA-1 of its LZ4 body, which its pings
+    /// announce (see [`crate::cluster::vouch`]).
+    lz4_sha1: Option<(String, [u8; 20])>,
 }
 
 impl ElectionTask {
@@ -64,6 +75,7 @@ impl ElectionTask {
             io,
             minority_window,
             key,
+            lz4_sha1: None,
         }
     }
 
@@ -176,6 +188,11 @@ impl ElectionTask {
         self.io.metrics.message_received(kind);
         let now_ms = self.io.clock.now_ms();
         self.io.live.packet(&packet.from, now_ms);
+        if let (Some(body), Some(stamp)) = (packet.lz4_sha1, &packet.schedule)
+            && stamp.origin == packet.from
+        {
+            self.io.announced.note(&stamp.hash, body);
+        }
         if let Some(stamp) = transport::sighting(self.machine.id(), &packet) {
             self.io
                 .sightings
@@ -205,6 +222,34 @@ impl ElectionTask {
         self.act(actions).await;
     }
 
+    /// Makes the hash of the LZ4 body of this node's own schedule `stamp` (once per schedule),
+    /// for its pings to announce. The body is the one `/v1/schedule` serves (made here on a
+    /// blocking thread, a megabyte takes milliseconds, before the followers ask for it).
+    async fn make_lz4_sha1(&mut self, stamp: Option<&ScheduleStamp>, own: &str) {
+        let Some(stamp) = stamp.filter(|s| s.origin == own) else {
+            return;
+        };
+        if self
+            .lz4_sha1
+            .as_ref()
+            .is_some_and(|(hash, _)| *hash == stamp.hash)
+        {
+            return;
+        }
+        let snapshot = self.io.store.schedule.peek();
+        if snapshot.as_ref().as_ref().map(|s| &s.hash) != Some(&stamp.hash) {
+            return;
+        }
+        let bodies = self.io.schedule_json.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            vouch::body_sha1(&bodies.encoded(&snapshot, Coding::Lz4))
+        });
+        match made.await {
+            Ok(body) => self.lz4_sha1 = Some((stamp.hash.clone(), body)),
+            Err(e) => tracing::warn!(error = %e, "Could not make the schedule's LZ4 body."),
+        }
+    }
+
     /// Counts an election this node started, by why.
     fn count_election(&self, before: &State, cause: Cause) {
         if let Some(reason) = transport::election_started(before, self.machine.state(), cause) {
@@ -230,6 +275,13 @@ impl ElectionTask {
                 hash: s.hash.clone(),
                 origin: s.origin.clone(),
             });
+        if actions.contains(&Action::PingAll) {
+            self.make_lz4_sha1(stamp.as_ref(), &id).await;
+        }
+        let lz4_sha1 = self
+            .lz4_sha1
+            .as_ref()
+            .map(|(hash, body)| (hash.as_str(), *body));
         let addrs: BTreeMap<String, SocketAddr> = self
             .io
             .store
@@ -246,7 +298,8 @@ impl ElectionTask {
             0
         };
         for action in actions {
-            let (packet, to) = transport::outgoing(action, &id, epoch, errors, stamp.as_ref());
+            let (packet, to) =
+                transport::outgoing(action, &id, epoch, errors, stamp.as_ref(), lz4_sha1);
             let targets: Vec<SocketAddr> = match to {
                 To::All => addrs.values().copied().collect(),
                 To::Peer(peer) => addrs.get(&peer).copied().into_iter().collect(),

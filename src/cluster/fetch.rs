@@ -26,6 +26,7 @@ use verwalter_controllers::store::{Field, Store};
 
 use super::client::HttpClient;
 use super::peers::Liveness;
+use super::vouch::Announced;
 use crate::metrics::Metrics;
 
 /// Schedules larger than this are refused (a transport limit: the body is read into memory).
@@ -55,6 +56,29 @@ pub struct FetcherParts {
     pub sightings: SharedSightings,
     /// Where a follower puts the leader's schedule as it arrives, for its relay children.
     pub relay: Arc<crate::http::RelayBody>,
+    /// Body hashes leaders announced (noted by the election transport).
+    pub announced: Arc<Announced>,
+}
+
+/// How a fetched schedule is read: for node `host`, taking a body `announced` vouches for
+/// without hashing its data, counted in `metrics`.
+#[derive(Clone)]
+pub struct Reading {
+    pub host: Arc<str>,
+    pub announced: Arc<Announced>,
+    pub metrics: Arc<Metrics>,
+}
+
+impl Reading {
+    /// A body vouched for by nothing but its schedule hash (tests).
+    #[cfg(test)]
+    fn plain(host: &str) -> Reading {
+        Reading {
+            host: Arc::from(host),
+            announced: Arc::default(),
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
 }
 
 /// The fetcher task: the replication machine and what it acts through.
@@ -157,7 +181,11 @@ impl Fetcher {
                         .and_then(|p| p.addr.clone());
                     let client = self.client.clone();
                     let token = self.token.clone();
-                    let host = self.host.clone();
+                    let reading = Reading {
+                        host: self.host.clone(),
+                        announced: self.io.announced.clone(),
+                        metrics: self.io.metrics.clone(),
+                    };
                     // What a follower takes from its leader, it passes on to its children.
                     let relay = matches!(fetch.purpose, Purpose::Follow { .. })
                         .then(|| self.io.relay.clone());
@@ -166,12 +194,11 @@ impl Fetcher {
                             Some(addr) => {
                                 let hash = &fetch.stamp.hash;
                                 let relay = relay.as_deref();
+                                let token = token.as_ref();
                                 if fetch.relayed() {
-                                    get_relayed(&client, token.as_ref(), &addr, hash, relay, &host)
-                                        .await
+                                    get_relayed(&client, token, &addr, hash, relay, &reading).await
                                 } else {
-                                    get_schedule(&client, token.as_ref(), &addr, hash, relay, &host)
-                                        .await
+                                    get_schedule(&client, token, &addr, hash, relay, &reading).await
                                 }
                             }
                             None => Err(format!("no address known for {}", fetch.peer)),
@@ -272,7 +299,7 @@ async fn get_schedule(
     addr: &str,
     hash: &str,
     relay: Option<&crate::http::RelayBody>,
-    host: &str,
+    reading: &Reading,
 ) -> Result<Schedule, String> {
     let by_hash = format!("http://{addr}/v1/schedule/{hash}");
     let url = format!("http://{addr}/v1/schedule");
@@ -281,7 +308,7 @@ async fn get_schedule(
         Ok(fetched) => fetched,
         Err(_) => get(&url).await?,
     };
-    pass_on(&url, hash, fetched, relay, host).await
+    pass_on(&url, hash, fetched, relay, reading).await
 }
 
 /// Offers the compressed body of `hash` to `relay` at once (see `RelayBody`), then decodes it; a body
@@ -292,14 +319,14 @@ async fn pass_on(
     hash: &str,
     fetched: crate::cluster::client::Fetched,
     relay: Option<&crate::http::RelayBody>,
-    host: &str,
+    reading: &Reading,
 ) -> Result<Schedule, String> {
     let compressed = fetched.coding != crate::cluster::client::Coding::Identity;
     let relay = relay.filter(|_| compressed && !url.ends_with("/v1/schedule"));
     if let Some(relay) = relay {
         relay.offer(hash, fetched.coding, fetched.body.clone());
     }
-    let decoded = decode(url, host, fetched).await;
+    let decoded = decode(url, hash, fetched, reading).await;
     if let Some(relay) = relay
         && !decoded.as_ref().is_ok_and(|s| s.hash == hash)
     {
@@ -319,31 +346,44 @@ async fn get_relayed(
     addr: &str,
     hash: &str,
     relay: Option<&crate::http::RelayBody>,
-    host: &str,
+    reading: &Reading,
 ) -> Result<Schedule, String> {
     let wait = crate::http::RELAY_WAIT_MAX.as_millis();
     let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
     let fetched = client
         .get_compressed(&url, token, MAX_SCHEDULE, FETCH_TIMEOUT)
         .await?;
-    pass_on(&url, hash, fetched, relay, host).await
+    pass_on(&url, hash, fetched, relay, reading).await
 }
 
-/// A schedule from the body `fetched`, inflated and its data checked against its hash, on a
-/// blocking thread (a megabyte takes a millisecond or two that the runtime's other tasks must
+/// A schedule from the body `fetched`, inflated and checked (its data against its hash, or
+/// the body against the one the leader announced for `hash`, see [`crate::cluster::vouch`]), on
+/// a blocking thread (a megabyte takes a millisecond or two that the runtime's other tasks must
 /// not wait). The data stays text: the schedule's `ScheduleData` parses it when something
 /// reads it whole.
 async fn decode(
     url: &str,
-    host: &str,
+    hash: &str,
     fetched: crate::cluster::client::Fetched,
+    reading: &Reading,
 ) -> Result<Schedule, String> {
-    let (url, host) = (url.to_string(), host.to_string());
+    let (url, hash, reading) = (url.to_string(), hash.to_string(), reading.clone());
     let work = move || {
+        let (coding, coded) = (fetched.coding, fetched.body.clone());
         let body = fetched
             .plain(MAX_SCHEDULE)
             .map_err(|e| format!("{url}: {e}"))?;
-        Schedule::from_peer(body, &host).map_err(|e| format!("{url}: {e}"))
+        let (schedule, vouched) = super::vouch::read(
+            &reading.announced,
+            &hash,
+            coding,
+            &coded,
+            body,
+            &reading.host,
+        )
+        .map_err(|e| format!("{url}: {e}"))?;
+        reading.metrics.schedule_checked(vouched);
+        Ok(schedule)
     };
     tokio::task::spawn_blocking(work)
         .await
@@ -524,6 +564,7 @@ mod tests {
                 clock: Arc::new(SystemClock),
                 sightings,
                 relay: Default::default(),
+                announced: Default::default(),
             },
         );
         let stop = stop.clone();
@@ -690,9 +731,16 @@ mod tests {
         let (port, heads) = serve_with_token(schedule.clone(), TOKEN).await;
         let addr = format!("127.0.0.1:{port}");
         let client = HttpClient::default();
-        let err = get_schedule(&client, None, &addr, &schedule.hash, None, "")
-            .await
-            .unwrap_err();
+        let err = get_schedule(
+            &client,
+            None,
+            &addr,
+            &schedule.hash,
+            None,
+            &Reading::plain(""),
+        )
+        .await
+        .unwrap_err();
         assert!(err.contains("401"), "{err}");
         assert!(
             heads
@@ -704,9 +752,16 @@ mod tests {
         );
         let token =
             verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap();
-        let got = get_schedule(&client, Some(&token), &addr, &schedule.hash, None, "")
-            .await
-            .unwrap();
+        let got = get_schedule(
+            &client,
+            Some(&token),
+            &addr,
+            &schedule.hash,
+            None,
+            &Reading::plain(""),
+        )
+        .await
+        .unwrap();
         assert_eq!(got.hash, schedule.hash);
     }
 
@@ -730,7 +785,8 @@ mod tests {
             coding: crate::cluster::client::Coding::Gzip,
         };
         let mut changes = relay.subscribe();
-        let taking = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), "");
+        let reading = Reading::plain("");
+        let taking = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), &reading);
         let passed = tokio::join!(taking, async {
             changes.changed().await.unwrap();
             relay.get(&schedule.hash)
@@ -756,9 +812,15 @@ mod tests {
             body: gzip(&forged),
             coding: crate::cluster::client::Coding::Gzip,
         };
-        let err = pass_on(&by_hash, &schedule.hash, arrived, Some(&relay), "")
-            .await
-            .unwrap_err();
+        let err = pass_on(
+            &by_hash,
+            &schedule.hash,
+            arrived,
+            Some(&relay),
+            &Reading::plain(""),
+        )
+        .await
+        .unwrap_err();
         assert!(err.contains("hash mismatch"), "{err}");
         assert_eq!(relay.get(&schedule.hash), None);
 
@@ -772,10 +834,53 @@ mod tests {
             &schedule.hash,
             arrived,
             Some(&relay),
-            "",
+            &Reading::plain(""),
         )
         .await
         .unwrap();
         assert_eq!(relay.get(&schedule.hash), None);
+    }
+
+    /// An LZ4 body whose hash the leader announced is taken without hashing its data; any other
+    /// body (another hash, another coding) is checked against the schedule hash.
+    #[tokio::test]
+    async fn an_lz4_body_the_leader_announced_is_taken_on_its_hash() {
+        use crate::cluster::client::{Coding, Fetched};
+        use crate::cluster::vouch::body_sha1;
+        let schedule = Schedule::test().with_role("web", "v1").build();
+        let json = serde_json::to_vec(&schedule).unwrap();
+        let mut forged: serde_json::Value = serde_json::to_value(&schedule).unwrap();
+        forged["data"]["roles"]["web"]["version"] = "v666".into();
+        let forged = serde_json::to_vec(&forged).unwrap();
+        let (lz4, forged_lz4) = (Coding::Lz4.encode(&json), Coding::Lz4.encode(&forged));
+        let reading = Reading::plain("");
+        reading.announced.note(&schedule.hash, body_sha1(&lz4));
+        let url = format!("http://127.0.0.2:1/v1/schedule/{}", schedule.hash);
+        let fetch = |body: &[u8], coding| {
+            let fetched = Fetched {
+                body: body.to_vec().into(),
+                coding,
+            };
+            pass_on(&url, &schedule.hash, fetched, None, &reading)
+        };
+        let checked = |vouched| reading.metrics.schedules_checked(vouched);
+
+        assert_eq!(fetch(&lz4, Coding::Lz4).await.unwrap(), schedule);
+        assert_eq!(
+            (checked(true), checked(false)),
+            (1, 0),
+            "on the body's hash"
+        );
+        // The same bytes inflated and sent as plain JSON: the data's hash.
+        assert_eq!(fetch(&json, Coding::Identity).await.unwrap(), schedule);
+        assert_eq!(
+            (checked(true), checked(false)),
+            (1, 1),
+            "on the data's hash"
+        );
+        // Bytes the leader did not announce are checked, and forged data refused.
+        let err = fetch(&forged_lz4, Coding::Lz4).await.unwrap_err();
+        assert!(err.contains("hash mismatch"), "{err}");
+        assert_eq!((checked(true), checked(false)), (1, 1));
     }
 }

@@ -5,3 +5,4 @@ pub mod coding;
 pub mod election;
 pub mod fetch;
 pub mod peers;
+pub mod vouch;

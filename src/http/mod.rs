@@ -76,7 +76,7 @@ pub struct HttpState {
     max_long_polls: usize,
     long_polls: Arc<tokio::sync::Semaphore>,
     /// `/v1/schedule`'s body, serialized once per schedule and shared by every response.
-    pub schedule_json: SharedJson<Option<verwalter_controllers::state::Schedule>>,
+    pub schedule_json: Arc<SharedJson<Option<verwalter_controllers::state::Schedule>>>,
     /// The leader's schedule this node is taking, as it came, for the followers that fetch
     /// through this node (written by the fetcher).
     pub relay: Arc<RelayBody>,
@@ -245,11 +245,21 @@ impl HttpState {
             streams: Arc::new(tokio::sync::Semaphore::new(max_streams)),
             max_long_polls,
             long_polls: Arc::new(tokio::sync::Semaphore::new(max_long_polls)),
-            schedule_json: SharedJson::schedule(),
+            schedule_json: Arc::new(SharedJson::schedule()),
             relay: Arc::default(),
             graphql: graphql::SchemaCell::default(),
             settings,
         }
+    }
+
+    /// The same, serving the schedule from `bodies` (shared with the election task, which
+    /// announces the hash of the LZ4 body, see [`crate::cluster::vouch`]).
+    pub fn with_schedule_json(
+        mut self,
+        bodies: Arc<SharedJson<Option<verwalter_controllers::state::Schedule>>>,
+    ) -> HttpState {
+        self.schedule_json = bodies;
+        self
     }
 
     /// The same, passing on the bodies the fetcher offers to `relay`.

@@ -126,13 +126,15 @@ pub enum To {
 /// The packet an action of the machine sends, and to whom. `errors`: this node's error count
 /// (a follower's pong reports it); `stamp`: the schedule in force. A leader's ping carries only a
 /// schedule it produced itself: that is what its followers fetch (its copy of an older leader's
-/// schedule is not theirs to take).
+/// schedule is not theirs to take). `lz4_sha1`: a schedule hash and the SHA-1 of that
+/// schedule's `x-verwalter-lz4` body, which a ping carrying that schedule announces.
 pub fn outgoing(
     action: Action,
     own: &NodeId,
     epoch: u64,
     errors: u64,
     stamp: Option<&ScheduleStamp>,
+    lz4_sha1: Option<(&str, [u8; 20])>,
 ) -> (Packet, To) {
     let (kind, to) = match action {
         Action::PingAll => (Kind::Ping, To::All),
@@ -154,11 +156,17 @@ pub fn outgoing(
         Kind::Ping => stamp.filter(|s| s.origin == *own).cloned(),
         _ => stamp.cloned(),
     };
+    // Only for the very schedule the ping carries.
+    let lz4_sha1 = match (&kind, &schedule, lz4_sha1) {
+        (Kind::Ping, Some(stamp), Some((hash, body))) if stamp.hash == hash => Some(body),
+        _ => None,
+    };
     let packet = Packet {
         from: own.clone(),
         epoch,
         schedule,
         kind,
+        lz4_sha1,
     };
     (packet, to)
 }

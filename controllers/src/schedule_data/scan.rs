@@ -55,16 +55,19 @@ fn special(word: u64) -> u64 {
 }
 
 impl Scan<'_> {
+    #[inline(always)]
     fn peek(&self) -> Option<u8> {
         self.b.get(self.i).copied()
     }
 
+    #[inline(always)]
     fn ws(&mut self) {
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.i += 1;
         }
     }
 
+    #[inline(always)]
     fn eat(&mut self, byte: u8) -> Option<()> {
         self.ws();
         (self.peek()? == byte).then(|| self.i += 1)
@@ -135,6 +138,7 @@ impl Scan<'_> {
     }
 
     /// A key: the range of its string, quotes included.
+    #[inline(always)]
     fn key(&mut self) -> Option<Range<usize>> {
         self.ws();
         let start = self.i;
@@ -224,6 +228,7 @@ impl Scan<'_> {
     }
 
     /// A string from its opening quote.
+    #[inline(always)]
     fn string(&mut self) -> Option<()> {
         self.i += 1;
         loop {
@@ -231,6 +236,10 @@ impl Scan<'_> {
                 let flags = special(u64::from_le_bytes(chunk.try_into().expect("8 bytes")));
                 if flags != 0 {
                     self.i += flags.trailing_zeros() as usize / 8;
+                    if self.b[self.i] == b'"' {
+                        self.i += 1;
+                        return Some(());
+                    }
                     break;
                 }
                 self.i += 8;

@@ -292,6 +292,44 @@ fn a_forged_or_broken_envelope_is_refused_with_the_reason() {
     }
 }
 
+/// A body vouched for by the hash its maker announced is taken without hashing its data, but
+/// only as the schedule the vouch names, and only if it is JSON.
+#[test]
+fn a_vouched_body_skips_the_data_hash_and_nothing_else() {
+    let schedule = Schedule::new(samples()[1].clone(), 5, "ab".repeat(16));
+    let body = String::from_utf8(written(&schedule)).unwrap();
+    let read = Schedule::from_vouched_peer(body.clone().into_bytes(), "alpha", &schedule.hash);
+    let read = read.unwrap();
+    assert_eq!(read, schedule);
+    assert_eq!(
+        read.data.node_view("alpha"),
+        schedule.data.node_view("alpha")
+    );
+    // The vouch stands for the hash: altered bytes vouched for are taken as they are (their
+    // maker announced them), but vouched for another schedule they are checked, and refused.
+    let altered = body.replace("\"a\":1", "\"a\":2");
+    let taken = Schedule::from_vouched_peer(altered.clone().into_bytes(), "alpha", &schedule.hash);
+    assert_eq!(taken.unwrap().data.canonical(), {
+        let at = altered.find("\"data\":").unwrap() + 7;
+        &altered[at..altered.rfind(",\"origin\"").unwrap()]
+    });
+    let other = "cd".repeat(20);
+    let err = Schedule::from_vouched_peer(altered.into_bytes(), "alpha", &other).unwrap_err();
+    assert!(
+        err.to_string().starts_with("schedule hash mismatch"),
+        "{err}"
+    );
+    // Vouched-for text that is not JSON is refused all the same.
+    for bad in ["{\"a\":}", r#"{"a":"\ud800"}"#] {
+        let body = format!(
+            "{{\"timestamp\":5,\"hash\":\"{}\",\"data\":{bad},\"origin\":\"x\"}}",
+            schedule.hash
+        );
+        let err = Schedule::from_vouched_peer(body.into_bytes(), "alpha", &schedule.hash);
+        assert!(err.is_err(), "{bad} taken");
+    }
+}
+
 /// serde_json checks a value it skips (`RawValue`, `IgnoredAny`) less than one it parses: a lone
 /// surrogate (`\ud800`) or nesting deeper than its limit passes the first and fails the second.
 /// Such text must never be kept unread, or reading it later would fail.

@@ -47,6 +47,7 @@ fn packet(from: &str, epoch: u64, kind: Kind) -> Packet {
         epoch,
         schedule: None,
         kind,
+        lz4_sha1: None,
     }
 }
 
@@ -209,16 +210,53 @@ fn actions_become_packets_for_everyone_or_one_peer() {
     let mine = stamp(OWN);
     let older = stamp(GAMMA);
 
-    let (ping, to) = outgoing(Action::PingAll, &own, 9, 2, Some(&mine));
+    let body = [7u8; 20];
+    let (ping, to) = outgoing(
+        Action::PingAll,
+        &own,
+        9,
+        2,
+        Some(&mine),
+        Some((&mine.hash, body)),
+    );
     assert_eq!((to, ping.kind, ping.epoch), (To::All, Kind::Ping, 9));
     assert_eq!(ping.schedule, Some(mine.clone()));
-    let (ping, _) = outgoing(Action::PingAll, &own, 9, 2, Some(&older));
+    assert_eq!(ping.lz4_sha1, Some(body), "the ping vouches for its body");
+    let (ping, _) = outgoing(
+        Action::PingAll,
+        &own,
+        9,
+        2,
+        Some(&mine),
+        Some(("0ld", body)),
+    );
     assert_eq!(
-        ping.schedule, None,
+        ping.lz4_sha1, None,
+        "a body hash of another schedule is not announced with this one"
+    );
+    let (ping, _) = outgoing(
+        Action::PingAll,
+        &own,
+        9,
+        2,
+        Some(&older),
+        Some((&older.hash, body)),
+    );
+    assert_eq!(
+        (ping.schedule, ping.lz4_sha1),
+        (None, None),
         "a leader's ping never carries another leader's schedule"
     );
 
-    let (vote, to) = outgoing(Action::Vote, &own, 9, 2, Some(&older));
+    let (vote, to) = outgoing(
+        Action::Vote,
+        &own,
+        9,
+        2,
+        Some(&older),
+        Some((&older.hash, body)),
+    );
+    assert_eq!(vote.lz4_sha1, None, "only pings announce a body hash");
     assert_eq!(to, To::All);
     assert_eq!(
         vote.kind,
@@ -232,7 +270,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
         "votes carry what it has"
     );
 
-    let (confirm, to) = outgoing(Action::ConfirmVote(BETA.into()), &own, 9, 2, None);
+    let (confirm, to) = outgoing(Action::ConfirmVote(BETA.into()), &own, 9, 2, None, None);
     assert_eq!(to, To::Peer(BETA.into()));
     assert_eq!(
         confirm.kind,
@@ -241,7 +279,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
         }
     );
 
-    let (pong, to) = outgoing(Action::Pong(BETA.into()), &own, 9, 2, Some(&older));
+    let (pong, to) = outgoing(Action::Pong(BETA.into()), &own, 9, 2, Some(&older), None);
     assert_eq!(to, To::Peer(BETA.into()));
     assert_eq!(pong.kind, Kind::Pong { errors: 2 });
     assert_eq!(pong.schedule, Some(older));

@@ -36,6 +36,7 @@ fn packet(epoch: u64, schedule: Option<ScheduleStamp>, kind: Kind) -> Packet {
         epoch,
         schedule,
         kind,
+        lz4_sha1: None,
     }
 }
 
@@ -124,6 +125,73 @@ fn ping_with_schedule_bytes() {
     ]
     .concat();
     check_bytes(&packet(1000, Some(stamp()), Kind::Ping), &expected);
+}
+
+#[test]
+fn a_ping_announcing_its_body_hash_is_0_13s_ping_and_one_entry_more() {
+    let body = [0xA5u8; 20];
+    let announcing = Packet {
+        lz4_sha1: Some(body),
+        ..packet(1000, Some(stamp()), Kind::Ping)
+    };
+    let expected: Vec<u8> = [
+        &head(5, "Ping", &[0x19, 0x03, 0xE8])[..], // a map of 5 entries now
+        &cbor_text("schedule"),
+        &stamp_bytes(),
+        &cbor_text("lz4_sha1"),
+        &[0x54], // bytes of 20 (major type 2, the length in the initial byte)
+        &body,
+    ]
+    .concat();
+    check_bytes(&announcing, &expected);
+    // With the longest hash a schedule has (40 hex digits) and the key's tag it still fits
+    // 0.13's receive buffer, with room to spare.
+    let long = Packet {
+        schedule: Some(ScheduleStamp {
+            hash: "f".repeat(40),
+            ..stamp()
+        }),
+        ..announcing.clone()
+    };
+    let sealed = long.encode_with(Some(&key(1))).unwrap();
+    assert!(sealed.len() <= MAX_PACKET / 2, "{} bytes", sealed.len());
+    assert_eq!(Packet::decode_with(&sealed, Some(&key(1))).unwrap(), long);
+    // Without a schedule there is nothing to vouch for: not sent, not taken.
+    let bare = Packet {
+        schedule: None,
+        ..announcing.clone()
+    };
+    assert_eq!(
+        Packet::decode(&bare.encode().unwrap()).unwrap().lz4_sha1,
+        None
+    );
+}
+
+#[test]
+fn a_body_hash_of_the_wrong_size_is_refused_by_name() {
+    let ping = |hash: Value| {
+        cbor(&map(vec![
+            ("type", text("Ping")),
+            ("id", Value::Bytes(FROM_BYTES.to_vec())),
+            ("epoch", uint(5)),
+            (
+                "schedule",
+                schedule_map(uint(1_700_000_000_000), ORIGIN_BYTES.to_vec()),
+            ),
+            ("lz4_sha1", hash),
+        ]))
+    };
+    let error = Packet::decode(&ping(Value::Bytes(vec![1; 19]))).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "lz4_sha1: expected 20 bytes, got 19 bytes"
+    );
+    let error = Packet::decode(&ping(text("abc"))).unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "lz4_sha1: expected 20 bytes, got text \"abc\""
+    );
+    assert_eq!(Packet::decode(&ping(Value::Null)).unwrap().lz4_sha1, None);
 }
 
 #[test]
@@ -550,11 +618,14 @@ fn random_packet(rng: &mut SmallRng) -> Packet {
             target: random_id(rng),
         },
     };
+    let lz4_sha1 = (kind == Kind::Ping && schedule.is_some() && rng.random_bool(0.5))
+        .then(|| rng.random::<[u8; 20]>());
     Packet {
         from: random_id(rng),
         epoch: random_uint(rng),
         schedule,
         kind,
+        lz4_sha1,
     }
 }
 
