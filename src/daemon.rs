@@ -546,7 +546,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             Arc::new(applier),
             applied,
             render_log,
-            clock,
+            clock.clone(),
         )
         .error_policy(config.dependency_failure)
         .role_source(Arc::new(query_hook.clone())),
@@ -570,6 +570,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             logs: logs.clone(),
             state_dir: state_dir.clone(),
         }),
+        clock.clone(),
     ));
     let driver = cleanup.driver(DriverConfig::default(), Duration::from_secs(3600));
     drivers.spawn(Task::Cleanup, driver, watchdog::LOCAL_WORK);

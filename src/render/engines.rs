@@ -76,7 +76,12 @@ impl Engine for HandlebarsEngine {
     fn render(&self, name: &str, vars: &Vars) -> Result<String, String> {
         let context = vars
             .handlebars
-            .get_or_init(|| handlebars::Context::wraps(&*vars.value).map_err(|e| e.to_string()))
+            // A copy of the tree (cheaper than serializing the map into one).
+            .get_or_init(|| {
+                Ok(handlebars::Context::from(Value::Object(Map::clone(
+                    &vars.value,
+                ))))
+            })
             .as_ref()
             .map_err(Clone::clone)?;
         self.0

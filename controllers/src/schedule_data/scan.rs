@@ -62,6 +62,10 @@ impl Scan<'_> {
 
     #[inline(always)]
     fn ws(&mut self) {
+        // Canonical text has none: one comparison decides that.
+        if self.peek().is_none_or(|b| b > b' ') {
+            return;
+        }
         while let Some(b' ' | b'\n' | b'\t' | b'\r') = self.peek() {
             self.i += 1;
         }
