@@ -70,8 +70,9 @@ fn bench(c: &mut Criterion) {
     schedule.write_json(&mut body);
     let lz4 = Coding::Lz4.encode(&body);
     let announced = Announced::default();
-    announced.note(&schedule.hash, body_sha1(&lz4));
+    announced.note(&schedule.hash, &schedule.origin, body_sha1(&lz4));
     let data = schedule.data.canonical().to_string();
+    let makers = [schedule.origin.clone()];
     println!(
         "schedule {:.1} KiB, as x-verwalter-lz4 {:.1} KiB",
         body.len() as f64 / 1024.0,
@@ -112,7 +113,7 @@ fn bench(c: &mut Criterion) {
     group.bench_function("scan_only", |b| {
         b.iter_batched(
             copy,
-            |body| Schedule::from_vouched_peer(body, HOST, &schedule.hash).unwrap(),
+            |body| Schedule::from_vouched_peer(body, HOST, &schedule.hash, &makers).unwrap(),
             BatchSize::LargeInput,
         )
     });

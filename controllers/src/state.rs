@@ -186,16 +186,26 @@ impl Schedule {
         Schedule::read_peer(body, host, None)
     }
 
-    /// [`Schedule::from_peer`] for a body whose bytes are vouched for as schedule `hash`: the
-    /// caller found their SHA-1 (or that of the coding they came in) to be what the maker of
-    /// `hash` announced. Its data is then not hashed again (a megabyte is half a millisecond
-    /// of SHA-1), only checked to be JSON, provided the envelope names `hash`; anything else
-    /// is read as [`Schedule::from_peer`] reads it.
-    pub fn from_vouched_peer(body: Vec<u8>, host: &str, hash: &str) -> Result<Schedule, ReadError> {
-        Schedule::read_peer(body, host, Some(hash))
+    /// [`Schedule::from_peer`] for a body whose bytes are vouched for as schedule `hash` made by
+    /// one of `makers`: the caller found their SHA-1 (or that of the coding they came in) to be
+    /// what those nodes announced for `hash`. Its data is then not hashed again (a megabyte is
+    /// half a millisecond of SHA-1), only checked to be JSON, provided the envelope names `hash`
+    /// and one of `makers` as its origin (a node vouches only for its own schedules); anything
+    /// else is read as [`Schedule::from_peer`] reads it.
+    pub fn from_vouched_peer(
+        body: Vec<u8>,
+        host: &str,
+        hash: &str,
+        makers: &[String],
+    ) -> Result<Schedule, ReadError> {
+        Schedule::read_peer(body, host, Some((hash, makers)))
     }
 
-    fn read_peer(body: Vec<u8>, host: &str, vouched: Option<&str>) -> Result<Schedule, ReadError> {
+    fn read_peer(
+        body: Vec<u8>,
+        host: &str,
+        vouched: Option<(&str, &[String])>,
+    ) -> Result<Schedule, ReadError> {
         let Some(parts) = split_written(&body) else {
             return Schedule::from_json(&body);
         };
@@ -205,7 +215,9 @@ impl Schedule {
         };
         let range = parts.data.clone();
         let taken = match vouched {
-            Some(hash) if *hash == parts.hash => ScheduleData::received_vouched(text, range, host),
+            Some((hash, makers)) if *hash == parts.hash && makers.contains(&parts.origin) => {
+                ScheduleData::received_vouched(text, range, host)
+            }
             _ => ScheduleData::received(text, range, &parts.hash, host),
         };
         let (data, checked) = match taken {

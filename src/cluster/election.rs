@@ -191,7 +191,7 @@ impl ElectionTask {
         if let (Some(body), Some(stamp)) = (packet.lz4_sha1, &packet.schedule)
             && stamp.origin == packet.from
         {
-            self.io.announced.note(&stamp.hash, body);
+            self.io.announced.note(&stamp.hash, &packet.from, body);
         }
         if let Some(stamp) = transport::sighting(self.machine.id(), &packet) {
             self.io

@@ -849,12 +849,15 @@ mod tests {
         use crate::cluster::vouch::body_sha1;
         let schedule = Schedule::test().with_role("web", "v1").build();
         let json = serde_json::to_vec(&schedule).unwrap();
-        let mut forged: serde_json::Value = serde_json::to_value(&schedule).unwrap();
-        forged["data"]["roles"]["web"]["version"] = "v666".into();
-        let forged = serde_json::to_vec(&forged).unwrap();
+        // Forged in the form this version writes, so that it would be read the fast way.
+        let forged = String::from_utf8(json.clone()).unwrap();
+        let forged = forged.replace("\"v1\"", "\"v666\"").into_bytes();
+        assert_ne!(forged, json);
         let (lz4, forged_lz4) = (Coding::Lz4.encode(&json), Coding::Lz4.encode(&forged));
         let reading = Reading::plain("");
-        reading.announced.note(&schedule.hash, body_sha1(&lz4));
+        reading
+            .announced
+            .note(&schedule.hash, &schedule.origin, body_sha1(&lz4));
         let url = format!("http://127.0.0.2:1/v1/schedule/{}", schedule.hash);
         let fetch = |body: &[u8], coding| {
             let fetched = Fetched {
@@ -879,6 +882,16 @@ mod tests {
             "on the data's hash"
         );
         // Bytes the leader did not announce are checked, and forged data refused.
+        let err = fetch(&forged_lz4, Coding::Lz4).await.unwrap_err();
+        assert!(err.contains("hash mismatch"), "{err}");
+        assert_eq!((checked(true), checked(false)), (1, 1));
+        // Another node (a relay, say) announcing the forged bytes under the leader's schedule
+        // hash vouches only for its own schedules: the forged data is still refused.
+        let relay = "77985419c732412ea38b94db00000099";
+        assert_ne!(relay, schedule.origin);
+        reading
+            .announced
+            .note(&schedule.hash, relay, body_sha1(&forged_lz4));
         let err = fetch(&forged_lz4, Coding::Lz4).await.unwrap_err();
         assert!(err.contains("hash mismatch"), "{err}");
         assert_eq!((checked(true), checked(false)), (1, 1));

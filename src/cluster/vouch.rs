@@ -23,37 +23,61 @@ use crate::cluster::coding::Coding;
 /// Announcements kept: a new leader's and its predecessors' recent ones.
 const KEPT: usize = 8;
 
+/// One announcement: node `maker` serves its schedule `hash` as an LZ4 body with SHA-1 `body`.
+#[derive(Debug, PartialEq, Eq)]
+struct Announcement {
+    hash: String,
+    maker: String,
+    body: [u8; 20],
+}
+
 /// The body hashes announced for schedules, newest last (shared by the election task, which
 /// notes them, and the fetcher, which checks bodies against them).
 #[derive(Debug, Default)]
-pub struct Announced(Mutex<VecDeque<(String, [u8; 20])>>);
+pub struct Announced(Mutex<VecDeque<Announcement>>);
 
 impl Announced {
-    /// Notes that the maker of schedule `hash` serves it as an LZ4 body with SHA-1 `body`.
-    pub fn note(&self, hash: &str, body: [u8; 20]) {
+    /// Notes that node `maker` serves its own schedule `hash` as an LZ4 body with SHA-1 `body`
+    /// (the caller checked that the ping came from `maker` and names it as the origin).
+    pub fn note(&self, hash: &str, maker: &str, body: [u8; 20]) {
+        let announcement = Announcement {
+            hash: hash.to_string(),
+            maker: maker.to_string(),
+            body,
+        };
         let mut kept = self.0.lock().unwrap();
-        if kept.iter().any(|(h, b)| h == hash && *b == body) {
+        if kept.contains(&announcement) {
             return;
         }
         if kept.len() == KEPT {
             kept.pop_front();
         }
-        kept.push_back((hash.to_string(), body));
+        kept.push_back(announcement);
     }
 
-    /// Whether `body`, which arrived in `coding`, is one announced for schedule `hash`.
-    pub fn vouches_for(&self, hash: &str, coding: Coding, body: &[u8]) -> bool {
+    /// The nodes that announced `body`, which arrived in `coding`, as their schedule `hash`
+    /// (none: nothing vouches for it). A node vouches only for schedules it made, so a peer
+    /// cannot vouch for bytes under another node's schedule.
+    pub fn makers_of(&self, hash: &str, coding: Coding, body: &[u8]) -> Vec<String> {
         if coding != Coding::Lz4 {
-            return false;
+            return Vec::new();
         }
-        let announced: Vec<[u8; 20]> = {
+        let announced: Vec<(String, [u8; 20])> = {
             let kept = self.0.lock().unwrap();
             kept.iter()
-                .filter(|(h, _)| h == hash)
-                .map(|(_, b)| *b)
+                .filter(|a| a.hash == hash)
+                .map(|a| (a.maker.clone(), a.body))
                 .collect()
         };
-        !announced.is_empty() && announced.contains(&body_sha1(body))
+        if announced.is_empty() {
+            return Vec::new();
+        }
+        let sha1 = body_sha1(body);
+        announced
+            .into_iter()
+            .filter(|(_, b)| *b == sha1)
+            .map(|(maker, _)| maker)
+            .collect()
     }
 }
 
@@ -72,11 +96,15 @@ pub fn read(
     plain: Vec<u8>,
     host: &str,
 ) -> Result<(Schedule, bool), verwalter_controllers::state::ReadError> {
-    if announced.vouches_for(hash, coding, coded) {
-        Schedule::from_vouched_peer(plain, host, hash).map(|s| (s, true))
-    } else {
-        Schedule::from_peer(plain, host).map(|s| (s, false))
+    let makers = announced.makers_of(hash, coding, coded);
+    if makers.is_empty() {
+        return Schedule::from_peer(plain, host).map(|s| (s, false));
     }
+    let schedule = Schedule::from_vouched_peer(plain, host, hash, &makers)?;
+    // Taken on the body's hash only if it is one of those makers' schedule (else its data was
+    // hashed as any other's).
+    let vouched = makers.contains(&schedule.origin);
+    Ok((schedule, vouched))
 }
 
 #[cfg(test)]
@@ -87,30 +115,31 @@ mod tests {
     fn only_an_lz4_body_with_an_announced_hash_for_that_schedule_is_vouched_for() {
         let announced = Announced::default();
         let body = b"some lz4 bytes".as_slice();
-        assert!(!announced.vouches_for("h1", Coding::Lz4, body));
-        announced.note("h1", body_sha1(body));
-        assert!(announced.vouches_for("h1", Coding::Lz4, body));
+        let makers = |hash, coding, body| announced.makers_of(hash, coding, body);
+        assert!(makers("h1", Coding::Lz4, body).is_empty());
+        announced.note("h1", "leader", body_sha1(body));
+        assert_eq!(makers("h1", Coding::Lz4, body), ["leader"]);
         assert!(
-            !announced.vouches_for("h2", Coding::Lz4, body),
+            makers("h2", Coding::Lz4, body).is_empty(),
             "another schedule"
         );
         assert!(
-            !announced.vouches_for("h1", Coding::Gzip, body),
+            makers("h1", Coding::Gzip, body).is_empty(),
             "another coding"
         );
-        assert!(!announced.vouches_for("h1", Coding::Lz4, b"other bytes"));
-        // Two makers of one schedule (say, of two versions) may announce two bodies.
-        announced.note("h1", body_sha1(b"other bytes"));
-        assert!(announced.vouches_for("h1", Coding::Lz4, b"other bytes"));
-        assert!(announced.vouches_for("h1", Coding::Lz4, body));
+        assert!(makers("h1", Coding::Lz4, b"other bytes").is_empty());
+        // Another node may announce other bytes under the same hash: they vouch only as its own.
+        announced.note("h1", "peer", body_sha1(b"other bytes"));
+        assert_eq!(makers("h1", Coding::Lz4, b"other bytes"), ["peer"]);
+        assert_eq!(makers("h1", Coding::Lz4, body), ["leader"]);
         // Bounded: the oldest announcements go.
         for n in 0..KEPT {
-            announced.note(&format!("later{n}"), [n as u8; 20]);
+            announced.note(&format!("later{n}"), "leader", [n as u8; 20]);
         }
-        assert!(!announced.vouches_for("h1", Coding::Lz4, body));
+        assert!(makers("h1", Coding::Lz4, body).is_empty());
         assert_eq!(announced.0.lock().unwrap().len(), KEPT);
         // Noting one again does not push another out.
-        announced.note("later0", [0; 20]);
-        assert_eq!(announced.0.lock().unwrap().front().unwrap().0, "later0");
+        announced.note("later0", "leader", [0; 20]);
+        assert_eq!(announced.0.lock().unwrap().front().unwrap().hash, "later0");
     }
 }

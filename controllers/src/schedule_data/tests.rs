@@ -298,7 +298,9 @@ fn a_forged_or_broken_envelope_is_refused_with_the_reason() {
 fn a_vouched_body_skips_the_data_hash_and_nothing_else() {
     let schedule = Schedule::new(samples()[1].clone(), 5, "ab".repeat(16));
     let body = String::from_utf8(written(&schedule)).unwrap();
-    let read = Schedule::from_vouched_peer(body.clone().into_bytes(), "alpha", &schedule.hash);
+    let maker = [schedule.origin.clone()];
+    let read =
+        Schedule::from_vouched_peer(body.clone().into_bytes(), "alpha", &schedule.hash, &maker);
     let read = read.unwrap();
     assert_eq!(read, schedule);
     assert_eq!(
@@ -308,24 +310,39 @@ fn a_vouched_body_skips_the_data_hash_and_nothing_else() {
     // The vouch stands for the hash: altered bytes vouched for are taken as they are (their
     // maker announced them), but vouched for another schedule they are checked, and refused.
     let altered = body.replace("\"a\":1", "\"a\":2");
-    let taken = Schedule::from_vouched_peer(altered.clone().into_bytes(), "alpha", &schedule.hash);
+    let taken = Schedule::from_vouched_peer(
+        altered.clone().into_bytes(),
+        "alpha",
+        &schedule.hash,
+        &maker,
+    );
     assert_eq!(taken.unwrap().data.canonical(), {
         let at = altered.find("\"data\":").unwrap() + 7;
         &altered[at..altered.rfind(",\"origin\"").unwrap()]
     });
     let other = "cd".repeat(20);
-    let err = Schedule::from_vouched_peer(altered.into_bytes(), "alpha", &other).unwrap_err();
+    let err = Schedule::from_vouched_peer(altered.clone().into_bytes(), "alpha", &other, &maker)
+        .unwrap_err();
     assert!(
         err.to_string().starts_with("schedule hash mismatch"),
         "{err}"
     );
+    // A node vouches only for its own schedules: vouched for by another, the bytes are checked.
+    let someone = ["cd".repeat(16)];
+    let err = Schedule::from_vouched_peer(altered.into_bytes(), "alpha", &schedule.hash, &someone);
+    assert!(
+        err.unwrap_err()
+            .to_string()
+            .starts_with("schedule hash mismatch"),
+        "another maker"
+    );
     // Vouched-for text that is not JSON is refused all the same.
     for bad in ["{\"a\":}", r#"{"a":"\ud800"}"#] {
         let body = format!(
-            "{{\"timestamp\":5,\"hash\":\"{}\",\"data\":{bad},\"origin\":\"x\"}}",
-            schedule.hash
+            "{{\"timestamp\":5,\"hash\":\"{}\",\"data\":{bad},\"origin\":\"{}\"}}",
+            schedule.hash, schedule.origin
         );
-        let err = Schedule::from_vouched_peer(body.into_bytes(), "alpha", &schedule.hash);
+        let err = Schedule::from_vouched_peer(body.into_bytes(), "alpha", &schedule.hash, &maker);
         assert!(err.is_err(), "{bad} taken");
     }
 }
