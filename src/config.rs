@@ -331,6 +331,9 @@ pub struct Config {
     pub deployment_events: Option<crate::graph::events::EventSettings>,
     pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
+    /// What the operator should change, though the daemon can start: a settings file or a
+    /// secret inside the config dir, the settings read from their old place. Logged at start.
+    pub warnings: Vec<String>,
 }
 
 /// Where a node learns its peers.
@@ -352,7 +355,12 @@ pub struct ConfigError {
 impl Config {
     pub fn load(args: &RunArgs) -> Result<Config, ConfigError> {
         let mut problems = Vec::new();
-        let file = match &args.settings {
+        let mut warnings = Vec::new();
+        let settings = args
+            .settings
+            .as_deref()
+            .map(|named| settings_location(named, args.config_dir.as_deref(), &mut warnings));
+        let file = match &settings {
             Some(path) => match read_settings(path) {
                 Ok(file) => file,
                 Err(problem) => {
@@ -542,7 +550,7 @@ impl Config {
             heartbeat: or(el.heartbeat_ms, defaults.heartbeat),
         };
         let election_key = file.election.key_file.as_ref().and_then(|path| {
-            read_key(&relative_to_settings(args, path))
+            read_key(&relative_to_settings(settings.as_deref(), path))
                 .map_err(|problem| problems.push(format!("election.key-file: {problem}")))
                 .ok()
         });
@@ -579,13 +587,43 @@ impl Config {
         if let Err(problem) = check_frontend(&config_dir, &default_frontend) {
             problems.push(format!("default-frontend: {problem}"));
         }
+        // The daemon's own settings and secrets do not belong in the config dir, which sites
+        // deploy by replacing it (docs/packaging.md#configure).
+        let secrets = [
+            ("the settings file", settings.clone()),
+            (
+                "http.token-file",
+                file.http
+                    .token_file
+                    .as_ref()
+                    .map(|p| relative_to_settings(settings.as_deref(), p)),
+            ),
+            (
+                "election.key-file",
+                file.election
+                    .key_file
+                    .as_ref()
+                    .map(|p| relative_to_settings(settings.as_deref(), p)),
+            ),
+        ];
+        for (what, path) in secrets {
+            if let Some(path) = path.filter(|p| absolute(p.clone()).starts_with(&config_dir)) {
+                warnings.push(format!(
+                    "{what} {} is inside the config dir {}: a deploy that replaces the config \
+                     dir (rsync --delete, a checkout) deletes it. Keep it outside, e.g. in {}/",
+                    path.display(),
+                    config_dir.display(),
+                    defaults::SETTINGS_DIR,
+                ));
+            }
+        }
         let mut http =
             crate::http::HttpSettings::from_file(&file.http).unwrap_or_else(|mut found| {
                 problems.append(&mut found);
                 crate::http::HttpSettings::default()
             });
         http.token = file.http.token_file.as_ref().and_then(|path| {
-            read_token(&relative_to_settings(args, path))
+            read_token(&relative_to_settings(settings.as_deref(), path))
                 .map_err(|problem| problems.push(format!("http.token-file: {problem}")))
                 .ok()
         });
@@ -594,7 +632,7 @@ impl Config {
                 .push("http.token-for-reads: needs http.token-file (the token to ask for)".into());
         }
         let placement_extender = file.placement_extender.as_ref().and_then(|e| {
-            let path = |p: &PathBuf| relative_to_settings(args, p);
+            let path = |p: &PathBuf| relative_to_settings(settings.as_deref(), p);
             if e.tls_cert.is_some() != e.tls_key.is_some() {
                 problems.push("placement-extender: tls-cert and tls-key go together".into());
             }
@@ -628,7 +666,7 @@ impl Config {
                     .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
                 storage_dir: g.storage_dir.as_ref().map_or_else(
                     || storage_dir.join("graph"),
-                    |p| relative_to_settings(args, p),
+                    |p| relative_to_settings(settings.as_deref(), p),
                 ),
                 component_timeout: g
                     .component_timeout
@@ -751,7 +789,34 @@ impl Config {
                     n.min(usize::MAX as u64) as usize
                 }),
             election_key,
+            warnings,
         })
+    }
+}
+
+/// The settings file to read for `--settings named`: `named`, unless it does not exist and the
+/// config dir (`--config-dir`, else the default) holds a `settings.yaml`, where the packages of
+/// 0.14.0 kept it: that one is read, with a warning saying where to move it.
+fn settings_location(named: &Path, config_dir: Option<&Path>, warnings: &mut Vec<String>) -> PathBuf {
+    let old = config_dir
+        .unwrap_or(Path::new(defaults::CONFIG_DIR))
+        .join("settings.yaml");
+    let missing = matches!(
+        std::fs::symlink_metadata(named),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound
+    );
+    if missing && old != named && old.is_file() {
+        warnings.push(format!(
+            "{} does not exist: read {} instead, where earlier packages kept the settings. Move \
+             it out of the config dir: mv {} {}",
+            named.display(),
+            old.display(),
+            old.display(),
+            named.display()
+        ));
+        old
+    } else {
+        named.to_path_buf()
     }
 }
 
@@ -834,8 +899,8 @@ fn read_key(path: &Path) -> Result<verwalter_controllers::election::wire::AuthKe
 }
 
 /// `path` of a settings key, relative to the settings file's dir unless absolute.
-fn relative_to_settings(args: &RunArgs, path: &Path) -> PathBuf {
-    match args.settings.as_deref().and_then(Path::parent) {
+fn relative_to_settings(settings: Option<&Path>, path: &Path) -> PathBuf {
+    match settings.and_then(Path::parent) {
         Some(dir) if path.is_relative() => dir.join(path),
         _ => path.to_path_buf(),
     }
@@ -1103,6 +1168,68 @@ mod tests {
             .unwrap();
         let error = read_token(&big).unwrap_err();
         assert!(error.contains("larger than 64 KiB"), "{error}");
+    }
+
+    /// The packages of 0.14.0 kept the settings at the top of the config dir, where a deploy with
+    /// `rsync --delete` deletes them: a missing `--settings` file falls back to that old place
+    /// with a warning, and a settings file, token or key inside the config dir is warned about.
+    #[test]
+    fn settings_and_secrets_inside_the_config_dir_are_read_with_a_warning() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("config");
+        let outside = tmp.path().join("verwalter.d");
+        std::fs::create_dir_all(&config).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        let token = config.join("api-token");
+        std::fs::write(&token, "op3rator-t0ken-0123\n").unwrap();
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
+        std::fs::write(
+            config.join("settings.yaml"),
+            "port: 8400\nhttp:\n  token-file: api-token\n",
+        )
+        .unwrap();
+        let load = |settings: &Path| {
+            Config::load(&RunArgs {
+                settings: Some(settings.to_path_buf()),
+                config_dir: Some(config.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+            .unwrap()
+        };
+        // The new place is empty: the old file is read, its relative token beside it.
+        let new_place = outside.join("settings.yaml");
+        let loaded = load(&new_place);
+        assert_eq!(loaded.port, 8400, "the old settings were read");
+        assert!(loaded.http.token.is_some(), "the token beside the old settings");
+        let all = loaded.warnings.join("\n");
+        assert!(
+            all.contains(&format!("{} does not exist", new_place.display()))
+                && all.contains(&format!("mv {}", config.join("settings.yaml").display())),
+            "{all}"
+        );
+        assert!(all.contains("http.token-file") && all.contains("inside the config dir"), "{all}");
+
+        // Settings in the new place with the token beside them: no warning, the old file unread.
+        let token_outside = outside.join("api-token");
+        std::fs::rename(&token, &token_outside).unwrap();
+        std::fs::write(&new_place, "http:\n  token-file: api-token\n").unwrap();
+        let loaded = load(&new_place);
+        assert_eq!(loaded.port, defaults::PORT, "the new file is the one read");
+        assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+
+        // Named inside the config dir (a unit of one's own): read, with a warning.
+        std::fs::write(config.join("settings.yaml"), "port: 8400\n").unwrap();
+        let loaded = load(&config.join("settings.yaml"));
+        assert_eq!(loaded.port, 8400);
+        assert!(
+            loaded.warnings.iter().any(|w| w.starts_with("the settings file")
+                && w.contains("inside the config dir")),
+            "{:?}",
+            loaded.warnings
+        );
     }
 
     #[test]

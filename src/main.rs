@@ -217,9 +217,12 @@ fn cli_command() -> clap::Command {
 /// Sections of verwalter.1 that clap does not know: the files the package installs.
 const MAN_FILES: &str = r#".SH FILES
 .TP
-.I /etc/verwalter/settings.yaml
+.I /etc/verwalter.d/settings.yaml
 The settings file the packaged systemd unit passes with \fB\-\-settings\fR (a commented
 default; its keys are in running.md).
+.TP
+.I /etc/verwalter.d/api-token
+The API token every request that changes something needs, made at install (root's alone).
 .TP
 .I /etc/verwalter/
 The config dir: \fBscheduler/v1/main.lua\fR, \fBruntime/\fR, \fBtemplates/\fR,
@@ -415,6 +418,9 @@ fn run(args: &RunArgs) -> ExitCode {
             return ExitCode::from(3);
         }
     };
+    for warning in &config.warnings {
+        tracing::warn!("{warning}");
+    }
     if args.use_sudo {
         tracing::warn!(
             "--use-sudo is ignored: rendering runs inside the daemon, which needs the rights its \

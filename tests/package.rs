@@ -75,12 +75,14 @@ fn output_of(program: &str, args: &[&str]) -> Output {
         .unwrap_or_else(|e| panic!("{program}: {e}"))
 }
 
-/// The packaged settings file is what an operator starts with: it must load as it is, and give
-/// a listen address other nodes can reach.
+/// The packaged settings file is what an operator starts with: it must load as it is, beside
+/// the token the package made at install, and give a listen address other nodes can reach.
 #[test]
 fn packaged_settings_file_loads_and_listens_for_a_cluster() {
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = installed_settings(tmp.path());
     let args = RunArgs {
-        settings: Some(repo_file("pkg/settings.yaml")),
+        settings: Some(settings),
         override_machine_id: Some(MACHINE_ID.into()),
         hostname: Some("alpha".into()),
         ..RunArgs::default()
@@ -91,6 +93,8 @@ fn packaged_settings_file_loads_and_listens_for_a_cluster() {
     assert_eq!(config.config_dir, Path::new("/etc/verwalter"));
     assert_eq!(config.storage_dir, Path::new("/var/lib/verwalter"));
     assert_eq!(config.log_dir, Path::new("/var/log/verwalter"));
+    assert!(config.http.token.is_some(), "writes need the token");
+    assert!(config.warnings.is_empty(), "{:?}", config.warnings);
     // The unit's stop timeout covers the longest apply command the file allows by default.
     let unit = std::fs::read_to_string(repo_file("pkg/verwalter.service")).unwrap();
     let stop: u64 = unit
@@ -101,63 +105,112 @@ fn packaged_settings_file_loads_and_listens_for_a_cluster() {
         .expect("TimeoutStopSec=<n>s in the unit");
     assert!(stop > config.command_timeout.as_secs(), "{stop}");
     assert!(
-        unit.contains("ExecStart=/usr/bin/verwalter run --settings /etc/verwalter/settings.yaml\n")
+        unit.contains("ExecStart=/usr/bin/verwalter run --settings /etc/verwalter.d/settings.yaml\n")
     );
 }
 
-/// The write-protection block the packaged file shows commented out works once uncommented,
-/// with a token file made the way its comment says (mode 0600).
-#[test]
-fn packaged_token_block_works_when_uncommented() {
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    let token = tmp.path().join("api-token");
-    std::fs::write(&token, "c2VjcmV0IHRva2VuIGZvciB0aGUgdGVzdA==\n").unwrap();
-    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
-    let packaged = std::fs::read_to_string(repo_file("pkg/settings.yaml")).unwrap();
-    let mut block = false;
-    let mut uncommented = String::new();
-    for line in packaged.lines() {
-        let plain = line.strip_prefix("# ").unwrap_or(line);
-        block = match plain.trim_end() {
-            "http:" => true,
-            _ if block => plain.starts_with("  "),
-            _ => false,
-        };
-        let line = if block {
-            plain.replace("/etc/verwalter/api-token", token.to_str().unwrap())
-        } else {
-            line.to_string()
-        };
-        uncommented.push_str(&line);
-        uncommented.push('\n');
+/// The lines of a maintainer script from the one starting with `first` (after indentation) to
+/// the `fi` that closes it, with `/etc/` moved under `root`.
+fn script_block(script: &str, first: &str, root: &Path) -> String {
+    let mut lines = script.lines().skip_while(|l| !l.trim_start().starts_with(first));
+    let head = lines.next().unwrap_or_else(|| panic!("no {first:?} in\n{script}"));
+    let indent = head.len() - head.trim_start().len();
+    let mut block = vec![head];
+    for line in lines {
+        block.push(line);
+        if line.len() - line.trim_start().len() == indent && line.trim() == "fi" {
+            break;
+        }
     }
-    assert!(
-        uncommented.contains("\nhttp:\n  token-file: "),
-        "{uncommented}"
-    );
-    let settings = tmp.path().join("settings.yaml");
-    std::fs::write(&settings, uncommented).unwrap();
-    let args = RunArgs {
-        settings: Some(settings),
-        override_machine_id: Some(MACHINE_ID.into()),
-        hostname: Some("alpha".into()),
-        ..RunArgs::default()
-    };
-    let config = Config::load(&args).unwrap_or_else(|e| panic!("{:?}", e.problems));
-    assert!(config.http.token.is_some(), "the token file was not taken");
-    assert!(!config.http.token_for_reads);
+    block
+        .join("\n")
+        .replace("/etc/", &format!("{}/etc/", root.display()))
 }
 
-/// The unit's daemon with the packaged settings file at the top of its config dir, as installed:
-/// it starts, and an edit of the file is no input change (no new inputs, same schedule).
+/// `pkg/settings.yaml` where the packages install it, beside the API token their install script
+/// makes (the script's own lines, run under `root`): the settings file's path.
+fn installed_settings(root: &Path) -> PathBuf {
+    let dir = root.join("etc/verwalter.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let settings = dir.join("settings.yaml");
+    std::fs::copy(repo_file("pkg/settings.yaml"), &settings).unwrap();
+    let postinst = std::fs::read_to_string(repo_file("pkg/debian/postinst")).unwrap();
+    let out = output_of("sh", &["-ec", &script_block(&postinst, "token=", root)]);
+    assert!(out.status.success(), "{out:?}");
+    settings
+}
+
+/// Both packages make the API token at install: 32 random bytes in hex, root's alone (0600),
+/// made once and never overwritten; the packaged settings name it, so writes need it from the
+/// first start.
+#[test]
+fn the_packages_make_a_private_api_token_once() {
+    use std::os::unix::fs::PermissionsExt;
+    for script in ["pkg/debian/postinst", "pkg/rpm/post.sh"] {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("etc/verwalter.d")).unwrap();
+        let text = std::fs::read_to_string(repo_file(script)).unwrap();
+        let block = script_block(&text, "token=", tmp.path());
+        let out = output_of("sh", &["-ec", &block]);
+        let said = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{script}: {out:?}");
+        let token = tmp.path().join("etc/verwalter.d/api-token");
+        assert!(said.contains("made the API token for writes"), "{script}: {said}");
+        assert!(said.contains(&format!("sudo cat {}", token.display())), "{said}");
+        let made = std::fs::read_to_string(&token).unwrap();
+        assert_eq!(made.len(), 65, "{script}: {made:?}");
+        assert!(made.trim_end().bytes().all(|b| b.is_ascii_hexdigit()), "{made:?}");
+        let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{script}");
+        // A second run (an upgrade, a reinstall) keeps it and says nothing.
+        let again = output_of("sh", &["-ec", &block]);
+        assert!(again.status.success() && again.stdout.is_empty(), "{again:?}");
+        assert_eq!(std::fs::read_to_string(&token).unwrap(), made, "{script}");
+    }
+}
+
+/// The unit's daemon on the packaged settings and the token made at install: a write without the
+/// token is refused from the first start, with it it goes through.
+#[test]
+fn packaged_settings_refuse_writes_without_the_token() {
+    let tmp = tempfile::tempdir().unwrap();
+    let settings = installed_settings(tmp.path());
+    let token = std::fs::read_to_string(settings.with_file_name("api-token")).unwrap();
+    let config = tmp.path().join("config");
+    copy_tree(&example("minimal"), &config);
+    // Flags override the file's `host: 0.0.0.0` and the dirs, as `systemctl edit` would.
+    let daemon = Daemon::launch(
+        &config,
+        &tmp.path().join("storage"),
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    daemon.wait_json(Duration::from_secs(30), "/v1/schedule", "a schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (code, _) = crate::frontend::request(daemon.port, "POST", "/v1/force_render_all", &[], "");
+    assert_eq!(code, 401, "a write without the token");
+    let bearer = format!("Authorization: Bearer {}", token.trim());
+    let (code, body) =
+        crate::frontend::request(daemon.port, "POST", "/v1/force_render_all", &[&bearer], "");
+    assert!((200..300).contains(&code), "{code} {body}");
+    assert!(daemon.terminate().success());
+}
+
+/// A site that keeps its settings file at the top of its config dir (as the packages before
+/// 0.14.1 did): the daemon starts and warns that a deploy of the config dir deletes it, and an
+/// edit of the file is no input change (no new inputs, same schedule).
 #[test]
 fn settings_file_in_the_config_dir_is_not_an_input() {
+    use std::os::unix::fs::PermissionsExt;
     let tmp = tempfile::tempdir().unwrap();
     let config = tmp.path().join("config");
     copy_tree(&example("minimal"), &config);
     let settings = config.join("settings.yaml");
     std::fs::copy(repo_file("pkg/settings.yaml"), &settings).unwrap();
+    let token = config.join("api-token");
+    std::fs::write(&token, "0123456789abcdef0123456789abcdef\n").unwrap();
+    std::fs::set_permissions(&token, std::fs::Permissions::from_mode(0o600)).unwrap();
     // Flags override the file's `host: 0.0.0.0` and the dirs, as `systemctl edit` would.
     let daemon = Daemon::launch(
         &config,
@@ -168,6 +221,15 @@ fn settings_file_in_the_config_dir_is_not_an_input() {
     let schedule = daemon.wait_json(Duration::from_secs(30), "/v1/schedule", "a schedule", |s| {
         s["hash"].is_string()
     });
+    let logs = daemon.logs();
+    for what in ["the settings file", "http.token-file"] {
+        assert!(
+            logs.lines().any(|l| l.contains("WARN")
+                && l.contains(what)
+                && l.contains("is inside the config dir")),
+            "no warning for {what}:\n{logs}"
+        );
+    }
     let reads = "verwalter_input_reads_total";
     let before = metric(daemon.port, reads).unwrap();
     let changes = |log: &str| log.matches("Inputs changed.").count();
@@ -296,7 +358,7 @@ fn rpm_is_rpmlint_clean() {
 /// Paths every package holds (and, with `dpkg-deb -c`, their modes).
 const SHIPPED: &[&str] = &[
     "/usr/bin/verwalter",
-    "/etc/verwalter/settings.yaml",
+    "/etc/verwalter.d/settings.yaml",
     "/usr/share/man/man1/verwalter.1.gz",
     "/usr/share/man/man1/verwalter-run.1.gz",
     "/usr/share/man/man1/verwalter-check.1.gz",
@@ -338,10 +400,19 @@ fn deb_metadata_and_contents() {
         });
     assert!(depends.starts_with("libc6 (>= 2."), "{depends}");
     let conffiles = stdout_of("dpkg-deb", &["-I", deb, "conffiles"]);
-    assert_eq!(conffiles.trim(), "/etc/verwalter/settings.yaml");
+    assert_eq!(conffiles.trim(), "/etc/verwalter.d/settings.yaml");
+    // 0.13's separate renderer goes: rendering runs inside the daemon.
+    assert!(info.contains(" Conflicts: verwalter-render (<< 0.14)\n"), "{info}");
+    assert!(info.contains(" Replaces: verwalter-render (<< 0.14)\n"), "{info}");
     let postinst = stdout_of("dpkg-deb", &["-I", deb, "postinst"]);
     assert!(postinst.contains("install -d -o root -g root -m 0700 /var/lib/verwalter"));
     assert!(postinst.contains("deb-systemd-helper enable verwalter.service"));
+    // The settings file moved out of the config dir: dpkg carries an edited one over.
+    let mv_conffile = "dpkg-maintscript-helper mv_conffile /etc/verwalter/settings.yaml";
+    for script in ["preinst", "postinst", "postrm"] {
+        let text = stdout_of("dpkg-deb", &["-I", deb, script]);
+        assert!(text.contains(mv_conffile), "{script}:\n{text}");
+    }
 
     let listing = stdout_of("dpkg-deb", &["-c", deb]);
     let entry = |path: &str| {
@@ -361,7 +432,7 @@ fn deb_metadata_and_contents() {
         assert!(entry(path).contains(" 0/0 "), "{}", entry(path));
     }
     assert!(entry("/usr/bin/verwalter").starts_with("-rwxr-xr-x"));
-    assert!(entry("/etc/verwalter/settings.yaml").starts_with("-rw-r--r--"));
+    assert!(entry("/etc/verwalter.d/settings.yaml").starts_with("-rw-r--r--"));
     // The hidden generator is not documented: no page for it.
     assert!(!listing.contains("verwalter-generate"), "{listing}");
 }
@@ -402,7 +473,7 @@ fn rpm_metadata_and_contents() {
     );
     for line in [
         "-rwxr-xr-x root:root  /usr/bin/verwalter",
-        "-rw-r--r-- root:root cn /etc/verwalter/settings.yaml",
+        "-rw-r--r-- root:root cn /etc/verwalter.d/settings.yaml",
         "-rw-r--r-- root:root d /usr/share/man/man1/verwalter.1.gz",
     ] {
         assert!(modes.lines().any(|l| l == line), "no {line:?} in\n{modes}");
@@ -422,6 +493,13 @@ fn rpm_metadata_and_contents() {
         scripts.contains("systemctl try-restart verwalter.service"),
         "{scripts}"
     );
+    assert!(scripts.contains("/etc/verwalter.d/api-token"), "{scripts}");
+    assert!(
+        scripts.contains("posttrans scriptlet") && scripts.contains("settings.yaml.rpmsave"),
+        "{scripts}"
+    );
+    let obsoletes = stdout_of("rpm", &["-qp", "--obsoletes", rpm]);
+    assert_eq!(obsoletes.trim(), "verwalter-render < 0.14");
 }
 
 #[test]
@@ -471,6 +549,15 @@ fn rpm_installs_into_a_scratch_root() {
     );
 }
 
+/// Removes a file when the test ends, however it ends.
+struct Removed<'a>(&'a Path);
+
+impl Drop for Removed<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
 /// Purges the package when the install test ends, however it ends.
 struct Installed;
 
@@ -503,15 +590,76 @@ fn deb_installs_runs_and_purges() {
         return;
     }
 
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let installed = Installed;
-    stdout_of("dpkg", &["-i", deb.to_str().unwrap()]);
+    // An upgrade from a package that kept the settings in the config dir (0.14.0's layout: a
+    // stand-in package holding only that conffile), with the site's edits in it, and a unit of
+    // the site's own (as 0.13 sites wrote) that would override the packaged one.
+    let old = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(old.path().join("DEBIAN")).unwrap();
+    std::fs::create_dir_all(old.path().join("etc/verwalter")).unwrap();
+    std::fs::write(
+        old.path().join("DEBIAN/control"),
+        "Package: verwalter\nVersion: 0.14.0\nArchitecture: amd64\n\
+         Maintainer: test <test@example.com>\nDescription: the settings layout of 0.14.0\n",
+    )
+    .unwrap();
+    std::fs::write(
+        old.path().join("DEBIAN/conffiles"),
+        "/etc/verwalter/settings.yaml\n",
+    )
+    .unwrap();
+    std::fs::copy(
+        repo_file("pkg/settings.yaml"),
+        old.path().join("etc/verwalter/settings.yaml"),
+    )
+    .unwrap();
+    let old_deb = old.path().with_extension("deb");
+    stdout_of(
+        "dpkg-deb",
+        &["--build", old.path().to_str().unwrap(), old_deb.to_str().unwrap()],
+    );
+    stdout_of("dpkg", &["-i", old_deb.to_str().unwrap()]);
+    let edited = "host: 0.0.0.0\nport: 8390\n";
+    std::fs::write("/etc/verwalter/settings.yaml", edited).unwrap();
+    let site_unit = Path::new("/etc/systemd/system/verwalter.service");
+    let _site_unit = (!site_unit.exists()).then(|| {
+        std::fs::write(site_unit, "[Service]\nExecStart=/usr/bin/verwalter --host 0.0.0.0\n")
+            .unwrap();
+        Removed(site_unit)
+    });
+
+    let out = output_of("dpkg", &["-i", deb.to_str().unwrap()]);
+    let (said, warned) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{said}{warned}");
     assert_eq!(
         stdout_of("/usr/bin/verwalter", &["--version"]).trim(),
         format!("verwalter {VERSION}")
     );
+    // The edited settings moved out of the config dir, as they were.
+    assert_eq!(
+        std::fs::read_to_string("/etc/verwalter.d/settings.yaml").unwrap(),
+        edited
+    );
+    assert!(!Path::new("/etc/verwalter/settings.yaml").exists());
+    // The token made once, root's alone; a settings file without `token-file` and the site's
+    // unit are pointed out.
+    let token = std::fs::metadata("/etc/verwalter.d/api-token").unwrap();
+    assert_eq!(
+        (token.uid(), token.permissions().mode() & 0o777),
+        (0, 0o600)
+    );
+    assert!(said.contains("made the API token for writes"), "{said}");
+    assert!(warned.contains("names no http.token-file"), "{warned}");
+    assert!(
+        warned.contains("/etc/systemd/system/verwalter.service overrides the packaged unit"),
+        "{warned}"
+    );
 
     // The dirs postinst made, with their owners and modes.
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
     let storage = std::fs::metadata("/var/lib/verwalter").unwrap();
     assert_eq!(
         (
@@ -607,6 +755,7 @@ fn deb_installs_runs_and_purges() {
     for gone in [
         "/usr/bin/verwalter",
         "/etc/verwalter",
+        "/etc/verwalter.d",
         "/var/lib/verwalter",
         "/var/log/verwalter",
     ] {

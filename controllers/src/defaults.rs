@@ -9,6 +9,9 @@ use std::time::Duration;
 
 /// Config root: scheduler, runtime, templates.
 pub const CONFIG_DIR: &str = "/etc/verwalter";
+/// The daemon's own settings file and secrets (API token, election key) in the packages: beside
+/// the config dir, not inside it, which sites deploy by replacing it.
+pub const SETTINGS_DIR: &str = "/etc/verwalter.d";
 /// The schedule in force, applied hashes, backups.
 pub const STORAGE_DIR: &str = "/var/lib/verwalter";
 /// The deployment log.
