@@ -797,7 +797,11 @@ impl Config {
 /// The settings file to read for `--settings named`: `named`, unless it does not exist and the
 /// config dir (`--config-dir`, else the default) holds a `settings.yaml`, where the packages of
 /// 0.14.0 kept it: that one is read, with a warning saying where to move it.
-fn settings_location(named: &Path, config_dir: Option<&Path>, warnings: &mut Vec<String>) -> PathBuf {
+fn settings_location(
+    named: &Path,
+    config_dir: Option<&Path>,
+    warnings: &mut Vec<String>,
+) -> PathBuf {
     let old = config_dir
         .unwrap_or(Path::new(defaults::CONFIG_DIR))
         .join("settings.yaml");
@@ -1203,14 +1207,20 @@ mod tests {
         let new_place = outside.join("settings.yaml");
         let loaded = load(&new_place);
         assert_eq!(loaded.port, 8400, "the old settings were read");
-        assert!(loaded.http.token.is_some(), "the token beside the old settings");
+        assert!(
+            loaded.http.token.is_some(),
+            "the token beside the old settings"
+        );
         let all = loaded.warnings.join("\n");
         assert!(
             all.contains(&format!("{} does not exist", new_place.display()))
                 && all.contains(&format!("mv {}", config.join("settings.yaml").display())),
             "{all}"
         );
-        assert!(all.contains("http.token-file") && all.contains("inside the config dir"), "{all}");
+        assert!(
+            all.contains("http.token-file") && all.contains("inside the config dir"),
+            "{all}"
+        );
 
         // Settings in the new place with the token beside them: no warning, the old file unread.
         let token_outside = outside.join("api-token");
@@ -1225,8 +1235,10 @@ mod tests {
         let loaded = load(&config.join("settings.yaml"));
         assert_eq!(loaded.port, 8400);
         assert!(
-            loaded.warnings.iter().any(|w| w.starts_with("the settings file")
-                && w.contains("inside the config dir")),
+            loaded
+                .warnings
+                .iter()
+                .any(|w| w.starts_with("the settings file") && w.contains("inside the config dir")),
             "{:?}",
             loaded.warnings
         );

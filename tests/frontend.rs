@@ -722,7 +722,13 @@ fn token_site(reads: bool) -> (tempfile::TempDir, std::path::PathBuf, Daemon) {
 }
 
 /// One HTTP/1.0 request on 127.0.0.1 with `headers`: the status code and the body.
-pub(crate) fn request(port: u16, method: &str, path: &str, headers: &[&str], body: &str) -> (u16, String) {
+pub(crate) fn request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[&str],
+    body: &str,
+) -> (u16, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(70))).unwrap();

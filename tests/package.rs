@@ -105,15 +105,21 @@ fn packaged_settings_file_loads_and_listens_for_a_cluster() {
         .expect("TimeoutStopSec=<n>s in the unit");
     assert!(stop > config.command_timeout.as_secs(), "{stop}");
     assert!(
-        unit.contains("ExecStart=/usr/bin/verwalter run --settings /etc/verwalter.d/settings.yaml\n")
+        unit.contains(
+            "ExecStart=/usr/bin/verwalter run --settings /etc/verwalter.d/settings.yaml\n"
+        )
     );
 }
 
 /// The lines of a maintainer script from the one starting with `first` (after indentation) to
 /// the `fi` that closes it, with `/etc/` moved under `root`.
 fn script_block(script: &str, first: &str, root: &Path) -> String {
-    let mut lines = script.lines().skip_while(|l| !l.trim_start().starts_with(first));
-    let head = lines.next().unwrap_or_else(|| panic!("no {first:?} in\n{script}"));
+    let mut lines = script
+        .lines()
+        .skip_while(|l| !l.trim_start().starts_with(first));
+    let head = lines
+        .next()
+        .unwrap_or_else(|| panic!("no {first:?} in\n{script}"));
     let indent = head.len() - head.trim_start().len();
     let mut block = vec![head];
     for line in lines {
@@ -155,16 +161,28 @@ fn the_packages_make_a_private_api_token_once() {
         let said = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success(), "{script}: {out:?}");
         let token = tmp.path().join("etc/verwalter.d/api-token");
-        assert!(said.contains("made the API token for writes"), "{script}: {said}");
-        assert!(said.contains(&format!("sudo cat {}", token.display())), "{said}");
+        assert!(
+            said.contains("made the API token for writes"),
+            "{script}: {said}"
+        );
+        assert!(
+            said.contains(&format!("sudo cat {}", token.display())),
+            "{said}"
+        );
         let made = std::fs::read_to_string(&token).unwrap();
         assert_eq!(made.len(), 65, "{script}: {made:?}");
-        assert!(made.trim_end().bytes().all(|b| b.is_ascii_hexdigit()), "{made:?}");
+        assert!(
+            made.trim_end().bytes().all(|b| b.is_ascii_hexdigit()),
+            "{made:?}"
+        );
         let mode = std::fs::metadata(&token).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "{script}");
         // A second run (an upgrade, a reinstall) keeps it and says nothing.
         let again = output_of("sh", &["-ec", &block]);
-        assert!(again.status.success() && again.stdout.is_empty(), "{again:?}");
+        assert!(
+            again.status.success() && again.stdout.is_empty(),
+            "{again:?}"
+        );
         assert_eq!(std::fs::read_to_string(&token).unwrap(), made, "{script}");
     }
 }
@@ -402,8 +420,14 @@ fn deb_metadata_and_contents() {
     let conffiles = stdout_of("dpkg-deb", &["-I", deb, "conffiles"]);
     assert_eq!(conffiles.trim(), "/etc/verwalter.d/settings.yaml");
     // 0.13's separate renderer goes: rendering runs inside the daemon.
-    assert!(info.contains(" Conflicts: verwalter-render (<< 0.14)\n"), "{info}");
-    assert!(info.contains(" Replaces: verwalter-render (<< 0.14)\n"), "{info}");
+    assert!(
+        info.contains(" Conflicts: verwalter-render (<< 0.14)\n"),
+        "{info}"
+    );
+    assert!(
+        info.contains(" Replaces: verwalter-render (<< 0.14)\n"),
+        "{info}"
+    );
     let postinst = stdout_of("dpkg-deb", &["-I", deb, "postinst"]);
     assert!(postinst.contains("install -d -o root -g root -m 0700 /var/lib/verwalter"));
     assert!(postinst.contains("deb-systemd-helper enable verwalter.service"));
@@ -617,15 +641,22 @@ fn deb_installs_runs_and_purges() {
     let old_deb = old.path().with_extension("deb");
     stdout_of(
         "dpkg-deb",
-        &["--build", old.path().to_str().unwrap(), old_deb.to_str().unwrap()],
+        &[
+            "--build",
+            old.path().to_str().unwrap(),
+            old_deb.to_str().unwrap(),
+        ],
     );
     stdout_of("dpkg", &["-i", old_deb.to_str().unwrap()]);
     let edited = "host: 0.0.0.0\nport: 8390\n";
     std::fs::write("/etc/verwalter/settings.yaml", edited).unwrap();
     let site_unit = Path::new("/etc/systemd/system/verwalter.service");
     let _site_unit = (!site_unit.exists()).then(|| {
-        std::fs::write(site_unit, "[Service]\nExecStart=/usr/bin/verwalter --host 0.0.0.0\n")
-            .unwrap();
+        std::fs::write(
+            site_unit,
+            "[Service]\nExecStart=/usr/bin/verwalter --host 0.0.0.0\n",
+        )
+        .unwrap();
         Removed(site_unit)
     });
 
