@@ -30,6 +30,8 @@ enum Command {
     Stand,
 }
 
+type Pinged = Arc<Mutex<Option<(Option<ScheduleStamp>, Option<[u8; 20]>)>>>;
+
 /// The 0.13 node's state, as far as the fetch decision goes.
 #[derive(Default)]
 struct State013 {
@@ -49,6 +51,8 @@ struct State013 {
 struct Double013 {
     /// The envelopes it fetched, in order.
     fetched: Arc<Mutex<Vec<Value>>>,
+    /// The stamp and `lz4_sha1` of the last ping (0.13 ignores the latter; noted for the test).
+    pinged: Pinged,
     commands: Sender<Command>,
     stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
@@ -62,15 +66,18 @@ impl Double013 {
             .set_read_timeout(Some(Duration::from_millis(50)))
             .unwrap();
         let fetched = Arc::new(Mutex::new(Vec::new()));
+        let pinged = Pinged::default();
         let stop = Arc::new(AtomicBool::new(false));
         let (commands, received) = channel();
         let thread = {
             let fetched = fetched.clone();
+            let pinged = pinged.clone();
             let stop = stop.clone();
-            std::thread::spawn(move || run(socket, leader_http, received, fetched, stop))
+            std::thread::spawn(move || run(socket, leader_http, received, fetched, pinged, stop))
         };
         Double013 {
             fetched,
+            pinged,
             commands,
             stop,
             thread: Some(thread),
@@ -107,6 +114,7 @@ fn run(
     (leader_host, leader_port): (String, u16),
     commands: Receiver<Command>,
     fetched: Arc<Mutex<Vec<Value>>>,
+    pinged: Pinged,
     stop: Arc<AtomicBool>,
 ) {
     let mut st = State013::default();
@@ -135,6 +143,9 @@ fn run(
             continue;
         };
         last_from = Some(from);
+        if packet.kind == Kind::Ping {
+            *pinged.lock().unwrap() = Some((packet.schedule.clone(), packet.lz4_sha1));
+        }
         // 0.13's network loop: the stamp is compared with the one this peer reported last,
         // and the fetcher acts on a change only if it already replicates that leader.
         let changed = packet
@@ -264,12 +275,54 @@ fn a_013_follower_takes_the_schedule_of_a_new_leadership_with_unchanged_data() {
     .expect("the render controller looked at the restamped schedule");
     let status = alpha.json("/v1/status").unwrap();
     assert_eq!(status["last_deployment"]["id"], pass, "{status}");
+    // Alpha's pings announce the SHA-1 of the LZ4 body of the restamped schedule, which differs
+    // from the earlier stamp's body (followers of this version take a body with that hash
+    // without hashing its data).
+    let stamp = ScheduleStamp {
+        timestamp: second["timestamp"].as_u64().unwrap(),
+        hash: second["hash"].as_str().unwrap().to_string(),
+        origin: second["origin"].as_str().unwrap().to_string(),
+    };
+    let body = lz4_body(port);
+    let announced = wait_for(SOON, || match double.pinged.lock().unwrap().clone() {
+        Some((Some(pinged), body)) if pinged == stamp => body,
+        _ => None,
+    })
+    .expect("a ping with the restamped stamp and a body hash");
+    let served: [u8; 20] = <sha1::Sha1 as sha1::Digest>::digest(&body).into();
+    assert_eq!(
+        announced, served,
+        "the announced body hash is the restamped body's"
+    );
     // The file in the storage dir holds the stamp in force.
     let stored: Value = serde_json::from_str(
         &std::fs::read_to_string(tmp.path().join("storage1/schedule/schedule.json")).unwrap(),
     )
     .unwrap();
     assert_eq!(stored["timestamp"], second["timestamp"]);
+}
+
+/// The body of alpha's `/v1/schedule` in the `x-verwalter-lz4` coding, as bytes.
+fn lz4_body(port: u16) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    write!(
+        stream,
+        "GET /v1/schedule HTTP/1.0\r\nHost: verwalter\r\nAccept-Encoding: x-verwalter-lz4\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).unwrap();
+    let at = response
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a head");
+    let head = String::from_utf8_lossy(&response[..at]).to_ascii_lowercase();
+    assert!(head.contains("content-encoding: x-verwalter-lz4"), "{head}");
+    response[at + 4..].to_vec()
 }
 
 /// Kills a child process when dropped (a failing test too).
