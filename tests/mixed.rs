@@ -28,6 +28,9 @@ enum Command {
     /// Start an election for itself at the next epoch (what a 0.13 node whose leader timed out
     /// does): the leader steps down, and is elected again once the double falls silent.
     Stand,
+    /// Listen on this port from now on, where the leader (restarted with another port) serves
+    /// too: nodes share one port.
+    Move(u16),
 }
 
 type Pinged = Arc<Mutex<Option<(Option<ScheduleStamp>, Option<[u8; 20]>)>>>;
@@ -60,11 +63,7 @@ struct Double013 {
 
 impl Double013 {
     fn start(port: u16, leader_http: (String, u16)) -> Double013 {
-        let socket = UdpSocket::bind(("127.0.0.2", port)).expect("the double's UDP port");
-        // The wait for the next packet, so that the loop sees `stop` and commands.
-        socket
-            .set_read_timeout(Some(Duration::from_millis(50)))
-            .unwrap();
+        let socket = bind(port);
         let fetched = Arc::new(Mutex::new(Vec::new()));
         let pinged = Pinged::default();
         let stop = Arc::new(AtomicBool::new(false));
@@ -109,9 +108,19 @@ fn send(socket: &UdpSocket, to: SocketAddr, epoch: u64, kind: Kind, stamp: Optio
     let _ = socket.send_to(&packet.encode().unwrap(), to);
 }
 
+/// The double's UDP socket on `127.0.0.2:port`.
+fn bind(port: u16) -> UdpSocket {
+    let socket = UdpSocket::bind(("127.0.0.2", port)).expect("the double's UDP port");
+    // The wait for the next packet, so that the loop sees `stop` and commands.
+    socket
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    socket
+}
+
 fn run(
-    socket: UdpSocket,
-    (leader_host, leader_port): (String, u16),
+    mut socket: UdpSocket,
+    (leader_host, mut leader_port): (String, u16),
     commands: Receiver<Command>,
     fetched: Arc<Mutex<Vec<Value>>>,
     pinged: Pinged,
@@ -121,7 +130,12 @@ fn run(
     let mut buf = [0u8; 2048];
     let mut last_from: Option<SocketAddr> = None;
     while !stop.load(Ordering::SeqCst) {
-        while let Ok(Command::Stand) = commands.try_recv() {
+        while let Ok(command) = commands.try_recv() {
+            if let Command::Move(port) = command {
+                socket = bind(port);
+                leader_port = port;
+                continue;
+            }
             st.epoch += 1;
             st.leader = None;
             st.stable = None;
@@ -204,12 +218,12 @@ fn run(
     }
 }
 
-/// Issue 28: a node of this version that leads again with unchanged data (here a re-election)
-/// puts its schedule in force under a new timestamp, so a 0.13 follower, which fetches only on
-/// a changed stamp, takes the new leadership's schedule (it used to keep rendering whatever it
-/// had for as long as that leadership lasted).
+/// Issue 28: a node of this version that leads again with unchanged data (a re-election, then a
+/// restart) puts its schedule in force under a new timestamp, so a 0.13 follower, which fetches
+/// only on a changed stamp, takes each new leadership's schedule (it used to keep rendering
+/// whatever it had for as long as that leadership lasted).
 #[test]
-fn a_013_follower_takes_the_schedule_of_a_new_leadership_with_unchanged_data() {
+fn a_013_follower_takes_the_schedule_of_each_leadership_with_unchanged_data() {
     let tmp = tempfile::tempdir().unwrap();
     let (cantal, url) = start_cantal(tmp.path(), &["alpha", "beta"]);
     let _cantal = Reap(cantal);
@@ -300,6 +314,33 @@ fn a_013_follower_takes_the_schedule_of_a_new_leadership_with_unchanged_data() {
     )
     .unwrap();
     assert_eq!(stored["timestamp"], second["timestamp"]);
+
+    // A restart (SIGKILL; another port, which the double follows): alpha loads that schedule,
+    // leads again once its epoch passes the double's, and restamps it again.
+    drop(alpha);
+    let mut alpha = Node::start(0, tmp.path(), 0, &url);
+    let port = wait_for(Duration::from_secs(30), || listening_port(&alpha.logs()))
+        .unwrap_or_else(|| panic!("alpha does not listen again:\n{}", alpha.logs()));
+    alpha.port = port;
+    double.commands.send(Command::Move(port)).unwrap();
+    let third = wait_for(SOON, || double.fetched().get(2).cloned()).unwrap_or_else(|| {
+        panic!(
+            "the 0.13 double did not fetch the restarted leader's schedule; alpha: {:?} {:?}\n{}",
+            alpha.json("/v1/election"),
+            alpha
+                .json("/v1/schedule")
+                .map(|s| (s["hash"].clone(), s["timestamp"].clone())),
+            alpha.logs()
+        )
+    });
+    assert_eq!(third["hash"], first["hash"], "the data did not change");
+    assert!(
+        third["timestamp"].as_u64() > second["timestamp"].as_u64(),
+        "{second} {third}"
+    );
+    let logs = alpha.logs();
+    assert!(logs.contains("Loaded the stored schedule."), "{logs}");
+    assert!(logs.contains("Restamped the schedule."), "{logs}");
 }
 
 /// The body of alpha's `/v1/schedule` in the `x-verwalter-lz4` coding, as bytes.

@@ -53,7 +53,7 @@
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `mixed`: one node beside a test double of a verwalter 0.13 node (0.13's election packets,
 //!   0.13's fetch rule: only on a changed stamp, only once following): the double takes the
-//!   schedule of each leadership, also one re-elected with unchanged data.
+//!   schedule of each leadership, also of a leader re-elected or restarted with unchanged data.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
 //!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
 //!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
