@@ -90,6 +90,41 @@ fn http_head_at(host: &str, port: u16, path: &str) -> (u16, String) {
     (code, head)
 }
 
+/// Starts the cantal test double listing `names` (node i on `127.0.0.<i+1>`, see
+/// [`Node::start`]), its log in `dir`; returns it with the URL it serves at.
+pub fn start_cantal(dir: &Path, names: &[&str]) -> (Child, String) {
+    let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
+    // Ports are picked by the system and read back from what the processes say (no
+    // bind-and-release window): cantal's from its first line, the nodes' from node 1's
+    // `Listening.` line; the others take the same port on their own addresses.
+    let cantal_log = dir.join("cantal.log");
+    let cantal = Command::new(cantal_bin)
+        .args(["--listen", "127.0.0.1:0"])
+        .args(names.iter().map(|n| format!("{n}.test")))
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&cantal_log).unwrap())
+        .spawn()
+        .unwrap();
+    let url = wait_for(Duration::from_secs(10), || {
+        let log = std::fs::read_to_string(&cantal_log).ok()?;
+        // Whole lines only: `eprintln!` may reach the file in pieces, and a line read
+        // before its address was written gave the nodes the URL `http://`.
+        let addr = log
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .find_map(|l| {
+                l.split(" on ")
+                    .nth(1)?
+                    .trim()
+                    .parse::<std::net::SocketAddr>()
+                    .ok()
+            })?;
+        Some(format!("http://{addr}"))
+    })
+    .expect("fake_cantal says where it listens");
+    (cantal, url)
+}
+
 pub struct Cluster {
     pub tmp: tempfile::TempDir,
     _cantal: Child,
@@ -122,35 +157,7 @@ impl Cluster {
         if let Some(settings) = settings {
             std::fs::write(tmp.path().join("settings.yaml"), settings).unwrap();
         }
-        let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
-        // Ports are picked by the system and read back from what the processes say (no
-        // bind-and-release window): cantal's from its first line, the nodes' from node 1's
-        // `Listening.` line; the others take the same port on their own addresses.
-        let cantal_log = tmp.path().join("cantal.log");
-        let cantal = Command::new(cantal_bin)
-            .args(["--listen", "127.0.0.1:0"])
-            .args(names.iter().map(|n| format!("{n}.test")))
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&cantal_log).unwrap())
-            .spawn()
-            .unwrap();
-        let url = wait_for(Duration::from_secs(10), || {
-            let log = std::fs::read_to_string(&cantal_log).ok()?;
-            // Whole lines only: `eprintln!` may reach the file in pieces, and a line read
-            // before its address was written gave the nodes the URL `http://`.
-            let addr = log
-                .split_inclusive('\n')
-                .filter(|l| l.ends_with('\n'))
-                .find_map(|l| {
-                    l.split(" on ")
-                        .nth(1)?
-                        .trim()
-                        .parse::<std::net::SocketAddr>()
-                        .ok()
-                })?;
-            Some(format!("http://{addr}"))
-        })
-        .expect("fake_cantal says where it listens");
+        let (cantal, url) = start_cantal(tmp.path(), names);
         let mut first = Node::start(0, tmp.path(), 0, &url);
         let port = wait_for(Duration::from_secs(30), || {
             listening_port(&std::fs::read_to_string(&first.log).ok()?)

@@ -51,6 +51,9 @@
 //!   binary.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
+//! - `mixed`: one node beside a test double of a verwalter 0.13 node (0.13's election packets,
+//!   0.13's fetch rule: only on a changed stamp, only once following): the double takes the
+//!   schedule of each leadership, also of a leader re-elected or restarted with unchanged data.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
 //!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
 //!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
@@ -113,6 +116,7 @@ mod graph_nats;
 mod graphql;
 mod hostile;
 mod lithos;
+mod mixed;
 mod notify;
 mod package;
 mod partition;

@@ -9,6 +9,11 @@
 //! backoff, and any input change retries at once. A new schedule is saved through the
 //! [`Persister`] before it is put in force; one that could not be written is still in force, and
 //! the persister writes it again until it is (see [`crate::persist`]).
+//!
+//! A run whose data is what this node made before keeps the schedule in force, except on the
+//! first run of a leadership and while a follower lags behind, when the same data goes in force
+//! again under a fresh timestamp ([`decide`]): a verwalter 0.13 follower fetches only when the
+//! stamp changes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,8 +24,74 @@ use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::persist::Persister;
 use crate::ports::{Clock, Scheduler, SchedulerError, SchedulerFailure};
 use crate::scheduler_metrics::SchedulerMetrics;
-use crate::state::{Actions, Inputs, NodeId, Peers, Schedule, SchedulerInput, SchedulerStatus};
+use crate::state::{
+    Actions, Inputs, NodeId, Peers, Reports, Schedule, SchedulerInput, SchedulerStatus,
+};
 use crate::store::{Field, Store};
+
+/// What a successful scheduler run does with the schedule it made.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Take {
+    /// Other data, or the same data made by another leader: the run's schedule goes in force.
+    New(Schedule),
+    /// The same data this node made before, under a new timestamp (hash, data and origin
+    /// unchanged): what a verwalter 0.13 follower needs to see before it fetches.
+    Restamp(Schedule),
+    /// The schedule in force stays as it is.
+    Keep,
+}
+
+/// What a run that made `made` (this node's, stamped with the run's time) does, with `current`
+/// the schedule in force.
+///
+/// A verwalter 0.13 follower fetches only when the stamp its leader reports *changes* after it
+/// started following (it compares the whole stamp, timestamp included, and ignores reports that
+/// reach it before it follows), and a 0.13 leader stamps every run afresh. Nodes of this version
+/// fetch when the hash differs from what they hold, so a new timestamp on the same hash costs
+/// them nothing. So the same data this node made before is restamped:
+///
+/// - on the first run of each leadership (`fresh_leadership`): a restart or a re-election with
+///   unchanged data would otherwise announce the stamp of an earlier leadership, which a 0.13
+///   follower saw before it followed this node, and it would never fetch;
+/// - on a later run while a peer of this leadership reports another schedule or none
+///   (`lagging`, see [`follower_lags`]), at most once per `period` (by the stamps' wall-clock
+///   times): a 0.13 node that started following mid-leadership (restarted, or missed the
+///   leadership's first ping) sees a change and fetches. A peer that stays behind for good (dead
+///   after a lagging report) costs one restamp per period, not one per run.
+///
+/// Otherwise an unchanged run keeps the schedule, so that the schedule, its file, backups,
+/// caches and streams do not churn every period as 0.13's did. A restamp's timestamp is later
+/// than the current one even if the clock went back.
+pub fn decide(
+    current: Option<&Schedule>,
+    made: Schedule,
+    fresh_leadership: bool,
+    lagging: bool,
+    period: Duration,
+) -> Take {
+    let Some(current) = current.filter(|c| c.hash == made.hash && c.origin == made.origin) else {
+        return Take::New(made);
+    };
+    let period_ms = period.as_millis() as u64;
+    let due = lagging && made.timestamp >= current.timestamp.saturating_add(period_ms);
+    if !fresh_leadership && !due {
+        return Take::Keep;
+    }
+    Take::Restamp(Schedule {
+        timestamp: made.timestamp.max(current.timestamp.saturating_add(1)),
+        ..current.clone()
+    })
+}
+
+/// Whether a peer whose last election packet was of `epoch` (this leadership) reports a schedule
+/// other than `hash`, or none: a follower that has not taken this leader's schedule. Nodes of
+/// this version catch up by themselves within a fetch; a 0.13 follower may wait for a new stamp.
+pub fn follower_lags(reports: &Reports, epoch: u64, hash: &str) -> bool {
+    reports
+        .values()
+        .filter(|r| r.epoch == epoch)
+        .any(|r| r.schedule.as_ref().is_none_or(|s| s.hash != hash))
+}
 
 /// Scheduler outcomes for metrics.
 pub trait ScheduleObserver: Send + Sync + 'static {
@@ -91,6 +162,9 @@ pub struct ScheduleController {
     /// The prefetched snapshot that went into `parents` last (a leader adds schedules it learns
     /// of later, e.g. the other side's after a partition heals).
     parents_from: Mutex<Option<Arc<crate::state::Prefetched>>>,
+    /// The election epoch in which this controller last put a schedule in force (new or
+    /// restamped): the first run of any other epoch is the first of a leadership.
+    stamped_in: Mutex<Option<u64>>,
 }
 
 impl ScheduleController {
@@ -108,6 +182,7 @@ impl ScheduleController {
             last: Mutex::new(None),
             prefetch: false,
             parents_from: Mutex::new(None),
+            stamped_in: Mutex::new(None),
         }
     }
 
@@ -202,24 +277,45 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
-                let schedule = Schedule::new(output.data, input.now, self.deps.identity.id.clone());
+                let made = Schedule::new(output.data, input.now, self.deps.identity.id.clone());
                 let current = self.out.schedule.get();
-                // Same data from another leader's run is taken anew as well: the envelope must
-                // name this node as origin, or its followers would not fetch it from it.
-                let same = current
-                    .as_ref()
-                    .as_ref()
-                    .is_some_and(|c| c.hash == schedule.hash && c.origin == schedule.origin);
-                if !same {
+                let mut stamped = self.stamped_in.lock().unwrap();
+                let fresh_leadership = *stamped != Some(snap.epoch);
+                let lagging = follower_lags(&self.store.reports.peek(), snap.epoch, &made.hash);
+                let take = decide(
+                    current.as_ref().as_ref(),
+                    made,
+                    fresh_leadership,
+                    lagging,
+                    self.deps.period,
+                );
+                let put = match take {
+                    Take::New(schedule) => {
+                        tracing::info!(hash = %schedule.hash, "New schedule.");
+                        Some(schedule)
+                    }
+                    Take::Restamp(schedule) => {
+                        tracing::info!(
+                            hash = %schedule.hash,
+                            timestamp = schedule.timestamp,
+                            why = if fresh_leadership { "new leadership" } else { "a follower lags" },
+                            "Restamped the schedule."
+                        );
+                        Some(schedule)
+                    }
+                    Take::Keep => None,
+                };
+                if let Some(schedule) = put {
                     // A failure is the persister's to report and retry; the schedule is in
                     // force either way.
                     let _ = self.deps.persist.save(&schedule);
-                    tracing::info!(hash = %schedule.hash, "New schedule.");
                     self.out.parents.set(vec![schedule.clone()]);
                     self.out.schedule.set(Some(schedule));
+                    *stamped = Some(snap.epoch);
                     // Our own parents update must not count as a new input.
                     snap.parents = self.store.parents.peek();
                 }
+                drop(stamped);
                 // After the schedule, never before: the action queue reads the answers of the
                 // actions a run consumed from the schedule in force when the status says that
                 // run succeeded (`actions::ActionQueue`).

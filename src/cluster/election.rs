@@ -56,9 +56,10 @@ pub struct ElectionTask {
     minority_window: Option<Duration>,
     /// `election.key-file`: packets are tagged, and only tagged ones taken.
     key: Option<AuthKey>,
-    /// The hash of this node's own schedule, and the SHA-1 of its LZ4 body, which its pings
-    /// announce (see [`crate::cluster::vouch`]).
-    lz4_sha1: Option<(String, [u8; 20])>,
+    /// The stamp of this node's own schedule, and the SHA-1 of its LZ4 body, which its pings
+    /// announce (see [`crate::cluster::vouch`]). Keyed by the whole stamp: a restamped schedule
+    /// (same hash, new timestamp) is served in another body.
+    lz4_sha1: Option<(ScheduleStamp, [u8; 20])>,
 }
 
 impl ElectionTask {
@@ -232,12 +233,12 @@ impl ElectionTask {
         if self
             .lz4_sha1
             .as_ref()
-            .is_some_and(|(hash, _)| *hash == stamp.hash)
+            .is_some_and(|(made, _)| made == stamp)
         {
             return;
         }
         let snapshot = self.io.store.schedule.peek();
-        if snapshot.as_ref().as_ref().map(|s| &s.hash) != Some(&stamp.hash) {
+        if snapshot.as_ref().as_ref().map(Schedule::stamp).as_ref() != Some(stamp) {
             return;
         }
         let bodies = self.io.schedule_json.clone();
@@ -245,7 +246,7 @@ impl ElectionTask {
             vouch::body_sha1(&bodies.encoded(&snapshot, Coding::Lz4))
         });
         match made.await {
-            Ok(body) => self.lz4_sha1 = Some((stamp.hash.clone(), body)),
+            Ok(body) => self.lz4_sha1 = Some((stamp.clone(), body)),
             Err(e) => tracing::warn!(error = %e, "Could not make the schedule's LZ4 body."),
         }
     }
@@ -278,10 +279,12 @@ impl ElectionTask {
         if actions.contains(&Action::PingAll) {
             self.make_lz4_sha1(stamp.as_ref(), &id).await;
         }
+        // Only the body of the very stamp announced (an older one's body differs).
         let lz4_sha1 = self
             .lz4_sha1
             .as_ref()
-            .map(|(hash, body)| (hash.as_str(), *body));
+            .filter(|(made, _)| Some(made) == stamp.as_ref())
+            .map(|(made, body)| (made.hash.as_str(), *body));
         let addrs: BTreeMap<String, SocketAddr> = self
             .io
             .store

@@ -51,6 +51,31 @@ fn handlebars_is_non_strict_and_does_not_escape() {
     assert_eq!(set.renderers[0].templates["conf"], "app.conf.hbs");
 }
 
+/// A block tag alone on its line takes the line with it (Handlebars' "standalone" rule), for
+/// the opening, `else` and closing tags; verwalter 0.13's Handlebars 0.26 left a blank line for
+/// each (issue 28: the one difference found between the files 0.13 and this version wrote from
+/// the same template; rendering.md's table of differences).
+#[test]
+fn a_handlebars_block_tag_alone_on_its_line_leaves_no_blank_line() {
+    let template = "upstream {\n{{#each servers}}\n  server {{this}};\n{{/each}}\n}\n\
+                    {{#if tls}}\nssl on;\n{{else}}\nssl off;\n{{/if}}\nend\n";
+    let tmp = template_dir(
+        "app/v1",
+        &[("app.render.yaml", RENDER), ("app.conf.hbs", template)],
+    );
+    let set = load(&tmp, "app/v1").unwrap();
+    let out = set
+        .render(
+            "app.conf.hbs",
+            &vars(json!({"servers": ["a:80", "b:80"], "tls": false})),
+        )
+        .unwrap();
+    assert_eq!(
+        out,
+        "upstream {\n  server a:80;\n  server b:80;\n}\nssl off;\nend\n"
+    );
+}
+
 #[test]
 fn tera_renders_without_autoescape() {
     let tmp = template_dir(

@@ -250,6 +250,25 @@ fn a_follower_does_not_fetch_the_schedule_it_holds() {
     assert_eq!(node.wake_at(), None, "nothing to wake up for");
 }
 
+/// Issue 28: a leader restamps its unchanged schedule at each new leadership (and for a lagging
+/// 0.13 follower): a follower of this version holding that hash fetches nothing, in the same
+/// epoch or a new one.
+#[test]
+fn a_restamped_schedule_of_the_same_hash_is_not_fetched_again() {
+    let held = made_by(A, 1);
+    let mut node = Node::following(A, 3).holding(&held);
+    let restamped = Schedule {
+        timestamp: held.timestamp + 60_000,
+        ..held.clone()
+    };
+    node.packet(A, 3, Some(&restamped));
+    assert_eq!(node.step(), vec![]);
+    node.follow(A, 4);
+    node.packet(A, 4, Some(&restamped));
+    assert_eq!(node.step(), vec![]);
+    assert_eq!(node.replica.held.as_ref(), Some(&held), "kept as it was");
+}
+
 #[test]
 fn a_follower_without_a_stable_leader_fetches_nothing() {
     let mut node = Node::following(A, 3);

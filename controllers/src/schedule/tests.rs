@@ -24,6 +24,9 @@ struct Rig {
     /// The schedule field the fetcher would write (shared with the controller).
     schedule: Arc<Field<Option<Schedule>>>,
     observer: Arc<CountingObserver>,
+    clock: Arc<FakeClock>,
+    peers: Field<Peers>,
+    reports: Field<crate::state::Reports>,
     stop: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
     persist_handle: tokio::task::JoinHandle<()>,
@@ -42,7 +45,17 @@ fn rig(leader: bool) -> Rig {
 }
 
 fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> Rig {
-    let writer = StoreWriter::new(None);
+    rig_from(None, leader, saved, period)
+}
+
+/// A rig whose node starts holding `stored` (the schedule loaded from the storage dir).
+fn rig_from(
+    stored: Option<Schedule>,
+    leader: bool,
+    saved: Arc<MemoryScheduleStore>,
+    period: Duration,
+) -> Rig {
+    let writer = StoreWriter::new(stored);
     let store = writer.store();
     let StoreWriter {
         inputs: inputs_field,
@@ -52,6 +65,8 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         parents,
         persist_error,
         scheduler_metrics,
+        peers: peers_field,
+        reports,
         ..
     } = writer;
     election.set(ElectionState {
@@ -64,6 +79,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
     let observer = Arc::new(CountingObserver::default());
     let persister = Arc::new(Persister::new(saved.clone(), persist_error));
     let schedule = Arc::new(schedule);
+    let clock = FakeClock::at(1_000);
     let controller = Arc::new(ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
@@ -74,7 +90,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         ScheduleDeps {
             scheduler: scheduler.clone(),
             persist: persister.clone(),
-            clock: FakeClock::at(1_000),
+            clock: clock.clone(),
             observer: observer.clone(),
             identity: Identity {
                 id: "aa".repeat(16),
@@ -106,6 +122,9 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         persister,
         schedule,
         observer,
+        clock,
+        peers: peers_field,
+        reports,
         stop,
         handle,
         persist_handle,
@@ -369,4 +388,228 @@ async fn new_metric_values_rerun_the_scheduler_a_mere_refresh_waits_for_the_peri
     assert_eq!(last_metrics()["load"]["error"], json!("prom: HTTP 503"));
     assert_eq!(last_metrics()["load"]["samples"][0]["value"], json!(0.5));
     rig.stop().await;
+}
+
+/// What the fake scheduler makes from the rig's inputs, as this node's schedule made at `at`.
+fn own_unchanged(at: u64) -> Schedule {
+    Schedule::new(json!({"echo": {"app": {"v1": {}}}}), at, "aa".repeat(16))
+}
+
+fn in_force(rig: &Rig) -> Schedule {
+    rig.store
+        .schedule
+        .peek()
+        .as_ref()
+        .clone()
+        .expect("a schedule")
+}
+
+/// Issue 28: a node that leads again (here: after a restart, holding the schedule it stored in
+/// an earlier leadership) with unchanged data puts that schedule in force under a fresh
+/// timestamp, saved and among the parents, so that a verwalter 0.13 follower, which fetches only
+/// when the leader's stamp changes, takes it. Later unchanged runs of the same leadership keep
+/// it. (It used to keep the stored stamp for the whole leadership.)
+#[tokio::test(start_paused = true)]
+async fn the_first_schedule_of_a_leadership_is_restamped_when_its_data_is_unchanged() {
+    let stored = own_unchanged(400);
+    let rig = rig_from(
+        Some(stored.clone()),
+        true,
+        Arc::default(),
+        Duration::from_secs(10),
+    );
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    let first = in_force(&rig);
+    assert_eq!(first.hash, stored.hash);
+    assert_eq!(first.origin, stored.origin);
+    assert_eq!(first.data.canonical(), stored.data.canonical());
+    assert_eq!(first.timestamp, 1_000, "the run's time, not the stored 400");
+    first.verify().unwrap();
+    let saved = rig.saved.saved.lock().unwrap().clone();
+    assert_eq!(
+        saved,
+        vec![first.clone()],
+        "the file holds the stamp in force"
+    );
+    assert_eq!(*rig.store.parents.peek(), vec![first.clone()]);
+
+    // The same leadership: an unchanged run keeps it, stamp and snapshot.
+    let before = rig.store.schedule.peek();
+    rig.clock.advance(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    assert!(Arc::ptr_eq(&before, &rig.store.schedule.peek()));
+    assert_eq!(rig.saved.saved.lock().unwrap().len(), 1);
+
+    // A re-election (a new epoch, still this node): restamped again.
+    rig.clock.advance(Duration::from_secs(1));
+    rig.election.set(ElectionState {
+        is_leader: true,
+        epoch: 2,
+        ..Default::default()
+    });
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 3);
+    let second = in_force(&rig);
+    assert_eq!(second.hash, first.hash);
+    assert_eq!(second.timestamp, 12_000);
+    assert_eq!(rig.saved.saved.lock().unwrap().len(), 2);
+    rig.stop().await;
+}
+
+/// A leadership that starts while the wall clock is behind the stored stamp (it was set back)
+/// still gets a stamp that differs: one millisecond after the stored one.
+#[tokio::test(start_paused = true)]
+async fn a_restamp_is_later_than_the_stamp_it_replaces_even_when_the_clock_went_back() {
+    let rig = rig_from(
+        Some(own_unchanged(50_000)),
+        true,
+        Arc::default(),
+        Duration::from_secs(10),
+    );
+    settle().await;
+    assert_eq!(in_force(&rig).timestamp, 50_001);
+    rig.stop().await;
+}
+
+/// While a peer of this leadership reports another schedule (or none), an unchanged run
+/// restamps once the schedule in force is a period old, and not sooner; once every follower
+/// holds it, runs keep it.
+#[tokio::test(start_paused = true)]
+async fn a_lagging_follower_gets_a_restamp_once_a_period() {
+    use crate::state::{Peer, Report, ScheduleStamp};
+    let rig = rig(true);
+    settle().await;
+    let first = in_force(&rig);
+    assert_eq!(first.timestamp, 1_000);
+    let peer = "bb".repeat(16);
+    let report = |schedule: Option<ScheduleStamp>, epoch: u64| Report {
+        schedule,
+        errors: 0,
+        epoch,
+    };
+    // A 0.13 follower that holds nothing of this leader's.
+    rig.reports.set([(peer.clone(), report(None, 1))].into());
+    // A run before the period is up (a peer list change wakes it): kept.
+    rig.clock.advance(Duration::from_secs(3));
+    let mut peers = Peers::default();
+    peers.peers.insert(
+        peer.clone(),
+        Peer {
+            id: peer.clone(),
+            addr: None,
+            name: "beta".into(),
+            hostname: "beta".into(),
+            schedule: None,
+            known_since: 0,
+            last_report_direct: None,
+            errors: 0,
+        },
+    );
+    rig.peers.set(peers);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    assert_eq!(in_force(&rig), first);
+    // The period's run: restamped.
+    rig.clock.advance(Duration::from_secs(7));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.scheduler.runs(), 3);
+    let restamped = in_force(&rig);
+    assert_eq!(restamped.hash, first.hash);
+    assert_eq!(restamped.timestamp, 11_000);
+    assert_eq!(rig.saved.saved.lock().unwrap().len(), 2);
+    // It fetched (any stamp of the same hash will do): the next period keeps the schedule.
+    rig.reports
+        .set([(peer.clone(), report(Some(first.stamp()), 1))].into());
+    rig.clock.advance(Duration::from_secs(10));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(rig.scheduler.runs(), 4);
+    assert_eq!(in_force(&rig), restamped);
+    rig.stop().await;
+}
+
+#[test]
+fn only_peers_of_this_leadership_that_hold_another_schedule_lag() {
+    use crate::state::{Report, ScheduleStamp};
+    let stamp = |hash: &str| ScheduleStamp {
+        timestamp: 1,
+        hash: hash.into(),
+        origin: "aa".repeat(16),
+    };
+    let report = |schedule: Option<ScheduleStamp>, epoch: u64| Report {
+        schedule,
+        errors: 0,
+        epoch,
+    };
+    let reports = |list: Vec<Report>| -> crate::state::Reports {
+        list.into_iter()
+            .enumerate()
+            .map(|(i, r)| (format!("{i:032}"), r))
+            .collect()
+    };
+    assert!(!follower_lags(&reports(vec![]), 3, "h"));
+    assert!(!follower_lags(
+        &reports(vec![report(Some(stamp("h")), 3)]),
+        3,
+        "h"
+    ));
+    assert!(follower_lags(
+        &reports(vec![report(Some(stamp("h")), 3), report(None, 3)]),
+        3,
+        "h"
+    ));
+    assert!(follower_lags(
+        &reports(vec![report(Some(stamp("old")), 3)]),
+        3,
+        "h"
+    ));
+    // Reports of an earlier epoch are of peers not heard in this leadership.
+    assert!(!follower_lags(
+        &reports(vec![report(Some(stamp("old")), 2)]),
+        3,
+        "h"
+    ));
+}
+
+#[test]
+fn other_data_or_another_origin_is_a_new_schedule_never_a_restamp() {
+    let period = Duration::from_secs(10);
+    let current = own_unchanged(1_000);
+    let other_data = Schedule::new(json!({"x": 1}), 2_000, "aa".repeat(16));
+    assert_eq!(
+        decide(Some(&current), other_data.clone(), false, false, period),
+        Take::New(other_data)
+    );
+    // The same data another leader made: taken anew, with this node as origin.
+    let theirs = Schedule {
+        origin: "bb".repeat(16),
+        ..current.clone()
+    };
+    let mine = own_unchanged(2_000);
+    assert_eq!(
+        decide(Some(&theirs), mine.clone(), false, false, period),
+        Take::New(mine.clone())
+    );
+    assert_eq!(
+        decide(None, mine.clone(), true, true, period),
+        Take::New(mine)
+    );
+    // Unchanged, same leadership, nobody lagging: kept.
+    assert_eq!(
+        decide(Some(&current), own_unchanged(99_000), false, false, period),
+        Take::Keep
+    );
+    // Lagging, due after one period exactly.
+    assert_eq!(
+        decide(Some(&current), own_unchanged(10_999), false, true, period),
+        Take::Keep
+    );
+    let Take::Restamp(restamped) =
+        decide(Some(&current), own_unchanged(11_000), false, true, period)
+    else {
+        panic!("a period old with a lagging follower: restamped");
+    };
+    assert_eq!(restamped.timestamp, 11_000);
+    assert_eq!(restamped.hash, current.hash);
 }
