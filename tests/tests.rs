@@ -52,8 +52,8 @@
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
-//!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
-//!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
+//!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings (also without `WATCHDOG_PID`),
+//!   a stuck render pass that stops them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
 //!   cause for bad settings, a port in use, a storage dir that is not one.
 //! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
 //!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
