@@ -27,7 +27,10 @@
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
-//!   errors, and the daemon serving it by its settings.
+//!   errors, and the daemon serving it by its settings (with its limits); hostile clients:
+//!   bodies trickled or idle keep-alive connections at the cap make room for a real request, an
+//!   oversized `Content-Length` gets 413 at once, a trickled body 408, bodies together within
+//!   the byte budget (503 past it).
 //! - `graph_nats`: `verwalter graph` against Debian's `nats-server` (`make nats-deps`) with a
 //!   worker in the test: the example service build in dependency order with references resolved
 //!   and one result, an error while others run (one `.error`, after them), a lost answer timed
