@@ -70,7 +70,8 @@
 //! - `placement_cli`: `verwalter placement simulate` on `examples/placement` (wca's experiment):
 //!   the table in the config's order, JSON twice byte for byte with the Fit family at 0 % broken
 //!   nodes and NOP above, the SVG chart naming every algorithm, `--algorithm`, and bad node and
-//!   task files refused with file and line.
+//!   task files refused with file and line; inputs over the limits (a device, a FIFO, a file
+//!   over 16 MiB, counts of nodes or tasks) refused, named.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
