@@ -98,8 +98,9 @@ pub async fn read(
         return Err(refusal);
     }
     let mut share = budget.none();
-    // Pages of the reserved space are taken only as the bytes come (and are charged).
-    let mut bytes = Vec::with_capacity(declared.unwrap_or(0) as usize);
+    // Grown as the bytes come and are charged: a length announced is no reason to reserve it
+    // (a large buffer grows in place, its pages taken as they are written).
+    let mut bytes = Vec::with_capacity(declared.unwrap_or(0).min(64 << 10) as usize);
     let mut stream = request.into_body().into_data_stream();
     loop {
         let piece = match tokio::time::timeout_at(deadline, stream.next()).await {
