@@ -434,6 +434,15 @@ fn start_problems_are_named() {
         err.contains("config.yaml: config:") && err.contains("line 2"),
         "{err}"
     );
+    // A device as the config is refused without being read; so are bad limits.
+    let err = refused(&["--config", "/dev/zero"]);
+    assert!(
+        err.contains("/dev/zero: cannot read: not a regular file (a character device)"),
+        "{err}"
+    );
+    std::fs::write(&config, "algorithms:\n  a: !Fit\n").unwrap();
+    let err = refused(&["--config", path, "--max-body-bytes", "0"]);
+    assert!(err.contains("--max-body-bytes: must be above 0"), "{err}");
 }
 
 #[test]

@@ -189,7 +189,7 @@ impl ExtenderSetup {
     /// [`ExtenderSetup::from_flags`] with the limits' problems named with `prefix`.
     pub fn from_flags_named(flags: &ExtenderFlags, prefix: &str) -> Result<ExtenderSetup, String> {
         let limits = ExtenderLimits::from_flags(flags, prefix)?;
-        let text = std::fs::read_to_string(&flags.config)
+        let text = super::input::read_text_capped(&flags.config, super::input::MAX_CONFIG_BYTES)
             .map_err(|e| format!("{}: cannot read: {e}", flags.config.display()))?;
         let algorithms = verwalter_placement::config::load(&text, |n| std::env::var(n).ok())
             .map_err(|e| format!("{}: {e}", flags.config.display()))?;

@@ -101,57 +101,8 @@ fn at(path: &Path, e: experiment::InputError) -> String {
     }
 }
 
-/// A regular file's text, of at most `experiment::MAX_FILE_BYTES`: anything else (a FIFO, a
-/// device such as `/dev/zero`, a directory) is refused without reading it, and a file that
-/// grows past the limit while it is read is refused once past it.
+/// A regular file's text, of at most `experiment::MAX_FILE_BYTES` (`super::input`).
 fn read(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let limit = experiment::MAX_FILE_BYTES;
-    let name = path.display();
-    // Without blocking: opening a FIFO for reading would wait for a writer.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("{name}: {e}"))?;
-    let meta = file.metadata().map_err(|e| format!("{name}: {e}"))?;
-    if !meta.is_file() {
-        return Err(format!(
-            "{name}: not a regular file ({}); give a file",
-            file_kind(&meta)
-        ));
-    }
-    if meta.len() > limit {
-        return Err(format!(
-            "{name}: {} bytes, over the limit of {limit} bytes",
-            meta.len()
-        ));
-    }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("{name}: {e}"))?;
-    if bytes.len() as u64 > limit {
-        return Err(format!("{name}: over the limit of {limit} bytes"));
-    }
-    String::from_utf8(bytes).map_err(|e| format!("{name}: not UTF-8 text: {e}"))
-}
-
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = meta.file_type();
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a file"
-    }
+    super::input::read_text_capped(path, experiment::MAX_FILE_BYTES)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }
