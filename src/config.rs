@@ -175,6 +175,12 @@ pub struct ExtenderFileSettings {
     /// Serve HTTPS with this certificate chain (PEM), with `tls-key`.
     pub tls_cert: Option<PathBuf>,
     pub tls_key: Option<PathBuf>,
+    /// The limits, as `verwalter extender`'s flags of the same names.
+    pub max_connections: Option<usize>,
+    pub idle_timeout_ms: Option<u64>,
+    pub body_timeout_ms: Option<u64>,
+    pub max_body_bytes: Option<u64>,
+    pub body_budget_bytes: Option<u64>,
 }
 
 /// Limits of the HTTP server (see docs/running.md, "HTTP limits").
@@ -632,23 +638,43 @@ impl Config {
                 .push("http.token-for-reads: needs http.token-file (the token to ask for)".into());
         }
         let placement_extender = file.placement_extender.as_ref().and_then(|e| {
+            use crate::placement::extender;
             let path = |p: &PathBuf| relative_to_settings(settings.as_deref(), p);
             if e.tls_cert.is_some() != e.tls_key.is_some() {
                 problems.push("placement-extender: tls-cert and tls-key go together".into());
             }
-            let flags = crate::placement::extender::ExtenderFlags {
+            let flags = extender::ExtenderFlags {
                 config: path(&e.config),
                 listen: e.listen.unwrap_or(std::net::SocketAddr::from((
                     [127, 0, 0, 1],
-                    crate::placement::extender::DEFAULT_PORT,
+                    extender::DEFAULT_PORT,
                 ))),
                 snapshot: e.snapshot.as_ref().map(path),
                 namespaces: e.namespaces.clone(),
                 algorithm: e.algorithm.clone(),
                 tls_cert: e.tls_cert.as_ref().map(path),
                 tls_key: e.tls_key.as_ref().map(path),
+                max_connections: e
+                    .max_connections
+                    .unwrap_or(extender::DEFAULT_MAX_CONNECTIONS),
+                idle_timeout_ms: e
+                    .idle_timeout_ms
+                    .unwrap_or(extender::DEFAULT_IDLE_TIMEOUT_MS),
+                body_timeout_ms: e
+                    .body_timeout_ms
+                    .unwrap_or(extender::DEFAULT_BODY_TIMEOUT_MS),
+                max_body_bytes: e.max_body_bytes.unwrap_or(extender::DEFAULT_MAX_BODY_BYTES),
+                body_budget_bytes: e
+                    .body_budget_bytes
+                    .unwrap_or(extender::DEFAULT_BODY_BUDGET_BYTES),
             };
-            crate::placement::extender::ExtenderSetup::from_flags(&flags)
+            if let Err(problem) =
+                extender::ExtenderLimits::from_flags(&flags, "placement-extender.")
+            {
+                problems.push(problem);
+                return None;
+            }
+            extender::ExtenderSetup::from_flags(&flags)
                 .map_err(|problem| problems.push(format!("placement-extender.config: {problem}")))
                 .ok()
         });

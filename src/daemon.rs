@@ -582,9 +582,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // The Kubernetes scheduler extender, on its own address, when the settings ask for it.
     if let Some(setup) = &config.placement_extender {
         let store = crate::placement::store::SnapshotStore::new();
-        let (_, extender_tasks) = crate::placement::extender::start(setup, store, shutdown.clone())
-            .await
-            .map_err(StartError::Extender)?;
+        // A quarter of the descriptors at most: the API takes up to half.
+        let mut setup = setup.clone();
+        setup.limits.max_connections =
+            http::connection_cap(setup.limits.max_connections, nofile.map(|n| n / 2));
+        let (_, extender_tasks) =
+            crate::placement::extender::start(&setup, store, shutdown.clone())
+                .await
+                .map_err(StartError::Extender)?;
         for task in extender_tasks {
             tasks.spawn(Task::Extender, task);
         }

@@ -90,6 +90,39 @@ impl HttpClose {
     }
 }
 
+/// A server's connection gauge and its counter of connections closed to stay within limits
+/// (`http::serve_on` counts in them): the daemon's API has its own, the extender its own.
+#[derive(Clone)]
+pub struct ConnectionMetrics {
+    open: IntGauge,
+    closed: IntCounterVec,
+}
+
+impl ConnectionMetrics {
+    /// From a gauge and a counter vector with one label, the reason ([`HttpClose::label`]).
+    pub fn new(open: IntGauge, closed: IntCounterVec) -> ConnectionMetrics {
+        ConnectionMetrics { open, closed }
+    }
+
+    pub fn opened(&self) {
+        self.open.inc();
+    }
+
+    pub fn closed_one(&self) {
+        self.open.dec();
+    }
+
+    /// Connections open now.
+    pub fn open(&self) -> i64 {
+        self.open.get()
+    }
+
+    /// The counter of connections closed (or refused) for `reason`.
+    pub fn closed(&self, reason: HttpClose) -> IntCounter {
+        self.closed.with_label_values(&[reason.label()])
+    }
+}
+
 /// At most this many roles get a `verwalter_role_failed_attempts` series (labels stay bounded).
 pub const MAX_ROLE_SERIES: usize = 100;
 
@@ -430,6 +463,11 @@ impl Metrics {
     /// The counter the deployment log counts its failed writes in.
     pub fn deployment_log_write_errors(&self) -> IntCounter {
         self.deployment_log_write_errors.clone()
+    }
+
+    /// The API server's connection metrics.
+    pub fn connection_metrics(&self) -> ConnectionMetrics {
+        ConnectionMetrics::new(self.http_connections.clone(), self.http_closed.clone())
     }
 
     /// An HTTP connection was opened / closed.

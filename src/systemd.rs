@@ -21,16 +21,25 @@ use verwalter_controllers::watchdog::{Progress, Stall, Verdict};
 pub struct Notify {
     /// `NOTIFY_SOCKET` is set.
     enabled: bool,
-    /// `WATCHDOG_USEC`, when it is set for this process (`WATCHDOG_PID` is ours).
+    /// `WATCHDOG_USEC`, when the watchdog is this process's (`watchdog::enabled`: `WATCHDOG_PID`
+    /// unset or ours).
     watchdog: Option<Duration>,
 }
 
 impl Notify {
     pub fn from_env() -> Notify {
         let enabled = std::env::var_os("NOTIFY_SOCKET").is_some();
-        let mut usec = 0;
-        let watchdog = (enabled && sd_notify::watchdog_enabled(false, &mut usec) && usec > 0)
-            .then(|| Duration::from_micros(usec));
+        let var = |name| std::env::var(name).ok();
+        let watchdog = enabled
+            .then(|| {
+                let (usec, pid) = (var("WATCHDOG_USEC"), var("WATCHDOG_PID"));
+                verwalter_controllers::watchdog::enabled(
+                    usec.as_deref(),
+                    pid.as_deref(),
+                    std::process::id(),
+                )
+            })
+            .flatten();
         Notify { enabled, watchdog }
     }
 

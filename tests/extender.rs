@@ -1,9 +1,12 @@
 //! `verwalter extender` as kube-scheduler meets it: recorded requests (`fixtures/extender/`,
 //! written from the wire format) through the real HTTP server with replies checked byte for
 //! byte, the in-band `Error` while no snapshot is loaded, namespaces, `/metrics` and `/status`,
-//! the snapshot file reloaded (a bad one keeps the last good), start errors, and the daemon
-//! serving the extender by its settings.
+//! the snapshot file reloaded (a bad one keeps the last good), start errors, the daemon
+//! serving the extender by its settings; and hostile clients against its connection and body
+//! limits (docs/placement.md, "Connection and body limits").
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -37,12 +40,17 @@ pub(crate) struct Extender {
 impl Extender {
     /// `verwalter extender --listen 127.0.0.1:0` with `args`, its log in `dir`.
     pub(crate) fn start(dir: &Path, args: &[&str]) -> Extender {
+        Extender::start_logging(dir, args, "info")
+    }
+
+    /// [`Extender::start`] with `RUST_LOG` set to `rust_log`.
+    fn start_logging(dir: &Path, args: &[&str], rust_log: &str) -> Extender {
         let log = dir.join("extender.log");
         let child = Command::new(BIN)
             .arg("extender")
             .args(["--listen", "127.0.0.1:0"])
             .args(args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", rust_log)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -64,6 +72,15 @@ impl Extender {
 
     /// With the fixtures' config and `snapshot`.
     fn with_snapshot(dir: &Path, snapshot: &Path, more: &[&str]) -> Extender {
+        Extender::with_snapshot_logging(dir, snapshot, more, "info")
+    }
+
+    fn with_snapshot_logging(
+        dir: &Path,
+        snapshot: &Path,
+        more: &[&str],
+        rust_log: &str,
+    ) -> Extender {
         let config = fixtures().join("config.yaml");
         let mut args = vec![
             "--config",
@@ -72,7 +89,37 @@ impl Extender {
             snapshot.to_str().unwrap(),
         ];
         args.extend_from_slice(more);
-        Extender::start(dir, &args)
+        Extender::start_logging(dir, &args, rust_log)
+    }
+
+    /// The value of `series` on its `/metrics`.
+    fn metric(&self, series: &str) -> f64 {
+        metric(self.port, series).unwrap_or_else(|| panic!("no {series}:\n{}", self.logs()))
+    }
+
+    /// Polls `/metrics` until `series` is `value`.
+    fn wait_metric(&self, series: &str, value: f64) {
+        wait_for(Duration::from_secs(20), || {
+            (metric(self.port, series) == Some(value)).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "{series} never {value} (now {:?}):\n{}",
+                metric(self.port, series),
+                self.logs()
+            )
+        });
+    }
+
+    /// A connection that has sent `head` and `body` and keeps the socket open.
+    fn send_raw(&self, head: &str, body: &[u8]) -> TcpStream {
+        let mut stream = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(head.as_bytes()).unwrap();
+        stream.write_all(body).unwrap();
+        stream
     }
 
     pub(crate) fn port(&self) -> u16 {
@@ -387,6 +434,15 @@ fn start_problems_are_named() {
         err.contains("config.yaml: config:") && err.contains("line 2"),
         "{err}"
     );
+    // A device as the config is refused without being read; so are bad limits.
+    let err = refused(&["--config", "/dev/zero"]);
+    assert!(
+        err.contains("/dev/zero: cannot read: not a regular file (a character device)"),
+        "{err}"
+    );
+    std::fs::write(&config, "algorithms:\n  a: !Fit\n").unwrap();
+    let err = refused(&["--config", path, "--max-body-bytes", "0"]);
+    assert!(err.contains("--max-body-bytes: must be above 0"), "{err}");
 }
 
 #[test]
@@ -405,7 +461,7 @@ fn the_daemon_serves_the_extender_when_its_settings_say_so() {
     let settings = tmp.path().join("settings.yaml");
     std::fs::write(
         &settings,
-        "placement-extender:\n  listen: 127.0.0.1:0\n  config: placement.yaml\n  snapshot: snapshot.yaml\n",
+        "placement-extender:\n  listen: 127.0.0.1:0\n  config: placement.yaml\n  snapshot: snapshot.yaml\n  max-body-bytes: 1000\n",
     )
     .unwrap();
     let daemon = util::Daemon::launch(
@@ -424,6 +480,13 @@ fn the_daemon_serves_the_extender_when_its_settings_say_so() {
         fixture("nodenames.request.json").as_bytes(),
     );
     assert_eq!((code, body), (200, fixture("nodenames.filter.json")));
+    // Its limits are the settings': a body over `max-body-bytes` is refused up front.
+    let mut over = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    over.set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    over.write_all(filter_head(1001).as_bytes()).unwrap();
+    let answer = read_answer(&mut over);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
     // The daemon's API is not on the extender's address, nor the extender on the daemon's.
     assert_eq!(http_get(port, "/v1/status").unwrap().0, 404);
     let (code, _) = http_post(daemon.port, "/filter", "application/json", b"{}");
@@ -453,4 +516,193 @@ fn the_daemon_serves_the_extender_when_its_settings_say_so() {
         "{stderr}"
     );
     drop(daemon);
+}
+
+/// A request head for `POST /filter` announcing `length` bytes of body.
+fn filter_head(length: u64) -> String {
+    format!(
+        "POST /filter HTTP/1.1\r\nHost: extender\r\nContent-Type: application/json\r\n\
+         Content-Length: {length}\r\n\r\n"
+    )
+}
+
+/// What the server sent on `stream` until it closed it (or reset it: then what came before).
+fn read_answer(stream: &mut TcpStream) -> String {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) => panic!("no answer: {e} (after {answer:?})"),
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Clients that send a request head and one byte of its body, then nothing, hold every
+/// connection the cap allows; a real request still gets its answer: the oldest of them is closed
+/// to make room (as the daemon's API does with idle connections and clients that do not read).
+#[test]
+fn clients_trickling_bodies_at_the_cap_make_room_for_a_real_request() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot_logging(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        // A body timeout far away: only the eviction can free a connection here.
+        &["--max-connections", "3", "--body-timeout-ms", "600000"],
+        "info,verwalter::placement::extender=debug",
+    );
+    let reading = "Reading a request body.";
+    let mut slow = Vec::new();
+    for n in 1..=3 {
+        slow.push(ext.send_raw(&filter_head(1000), b"{"));
+        // Its head is parsed and its body being read: the connection is busy, not idle.
+        wait_for(Duration::from_secs(20), || {
+            (ext.logs().matches(reading).count() == n).then_some(())
+        })
+        .unwrap_or_else(|| panic!("slow client {n} not reading:\n{}", ext.logs()));
+    }
+    let (code, body) = ext.post("/filter", &fixture("nodenames.request.json"));
+    assert_eq!(
+        (code, body.as_str()),
+        (200, fixture("nodenames.filter.json").as_str()),
+        "{}",
+        ext.logs()
+    );
+    // The oldest slow client was the one closed. (The probe of /metrics, at the cap too, may
+    // close the real request's connection if it is not gone yet: at least one.)
+    assert_eq!(read_answer(&mut slow[0]), "");
+    assert!(ext.metric("verwalter_extender_connections_closed_total{reason=\"evicted\"}") >= 1.0);
+}
+
+/// Keep-alive connections left idle at the cap are closed to make room at once (they used to
+/// hold every slot until the header timeout).
+#[test]
+fn idle_keep_alive_connections_at_the_cap_make_room() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        &["--max-connections", "2", "--idle-timeout-ms", "600000"],
+    );
+    let mut idle = Vec::new();
+    for _ in 0..2 {
+        let mut stream = ext.send_raw("GET /status HTTP/1.1\r\nHost: extender\r\n\r\n", b"");
+        // The answer is read whole (by its length), and the connection kept open.
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            stream.read_exact(&mut byte).unwrap();
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length: ")
+                    .map(str::to_owned)
+            })
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let mut body = vec![0u8; length];
+        stream.read_exact(&mut body).unwrap();
+        idle.push(stream);
+    }
+    let (code, _) = ext.post("/filter", &fixture("nodenames.request.json"));
+    assert_eq!(code, 200, "{}", ext.logs());
+    assert_eq!(
+        read_answer(&mut idle[0]),
+        "",
+        "the oldest idle one was closed"
+    );
+}
+
+/// A `Content-Length` over the body cap is refused with 413 before any of the body comes; a
+/// body that keeps trickling in (never idle) is ended by the whole-body timeout with 408.
+#[test]
+fn an_oversized_length_gets_413_at_once_and_a_trickled_body_408() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        &["--body-timeout-ms", "300", "--idle-timeout-ms", "600000"],
+    );
+    let mut huge = ext.send_raw(&filter_head(100_000_000_000), b"");
+    let answer = read_answer(&mut huge);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.contains("over 67108864 bytes"), "{answer}");
+
+    let mut trickle = ext.send_raw(&filter_head(1000), b"{");
+    let mut writer = trickle.try_clone().unwrap();
+    let feeder = std::thread::spawn(move || {
+        // A byte every 50 ms (the attack; no wait on the extender): far within any idle
+        // timeout between pieces, stopped by the extender closing the connection.
+        for _ in 0..600 {
+            if writer.write_all(b" ").is_err() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    let answer = read_answer(&mut trickle);
+    // The 408 is sent, but a client still sending may see the connection reset before it
+    // reads it; the count says what the extender did either way.
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 408 "),
+        "{answer}"
+    );
+    ext.wait_metric(
+        "verwalter_extender_bodies_refused_total{reason=\"timeout\"}",
+        1.0,
+    );
+    assert_eq!(
+        ext.metric("verwalter_extender_bodies_refused_total{reason=\"too_large\"}"),
+        1.0
+    );
+    feeder.join().unwrap();
+}
+
+/// The bytes of all bodies held at once stay within `--body-budget-bytes`: while one request
+/// holds nearly all of it, another is answered 503 (to retry), and once the first is answered
+/// the budget is free again.
+#[test]
+fn request_bodies_together_stay_within_the_budget() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ext = Extender::with_snapshot(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        &[
+            "--max-body-bytes",
+            "100000",
+            "--body-budget-bytes",
+            "100000",
+        ],
+    );
+    let held = "verwalter_extender_body_bytes";
+    // A real request padded to the full size, sent but for its last 10 bytes.
+    let mut big = fixture("nodenames.request.json").into_bytes();
+    big.resize(100_000, b' ');
+    let mut first = ext.send_raw(&filter_head(100_000), &big[..99_990]);
+    ext.wait_metric(held, 99_990.0);
+    let (code, body) = ext.post("/filter", &fixture("nodenames.request.json"));
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("retry later"), "{body}");
+    assert_eq!(
+        ext.metric("verwalter_extender_bodies_refused_total{reason=\"budget\"}"),
+        1.0
+    );
+    // The rest comes: the first is answered, and gives its share back.
+    first.write_all(&big[99_990..]).unwrap();
+    let mut head = [0u8; 12];
+    first.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+    drop(first);
+    ext.wait_metric(held, 0.0);
+    let (code, body) = ext.post("/filter", &fixture("nodenames.request.json"));
+    assert_eq!((code, body), (200, fixture("nodenames.filter.json")));
 }

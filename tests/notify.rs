@@ -228,6 +228,32 @@ fn a_stuck_render_pass_stops_the_pings_and_shows_in_the_status() {
     assert!(daemon.terminate().success());
 }
 
+/// Without `WATCHDOG_PID` (a manager or a wrapper that does not set it), the watchdog is the
+/// daemon's: libsystemd's rule (`sd_watchdog_enabled`) takes an unset `WATCHDOG_PID` as "any
+/// process", so the pings come as with systemd's own variables.
+#[test]
+fn without_watchdog_pid_the_watchdog_is_still_pinged() {
+    let (tmp, config, storage) = example_site("minimal");
+    let mut manager = Manager::bind(tmp.path());
+    let mut command = Command::new(BIN);
+    command.env_remove("WATCHDOG_PID");
+    let daemon = Daemon::spawn(
+        command,
+        &config,
+        &storage,
+        &[],
+        &[
+            ("NOTIFY_SOCKET", manager.path.to_str().unwrap()),
+            ("WATCHDOG_USEC", WATCHDOG_USEC),
+        ],
+    );
+    manager.until(&daemon, "READY=1", |d| d.contains("READY=1"));
+    let first = manager.until(&daemon, "a ping", |d| d == "WATCHDOG=1\n");
+    let next = manager.until(&daemon, "the next ping", |d| d == "WATCHDOG=1\n");
+    assert_eq!(manager.pings_in(first, next + 1).len(), 2);
+    assert!(daemon.terminate().success());
+}
+
 /// `verwalter run` with `args` on a fresh storage dir unless given: exit status and stderr.
 fn run_daemon(args: &[&str]) -> (Option<i32>, String) {
     let output = Command::new(BIN)

@@ -213,3 +213,69 @@ fn simulate_refuses_bad_node_and_task_files_naming_file_and_line() {
     assert_eq!(code, 1);
     assert!(stderr.contains("missing.yaml: No such file"), "{stderr}");
 }
+
+/// Inputs that would take the machine's memory are refused with the file (and line) named:
+/// a device or a FIFO as a file (never read: a FIFO without a writer would block the open), a
+/// file over 16 MiB, and counts of nodes or tasks over the limits.
+#[test]
+fn simulate_refuses_inputs_over_its_limits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (code, stdout, stderr) = simulate(Some(Path::new("/dev/zero")), None, &[]);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert_eq!(
+        stderr.trim_end(),
+        "error: /dev/zero: not a regular file (a character device); give a file"
+    );
+
+    let fifo = tmp.path().join("tasks.fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let (code, _, stderr) = simulate(None, Some(&fifo), &[]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("tasks.fifo: not a regular file (a FIFO)"),
+        "{stderr}"
+    );
+
+    // Sparse: 17 MiB of nothing on disk.
+    let big = tmp.path().join("big.yaml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(17 << 20)
+        .unwrap();
+    let (code, _, stderr) = simulate(Some(&big), None, &[]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.contains("big.yaml: 17825792 bytes, over the limit of 16777216 bytes"),
+        "{stderr}"
+    );
+
+    let tasks = tmp.path().join("tasks.yaml");
+    std::fs::write(
+        &tasks,
+        "types:\n  - name: web\n    requests: {cpu: 1}\n    count: 100000000\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = simulate(None, Some(&tasks), &[]);
+    assert_eq!(code, 1);
+    let expected = format!("error: {}:2:", tasks.display());
+    assert!(stderr.starts_with(&expected), "{stderr}");
+    assert!(
+        stderr.contains("count: 100000000 is over the limit of 1000000 tasks"),
+        "{stderr}"
+    );
+
+    let nodes = tmp.path().join("nodes.yaml");
+    std::fs::write(
+        &nodes,
+        "groups:\n  - count: 100000000\n    name_prefix: n\n    capacity: {cpu: 40, mem: 192}\n",
+    )
+    .unwrap();
+    let (code, _, stderr) = simulate(Some(&nodes), None, &[]);
+    assert_eq!(code, 1);
+    assert!(
+        stderr.starts_with(&format!("error: {}:2:", nodes.display()))
+            && stderr.contains("count: 100000000 is over the limit of 100000 nodes"),
+        "{stderr}"
+    );
+}

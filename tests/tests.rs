@@ -27,7 +27,10 @@
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
-//!   errors, and the daemon serving it by its settings.
+//!   errors, and the daemon serving it by its settings (with its limits); hostile clients:
+//!   bodies trickled or idle keep-alive connections at the cap make room for a real request, an
+//!   oversized `Content-Length` gets 413 at once, a trickled body 408, bodies together within
+//!   the byte budget (503 past it).
 //! - `graph_nats`: `verwalter graph` against Debian's `nats-server` (`make nats-deps`) with a
 //!   worker in the test: the example service build in dependency order with references resolved
 //!   and one result, an error while others run (one `.error`, after them), a lost answer timed
@@ -55,8 +58,8 @@
 //!   0.13's fetch rule: only on a changed stamp, only once following): the double takes the
 //!   schedule of each leadership, also of a leader re-elected or restarted with unchanged data.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
-//!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
-//!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
+//!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings (also without `WATCHDOG_PID`),
+//!   a stuck render pass that stops them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
 //!   cause for bad settings, a port in use, a storage dir that is not one.
 //! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
 //!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
@@ -70,7 +73,8 @@
 //! - `placement_cli`: `verwalter placement simulate` on `examples/placement` (wca's experiment):
 //!   the table in the config's order, JSON twice byte for byte with the Fit family at 0 % broken
 //!   nodes and NOP above, the SVG chart naming every algorithm, `--algorithm`, and bad node and
-//!   task files refused with file and line.
+//!   task files refused with file and line; inputs over the limits (a device, a FIFO, a file
+//!   over 16 MiB, counts of nodes or tasks) refused, named.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role

@@ -94,16 +94,78 @@ pub struct InUse {
     pub busy: bool,
     /// A response write waits for the client to read it.
     pub blocked: bool,
+    /// The request's body has not all come yet (its handler waits for the client).
+    pub receiving: bool,
+}
+
+impl InUse {
+    /// The client holds the request up: it does not take its response, or has not sent all of
+    /// its body.
+    pub fn held_by_client(&self) -> bool {
+        self.blocked || self.receiving
+    }
 }
 
 /// The connection to close to take a new one when all are taken, from the open ones oldest
-/// first: the oldest with no request in progress, else the oldest whose client does not take
-/// its response (a slow reader may be cut off, but only when every connection is taken);
-/// `None` when every one is at work, and the new connection is refused instead.
+/// first: the oldest with no request in progress, else the oldest whose client holds its request
+/// up (does not take its response, or has not sent all of its body: a slow client may be cut
+/// off, but only when every connection is taken); `None` when every one is at work, and the new
+/// connection is refused instead.
 pub fn evict<K>(open: impl IntoIterator<Item = (K, InUse)> + Clone) -> Option<K> {
     let idle = open.clone().into_iter().find(|(_, c)| !c.busy);
-    idle.or_else(|| open.into_iter().find(|(_, c)| c.blocked))
+    idle.or_else(|| open.into_iter().find(|(_, c)| c.held_by_client()))
         .map(|(key, _)| key)
+}
+
+/// Why a request body was refused before its handler looked at it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyRefusal {
+    /// Longer than the cap (its `Content-Length`, or the bytes that came): 413.
+    TooLarge,
+    /// Not all of it came within the whole-body timeout: 408.
+    Timeout,
+    /// The bytes of all the bodies held at once reached their budget, and none came free within
+    /// the short wait: 503, to be retried.
+    NoBudget,
+    /// The connection failed while the body came: 400 (if the client is still there to read it).
+    Broken,
+}
+
+impl BodyRefusal {
+    pub fn status(self) -> u16 {
+        match self {
+            BodyRefusal::TooLarge => 413,
+            BodyRefusal::Timeout => 408,
+            BodyRefusal::NoBudget => 503,
+            BodyRefusal::Broken => 400,
+        }
+    }
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            BodyRefusal::TooLarge => "too_large",
+            BodyRefusal::Timeout => "timeout",
+            BodyRefusal::NoBudget => "budget",
+            BodyRefusal::Broken => "broken",
+        }
+    }
+
+    /// The error message of the answer.
+    pub fn message(self, max_body: u64) -> String {
+        match self {
+            BodyRefusal::TooLarge => format!("the request body is over {max_body} bytes"),
+            BodyRefusal::Timeout => "the request body did not all come in time".into(),
+            BodyRefusal::NoBudget => "too many request bodies are being read; retry later".into(),
+            BodyRefusal::Broken => "the request body could not be read".into(),
+        }
+    }
+}
+
+/// Whether a body of `length` bytes (declared up front by `Content-Length`, or counted as it
+/// comes) is over `max_body`: refused at once, before any more of it is read.
+pub fn body_over_cap(length: u64, max_body: u64) -> Option<BodyRefusal> {
+    (length > max_body).then_some(BodyRefusal::TooLarge)
 }
 
 /// Whether `asked` is refused, and why; `None` lets it through.
@@ -482,6 +544,19 @@ mod tests {
     }
 
     #[test]
+    fn a_body_over_its_cap_is_refused_with_413() {
+        assert_eq!(body_over_cap(100, 100), None);
+        assert_eq!(
+            body_over_cap(100_000_000_000, 64 << 20),
+            Some(BodyRefusal::TooLarge)
+        );
+        assert_eq!(BodyRefusal::TooLarge.status(), 413);
+        assert_eq!(BodyRefusal::Timeout.status(), 408);
+        assert_eq!(BodyRefusal::NoBudget.status(), 503);
+        assert!(BodyRefusal::TooLarge.message(10).contains("over 10 bytes"));
+    }
+
+    #[test]
     fn connections_are_capped_by_half_the_descriptors() {
         assert_eq!(connection_cap(512, None), 512);
         assert_eq!(connection_cap(512, Some(1024)), 512);
@@ -496,12 +571,24 @@ mod tests {
             InUse::default(),
             InUse {
                 busy: true,
-                blocked: false,
+                ..InUse::default()
             },
             InUse {
                 busy: true,
                 blocked: true,
+                ..InUse::default()
             },
+        );
+        let slow_body = InUse {
+            busy: true,
+            receiving: true,
+            ..InUse::default()
+        };
+        assert_eq!(evict([(1, busy), (2, slow_body), (3, idle)]), Some(3));
+        assert_eq!(
+            evict([(1, busy), (2, slow_body), (3, stuck)]),
+            Some(2),
+            "a body that has not all come holds its connection no better than a reader that stopped"
         );
         assert_eq!(evict([(1, busy), (2, idle), (3, idle)]), Some(2));
         assert_eq!(evict([(1, busy), (2, stuck), (3, stuck)]), Some(2));

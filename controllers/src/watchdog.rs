@@ -206,6 +206,26 @@ pub fn mark_step() {
     let _ = PASS.try_with(|mark| mark.moved(Instant::now()));
 }
 
+/// Whether systemd watches this process, and how often it wants a ping: libsystemd's
+/// `sd_watchdog_enabled` rule on the values of `WATCHDOG_USEC` and `WATCHDOG_PID`. The interval
+/// must be a number of microseconds above 0 (and not `u64::MAX`, systemd's "infinity"); then an
+/// unset `WATCHDOG_PID` means the watchdog is this process's (systemd sets it, but a wrapper or
+/// an older manager may not), a `WATCHDOG_PID` equal to `our_pid` too, and any other value
+/// (another process's pid, or not a pid) means it is not ours.
+pub fn enabled(usec: Option<&str>, pid: Option<&str>, our_pid: u32) -> Option<Duration> {
+    let usec: u64 = usec?.parse().ok()?;
+    if usec == 0 || usec == u64::MAX {
+        return None;
+    }
+    if let Some(pid) = pid {
+        let pid: u32 = pid.parse().ok().filter(|p| *p > 0)?;
+        if pid != our_pid {
+            return None;
+        }
+    }
+    Some(Duration::from_micros(usec))
+}
+
 /// Whether the watchdog may be pinged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

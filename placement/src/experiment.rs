@@ -43,6 +43,16 @@ use serde::Deserialize;
 
 use crate::snapshot::{Dim, NodeFacts, NodeType, Snapshot};
 
+/// The most bytes a config, node or task file of the simulator may hold: far above any
+/// experiment (wca's is 1 KiB), far below what would take the machine's memory.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+/// The most nodes of a simulation, groups and single nodes together (the simulated cluster is
+/// a snapshot in memory: 5,000 nodes is the size benchmarked).
+pub const MAX_NODES: usize = 100_000;
+/// The most task instances of a simulation, all types together (each is placed on every
+/// algorithm and kept in the report).
+pub const MAX_TASKS: usize = 1_000_000;
+
 /// A node or task file that could not be used: what is wrong and where.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputError {
@@ -122,6 +132,12 @@ impl TryFrom<RawGroup> for NodeGroup {
     fn try_from(raw: RawGroup) -> Result<NodeGroup, String> {
         if raw.count == 0 {
             return Err("a group needs a count of at least 1".into());
+        }
+        if raw.count > MAX_NODES {
+            return Err(format!(
+                "count: {} is over the limit of {MAX_NODES} nodes",
+                raw.count
+            ));
         }
         check_amounts("capacity", &raw.capacity)?;
         check_ratio(raw.dram_hit_ratio)?;
@@ -251,6 +267,12 @@ impl TryFrom<RawTaskType> for TaskType {
         if raw.profile.is_some_and(|p| !p.is_finite()) {
             return Err("profile is not a number".into());
         }
+        if raw.count > MAX_TASKS {
+            return Err(format!(
+                "count: {} is over the limit of {MAX_TASKS} tasks",
+                raw.count
+            ));
+        }
         Ok(TaskType {
             name: raw.name,
             requests: raw.requests,
@@ -276,6 +298,31 @@ pub fn parse_nodes(yaml: &str) -> Result<NodeSet, InputError> {
             line: None,
             column: None,
             message: "no nodes: give `groups` or `nodes`".into(),
+        });
+    }
+    // Each group is within the limit (checked as it is read); together they may not be.
+    let mut total = 0usize;
+    for (i, group) in set.groups.iter().enumerate() {
+        total = total.saturating_add(group.count);
+        if total > MAX_NODES {
+            return Err(InputError {
+                line: group_line(yaml, i),
+                column: None,
+                message: format!(
+                    "groups[{i}].count: the groups come to {total} nodes up to here, over the \
+                     limit of {MAX_NODES}"
+                ),
+            });
+        }
+    }
+    if total.saturating_add(set.nodes.len()) > MAX_NODES {
+        return Err(InputError {
+            line: top_level_key(yaml, "nodes"),
+            column: None,
+            message: format!(
+                "nodes: {} nodes with the groups' {total}, over the limit of {MAX_NODES}",
+                set.nodes.len()
+            ),
         });
     }
     let mut seen = BTreeSet::new();
@@ -305,6 +352,20 @@ pub fn parse_tasks(yaml: &str) -> Result<TaskSet, InputError> {
             top_level_key(yaml, "types"),
             "types is empty: give at least one task type".into(),
         ));
+    }
+    let mut total = 0usize;
+    for t in &raw.types {
+        total = total.saturating_add(t.count);
+        if total > MAX_TASKS {
+            return Err(at(
+                line_of(yaml, &t.name),
+                format!(
+                    "task type {:?}: the types come to {total} tasks up to here, over the limit \
+                     of {MAX_TASKS}",
+                    t.name
+                ),
+            ));
+        }
     }
     let mut seen = BTreeSet::new();
     for t in &raw.types {
@@ -336,6 +397,32 @@ pub fn parse_tasks(yaml: &str) -> Result<TaskSet, InputError> {
         types: raw.types,
         order,
     })
+}
+
+/// The line of the `i`-th item of the top-level `groups:` list (block style, `- ` items).
+fn group_line(yaml: &str, i: usize) -> Option<usize> {
+    let start = top_level_key(yaml, "groups")?;
+    let mut indent = None;
+    let mut seen = 0;
+    for (n, line) in yaml.lines().enumerate().skip(start) {
+        if !line.is_empty() && !line.starts_with([' ', '-', '#']) {
+            // The next top-level key: the list ended.
+            return None;
+        }
+        let trimmed = line.trim_start();
+        if !trimmed.starts_with("- ") && trimmed != "-" {
+            continue;
+        }
+        let at = line.len() - trimmed.len();
+        if *indent.get_or_insert(at) != at {
+            continue;
+        }
+        if seen == i {
+            return Some(n + 1);
+        }
+        seen += 1;
+    }
+    None
 }
 
 /// The line of `key:` at the top level (column 1).

@@ -32,7 +32,10 @@ use verwalter_controllers::store::{Field, Store};
 
 pub use api::version;
 pub use error::ApiError;
-pub use serve::{ConnectionHandle, HttpSettings, connection_cap, raise_nofile_limit, serve};
+pub use serve::{
+    ConnectionHandle, HttpSettings, ServeLimits, connection_cap, raise_nofile_limit, serve,
+    serve_on,
+};
 /// Who this node is, for `/v1/status` and friends.
 pub use verwalter_controllers::status::NodeInfo;
 

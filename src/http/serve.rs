@@ -11,11 +11,15 @@
 //!   [`Watched`]): hyper's header timeout does not run while a response is written either;
 //! - at most `max-connections` are open (and at most half the descriptor limit, leaving the rest
 //!   to files, sockets and commands). One more is taken by closing the oldest idle connection (no
-//!   request in progress), else the oldest whose client is not reading a response, so the API
-//!   still answers while such clients hold every slot; when every connection is busy otherwise
+//!   request in progress), else the oldest whose client holds its request up (is not reading a
+//!   response, or has not sent all of a request body), so the API still answers while such
+//!   clients hold every slot; when every connection is busy otherwise
 //!   (long polls, handlers at work), the new one gets a 503 and is closed;
 //! - hyper buffers at most [`BUFFER`] per connection, so a client that does not read costs that
 //!   and the kernel's socket buffers, not a growing queue.
+//!
+//! [`serve_on`] is that policy for any router (the scheduler extender serves with it too, over
+//! TLS when asked); [`serve`] is the daemon's API on it.
 //!
 //! `/v1/events` streams have their own cap and stall timeout (see `events.rs`); they close their
 //! connection through the [`ConnectionHandle`] every request carries. GraphQL WebSockets
@@ -45,7 +49,7 @@ use tower::ServiceExt;
 use verwalter_controllers::access;
 
 use crate::config::HttpFileSettings;
-use crate::metrics::{HttpClose, Metrics};
+use crate::metrics::{ConnectionMetrics, HttpClose, Metrics};
 
 /// Limits of the HTTP server (settings file section `http`).
 #[derive(Debug, Clone)]
@@ -221,6 +225,8 @@ struct Open {
     busy: Arc<AtomicUsize>,
     /// A response write is waiting for the client to read (see [`Watched`]).
     blocked: Arc<AtomicBool>,
+    /// The request's body has not all come yet (see [`Receiving`]).
+    receiving: Arc<AtomicBool>,
     close: CancellationToken,
 }
 
@@ -242,6 +248,7 @@ impl Registry {
             let in_use = access::InUse {
                 busy: c.busy.load(Ordering::SeqCst) != 0,
                 blocked: c.blocked.load(Ordering::SeqCst),
+                receiving: c.receiving.load(Ordering::SeqCst),
             };
             (*id, in_use)
         }));
@@ -260,30 +267,43 @@ impl Registry {
 struct Registered {
     registry: Arc<Registry>,
     id: u64,
-    metrics: Arc<Metrics>,
+    metrics: ConnectionMetrics,
 }
 
 impl Drop for Registered {
     fn drop(&mut self) {
         self.registry.open.lock().unwrap().remove(&self.id);
-        self.metrics.http_connection_closed();
+        self.metrics.closed_one();
     }
 }
 
 /// A connection's socket that fails a write the client has not taken for `stall` (the socket
 /// buffer stayed full: the client stopped reading), so hyper drops the connection. Only writes
 /// count: a long poll waiting with nothing to write is not touched.
-struct Watched {
-    io: TcpStream,
+struct Watched<IO> {
+    io: IO,
     stall: Duration,
     /// Since when the current write has waited, while it waits.
     deadline: Option<Pin<Box<Sleep>>>,
     /// Shown to the registry, which closes such a connection to make room.
     blocked: Arc<AtomicBool>,
-    metrics: Arc<Metrics>,
+    metrics: ConnectionMetrics,
 }
 
-impl Watched {
+impl Watched<()> {
+    /// The same watch over `io`.
+    fn over<IO>(self, io: IO) -> Watched<IO> {
+        Watched {
+            io,
+            stall: self.stall,
+            deadline: None,
+            blocked: self.blocked,
+            metrics: self.metrics,
+        }
+    }
+}
+
+impl<IO> Watched<IO> {
     /// Passes on what a write returned, counting how long it has been `Pending`.
     fn watch<T>(
         &mut self,
@@ -303,7 +323,7 @@ impl Watched {
         self.blocked.store(true, Ordering::SeqCst);
         match deadline.as_mut().poll(cx) {
             Poll::Ready(()) => {
-                self.metrics.http_closed(HttpClose::StalledWrite).inc();
+                self.metrics.closed(HttpClose::StalledWrite).inc();
                 Poll::Ready(Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "the client took no response data for the stall timeout",
@@ -314,7 +334,7 @@ impl Watched {
     }
 }
 
-impl AsyncRead for Watched {
+impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -324,7 +344,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -426,6 +446,56 @@ impl HttpBody for Tracked {
     }
 }
 
+/// A request body that shows its connection as receiving until all of it has come (or the
+/// request gave it up), so that a client trickling a body holds its connection no better than
+/// one that does not read (see [`access::evict`]).
+struct Receiving {
+    body: Incoming,
+    flag: Arc<AtomicBool>,
+}
+
+impl Receiving {
+    fn new(body: Incoming, flag: Arc<AtomicBool>) -> Receiving {
+        flag.store(!body.is_end_stream(), Ordering::SeqCst);
+        Receiving { body, flag }
+    }
+}
+
+impl HttpBody for Receiving {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let polled = Pin::new(&mut self.body).poll_frame(cx);
+        let done = match &polled {
+            Poll::Ready(None | Some(Err(_))) => true,
+            Poll::Ready(Some(Ok(_))) => self.body.is_end_stream(),
+            Poll::Pending => false,
+        };
+        if done {
+            self.flag.store(false, Ordering::SeqCst);
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+impl Drop for Receiving {
+    fn drop(&mut self) {
+        self.flag.store(false, Ordering::SeqCst);
+    }
+}
+
 /// What a connection over the cap gets when no idle one can make room.
 fn busy_response() -> String {
     let body = r#"{"error":"too many open connections; retry later"}"#;
@@ -436,8 +506,36 @@ fn busy_response() -> String {
     )
 }
 
-/// Serves `app` on `listener` until `shutdown`, within `settings` (`max_connections` as given:
-/// the caller applies [`connection_cap`]).
+/// The limits of one server's connections (the daemon's API: from [`HttpSettings`]; the
+/// scheduler extender: from its own settings).
+#[derive(Debug, Clone)]
+pub struct ServeLimits {
+    /// Open connections at most (as given: the caller applies [`connection_cap`]).
+    pub max_connections: usize,
+    /// A connection without a complete request head for this long is closed (a TLS handshake
+    /// gets at most [`TLS_HANDSHAKE_TIMEOUT`] of it).
+    pub idle_timeout: Duration,
+    /// A response write the client takes nothing of for this long closes the connection.
+    pub stall_timeout: Duration,
+}
+
+impl HttpSettings {
+    /// The API server's connection limits.
+    pub fn serve_limits(&self) -> ServeLimits {
+        ServeLimits {
+            max_connections: self.max_connections,
+            idle_timeout: self.idle_timeout,
+            stall_timeout: self.stream_stall_timeout,
+        }
+    }
+}
+
+/// A TLS handshake that takes longer than this (or the idle timeout, if shorter) is dropped.
+pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves the daemon's API: `app` on `listener` until `shutdown`, within `settings`
+/// (`max_connections` as given: the caller applies [`connection_cap`]); [`serve_on`] with a
+/// request body timeout of the idle timeout between pieces of a body.
 pub async fn serve(
     listener: TcpListener,
     app: Router,
@@ -445,16 +543,40 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(settings.idle_timeout)
-        .max_buf_size(BUFFER);
-    let cap = settings.max_connections;
     // Only `POST /v1/action` and `/v1/wait_action` read bodies; their handlers answer 408.
     let app = app.layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
         settings.idle_timeout,
     ));
+    let limits = settings.serve_limits();
+    serve_on(
+        listener,
+        app,
+        &limits,
+        metrics.connection_metrics(),
+        None,
+        shutdown,
+    )
+    .await
+}
+
+/// Serves `app` on `listener` until `shutdown` within `limits` (the connection policy the
+/// module's head describes), over TLS with `tls`. Every request carries its [`ConnectInfo`] and
+/// [`ConnectionHandle`]; connections are counted in `metrics`.
+pub async fn serve_on(
+    listener: TcpListener,
+    app: Router,
+    limits: &ServeLimits,
+    metrics: ConnectionMetrics,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shutdown: CancellationToken,
+) {
+    let mut builder = hyper::server::conn::http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.idle_timeout)
+        .max_buf_size(BUFFER);
+    let cap = limits.max_connections;
+    let handshake_timeout = limits.idle_timeout.min(TLS_HANDSHAKE_TIMEOUT);
     let registry = Arc::new(Registry::default());
     let mut tasks = JoinSet::new();
     let mut draining = JoinSet::new();
@@ -477,7 +599,7 @@ pub async fn serve(
                 // Out of descriptors, an idle connection gives one back; other errors (a
                 // client that reset before the accept, ...) are no reason to close one.
                 if out_of_descriptors(&error) && registry.close_oldest_idle() {
-                    metrics.http_closed(HttpClose::Evicted).inc();
+                    metrics.closed(HttpClose::Evicted).inc();
                 }
                 tokio::time::sleep(ACCEPT_RETRY).await;
                 continue;
@@ -485,10 +607,13 @@ pub async fn serve(
         };
         if registry.len() >= cap {
             if registry.close_oldest_idle() {
-                metrics.http_closed(HttpClose::Evicted).inc();
+                metrics.closed(HttpClose::Evicted).inc();
             } else {
-                metrics.http_closed(HttpClose::Refused).inc();
-                if draining.len() < MAX_DRAINING {
+                metrics.closed(HttpClose::Refused).inc();
+                if tls.is_some() {
+                    // A plain-text 503 means nothing to a TLS client: closed at once.
+                    drop(stream);
+                } else if draining.len() < MAX_DRAINING {
                     draining.spawn(refuse(stream));
                 } else {
                     let _ = stream.try_write(busy_response().as_bytes());
@@ -496,20 +621,23 @@ pub async fn serve(
                 continue;
             }
         }
+        let _ = stream.set_nodelay(true);
         let id = next_id;
         next_id += 1;
         let busy = Arc::new(AtomicUsize::new(0));
         let blocked = Arc::new(AtomicBool::new(false));
+        let receiving = Arc::new(AtomicBool::new(false));
         let close = CancellationToken::new();
         registry.open.lock().unwrap().insert(
             id,
             Open {
                 busy: busy.clone(),
                 blocked: blocked.clone(),
+                receiving: receiving.clone(),
                 close: close.clone(),
             },
         );
-        metrics.http_connection_opened();
+        metrics.opened();
         let registered = Registered {
             registry: registry.clone(),
             id,
@@ -517,8 +645,9 @@ pub async fn serve(
         };
         let handle = ConnectionHandle(close.clone());
         let app = app.clone();
-        let service = hyper::service::service_fn(move |mut request: hyper::Request<Incoming>| {
+        let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
             let busy = Busy::enter(&busy);
+            let mut request = request.map(|body| Receiving::new(body, receiving.clone()));
             request.extensions_mut().insert(ConnectInfo(peer));
             request.extensions_mut().insert(handle.clone());
             let app = app.clone();
@@ -530,33 +659,43 @@ pub async fn serve(
                 Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _busy: busy })))
             }
         });
-        let io = Watched {
-            io: stream,
-            stall: settings.stream_stall_timeout,
-            deadline: None,
-            blocked,
-            metrics: metrics.clone(),
-        };
-        // With upgrades: `/v1/graphql` takes the connection over as a WebSocket (it then leaves
-        // this registry, holding an event stream slot instead; its writes stay `Watched`).
-        let conn = builder
-            .serve_connection(TokioIo::new(io), service)
-            .with_upgrades();
+        let builder = builder.clone();
+        let (stall, metrics) = (limits.stall_timeout, metrics.clone());
         let shutdown = shutdown.clone();
+        let tls = tls.clone();
         tasks.spawn(async move {
             let _registered = registered;
-            tokio::pin!(conn);
-            tokio::select! {
-                result = conn.as_mut() => {
-                    if let Err(error) = result {
-                        tracing::debug!(%error, %peer, "HTTP connection closed on an error.");
+            let watched = Watched {
+                io: (),
+                stall,
+                deadline: None,
+                blocked,
+                metrics,
+            };
+            // Until the handshake is done the connection is idle: it may be closed to make room.
+            let served = match tls {
+                None => {
+                    let io = watched.over(stream);
+                    connection(&builder, io, service, &close, &shutdown).await
+                }
+                Some(acceptor) => {
+                    let handshake = tokio::select! {
+                        handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => handshake,
+                        _ = close.cancelled() => return,
+                        _ = shutdown.cancelled() => return,
+                    };
+                    match handshake {
+                        Ok(Ok(stream)) => {
+                            let io = watched.over(stream);
+                            connection(&builder, io, service, &close, &shutdown).await
+                        }
+                        Ok(Err(error)) => Err(format!("TLS handshake failed: {error}")),
+                        Err(_) => Err("TLS handshake timed out".into()),
                     }
                 }
-                _ = close.cancelled() => {}
-                _ = shutdown.cancelled() => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
-                }
+            };
+            if let Err(error) = served {
+                tracing::debug!(%error, %peer, "HTTP connection closed on an error.");
             }
         });
     }
@@ -565,6 +704,39 @@ pub async fn serve(
         while tasks.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// Serves one connection until it ends, `close` (to make room) or `shutdown` (then requests in
+/// flight get [`SHUTDOWN_GRACE`]).
+async fn connection<IO, S>(
+    builder: &hyper::server::conn::http1::Builder,
+    io: Watched<IO>,
+    service: S,
+    close: &CancellationToken,
+    shutdown: &CancellationToken,
+) -> Result<(), String>
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: hyper::service::HttpService<Incoming, ResBody = Body> + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    // With upgrades: the daemon's `/v1/graphql` takes the connection over as a WebSocket (it
+    // then leaves this registry, holding an event stream slot instead; its writes stay
+    // `Watched`).
+    let conn = builder
+        .serve_connection(TokioIo::new(io), service)
+        .with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        result = conn.as_mut() => result.map_err(|e| e.to_string()),
+        _ = close.cancelled() => Ok(()),
+        _ = shutdown.cancelled() => {
+            conn.as_mut().graceful_shutdown();
+            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -585,6 +757,7 @@ mod tests {
                 Open {
                     busy,
                     blocked,
+                    receiving: Arc::new(AtomicBool::new(false)),
                     close,
                 },
             );
@@ -779,6 +952,7 @@ mod tests {
                 Open {
                     busy: Arc::new(AtomicUsize::new(1)),
                     blocked,
+                    receiving: Arc::new(AtomicBool::new(false)),
                     close,
                 },
             );

@@ -8,9 +8,8 @@ use verwalter_placement::config;
 
 /// Prints `FILE: ok` and what the file holds (stdout), or `FILE:LINE: problem` (stderr, exit 1).
 pub fn check_file(path: &Path) -> ExitCode {
-    match check_text(path, std::fs::read_to_string(path), |n| {
-        std::env::var(n).ok()
-    }) {
+    let text = super::input::read_text_capped(path, super::input::MAX_CONFIG_BYTES);
+    match check_text(path, text, |n| std::env::var(n).ok()) {
         Ok(report) => {
             println!("{report}");
             ExitCode::SUCCESS
@@ -26,7 +25,7 @@ pub fn check_file(path: &Path) -> ExitCode {
 /// The report or the one problem, both prefixed with the file's name (and the line, if known).
 fn check_text(
     path: &Path,
-    text: std::io::Result<String>,
+    text: Result<String, String>,
     env: impl Fn(&str) -> Option<String>,
 ) -> Result<String, String> {
     let file = path.display();
@@ -51,7 +50,7 @@ mod tests {
         let e = check_text(path, Ok(text), |_| None).unwrap_err();
         assert!(e.starts_with("c.yaml:2: "), "{e}");
         assert!(!e.contains("at line"), "the line is said once: {e}");
-        let e = check_text(path, Err(std::io::ErrorKind::NotFound.into()), |_| None);
+        let e = check_text(path, Err("No such file".into()), |_| None);
         assert!(e.unwrap_err().starts_with("c.yaml: cannot read"));
     }
 }

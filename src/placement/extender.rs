@@ -7,28 +7,23 @@
 //! data sources that fill the store are started by [`super::start::start_sources`].
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
-use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus::{
     Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder,
 };
 use serde::Serialize;
 use tokio::net::TcpListener;
-use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
-use tower::ServiceExt;
+use verwalter_controllers::access::BodyRefusal;
 use verwalter_placement::Algorithm;
 use verwalter_placement::config::{DataProvider, LoadedAlgorithm};
 use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};
@@ -38,20 +33,25 @@ use super::refresh::RefreshSettings;
 use super::source_metrics::SourceMetrics;
 use super::start::{SourcePlan, SourcesError, start_sources};
 use super::store::{SnapshotStore, View};
+use crate::http::ServeLimits;
+use crate::metrics::{ConnectionMetrics, HttpClose};
 
 /// The port wca-scheduler listens on (its policy's `URLPrefix` is `https://…:30180`).
 pub const DEFAULT_PORT: u16 = 30180;
 /// A full `Nodes` list of 5,000 nodes is tens of MB; `NodeNames` requests are far smaller.
-const MAX_BODY: usize = 64 << 20;
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 << 20;
+/// Two bodies of the largest size at once: kube-scheduler sends one call at a time per pod.
+pub const DEFAULT_BODY_BUDGET_BYTES: u64 = 128 << 20;
 /// A connection without a complete request head for this long is closed (kube-scheduler keeps
 /// its connections busy or closes them; its own timeout per call is 5 s).
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// A TLS handshake that takes longer than this is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
+/// A request body must all come within this (kube-scheduler gives up on a call after 5 s).
+pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
 /// Connections at most; kube-scheduler uses a handful.
-const MAX_CONNECTIONS: usize = 1024;
-/// On shutdown, requests in flight get this long to finish.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// A reply the client takes nothing of for this long closes its connection: kube-scheduler
+/// reads its replies at once, and gives up on a call after 5 s.
+const STALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Buckets of the request latency: 50 µs to 5 s (kube-scheduler's timeout).
 const LATENCY_BUCKETS: &[f64] = &[
     0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -82,6 +82,82 @@ pub struct ExtenderFlags {
     /// The private key of --tls-cert (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Open connections at most; past it the oldest idle one (else one whose client holds its
+    /// request up) is closed to make room
+    #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// A connection that sends no complete request head for this long is closed
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_IDLE_TIMEOUT_MS)]
+    pub idle_timeout_ms: u64,
+    /// A request body must all come within this long after its head (else 408)
+    #[arg(long, value_name = "MS", default_value_t = DEFAULT_BODY_TIMEOUT_MS)]
+    pub body_timeout_ms: u64,
+    /// Bytes in one request body at most; a longer Content-Length is refused at once (413)
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
+    pub max_body_bytes: u64,
+    /// Bytes of all request bodies (and their replies) held at once; a request that cannot get
+    /// its share within 1 s gets 503
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_BUDGET_BYTES)]
+    pub body_budget_bytes: u64,
+}
+
+/// The extender's limits on connections and request bodies (flags, or the `placement-extender:`
+/// keys of the same names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtenderLimits {
+    pub max_connections: usize,
+    pub idle_timeout: Duration,
+    pub body_timeout: Duration,
+    pub max_body: u64,
+    pub body_budget: u64,
+}
+
+impl Default for ExtenderLimits {
+    fn default() -> Self {
+        ExtenderLimits {
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
+            body_timeout: Duration::from_millis(DEFAULT_BODY_TIMEOUT_MS),
+            max_body: DEFAULT_MAX_BODY_BYTES,
+            body_budget: DEFAULT_BODY_BUDGET_BYTES,
+        }
+    }
+}
+
+impl ExtenderLimits {
+    /// From the flags' values; every problem names its flag or key (`prefix` and the name:
+    /// `--` for flags, `placement-extender.` for settings).
+    pub fn from_flags(flags: &ExtenderFlags, prefix: &str) -> Result<ExtenderLimits, String> {
+        let mut problems = Vec::new();
+        for (name, value) in [
+            ("max-connections", flags.max_connections as u64),
+            ("idle-timeout-ms", flags.idle_timeout_ms),
+            ("body-timeout-ms", flags.body_timeout_ms),
+            ("max-body-bytes", flags.max_body_bytes),
+            ("body-budget-bytes", flags.body_budget_bytes),
+        ] {
+            if value == 0 {
+                problems.push(format!("{prefix}{name}: must be above 0"));
+            }
+        }
+        if flags.body_budget_bytes < flags.max_body_bytes {
+            problems.push(format!(
+                "{prefix}body-budget-bytes: {} is below {prefix}max-body-bytes ({}): a body of the \
+                 largest size could never be read",
+                flags.body_budget_bytes, flags.max_body_bytes
+            ));
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
+        Ok(ExtenderLimits {
+            max_connections: flags.max_connections,
+            idle_timeout: Duration::from_millis(flags.idle_timeout_ms),
+            body_timeout: Duration::from_millis(flags.body_timeout_ms),
+            max_body: flags.max_body_bytes,
+            body_budget: flags.body_budget_bytes,
+        })
+    }
 }
 
 /// An extender ready to start: the algorithm chosen from a loaded config, and where to serve.
@@ -98,13 +174,22 @@ pub struct ExtenderSetup {
     pub namespaces: Vec<String>,
     /// Certificate chain and key (PEM) to serve HTTPS with.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Connections and request bodies (`max_connections` as given: the caller caps it by the
+    /// descriptor limit).
+    pub limits: ExtenderLimits,
 }
 
 impl ExtenderSetup {
     /// Reads the placement config at `flags.config` and picks the algorithm; every problem is a
     /// message naming the file.
     pub fn from_flags(flags: &ExtenderFlags) -> Result<ExtenderSetup, String> {
-        let text = std::fs::read_to_string(&flags.config)
+        ExtenderSetup::from_flags_named(flags, "--")
+    }
+
+    /// [`ExtenderSetup::from_flags`] with the limits' problems named with `prefix`.
+    pub fn from_flags_named(flags: &ExtenderFlags, prefix: &str) -> Result<ExtenderSetup, String> {
+        let limits = ExtenderLimits::from_flags(flags, prefix)?;
+        let text = super::input::read_text_capped(&flags.config, super::input::MAX_CONFIG_BYTES)
             .map_err(|e| format!("{}: cannot read: {e}", flags.config.display()))?;
         let algorithms = verwalter_placement::config::load(&text, |n| std::env::var(n).ok())
             .map_err(|e| format!("{}: {e}", flags.config.display()))?;
@@ -123,6 +208,7 @@ impl ExtenderSetup {
                 flags.namespaces.clone()
             },
             tls: flags.tls_cert.clone().zip(flags.tls_key.clone()),
+            limits,
         })
     }
 }
@@ -174,6 +260,9 @@ pub struct Extender {
     pub namespaces: Vec<String>,
     pub store: SnapshotStore,
     pub metrics: ExtenderMetrics,
+    pub limits: ExtenderLimits,
+    /// The bytes of request bodies and replies held at once.
+    pub budget: body::BodyBudget,
 }
 
 impl std::fmt::Debug for Extender {
@@ -208,13 +297,23 @@ impl Extender {
         store: SnapshotStore,
         metrics: ExtenderMetrics,
     ) -> Extender {
+        let limits = ExtenderLimits::default();
         Extender {
             algorithm,
             algorithm_name,
             namespaces,
             store,
             metrics,
+            budget: body::BodyBudget::new(limits.body_budget),
+            limits,
         }
+    }
+
+    /// With `limits` instead of the defaults.
+    pub fn with_limits(mut self, limits: ExtenderLimits) -> Extender {
+        self.budget = body::BodyBudget::new(limits.body_budget);
+        self.limits = limits;
+        self
     }
 }
 
@@ -225,7 +324,6 @@ pub fn router(state: Arc<Extender>) -> Router {
         .route("/prioritize", post(prioritize))
         .route("/metrics", get(metrics))
         .route("/status", get(status))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
 
@@ -308,23 +406,65 @@ fn handle(
     response
 }
 
-async fn filter(State(state): State<Arc<Extender>>, body: Bytes) -> Response {
-    handle(&state, Verb::Filter, &body, |state, view, args| {
+/// Reads the body within the limits and the budget, then [`handle`]s it; the reply keeps the
+/// request's share of the budget until it is sent.
+async fn within_limits(
+    state: &Extender,
+    verb: Verb,
+    request: axum::extract::Request,
+    decide: impl FnOnce(&Extender, &View, &ExtenderArgs) -> (Response, Verdict),
+) -> Response {
+    let limits = &state.limits;
+    let refused = |refusal: BodyRefusal| {
+        tracing::info!(
+            verb = verb.label(),
+            reason = refusal.label(),
+            "Extender request body refused."
+        );
+        state.metrics.body_refused(refusal);
+        body::refusal_response(refusal, limits.max_body)
+    };
+    tracing::debug!(
+        verb = verb.label(),
+        length = ?request.headers().get(axum::http::header::CONTENT_LENGTH),
+        "Reading a request body."
+    );
+    let read = match body::read(request, limits.max_body, limits.body_timeout, &state.budget).await
+    {
+        Ok(read) => read,
+        Err(refusal) => return refused(refusal),
+    };
+    let response = handle(state, verb, &read.bytes, decide);
+    drop(read.bytes);
+    match body::charge_reply(response, read.share, &state.budget).await {
+        Ok(response) => response,
+        Err(refusal) => refused(refusal),
+    }
+}
+
+async fn filter(State(state): State<Arc<Extender>>, request: axum::extract::Request) -> Response {
+    within_limits(&state, Verb::Filter, request, |state, view, args| {
         let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
         let d = wire::filter(&state.algorithm, snapshot, usage, args, &state.namespaces);
         (json_response(&d.reply), d.verdict)
     })
+    .await
 }
 
-async fn prioritize(State(state): State<Arc<Extender>>, body: Bytes) -> Response {
-    handle(&state, Verb::Prioritize, &body, |state, view, args| {
+async fn prioritize(
+    State(state): State<Arc<Extender>>,
+    request: axum::extract::Request,
+) -> Response {
+    within_limits(&state, Verb::Prioritize, request, |state, view, args| {
         let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
         let d = wire::prioritize(&state.algorithm, snapshot, usage, args, &state.namespaces);
         (json_response(&d.reply), d.verdict)
     })
+    .await
 }
 
 async fn metrics(State(state): State<Arc<Extender>>) -> Response {
+    state.metrics.body_bytes.set(state.budget.held() as i64);
     let text = state.metrics.render(&state.store);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
@@ -414,6 +554,10 @@ pub struct ExtenderMetrics {
     node_used: GaugeVec,
     node_free: GaugeVec,
     app_requested: GaugeVec,
+    connections: prometheus::IntGauge,
+    connections_closed: IntCounterVec,
+    bodies_refused: IntCounterVec,
+    body_bytes: prometheus::IntGauge,
     /// The snapshot generation the per-node and per-app gauges show (refilled on change).
     shown: Mutex<Option<u64>>,
 }
@@ -524,9 +668,64 @@ impl ExtenderMetrics {
                 "One instance's request of each app per resource.",
                 "app",
             ),
+            connections: reg(
+                &registry,
+                prometheus::IntGauge::new(
+                    "verwalter_extender_connections",
+                    "Connections to the extender open now.",
+                )
+                .expect("valid metric"),
+            ),
+            connections_closed: reg(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "verwalter_extender_connections_closed_total",
+                        "Connections the extender closed to stay within its limits, by reason (evicted: idle or holding its request up, to make room; refused: over the cap with none to close; stalled_write: a client that took no reply data).",
+                    ),
+                    &["reason"],
+                )
+                .expect("valid metric"),
+            ),
+            bodies_refused: reg(
+                &registry,
+                IntCounterVec::new(
+                    Opts::new(
+                        "verwalter_extender_bodies_refused_total",
+                        "Request bodies refused before a decision, by reason (too_large: 413; timeout: not all in within the body timeout, 408; budget: no share of the body budget, 503; broken: the connection failed).",
+                    ),
+                    &["reason"],
+                )
+                .expect("valid metric"),
+            ),
+            body_bytes: reg(
+                &registry,
+                prometheus::IntGauge::new(
+                    "verwalter_extender_body_bytes",
+                    "Bytes of request bodies and replies held now, of the body budget.",
+                )
+                .expect("valid metric"),
+            ),
             shown: Mutex::new(None),
             registry,
         };
+        for reason in [
+            HttpClose::Evicted,
+            HttpClose::Refused,
+            HttpClose::StalledWrite,
+        ] {
+            metrics
+                .connections_closed
+                .with_label_values(&[reason.label()]);
+        }
+        for refusal in [
+            BodyRefusal::TooLarge,
+            BodyRefusal::Timeout,
+            BodyRefusal::NoBudget,
+            BodyRefusal::Broken,
+        ] {
+            metrics.bodies_refused.with_label_values(&[refusal.label()]);
+        }
         for verb in [Verb::Filter, Verb::Prioritize] {
             for result in &results {
                 metrics.requests.with_label_values(&[verb.label(), result]);
@@ -534,6 +733,17 @@ impl ExtenderMetrics {
             metrics.duration.with_label_values(&[verb.label()]);
         }
         metrics
+    }
+
+    /// What the server counts its connections in.
+    pub fn connection_metrics(&self) -> ConnectionMetrics {
+        ConnectionMetrics::new(self.connections.clone(), self.connections_closed.clone())
+    }
+
+    fn body_refused(&self, refusal: BodyRefusal) {
+        self.bodies_refused
+            .with_label_values(&[refusal.label()])
+            .inc();
     }
 
     fn request(&self, verb: Verb, result: &str, took: Duration) {
@@ -646,97 +856,21 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(config)))
 }
 
-/// Serves `app` on `listener` (over TLS with `tls`) until `shutdown`.
+/// Serves the extender's routes on `listener` (over TLS with `tls`) until `shutdown`, with the
+/// daemon's connection policy (`crate::http::serve_on`) within `state`'s limits.
 pub async fn serve(
     listener: TcpListener,
-    app: Router,
+    state: Arc<Extender>,
     tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: CancellationToken,
 ) {
-    let mut builder = hyper::server::conn::http1::Builder::new();
-    builder
-        .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    let mut tasks = JoinSet::new();
-    loop {
-        let permit = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            permit = slots.clone().acquire_owned() => permit.expect("never closed"),
-        };
-        let (stream, peer) = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    tracing::warn!(%error, "Extender: cannot accept a connection.");
-                    // Out of descriptors, say: do not spin.
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let app = app.clone();
-        let builder = builder.clone();
-        let tls = tls.clone();
-        let shutdown = shutdown.clone();
-        tasks.spawn(async move {
-            let _permit = permit;
-            match tls {
-                Some(acceptor) => {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(stream)) => connection(builder, stream, app, shutdown).await,
-                        Ok(Err(error)) => {
-                            tracing::debug!(%error, %peer, "Extender: TLS handshake failed.")
-                        }
-                        Err(_) => tracing::debug!(%peer, "Extender: TLS handshake timed out."),
-                    }
-                }
-                None => connection(builder, stream, app, shutdown).await,
-            }
-        });
-    }
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, async {
-        while tasks.join_next().await.is_some() {}
-    })
-    .await;
-    tasks.abort_all();
-}
-
-/// One HTTP/1.1 connection until it closes or `shutdown` (then in-flight requests finish).
-async fn connection<S>(
-    builder: hyper::server::conn::http1::Builder,
-    stream: S,
-    app: Router,
-    shutdown: CancellationToken,
-) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let service = hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-        let app = app.clone();
-        async move {
-            let response = match app.oneshot(request.map(Body::new)).await {
-                Ok(response) => response,
-                Err(never) => match never {},
-            };
-            Ok::<_, Infallible>(response)
-        }
-    });
-    let conn = builder.serve_connection(TokioIo::new(stream), service);
-    tokio::pin!(conn);
-    tokio::select! {
-        result = conn.as_mut() => {
-            if let Err(error) = result {
-                tracing::debug!(%error, "Extender: connection closed on an error.");
-            }
-        }
-        _ = shutdown.cancelled() => {
-            conn.as_mut().graceful_shutdown();
-            let _ = tokio::time::timeout(SHUTDOWN_GRACE, conn).await;
-        }
-    }
+    let limits = ServeLimits {
+        max_connections: state.limits.max_connections,
+        idle_timeout: state.limits.idle_timeout,
+        stall_timeout: STALL_TIMEOUT,
+    };
+    let metrics = state.metrics.connection_metrics();
+    crate::http::serve_on(listener, router(state), &limits, metrics, tls, shutdown).await
 }
 
 /// Binds, starts the data sources and returns the extender's tasks (server and sources) to run
@@ -768,13 +902,16 @@ pub async fn start(
         })?;
     let addr = listener.local_addr().unwrap_or(setup.listen);
     let mut tasks = start_sources(&plan, &store, shutdown.clone()).await?;
-    let state = Arc::new(Extender::with_metrics(
-        setup.algorithm_name.clone(),
-        setup.algorithm.clone(),
-        setup.namespaces.clone(),
-        store,
-        metrics,
-    ));
+    let state = Arc::new(
+        Extender::with_metrics(
+            setup.algorithm_name.clone(),
+            setup.algorithm.clone(),
+            setup.namespaces.clone(),
+            store,
+            metrics,
+        )
+        .with_limits(setup.limits.clone()),
+    );
     // Tests and scripts started with port 0 read the port from this line.
     tracing::info!(
         %addr,
@@ -782,18 +919,28 @@ pub async fn start(
         algorithm = %setup.algorithm_name,
         config = %setup.config.display(),
         namespaces = ?setup.namespaces,
+        max_connections = setup.limits.max_connections,
+        max_body_bytes = setup.limits.max_body,
+        body_budget_bytes = setup.limits.body_budget,
         "Extender listening."
     );
-    tasks.push(Box::pin(serve(listener, router(state), tls, shutdown)));
+    tasks.push(Box::pin(serve(listener, state, tls, shutdown)));
     Ok((addr, tasks))
 }
 
 /// `verwalter extender`: runs until `shutdown`.
-pub async fn run(setup: ExtenderSetup, shutdown: CancellationToken) -> Result<(), ExtenderError> {
+pub async fn run(
+    mut setup: ExtenderSetup,
+    shutdown: CancellationToken,
+) -> Result<(), ExtenderError> {
+    let nofile = crate::http::raise_nofile_limit();
+    setup.limits.max_connections =
+        crate::http::connection_cap(setup.limits.max_connections, nofile);
     let (_, tasks) = start(&setup, SnapshotStore::new(), shutdown).await?;
     futures::future::join_all(tasks).await;
     Ok(())
 }
 
+mod body;
 #[cfg(test)]
 mod tests;

@@ -15,11 +15,13 @@
 //! - [`start`]: [`start::start_sources`], the one place the data sources are started.
 //! - [`snapshot_file`]: the snapshot file source (JSON or YAML, re-read when it changes).
 //! - [`extender`]: the Kubernetes scheduler extender's HTTP server (`verwalter extender`).
+//! - [`input`]: reading their input files: regular files only, within a size cap.
 
 pub mod chart;
 pub mod check;
 pub mod client;
 pub mod extender;
+pub mod input;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;

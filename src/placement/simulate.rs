@@ -101,6 +101,8 @@ fn at(path: &Path, e: experiment::InputError) -> String {
     }
 }
 
+/// A regular file's text, of at most `experiment::MAX_FILE_BYTES` (`super::input`).
 fn read(path: &Path) -> Result<String, String> {
-    std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))
+    super::input::read_text_capped(path, experiment::MAX_FILE_BYTES)
+        .map_err(|e| format!("{}: {e}", path.display()))
 }

@@ -165,7 +165,8 @@ impl SnapshotFile {
 
 /// The file's bytes' hash and its snapshot.
 fn read(path: &Path) -> Result<(u64, Snapshot), String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let bytes = super::input::read_capped(path, super::input::MAX_SNAPSHOT_BYTES)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let mut hasher = std::hash::DefaultHasher::new();
     bytes.hash(&mut hasher);
     let snapshot = parse(path, &bytes)?;

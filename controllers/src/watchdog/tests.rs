@@ -206,3 +206,23 @@ async fn steps_restart_the_limit_and_a_pass_aborted_at_shutdown_is_forgotten() {
     let records = lock(&progress.records);
     assert!(records.drivers[0].passes.is_empty(), "{records:?}");
 }
+
+#[test]
+fn the_watchdog_is_ours_unless_watchdog_pid_names_another_process() {
+    let two_s = Some(Duration::from_secs(2));
+    // libsystemd's sd_watchdog_enabled: an unset WATCHDOG_PID means any process.
+    assert_eq!(enabled(Some("2000000"), None, 42), two_s);
+    assert_eq!(enabled(Some("2000000"), Some("42"), 42), two_s);
+    assert_eq!(enabled(Some("2000000"), Some("43"), 42), None);
+    assert_eq!(enabled(Some("2000000"), Some("0"), 42), None, "not a pid");
+    assert_eq!(enabled(Some("2000000"), Some("x"), 42), None, "not a pid");
+    assert_eq!(enabled(None, None, 42), None, "no interval: not watched");
+    assert_eq!(enabled(Some("0"), None, 42), None);
+    assert_eq!(enabled(Some("-1"), None, 42), None);
+    assert_eq!(enabled(Some("soon"), Some("42"), 42), None);
+    assert_eq!(
+        enabled(Some(&u64::MAX.to_string()), None, 42),
+        None,
+        "infinity"
+    );
+}

@@ -143,3 +143,49 @@ fn bad_task_files_are_refused_with_the_line() {
         "{e}"
     );
 }
+
+#[test]
+fn counts_over_the_limits_are_refused_with_the_line() {
+    // One group, or one task type, over the limit: refused as it is read, before anything is
+    // made of it.
+    let e =
+        err_nodes("groups:\n  - count: 100000000\n    name_prefix: n\n    capacity: {cpu: 1}\n");
+    assert!(
+        e.starts_with("2:") && e.contains("count: 100000000 is over the limit of 100000 nodes"),
+        "{e}"
+    );
+    let e = err_tasks("types:\n  - name: a\n    requests: {cpu: 1}\n    count: 100000000\n");
+    assert!(
+        e.starts_with("2:") && e.contains("count: 100000000 is over the limit of 1000000 tasks"),
+        "{e}"
+    );
+    // Each within the limit, together over it: the group or type that goes over is named.
+    let group = |count: usize, prefix: &str| {
+        format!("  - count: {count}\n    name_prefix: {prefix}\n    capacity: {{cpu: 1}}\n")
+    };
+    let yaml = format!("groups:\n{}{}", group(60_000, "a"), group(60_000, "b"));
+    assert_eq!(
+        err_nodes(&yaml),
+        "5: groups[1].count: the groups come to 120000 nodes up to here, over the limit of 100000"
+    );
+    let yaml = format!(
+        "groups:\n{}nodes:\n  - name: x\n    capacity: {{cpu: 1}}\n",
+        group(MAX_NODES, "a")
+    );
+    assert_eq!(
+        err_nodes(&yaml),
+        "5: nodes: 1 nodes with the groups' 100000, over the limit of 100000"
+    );
+    let e = err_tasks(
+        "types:\n  - name: a\n    requests: {cpu: 1}\n    count: 600000\n  - name: b\n    requests: {cpu: 1}\n    count: 600000\n",
+    );
+    assert_eq!(
+        e,
+        "5: task type \"b\": the types come to 1200000 tasks up to here, over the limit of 1000000"
+    );
+    // At the limits exactly: taken.
+    assert!(parse_nodes(&format!("groups:\n{}", group(MAX_NODES, "a"))).is_ok());
+    let at_limit =
+        format!("types:\n  - name: a\n    requests: {{cpu: 1}}\n    count: {MAX_TASKS}\n");
+    assert!(parse_tasks(&at_limit).is_ok());
+}

@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
+use axum::body::Body;
 use axum::http::Request;
+use tower::ServiceExt;
 use verwalter_placement::{Dim, Kind, Snapshot};
 
 use super::*;
@@ -164,7 +166,7 @@ async fn https_serves_the_routes_with_the_given_certificate() {
     let shutdown = CancellationToken::new();
     let server = tokio::spawn(serve(
         listener,
-        router(extender()),
+        extender(),
         Some(acceptor),
         shutdown.clone(),
     ));
@@ -315,5 +317,51 @@ async fn status_shows_what_scores_reschedule_would_move() {
     assert!(
         !body.contains("reschedule"),
         "only Score has the hook: {body}"
+    );
+}
+
+#[test]
+fn limits_come_from_the_flags_and_each_bad_one_is_named() {
+    use clap::Parser;
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        flags: ExtenderFlags,
+    }
+    let parse = |args: &[&str]| {
+        let mut all = vec!["verwalter", "--config", "c.yaml"];
+        all.extend_from_slice(args);
+        Cli::parse_from(all).flags
+    };
+    assert_eq!(
+        ExtenderLimits::from_flags(&parse(&[]), "--"),
+        Ok(ExtenderLimits::default())
+    );
+    let limits = ExtenderLimits::from_flags(
+        &parse(&["--max-body-bytes", "10", "--body-timeout-ms", "5"]),
+        "--",
+    )
+    .unwrap();
+    assert_eq!(limits.max_body, 10);
+    assert_eq!(limits.body_timeout, Duration::from_millis(5));
+    let problems = ExtenderLimits::from_flags(
+        &parse(&[
+            "--max-connections",
+            "0",
+            "--body-budget-bytes",
+            "100",
+            "--max-body-bytes",
+            "200",
+        ]),
+        "placement-extender.",
+    )
+    .unwrap_err();
+    assert!(
+        problems.contains("placement-extender.max-connections: must be above 0"),
+        "{problems}"
+    );
+    assert!(
+        problems.contains("placement-extender.body-budget-bytes: 100 is below placement-extender.max-body-bytes (200)"),
+        "{problems}"
     );
 }
