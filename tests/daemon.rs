@@ -387,3 +387,40 @@ fn the_flags_of_0_13_units_are_taken() {
         );
     }
 }
+
+/// Runtime links that never resolve (`a -> b`, `b -> a`, `x -> x`) are left out with an error
+/// each, like a dangling link: a fresh node schedules from the rest of the tree, shows the errors
+/// in `/v1/status`, and takes later changes (the loops used to fail the whole read, so the node
+/// never scheduled and later edits were never seen).
+#[test]
+fn runtime_links_that_lead_round_are_left_out_and_scheduling_goes_on() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let web = config.join("runtime/web");
+    std::os::unix::fs::symlink("b", web.join("a")).unwrap();
+    std::os::unix::fs::symlink("a", web.join("b")).unwrap();
+    std::os::unix::fs::symlink("x.yaml", web.join("x.yaml")).unwrap();
+    let daemon = Daemon::start(&config, &storage);
+    let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule with the loops", |_| true);
+    assert_eq!(first["data"]["roles"]["web"]["version"], "v2");
+    let status = daemon.wait_json(SOON, "/v1/status", "loops not shown", |s| {
+        ["runtime/web/a", "runtime/web/b", "runtime/web/x.yaml"]
+            .iter()
+            .all(|path| s["errors"].get(*path).is_some())
+    });
+    let message = status["errors"]["runtime/web/x.yaml"].as_str().unwrap();
+    assert!(
+        message.starts_with("symlink loop: x.yaml never resolves"),
+        "{status}"
+    );
+    assert!(
+        status["errors"].get("runtime").is_none(),
+        "a complete read: {status}"
+    );
+    // A later change is read and scheduled, the loops still there.
+    deploy_web_v3(
+        &daemon,
+        &config,
+        3,
+        "a change next to the loops not scheduled",
+    );
+}

@@ -23,7 +23,8 @@
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
 //!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
 //!   the cap under a low descriptor limit cannot starve the API, nor can request bodies that
-//!   never come (408).
+//!   never come (408); runtime links that lead round to each other left out with the rest
+//!   scheduled.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
