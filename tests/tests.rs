@@ -10,7 +10,8 @@
 //!
 //! Index:
 //! - `actions`: the action API on a single node: answers, 204, request errors, the audit line,
-//!   pending actions across a restart, acknowledged actions surviving kill -9, the pending cap.
+//!   pending actions across a restart, acknowledged actions surviving kill -9, the pending cap;
+//!   no id given twice across a kill -9 within the same second (a slowed wall clock, preloaded).
 //! - `cli`: `verwalter check` (symlink loops and links out, big and deep files), `verwalter
 //!   schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
