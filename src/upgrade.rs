@@ -126,6 +126,13 @@ fn report(state_dir: &StateDir, log_dir: &Path, done: &Upgraded) {
     } else if !storage.left.is_empty() {
         tracing::debug!(files = %storage.left.join(","), "0.13 backups left in schedule/.");
     }
+    if !storage.impossible.is_empty() {
+        tracing::warn!(
+            dir = %schedule_dir(state_dir).display(),
+            files = %storage.impossible.join(","),
+            "Left 0.13 backups named for periods that do not exist where they are (retention could never prune them); delete them when not needed."
+        );
+    }
     if !done.log_links.is_empty() {
         tracing::info!(
             dir = %log_dir.display(),
