@@ -25,7 +25,8 @@
 //!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
 //!   the cap under a low descriptor limit cannot starve the API, nor can request bodies that
 //!   never come (408); runtime links that lead round to each other left out with the rest
-//!   scheduled.
+//!   scheduled; a symlink as the stored schedule replaced, never read or written through, and
+//!   a FIFO there not blocking the start.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -56,7 +57,8 @@
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
 //!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings, a stuck render pass that stops
 //!   them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
-//!   cause for bad settings, a port in use, a storage dir that is not one.
+//!   cause for bad settings, a port in use, a storage dir that is not one, an action journal
+//!   that is a FIFO or a link.
 //! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
 //!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
 //!   the packages `make test-package` builds: lintian and rpmlint clean, metadata and contents
