@@ -138,8 +138,9 @@ impl Counter {
         }
         let id = if self.last >= (second + 1) * IDS_PER_SECOND {
             // The clock went back (or loaded ids are from a clock that was ahead): ids stay
-            // increasing and unique rather than refusing actions until it catches up.
-            self.last + 1
+            // increasing and unique rather than refusing actions until it catches up. (A
+            // journal naming the largest id leaves none: refused, never wrapped round.)
+            self.last.checked_add(1).ok_or(RegisterError::TooMany)?
         } else {
             // After a restart within the same second, continue past the loaded ids.
             let floor = (self.last + 1).saturating_sub(second * IDS_PER_SECOND);

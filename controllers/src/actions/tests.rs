@@ -365,6 +365,17 @@ async fn ids_of_consumed_actions_are_not_given_again_after_a_restart_in_the_same
     );
 }
 
+/// A journal whose high-water mark is the largest id (a hostile or broken file) leaves no id
+/// to give: actions are refused, never given a wrapped-round id (it used to overflow).
+#[tokio::test(start_paused = true)]
+async fn a_journal_naming_the_largest_id_refuses_actions_instead_of_wrapping() {
+    let journal = MemoryJournal::holding(format!("{{\"last\":{}}}\n", u64::MAX).as_bytes());
+    let rig = rig_on(journal, ActionLimits::default(), true).await;
+    let err = rig.register(json!(1)).await.unwrap_err();
+    assert!(matches!(err, RegisterError::TooMany), "{err:?}");
+    rig.stop().await;
+}
+
 /// Every start rewrites the journal (a torn last record and removed actions are gone); each
 /// action is then one append of its `add` record, acknowledged once written.
 #[tokio::test(start_paused = true)]
