@@ -9,7 +9,7 @@ use std::path::Path;
 use time::OffsetDateTime;
 use verwalter_controllers::retention;
 
-use crate::state_dir::{MAX_STORED_SCHEDULE, create_private, read_regular, temp_path};
+use crate::state_dir::{MAX_STORED_SCHEDULE, create_temp, read_regular, temp_path};
 
 /// Takes the backups of the current periods that do not exist yet from `schedule` (the stored
 /// schedule file), then deletes those past retention. Returns the names created. The schedule
@@ -50,8 +50,7 @@ fn write_gzip(dir: &Path, data: &[u8], names: &[String]) -> io::Result<()> {
     // Private like the schedule itself; the links share the temp file's mode.
     let tmp = temp_path(dir, "backup");
     let result = (|| {
-        let mut gz =
-            flate2::write::GzEncoder::new(create_private(&tmp)?, flate2::Compression::best());
+        let mut gz = flate2::write::GzEncoder::new(create_temp(&tmp)?, flate2::Compression::best());
         gz.write_all(data)?;
         gz.finish()?.sync_all()?;
         for name in names {

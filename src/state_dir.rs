@@ -273,6 +273,17 @@ pub fn create_private(path: &Path) -> io::Result<fs::File> {
         .open(path)
 }
 
+/// Creates the temp file `tmp` (a [`temp_path`]) with [`create_private`]. An entry already
+/// under that name can only be a leftover of a process that had this pid before (a container's
+/// pid 1 restarted) or something planted: the entry goes first (never what it leads to).
+pub fn create_temp(tmp: &Path) -> io::Result<fs::File> {
+    match fs::remove_file(tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    create_private(tmp)
+}
+
 /// The largest stored schedule read: the fetch limit of a schedule (`cluster::fetch`), which
 /// no schedule in force can pass. A file over it is refused, not read.
 pub const MAX_STORED_SCHEDULE: u64 = crate::cluster::fetch::MAX_SCHEDULE as u64;
@@ -440,7 +451,7 @@ pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
         .unwrap_or_default();
     let tmp = temp_path(dir, &name);
     let result = (|| {
-        let mut file = create_private(&tmp)?;
+        let mut file = create_temp(&tmp)?;
         for part in parts {
             file.write_all(part)?;
         }
@@ -478,12 +489,7 @@ pub fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()>
         let claimed = fs::rename(&spare, &tmp).is_ok();
         let mut file = match claimed.then(|| open_own(&tmp)).flatten() {
             Some(file) => file,
-            None => {
-                if claimed {
-                    fs::remove_file(&tmp)?;
-                }
-                create_private(&tmp)?
-            }
+            None => create_temp(&tmp)?,
         };
         let mut len = 0;
         for part in parts {
@@ -644,6 +650,12 @@ mod tests {
         let planted = schedule_dir.join(".tmp.schedule.json.1.0");
         std::os::unix::fs::symlink(&outside, &planted).unwrap();
         assert!(create_private(&planted).is_err());
+        let mut made = create_temp(&planted).unwrap();
+        made.write_all(b"ours").unwrap();
+        assert!(fs::symlink_metadata(&planted).unwrap().is_file());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "precious = 1\n");
+        fs::remove_file(&planted).unwrap();
+        std::os::unix::fs::symlink(&outside, &planted).unwrap();
         assert_eq!(dir.clean_temp_files(), 2, "the link and the spare");
         assert!(fs::symlink_metadata(&planted).is_err());
         assert_eq!(fs::read_to_string(&outside).unwrap(), "precious = 1\n");
