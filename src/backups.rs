@@ -9,19 +9,26 @@ use std::path::Path;
 use time::OffsetDateTime;
 use verwalter_controllers::retention;
 
-use crate::state_dir::{create_private, temp_path};
+use crate::state_dir::{MAX_STORED_SCHEDULE, create_temp, read_regular, temp_path};
 
 /// Takes the backups of the current periods that do not exist yet from `schedule` (the stored
-/// schedule file), then deletes those past retention. Returns the names created.
+/// schedule file), then deletes those past retention. Returns the names created. The schedule
+/// is read only as a regular file (never through a symlink, never a FIFO or device: an error
+/// naming it), at most [`MAX_STORED_SCHEDULE`] bytes.
 pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<Vec<String>> {
-    if !schedule.exists() {
-        return Ok(Vec::new());
+    match fs::symlink_metadata(schedule) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        _ => {}
     }
     fs::create_dir_all(dir)?;
     let plan = retention::plan_backups(&list(dir)?, now);
     let missing = plan.take;
     if !missing.is_empty() {
-        write_gzip(dir, &fs::read(schedule)?, &missing)?;
+        let named = |e: io::Error| io::Error::new(e.kind(), format!("{}: {e}", schedule.display()));
+        let Some(bytes) = read_regular(schedule, MAX_STORED_SCHEDULE).map_err(named)? else {
+            return Ok(Vec::new());
+        };
+        write_gzip(dir, &bytes, &missing)?;
     }
     for name in &plan.prune {
         fs::remove_file(dir.join(name))?;
@@ -43,8 +50,7 @@ fn write_gzip(dir: &Path, data: &[u8], names: &[String]) -> io::Result<()> {
     // Private like the schedule itself; the links share the temp file's mode.
     let tmp = temp_path(dir, "backup");
     let result = (|| {
-        let mut gz =
-            flate2::write::GzEncoder::new(create_private(&tmp)?, flate2::Compression::best());
+        let mut gz = flate2::write::GzEncoder::new(create_temp(&tmp)?, flate2::Compression::best());
         gz.write_all(data)?;
         gz.finish()?.sync_all()?;
         for name in names {
@@ -125,5 +131,36 @@ mod tests {
             !all.contains(&"hourly-20260101T00".to_string()),
             "the oldest went"
         );
+    }
+}
+
+#[cfg(test)]
+mod hostile_tests {
+    use super::*;
+    use time::macros::datetime;
+
+    /// A symlink in the schedule's place (to a file outside the storage dir) is not read into a
+    /// backup: the error names the schedule, and no backup holds the target's bytes. A FIFO is
+    /// refused at once, not waited on.
+    #[test]
+    fn a_link_or_fifo_in_the_schedules_place_is_not_backed_up() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside.txt");
+        fs::write(&outside, b"secret of another program").unwrap();
+        let schedule = tmp.path().join("schedule.json");
+        let dir = tmp.path().join("backups");
+        std::os::unix::fs::symlink(&outside, &schedule).unwrap();
+        let now = datetime!(2026-01-01 00:00 UTC);
+        let err = maintain(&schedule, &dir, now).unwrap_err().to_string();
+        assert!(
+            err.contains("schedule.json: a symbolic link, not a regular file; refused"),
+            "{err}"
+        );
+        assert!(list(&dir).unwrap().is_empty());
+        fs::remove_file(&schedule).unwrap();
+        nix::unistd::mkfifo(&schedule, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = maintain(&schedule, &dir, now).unwrap_err().to_string();
+        assert!(err.contains("a FIFO, not a regular file"), "{err}");
+        assert!(list(&dir).unwrap().is_empty());
     }
 }

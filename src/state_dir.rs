@@ -2,8 +2,8 @@
 //! start so a restarted node begins from it.
 
 use std::fs;
-use std::io::Write;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -56,12 +56,14 @@ impl StateDir {
     }
 
     /// The persisted schedule, `None` when there is none yet. A file that does not parse or
-    /// whose hash does not match is an error (the caller logs it and starts without).
+    /// whose hash does not match is an error (the caller logs it and starts without), and so is
+    /// anything but a regular file (a symlink is not followed, a FIFO not waited on) and a file
+    /// over [`MAX_STORED_SCHEDULE`].
     pub fn load_schedule(&self) -> Result<Option<Schedule>, StateDirError> {
         let path = self.schedule_path();
-        let bytes = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        let bytes = match read_regular(&path, MAX_STORED_SCHEDULE) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => return Ok(None),
             Err(source) => return Err(StateDirError::Read { path, source }),
         };
         let schedule: Schedule =
@@ -88,6 +90,13 @@ impl StateDir {
             tail.as_slice(),
             b"\n",
         ];
+        // Something else in its place (a symlink, a FIFO) is replaced, never written through.
+        if let Ok(meta) = fs::symlink_metadata(&path)
+            && let Some(what) = not_regular(&meta)
+            && !meta.is_dir()
+        {
+            tracing::warn!(path = %path.display(), found = what, "Replacing what is in the place of the stored schedule (it is not followed).");
+        }
         write_atomic_reusing(&path, &parts).map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 }
@@ -110,14 +119,20 @@ impl StateDir {
                 let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
                     continue;
                 };
-                let is_file = entry.file_type().is_ok_and(|t| t.is_file());
-                if !is_file {
+                let Ok(kind) = entry.file_type() else {
                     continue;
-                }
+                };
                 let path = entry.path();
                 // `backup.tmp`: the one temp name of backups before names were unique.
                 let old_backup_tmp = dir == self.backups_dir() && name == "backup.tmp";
-                if is_temp_name(&name) || old_backup_tmp {
+                let temp = is_temp_name(&name) || old_backup_tmp;
+                // A link or FIFO under a temp name (never ours) goes too: only the entry, what
+                // it leads to is not touched.
+                let remove_entry = temp && !kind.is_dir();
+                if !kind.is_file() && !remove_entry {
+                    continue;
+                }
+                if temp {
                     match fs::remove_file(&path) {
                         Ok(()) => removed += 1,
                         Err(e) => {
@@ -181,7 +196,11 @@ impl AppliedStore for StateDir {
             let Some(role) = name.to_str().and_then(|n| n.strip_suffix(".applied")) else {
                 continue;
             };
-            match fs::read_to_string(entry.path()) {
+            let read = read_regular(&entry.path(), MAX_APPLIED).and_then(|bytes| {
+                String::from_utf8(bytes.unwrap_or_default())
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+            });
+            match read {
                 Ok(hash) => {
                     applied.insert(role.to_string(), hash.trim().to_string());
                 }
@@ -199,7 +218,7 @@ impl AppliedStore for StateDir {
     fn save(&self, role: &str, hash: &str) -> Result<(), StorageError> {
         let path = self.roles_dir().join(format!("{role}.applied"));
         fs::create_dir_all(self.roles_dir())
-            .and_then(|()| fs::write(&path, format!("{hash}\n")))
+            .and_then(|()| write_in_place(&path, format!("{hash}\n").as_bytes()))
             .map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
 
@@ -243,14 +262,159 @@ fn is_temp_name(name: &str) -> bool {
         .is_some_and(|(_, tail)| !tail.is_empty() && tail.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Creates (or truncates) `path` with [`FILE_MODE`].
-pub fn create_private(path: &Path) -> std::io::Result<fs::File> {
+/// Creates the new file `path` with [`FILE_MODE`]; fails if anything is there, a symlink
+/// included (`O_EXCL`, `O_NOFOLLOW`): a temp file is never a link someone placed.
+pub fn create_private(path: &Path) -> io::Result<fs::File> {
     fs::OpenOptions::new()
         .write(true)
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .mode(FILE_MODE)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
+}
+
+/// Creates the temp file `tmp` (a [`temp_path`]) with [`create_private`]. An entry already
+/// under that name can only be a leftover of a process that had this pid before (a container's
+/// pid 1 restarted) or something planted: the entry goes first (never what it leads to).
+pub fn create_temp(tmp: &Path) -> io::Result<fs::File> {
+    match fs::remove_file(tmp) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    create_private(tmp)
+}
+
+/// The largest stored schedule read: the fetch limit of a schedule (`cluster::fetch`), which
+/// no schedule in force can pass. A file over it is refused, not read.
+pub const MAX_STORED_SCHEDULE: u64 = crate::cluster::fetch::MAX_SCHEDULE as u64;
+
+/// The largest `roles/<role>.applied` read (it holds one hash).
+const MAX_APPLIED: u64 = 4 << 10;
+
+/// What a state file found in place of a regular file is, or `None` for a regular file.
+pub fn not_regular(meta: &fs::Metadata) -> Option<&'static str> {
+    let kind = meta.file_type();
+    Some(if kind.is_file() {
+        return None;
+    } else if kind.is_symlink() {
+        "a symbolic link"
+    } else if kind.is_dir() {
+        "a directory"
+    } else if kind.is_fifo() {
+        "a FIFO"
+    } else if kind.is_socket() {
+        "a socket"
+    } else if kind.is_char_device() {
+        "a character device"
+    } else if kind.is_block_device() {
+        "a block device"
+    } else {
+        "not a regular file"
+    })
+}
+
+fn refused(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!(
+            "{what}, not a regular file; refused (state files are never read or written through links)"
+        ),
+    )
+}
+
+/// Opens the state file `path` for reading if it is a regular file, `None` when there is
+/// nothing there. A symlink is not followed (`O_NOFOLLOW`), a FIFO or device is refused before
+/// it is opened, and opened without waiting (`O_NONBLOCK`, cleared once it is known to be a
+/// regular file) should one take the file's place meanwhile: a reader never blocks in `open`.
+pub fn open_regular(path: &Path) -> io::Result<Option<fs::File>> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) => {
+            if let Some(what) = not_regular(&meta) {
+                return Err(refused(what));
+            }
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => return Err(refused("a symbolic link")),
+        Err(e) => return Err(e),
+    };
+    if let Some(what) = not_regular(&file.metadata()?) {
+        return Err(refused(what));
+    }
+    blocking_again(&file)?;
+    Ok(Some(file))
+}
+
+/// Clears `O_NONBLOCK` on `file`.
+fn blocking_again(file: &fs::File) -> io::Result<()> {
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(file, FcntlArg::F_GETFL)?);
+    fcntl(file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+    Ok(())
+}
+
+/// The bytes of the state file `path` ([`open_regular`]), at most `limit` of them: a longer
+/// file is refused with its size, never read whole. `None` when there is nothing there.
+pub fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let Some(file) = open_regular(path)? else {
+        return Ok(None);
+    };
+    let too_big = |len: u64| {
+        io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!("{len} bytes or more; at most {limit} are read"),
+        )
+    };
+    let len = file.metadata()?.len();
+    if len > limit {
+        return Err(too_big(len));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit {
+        return Err(too_big(bytes.len() as u64));
+    }
+    Ok(Some(bytes))
+}
+
+/// Opens `path` to write it over if it is a regular file of its own (one name): not through a
+/// symlink, not a FIFO (never waited on) or device, not a file another name shares.
+fn open_own(path: &Path) -> Option<fs::File> {
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    let meta = file.metadata().ok()?;
+    (meta.is_file() && meta.nlink() == 1 && blocking_again(&file).is_ok()).then_some(file)
+}
+
+/// Writes `bytes` over the file `path` in place (no fsync, no rename), or into a new file when
+/// there is none, or anything but a regular file of its own in its place (replaced, never
+/// written through).
+fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let mut file = match open_own(path) {
+        Some(file) => file,
+        None => match create_private(path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                // Something else is there (a link, a FIFO, a shared file): only the entry goes.
+                fs::remove_file(path)?;
+                create_private(path)?
+            }
+            Err(e) => return Err(e),
+        },
+    };
+    file.set_len(0)?;
+    file.write_all(bytes)
 }
 
 /// Syncs a directory, so a rename or a new entry in it survives a crash.
@@ -287,7 +451,7 @@ pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
         .unwrap_or_default();
     let tmp = temp_path(dir, &name);
     let result = (|| {
-        let mut file = create_private(&tmp)?;
+        let mut file = create_temp(&tmp)?;
         for part in parts {
             file.write_all(part)?;
         }
@@ -319,16 +483,14 @@ pub fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()>
     let mut kept = None;
     let result = (|| {
         // Renamed first, so that two writers never share it: the one that loses writes anew.
-        // A spare someone else linked to is left to them (it would change under them).
+        // A spare someone else linked to is left to them (it would change under them), and one
+        // that is not a regular file (a symlink someone placed, a FIFO) is never written
+        // through nor waited on: only the entry goes.
         let claimed = fs::rename(&spare, &tmp).is_ok();
-        let mut file = match claimed {
-            true => fs::OpenOptions::new().write(true).open(&tmp)?,
-            false => create_private(&tmp)?,
+        let mut file = match claimed.then(|| open_own(&tmp)).flatten() {
+            Some(file) => file,
+            None => create_temp(&tmp)?,
         };
-        if claimed && file.metadata()?.nlink() > 1 {
-            fs::remove_file(&tmp)?;
-            file = create_private(&tmp)?;
-        }
         let mut len = 0;
         for part in parts {
             file.write_all(part)?;
@@ -336,9 +498,16 @@ pub fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()>
         }
         file.set_len(len)?;
         file.sync_all()?;
+        // Only a regular file is kept as the next spare: a link (`link` names the link itself,
+        // not what it leads to) or FIFO in the file's place is dropped with the rename.
         let keep = temp_path(dir, name);
         if fs::hard_link(path, &keep).is_ok() {
-            kept = Some(keep);
+            let regular = fs::symlink_metadata(&keep).is_ok_and(|m| m.is_file());
+            if regular {
+                kept = Some(keep);
+            } else {
+                let _ = fs::remove_file(&keep);
+            }
         }
         fs::rename(&tmp, path)
     })();
@@ -432,6 +601,129 @@ mod tests {
         // The start-up cleanup removes the spare with the other temp files.
         assert_eq!(dir.clean_temp_files(), 1);
         assert!(!spare.exists());
+    }
+
+    /// The attack: `schedule.json` a symlink to a file outside the storage dir. It is
+    /// not read (an error naming it), and the saves that follow replace the link without ever
+    /// writing through it, nor through a spare (the link used to become the spare, and later
+    /// saves overwrote the outside file with schedule JSON). A symlink placed as the spare, or
+    /// under a temp name, is not followed either.
+    #[test]
+    fn a_symlink_in_the_schedules_place_is_never_read_or_written_through() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside.conf");
+        fs::write(&outside, "precious = 1\n").unwrap();
+        let dir = StateDir::new(tmp.path().join("storage"));
+        let schedule_dir = dir.schedule_path().parent().unwrap().to_path_buf();
+        fs::create_dir_all(&schedule_dir).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.schedule_path()).unwrap();
+        let err = dir.load_schedule().unwrap_err().to_string();
+        assert!(
+            err.contains(
+                "schedule/schedule.json: cannot read: a symbolic link, not a regular file; refused"
+            ),
+            "{err}"
+        );
+        for n in 0..5 {
+            let schedule = Schedule::new(serde_json::json!({"n": n}), n, "a".into());
+            dir.save_schedule(&schedule).unwrap();
+            assert_eq!(dir.load_schedule().unwrap(), Some(schedule), "save {n}");
+            assert_eq!(fs::read_to_string(&outside).unwrap(), "precious = 1\n");
+        }
+        assert!(fs::symlink_metadata(dir.schedule_path()).unwrap().is_file());
+        // A link someone puts as the spare, or a FIFO, is dropped, not written through or waited on.
+        let spare = schedule_dir.join(".tmp.schedule.json.spare.0");
+        fs::remove_file(&spare).unwrap();
+        std::os::unix::fs::symlink(&outside, &spare).unwrap();
+        dir.save_schedule(&Schedule::new(serde_json::json!({"n": 9}), 9, "a".into()))
+            .unwrap();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "precious = 1\n");
+        fs::remove_file(&spare).unwrap();
+        nix::unistd::mkfifo(&spare, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        dir.save_schedule(&Schedule::new(serde_json::json!({"n": 10}), 10, "a".into()))
+            .unwrap();
+        assert!(
+            fs::symlink_metadata(&spare).unwrap().is_file(),
+            "the replaced file"
+        );
+        // A link under a temp name is refused as a temp file and removed at start.
+        let planted = schedule_dir.join(".tmp.schedule.json.1.0");
+        std::os::unix::fs::symlink(&outside, &planted).unwrap();
+        assert!(create_private(&planted).is_err());
+        let mut made = create_temp(&planted).unwrap();
+        made.write_all(b"ours").unwrap();
+        assert!(fs::symlink_metadata(&planted).unwrap().is_file());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "precious = 1\n");
+        fs::remove_file(&planted).unwrap();
+        std::os::unix::fs::symlink(&outside, &planted).unwrap();
+        assert_eq!(dir.clean_temp_files(), 2, "the link and the spare");
+        assert!(fs::symlink_metadata(&planted).is_err());
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "precious = 1\n");
+    }
+
+    /// A FIFO in the schedule's place is refused at once (the start used to block in `open`
+    /// before it listened), a link to `/dev/zero` is not read without end, and a file over the
+    /// limit is refused by its size, not read.
+    #[test]
+    fn a_fifo_a_device_or_a_huge_file_as_the_schedule_is_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let path = dir.schedule_path();
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let err = dir.load_schedule().unwrap_err().to_string();
+        assert!(err.contains("a FIFO, not a regular file; refused"), "{err}");
+        fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", &path).unwrap();
+        let err = dir.load_schedule().unwrap_err().to_string();
+        assert!(err.contains("a symbolic link"), "{err}");
+        fs::remove_file(&path).unwrap();
+        let file = fs::File::create(&path).unwrap();
+        file.set_len(MAX_STORED_SCHEDULE + 1).unwrap(); // sparse
+        let err = dir.load_schedule().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!(
+                "{} bytes or more; at most {MAX_STORED_SCHEDULE} are read",
+                MAX_STORED_SCHEDULE + 1
+            )),
+            "{err}"
+        );
+        assert_eq!(
+            read_regular(&tmp.path().join("none"), 1).unwrap(),
+            None,
+            "nothing there"
+        );
+    }
+
+    /// `roles/<role>.applied`: a link in its place is neither read (the role renders again) nor
+    /// written through (replaced by the daemon's own file); a FIFO is not waited on.
+    #[test]
+    fn applied_hashes_are_never_read_or_written_through_links() {
+        let tmp = tempfile::tempdir().unwrap();
+        let outside = tmp.path().join("outside");
+        fs::write(&outside, "precious\n").unwrap();
+        let dir = StateDir::new(tmp.path().join("storage"));
+        fs::create_dir_all(dir.roles_dir()).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.roles_dir().join("web.applied")).unwrap();
+        nix::unistd::mkfifo(
+            &dir.roles_dir().join("db.applied"),
+            nix::sys::stat::Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+        AppliedStore::save(&dir, "ok", "h0").unwrap();
+        let loaded = AppliedStore::load(&dir);
+        assert_eq!(
+            loaded,
+            HashMap::from([("ok".to_string(), "h0".to_string())])
+        );
+        AppliedStore::save(&dir, "web", "h1").unwrap();
+        AppliedStore::save(&dir, "db", "h2").unwrap();
+        assert_eq!(fs::read_to_string(&outside).unwrap(), "precious\n");
+        let loaded = AppliedStore::load(&dir);
+        assert_eq!(loaded["web"], "h1");
+        assert_eq!(loaded["db"], "h2");
+        AppliedStore::save(&dir, "web", "h3").unwrap();
+        assert_eq!(AppliedStore::load(&dir)["web"], "h3");
     }
 
     #[test]

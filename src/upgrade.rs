@@ -13,7 +13,7 @@ use verwalter_controllers::upgrade::{
 };
 
 use crate::backups;
-use crate::state_dir::{StateDir, sync_dir};
+use crate::state_dir::{MAX_STORED_SCHEDULE, StateDir, open_regular, read_regular, sync_dir};
 
 /// A step of the storage dir's upgrade that failed; the daemon does not start (status 3) rather
 /// than go on and replace a schedule it could not keep a copy of. Every step is retried at the
@@ -126,6 +126,13 @@ fn report(state_dir: &StateDir, log_dir: &Path, done: &Upgraded) {
     } else if !storage.left.is_empty() {
         tracing::debug!(files = %storage.left.join(","), "0.13 backups left in schedule/.");
     }
+    if !storage.impossible.is_empty() {
+        tracing::warn!(
+            dir = %schedule_dir(state_dir).display(),
+            files = %storage.impossible.join(","),
+            "Left 0.13 backups named for periods that do not exist where they are (retention could never prune them); delete them when not needed."
+        );
+    }
     if !done.log_links.is_empty() {
         tracing::info!(
             dir = %log_dir.display(),
@@ -174,17 +181,24 @@ fn list_storage(state_dir: &StateDir) -> Result<(StorageListing, Option<Vec<u8>>
     if schedule.iter().any(|n| n == upgrade::SCHEDULE_FILE) {
         let path = state_dir.schedule_path();
         // Our own file is known by its first bytes; only one written elsewhere is read whole.
+        // Read as a regular file only (listed as one; not through a link that took its place
+        // meanwhile, nor a FIFO), within the stored schedule's limit.
         let mut head = Vec::with_capacity(OWN_SCHEDULE_PREFIX.len());
-        fs::File::open(&path)
-            .and_then(|f| {
-                f.take(OWN_SCHEDULE_PREFIX.len() as u64)
+        open_regular(&path)
+            .and_then(|f| match f {
+                Some(f) => f
+                    .take(OWN_SCHEDULE_PREFIX.len() as u64)
                     .read_to_end(&mut head)
+                    .map(drop),
+                None => Ok(()),
             })
             .map_err(failed(&path, "read"))?;
         let ours = head == OWN_SCHEDULE_PREFIX;
         let mut made = 0;
         if !ours {
-            let data = fs::read(&path).map_err(failed(&path, "read"))?;
+            let data = read_regular(&path, MAX_STORED_SCHEDULE)
+                .map_err(failed(&path, "read"))?
+                .unwrap_or_default();
             made = made_ms(&path, &data);
             bytes = Some(data);
         }

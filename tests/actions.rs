@@ -224,3 +224,116 @@ fn acknowledged_actions_survive_a_kill_and_the_queue_is_capped() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+/// A shared object that slows the wall clock (`CLOCK_REALTIME`) of the process it is preloaded
+/// into a hundredfold, starting at the whole second `SLOW_REALTIME_S` when the process starts
+/// (Rust's `SystemTime` asks libc's `clock_gettime`): two runs of the daemon a few real seconds
+/// apart both see the same second. Every other clock, and so every timer, runs as usual. Built
+/// with the C compiler the build needs anyway.
+fn slow_clock_shim(dir: &std::path::Path) -> std::path::PathBuf {
+    let source = dir.join("slow_clock.c");
+    std::fs::write(
+        &source,
+        r#"
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+static long long base_s = -1;
+static struct timespec start;
+__attribute__((constructor)) static void init(void) {
+    const char *s = getenv("SLOW_REALTIME_S");
+    if (s) base_s = atoll(s);
+    syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &start);
+}
+int clock_gettime(clockid_t id, struct timespec *ts) {
+    if (base_s >= 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) {
+        struct timespec now;
+        syscall(SYS_clock_gettime, CLOCK_MONOTONIC, &now);
+        long long ns = (now.tv_sec - start.tv_sec) * 1000000000LL + (now.tv_nsec - start.tv_nsec);
+        ns /= 100;
+        ts->tv_sec = base_s + ns / 1000000000LL;
+        ts->tv_nsec = ns % 1000000000LL;
+        return 0;
+    }
+    return syscall(SYS_clock_gettime, id, ts);
+}
+"#,
+    )
+    .unwrap();
+    let shim = dir.join("slow_clock.so");
+    let status = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .status()
+        .expect("cc runs");
+    assert!(status.success(), "cc could not build the clock shim");
+    shim
+}
+
+/// The issue's attack, made deterministic: three actions taken by the scheduler, a kill -9 and a
+/// restart within the same wall-clock second (both runs start at the same whole second, on a clock
+/// slowed a hundredfold), three more: no
+/// id is given twice (the new ones used to repeat the old ones: the restarted node only knew the
+/// ids still pending). The journal keeps the high-water mark.
+#[test]
+fn action_ids_are_not_given_again_after_a_restart_within_the_same_second() {
+    let (tmp, config, storage) = site();
+    let shim = slow_clock_shim(tmp.path());
+    let second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        .to_string();
+    let envs = [
+        ("LD_PRELOAD", shim.to_str().unwrap()),
+        ("SLOW_REALTIME_S", second.as_str()),
+    ];
+    let mut seen: Vec<u64> = Vec::new();
+    for run in 0..2 {
+        let daemon = Daemon::launch(&config, &storage, &[], &envs);
+        wait_for(SOON, || daemon.json("/v1/schedule")).expect("a first schedule");
+        for n in 0..3 {
+            let body = format!(r#"{{"run": {run}, "n": {n}}}"#);
+            let (code, body) = http_post(
+                daemon.port,
+                "/v1/action",
+                "application/json",
+                body.as_bytes(),
+            );
+            assert_eq!(code, 200, "{body}");
+            let id = serde_json::from_str::<Value>(&body).unwrap()["registered"]
+                .as_u64()
+                .unwrap();
+            assert_eq!(id / 1000, second.parse::<u64>().unwrap(), "the same second");
+            assert!(
+                !seen.contains(&id),
+                "run {run}: id {id} given again: {seen:?}"
+            );
+            seen.push(id);
+        }
+        // The scheduler takes them: none is pending when the node is killed.
+        wait_for(SOON, || {
+            let pending = daemon.json("/v1/pending_actions")?;
+            pending.as_object()?.is_empty().then_some(())
+        })
+        .expect("the scheduler takes the actions");
+        // And their `remove` record is on disk (it is not waited for): after the kill nothing
+        // is pending, the case where the ids were given again.
+        let journal = storage.join("actions.journal");
+        wait_for(SOON, || {
+            let text = std::fs::read_to_string(&journal).ok()?;
+            text.lines()
+                .last()
+                .is_some_and(|l| {
+                    l.starts_with("{\"remove\"") && l.contains(&seen[seen.len() - 1].to_string())
+                })
+                .then_some(())
+        })
+        .expect("the remove record is written");
+        drop(daemon); // SIGKILL
+    }
+    assert_eq!(seen.len(), 6);
+}

@@ -387,3 +387,159 @@ fn the_flags_of_0_13_units_are_taken() {
         );
     }
 }
+
+/// Runtime links that never resolve (`a -> b`, `b -> a`, `x -> x`) are left out with an error
+/// each, like a dangling link: a fresh node schedules from the rest of the tree, shows the errors
+/// in `/v1/status`, and takes later changes (the loops used to fail the whole read, so the node
+/// never scheduled and later edits were never seen).
+#[test]
+fn runtime_links_that_lead_round_are_left_out_and_scheduling_goes_on() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let web = config.join("runtime/web");
+    std::os::unix::fs::symlink("b", web.join("a")).unwrap();
+    std::os::unix::fs::symlink("a", web.join("b")).unwrap();
+    std::os::unix::fs::symlink("x.yaml", web.join("x.yaml")).unwrap();
+    let daemon = Daemon::start(&config, &storage);
+    let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule with the loops", |_| true);
+    assert_eq!(first["data"]["roles"]["web"]["version"], "v2");
+    let status = daemon.wait_json(SOON, "/v1/status", "loops not shown", |s| {
+        ["runtime/web/a", "runtime/web/b", "runtime/web/x.yaml"]
+            .iter()
+            .all(|path| s["errors"].get(*path).is_some())
+    });
+    let message = status["errors"]["runtime/web/x.yaml"].as_str().unwrap();
+    assert!(
+        message.starts_with("symlink loop: x.yaml never resolves"),
+        "{status}"
+    );
+    assert!(
+        status["errors"].get("runtime").is_none(),
+        "a complete read: {status}"
+    );
+    // A later change is read and scheduled, the loops still there.
+    deploy_web_v3(
+        &daemon,
+        &config,
+        3,
+        "a change next to the loops not scheduled",
+    );
+}
+
+/// The gunzipped backups in `storage/backups/`, by name.
+fn backups(storage: &Path) -> Vec<(String, Vec<u8>)> {
+    use std::io::Read;
+    let Ok(entries) = std::fs::read_dir(storage.join("backups")) else {
+        return Vec::new();
+    };
+    let mut all: Vec<(String, Vec<u8>)> = entries
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let mut bytes = Vec::new();
+            flate2::read::GzDecoder::new(std::fs::File::open(e.path()).ok()?)
+                .read_to_end(&mut bytes)
+                .ok()?;
+            Some((name, bytes))
+        })
+        .collect();
+    all.sort();
+    all
+}
+
+/// The attack: `schedule/schedule.json` a symlink to a file outside the storage dir.
+/// The daemon does not read it (an error naming it), schedules, and replaces the link with its
+/// own file at the first write; after several schedule changes the outside file is as it was
+/// and no backup holds its bytes (they used to be gzipped into `backups/`, and later writes
+/// went through the link, overwriting the file with schedule JSON).
+#[test]
+fn a_symlink_as_the_stored_schedule_is_replaced_never_written_through() {
+    let (tmp, config, storage) = example_site("minimal");
+    let outside = tmp.path().join("outside.conf");
+    let precious = "# another program's file\nkey = value\n";
+    std::fs::write(&outside, precious).unwrap();
+    let schedule = storage.join("schedule/schedule.json");
+    std::fs::create_dir_all(schedule.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&outside, &schedule).unwrap();
+
+    let daemon = Daemon::start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |_| true);
+    for version in ["v3", "v4", "v5"] {
+        let text = format!("image: web.{version}\ninstances: 2\n");
+        replace_file(&config.join(format!("runtime/web/{version}.yaml")), &text);
+        daemon.wait_json(SOON, "/v1/schedule", "a change not scheduled", |s| {
+            s["data"]["roles"]["web"]["version"] == version
+        });
+    }
+    let served = daemon.json("/v1/schedule").unwrap();
+    // The stored file is the daemon's own, with the schedule in force (written after the change).
+    let stored = wait_for(SOON, || {
+        let meta = std::fs::symlink_metadata(&schedule).ok()?;
+        let text = std::fs::read_to_string(&schedule).ok()?;
+        let value: Value = serde_json::from_str(&text).ok()?;
+        (meta.is_file() && value["hash"] == served["hash"]).then_some(value)
+    })
+    .unwrap_or_else(|| panic!("the schedule is not stored:\n{}", daemon.logs()));
+    assert_eq!(stored["data"]["roles"]["web"]["version"], "v5");
+    // The backups taken (at start, then once the link was gone) hold schedules only.
+    let taken = wait_for(SOON, || {
+        let all = backups(&storage);
+        (!all.is_empty()).then_some(all)
+    })
+    .unwrap_or_else(|| panic!("no backup taken:\n{}", daemon.logs()));
+    for (name, bytes) in &taken {
+        let value: Value = serde_json::from_slice(bytes).unwrap_or_else(|_| {
+            panic!(
+                "{name} is no schedule: {:?}",
+                String::from_utf8_lossy(bytes)
+            )
+        });
+        assert!(value["hash"].is_string(), "{name}");
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), precious);
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("Cannot use the stored schedule; starting without one.")
+            && logs.contains(
+                "schedule/schedule.json: cannot read: a symbolic link, not a regular file; refused"
+            ),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("Replacing what is in the place of the stored schedule"),
+        "{logs}"
+    );
+    drop(daemon);
+    // Nothing under a temp name links out either.
+    for entry in std::fs::read_dir(schedule.parent().unwrap())
+        .unwrap()
+        .flatten()
+    {
+        let meta = entry.path().symlink_metadata().unwrap();
+        assert!(meta.is_file(), "{}", entry.path().display());
+    }
+    assert_eq!(std::fs::read_to_string(&outside).unwrap(), precious);
+}
+
+/// A FIFO as the stored schedule does not block the start (it used to hang in `open()` before
+/// the daemon listened): refused with its path like an unreadable schedule, the node starts
+/// without one, schedules, and its first write replaces the FIFO.
+#[test]
+fn a_fifo_as_the_stored_schedule_does_not_block_the_start() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let schedule = storage.join("schedule/schedule.json");
+    std::fs::create_dir_all(schedule.parent().unwrap()).unwrap();
+    nix::unistd::mkfifo(&schedule, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let daemon = Daemon::start(&config, &storage);
+    let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule", |_| true);
+    let logs = daemon.logs();
+    assert!(
+        logs.contains("schedule/schedule.json: cannot read: a FIFO, not a regular file; refused"),
+        "{logs}"
+    );
+    wait_for(SOON, || {
+        let text = std::fs::read_to_string(&schedule).ok()?;
+        let value: Value = serde_json::from_str(&text).ok()?;
+        (value["hash"] == first["hash"]).then_some(())
+    })
+    .unwrap_or_else(|| panic!("the FIFO was not replaced:\n{}", daemon.logs()));
+}

@@ -322,3 +322,68 @@ fn a_settings_error_a_port_in_use_and_an_unusable_storage_dir_exit_3_with_the_ca
         )]
     );
 }
+
+/// A FIFO, or a link (to `/dev/zero`, or to a file outside the storage dir), as the action
+/// journal stops the start at once with exit status 3 and one line naming the path, as an
+/// unreadable journal does: a FIFO used to block the daemon in `open()` before it listened,
+/// `/dev/zero` grew it until it ran out of memory.
+#[test]
+fn an_action_journal_that_is_no_regular_file_exits_3_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = example("minimal");
+    let storage = tmp.path().join("storage");
+    std::fs::create_dir_all(&storage).unwrap();
+    let journal = storage.join("actions.journal");
+    let outside = tmp.path().join("outside");
+    std::fs::write(&outside, "{\"add\":1,\"action\":\"x\"}\n").unwrap();
+    // What is put in the journal's place: a FIFO, or a link to the path given.
+    let cases = [
+        ("a FIFO", None),
+        ("a symbolic link", Some(Path::new("/dev/zero"))),
+        ("a symbolic link", Some(outside.as_path())),
+    ];
+    for (what, link_to) in cases {
+        match link_to {
+            None => nix::unistd::mkfifo(&journal, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                .unwrap(),
+            Some(target) => std::os::unix::fs::symlink(target, &journal).unwrap(),
+        }
+        let mut child = Command::new(BIN)
+            .arg("run")
+            .args(["--override-machine-id", MACHINE_ID, "--hostname", "alpha"])
+            .arg("--config-dir")
+            .arg(&config)
+            .arg("--storage-dir")
+            .arg(&storage)
+            .arg("--log-dir")
+            .arg(tmp.path().join("log"))
+            .args(["--port", "0"])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = wait_for(Duration::from_secs(30), || child.try_wait().unwrap());
+        if status.is_none() {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("the daemon did not stop on {what} as the journal");
+        }
+        let output = child.wait_with_output().unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(3), "{what}: {stderr}");
+        let lines: Vec<&str> = stderr.trim_end().lines().collect();
+        assert_eq!(lines.len(), 1, "{what}: {stderr}");
+        assert!(
+            lines[0].starts_with("verwalter: cannot start the action journal: ")
+                && lines[0].contains(&journal.display().to_string())
+                && lines[0].contains(&format!("{what}, not a regular file; refused")),
+            "{what}: {stderr}"
+        );
+        std::fs::remove_file(&journal).unwrap();
+    }
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "{\"add\":1,\"action\":\"x\"}\n"
+    );
+}

@@ -10,7 +10,8 @@
 //!
 //! Index:
 //! - `actions`: the action API on a single node: answers, 204, request errors, the audit line,
-//!   pending actions across a restart, acknowledged actions surviving kill -9, the pending cap.
+//!   pending actions across a restart, acknowledged actions surviving kill -9, the pending cap;
+//!   no id given twice across a kill -9 within the same second (a slowed wall clock, preloaded).
 //! - `cli`: `verwalter check` (symlink loops and links out, big and deep files), `verwalter
 //!   schedule`, `--version`, bad settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
@@ -23,7 +24,9 @@
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors
 //!   (`prlimit`), a failed read keeps the last good inputs and is shown; idle connections past
 //!   the cap under a low descriptor limit cannot starve the API, nor can request bodies that
-//!   never come (408).
+//!   never come (408); runtime links that lead round to each other left out with the rest
+//!   scheduled; a symlink as the stored schedule replaced, never read or written through, and
+//!   a FIFO there not blocking the start.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -59,8 +62,9 @@
 //!   schedule of each leadership, also of a leader re-elected or restarted with unchanged data.
 //! - `notify`: under a stand-in for systemd (a datagram socket as `NOTIFY_SOCKET`,
 //!   `WATCHDOG_USEC`): `READY=1`, the status line, periodic pings (also without `WATCHDOG_PID`),
-//!   a stuck render pass that stops them, `STOPPING=1`, apply commands without the variables; exit status 3 with one line of
-//!   cause for bad settings, a port in use, a storage dir that is not one.
+//!   a stuck render pass that stops them, `STOPPING=1`, apply commands without the variables;
+//!   exit status 3 with one line of cause for bad settings, a port in use, a storage dir that is
+//!   not one, an action journal that is a FIFO or a link.
 //! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
 //!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
 //!   the packages `make test-package` builds: lintian and rpmlint clean, metadata and contents

@@ -11,9 +11,11 @@
 //! scheduler gets all of them in each run, so an unbounded queue would stall it.
 //!
 //! The journal is one record per line: `{"add":<id>,"action":<json>}` makes an action pending,
-//! `{"remove":[<id>,...]}` ends some. One writer task appends each batch of requests with one
-//! sync (group commit). The journal is rewritten with one `add` per pending action at start,
-//! after any failed write, and once it has grown well past what is still pending.
+//! `{"remove":[<id>,...]}` ends some, `{"last":<id>}` is the highest id ever given. One writer
+//! task appends each batch of requests with one sync (group commit). The journal is rewritten
+//! with one `add` per pending action at start, after any failed write, and once it has grown well
+//! past what is still pending; a rewrite begins with `last` when no pending action carries the
+//! highest id, so ids never repeat across a restart, even once every action was consumed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -136,8 +138,9 @@ impl Counter {
         }
         let id = if self.last >= (second + 1) * IDS_PER_SECOND {
             // The clock went back (or loaded ids are from a clock that was ahead): ids stay
-            // increasing and unique rather than refusing actions until it catches up.
-            self.last + 1
+            // increasing and unique rather than refusing actions until it catches up. (A
+            // journal naming the largest id leaves none: refused, never wrapped round.)
+            self.last.checked_add(1).ok_or(RegisterError::TooMany)?
         } else {
             // After a restart within the same second, continue past the loaded ids.
             let floor = (self.last + 1).saturating_sub(second * IDS_PER_SECOND);
@@ -176,8 +179,17 @@ enum Change {
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 #[serde(untagged)]
 enum Record {
-    Add { add: u64, action: Value },
-    Remove { remove: Vec<u64> },
+    Add {
+        add: u64,
+        action: Value,
+    },
+    Remove {
+        remove: Vec<u64>,
+    },
+    /// The highest id given so far (the high-water mark); written by rewrites.
+    Last {
+        last: u64,
+    },
 }
 
 fn encode(record: &Record) -> Vec<u8> {
@@ -193,11 +205,20 @@ fn add_record(id: u64, action: &Value) -> Vec<u8> {
     })
 }
 
-/// Replays journal bytes: the pending actions and the length of the whole lines. A last line
-/// without its newline (a write cut short by a crash) is ignored and everything before it kept;
-/// a line that is not a record is skipped.
-fn replay(bytes: &[u8]) -> (Actions, u64) {
+/// What a journal held: the pending actions, the length of its whole lines, and the highest id
+/// it names (of an `add` or a `last` record, whether the action is still pending or not).
+#[derive(Debug, Default)]
+struct Replayed {
+    actions: Actions,
+    len: u64,
+    last: u64,
+}
+
+/// Replays journal bytes. A last line without its newline (a write cut short by a crash) is
+/// ignored and everything before it kept; a line that is not a record is skipped.
+fn replay(bytes: &[u8]) -> Replayed {
     let mut actions = Actions::new();
+    let mut last = 0;
     let whole = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
     if whole < bytes.len() {
         tracing::warn!(
@@ -211,8 +232,10 @@ fn replay(bytes: &[u8]) -> (Actions, u64) {
         }
         match serde_json::from_slice::<Record>(line) {
             Ok(Record::Add { add, action }) => {
+                last = last.max(add);
                 actions.insert(add, action);
             }
+            Ok(Record::Last { last: mark }) => last = last.max(mark),
             Ok(Record::Remove { remove }) => {
                 for id in remove {
                     actions.remove(&id);
@@ -223,7 +246,11 @@ fn replay(bytes: &[u8]) -> (Actions, u64) {
             }
         }
     }
-    (actions, whole as u64)
+    Replayed {
+        actions,
+        len: whole as u64,
+        last,
+    }
 }
 
 /// What the journal holds, and when it must be rewritten; owned by the writer task.
@@ -238,6 +265,8 @@ struct JournalState {
     needs_rewrite: bool,
     /// The older versions' file is still there; removed after the first rewrite.
     legacy: bool,
+    /// The highest id ever written to the journal (or read from it at start).
+    last: u64,
 }
 
 impl JournalState {
@@ -245,10 +274,16 @@ impl JournalState {
         self.live.values().map(|line| line.len() as u64).sum()
     }
 
-    /// Rewrites the journal with one `add` per pending action.
+    /// Rewrites the journal with one `add` per pending action, after the `last` record when
+    /// none of them has the highest id given.
     async fn rewrite(&mut self, port: &dyn ActionJournal) -> Result<(), JournalError> {
         self.needs_rewrite = true;
-        let bytes: Vec<u8> = self.live.values().flatten().copied().collect();
+        let highest_pending = self.live.keys().next_back().copied().unwrap_or(0);
+        let mut bytes = Vec::new();
+        if self.last > highest_pending {
+            bytes.extend(encode(&Record::Last { last: self.last }));
+        }
+        bytes.extend(self.live.values().flatten().copied());
         let len = bytes.len() as u64;
         port.rewrite(bytes).await?;
         self.len = len;
@@ -287,6 +322,9 @@ impl JournalState {
             return Err(e);
         }
         self.len += len;
+        if let Some(highest) = adds.iter().map(|(id, _)| *id).max() {
+            self.last = self.last.max(highest);
+        }
         self.live.extend(adds);
         Ok(())
     }
@@ -341,7 +379,11 @@ impl ActionQueue {
         limits: ActionLimits,
     ) -> Result<Arc<ActionQueue>, JournalError> {
         let saved = journal.load()?;
-        let (mut actions, len) = saved.journal.as_deref().map(replay).unwrap_or_default();
+        let Replayed {
+            mut actions,
+            len,
+            last,
+        } = saved.journal.as_deref().map(replay).unwrap_or_default();
         let legacy = saved.legacy.is_some();
         match saved.legacy {
             Some(Ok(bytes)) => match serde_json::from_slice::<Actions>(&bytes) {
@@ -368,8 +410,11 @@ impl ActionQueue {
             pending.sizes.insert(*id, size);
             pending.bytes += size;
         }
+        // Ids go on past every id the journal names, consumed ones too: an id is never given to
+        // two actions, whenever the restart comes.
+        let last = last.max(actions.keys().next_back().copied().unwrap_or(0));
         let counter = Counter {
-            last: actions.keys().next_back().copied().unwrap_or(0),
+            last,
             ..Counter::default()
         };
         let state = JournalState {
@@ -380,6 +425,7 @@ impl ActionQueue {
             len,
             needs_rewrite: true,
             legacy,
+            last,
         };
         out.set(actions);
         let (changes, inbox) = mpsc::unbounded_channel();

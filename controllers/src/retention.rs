@@ -37,6 +37,60 @@ fn kind_of(name: &str) -> Option<&str> {
     name.split_once('-').map(|(kind, _)| kind)
 }
 
+/// Whether `name` is exactly a periodic backup name of a period that exists:
+/// `hourly-YYYYmmddTHH` (a calendar date, hour 00–23), `daily-YYYYmmdd` (a calendar date) or
+/// `weekly-YYYYwWW` (a week of that year as [`backup_names`] counts them: 00 for the days before
+/// the first Monday, up to the week of 31 December). `daily-99999999`, `hourly-20250101T99` or
+/// `weekly-2025w99` are not: such names sort after every real backup of their kind, so counted
+/// with them they would never be pruned and would keep real ones from being kept.
+pub fn is_period_backup(name: &str) -> bool {
+    let Some((kind, period)) = name.split_once('-') else {
+        return false;
+    };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    let number = |s: &str| s.parse::<u32>().ok();
+    let date = |s: &str| -> Option<time::Date> {
+        if s.len() != 8 || !digits(s) {
+            return None;
+        }
+        let year = i32::try_from(number(&s[..4])?).ok()?;
+        let month = time::Month::try_from(u8::try_from(number(&s[4..6])?).ok()?).ok()?;
+        let day = u8::try_from(number(&s[6..])?).ok()?;
+        time::Date::from_calendar_date(year, month, day).ok()
+    };
+    match kind {
+        "hourly" => {
+            let Some((day, hour)) = period.split_once('T') else {
+                return false;
+            };
+            date(day).is_some() && hour.len() == 2 && digits(hour) && number(hour) < Some(24)
+        }
+        "daily" => date(period).is_some(),
+        "weekly" => {
+            let Some((year, week)) = period.split_once('w') else {
+                return false;
+            };
+            if year.len() != 4 || !digits(year) || week.len() != 2 || !digits(week) {
+                return false;
+            }
+            let (Some(year), Some(week)) = (number(year), number(week)) else {
+                return false;
+            };
+            let day = |month, day| {
+                i32::try_from(year)
+                    .ok()
+                    .and_then(|y| time::Date::from_calendar_date(y, month, day).ok())
+                    .map(|d| u32::from(d.monday_based_week()))
+            };
+            match (day(time::Month::January, 1), day(time::Month::December, 31)) {
+                (Some(first), Some(last)) => (first..=last).contains(&week),
+                _ => false,
+            }
+        }
+        _ => false,
+    }
+}
+
 /// What to do with the backups dir: the backups of this period not taken yet, and the backups
 /// to delete once they are (per kind, the oldest past [`BACKUPS_KEPT`], counting the new ones).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -45,7 +99,9 @@ pub struct BackupPlan {
     pub prune: Vec<String>,
 }
 
-/// Plans the backups for `now` given the names in the backups dir (other names are ignored).
+/// Plans the backups for `now` given the names in the backups dir (other names are ignored, and
+/// so are names of periods that do not exist, [`is_period_backup`]: they are neither counted nor
+/// pruned).
 pub fn plan_backups(existing: &[String], now: OffsetDateTime) -> BackupPlan {
     let take: Vec<String> = backup_names(now)
         .into_iter()
@@ -56,7 +112,7 @@ pub fn plan_backups(existing: &[String], now: OffsetDateTime) -> BackupPlan {
         let mut names: Vec<&String> = existing
             .iter()
             .chain(&take)
-            .filter(|n| kind_of(n) == Some(kind))
+            .filter(|n| kind_of(n) == Some(kind) && is_period_backup(n))
             .collect();
         // Names sort by time within a kind.
         names.sort();
@@ -221,6 +277,45 @@ mod tests {
         let plan = plan_backups(&with_upgrade, start);
         assert_eq!(plan.prune.len(), 5);
         assert!(!plan.prune.contains(&with_upgrade[0]));
+    }
+
+    /// Names of periods that do not exist (put in `backups/` by an earlier upgrade, or by hand)
+    /// are neither counted nor pruned: they used to sort after every real backup of their kind,
+    /// so they were never pruned and kept real ones from being kept.
+    #[test]
+    fn backups_of_periods_that_do_not_exist_take_no_place_of_real_ones() {
+        let start = datetime!(2026-01-01 00:00 UTC);
+        let mut dir: Vec<String> = (0..36)
+            .map(|h| format!("hourly-202512{:02}T{:02}", 30 + h / 24, h % 24))
+            .collect();
+        let impossible = [
+            "hourly-20250101T99",
+            "hourly-99991231T99",
+            "daily-99999999",
+            "weekly-2025w99",
+        ];
+        dir.extend(impossible.iter().map(|n| n.to_string()));
+        let plan = plan_backups(&dir, start);
+        assert_eq!(
+            plan.prune,
+            ["hourly-20251230T00"],
+            "36 real ones kept with the new one"
+        );
+        for name in impossible {
+            assert!(!is_period_backup(name), "{name}");
+            assert!(is_backup(name), "{name}: still listed");
+        }
+        for name in ["hourly-20251231T23", "daily-20240229", "weekly-2024w53"] {
+            assert!(is_period_backup(name), "{name}");
+        }
+        for name in [
+            "daily-2025022",
+            "weekly-2025w1",
+            "hourly-20250101T1",
+            "daily-２0250101",
+        ] {
+            assert!(!is_period_backup(name), "{name}");
+        }
     }
 
     fn file(age_s: u64, len: u64, path: &str, latest: bool, now: SystemTime) -> LogFile<String> {

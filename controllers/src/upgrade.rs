@@ -7,14 +7,14 @@
 //! | 0.13 left | Now |
 //! |---|---|
 //! | `<storage>/schedule/schedule.json`, an indented envelope | read where it is, as it is; a gzipped copy is kept first as the backup `upgrade-<time>`, since the first scheduler run replaces the file |
-//! | `<storage>/schedule/<kind>-<period>.json.gz` backups | renamed into `<storage>/backups/<kind>-<period>`, so retention counts them with ours |
+//! | `<storage>/schedule/<kind>-<period>.json.gz` backups | renamed into `<storage>/backups/<kind>-<period>`, so retention counts them with ours; one named for a period that does not exist (`daily-99999999`) stays where it is, logged |
 //! | `<storage>/schedule/schedule.tmp`, `backup.tmp` | 0.13's temp files (a crash's leftovers, or a copy a named backup holds too): removed |
 //! | the log dir | the same layout as ours: it goes on as it is; only 0.13's temp links `<stream>/latest.tmp` are removed |
 //!
 //! 0.13 kept nothing else on disk: which roles failed and what it applied lived in memory (after a
 //! restart it rendered every role again), so a node coming from 0.13 renders its roles once.
 
-use crate::retention::{BACKUPS_KEPT, UPGRADE_KIND};
+use crate::retention::UPGRADE_KIND;
 
 /// The schedule file, in `<storage>/schedule/` for both versions.
 pub const SCHEDULE_FILE: &str = "schedule.json";
@@ -88,6 +88,10 @@ pub struct StoragePlan {
     /// this daemon had backed up before 0.13 ran again); ours is the earlier of the period, the
     /// one a backup stands for. Not a step: the same files are found at every start.
     pub left: Vec<String>,
+    /// 0.13 backups named for periods that do not exist (`daily-99999999`,
+    /// `hourly-20250101T99`, `weekly-2025w99`): left where they are, and logged. Moved, they would
+    /// sort after every real backup of their kind and retention would never prune them.
+    pub impossible: Vec<String>,
 }
 
 impl StoragePlan {
@@ -107,8 +111,13 @@ pub fn plan_storage(listing: &StorageListing) -> StoragePlan {
     let mut left = Vec::new();
     let mut names: Vec<&String> = listing.schedule.iter().collect();
     names.sort();
+    let mut impossible = Vec::new();
     for name in names {
         let Some(bare) = backup_013(name) else {
+            let bare = name.strip_suffix(".json.gz").unwrap_or(name);
+            if looks_like_period_backup(bare) {
+                impossible.push(name.clone());
+            }
             continue;
         };
         // `backups/` has it, or an earlier name here maps to it (`x` and `x.json.gz`).
@@ -133,7 +142,11 @@ pub fn plan_storage(listing: &StorageListing) -> StoragePlan {
         .filter(|name| !listing.backups.contains(name));
     let layout = if ours {
         Layout::Current
-    } else if listing.stored.is_some() || !moves.is_empty() || !left.is_empty() {
+    } else if listing.stored.is_some()
+        || !moves.is_empty()
+        || !left.is_empty()
+        || !impossible.is_empty()
+    {
         Layout::V013
     } else {
         Layout::Empty
@@ -144,6 +157,7 @@ pub fn plan_storage(listing: &StorageListing) -> StoragePlan {
         moves,
         remove,
         left,
+        impossible,
     }
 }
 
@@ -154,13 +168,20 @@ pub fn backup_013(file: &str) -> Option<&str> {
     is_period_backup(bare).then_some(bare)
 }
 
-/// Whether `name` is exactly a periodic backup name: `hourly-YYYYmmddTHH`, `daily-YYYYmmdd` or
-/// `weekly-YYYYwWW`.
+/// Whether `name` is exactly a periodic backup name of a period that exists (see
+/// [`crate::retention::is_period_backup`]).
 pub fn is_period_backup(name: &str) -> bool {
+    crate::retention::is_period_backup(name)
+}
+
+/// Whether `name` has the shape of a periodic backup name, whatever its digits say
+/// (`daily-99999999`): a 0.13 backup of a period that does not exist is left where it is and
+/// named in the log, rather than taken silently for any other file.
+fn looks_like_period_backup(name: &str) -> bool {
     let Some((kind, period)) = name.split_once('-') else {
         return false;
     };
-    if !period.is_ascii() || !BACKUPS_KEPT.iter().any(|(k, _)| *k == kind) {
+    if !period.is_ascii() {
         return false;
     }
     let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
@@ -349,7 +370,9 @@ mod tests {
             "hourly-20260510T09",
             "daily-20260510",
             "weekly-2026w00",
-            "weekly-2026w53.json.gz",
+            "weekly-2024w53.json.gz",
+            "hourly-20240229T23",
+            "daily-20000229",
         ] {
             assert!(backup_013(good).is_some(), "{good}");
         }
@@ -370,6 +393,49 @@ mod tests {
             assert!(backup_013(bad).is_none(), "{bad}");
         }
         assert_eq!(backup_013("daily-20260510.json.gz"), Some("daily-20260510"));
+    }
+
+    /// The names, and others of periods that do not exist: not taken as backups, left
+    /// where they are and named (they would sort after every real backup and never be pruned).
+    #[test]
+    fn backups_of_periods_that_do_not_exist_are_left_out_and_named() {
+        let impossible = [
+            "daily-99999999.json.gz",
+            "hourly-20250101T99.json.gz",
+            "weekly-2025w99.json.gz",
+            "daily-20250229",
+            "daily-20251301",
+            "daily-20250100",
+            "daily-20250432.json.gz",
+            "hourly-20250101T24",
+            "weekly-2025w53",
+            "weekly-2018w00",
+        ];
+        for name in impossible {
+            assert!(backup_013(name).is_none(), "{name}");
+        }
+        let mut listing = left_by_013();
+        listing.schedule.extend(names(&impossible));
+        listing.schedule.push("notes-99999999".into());
+        let plan = plan_storage(&listing);
+        assert_eq!(
+            plan.moves,
+            plan_storage(&left_by_013()).moves,
+            "only the real ones"
+        );
+        let mut named = names(&impossible);
+        named.sort();
+        assert_eq!(plan.impossible, named);
+        // A dir holding nothing but such files is still 0.13's, so the log names them.
+        let only = StorageListing {
+            root: names(&["schedule"]),
+            schedule: names(&["daily-99999999.json.gz"]),
+            ..StorageListing::default()
+        };
+        let plan = plan_storage(&only);
+        assert_eq!(plan.layout, Layout::V013);
+        assert!(plan.moves.is_empty());
+        assert_eq!(plan.impossible, ["daily-99999999.json.gz"]);
     }
 
     /// An upgraded node reads and writes where 0.13 did and listens on its port.

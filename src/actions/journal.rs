@@ -11,7 +11,12 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use verwalter_controllers::ports::{ActionJournal, JournalError, SavedJournal};
 
-use crate::state_dir::{FILE_MODE, sync_dir, write_atomic};
+use crate::state_dir::{FILE_MODE, not_regular, read_regular, sync_dir, write_atomic};
+
+/// The most of the journal (and of the `actions.json` of older versions) read at start: far
+/// more than the pending caps let it hold (rewritten once past twice what is pending); a larger
+/// file is refused, never read whole.
+pub const MAX_JOURNAL: u64 = 256 << 20;
 
 /// The journal file, and the `actions.json` of versions before it.
 #[derive(Debug, Clone)]
@@ -93,25 +98,35 @@ fn blocking(
     })
 }
 
+/// Opens the journal to append: never through a symlink (`O_NOFOLLOW`), never waiting on a
+/// FIFO (`O_NONBLOCK`, then cleared), and only a regular file.
 fn open_append(path: &Path) -> io::Result<fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    fs::OpenOptions::new()
+    let file = fs::OpenOptions::new()
         .append(true)
         .create(true)
         .mode(FILE_MODE)
-        .open(path)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if let Some(what) = not_regular(&file.metadata()?) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what}, not a regular file; refused"),
+        ));
+    }
+    use nix::fcntl::{FcntlArg, OFlag, fcntl};
+    let flags = OFlag::from_bits_truncate(fcntl(&file, FcntlArg::F_GETFL)?);
+    fcntl(&file, FcntlArg::F_SETFL(flags - OFlag::O_NONBLOCK))?;
+    Ok(file)
 }
 
-/// The file's bytes, `None` if it does not exist.
+/// The file's bytes, `None` if it does not exist. Anything but a regular file (a symlink, a
+/// FIFO, a device) and a file over [`MAX_JOURNAL`] are errors naming it.
 fn read(path: &Path) -> Result<Option<Vec<u8>>, JournalError> {
-    match fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(JournalError::Read {
-            path: path.to_owned(),
-            source: Arc::new(e),
-        }),
-    }
+    read_regular(path, MAX_JOURNAL).map_err(|e| JournalError::Read {
+        path: path.to_owned(),
+        source: Arc::new(e),
+    })
 }
 
 impl ActionJournal for FileJournal {
@@ -212,6 +227,47 @@ mod tests {
         journal.rewrite(b"1\n".to_vec()).await.unwrap();
         journal.append(b"3\n".to_vec()).await.unwrap();
         assert_eq!(journal.load().unwrap().journal.unwrap(), b"1\n3\n");
+    }
+
+    /// A symlink (to a file outside the storage dir), a FIFO or a link to a device in the
+    /// journal's place is refused at once with its path: never read through, never waited on
+    /// (a FIFO used to block the start in `open`), never read without end (`/dev/zero`).
+    #[test]
+    fn a_journal_that_is_no_regular_file_is_refused_at_once() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("actions.journal");
+        let outside = tmp.path().join("outside");
+        fs::write(&outside, "{\"add\":1,\"action\":\"x\"}\n").unwrap();
+        let cases: [(&str, &dyn Fn()); 3] = [
+            ("a symbolic link", &|| {
+                std::os::unix::fs::symlink(&outside, &path).unwrap()
+            }),
+            ("a FIFO", &|| {
+                nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap()
+            }),
+            ("a symbolic link", &|| {
+                std::os::unix::fs::symlink("/dev/zero", &path).unwrap()
+            }),
+        ];
+        for (what, make) in cases {
+            make();
+            let err = FileJournal::new(path.clone(), None)
+                .load()
+                .expect_err(what)
+                .to_string();
+            assert!(
+                err.contains("actions.journal")
+                    && err.contains(&format!("{what}, not a regular file")),
+                "{err}"
+            );
+            // Nor is anything appended through it.
+            assert!(open_append(&path).is_err(), "{what}");
+            fs::remove_file(&path).unwrap();
+        }
+        assert_eq!(
+            fs::read_to_string(&outside).unwrap(),
+            "{\"add\":1,\"action\":\"x\"}\n"
+        );
     }
 
     #[tokio::test]

@@ -98,6 +98,10 @@ pub enum Problem {
     },
     #[error("symlink to {}, which does not exist; left out", target.display())]
     Dangling { rel: String, target: PathBuf },
+    /// A link that never resolves: links leading round to each other (`a -> b`, `b -> a`, or
+    /// `x -> x`), or a chain longer than the system follows (ELOOP).
+    #[error("symlink loop: {} never resolves (the links lead round to each other); left out", target.display())]
+    Unresolvable { rel: String, target: PathBuf },
     #[error("file name is not valid UTF-8; left out")]
     NotUtf8 { rel: String },
     #[error("directories nested deeper than {MAX_DEPTH} levels; not followed")]
@@ -115,6 +119,7 @@ impl Problem {
             | Problem::Loop { rel, .. }
             | Problem::Outside { rel, .. }
             | Problem::Dangling { rel, .. }
+            | Problem::Unresolvable { rel, .. }
             | Problem::NotUtf8 { rel }
             | Problem::TooDeep { rel }
             | Problem::TooMany { rel } => rel,
@@ -126,6 +131,12 @@ impl Problem {
     pub fn is_read_failure(&self) -> bool {
         matches!(self, Problem::Io { .. })
     }
+}
+
+/// Whether an I/O error is ELOOP: too many levels of symbolic links (links that lead round to
+/// each other).
+pub fn is_link_loop(error: &io::Error) -> bool {
+    error.raw_os_error() == Some(libc::ELOOP)
 }
 
 /// Whether an I/O error means the thing is gone (removed while we read: a normal change) rather
@@ -213,6 +224,11 @@ impl Walk<'_> {
         };
         let meta = match self.fs.metadata(path) {
             Ok(meta) => meta,
+            // A link that never resolves is a mistake in the dir, like a dangling one: left out
+            // with an error, the rest is read (it used to fail the whole read).
+            Err(e) if is_link_loop(&e) && self.is_symlink(path) => {
+                return Err(self.unresolvable(path, rel));
+            }
             Err(e) if is_gone(&e) => {
                 // A link to nothing is a mistake to report; an entry gone meanwhile is a change.
                 return match self.fs.symlink_metadata(path) {
@@ -228,7 +244,24 @@ impl Walk<'_> {
         match self.fs.canonicalize(path) {
             Ok(real) => Ok(Some((real, meta))),
             Err(e) if is_gone(&e) => Ok(None),
+            // Changed into a loop between the two calls.
+            Err(e) if is_link_loop(&e) && self.is_symlink(path) => {
+                Err(self.unresolvable(path, rel))
+            }
             Err(e) => Err(io(e)),
+        }
+    }
+
+    fn is_symlink(&self, path: &Path) -> bool {
+        self.fs
+            .symlink_metadata(path)
+            .is_ok_and(|m| m.file_type().is_symlink())
+    }
+
+    fn unresolvable(&self, path: &Path, rel: &str) -> Problem {
+        Problem::Unresolvable {
+            rel: rel.to_string(),
+            target: self.fs.read_link(path).unwrap_or_default(),
         }
     }
 
@@ -364,7 +397,10 @@ pub fn walk_files(fs: &dyn FileSystem, dir: &Path, boundary: &Path) -> (Vec<Stri
         .filter(|p| {
             !matches!(
                 p,
-                Problem::Loop { .. } | Problem::Dangling { .. } | Problem::NotUtf8 { .. }
+                Problem::Loop { .. }
+                    | Problem::Unresolvable { .. }
+                    | Problem::Dangling { .. }
+                    | Problem::NotUtf8 { .. }
             )
         })
         .collect();

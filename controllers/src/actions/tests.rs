@@ -153,7 +153,7 @@ async fn capped(max_count: usize, max_bytes: usize) -> Rig {
 
 /// What the journal holds, replayed as the next start would.
 fn on_disk(journal: &MemoryJournal) -> Actions {
-    replay(journal.text().as_bytes()).0
+    replay(journal.text().as_bytes()).actions
 }
 
 /// The journal's calls, by kind.
@@ -302,6 +302,77 @@ async fn acknowledged_actions_survive_a_restart_with_fresh_ids() {
     );
     let second = rig.register(json!(2)).await.unwrap();
     assert_eq!(second, first + 1);
+    rig.stop().await;
+}
+
+/// The case: actions taken by the scheduler (so none is pending), then a restart within
+/// the same second: the new ids go on past the consumed ones (they used to start again at the
+/// second's first id, repeating them). The high-water mark survives the rewrite at start, and a
+/// further restart, in the `last` record.
+#[tokio::test(start_paused = true)]
+async fn ids_of_consumed_actions_are_not_given_again_after_a_restart_in_the_same_second() {
+    let rig = rig(ActionLimits::default()).await;
+    let mut first = Vec::new();
+    for n in 0..3 {
+        first.push(rig.register(json!(n)).await.unwrap());
+    }
+    rig.succeed(1, &[]);
+    rig.drained().await;
+    while !rig.journal.text().contains("remove") {
+        tokio::task::yield_now().await;
+    }
+    let journal = rig.journal.clone();
+    rig.stop().await;
+    assert!(on_disk(&journal).is_empty(), "all consumed");
+
+    // Twice: once from the journal of adds and removes, once from the one the start rewrote.
+    let mut seen = first.clone();
+    for restart in 0..2 {
+        let rig = rig_on(journal.clone(), ActionLimits::default(), true).await;
+        assert!(rig.pending().is_empty());
+        assert_eq!(rig.clock.now_ms() / 1000, NOW / 1000, "the same second");
+        for n in 0..3 {
+            let id = rig.register(json!(n)).await.unwrap();
+            assert!(
+                id > *seen.iter().max().unwrap(),
+                "restart {restart}: id {id} after {seen:?}"
+            );
+            seen.push(id);
+        }
+        rig.succeed(2 + restart, &[]);
+        rig.drained().await;
+        while !on_disk(&journal).is_empty() {
+            tokio::task::yield_now().await;
+        }
+        rig.stop().await;
+    }
+    // The start rewrote the journal to the mark alone (nothing was pending).
+    let rewrites: Vec<_> = journal
+        .calls()
+        .into_iter()
+        .filter_map(|call| match call {
+            JournalCall::Rewrite(bytes) => Some(String::from_utf8(bytes).unwrap()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        rewrites,
+        [
+            String::new(),
+            format!("{{\"last\":{}}}\n", first[2]),
+            format!("{{\"last\":{}}}\n", seen[5]),
+        ]
+    );
+}
+
+/// A journal whose high-water mark is the largest id (a hostile or broken file) leaves no id
+/// to give: actions are refused, never given a wrapped-round id (it used to overflow).
+#[tokio::test(start_paused = true)]
+async fn a_journal_naming_the_largest_id_refuses_actions_instead_of_wrapping() {
+    let journal = MemoryJournal::holding(format!("{{\"last\":{}}}\n", u64::MAX).as_bytes());
+    let rig = rig_on(journal, ActionLimits::default(), true).await;
+    let err = rig.register(json!(1)).await.unwrap_err();
+    assert!(matches!(err, RegisterError::TooMany), "{err:?}");
     rig.stop().await;
 }
 

@@ -196,6 +196,39 @@ fn symlink_loops_end_with_an_error_and_aliases_are_read() {
     }
 }
 
+/// Links that never resolve (`a -> b`, `b -> a`; `x -> x`) are left out with an error each, as a
+/// dangling link is: the read stays complete and the rest of the tree is used (they used to be
+/// read failures, so no runtime was published at all).
+#[test]
+fn links_that_lead_round_to_each_other_are_left_out_and_the_rest_is_read() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path();
+    let rt = root.join("runtime");
+    write(&rt, "web/v1.yaml", "image: web-v1");
+    symlink("b", rt.join("web/a")).unwrap();
+    symlink("a", rt.join("web/b")).unwrap();
+    symlink("x.yaml", rt.join("web/x.yaml")).unwrap();
+    let (tree, problems) = read(root);
+    assert_eq!(tree, json!({"web": {"v1": {"image": "web-v1"}}}));
+    let described = messages(&problems.errors);
+    assert!(problems.failures.is_empty(), "{:#?}", problems.failures);
+    assert_eq!(problems.errors.len(), 3, "{described:#?}");
+    for (link, target) in [
+        ("runtime/web/a", "b"),
+        ("runtime/web/b", "a"),
+        ("runtime/web/x.yaml", "x.yaml"),
+    ] {
+        let error = problems.errors.iter().find(|e| e.path == link);
+        assert!(
+            error.is_some_and(|e| e.message
+                == format!(
+                    "symlink loop: {target} never resolves (the links lead round to each other); left out"
+                )),
+            "{link}: {described:#?}"
+        );
+    }
+}
+
 #[test]
 fn a_maze_of_aliases_stops_at_the_entry_limit() {
     // 20 levels, each with two links to the next: 2^20 paths without the limit.
