@@ -43,7 +43,8 @@
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
 //!   GraphQL ones (huge, malformed, too deep and too wide bodies; sockets and subscriptions past
-//!   their caps; a subscriber that never reads), refused or dropped as `docs/http-api.md` says.
+//!   their caps; a subscriber that never reads; fragments that each spread the next twice, over
+//!   POST and the WebSocket), refused or dropped as `docs/http-api.md` says.
 //! - `fuzz`: the fuzz harness (`fuzz/engine.rs`, a mutational fuzzer on stable Rust) over every
 //!   parser and decoder (`fuzz/targets.rs`), each from its corpus `fuzz/corpus/<target>/`: the
 //!   corpus and 2,000 mutated inputs per target here, `make fuzz` for the long run; the crashes
