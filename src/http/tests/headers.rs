@@ -101,3 +101,73 @@ async fn backups_stay_gzipped_json_and_inert() {
     assert_eq!(response.headers()["content-encoding"], "gzip");
     assert_inert(&response, "application/json", "a backup");
 }
+
+/// The headers every response carries (issue 28: the frontend could be framed by another site
+/// and its buttons clickjacked).
+fn assert_guarded(response: &axum::response::Response, what: &str) -> String {
+    let headers = response.headers();
+    assert_eq!(headers["x-frame-options"], "DENY", "{what}");
+    assert_eq!(headers["x-content-type-options"], "nosniff", "{what}");
+    assert_eq!(headers["referrer-policy"], "same-origin", "{what}");
+    let csp = headers["content-security-policy"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert!(csp.contains("frame-ancestors 'none'"), "{what}: {csp}");
+    csp
+}
+
+#[tokio::test]
+async fn every_response_forbids_framing_and_sniffing_and_pages_load_only_their_own() {
+    let (_tmp, frontends) = ops_frontend(&[("index.html", "<p>ops</p>"), ("js/x.js", "1")]);
+    let log_dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(log_dir.path().join("web")).unwrap();
+    std::fs::write(log_dir.path().join("web/latest"), "applied\n").unwrap();
+    let writer = leading(1);
+    let mut state = app_state(&writer, frontends, "common");
+    state.logs = Some(crate::logs::LogDir::open(
+        log_dir.path(),
+        Default::default(),
+    ));
+    let app = router(state);
+
+    // The built-in frontend and the API: the page policy.
+    for path in [
+        "/",
+        "/roles/web",
+        "/~common/logs",
+        "/common/app.js",
+        "/common/app.css",
+        "/v1/status",
+        "/v1/status.pretty",
+        "/v1/schedule",
+        "/v1/peers.json",
+        "/metrics",
+        "/v1/nope",
+    ] {
+        let response = get_with(&app, path, &[]).await;
+        let csp = assert_guarded(&response, path);
+        assert_eq!(csp, PAGE_POLICY, "{path}");
+        for directive in ["default-src 'self'", "object-src 'none'", "base-uri 'none'"] {
+            assert!(csp.contains(directive), "{path}: {csp}");
+        }
+        assert!(!csp.contains("unsafe"), "{path}: {csp}");
+    }
+    // Refusals too.
+    let response = get_with(&app, "/v1/status", &[("host", "evil.example.net")]).await;
+    assert_eq!(response.status(), StatusCode::FORBIDDEN);
+    assert_guarded(&response, "a foreign Host");
+    // Log files keep their sandbox, the query page its own policy, an alternative frontend
+    // only the frame rule.
+    let response = get_with(&app, "/v1/log/role/web/latest", &[]).await;
+    assert_eq!(response.status(), StatusCode::OK);
+    assert!(assert_guarded(&response, "a log").starts_with("sandbox"));
+    let response = get_with(&app, "/v1/graphiql", &[]).await;
+    let csp = assert_guarded(&response, "/v1/graphiql");
+    assert!(csp.contains("script-src 'unsafe-inline'"), "{csp}");
+    for path in ["/~ops/", "/~ops/js/x.js"] {
+        let response = get_with(&app, path, &[]).await;
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+        assert_eq!(assert_guarded(&response, path), FRAME_POLICY, "{path}");
+    }
+}
