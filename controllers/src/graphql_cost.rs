@@ -58,15 +58,19 @@ impl std::fmt::Display for TooCostly {
     }
 }
 
-/// How many selections the operations of `doc` stand for with every spread expanded (all
-/// operations together: validation visits each), or why it is refused: more than `cap`, or a
-/// fragment cycle. A spread of an unknown fragment counts 1 (the spread; validation refuses
-/// it). Time and memory are linear in the size of `doc`, whatever the count.
+/// How many selections `doc` stands for with every spread expanded: its operations and its
+/// fragment definitions, each expanded (validation visits every operation, and every
+/// definition, used or not, with the spreads inside it), or why it is refused: more than
+/// `cap`, or a fragment cycle. A spread of an unknown fragment counts 1 (the spread;
+/// validation refuses it). Time and memory are linear in the size of `doc`, whatever the count.
 pub fn expanded_selections(doc: &Document<'_>, cap: u64) -> Result<u64, TooCostly> {
     let sizes = fragment_sizes(doc, cap)?;
     let mut total: u64 = 0;
     for operation in &doc.operations {
         total = add(total, size_of(operation, &sizes, cap), cap);
+    }
+    for size in sizes.values() {
+        total = add(total, *size, cap);
     }
     if total > cap {
         return Err(TooCostly::OverCap { cap });
@@ -193,26 +197,37 @@ mod tests {
             operations: vec![unit(1, &["A", "A", "B"])],
             fragments,
         };
-        // B = 1; A = 2 + (1 + 1) = 4; the operation = 1 + 2 × (1 + 4) + (1 + 1) = 13.
-        assert_eq!(expanded_selections(&doc, 1000), Ok(13));
-        // Unknown fragments cost their spread only; unused fragments cost nothing.
+        // B = 1; A = 2 + (1 + 1) = 4; the operation = 1 + 2 × (1 + 4) + (1 + 1) = 13; and the
+        // definitions themselves, 4 + 1.
+        assert_eq!(expanded_selections(&doc, 1000), Ok(18));
+        // Unknown fragments cost their spread only; an unused fragment costs its definition
+        // (validation visits it too).
         let mut fragments = HashMap::new();
         fragments.insert("Unused", unit(400, &[]));
         let doc = Document {
             operations: vec![unit(1, &["Nowhere", "Nowhere"])],
             fragments,
         };
-        assert_eq!(expanded_selections(&doc, 1000), Ok(3));
+        assert_eq!(expanded_selections(&doc, 1000), Ok(403));
+        // Unused fragments that double are refused as used ones are.
+        let (names, edges) = doubling(30);
+        let mut doc = doubling_doc(&names, &edges);
+        doc.operations = vec![unit(1, &[])];
+        assert_eq!(
+            expanded_selections(&doc, 10_000),
+            Err(TooCostly::OverCap { cap: 10_000 })
+        );
     }
 
     #[test]
     fn doubling_fragments_are_counted_without_expanding_them() {
-        // F<n> = 1, F<i> = 1 + 2 × (1 + F<i+1>): F<i> = 2^(n-i+2) - 3.
+        // F<n> = 1, F<i> = 1 + 2 × (1 + F<i+1>): F<i> = 2^(n-i+2) - 3. The operation is
+        // 1 + 1 + F0; the definitions add up to (2^(n+3) - 4) - 3(n + 1).
         let (names, edges) = doubling(10);
         let doc = doubling_doc(&names, &edges);
         assert_eq!(
             expanded_selections(&doc, u64::MAX - 1),
-            Ok(1 + 1 + (1 << 12) - 3)
+            Ok((1 + 1 + (1 << 12) - 3) + ((1 << 13) - 4 - 3 * 11))
         );
         // 23, 30 and 5,000 levels (far past u64) are refused at once, with the cap named.
         for levels in [23, 30, 5_000] {
@@ -232,7 +247,8 @@ mod tests {
 
     #[test]
     fn a_long_chain_needs_no_deep_stack() {
-        // F0 -> F1 -> ... -> F200000, each spread once: 400,001 selections.
+        // F0 -> F1 -> ... -> F200000, each spread once: F<i> = 1 + 2 × (200,000 - i), the
+        // operation 1 + F0 = 400,002, the definitions 200,001².
         let names: Vec<String> = (0..=200_000).map(|i| format!("F{i}")).collect();
         let mut fragments = HashMap::new();
         for (i, name) in names.iter().enumerate() {
@@ -255,7 +271,10 @@ mod tests {
             }],
             fragments,
         };
-        assert_eq!(expanded_selections(&doc, 1_000_000), Ok(400_002));
+        assert_eq!(
+            expanded_selections(&doc, u64::MAX - 1),
+            Ok(400_002 + 200_001 * 200_001)
+        );
     }
 
     #[test]

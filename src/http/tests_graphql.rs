@@ -1096,6 +1096,11 @@ async fn fragments_that_double_are_refused_before_they_run() {
         assert_eq!(answer["data"], Value::Null);
         assert!(names_the_cap(&answer["errors"][0]["message"]), "{answer}");
     }
+    // Fragment definitions count whether the operation spreads them or not.
+    let unused = doubling_fragments(30, "query").replacen("...F0", "id", 1);
+    let (code, answer) = query(&app, &unused).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(names_the_cap(&answer["errors"][0]["message"]), "{answer}");
     // A fragment cycle is refused by name, before anything expands it.
     let (code, answer) = query(
         &app,
