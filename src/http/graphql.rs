@@ -62,13 +62,13 @@ pub const MAX_COMPLEXITY: usize = 500;
 pub const MAX_COSTLY_FIELDS: usize = 2;
 /// Most selections a document may stand for once every fragment spread is expanded (its
 /// operations and fragment definitions together; fields, spreads and inline fragments count 1
-/// each), counted before
-/// anything else looks at it ([`graphql_cost`]). Fragments spreading the next one twice stand
-/// for 2ⁿ selections in a document of n lines: without this, the executor's own depth check and
-/// validation walk every one of them before they refuse anything. The standard introspection
-/// query stands for about 430.
+/// each), counted before anything else looks at it ([`graphql_cost`]). Fragments spreading the
+/// next one twice stand for 2ⁿ selections in a document of n lines: without this, the
+/// executor's own depth check and validation walk every one of them before they refuse
+/// anything. The standard introspection query stands for about 430.
 pub const MAX_EXPANDED_SELECTIONS: u64 = 10_000;
-/// How long one query or mutation may run on the GraphQL thread before its client gets a 503.
+/// How long a `POST` query or mutation may run on the GraphQL thread before its client gets a
+/// 503 and its task is cancelled (at its next await: work within the limits above is short).
 const TIME_BUDGET: Duration = Duration::from_secs(10);
 /// Subscriptions one WebSocket may hold at once; a `start` past them gets an error.
 pub const MAX_SUBSCRIPTIONS: usize = 16;
