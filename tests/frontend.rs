@@ -392,14 +392,19 @@ fn get_typed(port: u16, path: &str) -> (u16, String, String) {
     (code, content_type, body.to_string())
 }
 
-/// The `src` of each `<script type="module" src="...">` of a page.
-fn module_scripts(html: &str) -> Vec<String> {
+/// The `src` of each `<script type="module" src="...">` of a page, or with `module` false of
+/// each classic `<script src="...">`.
+fn scripts(html: &str, module: bool) -> Vec<String> {
     html.split("<script")
         .skip(1)
         .map(|tag| tag.split('>').next().unwrap_or_default())
-        .filter(|tag| tag.contains(r#"type="module""#))
+        .filter(|tag| tag.contains(r#"type="module""#) == module)
         .filter_map(|tag| Some(tag.split(r#"src=""#).nth(1)?.split('"').next()?.to_string()))
         .collect()
+}
+
+fn module_scripts(html: &str) -> Vec<String> {
+    scripts(html, true)
 }
 
 /// The specifiers of a module's static imports and re-exports (`import ... from "x"`,
@@ -467,6 +472,14 @@ fn every_module_the_page_imports_is_served_as_javascript() {
         );
         let mut queue = module_scripts(&html);
         assert_eq!(queue, ["/common/app.js"], "the module scripts of {page}");
+        // The one classic script: it tells when the module could not be loaded.
+        let classic = scripts(&html, false);
+        assert_eq!(
+            classic,
+            ["/common/js/boot.js"],
+            "the classic scripts of {page}"
+        );
+        queue.extend(classic);
         let mut served = Vec::new();
         while let Some(url) = queue.pop() {
             if served.contains(&url) {
@@ -544,6 +557,15 @@ fn notices(browser: &Browser) -> Vec<String> {
 #[test]
 fn every_page_loads_without_a_script_error_or_a_notice() {
     let (_tmp, config, storage) = example_site("minimal");
+    // A script of this node that throws, for the end (the page's Content-Security-Policy runs
+    // no inline script, so it comes as a file: an alternative frontend's).
+    let thrower = config.join("frontend/test/js/throw.js");
+    std::fs::create_dir_all(thrower.parent().unwrap()).unwrap();
+    std::fs::write(
+        &thrower,
+        "setTimeout(() => { throw new Error('thrown by the test') });\n",
+    )
+    .unwrap();
     let daemon = Daemon::start(&config, &storage);
     wait_for(SOON, || {
         let status = daemon.json("/v1/status")?;
@@ -605,7 +627,7 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
     // scripts from the page.)
     browser.execute(
         "const script = document.createElement('script'); \
-         script.textContent = \"setTimeout(() => { throw new Error('thrown by the test') })\"; \
+         script.src = '/~test/js/throw.js'; \
          document.head.append(script); return null",
         vec![],
     );
@@ -620,6 +642,40 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
         errors.len() == 1 && errors[0].contains("thrown by the test"),
         "{errors:#?}"
     );
+
+    // The page's Content-Security-Policy holds (issue 28): an inline script does not run...
+    let ran = browser.execute(
+        "const script = document.createElement('script'); \
+         script.textContent = 'window.inlineRan = true'; \
+         document.head.append(script); return window.inlineRan === true",
+        vec![],
+    );
+    assert_eq!(
+        ran,
+        json!(false),
+        "an inline script ran under the page's policy"
+    );
+    // ...and no page may frame it, not even its own (frame-ancestors 'none', X-Frame-Options):
+    // the browser says it refused, and the frame holds no page of the node.
+    browser.execute(
+        "const frame = document.createElement('iframe'); frame.id = 'framed'; \
+         frame.src = '/roles/web'; document.body.append(frame); return null",
+        vec![],
+    );
+    wait_for(SOON, || {
+        let errors = browser.console_errors();
+        errors
+            .iter()
+            .any(|e| e.contains("frame-ancestors") || e.contains("X-Frame-Options"))
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("framing was not refused: {:#?}", browser.console_errors()));
+    let framed = browser.execute(
+        "const doc = document.getElementById('framed').contentDocument; \
+         return Boolean(doc && doc.getElementById('bar'))",
+        vec![],
+    );
+    assert_eq!(framed, json!(false), "the node's page loaded in a frame");
 }
 
 /// A role whose one button sends more than the leader may hold pending (`actions.max-pending-kib:

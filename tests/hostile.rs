@@ -442,3 +442,109 @@ fn hostile_graphql_clients_are_refused_or_dropped_while_the_status_answers() {
         "RSS grew from {idle_rss} KiB to {peak} KiB, over {GRAPHQL_GROWTH_MIB} MiB"
     );
 }
+
+/// `fragment F0 on Status { ...F1 ...F1 __typename }` ... `levels` deep: 2^levels selections in
+/// about 50 bytes a level.
+fn doubling_fragments(levels: usize, operation: &str) -> String {
+    let mut query = format!("{operation} {{ status {{ ...F0 }} }}\n");
+    for i in 0..levels {
+        let next = i + 1;
+        query.push_str(&format!(
+            "fragment F{i} on Status {{ ...F{next} ...F{next} __typename }}\n"
+        ));
+    }
+    query.push_str(&format!("fragment F{levels} on Status {{ __typename }}\n"));
+    query
+}
+
+const EXPANDED_LIMIT: &str = "more than 10000 fields once its fragments are expanded";
+
+/// Issue 28: 1.2 KB of fragments that each spread the next twice froze the node (23 levels
+/// 6-11 s, 30 levels hours), over POST and over the WebSocket without a token. Refused before
+/// anything expands them, with the limit named, while `/v1/status` answers; before the fix the
+/// answers below never came (the reads time out and the test fails).
+#[test]
+fn graphql_fragments_that_double_are_refused_while_the_status_answers() {
+    use serde_json::json;
+
+    use crate::graphql::{open_socket, receive, send};
+
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let port = daemon.port;
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |_| true);
+
+    for levels in [23, 30] {
+        let body = json!({"query": doubling_fragments(levels, "query")}).to_string();
+        // Half the request is sent; the status answers meanwhile; then the rest.
+        let mut stream = connect(port);
+        write!(
+            stream,
+            "POST /v1/graphql HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        )
+        .unwrap();
+        let (first, rest) = body.as_bytes().split_at(body.len() / 2);
+        stream.write_all(first).unwrap();
+        assert_eq!(daemon.get("/v1/status").map(|(code, _)| code), Some(200));
+        stream.write_all(rest).unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 400"), "{levels}: {answer}");
+        assert!(answer.contains(EXPANDED_LIMIT), "{levels}: {answer}");
+    }
+    // Four at once, more than the daemon's runtime has threads: each is refused, and the
+    // status answers after them.
+    let senders: Vec<_> = (0..4)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let body = json!({"query": doubling_fragments(30, "query")}).to_string();
+                graphql_post(port, body.as_bytes())
+            })
+        })
+        .collect();
+    for sender in senders {
+        let (code, message) = sender.join().unwrap();
+        assert_eq!(code, 400, "{message}");
+        assert!(message.contains(EXPANDED_LIMIT), "{message}");
+    }
+    assert_eq!(daemon.get("/v1/status").map(|(code, _)| code), Some(200));
+
+    // Over the WebSocket, no token asked: as a subscription and as a query.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let mut socket = open_socket(port, "graphql-ws", &[]).await.unwrap();
+        send(&mut socket, json!({"type": "connection_init"})).await;
+        assert_eq!(receive(&mut socket).await["type"], "connection_ack");
+        for (id, operation) in [("1", "subscription"), ("2", "query")] {
+            send(
+                &mut socket,
+                json!({"type": "start", "id": id,
+                       "payload": {"query": doubling_fragments(30, operation)}}),
+            )
+            .await;
+            let answer = receive(&mut socket).await;
+            assert_eq!(answer["type"], "data", "{answer}");
+            let message = answer["payload"]["errors"][0]["message"].as_str().unwrap();
+            assert!(message.contains(EXPANDED_LIMIT), "{answer}");
+            assert_eq!(receive(&mut socket).await["type"], "complete");
+        }
+        // A query that fits runs on the same socket.
+        send(
+            &mut socket,
+            json!({"type": "start", "id": "3",
+                   "payload": {"query": doubling_fragments(4, "query")}}),
+        )
+        .await;
+        let answer = receive(&mut socket).await;
+        assert_eq!(
+            answer["payload"]["data"]["status"]["__typename"], "Status",
+            "{answer}"
+        );
+    });
+    assert_eq!(daemon.get("/v1/status").map(|(code, _)| code), Some(200));
+}

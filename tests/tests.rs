@@ -43,13 +43,15 @@
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
-//!   follower, failures shown with their cause, every page without a script error; its modules
-//!   served as JavaScript; the GraphQL page querying and subscribing with the API token.
+//!   follower, failures shown with their cause, every page without a script error under its
+//!   Content-Security-Policy (which refuses an inline script and framing); its modules served
+//!   as JavaScript; the GraphQL page querying and subscribing with the API token.
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
 //!   GraphQL ones (huge, malformed, too deep and too wide bodies; sockets and subscriptions past
-//!   their caps; a subscriber that never reads), refused or dropped as `docs/http-api.md` says.
+//!   their caps; a subscriber that never reads; fragments that each spread the next twice, over
+//!   POST and the WebSocket), refused or dropped as `docs/http-api.md` says.
 //! - `fuzz`: the fuzz harness (`fuzz/engine.rs`, a mutational fuzzer on stable Rust) over every
 //!   parser and decoder (`fuzz/targets.rs`), each from its corpus `fuzz/corpus/<target>/`: the
 //!   corpus and 2,000 mutated inputs per target here, `make fuzz` for the long run; the crashes

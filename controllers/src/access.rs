@@ -442,6 +442,29 @@ pub fn check_init_token(token: &Token, payload: &serde_json::Value) -> Result<()
     }
 }
 
+/// Whether a GraphQL WebSocket may run mutations (a write, as a `POST` is): always without a
+/// token; with one, only once the socket has shown it, in the upgrade's `Authorization`
+/// header or in its `connection_init` payload (as [`check_init_token`] reads it). Reads over
+/// the socket follow `http.token-for-reads` as before; a mutation asks for the token whatever
+/// that says.
+pub fn socket_may_write(
+    token: Option<&Token>,
+    authorization: Option<&[u8]>,
+    init_payload: Option<&serde_json::Value>,
+) -> bool {
+    let Some(token) = token else { return true };
+    let by_header = authorization
+        .and_then(bearer)
+        .is_some_and(|presented| token.matches(presented));
+    by_header || init_payload.is_some_and(|payload| check_init_token(token, payload).is_ok())
+}
+
+/// The error a mutation gets over a GraphQL WebSocket that has not shown the token
+/// ([`socket_may_write`]).
+pub const SOCKET_MUTATION_REFUSED: &str = "a mutation needs the token of this node's \
+     http.token-file: send Authorization: Bearer <token> with the WebSocket upgrade, or \
+     {\"Authorization\": \"Bearer <token>\"} as the connection_init payload";
+
 /// The two GraphQL WebSocket subprotocols.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GraphqlProtocol {
@@ -951,6 +974,37 @@ mod tests {
         ] {
             assert_eq!(check(wrong.clone()), Err(TokenRefusal::Wrong), "{wrong}");
         }
+    }
+
+    #[test]
+    fn a_socket_runs_mutations_only_once_it_has_shown_the_token() {
+        use serde_json::json;
+        let token = Token::from_file_bytes(SECRET).unwrap();
+        let header = b"Bearer s3cret-token-0123456789".as_slice();
+        let init = json!({"Authorization": "Bearer s3cret-token-0123456789"});
+        // No token configured: every socket may.
+        assert!(socket_may_write(None, None, None));
+        // The token on the upgrade or in connection_init.
+        assert!(socket_may_write(Some(&token), Some(header), None));
+        assert!(socket_may_write(Some(&token), None, Some(&init)));
+        assert!(socket_may_write(
+            Some(&token),
+            None,
+            Some(&json!({"token": "s3cret-token-0123456789"}))
+        ));
+        // Not shown, or another one.
+        assert!(!socket_may_write(Some(&token), None, None));
+        assert!(!socket_may_write(Some(&token), None, Some(&json!({}))));
+        assert!(!socket_may_write(
+            Some(&token),
+            Some(b"Bearer wrong-token-0123456789"),
+            Some(&json!({"token": "wrong-token-0123456789"}))
+        ));
+        assert!(!socket_may_write(
+            Some(&token),
+            Some(b"s3cret-token-0123456789"),
+            None
+        ));
     }
 
     #[test]

@@ -15,6 +15,8 @@
 //! - [`election`]: the sans-IO leader election state machine and its controller.
 //! - [`ernest`]: ernest's builds over NATS without the NATS: what to dispatch, what an answer
 //!   changes, timeouts, one result per build, the state a restart resumes from.
+//! - [`graphql_cost`]: what a GraphQL document stands for with its fragments expanded, counted
+//!   without expanding them (refused past a cap before anything runs it).
 //! - [`graph`]: dependency graphs: cycles named, waves, an execution's ready set with in-degree
 //!   counters and its error policy (block dependents, or halt).
 //! - [`refs`]: `$(path)` references inside JSON values, resolved against a document (gjson-style
@@ -46,6 +48,7 @@ pub mod driver;
 pub mod election;
 pub mod ernest;
 pub mod graph;
+pub mod graphql_cost;
 pub mod hash;
 pub mod persist;
 pub mod ports;

@@ -10,6 +10,8 @@ export function h(tag, attrs, ...children) {
     if (value === undefined || value === null || value === false) continue;
     if (name.startsWith("on")) el.addEventListener(name.slice(2), value);
     else if (name === "dataset") Object.assign(el.dataset, value);
+    // Through the CSSOM: the Content-Security-Policy refuses style attributes set as text.
+    else if (name === "style") el.style.cssText = String(value);
     else if (value === true) el.setAttribute(name, "");
     else el.setAttribute(name, String(value));
   }

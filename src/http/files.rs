@@ -10,7 +10,9 @@
 //!   `application/wasm` with no `Content-Encoding` (0.13 sent the backups' gzip and JSON
 //!   headers with these raw modules, which made clients fail to decode them).
 //!
-//! Files are served with `Range`, `If-Modified-Since` and `Last-Modified`. A path is made of
+//! Files are served with `Range`, `If-Modified-Since` and `Last-Modified`, as a type no browser
+//! runs (log files as plain text whatever their name), with `nosniff` and a sandboxing CSP
+//! ([`inert`]). A path is made of
 //! plain components only, and once symlinks are resolved it must still be inside its dir: no way
 //! out with `..`, an absolute path or a symlink.
 
@@ -50,14 +52,42 @@ pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
     Ok(real)
 }
 
-async fn serve(path: PathBuf, mut request: Request) -> Response {
+/// What log files are sent as, whatever their name: text a browser shows and never runs.
+const LOG_TYPE: &str = "text/plain; charset=utf-8";
+
+/// The file at `path` as `content_type` ([`inert`]).
+async fn serve(path: PathBuf, mut request: Request, content_type: &'static str) -> Response {
     if let Ok(meta) = std::fs::metadata(&path) {
         normalize_range(&mut request, meta.len());
     }
-    match ServeFile::new(path).oneshot(request).await {
+    let mut response = match ServeFile::new(path).oneshot(request).await {
         Ok(response) => response.into_response(),
-        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => return ApiError::Internal(e.to_string()).into_response(),
+    };
+    inert(&mut response, content_type);
+    response
+}
+
+/// Makes a served file inert in a browser: sent as `content_type` (not the type its name
+/// suggests: a `report.html` or `.svg` in a log dir would otherwise run its script on this
+/// node's origin, where it could read the API and post actions as the frontend does), with
+/// `X-Content-Type-Options: nosniff` (no guessing another type from the bytes) and
+/// `Content-Security-Policy: sandbox` (opened as a page anyway, it runs no script, has an
+/// origin of its own and loads nothing).
+fn inert(response: &mut Response, content_type: &'static str) {
+    let success = response.status().is_success();
+    let headers = response.headers_mut();
+    if success {
+        headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("sandbox; default-src 'none'; frame-ancestors 'none'"),
+    );
 }
 
 /// Makes `Range` something tower-http answers as RFC 9110 says (14.2):
@@ -148,10 +178,12 @@ pub async fn log_stream(
     };
     // Before the first deployment there is no index: that is an empty one, not a missing file.
     if stream == "index" && file == "latest" && !root.join(".index/latest").exists() {
-        return axum::http::StatusCode::OK.into_response();
+        let mut response = axum::http::StatusCode::OK.into_response();
+        inert(&mut response, LOG_TYPE);
+        return response;
     }
     match inside(&root.join(dir), &file) {
-        Ok(path) => serve(path, request).await,
+        Ok(path) => serve(path, request, LOG_TYPE).await,
         Err(e) => e.into_response(),
     }
 }
@@ -166,7 +198,7 @@ pub async fn log_role(
         return ApiError::NotFound(format!("role {role:?}: {why}")).into_response();
     }
     match log_dir(&state).and_then(|root| inside(&root.join(&role), &file)) {
-        Ok(path) => serve(path, request).await,
+        Ok(path) => serve(path, request, LOG_TYPE).await,
         Err(e) => e.into_response(),
     }
 }
@@ -182,7 +214,7 @@ pub async fn log_external(
             .into_response();
     };
     match inside(base, &rel) {
-        Ok(path) => serve(path, request).await,
+        Ok(path) => serve(path, request, LOG_TYPE).await,
         Err(e) => e.into_response(),
     }
 }
@@ -205,13 +237,10 @@ pub async fn backup(
     }
     match inside(&state.backups_dir, &name) {
         Ok(path) => {
-            let mut response = serve(path, request).await;
-            let headers = response.headers_mut();
-            headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
+            let mut response = serve(path, request, "application/json").await;
+            response
+                .headers_mut()
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
             response
         }
         Err(e) => e.into_response(),
@@ -234,13 +263,8 @@ pub async fn wasm_module(
     }
     match inside(&state.scheduler_dir, &name) {
         Ok(path) => {
-            let mut response = serve(path, request).await;
-            let headers = response.headers_mut();
-            headers.remove(header::CONTENT_ENCODING);
-            headers.insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/wasm"),
-            );
+            let mut response = serve(path, request, "application/wasm").await;
+            response.headers_mut().remove(header::CONTENT_ENCODING);
             response
         }
         Err(ApiError::NotFound(_)) => {

@@ -7,6 +7,11 @@
 //! - `/` and every other path outside `/v1/` and `/metrics`: the `index.html` of the default
 //!   frontend (`--default-frontend`, `common` unless set).
 //!
+//! The built-in frontend runs under the router's Content-Security-Policy (`PAGE_POLICY` in
+//! `mod.rs`: its own scripts and styles only, nothing inline); an alternative frontend's files
+//! under `FRAME_POLICY` only (the operator's files may load what they like, but no other site
+//! may frame them).
+//!
 //! Built-in files are sent with an `ETag` (a hash of their content) and `Cache-Control: no-cache`,
 //! so a browser revalidates with one cheap request and never runs a stale page after an upgrade;
 //! gzipped when the client takes it (compressed once, at first use).
@@ -58,6 +63,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     embed!("favicon.svg", "image/svg+xml"),
     embed!("app.js", JS),
     embed!("js/actions.js", JS),
+    embed!("js/boot.js", JS),
     embed!("js/api.js", JS),
     embed!("js/dom.js", JS),
     embed!("js/header.js", JS),
@@ -237,7 +243,14 @@ async fn serve_file(dir: &Path, file: PathBuf, mut request: Request) -> Response
         ServeFile::new(file)
     };
     match service.oneshot(request).await {
-        Ok(response) => response.into_response(),
+        Ok(response) => {
+            let mut response = response.into_response();
+            response.headers_mut().insert(
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(super::FRAME_POLICY),
+            );
+            response
+        }
         Err(e) => ApiError::Internal(e.to_string()).into_response(),
     }
 }

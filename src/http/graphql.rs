@@ -2,7 +2,8 @@
 //!
 //! - `POST /v1/graphql` `{query, operationName?, variables?}` answers `{data, errors?}`: 200 when
 //!   there is data, 400 when there is none (the query did not parse or validate, e.g. too deep
-//!   or too complex: [`MAX_DEPTH`], [`MAX_COMPLEXITY`], [`MAX_COSTLY_FIELDS`]). The body is JSON
+//!   or too complex: [`MAX_EXPANDED_SELECTIONS`], [`MAX_DEPTH`], [`MAX_COMPLEXITY`],
+//!   [`MAX_COSTLY_FIELDS`]). Every query runs on a runtime thread of its own. The body is JSON
 //!   of at most [`BODY_LIMIT`] bytes, as for the other POST routes.
 //! - `GET /v1/graphql` with a WebSocket upgrade speaks `graphql-ws` (subscriptions-transport-ws,
 //!   what 0.13's clients speak) and `graphql-transport-ws` (the graphql-ws library's protocol);
@@ -27,6 +28,7 @@ use async_graphql::dynamic::{
 };
 use async_graphql::futures_util::stream::BoxStream;
 use async_graphql::http::{WebSocket as GraphqlSocket, WebSocketProtocols, WsMessage};
+use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection, SelectionSet};
 use async_graphql::{Executor, Name, ServerError, Value as GqlValue};
 use axum::Json;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
@@ -36,6 +38,7 @@ use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use verwalter_controllers::access;
+use verwalter_controllers::graphql_cost;
 use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
 use verwalter_controllers::store::Store;
@@ -57,6 +60,16 @@ pub const MAX_COMPLEXITY: usize = 500;
 /// How often one result may hold `schedule.data` (the whole schedule, copied into the answer)
 /// and `deployments` (a read of the deployment log), however aliases repeat them.
 pub const MAX_COSTLY_FIELDS: usize = 2;
+/// Most selections a document may stand for once every fragment spread is expanded (its
+/// operations and fragment definitions together; fields, spreads and inline fragments count 1
+/// each), counted before anything else looks at it ([`graphql_cost`]). Fragments spreading the
+/// next one twice stand for 2ⁿ selections in a document of n lines: without this, the
+/// executor's own depth check and validation walk every one of them before they refuse
+/// anything. The standard introspection query stands for about 430.
+pub const MAX_EXPANDED_SELECTIONS: u64 = 10_000;
+/// How long a `POST` query or mutation may run on the GraphQL thread before its client gets a
+/// 503 and its task is cancelled (at its next await: work within the limits above is short).
+const TIME_BUDGET: Duration = Duration::from_secs(10);
 /// Subscriptions one WebSocket may hold at once; a `start` past them gets an error.
 pub const MAX_SUBSCRIPTIONS: usize = 16;
 /// Most deployment log entries `deployments(last:)` returns.
@@ -770,8 +783,32 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Response {
             );
         }
     };
-    let request = request.data(RequestView::default());
-    let response = schema(&state).execute(request).await;
+    let schema = schema(&state);
+    let work = off_runtime(async move {
+        let mut request = request;
+        if let Err(refused) = check_cost(&mut request) {
+            return async_graphql::Response::from_errors(vec![refused]);
+        }
+        schema.execute(request.data(RequestView::default())).await
+    });
+    let response = match tokio::time::timeout(TIME_BUDGET, work).await {
+        Ok(Ok(response)) => response,
+        Ok(Err(e)) => {
+            return error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("the query failed: {e}"),
+            );
+        }
+        Err(_) => {
+            return error(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "the query ran past its time budget of {} s and was stopped",
+                    TIME_BUDGET.as_secs()
+                ),
+            );
+        }
+    };
     let code = if response.data == async_graphql::Value::Null {
         StatusCode::BAD_REQUEST
     } else {
@@ -785,6 +822,7 @@ pub async fn socket(
     State(state): State<AppState>,
     headers: HeaderMap,
     token_at_init: Option<axum::Extension<super::guard::TokenAtInit>>,
+    may_write: Option<axum::Extension<super::guard::MayWrite>>,
     upgrade: Result<WebSocketUpgrade, axum::extract::ws::rejection::WebSocketUpgradeRejection>,
 ) -> Response {
     let upgrade = match upgrade {
@@ -843,7 +881,9 @@ pub async fn socket(
     let executor = Capped {
         schema: schema(&state),
         open: Arc::new(AtomicUsize::new(0)),
+        may_write: Arc::new(AtomicBool::new(may_write.is_some())),
     };
+    let token = state.http.settings.token.clone();
     let stall = state.http.settings.stream_stall_timeout;
     // The upgrade came without the token reads need (a browser cannot send the header): its
     // `connection_init` must carry it.
@@ -852,7 +892,25 @@ pub async fn socket(
         stall,
         init: state.http.settings.idle_timeout,
     };
-    upgrade.on_upgrade(move |socket| run(socket, executor, protocol, init_token, timers, slot))
+    upgrade.on_upgrade(move |socket| async move {
+        // The whole socket runs on the GraphQL runtime: the protocol's loop makes each result
+        // inside its poll, one at a time, there and not on the daemon's runtime. The socket's
+        // reads and writes are still driven by the daemon's runtime, which owns the connection.
+        let tokens = Tokens {
+            init: init_token,
+            write: token,
+        };
+        let _ = off_runtime(run(socket, executor, protocol, tokens, timers, slot)).await;
+    })
+}
+
+/// The tokens a GraphQL WebSocket's `connection_init` is checked against.
+struct Tokens {
+    /// The token the upgrade lacked and reads need: nothing runs before a `connection_init`
+    /// that carries it.
+    init: Option<access::Token>,
+    /// The node's token: a `connection_init` that carries it lets the socket run mutations.
+    write: Option<access::Token>,
 }
 
 /// How long a GraphQL WebSocket may wait.
@@ -872,10 +930,15 @@ async fn run(
     socket: WebSocket,
     executor: Capped,
     protocol: WebSocketProtocols,
-    init_token: Option<access::Token>,
+    tokens: Tokens,
     timers: Timers,
     _slot: super::events::Slot,
 ) {
+    let Tokens {
+        init: init_token,
+        write: write_token,
+    } = tokens;
+    let may_write = executor.may_write.clone();
     let stall = timers.stall;
     let (mut sink, incoming) = socket.split();
     let incoming = incoming
@@ -904,6 +967,9 @@ async fn run(
     let mut outgoing =
         GraphqlSocket::new(executor, incoming, protocol).on_connection_init(move |payload| {
             init_seen.store(true, Ordering::Relaxed);
+            if access::socket_may_write(write_token.as_ref(), None, Some(&payload)) {
+                may_write.store(true, Ordering::SeqCst);
+            }
             let verdict = match &init_token {
                 None => Ok(()),
                 Some(token) => access::check_init_token(token, &payload),
@@ -1038,11 +1104,16 @@ pub(super) fn fresh(last: &mut LastSent, text: &str) -> bool {
     }
 }
 
-/// The schema, holding at most [`MAX_SUBSCRIPTIONS`] subscriptions of one socket at once.
+/// The schema as one socket's executor: at most [`MAX_SUBSCRIPTIONS`] subscriptions at once,
+/// mutations only once the socket has shown the token ([`access::socket_may_write`]), and
+/// every document counted ([`check_cost`]) before the schema sees it. It runs where the
+/// socket does, on the GraphQL runtime ([`off_runtime`]).
 #[derive(Clone)]
 struct Capped {
     schema: VerwalterSchema,
     open: Arc<AtomicUsize>,
+    /// Set from the upgrade's header, or by a `connection_init` that carries the token.
+    may_write: Arc<AtomicBool>,
 }
 
 /// One open subscription of a socket, counted until its stream is dropped.
@@ -1054,25 +1125,48 @@ impl Drop for Counted {
     }
 }
 
+impl Capped {
+    /// Whether the socket may run `request`: its cost, and a mutation's token.
+    fn admit(&self, request: &mut async_graphql::Request) -> Result<(), ServerError> {
+        check_cost(request)?;
+        if !self.may_write.load(Ordering::SeqCst) && holds_mutation(request) {
+            return Err(ServerError::new(access::SOCKET_MUTATION_REFUSED, None));
+        }
+        Ok(())
+    }
+}
+
+/// A result with `error` and no data, as one message of the socket's protocol.
+fn refused(error: ServerError) -> BoxStream<'static, async_graphql::Response> {
+    let response = async_graphql::Response::from_errors(vec![error]);
+    futures::stream::once(futures::future::ready(response)).boxed()
+}
+
 impl Executor for Capped {
-    async fn execute(&self, request: async_graphql::Request) -> async_graphql::Response {
+    async fn execute(&self, mut request: async_graphql::Request) -> async_graphql::Response {
+        if let Err(error) = self.admit(&mut request) {
+            return async_graphql::Response::from_errors(vec![error]);
+        }
         self.schema
             .execute(request.data(RequestView::default()))
             .await
     }
 
+    /// Every `start`/`subscribe` of the socket (queries and mutations too) comes here.
     fn execute_stream(
         &self,
-        request: async_graphql::Request,
+        mut request: async_graphql::Request,
         session_data: Option<Arc<async_graphql::Data>>,
     ) -> BoxStream<'static, async_graphql::Response> {
+        if let Err(error) = self.admit(&mut request) {
+            return refused(error);
+        }
         if self.open.fetch_add(1, Ordering::SeqCst) >= MAX_SUBSCRIPTIONS {
             self.open.fetch_sub(1, Ordering::SeqCst);
-            let refused = async_graphql::Response::from_errors(vec![ServerError::new(
+            return refused(ServerError::new(
                 format!("at most {MAX_SUBSCRIPTIONS} subscriptions per WebSocket"),
                 None,
-            )]);
-            return futures::stream::once(futures::future::ready(refused)).boxed();
+            ));
         }
         let counted = Counted(self.open.clone());
         let request = request.data(RequestView::default());
@@ -1083,6 +1177,126 @@ impl Executor for Capped {
             })
             .boxed()
     }
+}
+
+// ---- The cost of a document, and the runtime GraphQL runs on ---------------------------------
+
+/// Parses `request`'s query (kept in the request: the schema does not parse it again) and
+/// refuses it when it stands for more than [`MAX_EXPANDED_SELECTIONS`] selections with its
+/// fragments expanded, or when a fragment spreads itself. Linear in the query's size. A query
+/// that does not parse is let through: the schema answers with the parser's error.
+fn check_cost(request: &mut async_graphql::Request) -> Result<(), ServerError> {
+    let Ok(doc) = request.parsed_query() else {
+        return Ok(());
+    };
+    graphql_cost::expanded_selections(&flatten(doc), MAX_EXPANDED_SELECTIONS)
+        .map(drop)
+        .map_err(|refusal| ServerError::new(refusal.to_string(), None))
+}
+
+/// Whether a parsed `request` holds a mutation.
+fn holds_mutation(request: &mut async_graphql::Request) -> bool {
+    request.parsed_query().is_ok_and(|doc| {
+        doc.operations
+            .iter()
+            .any(|(_, operation)| operation.node.ty == OperationType::Mutation)
+    })
+}
+
+/// `doc` as [`graphql_cost`] counts it: each operation and fragment with the fields and inline
+/// fragments of its own text and the fragments it spreads. The walk's depth is bounded by the
+/// parser's nesting limit.
+fn flatten(doc: &ExecutableDocument) -> graphql_cost::Document<'_> {
+    fn walk<'a>(set: &'a SelectionSet, unit: &mut graphql_cost::Unit<'a>) {
+        for item in &set.items {
+            match &item.node {
+                Selection::Field(field) => {
+                    unit.selections += 1;
+                    walk(&field.node.selection_set.node, unit);
+                }
+                Selection::InlineFragment(inline) => {
+                    unit.selections += 1;
+                    walk(&inline.node.selection_set.node, unit);
+                }
+                Selection::FragmentSpread(spread) => {
+                    unit.spreads.push(spread.node.fragment_name.node.as_str());
+                }
+            }
+        }
+    }
+    fn unit_of(set: &SelectionSet) -> graphql_cost::Unit<'_> {
+        let mut unit = graphql_cost::Unit::default();
+        walk(set, &mut unit);
+        unit
+    }
+    graphql_cost::Document {
+        operations: doc
+            .operations
+            .iter()
+            .map(|(_, operation)| unit_of(&operation.node.selection_set.node))
+            .collect(),
+        fragments: doc
+            .fragments
+            .iter()
+            .map(|(name, fragment)| (name.as_str(), unit_of(&fragment.node.selection_set.node)))
+            .collect(),
+    }
+}
+
+/// The runtime every query, mutation and subscription result is made on: one worker thread
+/// of its own ("graphql"), so that however long GraphQL work takes, the daemon's runtime (the
+/// election, `/v1/status`, the controllers) is not the one that waits. One per process, never
+/// dropped.
+static RUNTIME: std::sync::LazyLock<tokio::runtime::Runtime> = std::sync::LazyLock::new(|| {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .max_blocking_threads(4)
+        .thread_name("graphql")
+        .enable_all()
+        .build()
+        .expect("starting the GraphQL runtime's thread")
+});
+
+/// A task on the GraphQL runtime whose result the caller awaits; dropping it (a client gone,
+/// a time budget past) aborts the task.
+struct OffTask<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for OffTask<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<T> std::future::Future for OffTask<T> {
+    type Output = Result<T, tokio::task::JoinError>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        std::pin::Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// Runs `work` on the GraphQL runtime.
+fn off_runtime<F>(work: F) -> OffTask<F::Output>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    OffTask(RUNTIME.spawn(work))
+}
+
+/// [`off_runtime`] for the tests.
+#[cfg(test)]
+pub(super) async fn graphql_offload_for_tests<F>(
+    work: F,
+) -> Result<F::Output, tokio::task::JoinError>
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    off_runtime(work).await
 }
 
 /// The query page: plain HTML and script from the binary, nothing from other hosts.

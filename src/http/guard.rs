@@ -6,7 +6,8 @@
 //! The `Authorization` header is read here and nowhere else, and never logged: no span or log
 //! line of the HTTP layer records request headers. A GraphQL WebSocket upgrade without it that
 //! `access::token_at_connection_init` lets through is marked with [`TokenAtInit`]: the socket
-//! then asks the token of its `connection_init` (`graphql.rs`).
+//! then asks the token of its `connection_init` (`graphql.rs`); one whose header carries the
+//! token is marked with [`MayWrite`] (it may run mutations).
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
@@ -20,6 +21,11 @@ use super::{ApiError, AppState};
 /// `connection_init` must carry it.
 #[derive(Debug, Clone, Copy)]
 pub struct TokenAtInit;
+
+/// Marks a GraphQL WebSocket upgrade that may run mutations ([`access::socket_may_write`]):
+/// no token is configured, or its `Authorization` header carries it.
+#[derive(Debug, Clone, Copy)]
+pub struct MayWrite;
 
 pub async fn same_site(
     State(state): State<AppState>,
@@ -35,6 +41,18 @@ pub async fn same_site(
             request.extensions_mut().insert(TokenAtInit);
         }
         TokenGate::Refused(response) => return response,
+    }
+    if request.uri().path() == access::GRAPHQL_PATH
+        && access::socket_may_write(
+            state.http.settings.token.as_ref(),
+            request
+                .headers()
+                .get(header::AUTHORIZATION)
+                .map(HeaderValue::as_bytes),
+            None,
+        )
+    {
+        request.extensions_mut().insert(MayWrite);
     }
     next.run(request).await
 }

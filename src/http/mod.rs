@@ -408,7 +408,47 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             guard::same_site,
         ))
+        .layer(middleware::from_fn(security_headers))
         .with_state(state)
+}
+
+/// The Content-Security-Policy of every response that brings none of its own (the built-in
+/// frontend, the API, errors): scripts, styles, images and connections (fetches, WebSockets)
+/// from this node only, no inline script or style, no plugins, no `<base>`, forms posting only
+/// here, and no page of another site may frame it (`frame-ancestors 'none'`: clickjacking).
+/// `/v1/graphiql` sends its own (inline script and style), log files theirs (`sandbox`), and
+/// alternative frontends only [`FRAME_POLICY`].
+pub(crate) const PAGE_POLICY: &str = "default-src 'self'; object-src 'none'; base-uri 'none'; \
+     form-action 'self'; frame-ancestors 'none'";
+
+/// The policy of alternative frontends (`/~<name>/`): their files are the operator's, who knows
+/// what they load; no other site may frame them.
+pub(crate) const FRAME_POLICY: &str = "frame-ancestors 'none'";
+
+/// Headers of every response, whatever route or refusal made it: [`PAGE_POLICY`] unless it
+/// has a policy of its own, `X-Frame-Options: DENY` (browsers without `frame-ancestors`),
+/// `X-Content-Type-Options: nosniff` (a body is only ever the type it is sent as) and
+/// `Referrer-Policy: same-origin` (the node's addresses and paths are not sent to other sites
+/// a page links to; its own requests keep theirs).
+async fn security_headers(request: Request, next: Next) -> Response {
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(PAGE_POLICY),
+        );
+    }
+    headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("same-origin"),
+    );
+    response
 }
 
 fn with_formats(

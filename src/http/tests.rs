@@ -15,6 +15,9 @@ use super::*;
 /// `/v1/wasm/*` and `/v1/query/*`.
 mod wasm_routes;
 
+/// What files are served as, and the headers every response carries.
+mod headers;
+
 fn app(writer: &StoreWriter) -> Router {
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     app_serving(writer, no_frontends, "common")

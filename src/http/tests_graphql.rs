@@ -1057,3 +1057,220 @@ async fn a_socket_without_connection_init_is_closed_after_the_idle_timeout() {
     );
     shutdown.cancel();
 }
+
+/// `fragment F0 on Status { ...F1 ...F1 __typename }` ... `fragment F<levels> on Status {
+/// __typename }` under `{ status { ...F0 } }` (or `subscription`): 2^levels selections in a
+/// document of `levels` lines.
+pub(crate) fn doubling_fragments(levels: usize, operation: &str) -> String {
+    let mut query = format!("{operation} {{ status {{ ...F0 }} }}\n");
+    for i in 0..levels {
+        let next = i + 1;
+        query.push_str(&format!(
+            "fragment F{i} on Status {{ ...F{next} ...F{next} __typename }}\n"
+        ));
+    }
+    query.push_str(&format!("fragment F{levels} on Status {{ __typename }}\n"));
+    query
+}
+
+/// The message that names the limit ([`MAX_EXPANDED_SELECTIONS`]).
+fn names_the_cap(message: &Value) -> bool {
+    message
+        .as_str()
+        .is_some_and(|m| m.contains("more than 10000 fields once its fragments are expanded"))
+}
+
+#[tokio::test]
+async fn fragments_that_double_are_refused_before_they_run() {
+    let writer = leading(1);
+    let (_, app) = app_with(&writer);
+    // A few levels run as usual.
+    let (code, answer) = query(&app, &doubling_fragments(4, "query")).await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    assert_eq!(answer["data"]["status"]["__typename"], "Status", "{answer}");
+    // 23 levels took 6-11 s in async-graphql's checks, 30 levels hours: refused at once, 400,
+    // the limit named. Without the count this test does not finish.
+    for levels in [23, 30, 60] {
+        let (code, answer) = query(&app, &doubling_fragments(levels, "query")).await;
+        assert_eq!(code, StatusCode::BAD_REQUEST, "{levels}: {answer}");
+        assert_eq!(answer["data"], Value::Null);
+        assert!(names_the_cap(&answer["errors"][0]["message"]), "{answer}");
+    }
+    // Fragment definitions count whether the operation spreads them or not.
+    let unused = doubling_fragments(30, "query").replacen("...F0", "id", 1);
+    let (code, answer) = query(&app, &unused).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+    assert!(names_the_cap(&answer["errors"][0]["message"]), "{answer}");
+    // A fragment cycle is refused by name, before anything expands it.
+    let (code, answer) = query(
+        &app,
+        "{ status { ...A } } fragment A on Status { ...B id } fragment B on Status { ...A }",
+    )
+    .await;
+    assert_eq!(code, StatusCode::BAD_REQUEST, "{answer}");
+    let message = answer["errors"][0]["message"].as_str().unwrap();
+    assert!(message.contains("spreads itself"), "{message}");
+
+    // graphql-js's standard introspection query (fragments and all) fits.
+    let (code, answer) = query(&app, INTROSPECTION).await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    assert!(
+        answer["data"]["__schema"]["types"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "Status"),
+        "{answer}"
+    );
+}
+
+/// graphql-js's `getIntrospectionQuery()`, what GraphiQL and other tools send.
+const INTROSPECTION: &str = r#"
+query IntrospectionQuery {
+  __schema {
+    queryType { name }
+    mutationType { name }
+    subscriptionType { name }
+    types { ...FullType }
+    directives { name description locations args { ...InputValue } }
+  }
+}
+fragment FullType on __Type {
+  kind name description
+  fields(includeDeprecated: true) {
+    name description args { ...InputValue } type { ...TypeRef } isDeprecated deprecationReason
+  }
+  inputFields { ...InputValue }
+  interfaces { ...TypeRef }
+  enumValues(includeDeprecated: true) { name description isDeprecated deprecationReason }
+  possibleTypes { ...TypeRef }
+}
+fragment InputValue on __InputValue { name description type { ...TypeRef } defaultValue }
+fragment TypeRef on __Type {
+  kind name
+  ofType { kind name ofType { kind name ofType { kind name ofType { kind name
+    ofType { kind name ofType { kind name ofType { kind name ofType { kind name } } } } } } } }
+}
+"#;
+
+#[tokio::test]
+async fn over_the_socket_costly_documents_and_unauthorised_mutations_are_refused() {
+    // Without a token: the doubling fragments are refused (as a subscription and as a query),
+    // a mutation runs.
+    let writer = leading(1);
+    let (state, _) = app_with(&writer);
+    let (addr, shutdown) = serving(state).await;
+    for (protocol, start, data) in [
+        ("graphql-ws", "start", "data"),
+        ("graphql-transport-ws", "subscribe", "next"),
+    ] {
+        let mut socket = open_socket(addr, protocol, None).await.unwrap();
+        send(&mut socket, json!({"type": "connection_init"})).await;
+        assert_eq!(receive(&mut socket).await["type"], "connection_ack");
+        for (id, operation) in [("1", "subscription"), ("2", "query")] {
+            send(
+                &mut socket,
+                json!({"type": start, "id": id, "payload":
+                    {"query": doubling_fragments(30, operation)}}),
+            )
+            .await;
+            let answer = receive(&mut socket).await;
+            assert_eq!(answer["type"], data, "{protocol}: {answer}");
+            assert_eq!(answer["id"], id);
+            assert!(
+                names_the_cap(&answer["payload"]["errors"][0]["message"]),
+                "{protocol}: {answer}"
+            );
+            assert_eq!(
+                receive(&mut socket).await,
+                json!({"type": "complete", "id": id})
+            );
+        }
+        send(
+            &mut socket,
+            json!({"type": start, "id": "3", "payload": {"query": "mutation { noop { ok } }"}}),
+        )
+        .await;
+        let answer = receive(&mut socket).await;
+        assert_eq!(
+            answer["payload"],
+            json!({"data": {"noop": {"ok": true}}}),
+            "{answer}"
+        );
+    }
+    shutdown.cancel();
+
+    // With a token (reads open): a mutation needs it, on the upgrade or in connection_init,
+    // as a POST does; queries and subscriptions do not.
+    let (_writer, addr, shutdown) = serving_with_token(false).await;
+    let bearer = format!("Bearer {TOKEN}");
+    let mutation = |start: &str| json!({"type": start, "id": "m", "payload": {"query": "mutation { noop { ok } }"}});
+    for (protocol, start) in [
+        ("graphql-ws", "start"),
+        ("graphql-transport-ws", "subscribe"),
+    ] {
+        for (headers, payload, allowed) in [
+            (vec![], json!({}), false),
+            (vec![], json!({"token": "wrong-t0ken-for-tests"}), false),
+            (vec![], json!({"Authorization": bearer}), true),
+            (vec![("authorization", bearer.as_str())], json!({}), true),
+        ] {
+            let mut socket = open_socket_with(addr, protocol, &headers).await.unwrap();
+            send(
+                &mut socket,
+                json!({"type": "connection_init", "payload": payload}),
+            )
+            .await;
+            assert_eq!(receive(&mut socket).await["type"], "connection_ack");
+            send(&mut socket, mutation(start)).await;
+            let answer = receive(&mut socket).await;
+            if allowed {
+                assert_eq!(
+                    answer["payload"],
+                    json!({"data": {"noop": {"ok": true}}}),
+                    "{protocol} {payload}: {answer}"
+                );
+            } else {
+                assert_eq!(answer["payload"]["data"], Value::Null, "{answer}");
+                assert_eq!(
+                    answer["payload"]["errors"][0]["message"],
+                    verwalter_controllers::access::SOCKET_MUTATION_REFUSED,
+                    "{protocol} {payload}: {answer}"
+                );
+                // Reads still work on that socket.
+                send(
+                    &mut socket,
+                    json!({"type": start, "id": "q", "payload":
+                        {"query": "{ status { election { epoch } } }"}}),
+                )
+                .await;
+                let mut read = receive(&mut socket).await;
+                if read["type"] == "complete" {
+                    read = receive(&mut socket).await;
+                }
+                assert_eq!(
+                    read["payload"]["data"]["status"]["election"]["epoch"],
+                    json!(1.0),
+                    "{read}"
+                );
+            }
+        }
+    }
+    shutdown.cancel();
+}
+
+/// GraphQL work runs on its own runtime thread: a query that blocked its thread would not stop
+/// the caller's runtime (here a single thread, which the blocked work would otherwise hold).
+#[tokio::test]
+async fn graphql_work_runs_off_the_callers_runtime() {
+    let (release, released) = std::sync::mpsc::channel::<u32>();
+    let work = graphql_offload_for_tests(async move {
+        let thread = std::thread::current().name().map(str::to_string);
+        // Blocks its thread until the caller's runtime sends: that runtime must run meanwhile.
+        (thread, released.recv().unwrap())
+    });
+    tokio::spawn(async move { release.send(7).unwrap() });
+    let (thread, value) = work.await.unwrap();
+    assert_eq!(thread.as_deref(), Some("graphql"));
+    assert_eq!(value, 7);
+}
