@@ -421,7 +421,7 @@ fn deb_metadata_and_contents() {
     assert_eq!(conffiles.trim(), "/etc/verwalter.d/settings.yaml");
     // 0.13's separate renderer goes: rendering runs inside the daemon.
     assert!(
-        info.contains(" Conflicts: verwalter-render (<< 0.14)\n"),
+        info.contains(" Breaks: verwalter-render (<< 0.14)\n"),
         "{info}"
     );
     assert!(
