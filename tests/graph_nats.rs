@@ -762,7 +762,7 @@ async fn the_daemon_runs_the_executor_by_its_settings_with_its_metrics() {
     assert_eq!(results[0].0, "build.create.error");
     logged("Build d1 finished: error");
     // Its file is under the daemon's storage dir by default.
-    assert!(storage.join("graph/d1.json").is_file());
+    assert!(storage.join("graph/b-d1.json").is_file());
 
     let port = daemon.port;
     let metric = |series: &str| crate::util::metric(port, series);
