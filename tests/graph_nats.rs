@@ -50,8 +50,20 @@ impl Nats {
 
     /// `port`: again on the port of a server that was stopped.
     fn on(dir: &Path, port: Option<u16>) -> Nats {
+        Nats::with_args(dir, port, &[])
+    }
+
+    /// A server that takes payloads of at most `bytes` (its config file says so).
+    fn with_max_payload(dir: &Path, bytes: usize) -> Nats {
+        let config = dir.join("nats.conf");
+        std::fs::write(&config, format!("max_payload: {bytes}\n")).unwrap();
+        Nats::with_args(dir, None, &["-c".as_ref(), config.as_os_str()])
+    }
+
+    fn with_args(dir: &Path, port: Option<u16>, args: &[&std::ffi::OsStr]) -> Nats {
         let log = dir.join(format!("nats-{}.log", port.unwrap_or(0)));
         let child = Command::new(nats_binary())
+            .args(args)
             .args(["-a", "127.0.0.1", "-p"])
             .arg(port.map_or("-1".to_string(), |p| p.to_string()))
             .stdout(Stdio::null())
@@ -411,6 +423,65 @@ async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
     client.wait(1, "the later result", result_of("later")).await;
     assert_eq!(client.seen(result_of("shop-1")).len(), 1);
     executor.wait_log("Build shop-1 finished: done", 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_the_servers_max_payload_is_published_as_a_summary() {
+    const MAX: usize = 32 * 1024;
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::with_max_payload(tmp.path(), MAX);
+    let storage = tmp.path().join("graph");
+    let executor = Executor::start(
+        &nats.url(),
+        &storage,
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+
+    // 40 components at once, each answered with 1 KB: the whole result (answers in `changes`
+    // and `components`) is about 85 KB, over the 32 KiB this server takes.
+    client
+        .publish("build.create", &synthetic("wide", 40, |_| vec![]))
+        .await;
+    let dispatches = client
+        .wait(40, "40 dispatches", |s, p| {
+            is_dispatch(s) && p["service"] == "wide"
+        })
+        .await;
+    for d in &dispatches {
+        client
+            .answer(d, false, json!({"blob": "x".repeat(1000)}))
+            .await;
+    }
+    let results = client.wait(1, "the result", result_of("wide")).await;
+    assert_eq!(results[0].0, "build.create.done");
+    let note = &results[0].1["result_summary"];
+    assert_eq!(note["components"], 40, "{:#}", results[0].1);
+    assert_eq!(note["max_payload"], MAX, "the server's announced limit");
+    assert!(note["bytes"].as_u64().unwrap() > MAX as u64, "{note}");
+    // Where the rest is: the build's file, which holds the whole build.
+    let stored_at = PathBuf::from(note["stored_at"].as_str().unwrap());
+    assert_eq!(stored_at, storage.join("b-wide.json"));
+    let file: Value = serde_json::from_slice(&std::fs::read(&stored_at).unwrap()).unwrap();
+    assert_eq!(file["build"]["components"].as_array().unwrap().len(), 40);
+    assert_eq!(file["result"]["sent"], "sent");
+    executor.wait_log("publishing a summary", 1);
+
+    // A cycle build just under the limit, whose `.error` naming the cycle takes it over.
+    let mut ring = synthetic("ring", 120, |i| vec![(i + 119) % 120]);
+    let bare = serde_json::to_vec(&ring).unwrap().len();
+    ring["padding"] = json!("p".repeat(MAX - 800 - bare));
+    client.publish("build.create", &ring).await;
+    let results = client
+        .wait(1, "the cycle's result", result_of("ring"))
+        .await;
+    assert_eq!(results[0].0, "build.create.error");
+    let error = results[0].1["error"].as_str().unwrap();
+    assert!(error.starts_with("dependency cycle: "), "{error}");
+    assert_eq!(results[0].1["result_summary"]["changes"], 120);
+    executor.wait_log("publishing a summary", 2);
 }
 
 /// network -> (web-1, web-2) -> lb, halting on error as ernest.

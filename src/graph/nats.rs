@@ -48,6 +48,14 @@ impl GraphBus for NatsBus {
         let client = self.0.clone();
         async move { client.flush().await.map_err(|e| BusError(e.to_string())) }.boxed()
     }
+
+    /// What the server announced (NATS's default when it announced nothing).
+    fn max_payload(&self) -> usize {
+        match self.0.server_info().max_payload {
+            0 => verwalter_controllers::ernest::DEFAULT_MAX_PAYLOAD,
+            announced => announced,
+        }
+    }
 }
 
 /// A connection with its subscriptions forwarded into the loop's inbox.

@@ -218,6 +218,10 @@ impl BuildStore for BuildFiles {
         .boxed()
     }
 
+    fn location(&self, id: &str) -> Option<String> {
+        Some(self.path(id).display().to_string())
+    }
+
     fn load(&self) -> (Vec<StoredBuild>, Vec<StorageError>) {
         let mut builds = Vec::new();
         let mut problems = Vec::new();
