@@ -60,6 +60,15 @@ impl Nats {
         Nats::with_args(dir, None, &["-c".as_ref(), config.as_os_str()])
     }
 
+    /// A server that takes only user `user` with `password`.
+    fn with_password(dir: &Path, user: &str, password: &str) -> Nats {
+        let config = dir.join("nats-auth.conf");
+        let text =
+            format!("authorization {{\n  user: \"{user}\"\n  password: \"{password}\"\n}}\n");
+        std::fs::write(&config, text).unwrap();
+        Nats::with_args(dir, None, &["-c".as_ref(), config.as_os_str()])
+    }
+
     fn with_args(dir: &Path, port: Option<u16>, args: &[&std::ffi::OsStr]) -> Nats {
         let log = dir.join(format!("nats-{}.log", port.unwrap_or(0)));
         let child = Command::new(nats_binary())
@@ -464,9 +473,11 @@ async fn a_result_over_the_servers_max_payload_is_published_as_a_summary() {
     // Where the rest is: the build's file, which holds the whole build.
     let stored_at = PathBuf::from(note["stored_at"].as_str().unwrap());
     assert_eq!(stored_at, storage.join("b-wide.json"));
-    let file: Value = serde_json::from_slice(&std::fs::read(&stored_at).unwrap()).unwrap();
-    assert_eq!(file["build"]["components"].as_array().unwrap().len(), 40);
-    assert_eq!(file["result"]["sent"], "sent");
+    let read = || -> Value { serde_json::from_slice(&std::fs::read(&stored_at).unwrap()).unwrap() };
+    assert_eq!(read()["build"]["components"].as_array().unwrap().len(), 40);
+    // Once flushed, the file says the result went out.
+    wait_until(|| (read()["result"]["sent"] == "sent").then_some(()))
+        .expect("the result marked sent");
     executor.wait_log("publishing a summary", 1);
 
     // A cycle build just under the limit, whose `.error` naming the cycle takes it over.
@@ -482,6 +493,49 @@ async fn a_result_over_the_servers_max_payload_is_published_as_a_summary() {
     assert!(error.starts_with("dependency cycle: "), "{error}");
     assert_eq!(results[0].1["result_summary"]["changes"], 120);
     executor.wait_log("publishing a summary", 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_nats_url_is_never_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::with_password(tmp.path(), "watcher", "s3cret-pw");
+    let with = |password: &str| {
+        nats.url()
+            .replace("nats://", &format!("nats://watcher:{password}@"))
+    };
+    // A wrong password, logged at debug (async-nats's own lines included): refused, the
+    // executor says it cannot connect, and neither password is in its log.
+    let log = tmp.path().join("refused.log");
+    let mut refused = Command::new(BIN)
+        .args(["graph", "--nats-url", &with("wr0ng-pw"), "--storage-dir"])
+        .arg(tmp.path().join("g1"))
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let text = wait_until(|| {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("Graph executor cannot connect to NATS")
+            .then_some(text)
+    });
+    let _ = refused.kill();
+    let _ = refused.wait();
+    let text = text.unwrap_or_else(|| panic!("{}", std::fs::read_to_string(&log).unwrap()));
+    assert!(!text.contains("wr0ng-pw"), "{text}");
+    assert!(text.contains("nats://watcher:***@127.0.0.1:"), "{text}");
+
+    // The right one: connected, and the log names the user only.
+    let executor = Executor::start(
+        &with("s3cret-pw"),
+        &tmp.path().join("g2"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let text = executor.logs();
+    assert!(!text.contains("s3cret-pw"), "{text}");
+    assert!(text.contains("nats://watcher:***@127.0.0.1:"), "{text}");
 }
 
 /// network -> (web-1, web-2) -> lb, halting on error as ernest.
