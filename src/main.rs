@@ -366,6 +366,17 @@ fn init_logs(default: &str) {
 /// (`--log-id`, as verwalter 0.13 had it for several nodes logging to one place).
 fn init_logs_as(default: &str, id: Option<&str>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // async-nats's debug lines show the server's URL whole, a password in it included: at most
+    // info for it unless RUST_LOG names it.
+    let named = std::env::var("RUST_LOG").is_ok_and(|f| f.contains("async_nats"));
+    let verbose = filter
+        .max_level_hint()
+        .is_none_or(|level| level > tracing_subscriber::filter::LevelFilter::INFO);
+    let filter = if named || !verbose {
+        filter
+    } else {
+        filter.add_directive("async_nats=info".parse().expect("a valid directive"))
+    };
     let format = WithId {
         id: id.map(|id| format!("{id} ")),
         inner: tracing_subscriber::fmt::format(),

@@ -50,8 +50,29 @@ impl Nats {
 
     /// `port`: again on the port of a server that was stopped.
     fn on(dir: &Path, port: Option<u16>) -> Nats {
+        Nats::with_args(dir, port, &[])
+    }
+
+    /// A server that takes payloads of at most `bytes` (its config file says so).
+    fn with_max_payload(dir: &Path, bytes: usize) -> Nats {
+        let config = dir.join("nats.conf");
+        std::fs::write(&config, format!("max_payload: {bytes}\n")).unwrap();
+        Nats::with_args(dir, None, &["-c".as_ref(), config.as_os_str()])
+    }
+
+    /// A server that takes only user `user` with `password`.
+    fn with_password(dir: &Path, user: &str, password: &str) -> Nats {
+        let config = dir.join("nats-auth.conf");
+        let text =
+            format!("authorization {{\n  user: \"{user}\"\n  password: \"{password}\"\n}}\n");
+        std::fs::write(&config, text).unwrap();
+        Nats::with_args(dir, None, &["-c".as_ref(), config.as_os_str()])
+    }
+
+    fn with_args(dir: &Path, port: Option<u16>, args: &[&std::ffi::OsStr]) -> Nats {
         let log = dir.join(format!("nats-{}.log", port.unwrap_or(0)));
         let child = Command::new(nats_binary())
+            .args(args)
             .args(["-a", "127.0.0.1", "-p"])
             .arg(port.map_or("-1".to_string(), |p| p.to_string()))
             .stdout(Stdio::null())
@@ -413,6 +434,110 @@ async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
     executor.wait_log("Build shop-1 finished: done", 1);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_over_the_servers_max_payload_is_published_as_a_summary() {
+    const MAX: usize = 32 * 1024;
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::with_max_payload(tmp.path(), MAX);
+    let storage = tmp.path().join("graph");
+    let executor = Executor::start(
+        &nats.url(),
+        &storage,
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+
+    // 40 components at once, each answered with 1 KB: the whole result (answers in `changes`
+    // and `components`) is about 85 KB, over the 32 KiB this server takes.
+    client
+        .publish("build.create", &synthetic("wide", 40, |_| vec![]))
+        .await;
+    let dispatches = client
+        .wait(40, "40 dispatches", |s, p| {
+            is_dispatch(s) && p["service"] == "wide"
+        })
+        .await;
+    for d in &dispatches {
+        client
+            .answer(d, false, json!({"blob": "x".repeat(1000)}))
+            .await;
+    }
+    let results = client.wait(1, "the result", result_of("wide")).await;
+    assert_eq!(results[0].0, "build.create.done");
+    let note = &results[0].1["result_summary"];
+    assert_eq!(note["components"], 40, "{:#}", results[0].1);
+    assert_eq!(note["max_payload"], MAX, "the server's announced limit");
+    assert!(note["bytes"].as_u64().unwrap() > MAX as u64, "{note}");
+    // Where the rest is: the build's file, which holds the whole build.
+    let stored_at = PathBuf::from(note["stored_at"].as_str().unwrap());
+    assert_eq!(stored_at, storage.join("b-wide.json"));
+    let read = || -> Value { serde_json::from_slice(&std::fs::read(&stored_at).unwrap()).unwrap() };
+    assert_eq!(read()["build"]["components"].as_array().unwrap().len(), 40);
+    // Once flushed, the file says the result went out.
+    wait_until(|| (read()["result"]["sent"] == "sent").then_some(()))
+        .expect("the result marked sent");
+    executor.wait_log("publishing a summary", 1);
+
+    // A cycle build just under the limit, whose `.error` naming the cycle takes it over.
+    let mut ring = synthetic("ring", 120, |i| vec![(i + 119) % 120]);
+    let bare = serde_json::to_vec(&ring).unwrap().len();
+    ring["padding"] = json!("p".repeat(MAX - 800 - bare));
+    client.publish("build.create", &ring).await;
+    let results = client
+        .wait(1, "the cycle's result", result_of("ring"))
+        .await;
+    assert_eq!(results[0].0, "build.create.error");
+    let error = results[0].1["error"].as_str().unwrap();
+    assert!(error.starts_with("dependency cycle: "), "{error}");
+    assert_eq!(results[0].1["result_summary"]["changes"], 120);
+    executor.wait_log("publishing a summary", 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_in_the_nats_url_is_never_logged() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::with_password(tmp.path(), "watcher", "s3cret-pw");
+    let with = |password: &str| {
+        nats.url()
+            .replace("nats://", &format!("nats://watcher:{password}@"))
+    };
+    // A wrong password, logged at debug (async-nats's own lines included): refused, the
+    // executor says it cannot connect, and neither password is in its log.
+    let log = tmp.path().join("refused.log");
+    let mut refused = Command::new(BIN)
+        .args(["graph", "--nats-url", &with("wr0ng-pw"), "--storage-dir"])
+        .arg(tmp.path().join("g1"))
+        .env("RUST_LOG", "debug")
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let text = wait_until(|| {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        text.contains("Graph executor cannot connect to NATS")
+            .then_some(text)
+    });
+    let _ = refused.kill();
+    let _ = refused.wait();
+    let text = text.unwrap_or_else(|| panic!("{}", std::fs::read_to_string(&log).unwrap()));
+    assert!(!text.contains("wr0ng-pw"), "{text}");
+    assert!(text.contains("nats://watcher:***@127.0.0.1:"), "{text}");
+
+    // The right one: connected, and the log names the user only.
+    let executor = Executor::start(
+        &with("s3cret-pw"),
+        &tmp.path().join("g2"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let text = executor.logs();
+    assert!(!text.contains("s3cret-pw"), "{text}");
+    assert!(text.contains("nats://watcher:***@127.0.0.1:"), "{text}");
+}
+
 /// network -> (web-1, web-2) -> lb, halting on error as ernest.
 fn two_instances(id: &str) -> Value {
     let mut build = service_build();
@@ -762,7 +887,7 @@ async fn the_daemon_runs_the_executor_by_its_settings_with_its_metrics() {
     assert_eq!(results[0].0, "build.create.error");
     logged("Build d1 finished: error");
     // Its file is under the daemon's storage dir by default.
-    assert!(storage.join("graph/d1.json").is_file());
+    assert!(storage.join("graph/b-d1.json").is_file());
 
     let port = daemon.port;
     let metric = |series: &str| crate::util::metric(port, series);

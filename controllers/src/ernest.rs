@@ -45,6 +45,116 @@ pub const RUNNING: &str = "running";
 pub const COMPLETED: &str = "completed";
 pub const ERRORED: &str = "errored";
 
+/// NATS's default `max_payload` (1 MiB), for a server that did not announce one.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
+/// The key of a summarised result's note.
+pub const SUMMARY_KEY: &str = "result_summary";
+
+/// A terminal message's payload that fits in `max` bytes: `payload` itself when it fits. Else a
+/// summary: the build's fields without its `components`, `changes` and `edges` (counted
+/// instead), the largest other fields dropped and `error` shortened as needed, and under
+/// [`SUMMARY_KEY`] why (the whole size, `max`) and where the whole build is (`stored_at`, the
+/// build's file). The summary is valid JSON within `max` for any `max` of at least 512 bytes.
+pub fn fit_result(payload: Vec<u8>, max: usize, stored_at: Option<&str>) -> Vec<u8> {
+    if payload.len() <= max {
+        return payload;
+    }
+    let whole = payload.len();
+    let mut map = match serde_json::from_slice::<Value>(&payload) {
+        Ok(Value::Object(map)) => map,
+        _ => Map::new(),
+    };
+    let count = |map: &Map<String, Value>, key: &str| {
+        map.get(key)
+            .and_then(Value::as_array)
+            .map_or(0, |a| a.len())
+    };
+    let mut note = Map::new();
+    note.insert(
+        "reason".into(),
+        Value::from(format!(
+            "the whole result is {whole} bytes, over the {max} bytes the NATS server takes \
+             (max_payload)"
+        )),
+    );
+    note.insert("bytes".into(), Value::from(whole));
+    note.insert("max_payload".into(), Value::from(max));
+    for key in ["components", "changes", "edges"] {
+        note.insert(key.into(), Value::from(count(&map, key)));
+        map.remove(key);
+    }
+    if let Some(at) = stored_at {
+        note.insert("stored_at".into(), Value::from(at));
+    }
+    let size = |map: &Map<String, Value>| serde_json::to_vec(map).map_or(usize::MAX, |b| b.len());
+    map.insert(SUMMARY_KEY.into(), Value::Object(note.clone()));
+    // Drop the largest other fields, one at a time, keeping `id`, `error` and the note.
+    while size(&map) > max {
+        let largest = map
+            .iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "id" | "error" | SUMMARY_KEY))
+            .map(|(k, v)| (serde_json::to_vec(v).map_or(0, |b| b.len()), k.clone()))
+            .max();
+        match largest {
+            Some((_, key)) => {
+                map.remove(&key);
+            }
+            None => break,
+        }
+    }
+    // Then shorten `error`, then `id`, to what is left (a byte budget; cut at a char boundary).
+    for key in ["error", "id", "stored_at"] {
+        let over = size(&map).saturating_sub(max);
+        if over == 0 {
+            break;
+        }
+        let text = if key == "stored_at" {
+            map.get(SUMMARY_KEY)
+                .and_then(|n| n.get(key))
+                .and_then(Value::as_str)
+        } else {
+            map.get(key).and_then(Value::as_str)
+        };
+        let Some(text) = text else { continue };
+        let cut = shorten(text, over + 64);
+        if key == "stored_at" {
+            if let Some(Value::Object(n)) = map.get_mut(SUMMARY_KEY) {
+                n.insert(key.into(), Value::from(cut));
+            }
+        } else {
+            map.insert(key.into(), Value::from(cut));
+        }
+    }
+    let bytes = serde_json::to_vec(&map).unwrap_or_default();
+    if bytes.len() <= max {
+        bytes
+    } else {
+        // Only a `max` far below any real server's: the bare note.
+        format!("{{\"{SUMMARY_KEY}\":{{\"bytes\":{whole},\"max_payload\":{max}}}}}").into_bytes()
+    }
+}
+
+/// `text` shortened by at least `by` bytes (its JSON escapes counted), with a note of how much
+/// was cut.
+fn shorten(text: &str, by: usize) -> String {
+    // The escaped length can exceed the text's: budget on the escaped form.
+    let escaped = serde_json::to_string(text).map_or(text.len(), |s| s.len());
+    let keep_escaped = escaped.saturating_sub(by + 40);
+    let mut kept = String::new();
+    let mut used = 0;
+    for c in text.chars() {
+        let w = serde_json::to_string(&c.to_string()).map_or(4, |s| s.len() - 2);
+        if used + w > keep_escaped {
+            break;
+        }
+        used += w;
+        kept.push(c);
+    }
+    let cut = text.len() - kept.len();
+    format!("{kept}... ({cut} bytes cut)")
+}
+
 /// The mapping a `build.*` message carries and `<action>.done` returns.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Build {

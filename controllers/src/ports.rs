@@ -242,6 +242,10 @@ pub trait GraphBus: Send + Sync + 'static {
     ) -> BoxFuture<'static, Result<(), BusError>>;
     /// Returns once everything queued before has reached the server.
     fn flush(&self) -> BoxFuture<'static, Result<(), BusError>>;
+    /// The largest payload the server takes (NATS's `max_payload`, announced when it connects).
+    fn max_payload(&self) -> usize {
+        crate::ernest::DEFAULT_MAX_PAYLOAD
+    }
 }
 
 /// One stored build: its last snapshot and the journal records appended since.
@@ -264,6 +268,11 @@ pub trait BuildStore: Send + Sync + 'static {
     fn append(&self, id: String, record: Vec<u8>) -> BoxFuture<'static, Result<(), StorageError>>;
     /// Every stored build, with a problem per file that could not be read.
     fn load(&self) -> (Vec<StoredBuild>, Vec<StorageError>);
+    /// Where build `id` can be read by people (its snapshot's path), for a result too large to
+    /// publish whole.
+    fn location(&self, _id: &str) -> Option<String> {
+        None
+    }
 }
 
 /// What a [`RoleSource`] is asked: the roles of node `host` for `schedule`.

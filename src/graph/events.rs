@@ -28,11 +28,20 @@ const QUEUE: usize = 4096;
 /// Between two attempts of the first connection.
 const CONNECT_RETRY: Duration = Duration::from_secs(1);
 
-/// `deployment-events:` in the settings.
-#[derive(Debug, Clone, PartialEq)]
+/// `deployment-events:` in the settings. Its `Debug` shows the NATS URL without its password.
+#[derive(Clone, PartialEq)]
 pub struct EventSettings {
     pub nats_url: String,
     pub prefix: String,
+}
+
+impl std::fmt::Debug for EventSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventSettings")
+            .field("nats_url", &super::redact_url(&self.nats_url))
+            .field("prefix", &self.prefix)
+            .finish()
+    }
 }
 
 /// The messages of a finished pass: one per role, then the deployment's.
@@ -150,12 +159,12 @@ async fn publish(
     let client = loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            result = async_nats::ConnectOptions::new()
+            result = super::with_url_credentials(async_nats::ConnectOptions::new(), &url)
                 .name("verwalter deployment events")
                 .connect(url.as_str()) => match result {
                 Ok(client) => break client,
                 Err(error) => if !warned {
-                    tracing::warn!(%url, %error,
+                    tracing::warn!(url = %super::redact_url(&url), %error,
                         "Deployment events: cannot connect to NATS; trying again every second.");
                     warned = true;
                 },
@@ -166,7 +175,7 @@ async fn publish(
             _ = tokio::time::sleep(CONNECT_RETRY) => {}
         }
     };
-    tracing::info!(%url, "Deployment events go to NATS.");
+    tracing::info!(url = %super::redact_url(&url), "Deployment events go to NATS.");
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,

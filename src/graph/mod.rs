@@ -69,13 +69,103 @@ pub fn parse_policy(text: &str) -> Result<ErrorPolicy, String> {
     }
 }
 
-/// What the executor needs, from the flags or the daemon's settings.
-#[derive(Debug, Clone, PartialEq)]
+/// What the executor needs, from the flags or the daemon's settings. Its `Debug` shows the NATS
+/// URL without its password ([`redact_url`]).
+#[derive(Clone, PartialEq)]
 pub struct GraphSettings {
     pub nats_url: String,
     pub storage_dir: PathBuf,
     pub component_timeout: Duration,
     pub policy: ErrorPolicy,
+}
+
+impl std::fmt::Debug for GraphSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GraphSettings")
+            .field("nats_url", &redact_url(&self.nats_url))
+            .field("storage_dir", &self.storage_dir)
+            .field("component_timeout", &self.component_timeout)
+            .field("policy", &self.policy)
+            .finish()
+    }
+}
+
+/// The user info of a NATS URL (or of the first in a comma-separated list that has one):
+/// `user:password` or a token alone, percent-decoded.
+fn url_credentials(url: &str) -> Option<(Option<String>, String)> {
+    url.split(',').find_map(|one| {
+        let rest = one.find("://").map_or(one, |at| &one[at + 3..]);
+        let authority = &rest[..rest.find(['/', '?', '#']).unwrap_or(rest.len())];
+        let userinfo = &authority[..authority.rfind('@')?];
+        Some(match userinfo.split_once(':') {
+            Some((user, password)) => (Some(percent_decode(user)), percent_decode(password)),
+            None => (None, percent_decode(userinfo)),
+        })
+    })
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes
+            .get(i + 1..i + 3)
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match (bytes[i], hex) {
+            (b'%', Some(byte)) => {
+                out.push(byte);
+                i += 3;
+            }
+            (byte, _) => {
+                out.push(byte);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `options` with the credentials of `url` (`nats://user:password@host` or `nats://token@host`),
+/// which async-nats itself does not read from the URL.
+pub fn with_url_credentials(
+    options: async_nats::ConnectOptions,
+    url: &str,
+) -> async_nats::ConnectOptions {
+    match url_credentials(url) {
+        Some((Some(user), password)) => options.user_and_password(user, password),
+        Some((None, token)) => options.token(token),
+        None => options,
+    }
+}
+
+/// A NATS URL (or a comma-separated list of them) as it may be logged or shown: a password in
+/// it replaced by `***` (`nats://user:***@host:4222`), and so is a token given alone
+/// (`nats://***@host:4222`). The user name stays.
+pub fn redact_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let (scheme, rest) = match one.find("://") {
+                Some(at) => one.split_at(at + 3),
+                None => ("", one),
+            };
+            let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(end);
+            match authority.rfind('@') {
+                Some(at) => {
+                    let (userinfo, host) = authority.split_at(at);
+                    let shown = match userinfo.split_once(':') {
+                        Some((user, _)) => format!("{user}:***"),
+                        None => "***".to_string(),
+                    };
+                    format!("{scheme}{shown}{host}{tail}")
+                }
+                None => one.to_string(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl GraphSettings {
@@ -176,4 +266,62 @@ pub async fn run(flags: &GraphFlags, shutdown: CancellationToken) -> Result<(), 
     let server = server.unwrap_or_else(|| Box::pin(async {}));
     futures::future::join(executor, server).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_and_tokens_in_nats_urls_are_hidden() {
+        let cases = [
+            ("nats://127.0.0.1:4222", "nats://127.0.0.1:4222"),
+            (
+                "nats://ann:s3cret@nats.example:4222",
+                "nats://ann:***@nats.example:4222",
+            ),
+            (
+                "tls://ann:p@ss:w@rd@host/path?q=1",
+                "tls://ann:***@host/path?q=1",
+            ),
+            ("nats://t0ken@host", "nats://***@host"),
+            ("ann:pw@host:4222", "ann:***@host:4222"),
+            (
+                "nats://a:x@h1:4222,nats://b:y@h2:4222",
+                "nats://a:***@h1:4222,nats://b:***@h2:4222",
+            ),
+        ];
+        for (url, shown) in cases {
+            assert_eq!(redact_url(url), shown, "{url}");
+        }
+        let settings = GraphSettings {
+            nats_url: "nats://ann:s3cret@host:4222".into(),
+            storage_dir: "/g".into(),
+            component_timeout: Duration::from_secs(1),
+            policy: ErrorPolicy::Halt,
+        };
+        let shown = format!("{settings:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("ann:***@host"),
+            "{shown}"
+        );
+        assert_eq!(url_credentials("nats://127.0.0.1:4222"), None);
+        assert_eq!(
+            url_credentials("nats://h1,nats://ann:p%40ss@h2:4222/x"),
+            Some((Some("ann".into()), "p@ss".into()))
+        );
+        assert_eq!(
+            url_credentials("nats://t0k%zz@h"),
+            Some((None, "t0k%zz".into()))
+        );
+        let events = events::EventSettings {
+            nats_url: "nats://ann:s3cret@host:4222".into(),
+            prefix: "v".into(),
+        };
+        let shown = format!("{events:?}");
+        assert!(
+            !shown.contains("s3cret") && shown.contains("ann:***@host"),
+            "{shown}"
+        );
+    }
 }

@@ -48,6 +48,14 @@ impl GraphBus for NatsBus {
         let client = self.0.clone();
         async move { client.flush().await.map_err(|e| BusError(e.to_string())) }.boxed()
     }
+
+    /// What the server announced (NATS's default when it announced nothing).
+    fn max_payload(&self) -> usize {
+        match self.0.server_info().max_payload {
+            0 => verwalter_controllers::ernest::DEFAULT_MAX_PAYLOAD,
+            announced => announced,
+        }
+    }
 }
 
 /// A connection with its subscriptions forwarded into the loop's inbox.
@@ -78,7 +86,7 @@ pub async fn connect(
         let events = inbox.clone();
         let counted = connects.clone();
         let counter = metrics.clone();
-        let options = async_nats::ConnectOptions::new()
+        let options = super::with_url_credentials(async_nats::ConnectOptions::new(), url)
             .name("verwalter graph executor")
             .no_echo()
             .reconnect_delay_callback(|attempts| {
@@ -111,7 +119,7 @@ pub async fn connect(
                 Ok(client) => break client,
                 Err(error) => {
                     if !warned {
-                        tracing::warn!(%url, %error,
+                        tracing::warn!(url = %super::redact_url(url), %error,
                             "Graph executor cannot connect to NATS; trying again every second.");
                         warned = true;
                     }
@@ -137,7 +145,7 @@ pub async fn connect(
     if let Err(error) = client.flush().await {
         tracing::warn!(%error, "Flush after subscribing failed.");
     }
-    tracing::info!(%url, "Graph executor connected to NATS.");
+    tracing::info!(url = %super::redact_url(url), "Graph executor connected to NATS.");
     let mut all = futures::stream::select_all(streams);
     let forwarder = tokio::spawn(async move {
         while let Some(message) = all.next().await {

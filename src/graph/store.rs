@@ -19,8 +19,12 @@
 //! snapshot, which drops it. After a failed append the loop writes a snapshot next, never
 //! another record behind a partial one.
 //!
-//! An id that is not a plain file name (a `/`, a leading dot, odd characters) is stored as
-//! `id-<sha1 of id>.json` (and `.journal`); the id itself is inside the snapshot.
+//! File names are injective in the id: a plain id (letters, digits, `-`, `_`, `.`, not
+//! leading, at most 128 bytes) is stored as `b-<id>.json` (and `.journal`), any other as
+//! `h-<sha256 of id>.json`; the prefixes keep the two kinds apart, and the id itself is inside
+//! the snapshot. Files named otherwise (by an earlier version: `<id>.json` and `id-<sha1>.json`,
+//! where an id spelled `id-<sha1 of another id>` took the other's files) are moved to their
+//! id's name when the builds are loaded, journal first.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -30,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, FutureExt};
-use sha1::{Digest, Sha1};
+use sha2::{Digest, Sha256};
 use verwalter_controllers::ports::{BuildStore, StorageError, StoredBuild};
 
 use crate::state_dir::{FILE_MODE, sync_dir, write_atomic};
@@ -60,23 +64,90 @@ impl BuildFiles {
 
     /// The snapshot of build `id`.
     pub fn path(&self, id: &str) -> PathBuf {
-        let plain = !id.is_empty()
-            && id.len() <= 128
-            && !id.starts_with('.')
-            && id
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
-        let name = if plain {
-            format!("{id}.json")
-        } else {
-            format!("id-{}.json", hex::encode(Sha1::digest(id.as_bytes())))
-        };
-        self.dir.join(name)
+        self.dir.join(file_name(id))
     }
 
     /// The journal of build `id`, beside its snapshot.
     pub fn journal_path(&self, id: &str) -> PathBuf {
         self.path(id).with_extension("journal")
+    }
+}
+
+/// The snapshot's file name of build `id`: `b-<id>.json` for a plain id, else
+/// `h-<sha256>.json`. Distinct ids never share a name: the prefixes differ between the kinds,
+/// a plain name gives its id back, and the hash has no known collisions.
+pub fn file_name(id: &str) -> String {
+    let plain = !id.is_empty()
+        && id.len() <= 128
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if plain {
+        format!("b-{id}.json")
+    } else {
+        format!("h-{}.json", hex::encode(Sha256::digest(id.as_bytes())))
+    }
+}
+
+/// The build id inside a snapshot, if it has one.
+fn id_inside(snapshot: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Snapshot {
+        build: Build,
+    }
+    #[derive(serde::Deserialize)]
+    struct Build {
+        id: String,
+    }
+    serde_json::from_slice::<Snapshot>(snapshot)
+        .ok()
+        .map(|s| s.build.id)
+}
+
+/// Moves a snapshot found at `path` (and its journal) to the name of the id inside it, when it
+/// has another name (an earlier version's). Returns where the build is now, or a problem: the
+/// name is taken (the file is then left alone and not loaded).
+fn move_to_its_name(dir: &Path, path: &Path, snapshot: &[u8]) -> Result<PathBuf, StorageError> {
+    let Some(id) = id_inside(snapshot) else {
+        // Not a build: loading it reports that.
+        return Ok(path.to_owned());
+    };
+    let target = dir.join(file_name(&id));
+    if target == path {
+        return Ok(target);
+    }
+    let problem = |at: &Path, message: String| StorageError {
+        path: at.display().to_string(),
+        kind: io::ErrorKind::AlreadyExists,
+        message,
+    };
+    if target.exists() {
+        return Err(problem(
+            path,
+            format!(
+                "build {id:?} is also stored as {}: this file (an earlier name) is left alone",
+                target.display()
+            ),
+        ));
+    }
+    // The journal first: a stop between the two renames leaves the snapshot under its old
+    // name, moved (with its journal already in place) at the next start.
+    let journal = path.with_extension("journal");
+    let moved = (|| {
+        if journal.exists() {
+            fs::rename(&journal, target.with_extension("journal"))?;
+        }
+        fs::rename(path, &target)?;
+        sync_dir(dir)
+    })();
+    match moved {
+        Ok(()) => {
+            tracing::info!(build = %id, from = %path.display(), to = %target.display(),
+                "Build file moved to its id's name.");
+            Ok(target)
+        }
+        Err(e) => Err(StorageError::io(path, "cannot move to its id's name", &e)),
     }
 }
 
@@ -147,6 +218,10 @@ impl BuildStore for BuildFiles {
         .boxed()
     }
 
+    fn location(&self, id: &str) -> Option<String> {
+        Some(self.path(id).display().to_string())
+    }
+
     fn load(&self) -> (Vec<StoredBuild>, Vec<StorageError>) {
         let mut builds = Vec::new();
         let mut problems = Vec::new();
@@ -156,16 +231,14 @@ impl BuildStore for BuildFiles {
         };
         let mut paths: Vec<PathBuf> = entries.filter_map(Result::ok).map(|e| e.path()).collect();
         paths.sort();
-        let names: HashSet<&PathBuf> = paths.iter().collect();
+        // Snapshots where they are after any move, and journals as listed: a journal is
+        // checked against the former once every snapshot is in place.
+        let mut snapshots: HashSet<PathBuf> = HashSet::new();
+        let mut journals = Vec::new();
         for path in &paths {
-            if path.extension().is_some_and(|x| x == "journal")
-                && !names.contains(&path.with_extension("json"))
-            {
-                problems.push(StorageError {
-                    path: path.display().to_string(),
-                    kind: io::ErrorKind::NotFound,
-                    message: "journal without its snapshot: ignored".into(),
-                });
+            if path.extension().is_some_and(|x| x == "journal") {
+                journals.push(path);
+                continue;
             }
             if path.extension().is_none_or(|x| x != "json") {
                 continue;
@@ -173,10 +246,20 @@ impl BuildStore for BuildFiles {
             let snapshot = match fs::read(path) {
                 Ok(bytes) => bytes,
                 Err(e) => {
+                    snapshots.insert(path.clone());
                     problems.push(StorageError::io(path, "cannot read", &e));
                     continue;
                 }
             };
+            let path = match move_to_its_name(&self.dir, path, &snapshot) {
+                Ok(path) => path,
+                Err(problem) => {
+                    snapshots.insert(path.clone());
+                    problems.push(problem);
+                    continue;
+                }
+            };
+            snapshots.insert(path.clone());
             let journal_path = path.with_extension("journal");
             let journal = match fs::read(&journal_path) {
                 Ok(bytes) => bytes,
@@ -189,6 +272,16 @@ impl BuildStore for BuildFiles {
                 }
             };
             builds.push(StoredBuild { snapshot, journal });
+        }
+        for journal in journals {
+            // A journal moved with its snapshot is no longer there.
+            if journal.exists() && !snapshots.contains(&journal.with_extension("json")) {
+                problems.push(StorageError {
+                    path: journal.display().to_string(),
+                    kind: io::ErrorKind::NotFound,
+                    message: "journal without its snapshot: ignored".into(),
+                });
+            }
         }
         (builds, problems)
     }
@@ -211,7 +304,7 @@ mod tests {
             .await
             .unwrap();
         files.save("../x".into(), b"{}".to_vec()).await.unwrap();
-        assert_eq!(files.path("svc-1"), tmp.path().join("graph/svc-1.json"));
+        assert_eq!(files.path("svc-1"), tmp.path().join("graph/b-svc-1.json"));
         assert!(
             files
                 .path("../x")
@@ -219,7 +312,7 @@ mod tests {
                 .unwrap()
                 .to_str()
                 .unwrap()
-                .starts_with("id-")
+                .starts_with("h-")
         );
         let (builds, problems) = files.load();
         assert!(problems.is_empty());
@@ -227,6 +320,128 @@ mod tests {
         assert!(builds.iter().any(|b| b.snapshot == b"{\"a\":2}"));
         // No temp file is left beside them: two snapshots, two (empty) journals.
         assert_eq!(fs::read_dir(tmp.path().join("graph")).unwrap().count(), 4);
+    }
+
+    fn snapshot_of(id: &str) -> Vec<u8> {
+        serde_json::to_vec(&serde_json::json!({"build": {"id": id}, "seq": 1})).unwrap()
+    }
+
+    fn names(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
+    #[tokio::test]
+    async fn ids_that_shared_a_file_pair_before_have_their_own() {
+        // Before: `a/b` was stored as `id-<sha1 of a/b>`, which is also the plain name of the
+        // id spelled that way; the second build overwrote the first's files.
+        let sha1 = {
+            use sha1::Digest as _;
+            hex::encode(sha1::Sha1::digest(b"a/b"))
+        };
+        let spelled = format!("id-{sha1}");
+        let sha256 = hex::encode(Sha256::digest(b"a/b"));
+        let pairs = [
+            ("a/b".to_string(), spelled.clone()),
+            ("a/b".to_string(), format!("h-{sha256}")),
+            ("x y".to_string(), "b-x".to_string()),
+            ("b-x".to_string(), "x".to_string()),
+        ];
+        for (one, other) in &pairs {
+            assert_ne!(file_name(one), file_name(other), "{one:?} and {other:?}");
+        }
+        let tmp = tempfile::tempdir().unwrap();
+        let files = BuildFiles::open(tmp.path()).unwrap();
+        for id in ["a/b", spelled.as_str()] {
+            files.save(id.into(), snapshot_of(id)).await.unwrap();
+            files.append(id.into(), b"r\n".to_vec()).await.unwrap();
+        }
+        // After a restart both are there.
+        let (builds, problems) = BuildFiles::open(tmp.path()).unwrap().load();
+        assert!(problems.is_empty(), "{problems:?}");
+        let mut ids: Vec<String> = builds
+            .iter()
+            .map(|b| id_inside(&b.snapshot).unwrap())
+            .collect();
+        ids.sort();
+        assert_eq!(ids, ["a/b".to_string(), spelled.clone()]);
+        assert_eq!(
+            names(tmp.path()),
+            [
+                format!("b-{spelled}.journal"),
+                format!("b-{spelled}.json"),
+                format!("h-{sha256}.journal"),
+                format!("h-{sha256}.json"),
+            ]
+        );
+    }
+
+    #[test]
+    fn files_of_the_earlier_naming_are_moved_to_their_ids_names() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let sha1 = {
+            use sha1::Digest as _;
+            hex::encode(sha1::Sha1::digest(b"a/b"))
+        };
+        // `svc` as `svc.json` with a journal; `a/b` as `id-<sha1>.json`; `b-x` (a plain id that
+        // looks like the new naming of `x`) as `b-x.json`; and `half`, stopped between the
+        // two renames: its journal moved, its snapshot not.
+        fs::write(dir.join("svc.json"), snapshot_of("svc")).unwrap();
+        fs::write(dir.join("svc.journal"), b"r1\n").unwrap();
+        fs::write(dir.join(format!("id-{sha1}.json")), snapshot_of("a/b")).unwrap();
+        fs::write(dir.join("b-x.json"), snapshot_of("b-x")).unwrap();
+        fs::write(dir.join("half.json"), snapshot_of("half")).unwrap();
+        fs::write(dir.join("b-half.journal"), b"r2\n").unwrap();
+        // A build stored under both names: the earlier file is left alone, with a problem.
+        fs::write(dir.join("twice.json"), snapshot_of("twice")).unwrap();
+        fs::write(dir.join("b-twice.json"), snapshot_of("twice")).unwrap();
+
+        let files = BuildFiles::open(dir).unwrap();
+        let (builds, problems) = files.load();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].path.ends_with("/twice.json")
+                && problems[0].message.contains("is also stored as"),
+            "{problems:?}"
+        );
+        let mut got: Vec<(String, Vec<u8>)> = builds
+            .iter()
+            .map(|b| (id_inside(&b.snapshot).unwrap(), b.journal.clone()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            [
+                ("a/b".to_string(), vec![]),
+                ("b-x".to_string(), vec![]),
+                ("half".to_string(), b"r2\n".to_vec()),
+                ("svc".to_string(), b"r1\n".to_vec()),
+                ("twice".to_string(), vec![]),
+            ]
+        );
+        let sha256 = hex::encode(Sha256::digest(b"a/b"));
+        assert_eq!(
+            names(dir),
+            [
+                "b-b-x.json".to_string(),
+                "b-half.journal".into(),
+                "b-half.json".into(),
+                "b-svc.journal".into(),
+                "b-svc.json".into(),
+                "b-twice.json".into(),
+                format!("h-{sha256}.json"),
+                "twice.json".into(),
+            ]
+        );
+        // Loaded again: the same builds, nothing moves.
+        let (again, problems) = files.load();
+        assert_eq!(again.len(), 5);
+        assert_eq!(problems.len(), 1);
     }
 
     fn one(files: &BuildFiles) -> StoredBuild {
@@ -242,7 +457,7 @@ mod tests {
         let files = BuildFiles::open(tmp.path()).unwrap();
         files.save("b".into(), b"{\"s\":1}".to_vec()).await.unwrap();
         let journal = files.journal_path("b");
-        assert_eq!(journal, tmp.path().join("b.journal"));
+        assert_eq!(journal, tmp.path().join("b-b.journal"));
         assert_eq!(fs::read(&journal).unwrap(), b"", "made with the snapshot");
         files.append("b".into(), b"r1\n".to_vec()).await.unwrap();
         files.append("b".into(), b"r2\n".to_vec()).await.unwrap();

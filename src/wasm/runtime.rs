@@ -6,25 +6,49 @@
 //! value** at the returned pointer (no length: it ends where the value ends) and frees that too.
 //! The only imports are `env.log_panic` and the libm shims LLVM emits calls to.
 //!
-//! Limits: the memory cap is a `StoreLimits` on the store (`memory.grow` past it traps); the
-//! time budget is metered with fuel given out in slices: after each slice the wall clock is
+//! Limits: the memory cap is a [`Budget`], the store's resource limiter: the linear memory and
+//! every table element together stay under it (a `memory.grow` or `table.grow` past it traps, an
+//! initial memory or table over it is refused), with one instance, one memory and a few tables.
+//! The time budget is metered with fuel given out in slices: after each slice the wall clock is
 //! checked, so a runaway loop stops within one slice of the budget, and a fast module pays
-//! nothing but the fuel counter. Any failed call drops the instance; the next call starts from a
-//! fresh one (0.13 did the same after a trap).
+//! nothing but the fuel counter. A grow costs fuel in proportion to what it adds; a slice is
+//! widened to what a grow within the memory cap needs. Any failed call drops the instance; the
+//! next call starts from a fresh one (0.13 did the same after a trap).
 
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use verwalter_controllers::ports::SchedulerFailure;
+use wasmi::errors::{MemoryError, TableError};
 use wasmi::{
-    Caller, CompilationMode, Config, Engine, Extern, Instance, Linker, Memory, Module, Store,
-    StoreLimits, StoreLimitsBuilder, TrapCode, TypedFunc, TypedResumableCall,
+    Caller, CompilationMode, Config, CustomFuelCosts, Engine, Extern, Instance, Linker, Memory,
+    Module, ResourceLimiter, Store, TrapCode, TypedFunc, TypedResumableCall,
 };
+use wasmi_core::LimiterError;
 
 /// Fuel handed out per slice; the clock is read between slices. A release build runs some
 /// hundreds of millions of instructions a second, so a slice is a few ms (a debug build's
 /// interpreter is much slower, a slice still well under a second).
 pub const FUEL_SLICE: u64 = 1_000_000;
+
+/// The fuel a start function gets besides what growing to the memory cap costs. It runs in one
+/// piece (wasmi cannot pause it), so it has a fixed budget of instructions, not the time budget.
+pub const START_FUEL: u64 = 64 * FUEL_SLICE;
+
+/// Bytes copied, filled or grown per unit of fuel (wasmi's default): a `memory.grow` of 64 MiB
+/// costs a million, about what a million instructions take.
+const BYTES_PER_FUEL: u32 = 64;
+
+/// The bytes wasmi keeps for a table element (and charges fuel for when a table grows).
+const WASMI_TABLE_ELEMENT: usize = 4;
+
+/// What one table element counts against the memory cap: wasmi keeps 4 bytes an element in a
+/// vector that may reserve up to twice what it holds.
+pub const TABLE_ELEMENT_BYTES: usize = 2 * WASMI_TABLE_ELEMENT;
+
+/// How many tables a module may have (a compiled module has one; each table's elements count
+/// against the memory cap besides).
+pub const MAX_TABLES: usize = 8;
 
 /// The imports a module may have, all from module `env`.
 pub const IMPORTS: [&str; 9] = [
@@ -75,7 +99,7 @@ impl CallError {
 
 /// What the host functions keep between calls.
 struct Host {
-    limits: StoreLimits,
+    limits: Budget,
     /// The first `log_panic` message of this call.
     panic: Option<String>,
 }
@@ -90,6 +114,8 @@ pub struct WasmModule {
     limits: WasmLimits,
     /// The entry points the module must export besides `alloc` and `dealloc`.
     entries: Vec<&'static str>,
+    /// The instructions a start function may run ([`START_FUEL`]; tests set less).
+    start_fuel: u64,
     live: Option<Live>,
 }
 
@@ -127,6 +153,12 @@ impl WasmModule {
         // fuel of the call that first reaches it, and a function bigger than what is left of a
         // slice would fail the run as out of fuel, where no slice can be added.
         config.compilation_mode(CompilationMode::Eager);
+        // The default costs, stated: the start function's fuel and the slices count on them.
+        config.fuel_cost(CustomFuelCosts {
+            bytes_copied_per_fuel: BYTES_PER_FUEL,
+            fuel_per_bytes_translated: 7,
+            fuel_per_bytes_validated: 2,
+        });
         let engine = Engine::new(&config);
         let module = Module::new(&engine, bytes)
             .map_err(|e| load_error(format!("not a valid WebAssembly module: {e}")))?;
@@ -163,8 +195,17 @@ impl WasmModule {
             linker,
             limits,
             entries: entries.to_vec(),
+            start_fuel: START_FUEL,
             live: None,
         })
+    }
+
+    /// Sets the instructions a start function may run (tests: a debug build's interpreter takes
+    /// half a minute for [`START_FUEL`]).
+    #[cfg(test)]
+    pub(crate) fn set_start_fuel(&mut self, instructions: u64) {
+        self.start_fuel = instructions;
+        self.live = None;
     }
 
     /// Calls `entry` with `input` as JSON and returns the first JSON value it wrote. A module
@@ -275,35 +316,37 @@ impl WasmModule {
     fn instantiate(&self, deadline: Instant) -> Result<Live, CallError> {
         let name = &self.name;
         let host = Host {
-            limits: StoreLimitsBuilder::new()
-                .memory_size(self.limits.memory)
-                .trap_on_grow_failure(true)
-                .build(),
+            limits: Budget::new(self.limits.memory),
             panic: None,
         };
         let mut store = Store::new(&self.engine, host);
         store.limiter(|host| &mut host.limits);
-        // A start function is metered like a call.
+        // A start function cannot be paused between slices: it gets a fixed budget of
+        // instructions, and the fuel to grow its memory (or tables) up to the cap.
+        let start_fuel = start_fuel(self.start_fuel, self.limits.memory);
         store
-            .set_fuel(FUEL_SLICE.saturating_mul(64))
+            .set_fuel(start_fuel)
             .map_err(|e| CallError::new(SchedulerFailure::Internal, e.to_string()))?;
         let instance = self
             .linker
             .instantiate_and_start(&mut store, &self.module)
             .map_err(|e| {
+                if e.as_trap_code() == Some(TrapCode::OutOfFuel) {
+                    return CallError::new(
+                        SchedulerFailure::Timeout,
+                        format!(
+                            "{name}: cannot instantiate: its start function ran out of its fuel \
+                             budget of {start_fuel} units ({} instructions and the growing of \
+                             its memory to the limit; a start function runs in one piece, so \
+                             this budget stands for the time budget)",
+                            self.start_fuel
+                        ),
+                    );
+                }
                 let (kind, text) = classify(&e, &store, self.limits.time);
                 let kind = match kind {
                     SchedulerFailure::Memory => SchedulerFailure::Memory,
-                    SchedulerFailure::Timeout => SchedulerFailure::Timeout,
                     _ => SchedulerFailure::Load,
-                };
-                let text = if kind == SchedulerFailure::Memory {
-                    format!(
-                        "{text} (its initial memory is over the limit of {} MiB)",
-                        self.limits.memory >> 20
-                    )
-                } else {
-                    text
                 };
                 CallError::new(kind, format!("{name}: cannot instantiate: {text}"))
             })?;
@@ -368,12 +411,14 @@ fn metered<R>(
 where
     R: wasmi::WasmResults,
 {
-    let refuel = |store: &mut Store<Host>| {
+    // A slice is widened to what the paused instruction needs: a `memory.grow` or `table.grow`
+    // the budget allowed costs fuel in proportion to what it adds (at most the cap's fuel).
+    let refuel = |store: &mut Store<Host>, required: u64| {
         store
-            .set_fuel(FUEL_SLICE)
+            .set_fuel(FUEL_SLICE.max(required))
             .map_err(|e| CallError::new(SchedulerFailure::Internal, e.to_string()))
     };
-    refuel(store)?;
+    refuel(store, 0)?;
     let mut call = start(store).map_err(|e| error_of(&e, store, budget))?;
     loop {
         match call {
@@ -385,7 +430,7 @@ where
                         format!("exceeded its time budget of {budget:?} (stopped)"),
                     ));
                 }
-                refuel(store)?;
+                refuel(store, paused.required_fuel())?;
                 call = paused
                     .resume(&mut *store)
                     .map_err(|e| error_of(&e, store, budget))?;
@@ -420,7 +465,12 @@ fn classify(
         ),
         Some(TrapCode::GrowthOperationLimited) => (
             SchedulerFailure::Memory,
-            "tried to grow its memory past the limit".to_string(),
+            store
+                .data()
+                .limits
+                .refused
+                .clone()
+                .unwrap_or_else(|| "tried to grow its memory past the limit".to_string()),
         ),
         Some(code) => {
             let text = match panic {
@@ -430,27 +480,218 @@ fn classify(
             (SchedulerFailure::Runtime, text)
         }
         None => {
-            let text = error.to_string();
-            use wasmi::errors::{ErrorKind, InstantiationError, MemoryError};
-            let denied = |e: &MemoryError| {
-                matches!(
-                    e,
-                    MemoryError::ResourceLimiterDeniedAllocation | MemoryError::OutOfBoundsGrowth
-                )
-            };
-            let memory = match error.kind() {
-                ErrorKind::Memory(e) => denied(e),
-                ErrorKind::Instantiation(InstantiationError::FailedToInstantiateMemory(e)) => {
-                    denied(e)
-                }
-                _ => false,
-            };
-            if memory {
+            use wasmi::errors::{ErrorKind, InstantiationError};
+            let refused = store.data().limits.refused.clone();
+            let over = |what: &str| {
+                let text = refused
+                    .clone()
+                    .unwrap_or_else(|| format!("{what} is over the limit ({error})"));
                 (SchedulerFailure::Memory, text)
-            } else {
-                (SchedulerFailure::Runtime, text)
+            };
+            match error.kind() {
+                ErrorKind::Memory(_)
+                | ErrorKind::Instantiation(InstantiationError::FailedToInstantiateMemory(_)) => {
+                    over("its memory")
+                }
+                ErrorKind::Table(_)
+                | ErrorKind::Instantiation(InstantiationError::FailedToInstantiateTable(_)) => {
+                    over("a table")
+                }
+                ErrorKind::Instantiation(InstantiationError::TooManyTables) => (
+                    SchedulerFailure::Memory,
+                    format!("has more tables than the {MAX_TABLES} a module may have"),
+                ),
+                ErrorKind::Instantiation(InstantiationError::TooManyMemories) => (
+                    SchedulerFailure::Memory,
+                    "has more than the one memory a module may have".to_string(),
+                ),
+                ErrorKind::Instantiation(InstantiationError::TooManyInstances) => (
+                    SchedulerFailure::Memory,
+                    "instantiates more than one instance".to_string(),
+                ),
+                _ => (SchedulerFailure::Runtime, error.to_string()),
             }
         }
+    }
+}
+
+/// The fuel a start function gets: `instructions` and what growing to `memory` bytes costs.
+fn start_fuel(instructions: u64, memory: usize) -> u64 {
+    instructions.saturating_add(memory as u64 / u64::from(BYTES_PER_FUEL))
+}
+
+/// Which resource a growth is of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Resource {
+    Memory,
+    Tables,
+}
+
+/// The module's memory cap as wasmi's resource limiter: its linear memory and its tables'
+/// elements ([`TABLE_ELEMENT_BYTES`] each) together stay within `limit` bytes. wasmi asks before
+/// it creates a memory or table (at instantiation) and before each `memory.grow` and
+/// `table.grow`; a refusal traps (or fails the instantiation) with [`Budget::refused`] saying
+/// what was asked. A growth the module's own maximum forbids, or the system cannot give,
+/// returns -1 to the module as the spec says.
+#[derive(Debug, Clone)]
+pub(crate) struct Budget {
+    limit: usize,
+    /// Bytes of linear memory held.
+    memory: usize,
+    /// Bytes counted for table elements held.
+    tables: usize,
+    /// The growth allowed last: undone when wasmi fails it after asking (out of fuel: the
+    /// instruction runs again after a refuel and asks again).
+    pending: Option<(Resource, usize)>,
+    /// What the last refusal was, for the error.
+    pub(crate) refused: Option<String>,
+}
+
+impl Budget {
+    pub(crate) fn new(limit: usize) -> Budget {
+        Budget {
+            limit,
+            memory: 0,
+            tables: 0,
+            pending: None,
+            refused: None,
+        }
+    }
+
+    /// Decides a growth of `resource` by `added` bytes; `Err` (a trap) when it would take the
+    /// memory and tables past the limit.
+    fn grow(
+        &mut self,
+        resource: Resource,
+        added: usize,
+        describe: impl FnOnce(&Budget, usize) -> String,
+    ) -> Result<bool, LimiterError> {
+        self.pending = None;
+        let total = self
+            .memory
+            .saturating_add(self.tables)
+            .saturating_add(added);
+        if total > self.limit {
+            self.refused = Some(describe(self, total));
+            return Err(LimiterError::ResourceLimiterDeniedAllocation);
+        }
+        match resource {
+            Resource::Memory => self.memory += added,
+            Resource::Tables => self.tables += added,
+        }
+        self.pending = Some((resource, added));
+        Ok(true)
+    }
+
+    /// Undoes the growth allowed last: wasmi failed it.
+    fn undo(&mut self, resource: Resource) {
+        if let Some((pending, added)) = self.pending.take()
+            && pending == resource
+        {
+            match resource {
+                Resource::Memory => self.memory -= added,
+                Resource::Tables => self.tables -= added,
+            }
+        }
+    }
+
+    fn limit_text(&self) -> String {
+        format!("the limit of {} (memory-limit-mib)", bytes_text(self.limit))
+    }
+}
+
+impl ResourceLimiter for Budget {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> Result<bool, LimiterError> {
+        if maximum.is_some_and(|max| desired > max) {
+            self.pending = None;
+            return Ok(false);
+        }
+        self.grow(
+            Resource::Memory,
+            desired.saturating_sub(current),
+            |budget, _| {
+                format!(
+                    "tried to grow its memory past {}: to {} with {} of table elements",
+                    budget.limit_text(),
+                    bytes_text(desired),
+                    bytes_text(budget.tables)
+                )
+            },
+        )
+    }
+
+    fn memory_grow_failed(&mut self, _error: &MemoryError) -> Result<(), LimiterError> {
+        self.undo(Resource::Memory);
+        Ok(())
+    }
+
+    fn table_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        maximum: Option<usize>,
+    ) -> Result<bool, LimiterError> {
+        if maximum.is_some_and(|max| desired > max) {
+            self.pending = None;
+            return Ok(false);
+        }
+        let added = desired
+            .saturating_sub(current)
+            .saturating_mul(TABLE_ELEMENT_BYTES);
+        self.grow(Resource::Tables, added, |budget, total| {
+            format!(
+                "tried to grow a table past {}: to {desired} elements ({TABLE_ELEMENT_BYTES} bytes \
+                 each), {} with its memory and other tables",
+                budget.limit_text(),
+                bytes_text(total)
+            )
+        })
+    }
+
+    fn table_grow_failed(&mut self, error: &TableError) -> Result<(), LimiterError> {
+        self.undo(Resource::Tables);
+        // wasmi 2.0 pauses a `table.grow` short of fuel without keeping its place (unlike
+        // `memory.grow`): resumed, the function would run again from an earlier instruction.
+        // So it traps instead, saying why.
+        if let TableError::OutOfFuel { required_fuel } = error {
+            self.refused = Some(format!(
+                "a table.grow needing {required_fuel} fuel ran out of the fuel left in its slice \
+                 (wasmi cannot resume a table.grow; grow tables by fewer than {} elements at a \
+                 time, which costs none)",
+                BYTES_PER_FUEL as usize / WASMI_TABLE_ELEMENT
+            ));
+            return Err(LimiterError::ResourceLimiterDeniedAllocation);
+        }
+        Ok(())
+    }
+
+    fn instances(&self) -> usize {
+        1
+    }
+
+    fn tables(&self) -> usize {
+        MAX_TABLES
+    }
+
+    fn memories(&self) -> usize {
+        1
+    }
+}
+
+/// `bytes` as people read it: `64 MiB`, `1.5 MiB`, `4096 bytes`.
+fn bytes_text(bytes: usize) -> String {
+    const MIB: usize = 1 << 20;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= MIB {
+        format!("{:.1} MiB", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
     }
 }
 

@@ -172,6 +172,209 @@ fn an_initial_memory_over_the_limit_is_refused() {
     assert!(error.message.contains("16 MiB"), "{}", error.message);
 }
 
+/// A scheduler module with a table of `elements`, and a query module with the same.
+fn modules_with_table(elements: u32) -> [(&'static str, Vec<u8>); 2] {
+    let table = format!("(table {elements} funcref)");
+    let scheduler = module(&table, OK_RESULT, "(i32.const 16)");
+    let query = wat::parse_str(format!(
+        r#"(module
+  (memory (export "memory") 1)
+  {table}
+  (global $next (mut i32) (i32.const 8192))
+  (data (i32.const 16) "{{\"Ok\": null}}")
+  {BUMP_ALLOC}
+  (func (export "init") (param i32 i32) (result i32) (i32.const 16))
+  (func (export "render_roles") (param i32 i32) (result i32) (i32.const 16))
+  (func (export "query") (param i32 i32) (result i32) (i32.const 16)))"#
+    ))
+    .unwrap();
+    [("scheduler", scheduler), ("query", query)]
+}
+
+/// Calls the module's first entry point: `scheduler`, or `init` of a query module.
+fn first_call(kind: &str, bytes: &[u8], limits: WasmLimits) -> Result<(), CallError> {
+    match kind {
+        "scheduler" => {
+            let mut module = WasmModule::load("scheduler.wasm", bytes, &["scheduler"], limits)?;
+            module.call_json("scheduler", &small_input()).map(drop)
+        }
+        _ => {
+            let mut module = QueryModule::from_bytes("query.wasm", bytes, limits).unwrap();
+            module.init(&schedule(), "alpha").map_err(|e| CallError {
+                kind: SchedulerFailure::Runtime,
+                message: e.message,
+            })?;
+            Ok(())
+        }
+    }
+}
+
+#[test]
+fn a_table_over_the_memory_limit_is_refused() {
+    // 3,000,000 elements count 24 MB: over the 16 MiB limit (with the memory) in both kinds of
+    // module. (The attack was `(table 1000000000 funcref)`: gigabytes allocated; this size stays
+    // harmless even where it is not refused.)
+    for (kind, bytes) in modules_with_table(3_000_000) {
+        let mut module = WasmModule::load(
+            "m.wasm",
+            &bytes,
+            if kind == "scheduler" {
+                &["scheduler"]
+            } else {
+                &["init", "render_roles", "query"]
+            },
+            limits(),
+        )
+        .unwrap();
+        let error = module.call("alloc", b"").unwrap_err();
+        assert_eq!(error.kind, SchedulerFailure::Memory, "{kind}: {error:?}");
+        assert!(
+            error
+                .message
+                .contains("cannot instantiate: tried to grow a table past the limit of 16 MiB")
+                && error.message.contains("3000000 elements"),
+            "{kind}: {}",
+            error.message
+        );
+        let error = first_call(kind, &bytes, limits()).unwrap_err();
+        assert!(
+            error.message.contains("a table past the limit"),
+            "{kind}: {}",
+            error.message
+        );
+    }
+    // A table that fits with the memory is taken: 1,000,000 elements count 8 MB.
+    for (kind, bytes) in modules_with_table(1_000_000) {
+        first_call(kind, &bytes, limits()).unwrap_or_else(|e| panic!("{kind}: {e:?}"));
+    }
+}
+
+#[test]
+fn table_growth_past_the_limit_is_stopped() {
+    // Grows a table by 500,000 elements (4 MB counted) ten times: past 16 MiB at the 4th.
+    let table = "(table $t 0 funcref)";
+    let grow = r#"(local $i i32)
+    (loop $more
+      (drop (table.grow $t (ref.null func) (i32.const 500000)))
+      (local.set $i (i32.add (local.get $i) (i32.const 1)))
+      (br_if $more (i32.lt_u (local.get $i) (i32.const 10))))
+    (i32.const 16)"#;
+    let error = failure(&module(table, OK_RESULT, grow));
+    assert_eq!(error.kind, SchedulerFailure::Memory, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("scheduler failed: tried to grow a table past the limit of 16 MiB"),
+        "{}",
+        error.message
+    );
+    // The same module in query.wasm's `query`.
+    let bytes = query_module_with(
+        r#"{\"Ok\": null}"#,
+        r#"{\"Ok\": {}}"#,
+        r#"{\"Ok\": 1}"#,
+        "(table $t 0 funcref)",
+        &grow.replace("(i32.const 16)", "(i32.const 4096)"),
+    );
+    let mut query = QueryModule::from_bytes("query.wasm", &bytes, limits()).unwrap();
+    query.init(&schedule(), "alpha").unwrap();
+    let error = query.query("x", &json!({})).unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("query failed: tried to grow a table past the limit of 16 MiB"),
+        "{}",
+        error.message
+    );
+    // Growth within the limit is taken (three times: 12 MB with the memory's 64 KiB).
+    let fits = grow.replace("(i32.const 10)", "(i32.const 3)");
+    assert!(run(&module(table, OK_RESULT, &fits), &small_input()).is_ok());
+}
+
+#[test]
+fn memory_grows_to_the_limit_in_one_step_and_no_further() {
+    // 128 MiB: one `memory.grow` of 2,000 pages (125 MiB) costs 2M fuel, more than a slice.
+    let big = WasmLimits {
+        memory: 128 << 20,
+        time: Duration::from_secs(10),
+    };
+    let grow = |pages: u32| {
+        module(
+            "",
+            OK_RESULT,
+            &format!(
+                "(if (i32.eq (memory.grow (i32.const {pages})) (i32.const -1)) (then unreachable)) \
+                 (i32.const 16)"
+            ),
+        )
+    };
+    let mut run = WasmRun::from_bytes("scheduler.wasm", &grow(2000), big).unwrap();
+    run.run(&small_input())
+        .expect("a grow to 125 MiB under a limit of 128 MiB succeeds");
+    // One page more than the limit holds (1 + 2048) is refused.
+    let mut run = WasmRun::from_bytes("scheduler.wasm", &grow(2048), big).unwrap();
+    let error = run.run(&small_input()).unwrap_err();
+    assert_eq!(error.kind, SchedulerFailure::Memory, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("tried to grow its memory past the limit of 128 MiB"),
+        "{}",
+        error.message
+    );
+    // A table's elements count against the same limit: with 1,000,000 of them (8 MB), the
+    // 125 MiB memory no longer fits.
+    let table_and_grow = module(
+        "(table 1000000 funcref)",
+        OK_RESULT,
+        "(drop (memory.grow (i32.const 2000))) (i32.const 16)",
+    );
+    let error = WasmRun::from_bytes("scheduler.wasm", &table_and_grow, big)
+        .unwrap()
+        .run(&small_input())
+        .unwrap_err();
+    assert!(
+        error
+            .message
+            .contains("to 125.1 MiB with 7.6 MiB of table elements"),
+        "{}",
+        error.message
+    );
+}
+
+#[test]
+fn a_start_function_past_its_fuel_says_so() {
+    let text = format!(
+        r#"(module
+  (memory (export "memory") 1)
+  (global $next (mut i32) (i32.const 4096))
+  {BUMP_ALLOC}
+  (func $forever (loop $l (br $l)))
+  (start $forever)
+  (func (export "scheduler") (param i32 i32) (result i32) (i32.const 0)))"#
+    );
+    let bytes = wat::parse_str(text).unwrap();
+    let mut module = WasmModule::load("scheduler.wasm", &bytes, &["scheduler"], limits()).unwrap();
+    // A million instructions (the daemon's modules get START_FUEL, 64 million), plus the fuel
+    // to grow to the 16 MiB limit.
+    module.set_start_fuel(1_000_000);
+    let error = module.call_json("scheduler", &small_input()).unwrap_err();
+    assert_eq!(error.kind, SchedulerFailure::Timeout, "{error:?}");
+    assert!(
+        error.message.contains(
+            "scheduler.wasm: cannot instantiate: its start function ran out of its fuel \
+             budget of 1262144 units (1000000 instructions and the growing of its memory"
+        ),
+        "{}",
+        error.message
+    );
+    assert!(
+        !error.message.contains("time budget of"),
+        "{}",
+        error.message
+    );
+}
+
 #[test]
 fn a_trap_is_a_runtime_error_with_the_panic_message() {
     let error = failure(&module("", "", "unreachable"));
@@ -721,4 +924,33 @@ fn the_query_hook_derives_roles_off_the_runtime_and_reloads_a_changed_module() {
     // `/v1/query` shares the instance.
     let answer = hook.with_module(&schedule(), "alpha", |m| m.query("x", &json!({})));
     assert_eq!(answer.unwrap(), json!(2));
+}
+
+#[test]
+fn a_table_grow_short_of_fuel_fails_instead_of_running_again() {
+    // wasmi 2.0 cannot resume a `table.grow` that ran out of fuel at its place: resumed, the
+    // function ran again from its start. The module counts its runs in `$dirty`: a second pass
+    // would trap at `unreachable`. 16,000,000 elements cost a slice's worth of fuel, more than is
+    // left of it after the call began.
+    let big = WasmLimits {
+        memory: 256 << 20,
+        time: Duration::from_secs(10),
+    };
+    let body = r#"(global.set $dirty (i32.add (global.get $dirty) (i32.const 1)))
+    (if (i32.ne (global.get $dirty) (i32.const 1)) (then unreachable))
+    (drop (table.grow $t (ref.null func) (i32.const 16000000)))
+    (i32.const 16)"#;
+    let bytes = module("(table $t 0 funcref)", OK_RESULT, body);
+    let error = WasmRun::from_bytes("scheduler.wasm", &bytes, big)
+        .unwrap()
+        .run(&small_input())
+        .unwrap_err();
+    assert_eq!(error.kind, SchedulerFailure::Memory, "{error:?}");
+    assert!(
+        error
+            .message
+            .contains("scheduler failed: a table.grow needing 1000000 fuel ran out of the fuel"),
+        "{}",
+        error.message
+    );
 }

@@ -191,12 +191,23 @@ impl ExecutorLoop {
             return;
         }
         let mut terminals = Vec::new();
-        for (id, out) in step.publish {
+        let max = self.bus.max_payload();
+        for (id, mut out) in step.publish {
+            if out.terminal && out.payload.len() > max {
+                // A result the server would refuse is published as a summary that fits, saying
+                // where the whole build is; never not at all.
+                let whole = out.payload.len();
+                let at = self.store.location(&id);
+                out.payload = super::fit_result(out.payload, max, at.as_deref());
+                tracing::warn!(build = %id, subject = %out.subject, bytes = whole,
+                    max_payload = max, stored_at = at.as_deref().unwrap_or(""),
+                    "The build's result is over the server's max_payload; publishing a summary.");
+            }
             match self.bus.publish(out.subject.clone(), out.payload).await {
                 Ok(()) if out.terminal => terminals.push(id),
                 Ok(()) => {}
-                // The client refuses only what it can never send (over the server's payload
-                // limit, say): an operator must look. The file keeps the result as `sending`.
+                // The client refuses only what it can never send: an operator must look. The
+                // file keeps the result as `sending`.
                 Err(error) if out.terminal => tracing::error!(build = %id,
                     subject = %out.subject, %error, "The build's result cannot be published."),
                 Err(error) => tracing::warn!(build = %id, subject = %out.subject, %error,
@@ -329,6 +340,8 @@ mod tests {
         writes: Mutex<Vec<(&'static str, String, usize, bool)>>,
         /// This many of the next appends fail, after writing half their record.
         failing_appends: Mutex<usize>,
+        /// The server's max_payload, when not NATS's default.
+        max_payload: Mutex<Option<usize>>,
     }
 
     impl World {
@@ -371,6 +384,13 @@ mod tests {
         fn flush(&self) -> futures::future::BoxFuture<'static, Result<(), BusError>> {
             *self.0.flushes.lock().unwrap() += 1;
             async { Ok(()) }.boxed()
+        }
+        fn max_payload(&self) -> usize {
+            self.0
+                .max_payload
+                .lock()
+                .unwrap()
+                .unwrap_or(crate::ernest::DEFAULT_MAX_PAYLOAD)
         }
     }
 
@@ -434,6 +454,9 @@ mod tests {
                 self.0.files.lock().unwrap().values().cloned().collect(),
                 Vec::new(),
             )
+        }
+        fn location(&self, id: &str) -> Option<String> {
+            Some(format!("/files/{id}.json"))
         }
     }
 
@@ -556,6 +579,52 @@ mod tests {
         assert_eq!(p[1].0, "build.create.error");
         assert!(p[1].1["error"].as_str().unwrap().contains("timed out"));
         shutdown2.cancel();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_over_the_servers_max_payload_is_published_as_a_summary() {
+        let world = Arc::new(World::default());
+        *world.max_payload.lock().unwrap() = Some(700);
+        let (tx, shutdown) = start(&world);
+        tx.send(Input::Message {
+            subject: "build.create".into(),
+            payload: build(),
+        })
+        .await
+        .unwrap();
+        // Each answer brings 300 bytes: the whole result (both in `changes` and `components`)
+        // is over 700.
+        let mut n = 1;
+        let result = loop {
+            let p = published(&world, n).await;
+            let (subject, mut payload, _) = p[n - 1].clone();
+            if subject.starts_with("build.") {
+                break (subject, payload);
+            }
+            payload["blob"] = json!("x".repeat(300));
+            tx.send(msg(&format!("{subject}.done"), &payload))
+                .await
+                .unwrap();
+            n += 1;
+        };
+        assert_eq!(result.0, "build.create.done");
+        let summary = &result.1;
+        assert_eq!(summary["id"], "b1");
+        assert!(summary.get("components").is_none(), "{summary:#}");
+        let note = &summary[crate::ernest::SUMMARY_KEY];
+        assert_eq!(note["components"], 2);
+        assert_eq!(note["changes"], 2);
+        assert_eq!(note["max_payload"], 700);
+        assert!(note["bytes"].as_u64().unwrap() > 700, "{note}");
+        assert_eq!(note["stored_at"], "/files/b1.json");
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        // It went out: the build is marked sent, and the file keeps the whole build.
+        let stored = world.stored("b1").unwrap();
+        assert_eq!(stored["result"]["sent"], "sent");
+        assert_eq!(stored["build"]["components"][1]["blob"], "x".repeat(300));
+        shutdown.cancel();
     }
 
     fn kinds(writes: &[(&'static str, String, usize, bool)]) -> Vec<&'static str> {

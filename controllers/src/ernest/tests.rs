@@ -834,3 +834,67 @@ fn records_of_an_earlier_build_with_the_same_id_are_skipped() {
     assert_eq!(json_of(&back), json_of(&run));
     assert_eq!(back.build.changes[0]["_state"], "running");
 }
+
+#[test]
+fn a_result_that_fits_is_sent_whole_and_one_that_does_not_is_summarised() {
+    let whole = serde_json::to_vec(&json!({"id": "b", "changes": [], "components": []})).unwrap();
+    assert_eq!(fit_result(whole.clone(), 1 << 20, None), whole);
+
+    // A done build of 2,000 components: about 190 KB.
+    let components: Vec<Value> = (0..2000)
+        .map(|i| json!({"_component_id": format!("c::{i}"), "_state": "completed", "ip": "10.0.0.1"}))
+        .collect();
+    let build = json!({"id": "big", "name": "shop", "datacenters": {"items": ["x".repeat(5000)]},
+        "components": components, "changes": components, "edges": []});
+    let bytes = serde_json::to_vec(&build).unwrap();
+    let max = 4096;
+    let fitted = fit_result(bytes.clone(), max, Some("/var/lib/graph/b-big.json"));
+    assert!(fitted.len() <= max, "{}", fitted.len());
+    let summary: Value = serde_json::from_slice(&fitted).unwrap();
+    assert_eq!(summary["id"], "big");
+    assert_eq!(summary["name"], "shop", "small fields are kept");
+    assert!(summary.get("datacenters").is_none(), "the largest go first");
+    let note = &summary[SUMMARY_KEY];
+    assert_eq!(note["bytes"], bytes.len());
+    assert_eq!(note["max_payload"], max);
+    assert_eq!(note["components"], 2000);
+    assert_eq!(note["changes"], 2000);
+    assert_eq!(note["stored_at"], "/var/lib/graph/b-big.json");
+    assert!(
+        note["reason"]
+            .as_str()
+            .unwrap()
+            .contains("over the 4096 bytes"),
+        "{note}"
+    );
+
+    // An error naming a long cycle is shortened to fit, and says how much was cut.
+    let cycle: Vec<String> = (0..20_000).map(|i| format!("c::{i}")).collect();
+    let error = format!("dependency cycle: {}", cycle.join(" -> "));
+    let build = json!({"id": "loop", "changes": [], "error": error});
+    let fitted = fit_result(serde_json::to_vec(&build).unwrap(), max, None);
+    assert!(fitted.len() <= max, "{}", fitted.len());
+    let summary: Value = serde_json::from_slice(&fitted).unwrap();
+    let said = summary["error"].as_str().unwrap();
+    assert!(
+        said.starts_with("dependency cycle: c::0 -> c::1 -> "),
+        "{said}"
+    );
+    assert!(said.ends_with("bytes cut)"), "{said}");
+
+    // Whatever the payload and however small the limit (escapes, multi-byte text, a huge id),
+    // the summary is JSON within it.
+    let mut rng = SmallRng::seed_from_u64(28);
+    for _ in 0..200 {
+        let max = rng.random_range(512..6000);
+        let len = rng.random_range(0..20_000);
+        let text: String = (0..len)
+            .map(|_| ['a', '"', '\\', 'é', '\n', '\u{1F600}'][rng.random_range(0..6)])
+            .collect();
+        let build = json!({"id": text.clone(), "error": text.clone(), "other": text,
+            "changes": [{"x": 1}]});
+        let fitted = fit_result(serde_json::to_vec(&build).unwrap(), max, Some("/p"));
+        assert!(fitted.len() <= max, "{} > {max}", fitted.len());
+        let _: Value = serde_json::from_slice(&fitted).unwrap();
+    }
+}
