@@ -184,6 +184,7 @@ impl ElectionTask {
             Kind::Ping => "ping",
             Kind::Pong { .. } => "pong",
             Kind::Vote { .. } => "vote",
+            Kind::PreVote { .. } => "pre_vote",
         };
         self.io.metrics.message_received(kind);
         let now_ms = self.io.clock.now_ms();
@@ -308,6 +309,7 @@ impl ElectionTask {
                 Kind::Ping => "ping",
                 Kind::Pong { .. } => "pong",
                 Kind::Vote { .. } => "vote",
+                Kind::PreVote { .. } => "pre_vote",
             };
             let bytes = match packet.encode_with(self.key.as_ref()) {
                 Ok(b) => b,
