@@ -514,10 +514,12 @@ fn untagged_pings_are_dropped(site: &Site, leader: usize, follower: usize) {
     assert_eq!(election["leader"], id(leader), "{election}");
 }
 
-/// Issue 28: minority mode, split 3/2 with the leader on the three-node side. The two-node side
-/// elects its own leader once the (shortened) minority window has passed, and each side
-/// schedules a change; after the heal the surviving leader's next schedule has both sides' last
-/// schedules as parents.
+/// Issue 28: minority mode (its window shortened to 6 s by `election.minority-window-ms`), split
+/// 3/2 with the leader on the three-node side. The two-node side elects its own leader once
+/// the window has passed, without burning epochs meanwhile (its nodes ask first, with
+/// pre-votes: 0.13's rules took it about one epoch per 375 ms round, 10 and more here), and
+/// each side schedules a change; after the heal the surviving leader's scheduler has both
+/// sides' last schedules as parents.
 #[test]
 fn with_minority_mode_a_heal_keeps_both_sides_schedules_when_the_majority_kept_its_leader() {
     let site = Site::start_windowed(true, false, 6000);
@@ -539,7 +541,18 @@ fn with_minority_mode_a_heal_keeps_both_sides_schedules_when_the_majority_kept_i
     let other = site.converged(&minority);
     assert_eq!(site.converged(&majority), leader);
     let other_epoch = site.nodes[other - 1].epoch().unwrap();
-    eprintln!("split at epoch {at_split}, minority leader node{other} at {other_epoch}");
+    let started: f64 = minority
+        .iter()
+        .map(|n| site.nodes[n - 1].elections_started().unwrap())
+        .sum();
+    // A real election per epoch (a split vote between the two costs one more), not one per
+    // round of the window.
+    assert!(
+        other_epoch <= at_split + 3,
+        "the minority's leader node{other} is at epoch {other_epoch}, split at {at_split} \
+         ({started} elections started):\n{}",
+        site.logs()
+    );
     for (side_leader, version) in [(leader, "v8"), (other, "v9")] {
         let file = site
             .tmp
@@ -559,7 +572,6 @@ fn with_minority_mode_a_heal_keeps_both_sides_schedules_when_the_majority_kept_i
     }
     site.net.heal();
     let healed = site.converged(&all);
-    eprintln!("healed: node{healed}");
     let parents = wait_for(SOON, || {
         let input = site.nodes[healed - 1].json("/v1/scheduler_input")?;
         let versions: BTreeSet<String> = input["parents"]
@@ -569,12 +581,10 @@ fn with_minority_mode_a_heal_keeps_both_sides_schedules_when_the_majority_kept_i
             .collect();
         (versions.contains("v8") && versions.contains("v9")).then_some(versions)
     });
-    if std::env::var_os("PARTITION_DEBUG").is_some() {
-        eprintln!("{}", site.logs());
-    }
     assert!(
         parents.is_some(),
-        "parents of node{healed} lack a side's last schedule (leaders node{leader} and node{other}): {:?}\n{}",
+        "parents of node{healed} lack a side's last schedule (leaders node{leader} and \
+         node{other}): {:?}\n{}",
         site.nodes[healed - 1]
             .json("/v1/scheduler_input")
             .map(|i| i["parents"].clone()),

@@ -115,6 +115,10 @@ struct Replica {
     made_from: Option<Prefetched>,
     /// Schedules made here.
     made: u64,
+    /// Every schedule made here: when, and the hashes of its parents.
+    made_log: Vec<(Instant, Vec<String>)>,
+    /// When a packet first reported each schedule (by hash) here.
+    noted: HashMap<String, Instant>,
 }
 
 struct Sim {
@@ -157,7 +161,15 @@ struct Sim {
     replicas: Vec<Replica>,
     /// Fetch delays, drawn apart from `rng` so that the election's draws stay those of its seed.
     fetch_rng: SmallRng,
+    /// Until then a leader also runs its scheduler on other inputs (at most every
+    /// [`CHURN_PERIOD`]), as the daemon's does on a changed runtime, an action or a peer: a run
+    /// may come at any moment, between hearing of another leader's schedule and fetching it too.
+    churn_until: Option<Instant>,
 }
+
+/// The shortest time between two scheduler runs a leader makes on other inputs (see
+/// [`Sim::churn_until`]).
+const CHURN_PERIOD: Duration = Duration::from_millis(20);
 
 impl Sim {
     fn new(seed: u64, n: usize, peer_count: PeerCount) -> Sim {
@@ -211,6 +223,7 @@ impl Sim {
             trace: std::env::var_os("ELECTION_SIM_TRACE").is_some(),
             replicas: Vec::new(),
             fetch_rng: SmallRng::seed_from_u64(seed ^ 0x5eed_f37c),
+            churn_until: None,
         };
         for i in 0..n {
             sim.schedule_timer(i);
@@ -618,6 +631,8 @@ impl Sim {
                 wake: None,
                 made_from: None,
                 made: 0,
+                made_log: Vec::new(),
+                noted: HashMap::new(),
             })
             .collect();
         self
@@ -635,6 +650,13 @@ impl Sim {
         }
         let now_ms = self.wall_ms();
         let (me, peer) = (&self.ids[to], &self.ids[from]);
+        if let Some(stamp) = &stamp {
+            let now = self.now;
+            self.replicas[to]
+                .noted
+                .entry(stamp.hash.clone())
+                .or_insert(now);
+        }
         self.replicas[to]
             .world
             .note_packet(me, peer, epoch, stamp, now_ms);
@@ -663,7 +685,15 @@ impl Sim {
         let actions =
             self.replica_world(node, &election, |machine, world| machine.step(now, world));
         self.carry_out(node, actions);
-        self.make_schedule(node, &election);
+        self.make_schedule(node, &election, false);
+        let churn = self.churn_until.is_some_and(|until| now < until)
+            && self.replicas[node]
+                .made_log
+                .last()
+                .is_none_or(|(at, _)| now >= *at + CHURN_PERIOD);
+        if churn {
+            self.make_schedule(node, &election, true);
+        }
         let replica = &mut self.replicas[node];
         if let Some(at) = replica.machine.wake_at(now)
             && replica.wake != Some(at)
@@ -713,9 +743,8 @@ impl Sim {
                 replication::Action::Replaced(_)
                 | replication::Action::Accept(_)
                 | replication::Action::Gathered { .. }
-                | replication::Action::AddedParent { .. } => {
-                    self.replicas[node].world.keep(&action)
-                }
+                | replication::Action::AddedParent { .. }
+                | replication::Action::Awaiting { .. } => self.replicas[node].world.keep(&action),
                 replication::Action::Failed { fetch, error, .. } => {
                     if self.trace {
                         let t = self.t(self.now);
@@ -740,15 +769,19 @@ impl Sim {
     }
 
     /// The leader's schedule controller: once the parents of this leadership are gathered, and
-    /// whenever they change, a new schedule whose data lists every schedule it descends from
-    /// (its `lineage`). Then a ping to every peer, as the daemon sends on a new schedule.
-    fn make_schedule(&mut self, node: usize, election: &super::ElectionState) {
+    /// whenever they change (or, with `other_input`, on some other input), a new schedule whose
+    /// data lists every schedule it descends from (its `lineage`), unless the parents wait for
+    /// another node's schedule. Then a ping to every peer, as the daemon sends on a new
+    /// schedule.
+    fn make_schedule(&mut self, node: usize, election: &super::ElectionState, other_input: bool) {
         let now_ms = self.wall_ms();
+        let now = self.now;
         let replica = &mut self.replicas[node];
         let prefetched = &replica.world.prefetched;
         if !election.is_leader
             || prefetched.epoch != election.epoch
-            || replica.made_from.as_ref() == Some(prefetched)
+            || prefetched.awaiting.is_some()
+            || (replica.made_from.as_ref() == Some(prefetched) && !other_input)
         {
             return;
         }
@@ -765,6 +798,9 @@ impl Sim {
             parents.push(own.clone());
         }
         replica.made += 1;
+        replica
+            .made_log
+            .push((now, parents.iter().map(|p| p.hash.clone()).collect()));
         let label = format!("{node}@{}#{}", election.epoch, replica.made);
         let mut lineage: Vec<String> = parents.iter().flat_map(lineage).collect();
         lineage.push(label);
@@ -1638,7 +1674,9 @@ mod tests {
 
     /// Minority mode, replicating: both sides of a long partition lead and make schedules; after
     /// the heal, the one schedule every node holds descends from every schedule held at the heal
-    /// (neither side's decisions are lost).
+    /// (neither side's decisions are lost). And (issue 28) whichever side's leader survives, its
+    /// first schedule after it heard of the other side's leader's last schedule has that one
+    /// among its parents, although its scheduler also runs on other inputs meanwhile.
     fn replication_across_a_heal(seed: u64) -> Vec<Duration> {
         let n = 5;
         let mut sim = Sim::new(seed, n, PeerCount::Reachable(MINORITY_WINDOW)).with_replication();
@@ -1656,9 +1694,60 @@ mod tests {
                 )
             })
             .collect();
+        // Each side's leader schedules a change of its own before the heal.
+        let (now, now_ms) = (sim.now, sim.wall_ms());
+        for i in 0..n {
+            if sim.nodes[i].summary.role == Role::Leader {
+                let election = crate::election::view(
+                    &sim.nodes[i].machine,
+                    now,
+                    now_ms,
+                    &mut crate::election::StableWall::default(),
+                );
+                sim.make_schedule(i, &election, true);
+            }
+        }
+        sim.run_for(Duration::from_secs(1));
+        let last: Vec<(usize, String)> = (0..n)
+            .filter(|&i| sim.nodes[i].summary.role == Role::Leader)
+            .filter_map(|i| Some((i, sim.replicas[i].world.held.as_ref()?.hash.clone())))
+            .collect();
         let what = format!("seed {seed}, 5 nodes replicating, minority {minority:?} healed");
-        let (_, took) = heal_two_leaders(&mut sim, &what);
+        sim.churn_until = Some(sim.now + Duration::from_secs(3));
+        let (healed, took) = heal_two_leaders(&mut sim, &what);
         let leader = assert_replicated(&mut sim, &what);
+        let since = sim
+            .elected
+            .iter()
+            .rev()
+            .find(|(_, node, _)| *node == leader)
+            .map_or(healed, |(at, ..)| *at)
+            .max(healed);
+        let replica = &sim.replicas[leader];
+        for (side_leader, hash) in &last {
+            let heard = if *side_leader == leader {
+                Some(since)
+            } else {
+                replica.noted.get(hash).map(|at| (*at).max(since))
+            };
+            let Some(heard) = heard else {
+                continue; // never reported here: the lineage check below covers it
+            };
+            let next = replica.made_log.iter().find(|(at, _)| *at >= heard);
+            let Some((at, parents)) = next else {
+                panic!(
+                    "{what}: the leader {leader} made no schedule after hearing of node \
+                     {side_leader}'s last one"
+                );
+            };
+            assert!(
+                parents.contains(hash),
+                "{what}: the leader {leader}'s first schedule after hearing of node \
+                 {side_leader}'s last one {hash} (at {:?}) was made at {:?} from {parents:?}",
+                sim.t(heard),
+                sim.t(*at),
+            );
+        }
         let merged = lineage(sim.replicas[leader].world.held.as_ref().expect("checked"));
         for (node, held) in at_heal {
             for label in held {

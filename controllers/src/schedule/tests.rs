@@ -24,6 +24,8 @@ struct Rig {
     /// The schedule field the fetcher would write (shared with the controller).
     schedule: Arc<Field<Option<Schedule>>>,
     observer: Arc<CountingObserver>,
+    /// The parents a cluster leader gathers (read only by a controller `with_prefetch`).
+    prefetched: Field<crate::state::Prefetched>,
     stop: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
     persist_handle: tokio::task::JoinHandle<()>,
@@ -42,6 +44,11 @@ fn rig(leader: bool) -> Rig {
 }
 
 fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> Rig {
+    rig_of(leader, saved, period, false)
+}
+
+/// With `prefetch`, as in a cluster: each leadership's first run waits for its parents.
+fn rig_of(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration, prefetch: bool) -> Rig {
     let writer = StoreWriter::new(None);
     let store = writer.store();
     let StoreWriter {
@@ -52,6 +59,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         parents,
         persist_error,
         scheduler_metrics,
+        prefetched,
         ..
     } = writer;
     election.set(ElectionState {
@@ -64,7 +72,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
     let observer = Arc::new(CountingObserver::default());
     let persister = Arc::new(Persister::new(saved.clone(), persist_error));
     let schedule = Arc::new(schedule);
-    let controller = Arc::new(ScheduleController::new(
+    let controller = ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
             schedule: schedule.clone(),
@@ -82,7 +90,12 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
             },
             period,
         },
-    ));
+    );
+    let controller = Arc::new(if prefetch {
+        controller.with_prefetch()
+    } else {
+        controller
+    });
     let config = DriverConfig {
         resync: Duration::from_secs(3600),
         backoff: Backoff {
@@ -106,6 +119,7 @@ fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> 
         persister,
         schedule,
         observer,
+        prefetched,
         stop,
         handle,
         persist_handle,
@@ -368,5 +382,53 @@ async fn new_metric_values_rerun_the_scheduler_a_mere_refresh_waits_for_the_peri
     assert_eq!(rig.scheduler.runs(), 4, "a new error: a run at once");
     assert_eq!(last_metrics()["load"]["error"], json!("prom: HTTP 503"));
     assert_eq!(last_metrics()["load"]["samples"][0]["value"], json!(0.5));
+    rig.stop().await;
+}
+
+/// Issue 28: while the parents await another leader's schedule (a heal), no run, whatever
+/// else changes; once it is added, the next run has it among its parents.
+#[tokio::test(start_paused = true)]
+async fn a_leader_does_not_schedule_while_its_parents_await_another_leaders_schedule() {
+    let rig = rig_of(true, Arc::default(), Duration::from_secs(10), true);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 0, "waits for its parents");
+    rig.prefetched.set(crate::state::Prefetched {
+        epoch: 1,
+        schedules: Vec::new(),
+        awaiting: None,
+    });
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    let own = rig
+        .store
+        .schedule
+        .peek()
+        .as_ref()
+        .clone()
+        .expect("a schedule");
+    let other = Schedule::new(json!({"other": "side"}), 5, "bb".repeat(16));
+    rig.prefetched.set(crate::state::Prefetched {
+        epoch: 1,
+        schedules: Vec::new(),
+        awaiting: Some(other.stamp()),
+    });
+    rig.inputs.set(inputs(json!({"app": {"v2": {}}})));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        rig.scheduler.runs(),
+        1,
+        "no run while awaiting, not even the period's"
+    );
+    rig.prefetched.set(crate::state::Prefetched {
+        epoch: 1,
+        schedules: vec![other.clone()],
+        awaiting: None,
+    });
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    let input = rig.scheduler.inputs.lock().unwrap()[1].clone();
+    let parents: Vec<&serde_json::Value> = input.parents.iter().map(|p| &**p).collect();
+    assert!(parents.contains(&&**other.data.tree()), "{parents:?}");
+    assert!(parents.contains(&&**own.data.tree()), "{parents:?}");
     rig.stop().await;
 }

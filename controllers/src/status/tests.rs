@@ -153,6 +153,7 @@ fn a_new_leader_with_peers_prefetches_until_it_gathered_this_epochs_schedules() 
     writer.prefetched.set(Prefetched {
         epoch: 4,
         schedules: Vec::new(),
+        awaiting: None,
     });
     let status = status(&writer);
     assert_eq!(
@@ -164,6 +165,7 @@ fn a_new_leader_with_peers_prefetches_until_it_gathered_this_epochs_schedules() 
     writer.prefetched.set(Prefetched {
         epoch: 5,
         schedules: Vec::new(),
+        awaiting: None,
     });
     let status = self::status(&writer);
     assert_eq!(status.fetch_state, json!({"state": "StableLeader"}));
@@ -569,6 +571,7 @@ fn every_field_the_status_shows_wakes_its_triggers_and_no_other_does() {
                 _ = writer.prefetched.set(Prefetched {
                     epoch: 2,
                     schedules: Vec::new(),
+                    awaiting: None,
                 })
             }),
         ),
