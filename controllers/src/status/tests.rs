@@ -170,6 +170,19 @@ fn a_new_leader_with_peers_prefetches_until_it_gathered_this_epochs_schedules() 
     let status = self::status(&writer);
     assert_eq!(status.fetch_state, json!({"state": "StableLeader"}));
     assert_eq!(status.schedule_status, "ok");
+
+    // After a heal, waiting for another leader's schedule before the next run (issue 28).
+    writer.prefetched.set(Prefetched {
+        epoch: 5,
+        schedules: Vec::new(),
+        awaiting: Some(stamp("other-side")),
+    });
+    let status = self::status(&writer);
+    assert_eq!(
+        status.fetch_state,
+        json!({"state": "Prefetching", "Fetching": "other-side"})
+    );
+    assert_eq!(status.schedule_status, "waiting");
 }
 
 #[test]
