@@ -20,8 +20,9 @@
 //! - once that is done, a schedule of another node that a peer reports later (the other side of
 //!   a healed partition, whose leader followed this one without an election) is fetched and
 //!   added to the parents, tried up to [`PARENT_TRIES`] times; meanwhile the parents say they
-//!   await it ([`Prefetched::awaiting`]) and the scheduler does not run, so that the next
-//!   schedule after a heal has the other side's among its parents (issue 28: a run in between
+//!   await it ([`Prefetched::awaiting`]) and the scheduler does not run (for at most
+//!   [`AWAIT_LIMIT`] in a row), so that the next schedule after a heal has the other side's
+//!   among its parents (issue 28: a run in between
 //!   made one with its own schedule as its only parent);
 //! - schedules are fetched only from peers heard from lately (in the last two heartbeats): a
 //!   schedule only silent peers report (the other side of a partition that lasts) waits until
@@ -54,6 +55,10 @@ pub const REPLACED_KEPT: usize = 4;
 /// a moment before TCP works, and one failure should not lose a side's decisions.
 pub const PARENT_TRIES: u32 = 4;
 pub const PARENT_RETRY: Duration = Duration::from_millis(500);
+/// The longest the scheduler waits for late parents in a row: a heal's other side answers
+/// within a fetch or a few tries, and peers that report schedule after schedule that cannot be
+/// fetched (broken or hostile) must not stop this leader's scheduling.
+pub const AWAIT_LIMIT: Duration = Duration::from_secs(10);
 /// Sightings kept at most: far more than the sides a heal brings together; only a flood of
 /// schedules from misbehaving peers gets near it, and then the oldest go first.
 pub const SIGHTINGS_KEPT: usize = 64;
@@ -286,6 +291,8 @@ pub struct Replication {
     replaced: Vec<Schedule>,
     /// When to look again for a late parent only silent peers report.
     poll_at: Option<Instant>,
+    /// Since when the parents have awaited late parents without a break (see [`AWAIT_LIMIT`]).
+    awaiting_since: Option<Instant>,
     /// A relay that failed, and until when it is passed over.
     relay_failed: Option<(NodeId, Instant)>,
 }
@@ -302,6 +309,7 @@ impl Replication {
             skipped: BTreeMap::new(),
             replaced: Vec::new(),
             poll_at: None,
+            awaiting_since: None,
             relay_failed: None,
         }
     }
@@ -405,7 +413,8 @@ impl Replication {
                     self.parents.schedules.push(schedule);
                     // Another one to fetch keeps the scheduler waiting (its fetch is asked for
                     // at the next step): no run between the two.
-                    self.parents.awaiting = self.next_late_parent(now, world).map(|f| f.stamp);
+                    let next = self.next_late_parent(now, world).map(|f| f.stamp);
+                    self.parents.awaiting = self.awaited(now, next);
                     out.push(Action::AddedParent {
                         parents: self.parents.clone(),
                         added,
@@ -428,6 +437,7 @@ impl Replication {
                 if retry_at.is_none() {
                     // Given up: the scheduler waits for the next one, if any, or no longer.
                     let next = self.next_late_parent(now, world).map(|f| f.stamp);
+                    let next = self.awaited(now, next);
                     if self.parents.awaiting != next {
                         self.parents.awaiting = next;
                         out.push(Action::Awaiting {
@@ -455,6 +465,11 @@ impl Replication {
                 .filter(|(tries, _)| *tries < PARENT_TRIES)
                 .map(|(_, next)| *next)
                 .chain(self.poll_at)
+                .chain(
+                    self.awaiting_since
+                        .filter(|_| self.parents.awaiting.is_some())
+                        .map(|since| since + AWAIT_LIMIT),
+                )
                 .min(),
             _ => None,
         };
@@ -558,7 +573,9 @@ impl Replication {
             awaiting: None,
         };
         // Anything reported meanwhile is a late parent: the first run waits for it too.
-        self.parents.awaiting = self.next_late_parent(now, world).map(|f| f.stamp);
+        self.awaiting_since = None;
+        let next = self.next_late_parent(now, world).map(|f| f.stamp);
+        self.parents.awaiting = self.awaited(now, next);
         out.push(Action::Gathered {
             parents: self.parents.clone(),
             took,
@@ -588,6 +605,7 @@ impl Replication {
             // A try again is due later: still waiting for it.
             (None, _) => self.retrying_late_parent(world),
         };
+        let awaiting = self.awaited(now, awaiting);
         if self.parents.awaiting != awaiting {
             self.parents.awaiting = awaiting;
             out.push(Action::Awaiting {
@@ -597,6 +615,17 @@ impl Replication {
         if let Some(fetch) = fetch {
             self.ask(fetch, out);
         }
+    }
+
+    /// What the parents await: `pending`, unless they have awaited late parents for
+    /// [`AWAIT_LIMIT`] without a break.
+    fn awaited(&mut self, now: Instant, pending: Option<ScheduleStamp>) -> Option<ScheduleStamp> {
+        let Some(stamp) = pending else {
+            self.awaiting_since = None;
+            return None;
+        };
+        let since = *self.awaiting_since.get_or_insert(now);
+        (now < since + AWAIT_LIMIT).then_some(stamp)
     }
 
     /// A late parent whose fetch failed and is tried again later, from a peer heard lately.

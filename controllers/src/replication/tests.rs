@@ -1059,3 +1059,27 @@ fn a_new_leaders_first_run_awaits_what_was_reported_after_its_gathering() {
     node.assert_parents(&[&own, &other_side]);
     assert_eq!(node.replica.prefetched.awaiting, None);
 }
+
+#[test]
+fn late_parents_that_keep_failing_hold_the_scheduler_for_ten_seconds_at_most() {
+    // Peers report schedule after schedule of other nodes that no one can serve (broken, or
+    // hostile): the scheduler runs again once the parents awaited them for AWAIT_LIMIT.
+    let (mut node, _own) = settled_leader();
+    let started = node.now;
+    let mut n = 100;
+    while node.now < started + AWAIT_LIMIT + Duration::from_secs(5) {
+        n += 1;
+        node.packet(B, 5, Some(&made_by(C, n)));
+        node.step();
+        if node.machine.in_flight().is_some() {
+            node.answer(Err("connection refused".into()));
+        }
+        let waited = node.now - started;
+        assert_eq!(
+            node.replica.prefetched.awaiting.is_some(),
+            waited < AWAIT_LIMIT,
+            "after {waited:?}"
+        );
+        node.advance(ms(250));
+    }
+}
