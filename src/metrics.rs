@@ -346,7 +346,7 @@ impl Metrics {
             failing_series: Default::default(),
             registry,
         };
-        for t in ["ping", "pong", "vote"] {
+        for t in ["ping", "pong", "vote", "pre_vote"] {
             metrics.messages_sent.with_label_values(&[t]);
             metrics.messages_received.with_label_values(&[t]);
         }

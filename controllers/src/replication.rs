@@ -19,7 +19,11 @@
 //!   0.13 waited 15–75 s);
 //! - once that is done, a schedule of another node that a peer reports later (the other side of
 //!   a healed partition, whose leader followed this one without an election) is fetched and
-//!   added to the parents, tried up to [`PARENT_TRIES`] times;
+//!   added to the parents, tried up to [`PARENT_TRIES`] times; meanwhile the parents say they
+//!   await it ([`Prefetched::awaiting`]) and the scheduler does not run (for at most
+//!   [`AWAIT_LIMIT`] in a row), so that the next schedule after a heal has the other side's
+//!   among its parents (issue 28: a run in between
+//!   made one with its own schedule as its only parent);
 //! - schedules are fetched only from peers heard from lately (in the last two heartbeats): a
 //!   schedule only silent peers report (the other side of a partition that lasts) waits until
 //!   a peer that has it is heard again, instead of using up its tries before the heal;
@@ -51,6 +55,10 @@ pub const REPLACED_KEPT: usize = 4;
 /// a moment before TCP works, and one failure should not lose a side's decisions.
 pub const PARENT_TRIES: u32 = 4;
 pub const PARENT_RETRY: Duration = Duration::from_millis(500);
+/// The longest the scheduler waits for late parents in a row: a heal's other side answers
+/// within a fetch or a few tries, and peers that report schedule after schedule that cannot be
+/// fetched (broken or hostile) must not stop this leader's scheduling.
+pub const AWAIT_LIMIT: Duration = Duration::from_secs(10);
 /// Sightings kept at most: far more than the sides a heal brings together; only a flood of
 /// schedules from misbehaving peers gets near it, and then the oldest go first.
 pub const SIGHTINGS_KEPT: usize = 64;
@@ -232,6 +240,9 @@ pub enum Action {
         parents: Prefetched,
         added: ScheduleStamp,
     },
+    /// The parents now wait for a schedule of another node (`parents.awaiting`), or no longer
+    /// do (it was given up).
+    Awaiting { parents: Prefetched },
     /// A fetch failed or its schedule was refused. `retry_at`: when it is tried again; `None`
     /// when it is not (a gathering goes on without it; a late parent was given up).
     Failed {
@@ -280,6 +291,8 @@ pub struct Replication {
     replaced: Vec<Schedule>,
     /// When to look again for a late parent only silent peers report.
     poll_at: Option<Instant>,
+    /// Since when the parents have awaited late parents without a break (see [`AWAIT_LIMIT`]).
+    awaiting_since: Option<Instant>,
     /// A relay that failed, and until when it is passed over.
     relay_failed: Option<(NodeId, Instant)>,
 }
@@ -296,6 +309,7 @@ impl Replication {
             skipped: BTreeMap::new(),
             replaced: Vec::new(),
             poll_at: None,
+            awaiting_since: None,
             relay_failed: None,
         }
     }
@@ -397,6 +411,10 @@ impl Replication {
                 if self.parents.epoch == *epoch {
                     let added = schedule.stamp();
                     self.parents.schedules.push(schedule);
+                    // Another one to fetch keeps the scheduler waiting (its fetch is asked for
+                    // at the next step): no run between the two.
+                    let next = self.next_late_parent(now, world).map(|f| f.stamp);
+                    self.parents.awaiting = self.awaited(now, next);
                     out.push(Action::AddedParent {
                         parents: self.parents.clone(),
                         added,
@@ -416,6 +434,17 @@ impl Replication {
                     error,
                     retry_at,
                 });
+                if retry_at.is_none() {
+                    // Given up: the scheduler waits for the next one, if any, or no longer.
+                    let next = self.next_late_parent(now, world).map(|f| f.stamp);
+                    let next = self.awaited(now, next);
+                    if self.parents.awaiting != next {
+                        self.parents.awaiting = next;
+                        out.push(Action::Awaiting {
+                            parents: self.parents.clone(),
+                        });
+                    }
+                }
             }
         }
         out
@@ -436,6 +465,11 @@ impl Replication {
                 .filter(|(tries, _)| *tries < PARENT_TRIES)
                 .map(|(_, next)| *next)
                 .chain(self.poll_at)
+                .chain(
+                    self.awaiting_since
+                        .filter(|_| self.parents.awaiting.is_some())
+                        .map(|since| since + AWAIT_LIMIT),
+                )
                 .min(),
             _ => None,
         };
@@ -532,15 +566,20 @@ impl Replication {
             return;
         }
         let found = std::mem::take(&mut gathering.found);
+        let took = now.saturating_duration_since(lead.started);
         self.parents = Prefetched {
             epoch,
             schedules: found.into_values().collect(),
+            awaiting: None,
         };
+        // Anything reported meanwhile is a late parent: the first run waits for it too.
+        self.awaiting_since = None;
+        let next = self.next_late_parent(now, world).map(|f| f.stamp);
+        self.parents.awaiting = self.awaited(now, next);
         out.push(Action::Gathered {
             parents: self.parents.clone(),
-            took: now.saturating_duration_since(lead.started),
+            took,
         });
-        // Anything reported meanwhile is a late parent.
         self.late_parent(now, world, out);
     }
 
@@ -549,11 +588,68 @@ impl Replication {
     /// healed partition, whose leader followed this one without a new election) is fetched and
     /// added to the parents, so the next scheduler run merges it. Reports since the leadership
     /// began count even when the peer has moved on since.
+    /// The scheduler waits while a late parent is being fetched or tried again from a peer heard
+    /// lately (see [`Prefetched::awaiting`]); one only silent peers report (a partition that
+    /// lasts) does not hold it up.
     fn late_parent(&mut self, now: Instant, world: &World, out: &mut Vec<Action>) {
-        self.poll_at = None;
-        if self.in_flight.is_some() {
-            return;
+        let fetch = if self.in_flight.is_some() {
+            None
+        } else {
+            self.next_late_parent(now, world)
+        };
+        let awaiting = match (&fetch, &self.in_flight) {
+            (Some(fetch), _) => Some(fetch.stamp.clone()),
+            (None, Some(f)) if matches!(f.purpose, Purpose::LateParent { .. }) => {
+                Some(f.stamp.clone())
+            }
+            // A try again is due later: still waiting for it.
+            (None, _) => self.retrying_late_parent(world),
+        };
+        let awaiting = self.awaited(now, awaiting);
+        if self.parents.awaiting != awaiting {
+            self.parents.awaiting = awaiting;
+            out.push(Action::Awaiting {
+                parents: self.parents.clone(),
+            });
         }
+        if let Some(fetch) = fetch {
+            self.ask(fetch, out);
+        }
+    }
+
+    /// What the parents await: `pending`, unless they have awaited late parents for
+    /// [`AWAIT_LIMIT`] without a break.
+    fn awaited(&mut self, now: Instant, pending: Option<ScheduleStamp>) -> Option<ScheduleStamp> {
+        let Some(stamp) = pending else {
+            self.awaiting_since = None;
+            return None;
+        };
+        let since = *self.awaiting_since.get_or_insert(now);
+        (now < since + AWAIT_LIMIT).then_some(stamp)
+    }
+
+    /// A late parent whose fetch failed and is tried again later, from a peer heard lately.
+    fn retrying_late_parent(&self, world: &World) -> Option<ScheduleStamp> {
+        let from_ms = self.lead.as_ref().map(|l| l.from_ms)?;
+        let live_since = live_since(world, self.config.recent);
+        let own = world.held.map(|s| &s.hash);
+        sources(world, from_ms, live_since, &self.config.id, false)
+            .into_iter()
+            .find(|(hash, source)| {
+                source.live
+                    && Some(hash) != own
+                    && !self.parents.schedules.iter().any(|s| s.hash == *hash)
+                    && self
+                        .skipped
+                        .get(hash)
+                        .is_some_and(|(tries, _)| *tries < PARENT_TRIES)
+            })
+            .map(|(_, source)| source.stamp)
+    }
+
+    /// The next late parent to fetch, if any (the choice of [`Replication::late_parent`]).
+    fn next_late_parent(&mut self, now: Instant, world: &World) -> Option<Fetch> {
+        self.poll_at = None;
         let from_ms = self.lead.as_ref().map_or_else(
             || {
                 world
@@ -580,16 +676,15 @@ impl Replication {
                 self.poll_at = Some(now + self.config.recent);
                 continue;
             }
-            let fetch = Fetch {
+            return Some(Fetch {
                 peer: source.peer,
                 stamp: source.stamp,
                 purpose: Purpose::LateParent {
                     epoch: world.election.epoch,
                 },
-            };
-            self.ask(fetch, out);
-            return;
+            });
         }
+        None
     }
 
     fn ask(&mut self, fetch: Fetch, out: &mut Vec<Action>) {

@@ -240,6 +240,11 @@ impl ScheduleController {
             if prefetched.epoch != epoch {
                 return Ok(None); // the prefetch wakes us
             }
+            if prefetched.awaiting.is_some() {
+                // Another leader's schedule is on its way (a heal): the next run must have it
+                // among its parents. Its arrival, or giving up on it, wakes us.
+                return Ok(None);
+            }
             let mut done = self.parents_from.lock().unwrap();
             if !done.as_ref().is_some_and(|d| Arc::ptr_eq(d, &prefetched)) {
                 let mut parents = prefetched.schedules.clone();

@@ -523,6 +523,10 @@ pub struct Prefetched {
     /// The epoch of the leadership they were gathered for (0: none yet).
     pub epoch: u64,
     pub schedules: Vec<Schedule>,
+    /// A schedule of another node that a peer heard from lately reported and that is being
+    /// fetched (or tried again) to join these: the scheduler waits for it, so that the next
+    /// schedule after a heal has the other side's among its parents (issue 28).
+    pub awaiting: Option<ScheduleStamp>,
 }
 
 #[cfg(test)]

@@ -320,8 +320,19 @@ fn fetch_state(snap: &Snapshot) -> (Value, &'static str) {
     let held = snap.schedule.as_ref().as_ref();
     if election.is_leader {
         let prefetching = !snap.peers.peers.is_empty() && snap.prefetched.epoch != election.epoch;
+        // After a heal the scheduler waits for the other side's schedule: the hash fetched.
+        let awaiting = snap
+            .prefetched
+            .awaiting
+            .as_ref()
+            .filter(|_| snap.prefetched.epoch == election.epoch);
         return if prefetching {
             (json!({"state": "Prefetching", "Fetching": null}), "waiting")
+        } else if let Some(stamp) = awaiting {
+            (
+                json!({"state": "Prefetching", "Fetching": stamp.hash}),
+                "waiting",
+            )
         } else if held.is_some() {
             (json!({"state": "StableLeader"}), "ok")
         } else {

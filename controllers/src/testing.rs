@@ -481,9 +481,9 @@ impl ReplicaWorld {
         match action {
             Action::Accept(schedule) => self.held = Some(schedule.clone()),
             Action::Replaced(list) => self.replaced = list.clone(),
-            Action::Gathered { parents, .. } | Action::AddedParent { parents, .. } => {
-                self.prefetched = parents.clone()
-            }
+            Action::Gathered { parents, .. }
+            | Action::AddedParent { parents, .. }
+            | Action::Awaiting { parents } => self.prefetched = parents.clone(),
             Action::Fetch(_) | Action::Failed { .. } => {}
         }
     }

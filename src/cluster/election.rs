@@ -185,6 +185,7 @@ impl ElectionTask {
             Kind::Ping => "ping",
             Kind::Pong { .. } => "pong",
             Kind::Vote { .. } => "vote",
+            Kind::PreVote { .. } => "pre_vote",
         };
         self.io.metrics.message_received(kind);
         let now_ms = self.io.clock.now_ms();
@@ -311,6 +312,7 @@ impl ElectionTask {
                 Kind::Ping => "ping",
                 Kind::Pong { .. } => "pong",
                 Kind::Vote { .. } => "vote",
+                Kind::PreVote { .. } => "pre_vote",
             };
             let bytes = match packet.encode_with(self.key.as_ref()) {
                 Ok(b) => b,

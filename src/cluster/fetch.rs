@@ -234,6 +234,15 @@ impl Fetcher {
                     );
                     self.io.prefetched.set(parents);
                 }
+                Action::Awaiting { parents } => {
+                    match &parents.awaiting {
+                        Some(stamp) => {
+                            tracing::info!(hash = %stamp.hash, origin = %stamp.origin, "A peer holds another leader's schedule; scheduling waits until it is fetched.")
+                        }
+                        None => tracing::info!("No longer waiting for another leader's schedule."),
+                    }
+                    self.io.prefetched.set(parents);
+                }
                 Action::AddedParent { parents, added } => {
                     tracing::info!(hash = %added.hash, origin = %added.origin, "A peer holds another leader's schedule; adding it to the parents.");
                     self.io.prefetched.set(parents);
@@ -604,6 +613,7 @@ mod tests {
         writer.prefetched.set(Prefetched {
             epoch: prefetched_epoch,
             schedules: vec![own.clone()],
+            awaiting: None,
         });
         // What the transport saw: the peer's pong with the other side's schedule, then (before
         // the fetcher looked) its next pong with this leader's.

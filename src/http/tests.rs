@@ -955,6 +955,7 @@ async fn events_follow_a_failed_schedule_write_and_the_end_of_a_prefetch() {
     writer.prefetched.set(Prefetched {
         epoch: 2,
         schedules: Vec::new(),
+        awaiting: None,
     });
     let event = next().await;
     assert_eq!(

@@ -113,6 +113,7 @@ fn busy_node() -> (StoreWriter, tempfile::TempDir, Schedule) {
         .set(verwalter_controllers::state::Prefetched {
             epoch: 3,
             schedules: Vec::new(),
+            awaiting: None,
         });
     writer.roles.set(RolesStatus {
         failed: [(

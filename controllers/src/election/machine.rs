@@ -1,6 +1,17 @@
 //! The election state machine of verwalter 0.13, sans IO: time and messages in, state and
 //! actions out. States, transitions and the minimum-votes rule follow the reference (§4.1–§4.3);
 //! the randomised timeouts come from a seeded generator so simulations replay exactly.
+//!
+//! One addition, on by default ([`Machine::pre_vote`]): a node whose timer fires does not raise
+//! its epoch at once. It first asks every peer whether it could win an election at the next
+//! epoch (a *pre-vote*, as etcd's raft does), and starts the real election only once enough
+//! peers said yes. A peer says yes only while it is not following a leader it heard from within
+//! the shortest leader timeout, and changes nothing when it answers. So a node that cannot
+//! reach a majority (cut off, or in the window before minority mode lets its side elect) keeps
+//! its epoch, and on a heal it follows the majority's leader instead of deposing it with an
+//! epoch burnt in elections it could not win. On the wire a pre-vote is a `Vote` packet with a
+//! `pre_vote` field (`wire.rs`); verwalter 0.13 ignores the field and takes it as a real vote,
+//! which the candidate then counts as one.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -67,6 +78,17 @@ pub enum State {
     Starting {
         deadline: Instant,
     },
+    /// Asking whether it could win at `epoch + 1`, still at `epoch` (see the module docs).
+    PreVoting {
+        epoch: u64,
+        /// Peers that said yes, and this node.
+        grants: BTreeSet<NodeId>,
+        /// Of those, peers that answered with a real vote for `epoch + 1` (verwalter 0.13
+        /// nodes, which take a pre-vote for a vote): they count in the real election too.
+        votes: BTreeSet<NodeId>,
+        needed: usize,
+        deadline: Instant,
+    },
     Electing {
         epoch: u64,
         votes: BTreeSet<NodeId>,
@@ -95,6 +117,9 @@ pub enum Message {
     Ping,
     Pong,
     Vote(NodeId),
+    /// A pre-vote for the candidate: from the candidate itself, a question (could it win at
+    /// this epoch?); from another node, a yes.
+    PreVote(NodeId),
 }
 
 /// What the machine asks its transport to do.
@@ -108,6 +133,10 @@ pub enum Action {
     ConfirmVote(NodeId),
     /// Answer a leader's ping.
     Pong(NodeId),
+    /// Broadcast a pre-vote for this node at `epoch` (the machine's epoch + 1).
+    PreVote { epoch: u64 },
+    /// Say yes to a candidate's pre-vote at `epoch`, to the candidate only.
+    GrantPreVote { candidate: NodeId, epoch: u64 },
 }
 
 /// The election state machine of one node.
@@ -127,6 +156,10 @@ pub struct Machine {
     answered: BTreeMap<NodeId, Instant>,
     /// While leading: since when.
     leading_since: Option<Instant>,
+    /// Ask peers before raising the epoch (see the module docs); off: verwalter 0.13's rules.
+    pre_vote: bool,
+    /// While following: when the leader's last ping came.
+    leader_heard: Option<Instant>,
 }
 
 /// Votes needed to lead when `peers` other nodes count (reference §4.3): everyone for one or
@@ -151,6 +184,8 @@ impl Machine {
             keep_leading_without_majority: false,
             answered: BTreeMap::new(),
             leading_since: None,
+            pre_vote: true,
+            leader_heard: None,
         };
         let deadline = now + machine.timings.start_timeout + machine.message_timeout();
         machine.state = State::Starting { deadline };
@@ -167,6 +202,13 @@ impl Machine {
     /// majority (each side of a partition is meant to lead itself).
     pub fn keep_leading_without_majority(mut self, keep: bool) -> Machine {
         self.keep_leading_without_majority = keep;
+        self
+    }
+
+    /// Whether a timeout starts with a pre-vote (the default) or, as in verwalter 0.13, with an
+    /// election at the next epoch.
+    pub fn pre_vote(mut self, on: bool) -> Machine {
+        self.pre_vote = on;
         self
     }
 
@@ -191,7 +233,8 @@ impl Machine {
     pub fn epoch(&self) -> u64 {
         match &self.state {
             State::Starting { .. } => 0,
-            State::Electing { epoch, .. }
+            State::PreVoting { epoch, .. }
+            | State::Electing { epoch, .. }
             | State::Voted { epoch, .. }
             | State::Leader { epoch, .. }
             | State::Follower { epoch, .. } => *epoch,
@@ -202,6 +245,7 @@ impl Machine {
     pub fn deadline(&self) -> Instant {
         match &self.state {
             State::Starting { deadline }
+            | State::PreVoting { deadline, .. }
             | State::Electing { deadline, .. }
             | State::Voted { deadline, .. }
             | State::Follower { deadline, .. } => *deadline,
@@ -236,14 +280,15 @@ impl Machine {
                 if peers == 0 || self.force_leader {
                     self.become_leader(now, 1)
                 } else {
-                    self.start_election(now, 1, peers)
+                    self.time_to_elect(now, 0, peers)
                 }
             }
-            State::Electing { epoch, .. }
+            State::PreVoting { epoch, .. }
+            | State::Electing { epoch, .. }
             | State::Voted { epoch, .. }
             | State::Follower { epoch, .. } => {
-                let next = next_epoch(*epoch);
-                self.start_election(now, next, peers)
+                let epoch = *epoch;
+                self.time_to_elect(now, epoch, peers)
             }
             State::Leader { epoch, .. } => {
                 let epoch = *epoch;
@@ -251,7 +296,7 @@ impl Machine {
                     // Cut off into a minority: the majority elects its own leader (its
                     // followers time out after the same leader timeout), so leading on would
                     // make two leaders. An election is what a leaderless minority node does.
-                    return self.start_election(now, next_epoch(epoch), peers);
+                    return self.time_to_elect(now, epoch, peers);
                 }
                 self.state = State::Leader {
                     epoch,
@@ -294,6 +339,9 @@ impl Machine {
         if from == &self.id {
             return Vec::new();
         }
+        if let Message::PreVote(candidate) = message {
+            return self.pre_vote_message(now, from, epoch, candidate, peers);
+        }
         let own = self.epoch();
         if epoch < own || epoch > MAX_EPOCH {
             return Vec::new();
@@ -318,7 +366,17 @@ impl Machine {
                     self.start_election(now, next_epoch(epoch), peers)
                 }
             }
+            Message::PreVote(_) => unreachable!("handled above"),
             Message::Vote(candidate) => {
+                if let State::PreVoting { epoch: e, .. } = self.state
+                    && candidate == self.id
+                    && epoch == next_epoch(e)
+                    && epoch > e
+                {
+                    // A verwalter 0.13 node took this node's pre-vote for a vote: a yes, and a
+                    // vote for the election that follows.
+                    return self.granted(now, from, true, peers);
+                }
                 if newer || matches!(self.state, State::Starting { .. }) {
                     let deadline = now + self.message_timeout();
                     self.state = State::Voted {
@@ -352,21 +410,139 @@ impl Machine {
         }
     }
 
+    /// A timer says it is time to elect, at `epoch` now: a pre-vote, or (pre-votes off) the
+    /// election at the next epoch.
+    fn time_to_elect(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Action> {
+        if !self.pre_vote || minimum_votes(peers) <= 1 || next_epoch(epoch) == epoch {
+            // Alone (nothing to ask), or at the epoch limit (nothing to protect).
+            return self.start_election(now, next_epoch(epoch).max(1), peers);
+        }
+        self.stable_since = None;
+        self.leader_heard = None;
+        self.state = State::PreVoting {
+            epoch,
+            grants: BTreeSet::from([self.id.clone()]),
+            votes: BTreeSet::new(),
+            needed: minimum_votes(peers),
+            deadline: self.round_deadline(now),
+        };
+        vec![Action::PreVote {
+            epoch: next_epoch(epoch),
+        }]
+    }
+
+    /// A pre-vote from `from` for `candidate` at `epoch`: a question when the candidate sent
+    /// it, else an answer. Neither changes this node's epoch or whom it follows.
+    fn pre_vote_message(
+        &mut self,
+        now: Instant,
+        from: &NodeId,
+        epoch: u64,
+        candidate: NodeId,
+        peers: usize,
+    ) -> Vec<Action> {
+        if epoch > MAX_EPOCH {
+            return Vec::new();
+        }
+        if candidate == *from {
+            // A question. Yes only if a real election at that epoch would get this node's vote
+            // (a newer epoch) and this node has no leader it heard from lately: a leader, or a
+            // follower its leader pinged within the shortest leader timeout, would be deposed
+            // by an election the candidate only wants because it cannot hear that leader.
+            let live_leader = match &self.state {
+                State::Leader { .. } => true,
+                State::Follower { .. } => self
+                    .leader_heard
+                    .is_some_and(|at| now < at + self.timings.message_timeout_min),
+                _ => false,
+            };
+            if epoch > self.epoch() && !live_leader {
+                return vec![Action::GrantPreVote { candidate, epoch }];
+            }
+            if let State::Leader { epoch: own, .. } = self.state
+                && epoch > next_epoch(own)
+            {
+                // The candidate is ahead of this leader (a real election it started reached a
+                // higher epoch): it ignores this leader's pings and its pre-votes get no yes
+                // while the followers hear their leader. Elect anew at the candidate's epoch,
+                // which it and the followers vote in: this leader most likely stays leader, and
+                // the candidate follows it.
+                return self.start_election(now, epoch, peers);
+            }
+            return Vec::new();
+        }
+        match &self.state {
+            State::PreVoting { epoch: e, .. }
+                if candidate == self.id && epoch == next_epoch(*e) && epoch > *e =>
+            {
+                self.granted(now, from, false, peers)
+            }
+            _ => Vec::new(), // a late or stray answer
+        }
+    }
+
+    /// `from` said yes to this node's pre-vote (`vote`: with a real vote, see
+    /// [`State::PreVoting`]). With enough yeses the real election starts.
+    fn granted(&mut self, now: Instant, from: &NodeId, vote: bool, peers: usize) -> Vec<Action> {
+        let State::PreVoting {
+            epoch,
+            grants,
+            votes,
+            needed,
+            ..
+        } = &mut self.state
+        else {
+            return Vec::new();
+        };
+        grants.insert(from.clone());
+        if vote {
+            votes.insert(from.clone());
+        }
+        if grants.len() < minimum_votes(peers).max(*needed) {
+            return Vec::new();
+        }
+        let (epoch, votes) = (next_epoch(*epoch), std::mem::take(votes));
+        let mut actions = self.start_election(now, epoch, peers);
+        if let State::Electing {
+            votes: mine,
+            needed,
+            ..
+        } = &mut self.state
+        {
+            mine.extend(votes);
+            if mine.len() >= *needed {
+                let voters = std::mem::take(mine);
+                actions = self.become_leader(now, epoch);
+                self.answered = voters
+                    .into_iter()
+                    .filter(|v| *v != self.id)
+                    .map(|v| (v, now))
+                    .collect();
+            }
+        }
+        actions
+    }
+
+    /// The end of an election round: one to two heartbeats, at random. With rounds of a fixed
+    /// length, two candidates that started within one message delay of each other stay in
+    /// lockstep and, when only a bare majority is alive, split its votes forever (the
+    /// simulation in `sim.rs` found this; verwalter 0.13 has it too).
+    fn round_deadline(&mut self, now: Instant) -> Instant {
+        let jitter = self
+            .rng
+            .random_range(Duration::ZERO..self.timings.heartbeat);
+        now + self.timings.heartbeat + jitter
+    }
+
     fn start_election(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Action> {
         let votes = BTreeSet::from([self.id.clone()]);
         let needed = minimum_votes(peers);
         self.stable_since = None;
+        self.leader_heard = None;
         if votes.len() >= needed {
             return self.become_leader(now, epoch);
         }
-        // A round lasts one to two heartbeats, at random: with rounds of a fixed length, two
-        // candidates that started within one message delay of each other stay in lockstep and,
-        // when only a bare majority is alive, split its votes forever (the simulation in
-        // `sim.rs` found this; verwalter 0.13 has it too).
-        let jitter = self
-            .rng
-            .random_range(Duration::ZERO..self.timings.heartbeat);
-        let deadline = now + self.timings.heartbeat + jitter;
+        let deadline = self.round_deadline(now);
         self.state = State::Electing {
             epoch,
             votes,
@@ -384,6 +560,7 @@ impl Machine {
         self.stable_since = Some(now);
         self.answered.clear();
         self.leading_since = Some(now);
+        self.leader_heard = None;
         vec![Action::PingAll]
     }
 
@@ -394,6 +571,7 @@ impl Machine {
             self.stable_since = Some(now);
         }
         let deadline = now + self.message_timeout();
+        self.leader_heard = Some(now);
         self.state = State::Follower {
             leader,
             epoch,

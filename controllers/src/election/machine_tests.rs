@@ -5,8 +5,9 @@ use super::*;
 const ME: &str = "e0beef0000000000000000000000000a";
 const PEER: &str = "e0beef0000000000000000000000000b";
 
+/// 0.13's rules: a timeout starts the election at the next epoch, without a pre-vote.
 fn machine(now: Instant) -> Machine {
-    Machine::new(ME.into(), now, Timings::v0_13(), 1)
+    Machine::new(ME.into(), now, Timings::v0_13(), 1).pre_vote(false)
 }
 
 /// A new machine and the time it was made.
@@ -204,7 +205,7 @@ fn a_leader_cut_off_into_a_minority_steps_down_within_a_leader_timeout() {
         if now >= m.deadline() {
             let actions = m.time_passed(now, 4, true);
             if !matches!(m.state(), State::Leader { .. }) {
-                assert_eq!(actions, vec![Action::Vote]);
+                assert_eq!(actions, vec![Action::PreVote { epoch: 2 }]);
                 stepped_down = Some(at);
                 break;
             }
@@ -214,9 +215,10 @@ fn a_leader_cut_off_into_a_minority_steps_down_within_a_leader_timeout() {
     let at = stepped_down.expect("still leading a second after losing the majority");
     // Within the leader timeout (750 ms) and a heartbeat of the last pong from C (at ~12 s).
     assert!(at <= 12_000 + 750 + 250, "stepped down at {at} ms");
-    // It is an ordinary leaderless node now: no leader, an election at the next epoch.
+    // It is an ordinary leaderless node now: no leader, asking whether it could win at the next
+    // epoch (a pre-vote), still at its own.
     assert!(
-        matches!(m.state(), State::Electing { epoch: 2, .. }),
+        matches!(m.state(), State::PreVoting { epoch: 1, .. }),
         "{:?}",
         m.state()
     );
@@ -297,4 +299,174 @@ fn an_epoch_beyond_the_limit_is_ignored_and_epochs_never_wrap() {
     let mut m = leader_of_five(t0, false);
     m.message(t0 + ms(10_002), &D.into(), MAX_EPOCH, Message::Pong, 4);
     assert_eq!(m.epoch(), MAX_EPOCH);
+}
+
+// Pre-votes (issue 28): a node asks before it raises its epoch.
+
+/// A follower of PEER at epoch 3 in a five-node cluster (daemon timings), pinged at `t0`.
+fn follower_of_five(t0: Instant) -> Machine {
+    let mut m = Machine::new(ME.into(), t0, Timings::default(), 1);
+    assert_eq!(
+        m.message(t0, &PEER.into(), 3, Message::Ping, 4),
+        vec![Action::Pong(PEER.into())]
+    );
+    m
+}
+
+#[test]
+fn a_timeout_asks_first_and_a_round_without_enough_yeses_keeps_the_epoch() {
+    let t0 = Instant::now();
+    let mut m = follower_of_five(t0);
+    let mut now = m.deadline();
+    assert_eq!(
+        m.time_passed(now, 4, true),
+        vec![Action::PreVote { epoch: 4 }]
+    );
+    assert!(
+        matches!(m.state(), State::PreVoting { epoch: 3, .. }),
+        "{:?}",
+        m.state()
+    );
+    assert_eq!(m.epoch(), 3);
+    assert_eq!(m.stable_since(), None);
+    // One yes of the two more it needs: the round ends, another starts, the epoch stays (a
+    // hundred rounds of a cut-off node).
+    m.message(now, &C.into(), 4, Message::PreVote(ME.into()), 4);
+    for _ in 0..100 {
+        now = m.deadline();
+        assert_eq!(
+            m.time_passed(now, 4, true),
+            vec![Action::PreVote { epoch: 4 }]
+        );
+        assert_eq!(m.epoch(), 3);
+    }
+    // Yeses that are not answers to this round's question change nothing: for another
+    // candidate, or for another epoch.
+    for (candidate, epoch) in [(C, 4), (ME, 5), (ME, 3)] {
+        let before = m.state().clone();
+        assert!(
+            m.message(now, &D.into(), epoch, Message::PreVote(candidate.into()), 4)
+                .is_empty()
+        );
+        assert_eq!(*m.state(), before);
+    }
+    // Two yeses: the real election at the next epoch.
+    assert!(
+        m.message(now, &C.into(), 4, Message::PreVote(ME.into()), 4)
+            .is_empty()
+    );
+    assert_eq!(
+        m.message(now, &D.into(), 4, Message::PreVote(ME.into()), 4),
+        vec![Action::Vote]
+    );
+    assert!(matches!(m.state(), State::Electing { epoch: 4, .. }));
+    // Its real votes elect it.
+    m.message(now, &C.into(), 4, Message::Vote(ME.into()), 4);
+    assert_eq!(
+        m.message(now, &D.into(), 4, Message::Vote(ME.into()), 4),
+        vec![Action::PingAll]
+    );
+    assert!(matches!(m.state(), State::Leader { epoch: 4, .. }));
+}
+
+#[test]
+fn a_node_with_a_live_leader_says_no_and_nobody_changes_state_by_answering() {
+    let t0 = Instant::now();
+    let mut m = follower_of_five(t0);
+    let ask = |m: &mut Machine, at: u64, epoch: u64| {
+        m.message(t0 + ms(at), &C.into(), epoch, Message::PreVote(C.into()), 4)
+    };
+    // Pinged 100 ms ago: no (a real vote at that epoch would depose its leader).
+    assert!(ask(&mut m, 100, 4).is_empty());
+    assert!(matches!(m.state(), State::Follower { epoch: 3, .. }));
+    // Pinged again at 700 ms; at 1500 ms that ping is older than the shortest leader timeout
+    // (750 ms): yes, and it still follows its leader at its epoch. Not for its own epoch.
+    assert_eq!(
+        m.message(t0 + ms(700), &PEER.into(), 3, Message::Ping, 4),
+        vec![Action::Pong(PEER.into())]
+    );
+    assert!(ask(&mut m, 1449, 4).is_empty());
+    assert!(ask(&mut m, 1500, 3).is_empty());
+    let before = m.state().clone();
+    assert_eq!(
+        ask(&mut m, 1500, 4),
+        vec![Action::GrantPreVote {
+            candidate: C.into(),
+            epoch: 4
+        }]
+    );
+    assert_eq!(*m.state(), before);
+
+    // A starting node says yes (a new cluster), and a leader no.
+    let mut starting = Machine::new(ME.into(), t0, Timings::default(), 1);
+    assert_eq!(
+        starting.message(t0, &C.into(), 1, Message::PreVote(C.into()), 4),
+        vec![Action::GrantPreVote {
+            candidate: C.into(),
+            epoch: 1
+        }]
+    );
+    assert!(matches!(starting.state(), State::Starting { .. }));
+    let mut leader = leader_of_five(t0, false);
+    assert!(
+        leader
+            .message(t0 + ms(10_002), &C.into(), 2, Message::PreVote(C.into()), 4)
+            .is_empty()
+    );
+    assert!(matches!(leader.state(), State::Leader { epoch: 1, .. }));
+}
+
+#[test]
+fn a_pre_voting_node_follows_the_leader_of_its_epoch_when_it_hears_it_again() {
+    let t0 = Instant::now();
+    let mut m = follower_of_five(t0);
+    let now = m.deadline();
+    m.time_passed(now, 4, true);
+    assert!(matches!(m.state(), State::PreVoting { epoch: 3, .. }));
+    // The heal: the leader's ping at the epoch the node kept.
+    assert_eq!(
+        m.message(now + ms(10), &PEER.into(), 3, Message::Ping, 4),
+        vec![Action::Pong(PEER.into())]
+    );
+    assert!(matches!(m.state(), State::Follower { epoch: 3, .. }));
+}
+
+#[test]
+fn a_0_13_node_that_votes_for_a_pre_vote_counts_as_a_yes_and_a_vote() {
+    let t0 = Instant::now();
+    let mut m = follower_of_five(t0);
+    let now = m.deadline();
+    m.time_passed(now, 4, true);
+    // 0.13 nodes C and D take the pre-vote for a vote and vote at epoch 4: that is a majority
+    // with this node, so it leads at once.
+    assert!(
+        m.message(now, &C.into(), 4, Message::Vote(ME.into()), 4)
+            .is_empty()
+    );
+    assert_eq!(
+        m.message(now, &D.into(), 4, Message::Vote(ME.into()), 4),
+        vec![Action::PingAll]
+    );
+    assert!(matches!(m.state(), State::Leader { epoch: 4, .. }));
+}
+
+#[test]
+fn a_leader_behind_a_pre_voting_node_elects_anew_at_its_epoch() {
+    let t0 = Instant::now();
+    let mut m = leader_of_five(t0, false);
+    // C asks at 3: it is at 2, ahead of this leader of 1, and ignores its pings.
+    assert_eq!(
+        m.message(t0 + ms(10_002), &C.into(), 3, Message::PreVote(C.into()), 4),
+        vec![Action::Vote]
+    );
+    assert!(matches!(m.state(), State::Electing { epoch: 3, .. }));
+}
+
+#[test]
+fn without_pre_votes_a_timeout_elects_at_the_next_epoch_as_0_13_did() {
+    let t0 = Instant::now();
+    let mut m = follower_of_five(t0).pre_vote(false);
+    let now = m.deadline();
+    assert_eq!(m.time_passed(now, 4, true), vec![Action::Vote]);
+    assert!(matches!(m.state(), State::Electing { epoch: 4, .. }));
 }

@@ -150,7 +150,8 @@ fn ms(n: u64) -> Duration {
 /// Builds `start` from a fresh machine, returning the machine and the time of its last input.
 fn build(start: Start) -> (Machine, Instant) {
     let t0 = Instant::now();
-    let mut m = Machine::new(id(Me), t0, Timings::default(), 7);
+    // The transitions of 0.13's rules; pre-votes have their own tests (`machine_tests.rs`).
+    let mut m = Machine::new(id(Me), t0, Timings::default(), 7).pre_vote(false);
     let mut now = t0;
     // Electing at 1, then two lost rounds take it to `E`.
     fn elect(m: &mut Machine, now: &mut Instant) {
@@ -464,6 +465,7 @@ fn check(row: &Row) -> Result<(), String> {
 fn before_deadline(state: &State) -> Instant {
     match state {
         State::Starting { deadline }
+        | State::PreVoting { deadline, .. }
         | State::Electing { deadline, .. }
         | State::Voted { deadline, .. }
         | State::Follower { deadline, .. } => *deadline,
@@ -474,7 +476,8 @@ fn before_deadline(state: &State) -> Instant {
 fn epoch_of(state: &State) -> u64 {
     match state {
         State::Starting { .. } => 0,
-        State::Electing { epoch, .. }
+        State::PreVoting { epoch, .. }
+        | State::Electing { epoch, .. }
         | State::Voted { epoch, .. }
         | State::Leader { epoch, .. }
         | State::Follower { epoch, .. } => *epoch,

@@ -85,6 +85,12 @@ pub fn view(
             view.num_votes_for_me = Some(votes.len());
             view.needed_votes = Some(*needed);
         }
+        // Shown as an election: the yeses so far against the votes it will need.
+        State::PreVoting { grants, needed, .. } => {
+            view.promoting = Some(machine.id().clone());
+            view.num_votes_for_me = Some(grants.len());
+            view.needed_votes = Some(*needed);
+        }
         State::Voted { peer, .. } => view.promoting = Some(peer.clone()),
         State::Leader { .. } => {
             view.is_leader = true;

@@ -136,6 +136,10 @@ pub fn outgoing(
     stamp: Option<&ScheduleStamp>,
     lz4_sha1: Option<(&str, [u8; 20])>,
 ) -> (Packet, To) {
+    let action_epoch = match &action {
+        Action::PreVote { epoch } | Action::GrantPreVote { epoch, .. } => Some(*epoch),
+        _ => None,
+    };
     let (kind, to) = match action {
         Action::PingAll => (Kind::Ping, To::All),
         Action::Vote => (
@@ -151,6 +155,23 @@ pub fn outgoing(
             To::Peer(candidate),
         ),
         Action::Pong(leader) => (Kind::Pong { errors }, To::Peer(leader)),
+        Action::PreVote { .. } => (
+            Kind::PreVote {
+                target: own.clone(),
+            },
+            To::All,
+        ),
+        Action::GrantPreVote { candidate, .. } => (
+            Kind::PreVote {
+                target: candidate.clone(),
+            },
+            To::Peer(candidate),
+        ),
+    };
+    // A pre-vote is about the epoch the election would have, not the node's own.
+    let epoch = match &action_epoch {
+        Some(epoch) => *epoch,
+        None => epoch,
     };
     let schedule = match kind {
         Kind::Ping => stamp.filter(|s| s.origin == *own).cloned(),
@@ -195,17 +216,24 @@ impl Cause {
 }
 
 /// The `reason` label of an election this node started going from `before` to `after`, or
-/// `None` if it did not start one (not electing, or still in the same election).
+/// `None` if it did not start one (not electing, or still in the same election). A pre-vote
+/// starts an election, and so does each new round of it; the real election a won pre-vote
+/// leads to is the same one.
 pub fn election_started(before: &State, after: &State, cause: Cause) -> Option<&'static str> {
-    let State::Electing { epoch, .. } = after else {
-        return None;
-    };
     let timeout = cause == Cause::Timeout;
+    match (before, after) {
+        (State::PreVoting { .. }, State::PreVoting { .. }) if !timeout => return None,
+        (State::PreVoting { .. }, State::Electing { .. }) if !timeout => return None,
+        (State::Electing { epoch: e, .. }, State::Electing { epoch, .. }) if e == epoch => {
+            return None;
+        }
+        (_, State::PreVoting { .. } | State::Electing { .. }) => {}
+        _ => return None,
+    }
     Some(match before {
-        State::Electing { epoch: e, .. } if e == epoch => return None,
         State::Starting { .. } => "start",
         State::Follower { .. } if timeout => "leader_timeout",
-        State::Electing { .. } if timeout => "election_timeout",
+        State::Electing { .. } | State::PreVoting { .. } if timeout => "election_timeout",
         State::Voted { .. } if timeout => "vote_timeout",
         State::Leader { .. } if timeout => "lost_majority",
         _ => match cause {

@@ -49,6 +49,11 @@ pub enum Kind {
     Vote {
         target: NodeId,
     },
+    /// A pre-vote (see `machine.rs`): a `Vote` packet with `pre_vote: true`, from this version
+    /// only. verwalter 0.13 ignores the field and takes it as a vote.
+    PreVote {
+        target: NodeId,
+    },
 }
 
 /// A packet that cannot be encoded or decoded.
@@ -139,6 +144,9 @@ enum Wire<'a> {
         epoch: u64,
         target: ByteArray<16>,
         schedule: Option<WireStamp<'a>>,
+        /// Left out unless set, so that a vote is byte for byte 0.13's.
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        pre_vote: bool,
     },
 }
 
@@ -266,6 +274,14 @@ impl Packet {
                 epoch,
                 target: id_bytes("target", target)?,
                 schedule,
+                pre_vote: false,
+            },
+            Kind::PreVote { target } => Wire::Vote {
+                id,
+                epoch,
+                target: id_bytes("target", target)?,
+                schedule,
+                pre_vote: true,
             },
         };
         let mut bytes = Vec::with_capacity(128);
@@ -304,9 +320,14 @@ impl Packet {
             "Pong" => Kind::Pong {
                 errors: fields.uint("errors")?,
             },
-            _ => Kind::Vote {
-                target: fields.id("target")?,
-            },
+            _ => {
+                let target = fields.id("target")?;
+                if fields.flag("pre_vote")? {
+                    Kind::PreVote { target }
+                } else {
+                    Kind::Vote { target }
+                }
+            }
         };
         Ok(Packet {
             from,
@@ -323,6 +344,7 @@ impl Packet {
             Kind::Ping => Message::Ping,
             Kind::Pong { .. } => Message::Pong,
             Kind::Vote { target } => Message::Vote(target.clone()),
+            Kind::PreVote { target } => Message::PreVote(target.clone()),
         }
     }
 }
@@ -445,6 +467,15 @@ impl Fields {
                 }
             }
             other => Err(self.wrong(field, "an id (16 bytes or 32 hex characters)", &other)),
+        }
+    }
+
+    /// An optional flag: absent or null is false.
+    fn flag(&mut self, field: &str) -> Result<bool, WireError> {
+        match self.take(field)? {
+            None | Some(Value::Null) => Ok(false),
+            Some(Value::Bool(b)) => Ok(b),
+            Some(other) => Err(self.wrong(field, "a boolean", &other)),
         }
     }
 

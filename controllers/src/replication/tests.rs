@@ -794,7 +794,8 @@ fn old_sightings_from_before_the_leadership_do_not_count() {
         vec![Action::Gathered {
             parents: Prefetched {
                 epoch: 2,
-                schedules: vec![]
+                schedules: vec![],
+                awaiting: None,
             },
             took: Duration::ZERO,
         }]
@@ -964,4 +965,140 @@ fn a_relay_that_fails_sends_the_follower_to_its_leader_at_once_and_is_paused() {
     node.advance(ms(1));
     node.packet(&leader, 3, Some(&third));
     assert_eq!(fetches(&node.step())[0].peer, B);
+}
+
+// Issue 28: the scheduler waits for a late parent, so that the next schedule after a heal has
+// the other side's last schedule among its parents.
+
+#[test]
+fn the_parents_await_a_late_parent_until_it_is_added() {
+    let (mut node, own) = settled_leader();
+    assert_eq!(
+        node.replica.prefetched.awaiting, None,
+        "nothing to wait for"
+    );
+    let other_side = made_by(B, 9);
+    node.packet(B, 5, Some(&other_side));
+    let asked = node.step();
+    // Published before the fetch is asked for: no run in between.
+    assert!(
+        matches!(&asked[..], [Action::Awaiting { parents }, Action::Fetch(_)]
+            if parents.awaiting == Some(other_side.stamp())),
+        "{asked:?}"
+    );
+    assert_eq!(node.replica.prefetched.awaiting, Some(other_side.stamp()));
+    node.answer(Ok(other_side.clone()));
+    node.assert_parents(&[&own, &other_side]);
+    assert_eq!(node.replica.prefetched.awaiting, None);
+}
+
+#[test]
+fn two_late_parents_are_awaited_one_after_the_other_without_a_gap() {
+    let (mut node, own) = settled_leader();
+    let (b, c) = (made_by(B, 9), made_by(C, 9));
+    node.packet(B, 5, Some(&b));
+    node.packet(C, 5, Some(&c));
+    node.step();
+    let first = node.in_flight().stamp;
+    let actions = node.answer(Ok(if first == b.stamp() {
+        b.clone()
+    } else {
+        c.clone()
+    }));
+    // The parents published with the first one already await the second.
+    let Some(Action::AddedParent { parents, .. }) = actions.first() else {
+        panic!("{actions:?}");
+    };
+    assert!(
+        parents.awaiting.as_ref().is_some_and(|s| *s != first),
+        "{parents:?}"
+    );
+    node.serve_all(&[&b, &c]);
+    node.assert_parents(&[&own, &b, &c]);
+    assert_eq!(node.replica.prefetched.awaiting, None);
+}
+
+#[test]
+fn a_late_parent_is_awaited_through_its_retries_and_no_longer_once_given_up() {
+    let (mut node, _own, other_side) = late_parent_fetching();
+    assert_eq!(node.replica.prefetched.awaiting, Some(other_side.stamp()));
+    loop {
+        let actions = node.answer(Err("connection refused".into()));
+        let Some(Action::Failed { retry_at, .. }) = actions.first() else {
+            panic!("{actions:?}");
+        };
+        let Some(at) = *retry_at else { break };
+        assert_eq!(
+            node.replica.prefetched.awaiting,
+            Some(other_side.stamp()),
+            "still awaited until the next try"
+        );
+        node.advance(at - node.now);
+        node.packet(B, 5, Some(&other_side));
+        node.step();
+    }
+    assert_eq!(node.replica.prefetched.awaiting, None, "given up");
+}
+
+#[test]
+fn a_schedule_only_silent_peers_report_is_not_awaited() {
+    // A partition that lasts must not stop this side's scheduling.
+    let (mut node, _own) = settled_leader();
+    let other_side = made_by(C, 1);
+    node.packet(B, 5, Some(&other_side));
+    node.advance(Duration::from_secs(10));
+    node.packet(A, 5, None);
+    assert!(fetches(&node.step()).is_empty());
+    assert_eq!(node.replica.prefetched.awaiting, None);
+}
+
+#[test]
+fn a_new_leaders_first_run_awaits_what_was_reported_after_its_gathering() {
+    let own = made_by(ME, 1);
+    let mut node = Node::new().holding(&own);
+    node.packet(A, 5, Some(&own));
+    node.lead(5);
+    // B's report arrives once A answered, before the machine ends the gathering.
+    let other_side = made_by(B, 9);
+    node.packet(B, 5, Some(&other_side));
+    let actions = node.step();
+    let gathered = actions.iter().find_map(|a| match a {
+        Action::Gathered { parents, .. } => Some(parents),
+        _ => None,
+    });
+    // Whether it was gathered or comes as a late parent, the first run waits for it.
+    if let Some(parents) = gathered {
+        assert!(
+            parents.schedules.iter().any(|s| s.hash == other_side.hash)
+                || parents.awaiting == Some(other_side.stamp()),
+            "{parents:?}"
+        );
+    }
+    node.serve_all(&[&other_side]);
+    node.assert_parents(&[&own, &other_side]);
+    assert_eq!(node.replica.prefetched.awaiting, None);
+}
+
+#[test]
+fn late_parents_that_keep_failing_hold_the_scheduler_for_ten_seconds_at_most() {
+    // Peers report schedule after schedule of other nodes that no one can serve (broken, or
+    // hostile): the scheduler runs again once the parents awaited them for AWAIT_LIMIT.
+    let (mut node, _own) = settled_leader();
+    let started = node.now;
+    let mut n = 100;
+    while node.now < started + AWAIT_LIMIT + Duration::from_secs(5) {
+        n += 1;
+        node.packet(B, 5, Some(&made_by(C, n)));
+        node.step();
+        if node.machine.in_flight().is_some() {
+            node.answer(Err("connection refused".into()));
+        }
+        let waited = node.now - started;
+        assert_eq!(
+            node.replica.prefetched.awaiting.is_some(),
+            waited < AWAIT_LIMIT,
+            "after {waited:?}"
+        );
+        node.advance(ms(250));
+    }
 }

@@ -27,6 +27,8 @@ struct Rig {
     clock: Arc<FakeClock>,
     peers: Field<Peers>,
     reports: Field<crate::state::Reports>,
+    /// The parents a cluster leader gathers (read only by a controller `with_prefetch`).
+    prefetched: Field<crate::state::Prefetched>,
     stop: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
     persist_handle: tokio::task::JoinHandle<()>,
@@ -45,7 +47,12 @@ fn rig(leader: bool) -> Rig {
 }
 
 fn rig_with(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration) -> Rig {
-    rig_from(None, leader, saved, period)
+    rig_from(None, leader, saved, period, false)
+}
+
+/// With `prefetch`, as in a cluster: each leadership's first run waits for its parents.
+fn rig_of(leader: bool, saved: Arc<MemoryScheduleStore>, period: Duration, prefetch: bool) -> Rig {
+    rig_from(None, leader, saved, period, prefetch)
 }
 
 /// A rig whose node starts holding `stored` (the schedule loaded from the storage dir).
@@ -54,6 +61,7 @@ fn rig_from(
     leader: bool,
     saved: Arc<MemoryScheduleStore>,
     period: Duration,
+    prefetch: bool,
 ) -> Rig {
     let writer = StoreWriter::new(stored);
     let store = writer.store();
@@ -67,6 +75,7 @@ fn rig_from(
         scheduler_metrics,
         peers: peers_field,
         reports,
+        prefetched,
         ..
     } = writer;
     election.set(ElectionState {
@@ -80,7 +89,7 @@ fn rig_from(
     let persister = Arc::new(Persister::new(saved.clone(), persist_error));
     let schedule = Arc::new(schedule);
     let clock = FakeClock::at(1_000);
-    let controller = Arc::new(ScheduleController::new(
+    let controller = ScheduleController::new(
         store.clone(),
         ScheduleOutputs {
             schedule: schedule.clone(),
@@ -98,7 +107,12 @@ fn rig_from(
             },
             period,
         },
-    ));
+    );
+    let controller = Arc::new(if prefetch {
+        controller.with_prefetch()
+    } else {
+        controller
+    });
     let config = DriverConfig {
         resync: Duration::from_secs(3600),
         backoff: Backoff {
@@ -125,6 +139,7 @@ fn rig_from(
         clock,
         peers: peers_field,
         reports,
+        prefetched,
         stop,
         handle,
         persist_handle,
@@ -417,6 +432,7 @@ async fn the_first_schedule_of_a_leadership_is_restamped_when_its_data_is_unchan
         true,
         Arc::default(),
         Duration::from_secs(10),
+        false,
     );
     settle().await;
     assert_eq!(rig.scheduler.runs(), 1);
@@ -467,6 +483,7 @@ async fn a_restamp_is_later_than_the_stamp_it_replaces_even_when_the_clock_went_
         true,
         Arc::default(),
         Duration::from_secs(10),
+        false,
     );
     settle().await;
     assert_eq!(in_force(&rig).timestamp, 50_001);
@@ -612,4 +629,52 @@ fn other_data_or_another_origin_is_a_new_schedule_never_a_restamp() {
     };
     assert_eq!(restamped.timestamp, 11_000);
     assert_eq!(restamped.hash, current.hash);
+}
+
+/// Issue 28: while the parents await another leader's schedule (a heal), no run, whatever
+/// else changes; once it is added, the next run has it among its parents.
+#[tokio::test(start_paused = true)]
+async fn a_leader_does_not_schedule_while_its_parents_await_another_leaders_schedule() {
+    let rig = rig_of(true, Arc::default(), Duration::from_secs(10), true);
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 0, "waits for its parents");
+    rig.prefetched.set(crate::state::Prefetched {
+        epoch: 1,
+        schedules: Vec::new(),
+        awaiting: None,
+    });
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    let own = rig
+        .store
+        .schedule
+        .peek()
+        .as_ref()
+        .clone()
+        .expect("a schedule");
+    let other = Schedule::new(json!({"other": "side"}), 5, "bb".repeat(16));
+    rig.prefetched.set(crate::state::Prefetched {
+        epoch: 1,
+        schedules: Vec::new(),
+        awaiting: Some(other.stamp()),
+    });
+    rig.inputs.set(inputs(json!({"app": {"v2": {}}})));
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert_eq!(
+        rig.scheduler.runs(),
+        1,
+        "no run while awaiting, not even the period's"
+    );
+    rig.prefetched.set(crate::state::Prefetched {
+        epoch: 1,
+        schedules: vec![other.clone()],
+        awaiting: None,
+    });
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    let input = rig.scheduler.inputs.lock().unwrap()[1].clone();
+    let parents: Vec<&serde_json::Value> = input.parents.iter().map(|p| &**p).collect();
+    assert!(parents.contains(&&**other.data.tree()), "{parents:?}");
+    assert!(parents.contains(&&**own.data.tree()), "{parents:?}");
+    rig.stop().await;
 }

@@ -153,6 +153,7 @@ fn a_new_leader_with_peers_prefetches_until_it_gathered_this_epochs_schedules() 
     writer.prefetched.set(Prefetched {
         epoch: 4,
         schedules: Vec::new(),
+        awaiting: None,
     });
     let status = status(&writer);
     assert_eq!(
@@ -164,10 +165,24 @@ fn a_new_leader_with_peers_prefetches_until_it_gathered_this_epochs_schedules() 
     writer.prefetched.set(Prefetched {
         epoch: 5,
         schedules: Vec::new(),
+        awaiting: None,
     });
     let status = self::status(&writer);
     assert_eq!(status.fetch_state, json!({"state": "StableLeader"}));
     assert_eq!(status.schedule_status, "ok");
+
+    // After a heal, waiting for another leader's schedule before the next run (issue 28).
+    writer.prefetched.set(Prefetched {
+        epoch: 5,
+        schedules: Vec::new(),
+        awaiting: Some(stamp("other-side")),
+    });
+    let status = self::status(&writer);
+    assert_eq!(
+        status.fetch_state,
+        json!({"state": "Prefetching", "Fetching": "other-side"})
+    );
+    assert_eq!(status.schedule_status, "waiting");
 }
 
 #[test]
@@ -569,6 +584,7 @@ fn every_field_the_status_shows_wakes_its_triggers_and_no_other_does() {
                 _ = writer.prefetched.set(Prefetched {
                     epoch: 2,
                     schedules: Vec::new(),
+                    awaiting: None,
                 })
             }),
         ),

@@ -282,8 +282,38 @@ fn actions_become_packets_for_everyone_or_one_peer() {
     let (pong, to) = outgoing(Action::Pong(BETA.into()), &own, 9, 2, Some(&older), None);
     assert_eq!(to, To::Peer(BETA.into()));
     assert_eq!(pong.kind, Kind::Pong { errors: 2 });
-    assert_eq!(pong.schedule, Some(older));
+    assert_eq!(pong.schedule, Some(older.clone()));
     assert_eq!(pong.from, OWN);
+
+    // Pre-votes go out at the epoch the election would have, not the node's own.
+    let (pre, to) = outgoing(
+        Action::PreVote { epoch: 10 },
+        &own,
+        9,
+        2,
+        Some(&older),
+        None,
+    );
+    assert_eq!((to, pre.epoch), (To::All, 10));
+    assert_eq!(
+        pre.kind,
+        Kind::PreVote {
+            target: own.clone()
+        }
+    );
+    assert_eq!(pre.schedule, Some(older), "pre-votes carry what it has");
+    let grant = Action::GrantPreVote {
+        candidate: BETA.into(),
+        epoch: 12,
+    };
+    let (yes, to) = outgoing(grant, &own, 9, 2, None, None);
+    assert_eq!((to, yes.epoch), (To::Peer(BETA.into()), 12));
+    assert_eq!(
+        yes.kind,
+        Kind::PreVote {
+            target: BETA.into()
+        }
+    );
 }
 
 #[test]
@@ -329,6 +359,23 @@ fn elections_started_are_labelled_by_what_ended_the_state_before() {
         "still the same election"
     );
     assert_eq!(election_started(&follower, &leader, Cause::Timeout), None);
+
+    // A pre-vote starts the election, each new round of it counts, a yes does not, and the
+    // real election a won pre-vote leads to is the same one.
+    let pre_voting = State::PreVoting {
+        epoch: 3,
+        grants: BTreeSet::new(),
+        votes: BTreeSet::new(),
+        needed: 2,
+        deadline: now,
+    };
+    let pre = |before: &State, cause| election_started(before, &pre_voting, cause);
+    assert_eq!(pre(&follower, Cause::Timeout), Some("leader_timeout"));
+    assert_eq!(pre(&starting, Cause::Timeout), Some("start"));
+    assert_eq!(pre(&leader, Cause::Timeout), Some("lost_majority"));
+    assert_eq!(pre(&pre_voting, Cause::Timeout), Some("election_timeout"));
+    assert_eq!(pre(&pre_voting, Cause::Message), None);
+    assert_eq!(started(&pre_voting, Cause::Message), None);
 
     assert_eq!(
         Cause::of_message(&leader, &Message::Ping),

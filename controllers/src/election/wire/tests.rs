@@ -699,3 +699,60 @@ fn keys_are_at_least_16_bytes_and_never_printed() {
     let k = AuthKey::new(b"0123456789abcdef-secret".to_vec()).unwrap();
     assert!(!format!("{k:?}").contains("secret"));
 }
+
+/// A pre-vote is 0.13's Vote and one entry more, `pre_vote: true` (0.13 ignores it and takes
+/// the packet as a vote); a vote without the entry, or with it false or null, is a vote.
+#[test]
+fn a_pre_vote_is_0_13s_vote_and_one_entry_more() {
+    let pre = packet(
+        65536,
+        None,
+        Kind::PreVote {
+            target: TARGET.into(),
+        },
+    );
+    let expected: Vec<u8> = [
+        &head(6, "Vote", &[0x1A, 0x00, 0x01, 0x00, 0x00])[..], // a map of 6 entries now
+        &cbor_text("target"),
+        &id(&TARGET_BYTES),
+        &cbor_text("schedule"),
+        &[0xF6],
+        &cbor_text("pre_vote"),
+        &[0xF5], // true
+    ]
+    .concat();
+    check_bytes(&pre, &expected);
+    assert_eq!(pre.message(), Message::PreVote(TARGET.into()));
+    // With a stamp and the key's tag it fits with room to spare.
+    let long = Packet {
+        schedule: Some(ScheduleStamp {
+            hash: "f".repeat(40),
+            ..stamp()
+        }),
+        ..pre.clone()
+    };
+    let sealed = long.encode_with(Some(&key(1))).unwrap();
+    assert!(sealed.len() <= MAX_PACKET / 2, "{} bytes", sealed.len());
+    assert_eq!(Packet::decode_with(&sealed, Some(&key(1))).unwrap(), long);
+    let with = |flag: Value| {
+        let mut entries = vote_entries();
+        entries.push(("pre_vote", flag));
+        entries
+    };
+    for flag in [Value::Bool(false), Value::Null] {
+        assert_eq!(decode_entries(with(flag)).unwrap(), expected_vote());
+    }
+    assert_eq!(
+        decode_entries(with(Value::Bool(true))).unwrap().kind,
+        Kind::PreVote {
+            target: match expected_vote().kind {
+                Kind::Vote { target } => target,
+                other => panic!("{other:?}"),
+            }
+        }
+    );
+    assert_eq!(
+        error_of(with(uint(1))),
+        "pre_vote: expected a boolean, got 1"
+    );
+}
