@@ -1194,6 +1194,14 @@ fn check_cost(request: &mut async_graphql::Request) -> Result<(), ServerError> {
         .map_err(|refusal| ServerError::new(refusal.to_string(), None))
 }
 
+/// What `/v1/graphql` decides about `query` before anything runs it: parsed, then counted with
+/// its fragments expanded (`Ok` for a query that does not parse: the schema answers with the
+/// parser's error). The fuzz target `graphql_query` calls it.
+pub fn query_cost(query: &str) -> Result<(), String> {
+    let mut request = async_graphql::Request::new(query);
+    check_cost(&mut request).map_err(|error| error.message)
+}
+
 /// Whether a parsed `request` holds a mutation.
 fn holds_mutation(request: &mut async_graphql::Request) -> bool {
     request.parsed_query().is_ok_and(|doc| {

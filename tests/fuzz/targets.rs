@@ -157,6 +157,13 @@ pub const TARGETS: &[Target] = &[
         shape: Shape::Yaml,
     },
     Target {
+        name: "graphql_query",
+        run: graphql_query,
+        dict: GRAPHQL,
+        max_len: 4096,
+        shape: Shape::Bytes,
+    },
+    Target {
         name: "extender",
         run: extender,
         dict: KUBE,
@@ -378,6 +385,32 @@ const SCHEDULE_DATA: &[&str] = &[
     " ",
     "[[[[[[[[[[[[[[[[",
     "]]]]]]]]]]]]]]]]",
+];
+const GRAPHQL: &[&str] = &[
+    "{",
+    "}",
+    "(",
+    ")",
+    "...",
+    "... on Status",
+    "fragment F on Status ",
+    "fragment G on Status ",
+    "...F",
+    "...G",
+    "query ",
+    "mutation ",
+    "subscription ",
+    "status",
+    "roles",
+    "__typename",
+    "$v",
+    ": ",
+    "@include(if: true)",
+    "\"",
+    ",",
+    " ",
+    "\n",
+    "#",
 ];
 const REFS: &[&str] = &[
     "$(", ")", ".", "#", "#(", "==", "!=", "<", ">", "%", "!%", "*", "?", "\\", "|", "@", "a", "b",
@@ -1330,4 +1363,23 @@ fn extender(bytes: &[u8]) -> String {
     let unloaded = filter(&fixture.algorithm, None, None, &args, &namespaces);
     serde_json::to_vec(&unloaded.reply).expect("a filter reply serializes");
     format!("{} / {}", filtered.verdict.label(), scored.verdict.label())
+}
+
+/// A GraphQL query through what `/v1/graphql` decides before it runs one
+/// (`http::query_cost`: parsed, then counted with its fragments expanded).
+fn graphql_query(bytes: &[u8]) -> String {
+    let Some(text) = text(bytes) else {
+        return "not UTF-8".into();
+    };
+    match verwalter::http::query_cost(text) {
+        Ok(()) => "ok".into(),
+        Err(message) => {
+            assert!(!message.is_empty(), "a refusal says why");
+            if message.contains("selects more than") {
+                "over the cap".into()
+            } else {
+                "refused".into()
+            }
+        }
+    }
 }
