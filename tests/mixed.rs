@@ -23,6 +23,10 @@ const SOON: Duration = Duration::from_secs(20);
 /// The double's machine id: node 2 of the cantal test double's list, on 127.0.0.2.
 const DOUBLE_ID: &str = "77985419c732412ea38b94db00000002";
 
+/// How long the double's leader may be silent before it stands for election (0.13's leader
+/// timeout is 1.6 to 4 s; the double, which stands only then, takes the longest).
+const LEADER_SILENT: Duration = Duration::from_secs(4);
+
 /// What the double is told to do by the test.
 enum Command {
     /// Start an election for itself at the next epoch (what a 0.13 node whose leader timed out
@@ -129,13 +133,21 @@ fn run(
     let mut st = State013::default();
     let mut buf = [0u8; 2048];
     let mut last_from: Option<SocketAddr> = None;
+    // When the leader it follows last pinged it: 0.13's follower stands for election itself
+    // once its leader is silent past the leader timeout (a node of this version restarted at
+    // epoch 0 learns the cluster's epoch from that vote).
+    let mut leader_heard = std::time::Instant::now();
     while !stop.load(Ordering::SeqCst) {
+        let mut stand = st.leader.is_some() && leader_heard.elapsed() > LEADER_SILENT;
         while let Ok(command) = commands.try_recv() {
             if let Command::Move(port) = command {
                 socket = bind(port);
                 leader_port = port;
                 continue;
             }
+            stand = true;
+        }
+        if stand {
             st.epoch += 1;
             st.leader = None;
             st.stable = None;
@@ -174,6 +186,7 @@ fn run(
         match &packet.kind {
             Kind::Ping if packet.epoch >= st.epoch => {
                 st.epoch = packet.epoch;
+                leader_heard = std::time::Instant::now();
                 if st.leader.as_deref() != Some(packet.from.as_str()) {
                     st.leader = Some(packet.from.clone());
                     st.stable = None;
@@ -181,7 +194,8 @@ fn run(
                 let pong = Kind::Pong { errors: 0 };
                 send(&socket, from, st.epoch, pong, st.last_known.clone());
             }
-            Kind::Vote { target } if packet.epoch > st.epoch => {
+            // 0.13 knows no `pre_vote` field: a pre-vote is a vote to it.
+            Kind::Vote { target } | Kind::PreVote { target } if packet.epoch > st.epoch => {
                 st.epoch = packet.epoch;
                 st.leader = None;
                 st.stable = None;

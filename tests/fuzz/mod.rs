@@ -125,6 +125,7 @@ short_runs!(
     kube_api,
     placement_config,
     placement_snapshot,
+    graphql_query,
     extender,
 );
 
