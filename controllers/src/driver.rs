@@ -5,6 +5,10 @@
 //! The reconciler is level-triggered: it is never told why it woke, it reads the store and takes
 //! one idempotent step. A store change runs a key at once even while it backs off (the change may
 //! be the fix); the backoff timer and the resync respect the backoff.
+//!
+//! A failure is logged (WARN) when a key starts failing or its error changes; an attempt that
+//! fails as the one before is logged at debug level only, so a key failing for hours logs one
+//! line (the observer still sees every pass).
 
 use std::collections::{HashMap, VecDeque};
 use std::fmt::Debug;
@@ -151,6 +155,9 @@ struct KeyState {
     /// Waiting for a free concurrency slot.
     queued: bool,
     failures: u32,
+    /// The error of the last failed pass, while the key fails: an error repeated by the next
+    /// attempt is not logged again.
+    last_error: Option<String>,
     backoff_until: Option<Instant>,
     /// Next timed look: a requeue or the end of a backoff.
     due: Option<Instant>,
@@ -406,7 +413,12 @@ impl<R: Reconciler> Driver<R> {
         state.running = false;
         match result {
             Ok(Ok(requeue)) => {
+                if state.failures > 0 {
+                    tracing::info!(controller = name, key = ?key, failures = state.failures,
+                        "Reconcile succeeded after failing.");
+                }
                 state.failures = 0;
+                state.last_error = None;
                 state.backoff_until = None;
                 state.due = requeue.map(|d| now + d);
             }
@@ -414,8 +426,17 @@ impl<R: Reconciler> Driver<R> {
                 state.failures += 1;
                 let delay = delay.unwrap_or_default();
                 if let Ok(Err(error)) = failed {
-                    tracing::warn!(controller = name, key = ?key, failures = state.failures,
-                        retry_in_ms = delay.as_millis() as u64, %error, "Reconcile failed.");
+                    // Logged once per change of the error, not per attempt: a key that fails
+                    // the same way for hours logs one line (its attempts are in the metrics).
+                    let text = error.to_string();
+                    if state.last_error.as_ref() != Some(&text) {
+                        tracing::warn!(controller = name, key = ?key, failures = state.failures,
+                            retry_in_ms = delay.as_millis() as u64, error = %text, "Reconcile failed.");
+                        state.last_error = Some(text);
+                    } else {
+                        tracing::debug!(controller = name, key = ?key, failures = state.failures,
+                            retry_in_ms = delay.as_millis() as u64, error = %text, "Reconcile failed again.");
+                    }
                 }
                 state.backoff_until = Some(now + delay);
                 state.due = state.backoff_until;

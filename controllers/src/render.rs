@@ -15,9 +15,11 @@
 //! (its applied hash equals its desired one). Until then it is *waiting*; when one of them fails
 //! (or is blocked itself) it is *blocked*, and leaves its pass as blocked, not failed. Roles
 //! without dependencies between them still run in parallel (the driver's bound). When a role
-//! applies, fails or clears, the roles that depend on it are woken (no polling). A cycle, or a
-//! dependency on a role this node does not have, is an error of the roles involved; every other
-//! role still applies. With [`ErrorPolicy::Halt`] a failure holds back every other role of the
+//! applies, starts failing (or fails with another error) or clears, the roles that depend on it
+//! are woken (no polling); a role failing again as before wakes no one, so the roles of a cycle
+//! do not wake each other past their backoff. A cycle, or a dependency on a role this node does
+//! not have, is an error of the roles involved, retried with the backoff like any failure; every
+//! other role still applies. With [`ErrorPolicy::Halt`] a failure holds back every other role of the
 //! node that needs work until it clears (what runs finishes), ernest's rule.
 //!
 //! A string variable `$(role.path)` takes the value at `path` of another role's variables on
@@ -543,7 +545,7 @@ impl RenderController {
                 let message = format!("{e}; the schedule is not rendered");
                 self.state.lock().unwrap().view =
                     Some((real.clone(), version, Err(message.clone())));
-                self.record_failure(&key, message.clone(), None);
+                let _ = self.record_failure(&key, message.clone(), None);
                 Err(RenderError::Roles(message))
             }
         }
@@ -892,8 +894,18 @@ impl RenderController {
         });
     }
 
-    fn record_failure(&self, role: &str, message: String, deployment_id: Option<String>) {
+    /// Records a failed attempt of `role`; `true` when that changed what its dependents see (it
+    /// did not fail before, or failed with another message). Only then are they woken: a role
+    /// that fails again as it failed before changes nothing for them, and waking them would let
+    /// two failing roles (a cycle) wake each other past their backoff without end.
+    fn record_failure(&self, role: &str, message: String, deployment_id: Option<String>) -> bool {
         let now = self.clock.now_ms();
+        let changed = self
+            .out
+            .get()
+            .failed
+            .get(role)
+            .is_none_or(|f| f.message != message);
         self.out.update(|s| {
             let entry = s.failed.entry(role.to_string()).or_insert(RoleFailure {
                 message: String::new(),
@@ -905,6 +917,7 @@ impl RenderController {
             entry.attempts += 1;
             entry.deployment_id = deployment_id;
         });
+        changed
     }
 
     /// Forgets that `role` fails or waits; `true` when it did.
@@ -1103,16 +1116,18 @@ impl RenderController {
                 Ok(d) => d,
                 Err(e) => {
                     drop(st);
-                    self.record_failure(&role, e.to_string(), None);
-                    self.wake_after(&role, &deps);
+                    if self.record_failure(&role, e.to_string(), None) {
+                        self.wake_after(&role, &deps);
+                    }
                     return Err(e);
                 }
             };
             if let Some(problem) = deps.problems.get(&role) {
                 let e = RenderError::Dependencies(problem.clone());
                 drop(st);
-                self.record_failure(&role, e.to_string(), None);
-                self.wake_after(&role, &deps);
+                if self.record_failure(&role, e.to_string(), None) {
+                    self.wake_after(&role, &deps);
+                }
                 return Err(e);
             }
             if !Self::needs_work(&st, &role, &desired, force) {
@@ -1209,8 +1224,9 @@ impl RenderController {
             }
             Err(e) => {
                 drop(st);
-                self.record_failure(&role, e.to_string(), Some(id));
-                self.wake_after(&role, &deps);
+                if self.record_failure(&role, e.to_string(), Some(id)) {
+                    self.wake_after(&role, &deps);
+                }
                 Err(e)
             }
         }
