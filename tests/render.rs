@@ -824,6 +824,26 @@ fn a_dependency_cycle_retries_under_backoff_and_logs_its_error_once() {
     assert!(lines <= 10, "{lines} lines about x and y:\n{logs}");
 }
 
+/// Issue 29: `depends_on = {}` in a Lua scheduler (its empty table comes out as `{}`) was refused
+/// as "must be a list of role names". The site's scheduler is Lua: the schedule goes through a
+/// Lua table and back, as a scheduler's own would.
+#[test]
+fn an_empty_lua_table_as_depends_on_is_no_dependencies() {
+    let site = Site::start();
+    site.schedule(
+        json!({"value": 1, "filler": ""}),
+        json!({
+            "a": {"template": "app/v1", "depends_on": {}},
+            "b": {"template": "app/v1", "depends_on": ["a"]},
+        }),
+    );
+    let calls = site.wait_calls(2);
+    assert_eq!(calls, vec!["a", "b"]);
+    let status = site.status();
+    assert_eq!(status["failed_roles"], json!([]), "{status}");
+    assert_eq!(status["blocked_roles"], json!({}), "{status}");
+}
+
 /// A `scheduler/v1/query.wasm` whose `init`, `render_roles` and `query` return the given JSON
 /// (WAT data, quotes escaped as `\"`).
 pub fn query_wasm(init: &str, render_roles: &str, query: &str) -> Vec<u8> {

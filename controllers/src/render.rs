@@ -314,7 +314,9 @@ fn resolve_role_vars(
 }
 
 /// `depends_on` of `role`: from the source of highest precedence that sets it (a list replaces
-/// a list whole, as every list does in the merge); a list of role names or one name.
+/// a list whole, as every list does in the merge); a list of role names or one name. An empty
+/// object is an empty list: a Lua scheduler's empty table comes out as `{}` (Lua cannot tell
+/// `{}` from `[]`), and `null` is none.
 fn depends_on(data: &Value, host: &str, role: &str) -> Result<Vec<String>, String> {
     // A role with unusable sources fails on its own (`RenderController::desired`).
     let Ok(sources) = vars::sources(data, host, role) else {
@@ -331,6 +333,7 @@ fn depends_on(data: &Value, host: &str, role: &str) -> Result<Vec<String>, Strin
     let bad = || format!("role {role:?}: depends_on must be a list of role names, got {value}");
     match value {
         Value::Null => Ok(Vec::new()),
+        Value::Object(map) if map.is_empty() => Ok(Vec::new()),
         Value::String(name) => Ok(vec![name.clone()]),
         Value::Array(items) => items
             .iter()

@@ -162,7 +162,9 @@ pub fn unsafe_role_name(role: &str) -> Option<&'static str> {
 }
 
 /// The four sources of `role`'s variables on `host`, lowest precedence first (missing or null
-/// ones as `None`), after checking the role name and that each source is an object.
+/// ones, and empty arrays, as `None`), after checking the role name and that each source is an
+/// object. An empty array is an empty object: a scheduler's empty table may come out as either
+/// (Lua cannot tell them apart).
 pub fn sources<'a>(
     data: &'a Value,
     host: &str,
@@ -181,6 +183,7 @@ pub fn sources<'a>(
     for (slot, path) in out.iter_mut().zip(paths) {
         *slot = match data.pointer_get(path) {
             None | Some(Value::Null) => None,
+            Some(Value::Array(items)) if items.is_empty() => None,
             Some(Value::Object(source)) => Some(source),
             Some(other) => {
                 return Err(VarsError::new(

@@ -671,6 +671,39 @@ async fn a_bad_depends_on_is_an_error_of_that_role() {
     );
 }
 
+/// Issue 29: a Lua scheduler writes "no dependencies" as an empty table, which comes out as
+/// `{}` (Lua cannot tell `{}` from `[]`). An empty object or array is an empty list, wherever a
+/// higher-precedence source sets it (it replaces a list from a lower one); a non-empty object
+/// is still an error.
+#[tokio::test]
+async fn an_empty_table_as_depends_on_is_no_dependencies() {
+    let rig = rig();
+    let data = json!({
+        "vars": {"template": "app/v1"},
+        "roles": {"c": {"depends_on": ["a"]}},
+        "nodes": {HOST: {"roles": {
+            "a": {"depends_on": {}},
+            "b": {"depends_on": []},
+            "c": {"depends_on": {}},
+        }}},
+    });
+    rig.schedule.set(Some(Schedule::new(
+        data.clone(),
+        1_500_000_000_000,
+        "0123456789abcdef0123456789abcdef".into(),
+    )));
+    rig.pass_all().await;
+    assert!(
+        rig.failed().is_empty(),
+        "{:?}",
+        rig.store.roles.peek().failed
+    );
+    assert!(rig.blocked().is_empty(), "{:?}", rig.blocked());
+    assert_eq!(rig.applier.roles(), vec!["a", "b", "c"]);
+    let check = check_schedule(&data, HOST);
+    assert!(check.dependency_problems.is_empty(), "{check:?}");
+}
+
 #[tokio::test]
 async fn halt_holds_back_every_role_after_a_failure_until_it_clears() {
     let rig = rig_with(Arc::default(), ErrorPolicy::Halt);

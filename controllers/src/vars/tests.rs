@@ -215,6 +215,18 @@ fn a_source_that_is_not_an_object_is_named() {
     assert!(role_vars(&data, HOST, ROLE).is_ok());
 }
 
+/// Issue 29: an empty table may come out of a scheduler as `[]` as well as `{}` (Lua cannot
+/// tell them apart): an empty array where a source's object goes is an empty source.
+#[test]
+fn an_empty_array_as_a_source_is_an_empty_source() {
+    let data = json!({"vars": {"template": "t"}, "roles": {ROLE: []},
+        "nodes": {HOST: {"vars": [], "roles": {ROLE: []}}}});
+    let vars = role_vars(&data, HOST, ROLE).unwrap();
+    assert_eq!(vars["template"], "t");
+    let data = json!({"vars": [], "nodes": {HOST: {"roles": {ROLE: {"template": "t"}}}}});
+    assert!(role_vars(&data, HOST, ROLE).is_ok());
+}
+
 #[test]
 fn secrets_are_masked_at_any_depth_and_any_case() {
     let vars = json!({
