@@ -33,6 +33,7 @@ use verwalter_controllers::store::{Field, Store};
 pub use api::version;
 pub use error::ApiError;
 pub use graphql::{MAX_EXPANDED_SELECTIONS, query_cost};
+pub(crate) use serve::Holding;
 pub use serve::{
     ConnectionHandle, HttpSettings, ServeLimits, connection_cap, raise_nofile_limit, serve,
     serve_on,

@@ -420,13 +420,14 @@ impl Drop for Busy {
     }
 }
 
-/// A response body that keeps its connection counted busy until it is sent.
-struct Tracked {
-    body: Body,
-    _busy: Busy,
+/// A response body that holds `guard` until it is sent or dropped: a connection counted busy
+/// (here), a share of the extender's body budget (`placement/extender/body.rs`).
+pub(crate) struct Holding<G> {
+    pub body: Body,
+    pub _guard: G,
 }
 
-impl HttpBody for Tracked {
+impl<G: Unpin> HttpBody for Holding<G> {
     type Data = Bytes;
     type Error = axum::Error;
 
@@ -656,7 +657,7 @@ pub async fn serve_on(
                     Ok(response) => response,
                     Err(never) => match never {},
                 };
-                Ok::<_, Infallible>(response.map(|body| Body::new(Tracked { body, _busy: busy })))
+                Ok::<_, Infallible>(response.map(|body| Body::new(Holding { body, _guard: busy })))
             }
         });
         let builder = builder.clone();

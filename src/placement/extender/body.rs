@@ -5,16 +5,14 @@
 //! share within [`BUDGET_WAIT`]). The decisions (cap, status codes) are
 //! `verwalter_controllers::access`'s.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Body;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::StreamExt;
-use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use hyper::body::Body as HttpBody;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use verwalter_controllers::access::{self, BodyRefusal};
@@ -137,9 +135,10 @@ pub async fn charge_reply(
         drop(share.split(held - reply));
     }
     Ok(response.map(|body| {
-        Body::new(Charged {
+        // The reply holds its share of the budget until it is sent or dropped.
+        Body::new(crate::http::Holding {
             body,
-            _share: share,
+            _guard: share,
         })
     }))
 }
@@ -161,35 +160,10 @@ pub fn refusal_response(refusal: BodyRefusal, max_body: u64) -> Response {
     response
 }
 
-/// A reply body holding its share of the budget until it is sent or dropped.
-struct Charged {
-    body: Body,
-    _share: OwnedSemaphorePermit,
-}
-
-impl HttpBody for Charged {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Bytes;
 
     fn request(head: &[(&str, &str)], body: Body) -> axum::extract::Request {
         let mut builder = axum::http::Request::builder().method("POST").uri("/filter");
