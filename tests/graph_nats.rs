@@ -1119,3 +1119,6 @@ async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
     );
     drop(daemon);
 }
+
+/// A build's result across kills (`graph_nats/delivery.rs`).
+mod delivery;

@@ -41,6 +41,11 @@
 //!   settings with its metrics, the example's delete build, the daemon's deployment events
 //!   on NATS, a result over the server's max_payload published as a summary, a password in the
 //!   NATS URL used and never logged (at debug too); the ignored `bench_thousand_components` (`make bench-graph`).
+//!   `graph_nats::delivery`, with `nats-server -js` and a deduplicating stream: a kill between
+//!   storing a result and publishing it, or before marking it sent, then a restart (one result in
+//!   the stream, at least one on core NATS, one `Nats-Msg-Id`); crash trials, kill -9 at random
+//!   moments (`GRAPH_CRASH_TRIALS`, `GRAPH_CRASH_SEED`): every build ends with a result, no
+//!   component dispatched twice.
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a

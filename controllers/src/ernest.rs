@@ -270,7 +270,8 @@ impl ResultKind {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Sent {
-    /// Stored before publishing; a restart that finds this does not publish again.
+    /// Stored before publishing; a restart that finds this publishes it again (it may not have
+    /// reached the server), with the same message id.
     Sending,
     /// Published and flushed to the server.
     Sent,
@@ -969,17 +970,23 @@ impl Executor {
         }
     }
 
-    /// Takes back a stored run. A finished one whose result was handed out for publishing is
-    /// not published again (`Sending` means it may or may not have reached the server).
-    /// Returns what to publish now: the dispatches of changes that became ready before the stop.
+    /// Takes back a stored run. Returns what to publish now: the dispatches of changes that
+    /// became ready before the stop, or the result of a finished build that was stored as
+    /// `Sending` (it may or may not have reached the server, so it goes out again: a client may
+    /// see it twice, never zero times). A result stored as `Sent` is not published again.
     pub fn resume(&mut self, run: BuildRun, now_ms: u64) -> Step {
         let mut step = Step::default();
         let mut run = run;
         if let Some(result) = &run.result {
-            if result.sent == Sent::Sending {
+            if result.sent == Sent::Sending
+                && let Some(terminal) = run.terminal_message()
+            {
                 tracing::warn!(build = %run.id(), subject = %result.subject,
                     "Build finished before the stop; its result may not have been published, \
-                     and is not published again.");
+                     and is published again.");
+                let id = run.id().to_string();
+                step.publish.push((id.clone(), terminal));
+                self.runs.insert(id, run);
             }
             return step;
         }

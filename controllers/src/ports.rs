@@ -240,6 +240,15 @@ pub trait GraphBus: Send + Sync + 'static {
         subject: String,
         payload: Vec<u8>,
     ) -> BoxFuture<'static, Result<(), BusError>>;
+    /// Queues a build's result with the NATS header `Nats-Msg-Id: <msg_id>`, the same each time
+    /// the result is published (a restart may publish it again), so a JetStream stream keeps one
+    /// and a client can tell a repeat.
+    fn publish_result(
+        &self,
+        subject: String,
+        payload: Vec<u8>,
+        msg_id: String,
+    ) -> BoxFuture<'static, Result<(), BusError>>;
     /// Returns once everything queued before has reached the server.
     fn flush(&self) -> BoxFuture<'static, Result<(), BusError>>;
     /// The largest payload the server takes (NATS's `max_payload`, announced when it connects).

@@ -44,6 +44,33 @@ impl GraphBus for NatsBus {
         .boxed()
     }
 
+    /// With `Nats-Msg-Id`: a JetStream stream that captures the subject keeps one copy within
+    /// its duplicate window.
+    fn publish_result(
+        &self,
+        subject: String,
+        payload: Vec<u8>,
+        msg_id: String,
+    ) -> BoxFuture<'static, Result<(), BusError>> {
+        let client = self.0.clone();
+        async move {
+            crash_for_tests(CrashPoint::BeforeResult);
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
+            client
+                .publish_with_headers(subject, headers, payload.into())
+                .await
+                .map_err(|e| BusError(e.to_string()))?;
+            if crash_point() == Some(CrashPoint::AfterResult) {
+                // On the server, and not yet marked `sent` in the build's file.
+                let _ = client.flush().await;
+                crash_for_tests(CrashPoint::AfterResult);
+            }
+            Ok(())
+        }
+        .boxed()
+    }
+
     fn flush(&self) -> BoxFuture<'static, Result<(), BusError>> {
         let client = self.0.clone();
         async move { client.flush().await.map_err(|e| BusError(e.to_string())) }.boxed()
@@ -55,6 +82,37 @@ impl GraphBus for NatsBus {
             0 => verwalter_controllers::ernest::DEFAULT_MAX_PAYLOAD,
             announced => announced,
         }
+    }
+}
+
+/// Where `VERWALTER_TEST_GRAPH_CRASH` kills the executor: `before-result` (a build's result is
+/// stored as `sending` and not published) or `after-result` (published and flushed, not yet
+/// marked `sent`). For the delivery tests (`tests/graph_nats/delivery.rs`): no test can time a
+/// SIGKILL into the microseconds between those steps. Debug builds only; release builds have no
+/// such switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CrashPoint {
+    BeforeResult,
+    AfterResult,
+}
+
+fn crash_point() -> Option<CrashPoint> {
+    #[cfg(debug_assertions)]
+    {
+        match std::env::var("VERWALTER_TEST_GRAPH_CRASH").as_deref() {
+            Ok("before-result") => return Some(CrashPoint::BeforeResult),
+            Ok("after-result") => return Some(CrashPoint::AfterResult),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// SIGKILL to this process when the crash point `at` is switched on.
+fn crash_for_tests(at: CrashPoint) {
+    if crash_point() == Some(at) {
+        tracing::warn!(point = ?at, "VERWALTER_TEST_GRAPH_CRASH: killing the executor.");
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
     }
 }
 

@@ -5,7 +5,9 @@
 //! through the [`GraphBus`] port: a dispatch is never on the bus before the file that says the
 //! component runs (with its deadline), and a completion, once a later dispatch depends on it, is
 //! on disk. A terminal message is stored as `sending` before it is published, and as `sent`
-//! after a flush; a restart publishes neither again.
+//! after a flush. A restart publishes a `sending` one again (it may not have reached the server)
+//! and a `sent` one never; each carries the same message id ([`result_msg_id`]), so a client may
+//! see a result twice, never zero times.
 //!
 //! A build is written as a snapshot (the whole run) or as one journal record (what the step
 //! changed, [`BuildRun::take_delta`]); see [`needs_snapshot`] for when. A chain of components
@@ -35,6 +37,12 @@ const STORE_RETRY: Duration = Duration::from_secs(1);
 /// replay never reads more than about twice the build), but at least to this: a small build's
 /// snapshot is cheap, yet rewriting it every few steps would cost the fsyncs of a whole file.
 pub const JOURNAL_MIN: usize = 64 * 1024;
+
+/// The `Nats-Msg-Id` of build `id`'s result: the same each time it is published, so a JetStream
+/// stream's duplicate window keeps one copy and a core-NATS client can drop a repeat.
+pub fn result_msg_id(id: &str) -> String {
+    format!("{id}.result")
+}
 
 /// What the loop knows of a build's journal: present once this process wrote the build's
 /// snapshot.
@@ -203,11 +211,18 @@ impl ExecutorLoop {
                     max_payload = max, stored_at = at.as_deref().unwrap_or(""),
                     "The build's result is over the server's max_payload; publishing a summary.");
             }
-            match self.bus.publish(out.subject.clone(), out.payload).await {
+            let published = if out.terminal {
+                let msg_id = result_msg_id(&id);
+                self.bus
+                    .publish_result(out.subject.clone(), out.payload, msg_id)
+            } else {
+                self.bus.publish(out.subject.clone(), out.payload)
+            };
+            match published.await {
                 Ok(()) if out.terminal => terminals.push(id),
                 Ok(()) => {}
                 // The client refuses only what it can never send: an operator must look. The
-                // file keeps the result as `sending`.
+                // file keeps the result as `sending`: the next start publishes it again.
                 Err(error) if out.terminal => tracing::error!(build = %id,
                     subject = %out.subject, %error, "The build's result cannot be published."),
                 Err(error) => tracing::warn!(build = %id, subject = %out.subject, %error,
@@ -342,6 +357,11 @@ mod tests {
         failing_appends: Mutex<usize>,
         /// The server's max_payload, when not NATS's default.
         max_payload: Mutex<Option<usize>>,
+        /// The message ids of the results published, in order.
+        result_ids: Mutex<Vec<String>>,
+        /// Where the process "dies" (its bus never returns again): before a result is
+        /// published, or at the flush after it.
+        crash: Mutex<Option<&'static str>>,
     }
 
     impl World {
@@ -381,7 +401,22 @@ mod tests {
                 .push((subject, payload, file));
             async { Ok(()) }.boxed()
         }
+        fn publish_result(
+            &self,
+            subject: String,
+            payload: Vec<u8>,
+            msg_id: String,
+        ) -> futures::future::BoxFuture<'static, Result<(), BusError>> {
+            if *self.0.crash.lock().unwrap() == Some("before-result") {
+                return futures::future::pending().boxed();
+            }
+            self.0.result_ids.lock().unwrap().push(msg_id);
+            self.publish(subject, payload)
+        }
         fn flush(&self) -> futures::future::BoxFuture<'static, Result<(), BusError>> {
+            if *self.0.crash.lock().unwrap() == Some("after-result") {
+                return futures::future::pending().boxed();
+            }
             *self.0.flushes.lock().unwrap() += 1;
             async { Ok(()) }.boxed()
         }
@@ -579,6 +614,70 @@ mod tests {
         assert_eq!(p[1].0, "build.create.error");
         assert!(p[1].1["error"].as_str().unwrap().contains("timed out"));
         shutdown2.cancel();
+    }
+
+    /// Runs build `b1` until the loop "dies" at `crash`, then restarts on the same files.
+    /// Returns the world once the restarted loop has published the result and settled.
+    async fn killed_at(crash: &'static str) -> Arc<World> {
+        let world = Arc::new(World::default());
+        *world.crash.lock().unwrap() = Some(crash);
+        let (tx, _dead) = start(&world);
+        tx.send(msg(
+            "build.create",
+            &serde_json::from_slice(&build()).unwrap(),
+        ))
+        .await
+        .unwrap();
+        let p = published(&world, 1).await;
+        tx.send(msg("a.create.p.done", &p[0].1)).await.unwrap();
+        let p = published(&world, 2).await;
+        tx.send(msg("a.create.p.done", &p[1].1)).await.unwrap();
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        let stored = world.stored("b1").unwrap();
+        assert_eq!(
+            stored["result"]["sent"], "sending",
+            "stored before the publish"
+        );
+        // The first loop hangs where the process died; a second one starts on its files.
+        *world.crash.lock().unwrap() = None;
+        let (_tx, shutdown) = start(&world);
+        let before = world.result_ids.lock().unwrap().len();
+        let p = published(&world, 2 + before + 1).await;
+        assert_eq!(p.last().unwrap().0, "build.create.done");
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(world.stored("b1").unwrap()["result"]["sent"], "sent");
+        shutdown.cancel();
+        world
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_killed_before_its_publish_goes_out_on_restart_with_its_message_id() {
+        let world = killed_at("before-result").await;
+        assert_eq!(*world.result_ids.lock().unwrap(), ["b1.result"]);
+        let p = world.published.lock().unwrap().clone();
+        let subjects: Vec<&str> = p.iter().map(|m| m.0.as_str()).collect();
+        assert_eq!(subjects, ["a.create.p", "a.create.p", "build.create.done"]);
+        assert_eq!(
+            p[2].1["changes"][1]["_state"], "completed",
+            "the whole build"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_killed_before_it_was_marked_sent_goes_out_again_with_the_same_id() {
+        let world = killed_at("after-result").await;
+        // Twice, never zero times: the same id lets a stream or a client keep one.
+        assert_eq!(
+            *world.result_ids.lock().unwrap(),
+            ["b1.result", "b1.result"]
+        );
+        let p = world.published.lock().unwrap().clone();
+        assert_eq!(p.len(), 4, "{p:?}");
+        assert_eq!(p[2].1, p[3].1, "the same result both times");
     }
 
     #[tokio::test(start_paused = true)]

@@ -548,17 +548,34 @@ fn the_executor_times_out_and_reports_one_result() {
 }
 
 #[test]
-fn a_result_handed_out_before_a_stop_is_not_published_again() {
+fn a_result_stored_as_sending_is_published_again_and_a_sent_one_is_not() {
     let mut run = BuildRun::new("build.create", service(), settings(ErrorPolicy::Halt), 0);
     run.pump(0);
     run.expire(60_000);
     let out = run.pump(60_000);
     assert_eq!(out.len(), 1);
-    let stored = bytes(&run);
+    // Killed after the result was stored as `sending`: it may not have reached the server.
+    let sending = bytes(&run);
     let mut ex = executor();
-    let step = ex.resume(BuildRun::restore(&stored).unwrap(), 70_000);
-    assert!(step.publish.is_empty() && step.save.is_empty());
+    let step = ex.resume(BuildRun::restore(&sending).unwrap(), 70_000);
+    assert_eq!(step.publish.len(), 1, "{:?}", step.publish);
+    let (id, again) = &step.publish[0];
+    assert_eq!(id, "svc-1");
+    assert_eq!(again, &out[0], "the same result, whole");
+    assert!(step.save.is_empty() && step.finished.is_empty());
+    assert_eq!(ex.sending(), ["svc-1"]);
     assert_eq!(ex.unfinished(), 0);
+    // Once flushed it is `sent`, and the run is forgotten.
+    ex.mark_sent("svc-1");
+    ex.forget_finished();
+    assert!(ex.run("svc-1").is_none());
+    // A result stored as `sent` reached the server: a restart publishes nothing.
+    run.mark_sent();
+    let sent = bytes(&run);
+    let mut ex = executor();
+    let step = ex.resume(BuildRun::restore(&sent).unwrap(), 70_000);
+    assert!(step.publish.is_empty() && step.save.is_empty());
+    assert!(ex.run("svc-1").is_none());
 }
 
 #[test]
