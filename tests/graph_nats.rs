@@ -1120,5 +1120,5 @@ async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
     drop(daemon);
 }
 
-/// A build's result across kills (`graph_nats/delivery.rs`).
+/// A build's result across kills, and two executors on one server (`graph_nats/delivery.rs`).
 mod delivery;

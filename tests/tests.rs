@@ -45,7 +45,7 @@
 //!   storing a result and publishing it, or before marking it sent, then a restart (one result in
 //!   the stream, at least one on core NATS, one `Nats-Msg-Id`); crash trials, kill -9 at random
 //!   moments (`GRAPH_CRASH_TRIALS`, `GRAPH_CRASH_SEED`): every build ends with a result, no
-//!   component dispatched twice.
+//!   component dispatched twice; two executors on one server run each build once.
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a

@@ -9,7 +9,9 @@
 //! subscribed to `>` and filtered; these narrower subscriptions never match the executor's own
 //! dispatches (`<type>.<action>.<provider>`, three tokens) or results (`build.<action>.done`,
 //! three tokens), and the connection is opened with `no_echo` as well, so nothing it publishes
-//! comes back to it.
+//! comes back to it. The build subjects are subscribed in a queue group, so executors on one
+//! server share the builds; the answers reach every executor, and the one holding the build
+//! takes them.
 
 pub mod events;
 pub mod metrics;

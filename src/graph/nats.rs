@@ -116,17 +116,27 @@ fn crash_for_tests(at: CrashPoint) {
     }
 }
 
+/// The queue group of the build subjects: among executors on one NATS server (or cluster),
+/// each build goes to one of them.
+pub const QUEUE_GROUP: &str = "verwalter-graph";
+
 /// A connection with its subscriptions forwarded into the loop's inbox.
 pub struct Connection {
     pub bus: NatsBus,
     pub forwarder: JoinHandle<()>,
 }
 
-/// The subjects the executor listens to (see the module docs of `graph`).
-pub fn subjects() -> Vec<String> {
-    let mut subjects: Vec<String> = BUILD_ACTIONS.iter().map(|a| format!("build.{a}")).collect();
-    subjects.push("*.*.*.done".into());
-    subjects.push("*.*.*.error".into());
+/// The subjects the executor listens to (see the module docs of `graph`), each with its queue
+/// group: the builds are taken by one executor of the group ([`QUEUE_GROUP`]); the answers
+/// reach every executor, since only the one that holds the build (by its `service`) can take
+/// them; the others ignore them.
+pub fn subjects() -> Vec<(String, Option<&'static str>)> {
+    let mut subjects: Vec<_> = BUILD_ACTIONS
+        .iter()
+        .map(|a| (format!("build.{a}"), Some(QUEUE_GROUP)))
+        .collect();
+    subjects.push(("*.*.*.done".into(), None));
+    subjects.push(("*.*.*.error".into(), None));
     subjects
 }
 
@@ -190,8 +200,12 @@ pub async fn connect(
         }
     };
     let mut streams = Vec::new();
-    for subject in subjects() {
-        match client.subscribe(subject.clone()).await {
+    for (subject, queue) in subjects() {
+        let subscribed = match queue {
+            Some(group) => client.queue_subscribe(subject.clone(), group.into()).await,
+            None => client.subscribe(subject.clone()).await,
+        };
+        match subscribed {
             Ok(sub) => streams.push(sub),
             Err(error) => {
                 tracing::error!(%subject, %error, "Graph executor cannot subscribe.");

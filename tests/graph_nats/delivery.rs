@@ -1,4 +1,5 @@
-//! A build's result is never lost (issue 29, section 3): against a real `nats-server` with JetStream (`-js`), whose stream `RESULTS`
+//! A build's result is never lost (issue 29, section 3), and builds are shared among executors
+//! (section 4): against a real `nats-server` with JetStream (`-js`), whose stream `RESULTS`
 //! captures the results with a duplicate window, beside a core-NATS client that sees every
 //! message with its headers.
 //!
@@ -473,4 +474,56 @@ async fn killed_at_random_moments_the_executor_sends_every_result_and_no_compone
          result (the stream kept one each; {twice} builds' results seen twice on core NATS), \
          no component dispatched twice"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_executors_on_one_server_run_each_build_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let watcher = Watcher::connect(&nats.url()).await;
+    let _worker = worker(&nats.url()).await;
+    let executors: Vec<Executor> = (0..2)
+        .map(|i| {
+            executor(
+                &nats.url(),
+                &tmp.path().join(format!("graph-{i}")),
+                60.0,
+                &tmp.path().join(format!("executor-{i}.log")),
+                None,
+            )
+        })
+        .collect();
+    let mut rng = SmallRng::seed_from_u64(4);
+    let ids: Vec<String> = (0..16).map(|i| format!("shared-{i}")).collect();
+    for id in &ids {
+        let mut build = random_build(id, &mut rng);
+        for change in build["changes"].as_array_mut().unwrap() {
+            change["fail"] = json!(false);
+        }
+        watcher.publish("build.create", &build).await;
+    }
+    for id in &ids {
+        let results = watcher.wait(1, &format!("{id}'s result"), result_of(id));
+        assert_eq!(results[0].0, "build.create.done", "{id}");
+    }
+    // Each build was taken by one executor (its owner logged it before its result).
+    let started: Vec<usize> = executors
+        .iter()
+        .map(|e| e.logs().matches("Build started.").count())
+        .collect();
+    assert_eq!(started.iter().sum::<usize>(), ids.len(), "{started:?}");
+    for id in &ids {
+        assert_eq!(watcher.count(result_of(id)), 1, "{id}: one result");
+        let mut dispatched: HashMap<String, usize> = HashMap::new();
+        for (_, _, p) in watcher.seen(|s, p| is_dispatch(s) && p["service"] == id.as_str()) {
+            assert_eq!(p["_state"], "running");
+            *dispatched
+                .entry(p["_component_id"].as_str().unwrap().to_string())
+                .or_default() += 1;
+        }
+        assert!(!dispatched.is_empty(), "{id}");
+        for (component, times) in dispatched {
+            assert_eq!(times, 1, "{id}'s {component} dispatched {times} times");
+        }
+    }
 }
