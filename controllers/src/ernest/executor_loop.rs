@@ -96,6 +96,8 @@ pub struct ExecutorLoop {
     observer: Arc<dyn GraphObserver>,
     /// Per build whose snapshot this process wrote: its journal since.
     journals: HashMap<String, Journal>,
+    /// Builds whose result the client took and no flush has confirmed yet.
+    unflushed: HashSet<String>,
 }
 
 impl ExecutorLoop {
@@ -113,6 +115,7 @@ impl ExecutorLoop {
             clock,
             observer,
             journals: HashMap::new(),
+            unflushed: HashSet::new(),
         }
     }
 
@@ -172,18 +175,28 @@ impl ExecutorLoop {
         }
     }
 
-    /// After a reconnect: flush what the client held, and take as sent the results whose
-    /// flush had failed.
+    /// After a reconnect: flush what the client held, take as sent the results it held (their
+    /// flush had failed), and publish again those it refused.
     async fn reconnected(&mut self, shutdown: &CancellationToken) {
         match tokio::time::timeout(FLUSH_TIMEOUT, self.bus.flush()).await {
             Ok(Ok(())) => {
                 tracing::info!("Graph executor flushed its messages after the reconnect.");
-                let sent = self.executor.sending();
+                let sent: Vec<String> = self.unflushed.drain().collect();
                 for id in &sent {
                     self.executor.mark_sent(id);
                 }
                 self.save(&sent, shutdown).await;
                 self.executor.forget_finished();
+                let mut again = Step::default();
+                for id in self.executor.sending() {
+                    if let Some(out) = self.executor.run(&id).and_then(|r| r.terminal_message()) {
+                        tracing::info!(build = %id, "Publishing the build's result again.");
+                        again.publish.push((id, out));
+                    }
+                }
+                if !again.publish.is_empty() {
+                    self.carry(again, shutdown).await;
+                }
             }
             Ok(Err(error)) => tracing::warn!(%error, "Flush after the reconnect failed."),
             Err(_) => tracing::warn!("Flush after the reconnect timed out."),
@@ -219,10 +232,14 @@ impl ExecutorLoop {
                 self.bus.publish(out.subject.clone(), out.payload)
             };
             match published.await {
-                Ok(()) if out.terminal => terminals.push(id),
+                Ok(()) if out.terminal => {
+                    self.unflushed.insert(id.clone());
+                    terminals.push(id);
+                }
                 Ok(()) => {}
-                // The client refuses only what it can never send: an operator must look. The
-                // file keeps the result as `sending`: the next start publishes it again.
+                // The client refuses only what it cannot send as it is: an operator must look.
+                // The file keeps the result as `sending`; the next reconnect or start publishes
+                // it again.
                 Err(error) if out.terminal => tracing::error!(build = %id,
                     subject = %out.subject, %error, "The build's result cannot be published."),
                 Err(error) => tracing::warn!(build = %id, subject = %out.subject, %error,
@@ -241,6 +258,7 @@ impl ExecutorLoop {
         match tokio::time::timeout(FLUSH_TIMEOUT, self.bus.flush()).await {
             Ok(Ok(())) => {
                 for id in &terminals {
+                    self.unflushed.remove(id);
                     self.executor.mark_sent(id);
                 }
                 self.save(&terminals, shutdown).await;
@@ -362,6 +380,8 @@ mod tests {
         /// Where the process "dies" (its bus never returns again): before a result is
         /// published, or at the flush after it.
         crash: Mutex<Option<&'static str>>,
+        /// This many of the next results are refused by the client.
+        refused_results: Mutex<usize>,
     }
 
     impl World {
@@ -409,6 +429,13 @@ mod tests {
         ) -> futures::future::BoxFuture<'static, Result<(), BusError>> {
             if *self.0.crash.lock().unwrap() == Some("before-result") {
                 return futures::future::pending().boxed();
+            }
+            {
+                let mut refused = self.0.refused_results.lock().unwrap();
+                if *refused > 0 {
+                    *refused -= 1;
+                    return async { Err(BusError("connection closed".into())) }.boxed();
+                }
             }
             self.0.result_ids.lock().unwrap().push(msg_id);
             self.publish(subject, payload)
@@ -678,6 +705,43 @@ mod tests {
         let p = world.published.lock().unwrap().clone();
         assert_eq!(p.len(), 4, "{p:?}");
         assert_eq!(p[2].1, p[3].1, "the same result both times");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_result_the_client_refused_is_published_again_after_a_reconnect() {
+        let world = Arc::new(World::default());
+        *world.refused_results.lock().unwrap() = 1;
+        let (tx, shutdown) = start(&world);
+        tx.send(Input::Message {
+            subject: "build.create".into(),
+            payload: build(),
+        })
+        .await
+        .unwrap();
+        let p = published(&world, 1).await;
+        tx.send(msg("a.create.p.done", &p[0].1)).await.unwrap();
+        let p = published(&world, 2).await;
+        tx.send(msg("a.create.p.done", &p[1].1)).await.unwrap();
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(world.published.lock().unwrap().len(), 2, "refused");
+        assert_eq!(world.stored("b1").unwrap()["result"]["sent"], "sending");
+        tx.send(Input::Reconnected).await.unwrap();
+        let p = published(&world, 3).await;
+        assert_eq!(p[2].0, "build.create.done");
+        assert_eq!(*world.result_ids.lock().unwrap(), ["b1.result"]);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(world.stored("b1").unwrap()["result"]["sent"], "sent");
+        // A second reconnect has nothing left to send.
+        tx.send(Input::Reconnected).await.unwrap();
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(world.published.lock().unwrap().len(), 3);
+        shutdown.cancel();
     }
 
     #[tokio::test(start_paused = true)]
