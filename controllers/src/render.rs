@@ -246,6 +246,31 @@ pub struct ScheduleCheck {
 /// A role's resolved variables, or why they cannot be had.
 pub type RoleVars = Result<serde_json::Map<String, Value>, String>;
 
+impl ScheduleCheck {
+    /// What a render pass makes of `role` before reading its template: its resolved variables,
+    /// or the error that fails it, in the pass's order (unusable variables or an unresolvable
+    /// reference first, then its dependencies: a cycle, a role this node does not have, a bad
+    /// `depends_on`). `None` for a role this node does not have. The offline tools
+    /// (`verwalter check`, `verwalter render`) say what the daemon says with it.
+    pub fn role(&self, role: &str) -> Option<RoleVars> {
+        let (_, vars) = self.roles.iter().find(|(name, _)| name == role)?;
+        Some(match (vars, self.dependency_problems.get(role)) {
+            (Err(e), _) => Err(e.clone()),
+            (Ok(_), Some(problem)) => Err(problem.clone()),
+            (Ok(vars), None) => Ok(vars.clone()),
+        })
+    }
+
+    /// The error of each role that fails before its template is read (see [`Self::role`]), in
+    /// the order of the node's roles.
+    pub fn problems(&self) -> Vec<String> {
+        self.roles
+            .iter()
+            .filter_map(|(role, _)| self.role(role)?.err())
+            .collect()
+    }
+}
+
 /// See [`ScheduleCheck`].
 pub fn check_schedule(data: &Value, host: &str) -> ScheduleCheck {
     let deps = Deps::build(data, host);

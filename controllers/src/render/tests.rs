@@ -714,6 +714,61 @@ async fn an_empty_table_as_depends_on_is_no_dependencies() {
     assert!(check.dependency_problems.is_empty(), "{check:?}");
 }
 
+/// Issue 29: `verwalter check` and `verwalter render` take what they report from
+/// `check_schedule`: each role fails there with the message a pass fails it with (a cycle, a role
+/// not on the node, a bad `depends_on`, a reference that finds nothing; a reference error before
+/// a dependency error, as a pass checks them), and the others get the variables a pass renders.
+#[tokio::test]
+async fn the_schedule_check_fails_each_role_as_a_pass_does() {
+    let rig = rig();
+    let sched = schedule(json!({
+        "a": {"depends_on": ["b"]},
+        "b": {"depends_on": ["a"]},
+        "c": {"depends_on": ["a"]},
+        "e": {"depends_on": ["ghost"]},
+        "f": {"depends_on": {"x": 1}},
+        "db": {"host": "10.0.0.5", "port": 5432},
+        "app": {"depends_on": ["db"], "db_url": "pg://$(db.host):$(db.port)/app"},
+        "lost": {"url": "$(db.nothing)"},
+        "both": {"depends_on": ["ghost"], "url": "$(db.nothing)"},
+    }));
+    let data = sched.as_ref().unwrap().data.tree().as_ref().clone();
+    rig.schedule.set(sched);
+    rig.pass_all().await;
+    rig.pass_all().await;
+    let failed = rig.store.roles.peek().failed.clone();
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    let check = check_schedule(&data, HOST);
+    for role in vars::node_roles(&data, HOST) {
+        match check.role(&role).unwrap() {
+            Err(problem) => assert_eq!(failed[&role].message, problem, "{role}"),
+            Ok(vars) => {
+                assert!(!failed.contains_key(&role), "{role}");
+                if role == "c" {
+                    continue; // blocked by a: not failed, not applied
+                }
+                let job = jobs.iter().find(|j| j.role == role).unwrap();
+                let mut rendered = job.vars.as_ref().clone();
+                for per_pass in ["deployment_id", "timestamp", "verwalter_version"] {
+                    rendered.remove(per_pass);
+                }
+                assert_eq!(rendered, vars, "{role}");
+            }
+        }
+    }
+    assert_eq!(check.problems().len(), 6, "{:?}", check.problems());
+    assert_eq!(failed.len(), 6, "{failed:?}");
+    assert_eq!(
+        check.role("app").unwrap().unwrap()["db_url"],
+        "pg://10.0.0.5:5432/app"
+    );
+    assert_eq!(
+        check.role("both").unwrap().unwrap_err(),
+        "role \"both\": variable url: $(db.nothing) finds nothing"
+    );
+    assert!(check.role("ghost").is_none());
+}
+
 #[tokio::test]
 async fn halt_holds_back_every_role_after_a_failure_until_it_clears() {
     let rig = rig_with(Arc::default(), ErrorPolicy::Halt);
