@@ -41,7 +41,7 @@
 //!   and one result, an error while others run (one `.error`, after them), a lost answer timed
 //!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
 //!   settings with its metrics, the example's delete build, the daemon's deployment events
-//!   on NATS, a result over the server's max_payload published as a summary, a password in the
+//!   on NATS (each role's as it finishes, with its time), a result over the server's max_payload published as a summary, a password in the
 //!   NATS URL used and never logged (at debug too); the ignored `bench_thousand_components` (`make bench-graph`).
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.

@@ -47,8 +47,8 @@ use sha1::{Digest, Sha1};
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::graph::{ErrorPolicy, Graph, GraphError};
 use crate::ports::{
-    AppliedStore, ApplyError, Clock, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleSource,
-    RolesRequest, StorageError,
+    AppliedStore, ApplyError, Clock, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleOutcome,
+    RoleSource, RolesRequest, StorageError,
 };
 use crate::refs;
 use crate::state::{
@@ -162,14 +162,13 @@ enum LogEntry {
         failed: Vec<String>,
         blocked: Vec<(String, String)>,
     },
-}
-
-/// How a role's attempt in a pass ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Left {
-    Applied,
-    Failed,
-    Blocked,
+    /// A role of pass `id` had its attempt, at `at` (ms).
+    Role {
+        id: String,
+        role: String,
+        outcome: RoleOutcome,
+        at: u64,
+    },
 }
 
 /// The dependencies between this node's roles for one schedule (see the module docs).
@@ -859,17 +858,25 @@ impl RenderController {
         id
     }
 
-    /// Marks `role`'s attempt in pass `id` done (`reason`: why it is blocked); ends passes with
-    /// nothing pending.
-    fn leave_pass(&self, st: &mut State, id: &str, role: &str, left: Left, reason: &str) {
+    /// Marks `role`'s attempt in pass `id` done, with how it ended (queued for the log as it
+    /// happens, with its time); ends passes with nothing pending.
+    fn leave_pass(&self, st: &mut State, id: &str, role: &str, outcome: RoleOutcome) {
         if let Some(pass) = st.passes.iter_mut().find(|p| p.id == id)
             && pass.pending.remove(role)
         {
-            match left {
-                Left::Applied => {}
-                Left::Failed => pass.failed.push(role.to_string()),
-                Left::Blocked => pass.blocked.push((role.to_string(), reason.to_string())),
+            match &outcome {
+                RoleOutcome::Applied => {}
+                RoleOutcome::Failed => pass.failed.push(role.to_string()),
+                RoleOutcome::Blocked(reason) => {
+                    pass.blocked.push((role.to_string(), reason.clone()))
+                }
             }
+            st.log_queue.push(LogEntry::Role {
+                id: id.to_string(),
+                role: role.to_string(),
+                outcome,
+                at: self.clock.now_ms(),
+            });
         }
         self.close_finished(st);
     }
@@ -1112,6 +1119,12 @@ impl RenderController {
                     failed,
                     blocked,
                 } => self.log.deployment_finish(&id, &failed, &blocked),
+                LogEntry::Role {
+                    id,
+                    role,
+                    outcome,
+                    at,
+                } => self.log.role_finished(&id, &role, &outcome, at),
             }
         }
         let problem = self.log.problem();
@@ -1152,6 +1165,16 @@ impl RenderController {
             };
             if let Some(problem) = deps.problems.get(&role) {
                 let e = RenderError::Dependencies(problem.clone());
+                // Another role's pass took it in (it needs work): it leaves that pass failed,
+                // or the pass would never end.
+                let pending = st
+                    .passes
+                    .iter()
+                    .find(|p| p.pending.contains(&role))
+                    .map(|p| p.id.clone());
+                if let Some(id) = pending {
+                    self.leave_pass(&mut st, &id, &role, RoleOutcome::Failed);
+                }
                 drop(st);
                 if self.record_failure(&role, e.to_string(), None) {
                     self.wake_after(&role, &deps);
@@ -1170,7 +1193,7 @@ impl RenderController {
                 self.gate(&mut st, &schedule, &templates, &deps, &role, force)
             {
                 if state == BlockedState::Blocked {
-                    self.leave_pass(&mut st, &id, &role, Left::Blocked, &reason);
+                    self.leave_pass(&mut st, &id, &role, RoleOutcome::Blocked(reason.clone()));
                 }
                 drop(st);
                 if self.record_blocked(&role, state, on, reason, &id) {
@@ -1230,12 +1253,12 @@ impl RenderController {
             Err(e) => Err(RenderError::Apply(e)),
         };
         let mut st = self.state.lock().unwrap();
-        let left = if result.is_ok() {
-            Left::Applied
+        let outcome = if result.is_ok() {
+            RoleOutcome::Applied
         } else {
-            Left::Failed
+            RoleOutcome::Failed
         };
-        self.leave_pass(&mut st, &id, &role, left, "");
+        self.leave_pass(&mut st, &id, &role, outcome);
         match result {
             Ok(()) => {
                 st.applied.insert(

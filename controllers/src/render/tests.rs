@@ -22,6 +22,7 @@ struct Rig {
     applier: Arc<FakeApplier>,
     applied: Arc<MemoryAppliedStore>,
     log: Arc<RecordingDeploymentLog>,
+    clock: Arc<FakeClock>,
 }
 
 fn schedule(roles: Value) -> Option<Schedule> {
@@ -56,6 +57,7 @@ fn rig_with_source(
     ]));
     let applier = Arc::new(FakeApplier::default());
     let log = Arc::new(RecordingDeploymentLog::default());
+    let clock = FakeClock::at(1_600_000_000_000);
     let controller = Arc::new(
         RenderController::new(
             store.clone(),
@@ -64,7 +66,7 @@ fn rig_with_source(
             applier.clone(),
             applied.clone(),
             log.clone(),
-            FakeClock::at(1_600_000_000_000),
+            clock.clone(),
         )
         .error_policy(policy)
         .role_source(source),
@@ -78,6 +80,7 @@ fn rig_with_source(
         applier,
         applied,
         log,
+        clock,
     }
 }
 
@@ -582,6 +585,66 @@ async fn a_failing_middle_role_blocks_its_dependents_only_and_its_fix_resumes_th
     assert!(rig.blocked().is_empty());
     shutdown.cancel();
     task.await.unwrap();
+}
+
+/// Issue 29: `role.applied` events came all at the end of the pass, in name order, without a
+/// time. Each role's outcome now goes to the log as the role finishes, with the time, and the
+/// pass's finish after the last.
+#[tokio::test]
+async fn each_roles_outcome_is_given_as_it_finishes_with_its_time() {
+    let rig = rig();
+    rig.applier.fail("b", "boom");
+    rig.schedule.set(schedule(
+        json!({"c": {}, "b": {}, "a": {"depends_on": ["b"]}}),
+    ));
+    let entries = || rig.log.entries.lock().unwrap().clone();
+    let t0 = 1_600_000_000_000u64;
+    let id = |entries: &[String]| entries[0].strip_prefix("start ").unwrap().to_string();
+    rig.controller.clone().reconcile("c".into()).await.unwrap();
+    let after_c = entries();
+    let d = id(&after_c);
+    assert_eq!(
+        after_c,
+        [format!("start {d}"), format!("applied c {d} at {t0}")]
+    );
+    rig.clock.advance(Duration::from_secs(1));
+    rig.controller
+        .clone()
+        .reconcile("b".into())
+        .await
+        .unwrap_err();
+    rig.clock.advance(Duration::from_secs(1));
+    rig.controller.clone().reconcile("a".into()).await.unwrap();
+    assert_eq!(
+        entries(),
+        [
+            format!("start {d}"),
+            format!("applied c {d} at {t0}"),
+            format!("failed b {d} at {}", t0 + 1000),
+            format!("blocked a {d} at {}", t0 + 2000),
+            format!("finish {d}"),
+        ]
+    );
+}
+
+/// A role with a dependency error (here a cycle) that another role's pass took in leaves it
+/// failed: the pass ends, and says so.
+#[tokio::test]
+async fn a_pass_holding_a_role_of_a_cycle_ends_with_it_failed() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({
+        "d": {},
+        "x": {"depends_on": ["y"]},
+        "y": {"depends_on": ["x"]},
+    })));
+    rig.pass_all().await;
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert_eq!(last.roles, ["d", "x", "y"]);
+    assert!(last.finished.is_some(), "{last:?}");
+    assert_eq!(last.failed, ["x", "y"]);
+    let entries = rig.log.entries.lock().unwrap().clone();
+    assert_eq!(entries.last().unwrap(), &format!("finish {}", last.id));
+    assert!(entries[2].starts_with("failed x "), "{entries:?}");
 }
 
 #[tokio::test]
