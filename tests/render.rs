@@ -821,6 +821,98 @@ fn the_depends_on_example_of_the_docs_runs_as_the_docs_say() {
     assert_eq!(status["blocked_roles"], json!({}), "{status}");
 }
 
+/// Issue 29: the Overview's roles card showed blocked and waiting roles as `ok`, and a role's
+/// page named only the direct dependency, with a gap before the `)` after it (`database )`).
+/// `third` depends on `second`, which depends on `first`, which fails; `late` waits for `slow`,
+/// which runs until the test lets it finish.
+#[test]
+fn the_frontend_shows_held_roles_on_the_overview_and_the_root_cause_on_a_role_page() {
+    let site = Site::start();
+    std::fs::write(site.out.join("fail-first"), "").unwrap();
+    let browser = crate::webdriver::Browser::start();
+    site.schedule(
+        json!({"wait_for": ""}),
+        json!({
+            "first": {"template": "timed/v1"},
+            "second": {"template": "timed/v1", "depends_on": ["first"]},
+            "third": {"template": "timed/v1", "depends_on": ["second"]},
+            "slow": {"template": "timed/v1", "wait_for": "go"},
+            "late": {"template": "timed/v1", "depends_on": ["slow"]},
+        }),
+    );
+    let status = wait_for(SOON, || {
+        let s = site.status();
+        let held = &s["blocked_roles"];
+        (held["third"]["root_cause"] == json!(["first"]) && held["late"]["state"] == "waiting")
+            .then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", site.status(), site.daemon.logs()));
+    assert_eq!(status["blocked_roles"]["third"]["on"], json!(["second"]));
+    assert_eq!(
+        status["blocked_roles"]["late"]["root_cause"],
+        json!(["slow"])
+    );
+
+    let base = format!("http://127.0.0.1:{}", site.daemon.port);
+    browser.goto(&format!("{base}/"));
+    for (role, mark) in [
+        ("first", "failing"),
+        ("second", "blocked"),
+        ("third", "blocked"),
+        ("late", "waiting"),
+        ("slow", "ok"),
+    ] {
+        browser.wait_for_text(&format!("#roles-table tr[data-role='{role}']"), mark, SOON);
+    }
+    browser.wait_for_text(
+        "#roles-table tr[data-role='third'] a[href='/roles/third']",
+        "blocked",
+        SOON,
+    );
+    browser.screenshot(&crate::webdriver::screenshot_dir().join("render-overview-held-roles.png"));
+
+    browser.goto(&format!("{base}/roles/third"));
+    browser.wait_for_text(
+        "#role-held",
+        "depends on second, which failed or is blocked (depends_on: second). Root cause: first failed.",
+        SOON,
+    );
+    browser.wait_for_text("#role-root-cause a[href='/roles/first']", "first", SOON);
+    // No gap between the dependency's name and the `)` after it.
+    let gap = browser.execute(
+        "const a = document.querySelector(\"#role-held a[href='/roles/second']\");
+         let n = a; while (!n.nextSibling) n = n.parentNode;
+         const r = document.createRange(); r.setStart(n.nextSibling, 0); r.setEnd(n.nextSibling, 1);
+         return [r.toString(), r.getBoundingClientRect().left - a.getBoundingClientRect().right];",
+        vec![],
+    );
+    assert_eq!(gap[0], ")", "{gap}");
+    assert!(
+        gap[1].as_f64().unwrap().abs() < 1.0,
+        "a gap before `)`: {gap}"
+    );
+    browser.screenshot(&crate::webdriver::screenshot_dir().join("render-root-cause.png"));
+    browser.goto(&format!("{base}/roles/late"));
+    browser.wait_for_text("#role-held", "Waiting on this node", SOON);
+    browser.wait_for_text(
+        "#role-held",
+        "waits for slow to apply (depends_on: slow)",
+        SOON,
+    );
+
+    // slow may finish now; late follows it.
+    let mut times = std::fs::OpenOptions::new()
+        .append(true)
+        .open(site.out.join("times.log"))
+        .unwrap();
+    writeln!(times, "start go 0").unwrap();
+    wait_for(SOON, || {
+        let calls = site.calls();
+        calls.contains(&"late".to_string()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("late never applied: {:?}", site.calls()));
+}
+
 /// Issue 29: roles `x` and `y` depending on each other failed about 977,000 times in 35 s and
 /// logged 388 MB. Now each fails under the backoff (about 1, 2, 4 s apart) and its repeated error
 /// is logged once. The third attempt of each is the event that must come after: by then each has

@@ -88,7 +88,8 @@
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
 //!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable;
-//!   `depends_on` (docs/graphs.md's example run as written, read from the doc).
+//!   `depends_on` (docs/graphs.md's example run as written, read from the doc; held-back roles
+//!   on the Overview and a role page's root cause in headless Chromium).
 //! - `scheduler_metrics`: `state.metrics` from `scheduler/v1/metrics.yaml` against a Prometheus
 //!   test double: a scheduler writes what it sees into the schedule (values, age, a new value
 //!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file

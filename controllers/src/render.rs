@@ -373,6 +373,7 @@ enum Gate {
     Hold {
         state: BlockedState,
         on: Vec<String>,
+        root_cause: Vec<String>,
         reason: String,
     },
 }
@@ -969,12 +970,13 @@ impl RenderController {
     }
 
     /// Records why `role` does not apply now; `true` when that changed what its dependents see
-    /// (it was not blocked in that state before).
+    /// (it was not blocked in that state, or with that root cause, before).
     fn record_blocked(
         &self,
         role: &str,
         state: BlockedState,
         on: Vec<String>,
+        root_cause: Vec<String>,
         reason: String,
         deployment_id: &str,
     ) -> bool {
@@ -983,6 +985,7 @@ impl RenderController {
         let entry = RoleBlocked {
             state,
             on,
+            root_cause,
             reason,
             since: before
                 .as_ref()
@@ -995,12 +998,15 @@ impl RenderController {
         }
         let changed_state = before.as_ref().map(|b| b.state) != Some(state);
         if changed_state {
-            tracing::info!(role, state = ?state, on = ?entry.on, reason = %entry.reason, "Role held back by its dependencies.");
+            tracing::info!(role, state = ?state, on = ?entry.on, root_cause = ?entry.root_cause, reason = %entry.reason, "Role held back by its dependencies.");
         }
+        // The roles that depend on it take their root cause from it. (Held-back roles form no
+        // cycle: the roles of a cycle fail, they are not held back; so this ends.)
+        let changed_root = before.as_ref().map(|b| &b.root_cause) != Some(&entry.root_cause);
         self.out.update(|s| {
             s.blocked.insert(role.to_string(), entry);
         });
-        changed_state
+        changed_state || changed_root
     }
 
     /// What the dependencies of `role` (which needs work) allow now.
@@ -1029,6 +1035,7 @@ impl RenderController {
                 );
                 return Gate::Hold {
                     state: BlockedState::Blocked,
+                    root_cause: failing.clone(),
                     on: failing,
                     reason,
                 };
@@ -1058,6 +1065,27 @@ impl RenderController {
                 waiting.push(name.to_string());
             }
         }
+        // Where each chain ends: a failed role (or one whose dependencies cannot be followed) is
+        // its own end; a held-back one has found its end already.
+        let root_cause = |on: &[String]| -> Vec<String> {
+            let mut roots = BTreeSet::new();
+            for name in on {
+                let held = status.blocked.get(name).map(|b| &b.root_cause);
+                match held {
+                    Some(roots_of)
+                        if !status.failed.contains_key(name)
+                            && !deps.problems.contains_key(name)
+                            && !roots_of.is_empty() =>
+                    {
+                        roots.extend(roots_of.iter().cloned())
+                    }
+                    _ => {
+                        roots.insert(name.clone());
+                    }
+                }
+            }
+            roots.into_iter().collect()
+        };
         if !blocked.is_empty() {
             let reason = format!(
                 "depends on {}, which failed or is blocked",
@@ -1065,6 +1093,7 @@ impl RenderController {
             );
             Gate::Hold {
                 state: BlockedState::Blocked,
+                root_cause: root_cause(&blocked),
                 on: blocked,
                 reason,
             }
@@ -1072,6 +1101,7 @@ impl RenderController {
             let reason = format!("waits for {} to apply", waiting.join(", "));
             Gate::Hold {
                 state: BlockedState::Waiting,
+                root_cause: root_cause(&waiting),
                 on: waiting,
                 reason,
             }
@@ -1189,14 +1219,18 @@ impl RenderController {
                 return Ok(Requeue::None);
             }
             let id = self.join_pass(&mut st, &schedule, &templates, &role, force);
-            if let Gate::Hold { state, on, reason } =
-                self.gate(&mut st, &schedule, &templates, &deps, &role, force)
+            if let Gate::Hold {
+                state,
+                on,
+                root_cause,
+                reason,
+            } = self.gate(&mut st, &schedule, &templates, &deps, &role, force)
             {
                 if state == BlockedState::Blocked {
                     self.leave_pass(&mut st, &id, &role, RoleOutcome::Blocked(reason.clone()));
                 }
                 drop(st);
-                if self.record_blocked(&role, state, on, reason, &id) {
+                if self.record_blocked(&role, state, on, root_cause, reason, &id) {
                     self.wake_after(&role, &deps);
                 }
                 return Ok(Requeue::None);

@@ -540,6 +540,37 @@ async fn a_role_waits_for_its_dependency_and_says_so() {
     );
 }
 
+/// Issue 29: a role's page named only the direct dependency of a blocked role. Each held-back
+/// role now carries where its chain ends: the role that failed, through any number of blocked
+/// roles; for a waiting role, the role not applied yet that waits for nothing.
+#[tokio::test(start_paused = true)]
+async fn a_held_back_role_names_the_root_cause_at_the_end_of_its_chain() {
+    let rig = rig();
+    rig.applier.fail("c", "boom");
+    rig.schedule.set(schedule(chain()));
+    let (shutdown, task) = driven(&rig);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let blocked = rig.blocked();
+    assert_eq!(blocked["b"].on, ["c"]);
+    assert_eq!(blocked["b"].root_cause, ["c"]);
+    assert_eq!(blocked["a"].on, ["b"]);
+    assert_eq!(blocked["a"].root_cause, ["c"], "{blocked:?}");
+    shutdown.cancel();
+    task.await.unwrap();
+
+    // Waiting: b waits for c, a for b; the chain ends at c.
+    let rig = rig_with(Arc::default(), ErrorPolicy::default());
+    rig.schedule.set(schedule(chain()));
+    for role in ["b", "a"] {
+        rig.controller.clone().reconcile(role.into()).await.unwrap();
+    }
+    let waiting = rig.blocked();
+    assert_eq!(waiting["a"].state, BlockedState::Waiting);
+    assert_eq!(waiting["a"].on, ["b"]);
+    assert_eq!(waiting["a"].root_cause, ["c"]);
+    assert_eq!(waiting["b"].root_cause, ["c"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_middle_role_blocks_its_dependents_only_and_its_fix_resumes_the_chain() {
     let rig = rig();
