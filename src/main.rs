@@ -601,11 +601,12 @@ fn check(args: &OfflineArgs) -> ExitCode {
                     }
                 };
                 let data = view.as_ref().unwrap_or(schedule.data.tree());
-                // Every role this node would render must have usable variables.
-                for role in vars::node_roles(data, host) {
-                    if let Err(e) = vars::role_vars(data, host, &role) {
-                        problems.push(format!("{}: schedule: {e}", dir.display()));
-                    }
+                // Every role this node would render must have usable variables, resolvable
+                // `$(role.path)` references and dependencies it can follow: the errors a
+                // render pass would fail it with.
+                for problem in verwalter_controllers::render::check_schedule(data, host).problems()
+                {
+                    problems.push(format!("{}: schedule: {problem}", dir.display()));
                 }
                 if problems.is_empty() {
                     println!(

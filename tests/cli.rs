@@ -544,3 +544,103 @@ fn check_loads_wca_scheduler_config_and_names_the_line_of_a_problem() {
         assert!(stderr.contains(word), "{text}: {stderr}");
     }
 }
+
+/// A config dir whose scheduler passes `schedule` through (`runtime/schedule.json`), with the
+/// `service/v1` template of docs/graphs.md's example.
+fn passthrough_dir(schedule: &str) -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    replace_file(
+        &dir.join("scheduler/v1/main.lua"),
+        crate::render::PASSTHROUGH,
+    );
+    replace_file(&dir.join("runtime/schedule.json"), schedule);
+    crate::render::service_template(dir, &dir.join("out"));
+    tmp
+}
+
+/// Issue 29: `verwalter check` said ok for a dependency cycle, a dependency on a role the node
+/// does not have and a `$(...)` reference that finds nothing; `render --dry-run` printed
+/// `$(database.host)` as it is. Both now say what the daemon says (its messages, from the same
+/// code), and render docs/graphs.md's example as the daemon renders it.
+#[test]
+fn check_and_render_report_the_dependency_and_reference_errors_the_daemon_reports() {
+    let example = doc_block(
+        "graphs.md",
+        "## Roles in dependency order (`depends_on`)",
+        "json",
+    );
+    let good = passthrough_dir(&example);
+    let (code, stdout, stderr) = run_on("check", good.path(), &["--hostname", "alpha"]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stdout.contains(": ok;"), "{stdout}");
+    let schedule = good.path().join("runtime/schedule.json");
+    let render = |dir: &Path, role: &str| {
+        run_on(
+            "render",
+            dir,
+            &[
+                "--schedule",
+                dir.join("runtime/schedule.json").to_str().unwrap(),
+                "--hostname",
+                "alpha",
+                "--role",
+                role,
+                "--dry-run",
+            ],
+        )
+    };
+    let (code, stdout, stderr) = render(good.path(), "app");
+    assert_eq!(code, 0, "{stderr}");
+    assert!(
+        stdout.contains(
+            "--- files.conf = templates/service/v1/service.conf.tera ---\npg://10.0.0.5:5432/app\n"
+        ),
+        "{stdout}"
+    );
+    assert!(schedule.is_file());
+
+    let bad = passthrough_dir(
+        &serde_json::json!({
+            "vars": {"template": "service/v1"},
+            "nodes": {"alpha": {"roles": {
+                "x": {"depends_on": ["y"]},
+                "y": {"depends_on": ["x"]},
+                "e": {"depends_on": ["ghost"]},
+                "database": {},
+                "app": {"depends_on": ["database"],
+                        "db_url": "pg://$(database.host):$(database.port)/app"},
+                "fine": {},
+            }}}
+        })
+        .to_string(),
+    );
+    let (code, stdout, stderr) = run_on("check", bad.path(), &["--hostname", "alpha"]);
+    assert_eq!(code, 1, "{stdout}");
+    for message in [
+        "schedule: role \"x\" is in a dependency cycle: x -> y -> x",
+        "schedule: role \"y\" is in a dependency cycle: x -> y -> x",
+        "schedule: role \"e\" depends on \"ghost\", which is not a role of this node",
+        "schedule: role \"app\": variable db_url: $(database.host) finds nothing",
+    ] {
+        assert!(stderr.contains(message), "{message}:\n{stderr}");
+    }
+    assert!(stderr.contains("4 problem(s)"), "{stderr}");
+    // render refuses such a role as the daemon fails it, and renders the others.
+    for (role, message) in [
+        (
+            "x",
+            "verwalter render: role \"x\" is in a dependency cycle: x -> y -> x\n",
+        ),
+        (
+            "app",
+            "verwalter render: role \"app\": variable db_url: $(database.host) finds nothing\n",
+        ),
+    ] {
+        let (code, stdout, stderr) = render(bad.path(), role);
+        assert_eq!(code, 1, "{stdout}");
+        assert!(stderr.ends_with(message), "{stderr}");
+    }
+    let (code, _, stderr) = render(bad.path(), "fine");
+    assert_eq!(code, 0, "{stderr}");
+}

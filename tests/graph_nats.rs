@@ -1120,5 +1120,98 @@ async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
     drop(daemon);
 }
 
+/// Issue 29: the `role.*` events of a pass came all at its end, in name order, without a time.
+/// Now each comes as its role finishes: `web` applies at once while `api` waits in its command
+/// for a file the test writes only once `web`'s event has come (with the old events, that wait
+/// never ended: the pass, and so every event, waited for `api`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_role_event_is_published_as_the_role_finishes_with_its_time() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = tmp.path().join("config");
+    let out = tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let o = out.display();
+    crate::util::replace_file(
+        &config.join("scheduler/v1/main.lua"),
+        crate::render::PASSTHROUGH,
+    );
+    // Waits (up to 20 s) for out/go-<role> when the role's `wait` is set.
+    crate::util::replace_file(
+        &config.join("templates/gate/v1/gate.render.yaml"),
+        &format!(
+            "templates:\n  conf: gate.conf.hbs\ncommands:\n\
+             - !Sh 'test -z \"$(cat {{{{ files.conf }}}})\" || for i in $(seq 400); do \
+               test -e {o}/go-{{{{ role }}}} && break; sleep 0.05; done'\n"
+        ),
+    );
+    crate::util::replace_file(&config.join("templates/gate/v1/gate.conf.hbs"), "{{wait}}");
+    crate::util::replace_file(
+        &config.join("runtime/schedule.json"),
+        &json!({"vars": {"template": "gate/v1", "wait": ""},
+                "nodes": {"alpha": {"roles": {"api": {"wait": "yes"}, "web": {}}}}})
+        .to_string(),
+    );
+    let nats = Nats::start(tmp.path());
+    let client = Client::connect(&nats.url()).await;
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        format!(
+            "deployment-events:\n  nats-url: {}\n  prefix: vw.test\n",
+            nats.url()
+        ),
+    )
+    .unwrap();
+    let daemon = crate::util::Daemon::launch(
+        &config,
+        &tmp.path().join("storage"),
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let role = |what: &'static str, name: &'static str| {
+        move |s: &str, p: &Value| s == format!("vw.test.role.{what}") && p["role"] == name
+    };
+    let web = client
+        .wait(1, "web applied", role("applied", "web"))
+        .await
+        .remove(0)
+        .1;
+    assert!(client.seen(role("applied", "api")).is_empty());
+    assert!(
+        client
+            .seen(|s, _| s == "vw.test.deployment.finished")
+            .is_empty()
+    );
+    std::fs::write(out.join("go-api"), "").unwrap();
+    let api = client
+        .wait(1, "api applied", role("applied", "api"))
+        .await
+        .remove(0)
+        .1;
+    let finished = client
+        .wait(1, "the pass finished", |s, _| {
+            s == "vw.test.deployment.finished"
+        })
+        .await
+        .remove(0)
+        .1;
+    for event in [&web, &api] {
+        assert_eq!(event["deployment_id"], finished["deployment_id"]);
+        let ms = event["time_ms"].as_u64().unwrap();
+        assert_eq!(
+            event["time"],
+            verwalter_controllers::wallclock::rfc3339(ms),
+            "{event}"
+        );
+    }
+    assert!(web["time_ms"].as_u64() <= api["time_ms"].as_u64());
+    assert!(position(&client, role("applied", "web")) < position(&client, role("applied", "api")));
+    assert!(
+        position(&client, role("applied", "api"))
+            < position(&client, |s, _| s == "vw.test.deployment.finished")
+    );
+    drop(daemon);
+}
+
 /// A build's result across kills, and two executors on one server (`graph_nats/delivery.rs`).
 mod delivery;

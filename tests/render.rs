@@ -25,8 +25,26 @@ struct Site {
 }
 
 /// The scheduler: the schedule is whatever `runtime/schedule.json` says.
-const PASSTHROUGH: &str = "return {scheduler = function(state)\n  \
+pub const PASSTHROUGH: &str = "return {scheduler = function(state)\n  \
     return state.runtime.schedule or {}, 'passthrough'\nend}\n";
+
+/// `service/v1`, the template of docs/graphs.md's `depends_on` example: copies the role's
+/// `db_url` (empty without one) into out/<role>.conf, then records the call.
+pub fn service_template(config: &Path, out: &Path) {
+    let o = out.display();
+    replace_file(
+        &config.join("templates/service/v1/service.render.yaml"),
+        &format!(
+            "templates:\n  conf: service.conf.tera\ncommands:\n\
+             - !Copy {{src: '{{{{ files.conf }}}}', dest: '{o}/{{{{ role }}}}.conf'}}\n\
+             - !Sh 'echo {{{{ role }}}} >> {o}/calls.log'\n"
+        ),
+    );
+    replace_file(
+        &config.join("templates/service/v1/service.conf.tera"),
+        "{% if db_url is defined %}{{ db_url }}{% endif %}\n",
+    );
+}
 
 impl Site {
     fn start() -> Site {
@@ -87,6 +105,7 @@ impl Site {
             &config.join("templates/timed/v1/timed.conf.hbs"),
             "{{wait_for}}",
         );
+        service_template(&config, &out);
         let storage = tmp.path().join("storage");
         let log_dir = storage.join("log");
         let daemon = Daemon::launch(&config, &storage, args, &[]);
@@ -762,6 +781,136 @@ fn a_failing_middle_role_blocks_only_its_dependents_and_its_fix_resumes_the_chai
         (s["blocked_roles"] == json!({}) && s["failed_roles"] == json!([])).then_some(())
     })
     .expect("nothing held back once second applied");
+}
+
+/// Issue 29: docs/graphs.md's `depends_on` example gave `database` no host or port, so `app`
+/// failed on `$(database.host) finds nothing` instead of becoming what the text says. The
+/// example runs here exactly as written (read from the doc), under the doc's `render:` settings:
+/// `network` and `metrics` first, `database` after `network`, `app` after `database`, with its
+/// `db_url` resolved.
+#[test]
+fn the_depends_on_example_of_the_docs_runs_as_the_docs_say() {
+    let settings_dir = tempfile::tempdir().unwrap();
+    let settings = settings_dir.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        doc_block(
+            "graphs.md",
+            "### What a failure holds back: `render.dependency-failure`",
+            "yaml",
+        ),
+    )
+    .unwrap();
+    let site = Site::start_args(&["--settings", settings.to_str().unwrap()]);
+    let example: Value = serde_json::from_str(&doc_block(
+        "graphs.md",
+        "## Roles in dependency order (`depends_on`)",
+        "json",
+    ))
+    .unwrap();
+    site.schedule_data(example);
+    let calls = site.wait_calls(4);
+    let at = |role: &str| calls.iter().position(|c| c == role).unwrap();
+    assert!(
+        at("network") < at("database") && at("database") < at("app"),
+        "{calls:?}"
+    );
+    assert_eq!(site.conf("app"), "pg://10.0.0.5:5432/app\n");
+    let status = site.status();
+    assert_eq!(status["failed_roles"], json!([]), "{status}");
+    assert_eq!(status["blocked_roles"], json!({}), "{status}");
+}
+
+/// Issue 29: the Overview's roles card showed blocked and waiting roles as `ok`, and a role's
+/// page named only the direct dependency, with a gap before the `)` after it (`database )`).
+/// `third` depends on `second`, which depends on `first`, which fails; `late` waits for `slow`,
+/// which runs until the test lets it finish.
+#[test]
+fn the_frontend_shows_held_roles_on_the_overview_and_the_root_cause_on_a_role_page() {
+    let site = Site::start();
+    std::fs::write(site.out.join("fail-first"), "").unwrap();
+    let browser = crate::webdriver::Browser::start();
+    site.schedule(
+        json!({"wait_for": ""}),
+        json!({
+            "first": {"template": "timed/v1"},
+            "second": {"template": "timed/v1", "depends_on": ["first"]},
+            "third": {"template": "timed/v1", "depends_on": ["second"]},
+            "slow": {"template": "timed/v1", "wait_for": "go"},
+            "late": {"template": "timed/v1", "depends_on": ["slow"]},
+        }),
+    );
+    let status = wait_for(SOON, || {
+        let s = site.status();
+        let held = &s["blocked_roles"];
+        (held["third"]["root_cause"] == json!(["first"]) && held["late"]["state"] == "waiting")
+            .then_some(s)
+    })
+    .unwrap_or_else(|| panic!("{}\n{}", site.status(), site.daemon.logs()));
+    assert_eq!(status["blocked_roles"]["third"]["on"], json!(["second"]));
+    assert_eq!(
+        status["blocked_roles"]["late"]["root_cause"],
+        json!(["slow"])
+    );
+
+    let base = format!("http://127.0.0.1:{}", site.daemon.port);
+    browser.goto(&format!("{base}/"));
+    for (role, mark) in [
+        ("first", "failing"),
+        ("second", "blocked"),
+        ("third", "blocked"),
+        ("late", "waiting"),
+        ("slow", "ok"),
+    ] {
+        browser.wait_for_text(&format!("#roles-table tr[data-role='{role}']"), mark, SOON);
+    }
+    browser.wait_for_text(
+        "#roles-table tr[data-role='third'] a[href='/roles/third']",
+        "blocked",
+        SOON,
+    );
+    browser.screenshot(&crate::webdriver::screenshot_dir().join("render-overview-held-roles.png"));
+
+    browser.goto(&format!("{base}/roles/third"));
+    browser.wait_for_text(
+        "#role-held",
+        "depends on second, which failed or is blocked (depends_on: second). Root cause: first failed.",
+        SOON,
+    );
+    browser.wait_for_text("#role-root-cause a[href='/roles/first']", "first", SOON);
+    // No gap between the dependency's name and the `)` after it.
+    let gap = browser.execute(
+        "const a = document.querySelector(\"#role-held a[href='/roles/second']\");
+         let n = a; while (!n.nextSibling) n = n.parentNode;
+         const r = document.createRange(); r.setStart(n.nextSibling, 0); r.setEnd(n.nextSibling, 1);
+         return [r.toString(), r.getBoundingClientRect().left - a.getBoundingClientRect().right];",
+        vec![],
+    );
+    assert_eq!(gap[0], ")", "{gap}");
+    assert!(
+        gap[1].as_f64().unwrap().abs() < 1.0,
+        "a gap before `)`: {gap}"
+    );
+    browser.screenshot(&crate::webdriver::screenshot_dir().join("render-root-cause.png"));
+    browser.goto(&format!("{base}/roles/late"));
+    browser.wait_for_text("#role-held", "Waiting on this node", SOON);
+    browser.wait_for_text(
+        "#role-held",
+        "waits for slow to apply (depends_on: slow)",
+        SOON,
+    );
+
+    // slow may finish now; late follows it.
+    let mut times = std::fs::OpenOptions::new()
+        .append(true)
+        .open(site.out.join("times.log"))
+        .unwrap();
+    writeln!(times, "start go 0").unwrap();
+    wait_for(SOON, || {
+        let calls = site.calls();
+        calls.contains(&"late".to_string()).then_some(())
+    })
+    .unwrap_or_else(|| panic!("late never applied: {:?}", site.calls()));
 }
 
 /// Issue 29: roles `x` and `y` depending on each other failed about 977,000 times in 35 s and

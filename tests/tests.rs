@@ -12,8 +12,10 @@
 //! - `actions`: the action API on a single node: answers, 204, request errors, the audit line,
 //!   pending actions across a restart, acknowledged actions surviving kill -9, the pending cap;
 //!   no id given twice across a kill -9 within the same second (a slowed wall clock, preloaded).
-//! - `cli`: `verwalter check` (symlink loops and links out, big and deep files), `verwalter
-//!   schedule`, `--version`, bad settings.
+//! - `cli`: `verwalter check` (symlink loops and links out, big and deep files; dependency cycles,
+//!   missing dependencies and unresolvable references with the daemon's messages), `verwalter
+//!   schedule`, `verwalter render` (references resolved as the daemon does), `--version`, bad
+//!   settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
 //!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader.
 //! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies
@@ -39,7 +41,7 @@
 //!   and one result, an error while others run (one `.error`, after them), a lost answer timed
 //!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
 //!   settings with its metrics, the example's delete build, the daemon's deployment events
-//!   on NATS, a result over the server's max_payload published as a summary, a password in the
+//!   on NATS (each role's as it finishes, with its time), a result over the server's max_payload published as a summary, a password in the
 //!   NATS URL used and never logged (at debug too); the ignored `bench_thousand_components` (`make bench-graph`).
 //!   `graph_nats::delivery`, with `nats-server -js` and a deduplicating stream: a kill between
 //!   storing a result and publishing it, or before marking it sent, then a restart (one result in
@@ -90,7 +92,9 @@
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
-//!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable.
+//!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable;
+//!   `depends_on` (docs/graphs.md's example run as written, read from the doc; held-back roles
+//!   on the Overview and a role page's root cause in headless Chromium).
 //! - `scheduler_metrics`: `state.metrics` from `scheduler/v1/metrics.yaml` against a Prometheus
 //!   test double: a scheduler writes what it sees into the schedule (values, age, a new value
 //!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file

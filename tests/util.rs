@@ -87,6 +87,20 @@ pub fn deployment_index(log_dir: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The first fenced block of `lang` (```` ```json ````) after the line `heading` in
+/// `docs/<doc>`, read at test time, so that a test runs the docs' example exactly as written.
+pub fn doc_block(doc: &str, heading: &str, lang: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs").join(doc);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let (_, after) = text
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("{}: no heading {heading:?}", path.display()));
+    let (_, block) = after
+        .split_once(&format!("```{lang}\n"))
+        .unwrap_or_else(|| panic!("{}: no ```{lang} block after {heading:?}", path.display()));
+    block.split_once("```").unwrap().0.to_string()
+}
+
 /// Writes `text` to `path` the way a deploy tool should: complete under another name, then
 /// renamed into place (so the daemon never reads half a file); makes the parent dirs.
 pub fn replace_file(path: &Path, text: &str) {

@@ -169,6 +169,26 @@ pub trait AppliedStore: Send + Sync + 'static {
     fn remove(&self, role: &str) -> Result<(), StorageError>;
 }
 
+/// How a role's attempt in a pass ended ([`DeploymentLog::role_finished`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RoleOutcome {
+    Applied,
+    Failed,
+    /// Held back by its dependencies (or a halt), with why.
+    Blocked(String),
+}
+
+impl RoleOutcome {
+    /// `applied`, `failed` or `blocked`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RoleOutcome::Applied => "applied",
+            RoleOutcome::Failed => "failed",
+            RoleOutcome::Blocked(_) => "blocked",
+        }
+    }
+}
+
 /// Deployment-level entries of the deployment log (role entries are the applier's).
 pub trait DeploymentLog: Send + Sync + 'static {
     /// `changes`: the schedule's `changes` list (the toolbox's scheduler wrapper writes one),
@@ -176,6 +196,14 @@ pub trait DeploymentLog: Send + Sync + 'static {
     fn deployment_start(&self, id: &str, schedule_hash: &str, roles: &[String], changes: &[String]);
     /// `blocked`: roles held back by their dependencies (or a halt), with why.
     fn deployment_finish(&self, id: &str, failed: &[String], blocked: &[(String, String)]);
+    /// A role of pass `id` had its attempt: applied, failed or left the pass blocked, at `at`
+    /// (ms since the epoch). Given as each role finishes, before the pass's
+    /// [`Self::deployment_finish`]; a role that moved on to a newer pass before its attempt gets
+    /// it in that pass. The log files need nothing more (each role's own log has its entries),
+    /// so the default does nothing; the NATS tee publishes it (`role.applied`...).
+    fn role_finished(&self, id: &str, role: &str, outcome: &RoleOutcome, at: u64) {
+        let _ = (id, role, outcome, at);
+    }
     /// Why the log cannot be written now (any stream, role logs too), or `None`. Writing never
     /// fails a deployment; this is how a broken log is reported.
     fn problem(&self) -> Option<String>;

@@ -47,8 +47,8 @@ use sha1::{Digest, Sha1};
 use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::graph::{ErrorPolicy, Graph, GraphError};
 use crate::ports::{
-    AppliedStore, ApplyError, Clock, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleSource,
-    RolesRequest, StorageError,
+    AppliedStore, ApplyError, Clock, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleOutcome,
+    RoleSource, RolesRequest, StorageError,
 };
 use crate::refs;
 use crate::state::{
@@ -162,14 +162,13 @@ enum LogEntry {
         failed: Vec<String>,
         blocked: Vec<(String, String)>,
     },
-}
-
-/// How a role's attempt in a pass ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Left {
-    Applied,
-    Failed,
-    Blocked,
+    /// A role of pass `id` had its attempt, at `at` (ms).
+    Role {
+        id: String,
+        role: String,
+        outcome: RoleOutcome,
+        at: u64,
+    },
 }
 
 /// The dependencies between this node's roles for one schedule (see the module docs).
@@ -245,6 +244,31 @@ pub struct ScheduleCheck {
 
 /// A role's resolved variables, or why they cannot be had.
 pub type RoleVars = Result<serde_json::Map<String, Value>, String>;
+
+impl ScheduleCheck {
+    /// What a render pass makes of `role` before reading its template: its resolved variables,
+    /// or the error that fails it, in the pass's order (unusable variables or an unresolvable
+    /// reference first, then its dependencies: a cycle, a role this node does not have, a bad
+    /// `depends_on`). `None` for a role this node does not have. The offline tools
+    /// (`verwalter check`, `verwalter render`) say what the daemon says with it.
+    pub fn role(&self, role: &str) -> Option<RoleVars> {
+        let (_, vars) = self.roles.iter().find(|(name, _)| name == role)?;
+        Some(match (vars, self.dependency_problems.get(role)) {
+            (Err(e), _) => Err(e.clone()),
+            (Ok(_), Some(problem)) => Err(problem.clone()),
+            (Ok(vars), None) => Ok(vars.clone()),
+        })
+    }
+
+    /// The error of each role that fails before its template is read (see [`Self::role`]), in
+    /// the order of the node's roles.
+    pub fn problems(&self) -> Vec<String> {
+        self.roles
+            .iter()
+            .filter_map(|(role, _)| self.role(role)?.err())
+            .collect()
+    }
+}
 
 /// See [`ScheduleCheck`].
 pub fn check_schedule(data: &Value, host: &str) -> ScheduleCheck {
@@ -349,6 +373,7 @@ enum Gate {
     Hold {
         state: BlockedState,
         on: Vec<String>,
+        root_cause: Vec<String>,
         reason: String,
     },
 }
@@ -834,17 +859,25 @@ impl RenderController {
         id
     }
 
-    /// Marks `role`'s attempt in pass `id` done (`reason`: why it is blocked); ends passes with
-    /// nothing pending.
-    fn leave_pass(&self, st: &mut State, id: &str, role: &str, left: Left, reason: &str) {
+    /// Marks `role`'s attempt in pass `id` done, with how it ended (queued for the log as it
+    /// happens, with its time); ends passes with nothing pending.
+    fn leave_pass(&self, st: &mut State, id: &str, role: &str, outcome: RoleOutcome) {
         if let Some(pass) = st.passes.iter_mut().find(|p| p.id == id)
             && pass.pending.remove(role)
         {
-            match left {
-                Left::Applied => {}
-                Left::Failed => pass.failed.push(role.to_string()),
-                Left::Blocked => pass.blocked.push((role.to_string(), reason.to_string())),
+            match &outcome {
+                RoleOutcome::Applied => {}
+                RoleOutcome::Failed => pass.failed.push(role.to_string()),
+                RoleOutcome::Blocked(reason) => {
+                    pass.blocked.push((role.to_string(), reason.clone()))
+                }
             }
+            st.log_queue.push(LogEntry::Role {
+                id: id.to_string(),
+                role: role.to_string(),
+                outcome,
+                at: self.clock.now_ms(),
+            });
         }
         self.close_finished(st);
     }
@@ -937,12 +970,13 @@ impl RenderController {
     }
 
     /// Records why `role` does not apply now; `true` when that changed what its dependents see
-    /// (it was not blocked in that state before).
+    /// (it was not blocked in that state, or with that root cause, before).
     fn record_blocked(
         &self,
         role: &str,
         state: BlockedState,
         on: Vec<String>,
+        root_cause: Vec<String>,
         reason: String,
         deployment_id: &str,
     ) -> bool {
@@ -951,6 +985,7 @@ impl RenderController {
         let entry = RoleBlocked {
             state,
             on,
+            root_cause,
             reason,
             since: before
                 .as_ref()
@@ -963,12 +998,15 @@ impl RenderController {
         }
         let changed_state = before.as_ref().map(|b| b.state) != Some(state);
         if changed_state {
-            tracing::info!(role, state = ?state, on = ?entry.on, reason = %entry.reason, "Role held back by its dependencies.");
+            tracing::info!(role, state = ?state, on = ?entry.on, root_cause = ?entry.root_cause, reason = %entry.reason, "Role held back by its dependencies.");
         }
+        // The roles that depend on it take their root cause from it. (Held-back roles form no
+        // cycle: the roles of a cycle fail, they are not held back; so this ends.)
+        let changed_root = before.as_ref().map(|b| &b.root_cause) != Some(&entry.root_cause);
         self.out.update(|s| {
             s.blocked.insert(role.to_string(), entry);
         });
-        changed_state
+        changed_state || changed_root
     }
 
     /// What the dependencies of `role` (which needs work) allow now.
@@ -997,6 +1035,7 @@ impl RenderController {
                 );
                 return Gate::Hold {
                     state: BlockedState::Blocked,
+                    root_cause: failing.clone(),
                     on: failing,
                     reason,
                 };
@@ -1026,6 +1065,27 @@ impl RenderController {
                 waiting.push(name.to_string());
             }
         }
+        // Where each chain ends: a failed role (or one whose dependencies cannot be followed) is
+        // its own end; a held-back one has found its end already.
+        let root_cause = |on: &[String]| -> Vec<String> {
+            let mut roots = BTreeSet::new();
+            for name in on {
+                let held = status.blocked.get(name).map(|b| &b.root_cause);
+                match held {
+                    Some(roots_of)
+                        if !status.failed.contains_key(name)
+                            && !deps.problems.contains_key(name)
+                            && !roots_of.is_empty() =>
+                    {
+                        roots.extend(roots_of.iter().cloned())
+                    }
+                    _ => {
+                        roots.insert(name.clone());
+                    }
+                }
+            }
+            roots.into_iter().collect()
+        };
         if !blocked.is_empty() {
             let reason = format!(
                 "depends on {}, which failed or is blocked",
@@ -1033,6 +1093,7 @@ impl RenderController {
             );
             Gate::Hold {
                 state: BlockedState::Blocked,
+                root_cause: root_cause(&blocked),
                 on: blocked,
                 reason,
             }
@@ -1040,6 +1101,7 @@ impl RenderController {
             let reason = format!("waits for {} to apply", waiting.join(", "));
             Gate::Hold {
                 state: BlockedState::Waiting,
+                root_cause: root_cause(&waiting),
                 on: waiting,
                 reason,
             }
@@ -1087,6 +1149,12 @@ impl RenderController {
                     failed,
                     blocked,
                 } => self.log.deployment_finish(&id, &failed, &blocked),
+                LogEntry::Role {
+                    id,
+                    role,
+                    outcome,
+                    at,
+                } => self.log.role_finished(&id, &role, &outcome, at),
             }
         }
         let problem = self.log.problem();
@@ -1127,6 +1195,16 @@ impl RenderController {
             };
             if let Some(problem) = deps.problems.get(&role) {
                 let e = RenderError::Dependencies(problem.clone());
+                // Another role's pass took it in (it needs work): it leaves that pass failed,
+                // or the pass would never end.
+                let pending = st
+                    .passes
+                    .iter()
+                    .find(|p| p.pending.contains(&role))
+                    .map(|p| p.id.clone());
+                if let Some(id) = pending {
+                    self.leave_pass(&mut st, &id, &role, RoleOutcome::Failed);
+                }
                 drop(st);
                 if self.record_failure(&role, e.to_string(), None) {
                     self.wake_after(&role, &deps);
@@ -1141,14 +1219,18 @@ impl RenderController {
                 return Ok(Requeue::None);
             }
             let id = self.join_pass(&mut st, &schedule, &templates, &role, force);
-            if let Gate::Hold { state, on, reason } =
-                self.gate(&mut st, &schedule, &templates, &deps, &role, force)
+            if let Gate::Hold {
+                state,
+                on,
+                root_cause,
+                reason,
+            } = self.gate(&mut st, &schedule, &templates, &deps, &role, force)
             {
                 if state == BlockedState::Blocked {
-                    self.leave_pass(&mut st, &id, &role, Left::Blocked, &reason);
+                    self.leave_pass(&mut st, &id, &role, RoleOutcome::Blocked(reason.clone()));
                 }
                 drop(st);
-                if self.record_blocked(&role, state, on, reason, &id) {
+                if self.record_blocked(&role, state, on, root_cause, reason, &id) {
                     self.wake_after(&role, &deps);
                 }
                 return Ok(Requeue::None);
@@ -1205,12 +1287,12 @@ impl RenderController {
             Err(e) => Err(RenderError::Apply(e)),
         };
         let mut st = self.state.lock().unwrap();
-        let left = if result.is_ok() {
-            Left::Applied
+        let outcome = if result.is_ok() {
+            RoleOutcome::Applied
         } else {
-            Left::Failed
+            RoleOutcome::Failed
         };
-        self.leave_pass(&mut st, &id, &role, left, "");
+        self.leave_pass(&mut st, &id, &role, outcome);
         match result {
             Ok(()) => {
                 st.applied.insert(

@@ -482,6 +482,11 @@ pub struct RoleBlocked {
     pub state: BlockedState,
     /// The roles it waits for (or, after a halt, the roles that failed).
     pub on: Vec<String>,
+    /// Where the chain of `on` ends: for a blocked role, the roles that failed (or whose
+    /// dependencies cannot be followed), however many blocked roles lie between; for a waiting
+    /// role, the roles not applied yet that wait for nothing themselves. Equal to `on` when the
+    /// direct dependencies are the end.
+    pub root_cause: Vec<String>,
     pub reason: String,
     /// When it was first seen waiting or blocked (ms since the epoch).
     pub since: u64,

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::ports::{
     ActionJournal, AppliedStore, ApplyError, Clock, DeploymentLog, JournalError, RoleApplier,
-    RoleJob, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
+    RoleJob, RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
     StorageError,
 };
 use crate::schedule::ScheduleObserver;
@@ -248,6 +248,9 @@ pub struct RecordingDeploymentLog {
     pub blocked: Mutex<Vec<(String, Vec<BlockedRole>)>>,
     /// What [`DeploymentLog::problem`] answers.
     pub problem: Mutex<Option<String>>,
+    /// Every entry in the order given: `start <id>`, `<outcome> <role> <id> at <ms>`,
+    /// `finish <id>`.
+    pub entries: Mutex<Vec<String>>,
 }
 
 impl DeploymentLog for RecordingDeploymentLog {
@@ -263,6 +266,7 @@ impl DeploymentLog for RecordingDeploymentLog {
             .unwrap()
             .push((id.into(), roles.to_vec()));
         self.changes.lock().unwrap().extend(changes.iter().cloned());
+        self.entries.lock().unwrap().push(format!("start {id}"));
     }
     fn deployment_finish(&self, id: &str, failed: &[String], blocked: &[(String, String)]) {
         self.finished
@@ -273,6 +277,13 @@ impl DeploymentLog for RecordingDeploymentLog {
             .lock()
             .unwrap()
             .push((id.into(), blocked.to_vec()));
+        self.entries.lock().unwrap().push(format!("finish {id}"));
+    }
+    fn role_finished(&self, id: &str, role: &str, outcome: &RoleOutcome, at: u64) {
+        self.entries
+            .lock()
+            .unwrap()
+            .push(format!("{} {role} {id} at {at}", outcome.name()));
     }
     fn problem(&self) -> Option<String> {
         self.problem.lock().unwrap().clone()

@@ -5,23 +5,23 @@
 //! `node` and `deployment_id`:
 //! - `<prefix>.deployment.started`: `roles` of the pass;
 //! - `<prefix>.role.applied`, `<prefix>.role.failed`, `<prefix>.role.blocked` (with `reason`): one
-//!   per role of the pass, when the pass finishes;
-//! - `<prefix>.deployment.finished`: `failed` and `blocked` roles.
+//!   per role of the pass, as the role finishes, with `time` (RFC 3339) and `time_ms` (ms since
+//!   the epoch);
+//! - `<prefix>.deployment.finished`: `failed` and `blocked` roles, after the roles' events.
 //!
 //! Publishing never holds up a deployment: events go through a bounded queue to a task that
 //! connects (retrying) and publishes; when the queue is full, events are dropped and counted in
 //! the log.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::ports::DeploymentLog;
+use verwalter_controllers::ports::{DeploymentLog, RoleOutcome};
+use verwalter_controllers::wallclock::rfc3339;
 
 /// Events waiting for the publisher at most (a deployment has a handful per role).
 const QUEUE: usize = 4096;
@@ -44,36 +44,36 @@ impl std::fmt::Debug for EventSettings {
     }
 }
 
-/// The messages of a finished pass: one per role, then the deployment's.
-pub fn finish_events(
+/// The message of a role that finished its attempt in pass `id` at `at` (ms since the epoch).
+pub fn role_event(
     prefix: &str,
     node: &str,
     id: &str,
-    roles: &[String],
+    role: &str,
+    outcome: &RoleOutcome,
+    at: u64,
+) -> (String, Value) {
+    let mut payload = json!({"node": node, "deployment_id": id, "role": role,
+                             "time": rfc3339(at), "time_ms": at});
+    if let RoleOutcome::Blocked(reason) = outcome {
+        payload["reason"] = Value::from(reason.as_str());
+    }
+    (format!("{prefix}.role.{}", outcome.name()), payload)
+}
+
+/// The message of a finished pass (after its roles' own).
+pub fn finish_event(
+    prefix: &str,
+    node: &str,
+    id: &str,
     failed: &[String],
     blocked: &[(String, String)],
-) -> Vec<(String, Value)> {
-    let mut out = Vec::new();
-    for role in roles {
-        let (what, reason) = if failed.contains(role) {
-            ("failed", None)
-        } else if let Some((_, why)) = blocked.iter().find(|(r, _)| r == role) {
-            ("blocked", Some(why.clone()))
-        } else {
-            ("applied", None)
-        };
-        let mut payload = json!({"node": node, "deployment_id": id, "role": role});
-        if let Some(reason) = reason {
-            payload["reason"] = Value::from(reason);
-        }
-        out.push((format!("{prefix}.role.{what}"), payload));
-    }
+) -> (String, Value) {
     let blocked: Vec<&String> = blocked.iter().map(|(r, _)| r).collect();
-    out.push((
+    (
         format!("{prefix}.deployment.finished"),
         json!({"node": node, "deployment_id": id, "failed": failed, "blocked": blocked}),
-    ));
-    out
+    )
 }
 
 /// The deployment log, teed to NATS.
@@ -82,8 +82,6 @@ pub struct NatsEvents {
     node: String,
     prefix: String,
     queue: mpsc::Sender<(String, Vec<u8>)>,
-    /// Roles of each pass that has started and not finished.
-    passes: Mutex<HashMap<String, Vec<String>>>,
 }
 
 impl NatsEvents {
@@ -101,7 +99,6 @@ impl NatsEvents {
             node: node.to_string(),
             prefix: settings.prefix.clone(),
             queue: tx,
-            passes: Mutex::new(HashMap::new()),
         };
         (tee, task)
     }
@@ -124,10 +121,6 @@ impl DeploymentLog for NatsEvents {
     ) {
         self.inner
             .deployment_start(id, schedule_hash, roles, changes);
-        self.passes
-            .lock()
-            .unwrap()
-            .insert(id.to_string(), roles.to_vec());
         self.send(
             format!("{}.deployment.started", self.prefix),
             &json!({"node": self.node, "deployment_id": id, "roles": roles,
@@ -137,12 +130,14 @@ impl DeploymentLog for NatsEvents {
 
     fn deployment_finish(&self, id: &str, failed: &[String], blocked: &[(String, String)]) {
         self.inner.deployment_finish(id, failed, blocked);
-        let roles = self.passes.lock().unwrap().remove(id).unwrap_or_default();
-        for (subject, payload) in
-            finish_events(&self.prefix, &self.node, id, &roles, failed, blocked)
-        {
-            self.send(subject, &payload);
-        }
+        let (subject, payload) = finish_event(&self.prefix, &self.node, id, failed, blocked);
+        self.send(subject, &payload);
+    }
+
+    fn role_finished(&self, id: &str, role: &str, outcome: &RoleOutcome, at: u64) {
+        self.inner.role_finished(id, role, outcome, at);
+        let (subject, payload) = role_event(&self.prefix, &self.node, id, role, outcome, at);
+        self.send(subject, &payload);
     }
 
     fn problem(&self) -> Option<String> {
@@ -195,29 +190,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_finished_pass_says_what_became_of_each_role() {
-        let roles = ["web".to_string(), "db".to_string(), "app".to_string()];
-        let events = finish_events(
+    fn each_role_says_what_became_of_it_and_when_and_the_pass_what_failed() {
+        let at = 1_700_000_000_123;
+        let event = |role, outcome| role_event("verwalter", "alpha", "d1", role, &outcome, at);
+        let (subject, applied) = event("web", RoleOutcome::Applied);
+        assert_eq!(subject, "verwalter.role.applied");
+        assert_eq!(
+            applied,
+            json!({"node": "alpha", "deployment_id": "d1", "role": "web",
+                   "time": "2023-11-14T22:13:20Z", "time_ms": at})
+        );
+        assert_eq!(event("db", RoleOutcome::Failed).0, "verwalter.role.failed");
+        let (subject, blocked) = event("app", RoleOutcome::Blocked("depends on db".into()));
+        assert_eq!(subject, "verwalter.role.blocked");
+        assert_eq!(blocked["reason"], "depends on db");
+        let (subject, finished) = finish_event(
             "verwalter",
             "alpha",
             "d1",
-            &roles,
             &["db".to_string()],
             &[("app".to_string(), "depends on db".to_string())],
         );
-        let subjects: Vec<&str> = events.iter().map(|(s, _)| s.as_str()).collect();
-        assert_eq!(
-            subjects,
-            [
-                "verwalter.role.applied",
-                "verwalter.role.failed",
-                "verwalter.role.blocked",
-                "verwalter.deployment.finished"
-            ]
-        );
-        assert_eq!(events[2].1["reason"], "depends on db");
-        assert_eq!(events[3].1["failed"], json!(["db"]));
-        assert_eq!(events[3].1["blocked"], json!(["app"]));
-        assert_eq!(events[0].1["node"], "alpha");
+        assert_eq!(subject, "verwalter.deployment.finished");
+        assert_eq!(finished["failed"], json!(["db"]));
+        assert_eq!(finished["blocked"], json!(["app"]));
     }
 }

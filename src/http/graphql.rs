@@ -186,6 +186,7 @@ const OBJECTS: &[(&str, &[(&str, &str)])] = &[
             ("attempts", "Int!"),
             ("since", "Float"),
             ("blockedOn", "[String!]!"),
+            ("blockedRootCause", "[String!]!"),
             ("blockedReason", "String"),
             ("deploymentId", "String"),
         ],
@@ -636,6 +637,7 @@ fn tree(node: &NodeInfo, snap: &Snapshot, status: &status::Status) -> Value {
                 "attempts": failed.map_or(0, |f| f.attempts),
                 "since": failed.map(|f| f.since).or(blocked.map(|b| b.since)).map(ms),
                 "blockedOn": blocked.map(|b| b.on.clone()).unwrap_or_default(),
+                "blockedRootCause": blocked.map(|b| b.root_cause.clone()).unwrap_or_default(),
                 "blockedReason": blocked.map(|b| &b.reason),
                 "deploymentId": match failed {
                     Some(f) => f.deployment_id.as_ref(),

@@ -29,7 +29,7 @@ const ALL_FIELDS: &str = r#"{
     version id name hostname defaultFrontend
     roles {
       number failed
-      list { name state lastError attempts since blockedOn blockedReason deploymentId }
+      list { name state lastError attempts since blockedOn blockedRootCause blockedReason deploymentId }
     }
     peers {
       number timestamp
@@ -131,6 +131,7 @@ fn busy_node() -> (StoreWriter, tempfile::TempDir, Schedule) {
             RoleBlocked {
                 state: BlockedState::Blocked,
                 on: vec!["db".into()],
+                root_cause: vec!["db".into()],
                 reason: "db failed".into(),
                 since: 1_533_912_711_500,
                 deployment_id: Some("dep-2".into()),
@@ -201,10 +202,10 @@ async fn every_documented_field_resolves_and_agrees_with_v1_status() {
         json!([
             {"name": "db", "state": "FAILED", "lastError": "db.render.yaml: command exited with 1",
              "attempts": 3, "since": 1_533_912_711_000.0, "blockedOn": [],
-             "blockedReason": null, "deploymentId": "dep-2"},
+             "blockedRootCause": [], "blockedReason": null, "deploymentId": "dep-2"},
             {"name": "web", "state": "BLOCKED", "lastError": null, "attempts": 0,
-             "since": 1_533_912_711_500.0, "blockedOn": ["db"], "blockedReason": "db failed",
-             "deploymentId": "dep-2"},
+             "since": 1_533_912_711_500.0, "blockedOn": ["db"], "blockedRootCause": ["db"],
+             "blockedReason": "db failed", "deploymentId": "dep-2"},
         ])
     );
 

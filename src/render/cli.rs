@@ -111,7 +111,13 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
                     }
                 ));
             }
-            let merged = vars::role_vars(data, hostname, &args.role).map_err(|e| e.to_string())?;
+            // Resolved and checked as a render pass does: `$(role.path)` references, then the
+            // role's dependencies, each failing with the daemon's message.
+            let merged = verwalter_controllers::render::check_schedule(data, hostname)
+                .role(&args.role)
+                .unwrap_or_else(|| {
+                    Err(format!("role {:?} is not a role of this node", args.role))
+                })?;
             Ok(vars::with_pass(merged, &id, &now, Some(data)))
         }
     }

@@ -162,6 +162,14 @@ fn cases() -> Vec<(Value, &'static str)> {
                              "a": {"b~1": {"roles": {"wrong": {}}}}}}),
             "a/b~1",
         ),
+        // An empty array is an empty source: a Lua scheduler's empty table (issue 29).
+        (
+            json!({"vars": [], "roles": {"web": [], "db": {"template": "svc/v1"}},
+                   "nodes": {"alpha": {"vars": [],
+                                       "roles": {"web": {"template": "svc/v1", "k": 1},
+                                                 "db": []}}}}),
+            "alpha",
+        ),
         // The example's own schedule shape: nested limits and log settings.
         (
             json!({"vars": {"template": "svc/v1", "cluster": "example", "port": 80,
@@ -217,11 +225,12 @@ fn random_value(rng: &mut SmallRng, depth: u32) -> Value {
     }
 }
 
-/// A source: mostly an object of random variables, sometimes missing or `null`.
+/// A source: mostly an object of random variables, sometimes missing, `null` or `[]`.
 fn random_source(rng: &mut SmallRng) -> Option<Value> {
-    match rng.random_range(0..6) {
+    match rng.random_range(0..7) {
         0 => None,
         1 => Some(Value::Null),
+        2 => Some(json!([])),
         _ => {
             let mut map = Map::new();
             for _ in 0..rng.random_range(0..5) {

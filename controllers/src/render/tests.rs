@@ -22,6 +22,7 @@ struct Rig {
     applier: Arc<FakeApplier>,
     applied: Arc<MemoryAppliedStore>,
     log: Arc<RecordingDeploymentLog>,
+    clock: Arc<FakeClock>,
 }
 
 fn schedule(roles: Value) -> Option<Schedule> {
@@ -56,6 +57,7 @@ fn rig_with_source(
     ]));
     let applier = Arc::new(FakeApplier::default());
     let log = Arc::new(RecordingDeploymentLog::default());
+    let clock = FakeClock::at(1_600_000_000_000);
     let controller = Arc::new(
         RenderController::new(
             store.clone(),
@@ -64,7 +66,7 @@ fn rig_with_source(
             applier.clone(),
             applied.clone(),
             log.clone(),
-            FakeClock::at(1_600_000_000_000),
+            clock.clone(),
         )
         .error_policy(policy)
         .role_source(source),
@@ -78,6 +80,7 @@ fn rig_with_source(
         applier,
         applied,
         log,
+        clock,
     }
 }
 
@@ -537,6 +540,37 @@ async fn a_role_waits_for_its_dependency_and_says_so() {
     );
 }
 
+/// Issue 29: a role's page named only the direct dependency of a blocked role. Each held-back
+/// role now carries where its chain ends: the role that failed, through any number of blocked
+/// roles; for a waiting role, the role not applied yet that waits for nothing.
+#[tokio::test(start_paused = true)]
+async fn a_held_back_role_names_the_root_cause_at_the_end_of_its_chain() {
+    let rig = rig();
+    rig.applier.fail("c", "boom");
+    rig.schedule.set(schedule(chain()));
+    let (shutdown, task) = driven(&rig);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let blocked = rig.blocked();
+    assert_eq!(blocked["b"].on, ["c"]);
+    assert_eq!(blocked["b"].root_cause, ["c"]);
+    assert_eq!(blocked["a"].on, ["b"]);
+    assert_eq!(blocked["a"].root_cause, ["c"], "{blocked:?}");
+    shutdown.cancel();
+    task.await.unwrap();
+
+    // Waiting: b waits for c, a for b; the chain ends at c.
+    let rig = rig_with(Arc::default(), ErrorPolicy::default());
+    rig.schedule.set(schedule(chain()));
+    for role in ["b", "a"] {
+        rig.controller.clone().reconcile(role.into()).await.unwrap();
+    }
+    let waiting = rig.blocked();
+    assert_eq!(waiting["a"].state, BlockedState::Waiting);
+    assert_eq!(waiting["a"].on, ["b"]);
+    assert_eq!(waiting["a"].root_cause, ["c"]);
+    assert_eq!(waiting["b"].root_cause, ["c"]);
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_failing_middle_role_blocks_its_dependents_only_and_its_fix_resumes_the_chain() {
     let rig = rig();
@@ -582,6 +616,66 @@ async fn a_failing_middle_role_blocks_its_dependents_only_and_its_fix_resumes_th
     assert!(rig.blocked().is_empty());
     shutdown.cancel();
     task.await.unwrap();
+}
+
+/// Issue 29: `role.applied` events came all at the end of the pass, in name order, without a
+/// time. Each role's outcome now goes to the log as the role finishes, with the time, and the
+/// pass's finish after the last.
+#[tokio::test]
+async fn each_roles_outcome_is_given_as_it_finishes_with_its_time() {
+    let rig = rig();
+    rig.applier.fail("b", "boom");
+    rig.schedule.set(schedule(
+        json!({"c": {}, "b": {}, "a": {"depends_on": ["b"]}}),
+    ));
+    let entries = || rig.log.entries.lock().unwrap().clone();
+    let t0 = 1_600_000_000_000u64;
+    let id = |entries: &[String]| entries[0].strip_prefix("start ").unwrap().to_string();
+    rig.controller.clone().reconcile("c".into()).await.unwrap();
+    let after_c = entries();
+    let d = id(&after_c);
+    assert_eq!(
+        after_c,
+        [format!("start {d}"), format!("applied c {d} at {t0}")]
+    );
+    rig.clock.advance(Duration::from_secs(1));
+    rig.controller
+        .clone()
+        .reconcile("b".into())
+        .await
+        .unwrap_err();
+    rig.clock.advance(Duration::from_secs(1));
+    rig.controller.clone().reconcile("a".into()).await.unwrap();
+    assert_eq!(
+        entries(),
+        [
+            format!("start {d}"),
+            format!("applied c {d} at {t0}"),
+            format!("failed b {d} at {}", t0 + 1000),
+            format!("blocked a {d} at {}", t0 + 2000),
+            format!("finish {d}"),
+        ]
+    );
+}
+
+/// A role with a dependency error (here a cycle) that another role's pass took in leaves it
+/// failed: the pass ends, and says so.
+#[tokio::test]
+async fn a_pass_holding_a_role_of_a_cycle_ends_with_it_failed() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({
+        "d": {},
+        "x": {"depends_on": ["y"]},
+        "y": {"depends_on": ["x"]},
+    })));
+    rig.pass_all().await;
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert_eq!(last.roles, ["d", "x", "y"]);
+    assert!(last.finished.is_some(), "{last:?}");
+    assert_eq!(last.failed, ["x", "y"]);
+    let entries = rig.log.entries.lock().unwrap().clone();
+    assert_eq!(entries.last().unwrap(), &format!("finish {}", last.id));
+    assert!(entries[2].starts_with("failed x "), "{entries:?}");
 }
 
 #[tokio::test]
@@ -712,6 +806,61 @@ async fn an_empty_table_as_depends_on_is_no_dependencies() {
     assert_eq!(rig.applier.roles(), vec!["a", "b", "c"]);
     let check = check_schedule(&data, HOST);
     assert!(check.dependency_problems.is_empty(), "{check:?}");
+}
+
+/// Issue 29: `verwalter check` and `verwalter render` take what they report from
+/// `check_schedule`: each role fails there with the message a pass fails it with (a cycle, a role
+/// not on the node, a bad `depends_on`, a reference that finds nothing; a reference error before
+/// a dependency error, as a pass checks them), and the others get the variables a pass renders.
+#[tokio::test]
+async fn the_schedule_check_fails_each_role_as_a_pass_does() {
+    let rig = rig();
+    let sched = schedule(json!({
+        "a": {"depends_on": ["b"]},
+        "b": {"depends_on": ["a"]},
+        "c": {"depends_on": ["a"]},
+        "e": {"depends_on": ["ghost"]},
+        "f": {"depends_on": {"x": 1}},
+        "db": {"host": "10.0.0.5", "port": 5432},
+        "app": {"depends_on": ["db"], "db_url": "pg://$(db.host):$(db.port)/app"},
+        "lost": {"url": "$(db.nothing)"},
+        "both": {"depends_on": ["ghost"], "url": "$(db.nothing)"},
+    }));
+    let data = sched.as_ref().unwrap().data.tree().as_ref().clone();
+    rig.schedule.set(sched);
+    rig.pass_all().await;
+    rig.pass_all().await;
+    let failed = rig.store.roles.peek().failed.clone();
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    let check = check_schedule(&data, HOST);
+    for role in vars::node_roles(&data, HOST) {
+        match check.role(&role).unwrap() {
+            Err(problem) => assert_eq!(failed[&role].message, problem, "{role}"),
+            Ok(vars) => {
+                assert!(!failed.contains_key(&role), "{role}");
+                if role == "c" {
+                    continue; // blocked by a: not failed, not applied
+                }
+                let job = jobs.iter().find(|j| j.role == role).unwrap();
+                let mut rendered = job.vars.as_ref().clone();
+                for per_pass in ["deployment_id", "timestamp", "verwalter_version"] {
+                    rendered.remove(per_pass);
+                }
+                assert_eq!(rendered, vars, "{role}");
+            }
+        }
+    }
+    assert_eq!(check.problems().len(), 6, "{:?}", check.problems());
+    assert_eq!(failed.len(), 6, "{failed:?}");
+    assert_eq!(
+        check.role("app").unwrap().unwrap()["db_url"],
+        "pg://10.0.0.5:5432/app"
+    );
+    assert_eq!(
+        check.role("both").unwrap().unwrap_err(),
+        "role \"both\": variable url: $(db.nothing) finds nothing"
+    );
+    assert!(check.role("ghost").is_none());
 }
 
 #[tokio::test]

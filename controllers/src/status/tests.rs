@@ -308,6 +308,7 @@ fn failing_roles_are_listed_counted_and_explained() {
             RoleBlocked {
                 state: BlockedState::Blocked,
                 on: vec!["db".into()],
+                root_cause: vec!["db".into()],
                 reason: "depends on db, which failed or is blocked".into(),
                 since: 15,
                 deployment_id: Some("d1".into()),

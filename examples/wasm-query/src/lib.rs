@@ -17,11 +17,12 @@
 //! `roles[role]`, `nodes[hostname].vars`, `nodes[hostname].roles[role]`. When both values of a
 //! key are objects their keys merge (later wins per inner key); deeper values are replaced whole.
 //! `role` is set to the role's name, `node` to the hostname unless a source sets it. A missing or
-//! `null` source is skipped.
+//! `null` source is skipped, and so is an empty array: a Lua scheduler's empty table comes out as
+//! `[]` (Lua cannot tell `{}` from `[]`).
 //!
-//! One difference remains: a source that is neither an object nor `null` fails only the roles it
-//! concerns in the compat derivation, while here it fails `render_roles` (a query.wasm can only
-//! answer the whole node's roles or an error), so nothing of that schedule is rendered.
+//! One difference remains: a source that is neither an object, `null` nor `[]` fails only the
+//! roles it concerns in the compat derivation, while here it fails `render_roles` (a query.wasm
+//! can only answer the whole node's roles or an error), so nothing of that schedule is rendered.
 
 use std::cell::RefCell;
 
@@ -258,6 +259,7 @@ fn role_vars(data: &Value, host: &str, role: &str) -> Result<Map<String, Value>,
     for path in sources {
         match lookup(data, path) {
             None | Some(Value::Null) => {}
+            Some(Value::Array(items)) if items.is_empty() => {}
             Some(Value::Object(source)) => merge_into(&mut merged, source),
             Some(other) => {
                 return Err(QueryError::new(

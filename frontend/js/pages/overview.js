@@ -18,6 +18,7 @@ export function overviewPage(ctx) {
     const leader = s.leader;
     const roles = allRoles(sched);
     const failing = new Set(s.failed_roles);
+    const held = s.blocked_roles || {};
     fill(root,
       h("div", {class: "grid"},
         card("Leader",
@@ -48,12 +49,17 @@ export function overviewPage(ctx) {
         roles.length ? table(["Role", "Version", "Nodes", "Here"], roles.map((r) => {
           const info = (d.roles || {})[r] || {};
           const here = nodesOf(sched, r).some(([n]) => n === s.hostname);
-          return h("tr", {},
+          // Here: failing, held back by its dependencies (waiting or blocked), or ok.
+          const state = !here ? h("span", {class: "muted"}, "no")
+            : failing.has(r) ? link("/logs?filter=" + encodeURIComponent(r), pill("failing", "bad"))
+            : held[r] ? link("/roles/" + encodeURIComponent(r),
+              pill(held[r].state, held[r].state === "blocked" ? "bad" : "warn"))
+            : pill("ok", "ok");
+          return h("tr", {"data-role": r},
             h("td", {}, link("/roles/" + encodeURIComponent(r), r)),
             h("td", {}, info.version !== undefined ? String(info.version) : h("span", {class: "muted"}, "—")),
             h("td", {}, String(nodesOf(sched, r).length)),
-            h("td", {}, !here ? h("span", {class: "muted"}, "no") : failing.has(r)
-              ? link("/logs?filter=" + encodeURIComponent(r), pill("failing", "bad")) : pill("ok", "ok")));
+            h("td", {}, state));
         }), {id: "roles-table"}) : h("p", {class: "muted"}, s.schedule_id ? "The schedule has no roles." : "No schedule yet."),
         h("div", {class: "toolbar", style: "margin-top:10px"}, rerender), results),
       Array.isArray(d.changes) && d.changes.length

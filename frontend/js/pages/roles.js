@@ -152,10 +152,17 @@ function rolePage(ctx, role, deployments, results, redraw) {
   }
   const held = s && s.blocked_roles && s.blocked_roles[role];
   if (held) {
-    out.push(h("div", {class: "banner " + (held.state === "blocked" ? "bad" : "warn"), id: "role-held"},
-      h("strong", {}, held.state === "blocked" ? "Blocked on this node" : "Waiting on this node"),
-      " since ", when(held.since), ": ", held.reason, " (depends_on: ",
-      ...held.on.flatMap((r, i) => [i ? ", " : "", link("/roles/" + encodeURIComponent(r), r)]), ")"));
+    const blocked = held.state === "blocked";
+    const roots = held.root_cause || [];
+    // The root cause when it is not the direct dependency itself: the role that failed
+    // (blocked), or the one the chain waits for (waiting).
+    const deeper = roots.join() !== held.on.join();
+    out.push(h("div", {class: "banner " + (blocked ? "bad" : "warn"), id: "role-held"},
+      h("strong", {}, blocked ? "Blocked on this node" : "Waiting on this node"),
+      " since ", when(held.since), ": ", held.reason, " (depends_on: ", roleNames(held.on), ")",
+      blocked ? [". Root cause: ", h("span", {id: "role-root-cause"}, roleNames(roots)), " failed."]
+        : deeper ? [". At the end of the chain: ", h("span", {id: "role-root-cause"}, roleNames(roots)),
+          ", not applied yet."] : null));
   }
   if (rd && rd.to_render && role in rd.to_render) {
     out.push(card("Rendered here with", h("details", {}, h("summary", {}, "Variables on " + s.hostname),
@@ -163,6 +170,12 @@ function rolePage(ctx, role, deployments, results, redraw) {
   }
   out.push(card("Deployments on this node", deploymentsOf(state, role, deployments)));
   return out;
+}
+
+/** Links to roles, comma-separated, in a span whose links have no margin of their own. */
+function roleNames(roles) {
+  return h("span", {class: "names"},
+    roles.flatMap((r, i) => [i ? ", " : "", link("/roles/" + encodeURIComponent(r), r)]));
 }
 
 function versionCard(ctx, role, info, frontend, versions, results, redraw) {
