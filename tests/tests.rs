@@ -41,6 +41,12 @@
 //!   settings with its metrics, the example's delete build, the daemon's deployment events
 //!   on NATS, a result over the server's max_payload published as a summary, a password in the
 //!   NATS URL used and never logged (at debug too); the ignored `bench_thousand_components` (`make bench-graph`).
+//! - `graph_prod`: `verwalter graph` on a production NATS server: TLS with a CA and a client
+//!   certificate (rcgen), a user and password, a token and an NKey from files, a wrong CA,
+//!   password or seed named in the error (never logged), the daemon's `graph.nats-*` and
+//!   `deployment-events.nats-*` settings; `graph builds list|show|prune` on a real run's files,
+//!   `--retention 0s` removing a finished build and keeping a running one, the per-component
+//!   log lines.
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
@@ -124,6 +130,7 @@ mod extender;
 mod frontend;
 mod fuzz;
 mod graph_nats;
+mod graph_prod;
 mod graphql;
 mod hostile;
 mod lithos;
