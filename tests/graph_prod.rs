@@ -547,3 +547,107 @@ async fn the_retention_removes_finished_builds_and_keeps_running_ones() {
     assert!(!storage.join("b-r1.journal").exists());
     assert!(storage.join("b-r2.json").is_file());
 }
+
+/// A JWT (nats-jwt v2's form) with `claims`, signed by `issuer`.
+fn jwt(issuer: &nkeys::KeyPair, claims: Value) -> String {
+    use base64::Engine;
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let header = URL_SAFE_NO_PAD.encode(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let body = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&claims).unwrap());
+    let signed = format!("{header}.{body}");
+    let signature = URL_SAFE_NO_PAD.encode(issuer.sign(signed.as_bytes()).unwrap());
+    format!("{signed}.{signature}")
+}
+
+/// Claims of `subject` issued by `issuer`, with `nats` as the NATS part.
+fn claims(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: Value) -> Value {
+    json!({
+        "jti": format!("{}{}", name.to_uppercase(), "A".repeat(40)),
+        "iat": 1_700_000_000u64,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_creds_file_on_a_server_in_operator_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // An operator, an account it signs and a user the account signs, as `nsc` makes them.
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = jwt(
+        &operator,
+        claims(
+            &operator,
+            &operator.public_key(),
+            "op",
+            json!({"type": "operator", "version": 2}),
+        ),
+    );
+    let unlimited = json!({"subs": -1, "data": -1, "payload": -1, "imports": -1,
+        "exports": -1, "wildcards": true, "conn": -1, "leaf": -1});
+    let account_jwt = jwt(
+        &operator,
+        claims(
+            &operator,
+            &account.public_key(),
+            "acc",
+            json!({"limits": unlimited, "default_permissions": {"pub": {}, "sub": {}},
+                   "type": "account", "version": 2}),
+        ),
+    );
+    let user_jwt = jwt(
+        &account,
+        claims(
+            &account,
+            &user.public_key(),
+            "u",
+            json!({"pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1,
+                   "type": "user", "version": 2}),
+        ),
+    );
+    let nats = nats_with(
+        dir,
+        &format!(
+            "operator: {operator_jwt}\nresolver: MEMORY\nresolver_preload: {{\n  {}: {account_jwt}\n}}\n",
+            account.public_key()
+        ),
+    );
+    let seed = user.seed().unwrap();
+    let creds = format!(
+        "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+         ************************* IMPORTANT *************************\n\
+         NKEY Seed printed below can be used to sign and prove identity.\n\n\
+         -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n\n\
+         *************************************************************\n"
+    );
+    let creds_file = write(dir, "user.creds", &creds);
+    let executor = Executor::start_with(
+        &nats.url(),
+        &dir.join("g"),
+        60.0,
+        &dir.join("creds.log"),
+        &["--nats-creds-file", creds_file.to_str().unwrap()],
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = async_nats::ConnectOptions::with_credentials(&creds)
+        .unwrap()
+        .connect(nats.url())
+        .await
+        .unwrap();
+    assert_eq!(round_trip(&client, "creds-1").await, "build.create.done");
+    assert!(!executor.logs().contains(&seed));
+
+    // Without credentials the server refuses, and the error says where they go.
+    let text = executor_log_until(
+        dir,
+        "none",
+        &["--nats-url", &nats.url()],
+        "Graph executor cannot connect to NATS",
+    );
+    assert!(text.contains("--nats-creds-file"), "{text}");
+}
