@@ -107,10 +107,34 @@ fn is_tls(error: &async_nats::ConnectError) -> bool {
     false
 }
 
+/// The most a secret file (a password, token, seed, `.creds`) may hold.
+const SECRET_LIMIT: u64 = 64 << 10;
+/// The most a PEM file (a CA bundle, a certificate chain, a key) may hold.
+const PEM_LIMIT: u64 = 1 << 20;
+
+/// At most `limit` bytes of `path`: more is an error, so that a path to `/dev/zero` or to a huge
+/// file is refused instead of filling the memory.
+fn read_bounded(path: &Path, name: &str, limit: u64) -> Result<Vec<u8>, String> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| format!("{name} {}: cannot read: {e}", path.display()))?;
+    let mut bytes = Vec::new();
+    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut bytes)
+        .map_err(|e| format!("{name} {}: cannot read: {e}", path.display()))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!(
+            "{name} {}: larger than {} KiB, which is not what this file should hold",
+            path.display(),
+            limit >> 10
+        ));
+    }
+    Ok(bytes)
+}
+
 /// A secret file's text without the line end(s) an editor leaves; empty is an error.
 fn read_secret(path: &Path, name: &str) -> Result<String, String> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| format!("{name} {}: cannot read: {e}", path.display()))?;
+    let bytes = read_bounded(path, name, SECRET_LIMIT)?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("{name} {}: not UTF-8 text", path.display()))?;
     let text = text.trim_end_matches(['\r', '\n']).to_string();
     if text.is_empty() {
         return Err(format!("{name} {}: the file is empty", path.display()));
@@ -122,8 +146,9 @@ fn read_secret(path: &Path, name: &str) -> Result<String, String> {
 fn check_certificates(path: &Path, name: &str) -> Result<(), String> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+    let bytes = read_bounded(path, name, PEM_LIMIT)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("{name} {}: {e}", path.display()))?;
     if certs.is_empty() {
         return Err(format!(
@@ -201,7 +226,8 @@ impl NatsFlags {
         }
         if let Some(file) = &self.creds_file {
             given.push(name("creds-file"));
-            let text = read_secret(file, &name("creds-file"))?;
+            // Whole: the decorated blocks end with a line end each.
+            let text = read_secret(file, &name("creds-file"))? + "\n";
             if let Err(e) = async_nats::ConnectOptions::new().credentials(&text) {
                 return Err(format!(
                     "{} {}: not a NATS credentials file: {e}",
@@ -409,6 +435,20 @@ mod tests {
         };
         let e = err(bad_creds, url);
         assert!(e.contains("not a NATS credentials file"), "{e}");
+        let endless = NatsFlags {
+            tls_ca: Some("/dev/zero".into()),
+            ..NatsFlags::default()
+        };
+        assert_eq!(
+            err(endless, url),
+            "graph.nats-tls-ca /dev/zero: larger than 1024 KiB, which is not what this file \
+             should hold"
+        );
+        let endless = NatsFlags {
+            token_file: Some("/dev/zero".into()),
+            ..NatsFlags::default()
+        };
+        assert!(err(endless, url).contains("larger than 64 KiB"));
         let bad_ca = NatsFlags {
             tls_ca: Some(password.clone()),
             ..NatsFlags::default()
@@ -434,5 +474,61 @@ mod tests {
         let auth = nkey.resolve("--nats-", url).unwrap();
         assert!(auth.credentials == Credentials::NKey(seed.clone()));
         assert!(!format!("{auth:?}").contains(&seed));
+    }
+}
+
+#[cfg(test)]
+mod docs_example {
+    use crate::config::{Config, RunArgs};
+
+    /// docs/graphs.md's settings example under "Production NATS", read as written (with the
+    /// files it names made beside it): both connections get their TLS CA and credentials.
+    #[test]
+    fn the_documented_settings_are_read_as_written() {
+        let docs = include_str!("../../docs/graphs.md");
+        let section = &docs[docs.find("### Production NATS").unwrap()..];
+        let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
+        let example = &section[start..start + section[start..].find("```").unwrap()];
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        std::fs::write(&file, example).unwrap();
+        let load = || {
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        // The files it names are missing: the first one is named with its key.
+        let err = load().unwrap_err().to_string();
+        assert!(err.contains("graph.nats-tls-ca "), "{err}");
+        assert!(err.contains("nats-ca.pem: cannot read"), "{err}");
+
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let ca = params.self_signed(&key).unwrap();
+        std::fs::write(tmp.path().join("nats-ca.pem"), ca.pem()).unwrap();
+        std::fs::write(tmp.path().join("nats-password"), "pa55word\n").unwrap();
+        let seed = nkeys::KeyPair::new_user().seed().unwrap();
+        let creds = format!(
+            "-----BEGIN NATS USER JWT-----\neyJ0eXAiOiJKV1QifQ.e30.c2ln\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{seed}\n------END USER NKEY SEED------\n"
+        );
+        std::fs::write(tmp.path().join("events.creds"), creds).unwrap();
+        let config = load().unwrap();
+        let graph = config.graph.expect("graph settings");
+        assert_eq!(graph.nats_url, "tls://nats.example:4222");
+        let shown = format!("{graph:?}");
+        assert!(shown.contains("user verwalter with a password"), "{shown}");
+        assert!(shown.contains("nats-ca.pem"), "{shown}");
+        assert!(!shown.contains("pa55word"), "{shown}");
+        let events = config.deployment_events.expect("event settings");
+        let shown = format!("{events:?}");
+        assert!(
+            shown.contains("\"creds\"") && !shown.contains(&seed),
+            "{shown}"
+        );
     }
 }
