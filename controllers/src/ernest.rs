@@ -716,9 +716,10 @@ impl BuildRun {
                             terminal: false,
                         });
                         if let Some(sent) = out.last() {
-                            tracing::info!(build = %self.build.id, component = %component_id(&self.build.changes[i]).unwrap_or(""),
-                                subject = %sent.subject, timeout_s = self.component_timeout_ms as f64 / 1000.0,
-                                "Component dispatched.");
+                            let id = component_id(&self.build.changes[i]).unwrap_or("");
+                            let timeout_s = self.component_timeout_ms as f64 / 1000.0;
+                            tracing::info!(build = %self.build.id, component = %id,
+                                subject = %sent.subject, timeout_s, "Component dispatched.");
                         }
                     }
                     Err(error) => {

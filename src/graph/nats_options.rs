@@ -532,3 +532,31 @@ mod docs_example {
         );
     }
 }
+
+#[cfg(test)]
+mod retention_setting {
+    use crate::config::{Config, RunArgs};
+    use std::time::Duration;
+
+    #[test]
+    fn graph_retention_is_an_age_and_a_bad_one_is_named() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |retention: &str| {
+            std::fs::write(&file, format!("graph:\n  retention: {retention}\n")).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        let graph = load("7d").unwrap().graph.unwrap();
+        assert_eq!(graph.retention, Some(Duration::from_secs(7 * 86400)));
+        let err = load("7w").unwrap_err().to_string();
+        assert!(
+            err.contains("graph.retention: \"7w\": the unit is s, m, h or d"),
+            "{err}"
+        );
+    }
+}

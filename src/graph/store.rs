@@ -49,7 +49,54 @@ pub struct BuildFiles {
     journals: Arc<Mutex<HashMap<PathBuf, fs::File>>>,
     /// Held shared by every write, and alone by [`BuildFiles::prune`] while it checks a build
     /// and removes its files: a new build with the id of one being removed is written after.
-    writing: Arc<RwLock<()>>,
+    writing: Arc<DirLock>,
+}
+
+/// The lock of a storage dir between its writers and a prune: within the process a
+/// read-write lock, and across processes (`verwalter graph builds prune` beside a running
+/// executor) a `flock` of `<dir>/.lock`, taken on a descriptor of its own each time.
+struct DirLock {
+    path: PathBuf,
+    threads: RwLock<()>,
+}
+
+impl DirLock {
+    fn new(dir: &Path) -> DirLock {
+        DirLock {
+            path: dir.to_owned(),
+            threads: RwLock::new(()),
+        }
+    }
+
+    /// Runs `f` holding the lock, shared or `exclusive`.
+    fn hold<T>(&self, exclusive: bool, f: impl FnOnce() -> T) -> io::Result<T> {
+        use nix::fcntl::{Flock, FlockArg};
+        let _threads = if exclusive {
+            (
+                None,
+                Some(self.threads.write().unwrap_or_else(|e| e.into_inner())),
+            )
+        } else {
+            (
+                Some(self.threads.read().unwrap_or_else(|e| e.into_inner())),
+                None,
+            )
+        };
+        let mut file = fs::File::open(&self.path)?;
+        let arg = if exclusive {
+            FlockArg::LockExclusive
+        } else {
+            FlockArg::LockShared
+        };
+        let _locked = loop {
+            match Flock::lock(file, arg) {
+                Ok(locked) => break locked,
+                Err((again, nix::errno::Errno::EINTR)) => file = again,
+                Err((_, errno)) => return Err(io::Error::from(errno)),
+            }
+        };
+        Ok(f())
+    }
 }
 
 /// A stored build as `verwalter graph builds` reads it (snapshot and journal replayed).
@@ -71,7 +118,7 @@ impl BuildFiles {
         Ok(BuildFiles {
             dir: dir.to_owned(),
             journals: Arc::default(),
-            writing: Arc::default(),
+            writing: Arc::new(DirLock::new(dir)),
         })
     }
 
@@ -148,31 +195,44 @@ impl BuildFiles {
             if !has_result(&path) {
                 continue;
             }
-            let _alone = self.writing.write().unwrap_or_else(|e| e.into_inner());
-            let run = match read_run(&path) {
-                Ok(run) => run,
-                // Gone or changed since it was listed.
-                Err(_) => continue,
-            };
-            if !build_retention::prunable(&run, now_ms, older_than) {
-                continue;
-            }
-            if !dry_run {
-                // The snapshot first: a stop in between leaves a journal without its snapshot,
-                // which is reported and ignored at start, never a build that looks unsent.
-                if let Err(e) = fs::remove_file(&path) {
-                    problems.push(format!("{}: cannot remove: {e}", path.display()));
+            let outcome = self.writing.hold(true, || {
+                let run = match read_run(&path) {
+                    Ok(run) => run,
+                    // Gone or changed since it was listed.
+                    Err(_) => return Ok(None),
+                };
+                if !build_retention::prunable(&run, now_ms, older_than) {
+                    return Ok(None);
+                }
+                if !dry_run {
+                    // The snapshot first: a stop in between leaves a journal without its
+                    // snapshot, which is reported and ignored at start, never a build that
+                    // looks unsent.
+                    fs::remove_file(&path)
+                        .map_err(|e| format!("{}: cannot remove: {e}", path.display()))?;
+                    let journal = path.with_extension("journal");
+                    self.journals.lock().unwrap().remove(&journal);
+                    match fs::remove_file(&journal) {
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                            return Err(format!("{}: cannot remove: {e}", journal.display()));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(Some(run))
+            });
+            let run = match outcome {
+                Ok(Ok(Some(run))) => run,
+                Ok(Ok(None)) => continue,
+                Ok(Err(problem)) => {
+                    problems.push(problem);
                     continue;
                 }
-                let journal = path.with_extension("journal");
-                self.journals.lock().unwrap().remove(&journal);
-                match fs::remove_file(&journal) {
-                    Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                        problems.push(format!("{}: cannot remove: {e}", journal.display()))
-                    }
-                    _ => {}
+                Err(e) => {
+                    problems.push(format!("{}: cannot lock: {e}", self.writing.path.display()));
+                    continue;
                 }
-            }
+            };
             removed.push(BuildSummary::of(&run));
         }
         if !dry_run
@@ -337,8 +397,9 @@ impl BuildStore for BuildFiles {
         async move {
             let at = path.clone();
             tokio::task::spawn_blocking(move || {
-                let _shared = writing.read().unwrap_or_else(|e| e.into_inner());
-                save_blocking(&at, &journal, &bytes)
+                writing
+                    .hold(false, || save_blocking(&at, &journal, &bytes))
+                    .and_then(|saved| saved)
             })
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)))
@@ -354,17 +415,20 @@ impl BuildStore for BuildFiles {
         async move {
             let at = path.clone();
             tokio::task::spawn_blocking(move || {
-                let _shared = writing.read().unwrap_or_else(|e| e.into_inner());
-                let open = journals.lock().unwrap().remove(&at);
-                let mut file = match open {
-                    Some(file) => file,
-                    None => open_journal(&at)?.0,
-                };
-                file.write_all(&record)?;
-                file.sync_data()?;
-                // Kept only after a whole record: a failed one drops the handle.
-                journals.lock().unwrap().insert(at, file);
-                Ok(())
+                writing
+                    .hold(false, || {
+                        let open = journals.lock().unwrap().remove(&at);
+                        let mut file = match open {
+                            Some(file) => file,
+                            None => open_journal(&at)?.0,
+                        };
+                        file.write_all(&record)?;
+                        file.sync_data()?;
+                        // Kept only after a whole record: a failed one drops the handle.
+                        journals.lock().unwrap().insert(at, file);
+                        Ok(())
+                    })
+                    .and_then(|appended| appended)
             })
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)))
@@ -604,6 +668,46 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(builds.len(), 1);
         builds.into_iter().next().unwrap()
+    }
+
+    /// Whether `/proc/locks` shows a request blocked on a FLOCK of the inode `ino`.
+    fn flock_waiter_on(ino: u64) -> bool {
+        let locks = fs::read_to_string("/proc/locks").unwrap_or_default();
+        locks.lines().any(|l| {
+            l.contains("->")
+                && l.contains("FLOCK")
+                && l.split_whitespace()
+                    .any(|field| field.rsplit(':').next() == Some(&ino.to_string()))
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_waits_for_a_prune_in_another_process() {
+        use nix::fcntl::{Flock, FlockArg};
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let files = BuildFiles::open(tmp.path()).unwrap();
+        // Another process's prune holds the dir (a descriptor of its own, as there).
+        let held = Flock::lock(fs::File::open(tmp.path()).unwrap(), FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let save = tokio::spawn(files.save("w1".into(), snapshot_of("w1")));
+        let ino = fs::metadata(tmp.path()).unwrap().ino();
+        // Polled until the kernel shows the write queued behind the lock (30 s at most).
+        let mut waiting = false;
+        for _ in 0..6000 {
+            if flock_waiter_on(ino) {
+                waiting = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(waiting, "the write never waited for the lock");
+        // The lock is held: the write has not happened.
+        assert!(!files.path("w1").exists());
+        drop(held);
+        save.await.unwrap().unwrap();
+        assert!(files.path("w1").exists());
     }
 
     #[tokio::test]
