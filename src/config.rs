@@ -139,6 +139,16 @@ pub struct EventsFileSettings {
     pub nats_url: Option<String>,
     /// The first token of the subjects [default: verwalter].
     pub prefix: Option<String>,
+    /// TLS and credentials of the NATS connection, as `verwalter graph`'s `--nats-*` flags
+    /// (docs/graphs.md, "Production NATS"). Paths are relative to the settings file.
+    pub nats_tls_ca: Option<PathBuf>,
+    pub nats_tls_cert: Option<PathBuf>,
+    pub nats_tls_key: Option<PathBuf>,
+    pub nats_user: Option<String>,
+    pub nats_password_file: Option<PathBuf>,
+    pub nats_token_file: Option<PathBuf>,
+    pub nats_nkey_file: Option<PathBuf>,
+    pub nats_creds_file: Option<PathBuf>,
 }
 
 /// `graph:` in the settings file (docs/graphs.md, "The graph executor over NATS"): the same as
@@ -154,6 +164,36 @@ pub struct GraphFileSettings {
     pub component_timeout: Option<f64>,
     /// `halt` (ernest's) or `block-dependents` [default: halt].
     pub error_policy: Option<String>,
+    /// Finished builds' files are removed this long after they finished (`7d`, ...) [default:
+    /// kept].
+    pub retention: Option<String>,
+    /// TLS and credentials of the NATS connection, as `verwalter graph`'s `--nats-*` flags
+    /// (docs/graphs.md, "Production NATS"). Paths are relative to the settings file.
+    pub nats_tls_ca: Option<PathBuf>,
+    pub nats_tls_cert: Option<PathBuf>,
+    pub nats_tls_key: Option<PathBuf>,
+    pub nats_user: Option<String>,
+    pub nats_password_file: Option<PathBuf>,
+    pub nats_token_file: Option<PathBuf>,
+    pub nats_nkey_file: Option<PathBuf>,
+    pub nats_creds_file: Option<PathBuf>,
+}
+
+/// The `nats-*` keys of a settings section as `--nats-*` flags, paths relative to `settings`.
+macro_rules! nats_flags {
+    ($section:expr, $settings:expr) => {{
+        let path = |p: &Option<PathBuf>| p.as_ref().map(|p| relative_to_settings($settings, p));
+        crate::graph::nats_options::NatsFlags {
+            tls_ca: path(&$section.nats_tls_ca),
+            tls_cert: path(&$section.nats_tls_cert),
+            tls_key: path(&$section.nats_tls_key),
+            user: $section.nats_user.clone(),
+            password_file: path(&$section.nats_password_file),
+            token_file: path(&$section.nats_token_file),
+            nkey_file: path(&$section.nats_nkey_file),
+            creds_file: path(&$section.nats_creds_file),
+        }
+    }};
 }
 
 /// `placement-extender:` in the settings file (docs/placement.md, "Extender"). Paths are relative
@@ -690,10 +730,11 @@ impl Config {
                     .nats_url
                     .clone()
                     .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
-                storage_dir: g.storage_dir.as_ref().map_or_else(
+                command: None,
+                storage_dir: Some(g.storage_dir.as_ref().map_or_else(
                     || storage_dir.join("graph"),
                     |p| relative_to_settings(settings.as_deref(), p),
-                ),
+                )),
                 component_timeout: g
                     .component_timeout
                     .unwrap_or(crate::graph::DEFAULT_COMPONENT_TIMEOUT.as_secs_f64()),
@@ -706,13 +747,22 @@ impl Config {
                     }
                 },
                 metrics_listen: None,
+                retention: match g.retention.as_deref().map(crate::graph::parse_age) {
+                    None => None,
+                    Some(Ok(age)) => Some(age),
+                    Some(Err(problem)) => {
+                        problems.push(format!("graph.retention: {problem}"));
+                        None
+                    }
+                },
+                nats: nats_flags!(g, settings.as_deref()),
             };
-            crate::graph::GraphSettings::from_flags(&flags)
+            crate::graph::GraphSettings::from_flags(&flags, "graph.nats-")
                 .map_err(|problem| {
-                    problems.push(format!(
-                        "graph.component-timeout: {}",
-                        problem.trim_start_matches("--component-timeout ")
-                    ))
+                    problems.push(match problem.strip_prefix("--component-timeout ") {
+                        Some(rest) => format!("graph.component-timeout: {rest}"),
+                        None => problem,
+                    })
                 })
                 .ok()
         });
@@ -728,11 +778,17 @@ impl Config {
                 ));
                 return None;
             }
+            let nats_url = e
+                .nats_url
+                .clone()
+                .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into());
+            let nats_auth = nats_flags!(e, settings.as_deref())
+                .resolve("deployment-events.nats-", &nats_url)
+                .map_err(|problem| problems.push(problem))
+                .ok()?;
             Some(crate::graph::events::EventSettings {
-                nats_url: e
-                    .nats_url
-                    .clone()
-                    .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
+                nats_url,
+                nats_auth,
                 prefix,
             })
         });

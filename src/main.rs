@@ -200,10 +200,22 @@ fn main() -> ExitCode {
             init_logs("info");
             extender(&args)
         }
-        Some(Command::Graph(args)) => {
-            init_logs("info");
-            graph(&args)
-        }
+        Some(Command::Graph(args)) => match &args.command {
+            Some(verwalter::graph::builds::GraphSubcommand::Builds(command)) => {
+                init_logs("warn");
+                match verwalter::graph::builds::run(command) {
+                    Ok(()) => ExitCode::SUCCESS,
+                    Err(error) => {
+                        eprintln!("verwalter graph builds: {error}");
+                        ExitCode::FAILURE
+                    }
+                }
+            }
+            None => {
+                init_logs("info");
+                graph(&args)
+            }
+        },
     }
 }
 

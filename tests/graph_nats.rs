@@ -36,15 +36,15 @@ fn nats_binary() -> PathBuf {
 }
 
 /// A `nats-server` child on 127.0.0.1, killed on drop.
-struct Nats {
+pub(crate) struct Nats {
     child: Child,
-    port: u16,
+    pub(crate) port: u16,
     log: PathBuf,
 }
 
 impl Nats {
     /// On a port the server picks (`-p -1`), read back from its log.
-    fn start(dir: &Path) -> Nats {
+    pub(crate) fn start(dir: &Path) -> Nats {
         Nats::on(dir, None)
     }
 
@@ -61,7 +61,7 @@ impl Nats {
     }
 
     /// A server that takes only user `user` with `password`.
-    fn with_password(dir: &Path, user: &str, password: &str) -> Nats {
+    pub(crate) fn with_password(dir: &Path, user: &str, password: &str) -> Nats {
         let config = dir.join("nats-auth.conf");
         let text =
             format!("authorization {{\n  user: \"{user}\"\n  password: \"{password}\"\n}}\n");
@@ -69,7 +69,7 @@ impl Nats {
         Nats::with_args(dir, None, &["-c".as_ref(), config.as_os_str()])
     }
 
-    fn with_args(dir: &Path, port: Option<u16>, args: &[&std::ffi::OsStr]) -> Nats {
+    pub(crate) fn with_args(dir: &Path, port: Option<u16>, args: &[&std::ffi::OsStr]) -> Nats {
         let log = dir.join(format!("nats-{}.log", port.unwrap_or(0)));
         let child = Command::new(nats_binary())
             .args(args)
@@ -103,7 +103,7 @@ impl Nats {
         nats
     }
 
-    fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
@@ -120,17 +120,17 @@ impl Drop for Nats {
 }
 
 /// `verwalter graph` as a child, killed on drop.
-struct Executor {
+pub(crate) struct Executor {
     child: Child,
     log: PathBuf,
 }
 
 impl Executor {
-    fn start(url: &str, storage: &Path, timeout_s: f64, log: &Path) -> Executor {
+    pub(crate) fn start(url: &str, storage: &Path, timeout_s: f64, log: &Path) -> Executor {
         Executor::start_with(url, storage, timeout_s, log, &[])
     }
 
-    fn start_with(
+    pub(crate) fn start_with(
         url: &str,
         storage: &Path,
         timeout_s: f64,
@@ -156,12 +156,12 @@ impl Executor {
         executor
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// Waits until `text` is in the log `n` times.
-    fn wait_log(&self, text: &str, n: usize) {
+    pub(crate) fn wait_log(&self, text: &str, n: usize) {
         if wait_until(|| (self.logs().matches(text).count() >= n).then_some(())).is_none() {
             panic!("no {n}x {text:?} in the executor's log:\n{}", self.logs());
         }
@@ -181,19 +181,19 @@ impl Drop for Executor {
     }
 }
 
-fn wait_until<T>(mut probe: impl FnMut() -> Option<T>) -> Option<T> {
+pub(crate) fn wait_until<T>(mut probe: impl FnMut() -> Option<T>) -> Option<T> {
     crate::util::wait_for(WAIT, &mut probe)
 }
 
 /// The test's NATS client: every message it sees, in order, and a way to answer.
-struct Client {
+pub(crate) struct Client {
     client: async_nats::Client,
     seen: Arc<Mutex<Vec<(String, Value)>>>,
     reconnects: Arc<Mutex<usize>>,
 }
 
 impl Client {
-    async fn connect(url: &str) -> Client {
+    pub(crate) async fn connect(url: &str) -> Client {
         let reconnects = Arc::new(Mutex::new(0usize));
         let counted = reconnects.clone();
         let client = async_nats::ConnectOptions::new()
@@ -226,7 +226,7 @@ impl Client {
         }
     }
 
-    async fn publish(&self, subject: &str, payload: &Value) {
+    pub(crate) async fn publish(&self, subject: &str, payload: &Value) {
         self.client
             .publish(
                 subject.to_string(),
@@ -249,7 +249,7 @@ impl Client {
     }
 
     /// Waits until `n` messages match, and returns them.
-    async fn wait(
+    pub(crate) async fn wait(
         &self,
         n: usize,
         what: &str,
@@ -285,7 +285,7 @@ impl Client {
     }
 
     /// Answers a dispatch with `.done` (or `.error`), its payload plus `extra`.
-    async fn answer(&self, dispatch: &(String, Value), errored: bool, extra: Value) {
+    pub(crate) async fn answer(&self, dispatch: &(String, Value), errored: bool, extra: Value) {
         let mut payload = dispatch.1.clone();
         for (k, v) in extra.as_object().unwrap() {
             payload[k] = v.clone();
@@ -301,11 +301,14 @@ fn is_dispatch(subject: &str) -> bool {
     subject.split('.').count() == 3 && !subject.starts_with("build.")
 }
 
-fn dispatch_of<'a>(build: &'a str, id: &'a str) -> impl Fn(&str, &Value) -> bool + use<'a> {
+pub(crate) fn dispatch_of<'a>(
+    build: &'a str,
+    id: &'a str,
+) -> impl Fn(&str, &Value) -> bool + use<'a> {
     move |s, p| is_dispatch(s) && p["service"] == build && p["_component_id"] == id
 }
 
-fn result_of<'a>(build: &'a str) -> impl Fn(&str, &Value) -> bool + use<'a> {
+pub(crate) fn result_of<'a>(build: &'a str) -> impl Fn(&str, &Value) -> bool + use<'a> {
     move |s, p| s.starts_with("build.") && s.split('.').count() == 3 && p["id"] == build
 }
 
@@ -318,7 +321,7 @@ fn service_build() -> Value {
 }
 
 /// What the example's fake cloud answers for each kind of component.
-fn outputs(id: &str) -> Value {
+pub(crate) fn outputs(id: &str) -> Value {
     match id {
         "network::web" => json!({"network_aws_id": "subnet-1"}),
         "firewall::web-sg" => json!({"security_group_aws_id": "sg-1"}),
@@ -539,7 +542,7 @@ async fn a_password_in_the_nats_url_is_never_logged() {
 }
 
 /// network -> (web-1, web-2) -> lb, halting on error as ernest.
-fn two_instances(id: &str) -> Value {
+pub(crate) fn two_instances(id: &str) -> Value {
     let mut build = service_build();
     build["id"] = json!(id);
     // Without the firewall: the instances come right after the network.

@@ -48,6 +48,12 @@
 //!   the stream, at least one on core NATS, one `Nats-Msg-Id`); crash trials, kill -9 at random
 //!   moments (`GRAPH_CRASH_TRIALS`, `GRAPH_CRASH_SEED`): every build ends with a result, no
 //!   component dispatched twice; two executors on one server run each build once.
+//! - `graph_prod`: `verwalter graph` on a production NATS server: TLS with a CA and a client
+//!   certificate (rcgen), a user and password, a token and an NKey from files, a wrong CA,
+//!   password or seed named in the error (never logged), the daemon's `graph.nats-*` and
+//!   `deployment-events.nats-*` settings; `graph builds list|show|prune` on a real run's files,
+//!   `--retention 0s` removing a finished build and keeping a running one, the per-component
+//!   log lines.
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
@@ -133,6 +139,7 @@ mod extender;
 mod frontend;
 mod fuzz;
 mod graph_nats;
+mod graph_prod;
 mod graphql;
 mod hostile;
 mod lithos;

@@ -716,6 +716,12 @@ impl BuildRun {
                             payload: serde_json::to_vec(&payload).unwrap_or_default(),
                             terminal: false,
                         });
+                        if let Some(sent) = out.last() {
+                            let id = component_id(&self.build.changes[i]).unwrap_or("");
+                            let timeout_s = self.component_timeout_ms as f64 / 1000.0;
+                            tracing::info!(build = %self.build.id, component = %id,
+                                subject = %sent.subject, timeout_s, "Component dispatched.");
+                        }
                     }
                     Err(error) => {
                         tracing::warn!(build = %self.build.id, component = %id, %error,
@@ -1041,6 +1047,9 @@ impl Executor {
                         errored,
                     } => {
                         step.answered.push((errored, latency_ms));
+                        let result = if errored { "error" } else { "done" };
+                        tracing::info!(build = %service, component = %id, %subject, result,
+                            duration_s = latency_ms as f64 / 1000.0, "Component {result}.");
                         let out = run.pump(now_ms);
                         step.absorb(run, out);
                     }

@@ -9,6 +9,8 @@
 //! - [`defaults`]: every built-in default of the settings, in one table.
 //! - [`access`]: which HTTP requests are refused (Host names of this node, same origin, form
 //!   body types).
+//! - [`build_retention`]: the graph executor's stored builds: what `verwalter graph builds`
+//!   shows, which finished builds are pruned, how often the executor looks.
 //! - [`cleanup`]: forgets roles gone from the schedule; runs the sweep (log and backup retention).
 //! - [`driver`]: the loop every controller runs in (wake on change, requeue timer, resync,
 //!   per-key dedup and backoff, graceful shutdown).
@@ -42,6 +44,7 @@
 
 pub mod access;
 pub mod actions;
+pub mod build_retention;
 pub mod cleanup;
 pub mod defaults;
 pub mod driver;

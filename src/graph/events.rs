@@ -32,6 +32,8 @@ const CONNECT_RETRY: Duration = Duration::from_secs(1);
 #[derive(Clone, PartialEq)]
 pub struct EventSettings {
     pub nats_url: String,
+    /// TLS and credentials beyond the URL's (`deployment-events.nats-*`).
+    pub nats_auth: super::nats_options::NatsAuth,
     pub prefix: String,
 }
 
@@ -39,6 +41,7 @@ impl std::fmt::Debug for EventSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventSettings")
             .field("nats_url", &super::redact_url(&self.nats_url))
+            .field("nats_auth", &self.nats_auth)
             .field("prefix", &self.prefix)
             .finish()
     }
@@ -93,7 +96,12 @@ impl NatsEvents {
         shutdown: CancellationToken,
     ) -> (NatsEvents, BoxFuture<'static, ()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let task = Box::pin(publish(settings.nats_url.clone(), rx, shutdown));
+        let task = Box::pin(publish(
+            settings.nats_url.clone(),
+            settings.nats_auth.clone(),
+            rx,
+            shutdown,
+        ));
         let tee = NatsEvents {
             inner,
             node: node.to_string(),
@@ -147,6 +155,7 @@ impl DeploymentLog for NatsEvents {
 
 async fn publish(
     url: String,
+    auth: super::nats_options::NatsAuth,
     mut rx: mpsc::Receiver<(String, Vec<u8>)>,
     shutdown: CancellationToken,
 ) {
@@ -154,12 +163,13 @@ async fn publish(
     let client = loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            result = super::with_url_credentials(async_nats::ConnectOptions::new(), &url)
+            result = auth.options(&url)
                 .name("verwalter deployment events")
                 .connect(url.as_str()) => match result {
                 Ok(client) => break client,
                 Err(error) => if !warned {
-                    tracing::warn!(url = %super::redact_url(&url), %error,
+                    tracing::warn!(url = %super::redact_url(&url),
+                        error = %auth.scrub(&url, &error.to_string()), hint = %auth.hint(&error),
                         "Deployment events: cannot connect to NATS; trying again every second.");
                     warned = true;
                 },

@@ -13,9 +13,11 @@
 //! server share the builds; the answers reach every executor, and the one holding the build
 //! takes them.
 
+pub mod builds;
 pub mod events;
 pub mod metrics;
 pub mod nats;
+pub mod nats_options;
 pub mod store;
 
 use std::net::SocketAddr;
@@ -39,15 +41,18 @@ pub const DEFAULT_COMPONENT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Messages waiting for the executor's loop at most; the subscription waits when it is full.
 const INBOX: usize = 8192;
 
-/// `verwalter graph`'s flags.
+/// `verwalter graph`'s flags (or a `builds` subcommand).
 #[derive(Debug, Clone, clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
 pub struct GraphFlags {
+    #[command(subcommand)]
+    pub command: Option<builds::GraphSubcommand>,
     /// The NATS server to connect to
     #[arg(long, value_name = "URL", default_value = DEFAULT_NATS_URL)]
     pub nats_url: String,
     /// Where the builds are kept, one file each (made if missing)
-    #[arg(long, value_name = "DIR")]
-    pub storage_dir: PathBuf,
+    #[arg(long, value_name = "DIR", required = true)]
+    pub storage_dir: Option<PathBuf>,
     /// A dispatched component that has not answered after this many seconds is errored
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_COMPONENT_TIMEOUT.as_secs_f64())]
     pub component_timeout: f64,
@@ -58,6 +63,17 @@ pub struct GraphFlags {
     /// Serve the executor's Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_listen: Option<SocketAddr>,
+    /// Remove the files of finished builds (result published) this long after they finished:
+    /// `90s`, `30m`, `12h`, `7d` [default: keep them]
+    #[arg(long, value_name = "AGE", value_parser = parse_age)]
+    pub retention: Option<Duration>,
+    #[command(flatten)]
+    pub nats: nats_options::NatsFlags,
+}
+
+/// `7d`, `12h`, `30m`, `90s`, `0s` (or seconds alone).
+pub fn parse_age(text: &str) -> Result<Duration, String> {
+    verwalter_controllers::build_retention::parse_age(text)
 }
 
 /// `halt` or `block-dependents`.
@@ -79,6 +95,10 @@ pub struct GraphSettings {
     pub storage_dir: PathBuf,
     pub component_timeout: Duration,
     pub policy: ErrorPolicy,
+    /// TLS and credentials of the NATS connection beyond the URL's.
+    pub nats_auth: nats_options::NatsAuth,
+    /// Finished builds' files are removed this long after they finished (kept without).
+    pub retention: Option<Duration>,
 }
 
 impl std::fmt::Debug for GraphSettings {
@@ -88,6 +108,8 @@ impl std::fmt::Debug for GraphSettings {
             .field("storage_dir", &self.storage_dir)
             .field("component_timeout", &self.component_timeout)
             .field("policy", &self.policy)
+            .field("nats_auth", &self.nats_auth)
+            .field("retention", &self.retention)
             .finish()
     }
 }
@@ -171,7 +193,9 @@ pub fn redact_url(url: &str) -> String {
 }
 
 impl GraphSettings {
-    pub fn from_flags(flags: &GraphFlags) -> Result<GraphSettings, String> {
+    /// `prefix` names the NATS settings in errors: `--nats-` for the flags, `graph.nats-` for
+    /// the settings file.
+    pub fn from_flags(flags: &GraphFlags, prefix: &str) -> Result<GraphSettings, String> {
         let component_timeout = Duration::try_from_secs_f64(flags.component_timeout)
             .ok()
             .filter(|d| !d.is_zero())
@@ -181,11 +205,14 @@ impl GraphSettings {
                     flags.component_timeout
                 )
             })?;
+        let storage_dir = flags.storage_dir.clone().ok_or("--storage-dir is needed")?;
         Ok(GraphSettings {
+            nats_auth: flags.nats.resolve(prefix, &flags.nats_url)?,
             nats_url: flags.nats_url.clone(),
-            storage_dir: flags.storage_dir.clone(),
+            storage_dir,
             component_timeout,
             policy: flags.error_policy,
+            retention: flags.retention,
         })
     }
 }
@@ -222,10 +249,25 @@ pub fn start(
         })?;
     let metrics = Arc::new(metrics::GraphMetrics::register(registry));
     let settings = settings.clone();
+    let files = Arc::new(files);
     Ok(Box::pin(async move {
+        let sweeper = settings.retention.map(|retention| {
+            tokio::spawn(builds::sweep(
+                files.clone(),
+                retention,
+                Arc::new(SystemClock),
+                shutdown.clone(),
+            ))
+        });
         let (tx, rx) = tokio::sync::mpsc::channel(INBOX);
-        let Some(connection) =
-            nats::connect(&settings.nats_url, tx, metrics.clone(), &shutdown).await
+        let Some(connection) = nats::connect(
+            &settings.nats_url,
+            &settings.nats_auth,
+            tx,
+            metrics.clone(),
+            &shutdown,
+        )
+        .await
         else {
             return;
         };
@@ -236,7 +278,7 @@ pub fn start(
         let looped = ExecutorLoop::new(
             executor,
             Arc::new(connection.bus),
-            Arc::new(files),
+            files,
             Arc::new(SystemClock),
             metrics,
         );
@@ -244,16 +286,20 @@ pub fn start(
             storage = %settings.storage_dir.display(),
             timeout_s = settings.component_timeout.as_secs_f64(),
             policy = ?settings.policy,
+            retention_s = settings.retention.map(|r| r.as_secs_f64()),
             "Graph executor running."
         );
         looped.run(rx, shutdown.clone()).await;
         connection.forwarder.abort();
+        if let Some(sweeper) = sweeper {
+            sweeper.abort();
+        }
     }))
 }
 
 /// `verwalter graph`: runs until `shutdown`.
 pub async fn run(flags: &GraphFlags, shutdown: CancellationToken) -> Result<(), String> {
-    let settings = GraphSettings::from_flags(flags)?;
+    let settings = GraphSettings::from_flags(flags, "--nats-")?;
     let registry = Registry::new();
     let executor = start(&settings, &registry, shutdown.clone()).map_err(|e| e.to_string())?;
     let server = match flags.metrics_listen {
@@ -301,6 +347,8 @@ mod tests {
             storage_dir: "/g".into(),
             component_timeout: Duration::from_secs(1),
             policy: ErrorPolicy::Halt,
+            nats_auth: nats_options::NatsAuth::none("--nats-"),
+            retention: None,
         };
         let shown = format!("{settings:?}");
         assert!(
@@ -318,6 +366,7 @@ mod tests {
         );
         let events = events::EventSettings {
             nats_url: "nats://ann:s3cret@host:4222".into(),
+            nats_auth: nats_options::NatsAuth::none("deployment-events.nats-"),
             prefix: "v".into(),
         };
         let shown = format!("{events:?}");

@@ -144,6 +144,7 @@ pub fn subjects() -> Vec<(String, Option<&'static str>)> {
 /// subscribes.
 pub async fn connect(
     url: &str,
+    auth: &super::nats_options::NatsAuth,
     inbox: mpsc::Sender<Input>,
     metrics: Arc<GraphMetrics>,
     shutdown: &CancellationToken,
@@ -154,7 +155,8 @@ pub async fn connect(
         let events = inbox.clone();
         let counted = connects.clone();
         let counter = metrics.clone();
-        let options = super::with_url_credentials(async_nats::ConnectOptions::new(), url)
+        let options = auth
+            .options(url)
             .name("verwalter graph executor")
             .no_echo()
             .reconnect_delay_callback(|attempts| {
@@ -187,7 +189,8 @@ pub async fn connect(
                 Ok(client) => break client,
                 Err(error) => {
                     if !warned {
-                        tracing::warn!(url = %super::redact_url(url), %error,
+                        tracing::warn!(url = %super::redact_url(url),
+                            error = %auth.scrub(url, &error.to_string()), hint = %auth.hint(&error),
                             "Graph executor cannot connect to NATS; trying again every second.");
                         warned = true;
                     }

@@ -31,10 +31,13 @@ use std::fs;
 use std::io::{self, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use sha2::{Digest, Sha256};
+use verwalter_controllers::build_retention::{self, BuildSummary};
+use verwalter_controllers::ernest::BuildRun;
 use verwalter_controllers::ports::{BuildStore, StorageError, StoredBuild};
 
 use crate::state_dir::{FILE_MODE, sync_dir, write_atomic};
@@ -44,6 +47,62 @@ pub struct BuildFiles {
     /// Open journals, by path: opened at a build's first append after its snapshot, closed by
     /// the next snapshot or a failed append.
     journals: Arc<Mutex<HashMap<PathBuf, fs::File>>>,
+    /// Held shared by every write, and alone by [`BuildFiles::prune`] while it checks a build
+    /// and removes its files: a new build with the id of one being removed is written after.
+    writing: Arc<DirLock>,
+}
+
+/// The lock of a storage dir between its writers and a prune: within the process a
+/// read-write lock, and across processes (`verwalter graph builds prune` beside a running
+/// executor) a `flock` of `<dir>/.lock`, taken on a descriptor of its own each time.
+struct DirLock {
+    path: PathBuf,
+    threads: RwLock<()>,
+}
+
+impl DirLock {
+    fn new(dir: &Path) -> DirLock {
+        DirLock {
+            path: dir.to_owned(),
+            threads: RwLock::new(()),
+        }
+    }
+
+    /// Runs `f` holding the lock, shared or `exclusive`.
+    fn hold<T>(&self, exclusive: bool, f: impl FnOnce() -> T) -> io::Result<T> {
+        use nix::fcntl::{Flock, FlockArg};
+        let _threads = if exclusive {
+            (
+                None,
+                Some(self.threads.write().unwrap_or_else(|e| e.into_inner())),
+            )
+        } else {
+            (
+                Some(self.threads.read().unwrap_or_else(|e| e.into_inner())),
+                None,
+            )
+        };
+        let mut file = fs::File::open(&self.path)?;
+        let arg = if exclusive {
+            FlockArg::LockExclusive
+        } else {
+            FlockArg::LockShared
+        };
+        let _locked = loop {
+            match Flock::lock(file, arg) {
+                Ok(locked) => break locked,
+                Err((again, nix::errno::Errno::EINTR)) => file = again,
+                Err((_, errno)) => return Err(io::Error::from(errno)),
+            }
+        };
+        Ok(f())
+    }
+}
+
+/// A stored build as `verwalter graph builds` reads it (snapshot and journal replayed).
+pub struct StoredRun {
+    pub path: PathBuf,
+    pub run: BuildRun,
 }
 
 impl BuildFiles {
@@ -59,7 +118,130 @@ impl BuildFiles {
         Ok(BuildFiles {
             dir: dir.to_owned(),
             journals: Arc::default(),
+            writing: Arc::new(DirLock::new(dir)),
         })
+    }
+
+    /// The dir, which must exist (the offline `builds` commands make nothing).
+    pub fn existing(dir: &Path) -> io::Result<BuildFiles> {
+        if !dir.is_dir() {
+            return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
+        }
+        BuildFiles::open(dir)
+    }
+
+    /// Every build in the dir that can be read (`b-*.json`, `h-*.json` with their journals),
+    /// by id; and what could not be read. Nothing is moved or written.
+    pub fn list(&self) -> (Vec<StoredRun>, Vec<String>) {
+        let mut runs = Vec::new();
+        let mut problems = Vec::new();
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => return (runs, vec![format!("{}: {e}", self.dir.display())]),
+        };
+        for path in entries.filter_map(Result::ok).map(|e| e.path()) {
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            let ours =
+                (name.starts_with("b-") || name.starts_with("h-")) && name.ends_with(".json");
+            if !ours {
+                continue;
+            }
+            match read_run(&path) {
+                Ok(run) => runs.push(StoredRun { path, run }),
+                Err(problem) => problems.push(problem),
+            }
+        }
+        runs.sort_by(|a, b| a.run.id().cmp(b.run.id()));
+        (runs, problems)
+    }
+
+    /// Build `id` as stored, if its file is there.
+    pub fn get(&self, id: &str) -> Result<Option<StoredRun>, String> {
+        let path = self.path(id);
+        if !path.exists() {
+            return Ok(None);
+        }
+        read_run(&path).map(|run| Some(StoredRun { path, run }))
+    }
+
+    /// Removes the files of every finished build whose result was published and that finished
+    /// `older_than` ago or more at `now_ms` ([`build_retention::prunable`]); with `dry_run`,
+    /// only says which. Each build is read again and removed while no build is being written.
+    /// Returns the builds removed and what could not be done.
+    pub fn prune(
+        &self,
+        now_ms: u64,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> (Vec<BuildSummary>, Vec<String>) {
+        let mut problems = Vec::new();
+        let mut removed = Vec::new();
+        let entries = match fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(e) => return (removed, vec![format!("{}: {e}", self.dir.display())]),
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|path| {
+                let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+                (name.starts_with("b-") || name.starts_with("h-")) && name.ends_with(".json")
+            })
+            .collect();
+        paths.sort();
+        for path in paths {
+            // A running build's snapshot has no result: skipped without the lock, and without
+            // reading its journal while records are appended to it.
+            if !has_result(&path) {
+                continue;
+            }
+            let outcome = self.writing.hold(true, || {
+                let run = match read_run(&path) {
+                    Ok(run) => run,
+                    // Gone or changed since it was listed.
+                    Err(_) => return Ok(None),
+                };
+                if !build_retention::prunable(&run, now_ms, older_than) {
+                    return Ok(None);
+                }
+                if !dry_run {
+                    // The snapshot first: a stop in between leaves a journal without its
+                    // snapshot, which is reported and ignored at start, never a build that
+                    // looks unsent.
+                    fs::remove_file(&path)
+                        .map_err(|e| format!("{}: cannot remove: {e}", path.display()))?;
+                    let journal = path.with_extension("journal");
+                    self.journals.lock().unwrap().remove(&journal);
+                    match fs::remove_file(&journal) {
+                        Err(e) if e.kind() != io::ErrorKind::NotFound => {
+                            return Err(format!("{}: cannot remove: {e}", journal.display()));
+                        }
+                        _ => {}
+                    }
+                }
+                Ok(Some(run))
+            });
+            let run = match outcome {
+                Ok(Ok(Some(run))) => run,
+                Ok(Ok(None)) => continue,
+                Ok(Err(problem)) => {
+                    problems.push(problem);
+                    continue;
+                }
+                Err(e) => {
+                    problems.push(format!("{}: cannot lock: {e}", self.writing.path.display()));
+                    continue;
+                }
+            };
+            removed.push(BuildSummary::of(&run));
+        }
+        if !dry_run
+            && !removed.is_empty()
+            && let Err(e) = sync_dir(&self.dir)
+        {
+            problems.push(format!("{}: cannot sync: {e}", self.dir.display()));
+        }
+        (removed, problems)
     }
 
     /// The snapshot of build `id`.
@@ -88,6 +270,33 @@ pub fn file_name(id: &str) -> String {
     } else {
         format!("h-{}.json", hex::encode(Sha256::digest(id.as_bytes())))
     }
+}
+
+/// The build stored at `path` (a snapshot) with its journal's records applied.
+pub fn read_run(path: &Path) -> Result<BuildRun, String> {
+    let snapshot = fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
+    let journal_path = path.with_extension("journal");
+    let journal = match fs::read(&journal_path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+        Err(e) => return Err(format!("{}: cannot read: {e}", journal_path.display())),
+    };
+    BuildRun::restore_with(&snapshot, BuildRun::journal_records(&journal))
+        .map_err(|e| format!("{}: not a stored build: {e}", path.display()))
+}
+
+/// Whether the snapshot at `path` holds a result (a finished build's does: its last snapshot is
+/// written once it has one).
+fn has_result(path: &Path) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Snapshot {
+        #[serde(default)]
+        result: Option<serde::de::IgnoredAny>,
+    }
+    fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Snapshot>(&bytes).ok())
+        .is_some_and(|s| s.result.is_some())
 }
 
 /// The build id inside a snapshot, if it has one.
@@ -184,12 +393,17 @@ impl BuildStore for BuildFiles {
         let journal = self.journal_path(&id);
         // The handle's file is truncated below; the next append opens it again.
         self.journals.lock().unwrap().remove(&journal);
+        let writing = self.writing.clone();
         async move {
             let at = path.clone();
-            tokio::task::spawn_blocking(move || save_blocking(&at, &journal, &bytes))
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e)))
-                .map_err(|e| StorageError::io(&path, "cannot write", &e))
+            tokio::task::spawn_blocking(move || {
+                writing
+                    .hold(false, || save_blocking(&at, &journal, &bytes))
+                    .and_then(|saved| saved)
+            })
+            .await
+            .unwrap_or_else(|e| Err(io::Error::other(e)))
+            .map_err(|e| StorageError::io(&path, "cannot write", &e))
         }
         .boxed()
     }
@@ -197,19 +411,24 @@ impl BuildStore for BuildFiles {
     fn append(&self, id: String, record: Vec<u8>) -> BoxFuture<'static, Result<(), StorageError>> {
         let path = self.journal_path(&id);
         let journals = self.journals.clone();
+        let writing = self.writing.clone();
         async move {
             let at = path.clone();
             tokio::task::spawn_blocking(move || {
-                let open = journals.lock().unwrap().remove(&at);
-                let mut file = match open {
-                    Some(file) => file,
-                    None => open_journal(&at)?.0,
-                };
-                file.write_all(&record)?;
-                file.sync_data()?;
-                // Kept only after a whole record: a failed one drops the handle.
-                journals.lock().unwrap().insert(at, file);
-                Ok(())
+                writing
+                    .hold(false, || {
+                        let open = journals.lock().unwrap().remove(&at);
+                        let mut file = match open {
+                            Some(file) => file,
+                            None => open_journal(&at)?.0,
+                        };
+                        file.write_all(&record)?;
+                        file.sync_data()?;
+                        // Kept only after a whole record: a failed one drops the handle.
+                        journals.lock().unwrap().insert(at, file);
+                        Ok(())
+                    })
+                    .and_then(|appended| appended)
             })
             .await
             .unwrap_or_else(|e| Err(io::Error::other(e)))
@@ -449,6 +668,46 @@ mod tests {
         assert!(problems.is_empty(), "{problems:?}");
         assert_eq!(builds.len(), 1);
         builds.into_iter().next().unwrap()
+    }
+
+    /// Whether `/proc/locks` shows a request blocked on a FLOCK of the inode `ino`.
+    fn flock_waiter_on(ino: u64) -> bool {
+        let locks = fs::read_to_string("/proc/locks").unwrap_or_default();
+        locks.lines().any(|l| {
+            l.contains("->")
+                && l.contains("FLOCK")
+                && l.split_whitespace()
+                    .any(|field| field.rsplit(':').next() == Some(&ino.to_string()))
+        })
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_write_waits_for_a_prune_in_another_process() {
+        use nix::fcntl::{Flock, FlockArg};
+        use std::os::unix::fs::MetadataExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let files = BuildFiles::open(tmp.path()).unwrap();
+        // Another process's prune holds the dir (a descriptor of its own, as there).
+        let held = Flock::lock(fs::File::open(tmp.path()).unwrap(), FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .unwrap();
+        let save = tokio::spawn(files.save("w1".into(), snapshot_of("w1")));
+        let ino = fs::metadata(tmp.path()).unwrap().ino();
+        // Polled until the kernel shows the write queued behind the lock (30 s at most).
+        let mut waiting = false;
+        for _ in 0..6000 {
+            if flock_waiter_on(ino) {
+                waiting = true;
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        assert!(waiting, "the write never waited for the lock");
+        // The lock is held: the write has not happened.
+        assert!(!files.path("w1").exists());
+        drop(held);
+        save.await.unwrap().unwrap();
+        assert!(files.path("w1").exists());
     }
 
     #[tokio::test]
