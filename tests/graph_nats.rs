@@ -400,7 +400,7 @@ async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
     // References resolved against other components' answers and the build's own fields.
     let lb = &client.seen(dispatch_of("shop-1", "elb::web-lb"))[0].1;
     assert_eq!(lb["instance_aws_ids"], json!(["i-1", "i-2"]));
-    assert_eq!(lb["backends"], "10.0.1.11 10.0.1.12");
+    assert_eq!(lb["backends"], json!(["10.0.1.11", "10.0.1.12"]));
     assert_eq!(lb["datacenter_region"], "eu-west-1");
     assert_eq!(lb["_state"], "running");
     let fw = &client.seen(dispatch_of("shop-1", "firewall::web-sg"))[0].1;

@@ -231,7 +231,8 @@ impl<'a> Subject<'a> {
         {
             return Subject::Build(action);
         }
-        // ernest takes answers on four tokens only, so `build.create.done` (three) is never one.
+        // An answer is a dispatch subject (three tokens) plus `.done`/`.error`, so
+        // `build.create.done` (three) is never one. ernest took any subject ending so.
         let tokens: Vec<&str> = subject.split('.').collect();
         match tokens.as_slice() {
             [_, _, _, "done"] => Subject::Answer { errored: false },
@@ -308,12 +309,39 @@ pub enum Answered {
     Unknown,
 }
 
+/// How a dispatched change's `$(path)` references are filled (`graph.templating`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Templating {
+    /// ernest's ([`template`]): whole-string references only, as text; what finds nothing
+    /// stays as it is.
+    #[default]
+    Ernest,
+    /// [`Resolver`]'s: typed values, references inside longer strings, and a reference that
+    /// finds nothing errors the component.
+    Extended,
+}
+
+impl Templating {
+    /// `ernest` or `extended`.
+    pub fn parse(text: &str) -> Result<Templating, String> {
+        match text {
+            "ernest" => Ok(Templating::Ernest),
+            "extended" => Ok(Templating::Extended),
+            other => Err(format!(
+                "{other:?} is not a templating mode (ernest or extended)"
+            )),
+        }
+    }
+}
+
 /// Settings of the runs an executor starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunSettings {
     pub policy: ErrorPolicy,
     /// How long a dispatched component may take to answer.
     pub component_timeout: Duration,
+    pub templating: Templating,
 }
 
 /// The graph and progress rebuilt from the stored state (not stored themselves).
@@ -384,6 +412,9 @@ pub struct BuildRun {
     pub subject: String,
     pub policy: ErrorPolicy,
     pub component_timeout_ms: u64,
+    /// How references are filled (files written before the setting existed: ernest's).
+    #[serde(default)]
+    pub templating: Templating,
     pub received_ms: u64,
     pub build: Build,
     /// The running components and when they must answer.
@@ -414,6 +445,7 @@ impl BuildRun {
             policy: settings.policy,
             component_timeout_ms: u64::try_from(settings.component_timeout.as_millis())
                 .unwrap_or(u64::MAX),
+            templating: settings.templating,
             received_ms: now_ms,
             build,
             running: BTreeMap::new(),
@@ -426,6 +458,8 @@ impl BuildRun {
         for change in &mut run.build.changes {
             change.insert("_state".into(), Value::from(WAITING));
         }
+        // ernest sets the build's action to the subject it came on (`build.create`).
+        run.build.action = Some(Value::from(subject));
         if let Err(error) = run.rebuild() {
             run.invalid = Some(error);
         }
@@ -698,7 +732,10 @@ impl BuildRun {
                     let doc = doc.get_or_insert_with(|| {
                         serde_json::to_value(&self.build).unwrap_or(Value::Null)
                     });
-                    Resolver::new(doc).resolve(&change, &id)
+                    match self.templating {
+                        Templating::Ernest => Ok(template::template(doc, &change)),
+                        Templating::Extended => Resolver::new(doc).resolve(&change, &id),
+                    }
                 } else {
                     Ok(change)
                 };
@@ -710,8 +747,11 @@ impl BuildRun {
                         };
                         self.running.insert(id.clone(), deadline);
                         self.dirty.running.push((id, Some(deadline)));
+                        // The subject from the templated change, as ernest sends it: a
+                        // `_provider` of `$(...)` is the provider it names.
+                        let subject = payload.as_object().map(dispatch_subject);
                         out.push(Outgoing {
-                            subject: dispatch_subject(&self.build.changes[i]),
+                            subject: subject.unwrap_or_default(),
                             payload: serde_json::to_vec(&payload).unwrap_or_default(),
                             terminal: false,
                         });
@@ -768,11 +808,22 @@ impl BuildRun {
     }
 
     /// The terminal message of a finished build: the whole build, plus `error` for an error.
+    /// As in ernest's, `name`, `username` (`""` when the build has none) and `options` (`null`)
+    /// are always there.
     pub fn terminal_message(&self) -> Option<Outgoing> {
         let result = self.result.as_ref()?;
         let mut payload = serde_json::to_value(&self.build).unwrap_or(Value::Null);
-        if let (Some(error), Value::Object(map)) = (&result.error, &mut payload) {
-            map.insert("error".into(), Value::from(error.clone()));
+        if let Value::Object(map) = &mut payload {
+            for (key, empty) in [
+                ("name", Value::from("")),
+                ("username", Value::from("")),
+                ("options", Value::Null),
+            ] {
+                map.entry(key).or_insert(empty);
+            }
+            if let Some(error) = &result.error {
+                map.insert("error".into(), Value::from(error.clone()));
+            }
         }
         Some(Outgoing {
             subject: result.subject.clone(),
@@ -880,12 +931,17 @@ impl BuildRun {
     }
 }
 
-/// ernest's completion rules on the current state; returns what they did, in order.
+/// ernest's completion rules on the current state; returns what they did, in order. An
+/// `update` or `get` of a component that is not in the state changes nothing, as in ernest.
 fn apply_completion(
     components: &mut Vec<Component>,
     action: &str,
     done: &Component,
 ) -> Vec<ComponentOp> {
+    let id = component_id(done);
+    if matches!(action, "update" | "get") && !components.iter().any(|c| component_id(c) == id) {
+        return Vec::new();
+    }
     let ops = completion_ops(action, done);
     for op in &ops {
         apply_op(components, op);
@@ -897,15 +953,19 @@ fn apply_completion(
 fn completion_ops(action: &str, done: &Component) -> Vec<ComponentOp> {
     match action {
         "create" | "update" | "get" => vec![ComponentOp::Put(done.clone())],
-        // A find answers with what it found, each one a component of its own.
-        "find" => match done.get("components").and_then(Value::as_array) {
-            Some(found) => found
-                .iter()
-                .filter_map(Value::as_object)
-                .map(|c| ComponentOp::Put(c.clone()))
-                .collect(),
-            None => vec![ComponentOp::Put(done.clone())],
-        },
+        // A find answers with what it found, each one a component of its own; an answer
+        // without a `components` list found nothing.
+        "find" => done
+            .get("components")
+            .and_then(Value::as_array)
+            .map(|found| {
+                found
+                    .iter()
+                    .filter_map(Value::as_object)
+                    .map(|c| ComponentOp::Put(c.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
         "delete" => vec![ComponentOp::Delete(component_id(done).map(str::to_string))],
         _ => Vec::new(),
     }
@@ -1128,6 +1188,7 @@ impl Executor {
 }
 
 pub mod executor_loop;
+pub mod template;
 
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,8 @@
 //! ([`metrics::GraphMetrics`]).
 //!
 //! Subjects listened to: `build.create`, `build.delete`, `build.patch`, `build.import`,
-//! `build.sync`, and answers `*.*.*.done` / `*.*.*.error` (ernest's four-token answers). ernest
-//! subscribed to `>` and filtered; these narrower subscriptions never match the executor's own
+//! `build.sync`, and answers `*.*.*.done` / `*.*.*.error` (a dispatch subject plus `.done` or
+//! `.error`). ernest subscribed to `>` and took any subject ending so; these narrower subscriptions never match the executor's own
 //! dispatches (`<type>.<action>.<provider>`, three tokens) or results (`build.<action>.done`,
 //! three tokens), and the connection is opened with `no_echo` as well, so nothing it publishes
 //! comes back to it.
@@ -25,7 +25,7 @@ use futures::future::BoxFuture;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ernest::executor_loop::ExecutorLoop;
-use verwalter_controllers::ernest::{Executor, RunSettings};
+use verwalter_controllers::ernest::{Executor, RunSettings, Templating};
 use verwalter_controllers::graph::ErrorPolicy;
 use verwalter_controllers::ports::SystemClock;
 
@@ -53,6 +53,11 @@ pub struct GraphFlags {
     /// finishes) or `block-dependents` (only what depends on it)
     #[arg(long, value_name = "POLICY", default_value = "halt", value_parser = parse_policy)]
     pub error_policy: ErrorPolicy,
+    /// How `$(path)` references in a dispatched change are filled: `ernest` (only a whole
+    /// `$(path)` string, as text; what finds nothing stays) or `extended` (typed values,
+    /// references inside longer strings, what finds nothing errors the component)
+    #[arg(long, value_name = "MODE", default_value = "ernest", value_parser = Templating::parse)]
+    pub templating: Templating,
     /// Serve the executor's Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_listen: Option<SocketAddr>,
@@ -77,6 +82,7 @@ pub struct GraphSettings {
     pub storage_dir: PathBuf,
     pub component_timeout: Duration,
     pub policy: ErrorPolicy,
+    pub templating: Templating,
 }
 
 impl std::fmt::Debug for GraphSettings {
@@ -86,6 +92,7 @@ impl std::fmt::Debug for GraphSettings {
             .field("storage_dir", &self.storage_dir)
             .field("component_timeout", &self.component_timeout)
             .field("policy", &self.policy)
+            .field("templating", &self.templating)
             .finish()
     }
 }
@@ -184,6 +191,7 @@ impl GraphSettings {
             storage_dir: flags.storage_dir.clone(),
             component_timeout,
             policy: flags.error_policy,
+            templating: flags.templating,
         })
     }
 }
@@ -230,6 +238,7 @@ pub fn start(
         let executor = Executor::new(RunSettings {
             policy: settings.policy,
             component_timeout: settings.component_timeout,
+            templating: settings.templating,
         });
         let looped = ExecutorLoop::new(
             executor,
@@ -242,6 +251,7 @@ pub fn start(
             storage = %settings.storage_dir.display(),
             timeout_s = settings.component_timeout.as_secs_f64(),
             policy = ?settings.policy,
+            templating = ?settings.templating,
             "Graph executor running."
         );
         looped.run(rx, shutdown.clone()).await;
@@ -299,6 +309,7 @@ mod tests {
             storage_dir: "/g".into(),
             component_timeout: Duration::from_secs(1),
             policy: ErrorPolicy::Halt,
+            templating: Templating::Ernest,
         };
         let shown = format!("{settings:?}");
         assert!(
