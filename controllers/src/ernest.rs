@@ -323,6 +323,11 @@ pub enum Templating {
 }
 
 impl Templating {
+    /// What the executor did before `graph.templating` existed.
+    fn before_the_setting() -> Templating {
+        Templating::Extended
+    }
+
     /// `ernest` or `extended`.
     pub fn parse(text: &str) -> Result<Templating, String> {
         match text {
@@ -412,8 +417,9 @@ pub struct BuildRun {
     pub subject: String,
     pub policy: ErrorPolicy,
     pub component_timeout_ms: u64,
-    /// How references are filled (files written before the setting existed: ernest's).
-    #[serde(default)]
+    /// How references are filled. A file written before the setting existed was started with
+    /// what is now `extended`, and goes on with it.
+    #[serde(default = "Templating::before_the_setting")]
     pub templating: Templating,
     pub received_ms: u64,
     pub build: Build,

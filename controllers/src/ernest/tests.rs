@@ -1291,3 +1291,15 @@ fn random_builds_with_errors_run_as_ernests_scheduler_runs_them() {
         "{errored_builds} of 300 errored"
     );
 }
+
+#[test]
+fn a_run_stored_before_the_templating_setting_goes_on_with_what_it_started_with() {
+    let run = BuildRun::new("build.create", service(), ernest_settings(), 0);
+    let mut stored = json_of(&run);
+    assert_eq!(stored["templating"], "ernest");
+    let back = BuildRun::restore(&bytes(&stored)).unwrap();
+    assert_eq!(back.templating, Templating::Ernest);
+    stored.as_object_mut().unwrap().remove("templating");
+    let back = BuildRun::restore(&bytes(&stored)).unwrap();
+    assert_eq!(back.templating, Templating::Extended);
+}
