@@ -1467,3 +1467,60 @@ async fn extended_templating_is_asked_for() {
     assert_eq!(result.0, "build.create.error");
     assert_eq!(result.1["changes"][0]["error_code"], "reference");
 }
+
+/// ernest's own `test-graph.json` as it is: its changes have no `_provider` (ernest's scheduler
+/// panics on it). Nothing goes out on `network.create.`: the build ends at once, long before
+/// the components' timeout, in one `.error` naming the changes and the field. A `_provider`
+/// with whitespace (which no NATS subject can hold) errors its component at dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_without_a_provider_fails_the_build_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    // Far past the client's wait: a result that came from a timeout would not be seen.
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        600.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    let mut build = ernest_data("fixtures/test-graph.json");
+    build["id"] = json!("no-provider");
+    client.publish("build.create", &build).await;
+    let result = client
+        .wait(1, "the error", result_of("no-provider"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.error");
+    let error = result.1["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "no _provider (missing, empty or not text) in network::web-new, instance::web-new-1, "
+        ),
+        "{error}"
+    );
+    assert!(error.contains("instance::web-3"), "{error}");
+    for change in result.1["changes"].as_array().unwrap() {
+        assert_eq!(change["_state"], "waiting", "{change}");
+    }
+    // Nothing of it was dispatched (before its result, on one connection).
+    let sent = |s: &str, p: &Value| !s.starts_with("build.") && p["service"] == "no-provider";
+    assert_eq!(client.seen(sent), vec![]);
+
+    let mut spaced = provider_build("spaced");
+    spaced["components"][0]["_provider"] = json!("aws east");
+    client.publish("build.create", &spaced).await;
+    let result = client
+        .wait(1, "the error", result_of("spaced"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.error");
+    let network = &result.1["changes"][0];
+    assert_eq!(network["error_code"], "subject");
+    assert_eq!(
+        network["error_message"],
+        "_provider \"aws east\" cannot be a token of the dispatch subject: it contains whitespace"
+    );
+    assert_eq!(client.seen(result_of("no-provider")).len(), 1, "one result");
+}

@@ -42,7 +42,8 @@
 //!   on NATS, a result over the server's max_payload published as a summary, a password in the
 //!   NATS URL used and never logged (at debug too); upstream ernest's `scheduler_test.go` cases
 //!   from `tests/data/ernest/scheduler.json`, ernest's import fixture dispatching its finds, a
-//!   `_provider` taken from a component and the result's ernest fields, `--templating extended`;
+//!   `_provider` taken from a component and the result's ernest fields, `--templating extended`,
+//!   a build without `_provider` failing at once (and one with whitespace at dispatch);
 //!   the ignored `bench_thousand_components` (`make bench-graph`).
 //! - `graphql`: `/v1/graphql` on the daemon: a query agreeing with `/v1/status`, a parse error's
 //!   400, and a `graphql-ws` subscription that reports the schedule made from an edit.

@@ -202,6 +202,60 @@ fn field<'a>(c: &'a Component, key: &str) -> &'a str {
     c.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
+/// The fields a change's dispatch subject is made of, in order.
+const SUBJECT_FIELDS: [&str; 3] = ["_component", "_action", "_provider"];
+
+/// Changes of a new build that lack a field of their dispatch subject (missing, empty or not
+/// text): what is missing where, naming up to ten changes per field. Without one, a change
+/// would go out on a subject with an empty token, which no worker answers.
+fn missing_subject_fields(changes: &[Component]) -> Option<String> {
+    const SHOWN: usize = 10;
+    let problems: Vec<String> = SUBJECT_FIELDS
+        .iter()
+        .filter_map(|&key| {
+            let ids: Vec<&str> = changes
+                .iter()
+                .filter(|c| field(c, key).is_empty())
+                .map(|c| component_id(c).unwrap_or(""))
+                .collect();
+            if ids.is_empty() {
+                return None;
+            }
+            let mut named = ids[..ids.len().min(SHOWN)].join(", ");
+            if ids.len() > SHOWN {
+                named.push_str(&format!(" and {} more", ids.len() - SHOWN));
+            }
+            Some(format!("no {key} (missing, empty or not text) in {named}"))
+        })
+        .collect();
+    (!problems.is_empty()).then(|| {
+        format!(
+            "{}: a change is dispatched on <_component>.<_action>.<_provider>",
+            problems.join("; ")
+        )
+    })
+}
+
+/// Why a filled change cannot be dispatched on `<_component>.<_action>.<_provider>`, if it
+/// cannot: a field that is not text, is empty, or has whitespace or a NATS wildcard (`*`,
+/// `>`) in it. A dot is let through, as ernest sends it (the subject has more tokens).
+fn bad_subject_token(payload: &Value) -> Option<String> {
+    SUBJECT_FIELDS.iter().find_map(|&key| {
+        let value = payload.get(key);
+        let why = match value.and_then(Value::as_str) {
+            None => "is missing or not text",
+            Some("") => "is empty",
+            Some(t) if t.chars().any(char::is_whitespace) => "contains whitespace",
+            Some(t) if t.contains(['*', '>']) => "contains a NATS wildcard (* or >)",
+            Some(_) => return None,
+        };
+        let shown = value.map_or_else(|| "null".to_string(), Value::to_string);
+        Some(format!(
+            "{key} {shown} cannot be a token of the dispatch subject: it {why}"
+        ))
+    })
+}
+
 /// The subject a change is dispatched on: `<_component>.<_action>.<_provider>`.
 pub fn dispatch_subject(c: &Component) -> String {
     format!(
@@ -443,8 +497,9 @@ pub struct BuildRun {
 
 impl BuildRun {
     /// A build received on `subject` at `now_ms`. A graph that cannot run (a cycle, an edge to a
-    /// missing component, a change given twice) finishes the build at once with an error naming
-    /// it; [`BuildRun::pump`] hands that error out.
+    /// missing component, a change given twice, a change without a `_component`, `_action` or
+    /// `_provider` to dispatch it on) finishes the build at once with an error naming it;
+    /// [`BuildRun::pump`] hands that error out.
     pub fn new(subject: &str, build: Build, settings: RunSettings, now_ms: u64) -> BuildRun {
         let mut run = BuildRun {
             subject: subject.to_string(),
@@ -466,9 +521,10 @@ impl BuildRun {
         }
         // ernest sets the build's action to the subject it came on (`build.create`).
         run.build.action = Some(Value::from(subject));
-        if let Err(error) = run.rebuild() {
-            run.invalid = Some(error);
-        }
+        run.invalid = run
+            .rebuild()
+            .err()
+            .or_else(|| missing_subject_fields(&run.build.changes));
         run
     }
 
@@ -698,7 +754,8 @@ impl BuildRun {
 
     /// Takes the step the run can take now: completes `start` and `end` as they become ready,
     /// dispatches every ready change (stored as `running` with its deadline; the message carries
-    /// its `$(...)` references resolved against the whole build) and, once nothing more can
+    /// its `$(...)` references resolved against the whole build; one whose references cannot be
+    /// resolved or whose subject cannot be formed is errored instead) and, once nothing more can
     /// happen, the one terminal message. Called after every change to the run; a second call
     /// with nothing new returns nothing.
     pub fn pump(&mut self, now_ms: u64) -> Vec<Outgoing> {
@@ -732,7 +789,7 @@ impl BuildRun {
                 self.dirty.changes.insert(i);
                 let id = component_id(&change).unwrap_or("").to_string();
                 let change = Value::Object(change);
-                let resolved = if has_refs(&change) {
+                let filled = if has_refs(&change) {
                     // One view of the build per step: references name other components' fields,
                     // which only answers change.
                     let doc = doc.get_or_insert_with(|| {
@@ -745,6 +802,14 @@ impl BuildRun {
                 } else {
                     Ok(change)
                 };
+                // The subject is formed from the filled change: one that cannot be formed
+                // errors the component now (its answer could never come back).
+                let resolved = filled
+                    .map_err(|error| ("reference", error.to_string()))
+                    .and_then(|payload| match bad_subject_token(&payload) {
+                        Some(why) => Err(("subject", why)),
+                        None => Ok(payload),
+                    });
                 match resolved {
                     Ok(payload) => {
                         let deadline = Deadline {
@@ -762,13 +827,13 @@ impl BuildRun {
                             terminal: false,
                         });
                     }
-                    Err(error) => {
-                        tracing::warn!(build = %self.build.id, component = %id, %error,
-                            "Component not dispatched: its references cannot be resolved.");
+                    Err((code, error)) => {
+                        tracing::warn!(build = %self.build.id, component = %id,
+                            error_code = code, %error, "Component not dispatched.");
                         let change = &mut self.build.changes[i];
                         change.insert("_state".into(), Value::from(ERRORED));
-                        change.insert("error_code".into(), Value::from("reference"));
-                        change.insert("error_message".into(), Value::from(error.to_string()));
+                        change.insert("error_code".into(), Value::from(code));
+                        change.insert("error_message".into(), Value::from(error));
                         live.progress.fail(&live.graph, v);
                     }
                 }

@@ -339,6 +339,147 @@ fn an_unresolvable_reference_errors_the_component() {
 }
 
 #[test]
+fn a_change_without_a_provider_fails_the_build_at_once_naming_it() {
+    let mut build = service();
+    build.changes[0].remove("_provider");
+    build.changes[2].insert("_provider".into(), json!(""));
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    // Nothing goes out on `network.create.` (which no worker answers): one error, at once.
+    assert_eq!(subjects(&out), ["build.create.error"]);
+    assert_eq!(
+        payload(&out[0])["error"],
+        "no _provider (missing, empty or not text) in network::web, instance::web-1: a change \
+         is dispatched on <_component>.<_action>.<_provider>"
+    );
+    assert_eq!(run.pump(1), vec![]);
+    assert_eq!(run.in_flight(), 0);
+
+    // Each field of the subject, each named once.
+    let mut build = service();
+    build.changes[3].insert("_provider".into(), Value::Null);
+    build.changes[4].remove("_action");
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["build.create.error"]);
+    let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+    assert!(
+        error.starts_with(
+            "no _action (missing, empty or not text) in elb::web; \
+             no _provider (missing, empty or not text) in instance::web-2:"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_build_with_many_changes_without_a_provider_names_the_first_ten() {
+    let changes: Vec<Value> = (0..25)
+        .map(|i| {
+            let mut c = change(&format!("c::{i:02}"), "create");
+            c.as_object_mut().unwrap().remove("_provider");
+            c
+        })
+        .collect();
+    let build: Build = serde_json::from_value(json!({"id": "b", "changes": changes})).unwrap();
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+    assert!(
+        error.contains(
+            "c::00, c::01, c::02, c::03, c::04, c::05, c::06, c::07, c::08, c::09 \
+                        and 15 more:"
+        ),
+        "{error}"
+    );
+}
+
+/// `_provider` of the network as given, and of the credentials it names.
+fn provider_run(network: Value, credentials: Value, settings: RunSettings) -> BuildRun {
+    let mut build = provider_build();
+    build.changes[0].insert("_provider".into(), network);
+    build.components[0].insert("_provider".into(), credentials);
+    BuildRun::new("build.create", build, settings, 0)
+}
+
+#[test]
+fn a_provider_that_cannot_be_a_subject_token_errors_the_component_at_dispatch() {
+    let reference = json!("$(components.#[_component_id=\"credentials::aws\"]._provider)");
+    let cases = [
+        // (the network's _provider, the credentials', templating, why)
+        (
+            json!("us east"),
+            json!("aws"),
+            ernest_settings(),
+            "contains whitespace",
+        ),
+        (
+            reference.clone(),
+            json!("aws\teast"),
+            ernest_settings(),
+            "contains whitespace",
+        ),
+        (
+            json!("*"),
+            json!("aws"),
+            ernest_settings(),
+            "contains a NATS wildcard (* or >)",
+        ),
+        (
+            reference.clone(),
+            json!("a>"),
+            ernest_settings(),
+            "contains a NATS wildcard (* or >)",
+        ),
+        (
+            reference.clone(),
+            json!(""),
+            settings(ErrorPolicy::Halt),
+            "is empty",
+        ),
+        (
+            reference.clone(),
+            json!(5),
+            settings(ErrorPolicy::Halt),
+            "is missing or not text",
+        ),
+    ];
+    for (network, credentials, settings, why) in cases {
+        let case = format!("{network} / {credentials} / {:?}", settings.templating);
+        let mut run = provider_run(network, credentials.clone(), settings);
+        let out = run.pump(0);
+        // Not sent and left to time out: errored now, and the build ends.
+        assert_eq!(subjects(&out), ["build.create.error"], "{case}");
+        let net = &run.build.changes[0];
+        assert_eq!(net["_state"], "errored", "{case}");
+        assert_eq!(net["error_code"], "subject", "{case}");
+        let message = net["error_message"].as_str().unwrap();
+        assert!(message.starts_with("_provider "), "{case}: {message}");
+        assert!(
+            message.ends_with(&format!(
+                "cannot be a token of the dispatch subject: it {why}"
+            )),
+            "{case}: {message}"
+        );
+        let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+        assert!(
+            error.starts_with("failed: network::web (_provider "),
+            "{case}: {error}"
+        );
+        assert_eq!(run.in_flight(), 0, "{case}");
+    }
+    // What is text and has none of those is sent: a number as ernest's text, a dot as ernest
+    // sends it (the subject then has more tokens).
+    for (credentials, subject) in [
+        (json!(5), "network.create.5"),
+        (json!("a.b"), "network.create.a.b"),
+    ] {
+        let mut run = provider_run(reference.clone(), credentials, ernest_settings());
+        assert_eq!(subjects(&run.pump(0)), [subject]);
+    }
+}
+
+#[test]
 fn completion_rules_follow_ernest() {
     let mut components: Vec<Component> = vec![
         json!({"_component_id": "a::1", "v": 1})
