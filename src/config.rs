@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use verwalter_controllers::defaults;
+use verwalter_controllers::ernest::Templating;
 
 use crate::identity::{self, parse_machine_id};
 use crate::lua::Limits;
@@ -177,6 +178,8 @@ pub struct GraphFileSettings {
     pub nats_token_file: Option<PathBuf>,
     pub nats_nkey_file: Option<PathBuf>,
     pub nats_creds_file: Option<PathBuf>,
+    /// `ernest` or `extended` [default: ernest].
+    pub templating: Option<String>,
 }
 
 /// The `nats-*` keys of a settings section as `--nats-*` flags, paths relative to `settings`.
@@ -746,6 +749,14 @@ impl Config {
                         verwalter_controllers::graph::ErrorPolicy::Halt
                     }
                 },
+                templating: match g.templating.as_deref().map(Templating::parse) {
+                    None => Templating::Ernest,
+                    Some(Ok(mode)) => mode,
+                    Some(Err(problem)) => {
+                        problems.push(format!("graph.templating: {problem}"));
+                        Templating::Ernest
+                    }
+                },
                 metrics_listen: None,
                 retention: match g.retention.as_deref().map(crate::graph::parse_age) {
                     None => None,
@@ -1132,6 +1143,33 @@ mod tests {
         assert!(err.to_string().contains("unknown field `bogus`"), "{err}");
         assert!(err.to_string().contains("settings.yaml:2"), "{err}");
         assert!(err.to_string().contains("32 hex digits"), "{err}");
+    }
+
+    #[test]
+    fn graph_templating_is_ernests_unless_the_file_asks_for_extended() {
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+        };
+        let templating = |text: &str| load(text).unwrap().graph.unwrap().templating;
+        assert_eq!(templating("graph: {}\n"), Templating::Ernest);
+        assert_eq!(
+            templating("graph:\n  templating: extended\n"),
+            Templating::Extended
+        );
+        let err = load("graph:\n  templating: gjson\n").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("graph.templating: \"gjson\" is not a templating mode"),
+            "{err}"
+        );
     }
 
     #[test]

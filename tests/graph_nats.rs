@@ -403,7 +403,7 @@ async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
     // References resolved against other components' answers and the build's own fields.
     let lb = &client.seen(dispatch_of("shop-1", "elb::web-lb"))[0].1;
     assert_eq!(lb["instance_aws_ids"], json!(["i-1", "i-2"]));
-    assert_eq!(lb["backends"], "10.0.1.11 10.0.1.12");
+    assert_eq!(lb["backends"], json!(["10.0.1.11", "10.0.1.12"]));
     assert_eq!(lb["datacenter_region"], "eu-west-1");
     assert_eq!(lb["_state"], "running");
     let fw = &client.seen(dispatch_of("shop-1", "firewall::web-sg"))[0].1;
@@ -1214,6 +1214,412 @@ async fn each_role_event_is_published_as_the_role_finishes_with_its_time() {
             < position(&client, |s, _| s == "vw.test.deployment.finished")
     );
     drop(daemon);
+}
+
+
+/// A file of `tests/data/ernest/` (upstream's expectations, as data).
+fn ernest_data(name: &str) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/ernest")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+fn ids_sorted(items: &[(String, Value)]) -> Vec<String> {
+    let mut ids: Vec<String> = items
+        .iter()
+        .map(|(_, p)| p["_component_id"].as_str().unwrap_or("").to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn strings_sorted(list: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = list
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Upstream's `scheduler_test.go` cases (`tests/data/ernest/scheduler.json`), each played by a
+/// worker against `verwalter graph` with its default settings: what each answer dispatches,
+/// the one result after the last answer, and what the result holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_scheduler_cases_hold_over_nats() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    let data = ernest_data("scheduler.json");
+    let cases = data["cases"].as_array().unwrap();
+    assert!(cases.len() >= 13);
+    let mut ids = Vec::new();
+    for (n, case) in cases.iter().enumerate() {
+        let name = format!("{} / {}", case["source"], case["test"]);
+        let id = format!("case-{n}");
+        let mut build = ernest_data(&format!("fixtures/{}", case["fixture"].as_str().unwrap()));
+        build["id"] = json!(id);
+        for (k, v) in case["build_with"].as_object().into_iter().flatten() {
+            build[k] = v.clone();
+        }
+        for change in build["changes"].as_array_mut().unwrap() {
+            for (k, v) in case["changes_with"].as_object().into_iter().flatten() {
+                change[k] = v.clone();
+            }
+        }
+        let subject = case["subject"].as_str().unwrap_or("build.create");
+        let of_build = |s: &str, p: &Value| is_dispatch(s) && p["service"] == id.as_str();
+        client.publish(subject, &build).await;
+        // The dispatches of each step: those after its answer (or the build) and before the
+        // next answer, which is sent only once the step's dispatches are all seen.
+        let sent_build = |s: &str, p: &Value| s == subject && p["id"] == id.as_str();
+        client.wait(1, &name, sent_build).await;
+        let mut marks = vec![position(&client, sent_build)];
+        let mut count = 0;
+        let mut answered: Vec<String> = Vec::new();
+        for step in case["steps"].as_array().unwrap() {
+            if let Some(target) = step["answer"].as_str() {
+                let dispatch = client.seen(dispatch_of(&id, target)).remove(0);
+                let mut extra = step["with"].as_object().cloned().unwrap_or_default();
+                extra.insert("_state".into(), step["state"].clone());
+                client
+                    .answer(&dispatch, step["state"] == "errored", Value::Object(extra))
+                    .await;
+                answered.push(target.to_string());
+                let sent = format!(
+                    "{}.{}",
+                    dispatch.0,
+                    if step["state"] == "errored" {
+                        "error"
+                    } else {
+                        "done"
+                    }
+                );
+                let echo = |s: &str, p: &Value| {
+                    s == sent && p["service"] == id.as_str() && p["_component_id"] == target
+                };
+                client.wait(1, &name, echo).await;
+                marks.push(position(&client, echo));
+            }
+            let expected = strings_sorted(&step["dispatched"]);
+            count += expected.len();
+            client.wait(count, &name, of_build).await;
+        }
+        // What the finishing answers dispatch is after this.
+        marks.push(client.seen.lock().unwrap().len());
+        if case["finish"] == true {
+            // Every other dispatch is answered as completed until the result comes.
+            loop {
+                let open: Vec<(String, Value)> = client
+                    .seen(of_build)
+                    .into_iter()
+                    .filter(|(_, p)| {
+                        !answered.contains(&p["_component_id"].as_str().unwrap().to_string())
+                    })
+                    .collect();
+                if open.is_empty() && !client.seen(result_of(&id)).is_empty() {
+                    break;
+                }
+                for d in &open {
+                    client
+                        .answer(d, false, json!({"_state": "completed"}))
+                        .await;
+                    answered.push(d.1["_component_id"].as_str().unwrap().to_string());
+                }
+                if open.is_empty() {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                assert!(answered.len() < 100, "{name}: no result");
+            }
+        }
+        let result = client.wait(1, &name, result_of(&id)).await.remove(0);
+        let last_answer = client
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .rposition(|(s, p)| {
+                (s.ends_with(".done") || s.ends_with(".error"))
+                    && p["service"] == id.as_str()
+                    && p.get("_component_id").is_some()
+            })
+            .unwrap();
+        assert!(
+            position(&client, result_of(&id)) > last_answer,
+            "{name}: the result before the last answer"
+        );
+        // Each step dispatched exactly what ernest dispatches.
+        let all: Vec<(String, Value)> = client.seen.lock().unwrap().clone();
+        for (k, step) in case["steps"].as_array().unwrap().iter().enumerate() {
+            let from = marks[k];
+            let to = marks[k + 1];
+            let between: Vec<(String, Value)> = all
+                .iter()
+                .enumerate()
+                .filter(|(i, (s, p))| *i > from && *i < to && of_build(s, p))
+                .map(|(_, m)| m.clone())
+                .collect();
+            assert_eq!(
+                ids_sorted(&between),
+                strings_sorted(&step["dispatched"]),
+                "{name}: step {k}"
+            );
+            assert!(
+                between.iter().all(|(_, p)| p["_state"] == "running"),
+                "{name}"
+            );
+        }
+        assert_eq!(
+            result.0,
+            format!("{subject}.{}", case["result"].as_str().unwrap()),
+            "{name}"
+        );
+        let graph = &result.1;
+        assert_eq!(graph["action"], subject, "{name}");
+        let component = |cid: &str| {
+            graph["components"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["_component_id"] == cid)
+                .cloned()
+        };
+        for cid in strings_sorted(&case["components_with"]) {
+            assert!(component(&cid).is_some(), "{name}: {cid} in components");
+        }
+        for cid in strings_sorted(&case["components_without"]) {
+            assert!(component(&cid).is_none(), "{name}: {cid} not in components");
+        }
+        if let Some(n) = case["components_count"].as_u64() {
+            assert_eq!(
+                graph["components"].as_array().unwrap().len() as u64,
+                n,
+                "{name}"
+            );
+        }
+        for (cid, fields) in case["component_fields"].as_object().into_iter().flatten() {
+            let c = component(cid).unwrap();
+            for (k, v) in fields.as_object().unwrap() {
+                assert_eq!(&c[k], v, "{name}: {cid}.{k}");
+            }
+        }
+        for (cid, state) in case["changes"].as_object().into_iter().flatten() {
+            let c = graph["changes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["_component_id"] == cid.as_str())
+                .unwrap();
+            assert_eq!(&c["_state"], state, "{name}: the change {cid}");
+        }
+        ids.push(id);
+    }
+    // One result per case: a later build's dispatch comes after any second one would have.
+    probe(&client, "after-cases").await;
+    for id in &ids {
+        assert_eq!(client.seen(result_of(id)).len(), 1, "{id}");
+    }
+}
+
+/// ernest's own import fixture, as it is: its finds' references to the credentials' missing
+/// `region` (and to `datacenters`, which the fixture lacks) stay as text, and all 11 finds are
+/// dispatched; the build does not end in `.error`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ernests_import_fixture_dispatches_its_finds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    let mut build = ernest_data("fixtures/import-graph.json");
+    build["id"] = json!("import-1");
+    client.publish("build.import", &build).await;
+    let finds = |s: &str, p: &Value| !s.starts_with("build.") && p["service"] == "import-1";
+    let dispatched = client.wait(11, "the finds", finds).await;
+    let vpc = dispatched
+        .iter()
+        .find(|(_, p)| p["_component_id"] == "vpc::query")
+        .unwrap();
+    assert_eq!(vpc.0, "vpc.find.$(datacenters.items.0.type)");
+    assert_eq!(vpc.1["aws_access_key_id"], "test");
+    assert_eq!(vpc.1["aws_secret_access_key"], "test");
+    assert_eq!(
+        vpc.1["datacenter_region"],
+        "$(components.#[_component_id=\"credentials::aws\"].region)"
+    );
+    probe(&client, "after-import").await;
+    assert!(
+        client.seen(result_of("import-1")).is_empty(),
+        "{:#?}",
+        client.subjects()
+    );
+    assert_eq!(client.seen(finds).len(), 11);
+}
+
+/// A change's `_provider` taken from a component (2.1): dispatched on the provider it names.
+/// The result carries the build's subject as `action`, and ernest's `name`, `username` and
+/// `options` though the build has none.
+fn provider_build(id: &str) -> Value {
+    json!({"id": id, "action": "create",
+        "components": [{"_component_id": "credentials::aws", "_component": "credentials",
+                        "_provider": "aws", "port": 5432}],
+        "changes": [{"_component_id": "network::web", "_component": "network",
+            "_action": "create", "_state": "waiting",
+            "_provider": "$(components.#[_component_id=\"credentials::aws\"]._provider)",
+            "port": "$(components.#[_component_id=\"credentials::aws\"].port)",
+            "url": "db:$(components.#[_component_id=\"credentials::aws\"].port)"}],
+        "edges": [{"source": "start", "destination": "network::web"}]})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_provider_is_templated_and_the_result_is_shaped_as_ernests() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    client.publish("build.create", &provider_build("p-1")).await;
+    let d = client
+        .wait(1, "the dispatch", dispatch_of("p-1", "network::web"))
+        .await
+        .remove(0);
+    assert_eq!(d.0, "network.create.aws");
+    assert_eq!(d.1["port"], "5432", "ernest's templating gives text");
+    assert_eq!(
+        d.1["url"],
+        "db:$(components.#[_component_id=\"credentials::aws\"].port)"
+    );
+    client.answer(&d, false, json!({})).await;
+    let result = client
+        .wait(1, "the result", result_of("p-1"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.done");
+    assert_eq!(result.1["action"], "build.create");
+    assert_eq!(
+        (
+            &result.1["name"],
+            &result.1["username"],
+            &result.1["options"]
+        ),
+        (&json!(""), &json!(""), &Value::Null)
+    );
+    assert!(result.1.as_object().unwrap().contains_key("options"));
+}
+
+/// `--templating extended`: typed values, references inside longer strings, and a reference
+/// that finds nothing errors its component.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn extended_templating_is_asked_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start_with(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+        &["--templating", "extended"],
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    client.publish("build.create", &provider_build("x-1")).await;
+    let d = client
+        .wait(1, "the dispatch", dispatch_of("x-1", "network::web"))
+        .await
+        .remove(0);
+    assert_eq!(d.0, "network.create.aws");
+    assert_eq!(d.1["port"], 5432);
+    assert_eq!(d.1["url"], "db:5432");
+    client.answer(&d, false, json!({})).await;
+    client.wait(1, "the result", result_of("x-1")).await;
+
+    let mut bad = provider_build("x-2");
+    bad["changes"][0]["missing"] =
+        json!("$(components.#[_component_id=\"credentials::aws\"].region)");
+    client.publish("build.create", &bad).await;
+    let result = client
+        .wait(1, "the error", result_of("x-2"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.error");
+    assert_eq!(result.1["changes"][0]["error_code"], "reference");
+}
+
+/// ernest's own `test-graph.json` as it is: its changes have no `_provider` (ernest's scheduler
+/// panics on it). Nothing goes out on `network.create.`: the build ends at once, long before
+/// the components' timeout, in one `.error` naming the changes and the field. A `_provider`
+/// with whitespace (which no NATS subject can hold) errors its component at dispatch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_without_a_provider_fails_the_build_at_once() {
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    // Far past the client's wait: a result that came from a timeout would not be seen.
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        600.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    let mut build = ernest_data("fixtures/test-graph.json");
+    build["id"] = json!("no-provider");
+    client.publish("build.create", &build).await;
+    let result = client
+        .wait(1, "the error", result_of("no-provider"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.error");
+    let error = result.1["error"].as_str().unwrap();
+    assert!(
+        error.starts_with(
+            "no _provider (missing, empty or not text) in network::web-new, instance::web-new-1, "
+        ),
+        "{error}"
+    );
+    assert!(error.contains("instance::web-3"), "{error}");
+    for change in result.1["changes"].as_array().unwrap() {
+        assert_eq!(change["_state"], "waiting", "{change}");
+    }
+    // Nothing of it was dispatched (before its result, on one connection).
+    let sent = |s: &str, p: &Value| !s.starts_with("build.") && p["service"] == "no-provider";
+    assert_eq!(client.seen(sent), vec![]);
+
+    let mut spaced = provider_build("spaced");
+    spaced["components"][0]["_provider"] = json!("aws east");
+    client.publish("build.create", &spaced).await;
+    let result = client
+        .wait(1, "the error", result_of("spaced"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.error");
+    let network = &result.1["changes"][0];
+    assert_eq!(network["error_code"], "subject");
+    assert_eq!(
+        network["error_message"],
+        "_provider \"aws east\" cannot be a token of the dispatch subject: it contains whitespace"
+    );
+    assert_eq!(client.seen(result_of("no-provider")).len(), 1, "one result");
 }
 
 /// A build's result across kills, and two executors on one server (`graph_nats/delivery.rs`).

@@ -41,9 +41,14 @@
 //!   and one result, an error while others run (one `.error`, after them), a lost answer timed
 //!   out, SIGKILL and resume without re-dispatch, a NATS restart, the daemon by its `graph:`
 //!   settings with its metrics, the example's delete build, the daemon's deployment events
-//!   on NATS (each role's as it finishes, with its time), a result over the server's max_payload published as a summary, a password in the
-//!   NATS URL used and never logged (at debug too); the ignored `bench_thousand_components` (`make bench-graph`).
-//!   `graph_nats::delivery`, with `nats-server -js` and a deduplicating stream: a kill between
+//!   on NATS (each role's as it finishes, with its time), a result over the server's max_payload
+//!   published as a summary, a password in the NATS URL used and never logged (at debug too);
+//!   upstream ernest's `scheduler_test.go` cases from `tests/data/ernest/scheduler.json`,
+//!   ernest's import fixture dispatching its finds, a `_provider` taken from a component and the
+//!   result's ernest fields, `--templating extended`, a build without `_provider` failing at once
+//!   (and one with whitespace at dispatch); the ignored `bench_thousand_components` (`make
+//!   bench-graph`).
+//! - `graph_nats::delivery`, with `nats-server -js` and a deduplicating stream: a kill between
 //!   storing a result and publishing it, or before marking it sent, then a restart (one result in
 //!   the stream, at least one on core NATS, one `Nats-Msg-Id`); crash trials, kill -9 at random
 //!   moments (`GRAPH_CRASH_TRIALS`, `GRAPH_CRASH_SEED`): every build ends with a result, no

@@ -202,6 +202,60 @@ fn field<'a>(c: &'a Component, key: &str) -> &'a str {
     c.get(key).and_then(Value::as_str).unwrap_or("")
 }
 
+/// The fields a change's dispatch subject is made of, in order.
+const SUBJECT_FIELDS: [&str; 3] = ["_component", "_action", "_provider"];
+
+/// Changes of a new build that lack a field of their dispatch subject (missing, empty or not
+/// text): what is missing where, naming up to ten changes per field. Without one, a change
+/// would go out on a subject with an empty token, which no worker answers.
+fn missing_subject_fields(changes: &[Component]) -> Option<String> {
+    const SHOWN: usize = 10;
+    let problems: Vec<String> = SUBJECT_FIELDS
+        .iter()
+        .filter_map(|&key| {
+            let ids: Vec<&str> = changes
+                .iter()
+                .filter(|c| field(c, key).is_empty())
+                .map(|c| component_id(c).unwrap_or(""))
+                .collect();
+            if ids.is_empty() {
+                return None;
+            }
+            let mut named = ids[..ids.len().min(SHOWN)].join(", ");
+            if ids.len() > SHOWN {
+                named.push_str(&format!(" and {} more", ids.len() - SHOWN));
+            }
+            Some(format!("no {key} (missing, empty or not text) in {named}"))
+        })
+        .collect();
+    (!problems.is_empty()).then(|| {
+        format!(
+            "{}: a change is dispatched on <_component>.<_action>.<_provider>",
+            problems.join("; ")
+        )
+    })
+}
+
+/// Why a filled change cannot be dispatched on `<_component>.<_action>.<_provider>`, if it
+/// cannot: a field that is not text, is empty, or has whitespace or a NATS wildcard (`*`,
+/// `>`) in it. A dot is let through, as ernest sends it (the subject has more tokens).
+fn bad_subject_token(payload: &Value) -> Option<String> {
+    SUBJECT_FIELDS.iter().find_map(|&key| {
+        let value = payload.get(key);
+        let why = match value.and_then(Value::as_str) {
+            None => "is missing or not text",
+            Some("") => "is empty",
+            Some(t) if t.chars().any(char::is_whitespace) => "contains whitespace",
+            Some(t) if t.contains(['*', '>']) => "contains a NATS wildcard (* or >)",
+            Some(_) => return None,
+        };
+        let shown = value.map_or_else(|| "null".to_string(), Value::to_string);
+        Some(format!(
+            "{key} {shown} cannot be a token of the dispatch subject: it {why}"
+        ))
+    })
+}
+
 /// The subject a change is dispatched on: `<_component>.<_action>.<_provider>`.
 pub fn dispatch_subject(c: &Component) -> String {
     format!(
@@ -231,7 +285,8 @@ impl<'a> Subject<'a> {
         {
             return Subject::Build(action);
         }
-        // ernest takes answers on four tokens only, so `build.create.done` (three) is never one.
+        // An answer is a dispatch subject (three tokens) plus `.done`/`.error`, so
+        // `build.create.done` (three) is never one. ernest took any subject ending so.
         let tokens: Vec<&str> = subject.split('.').collect();
         match tokens.as_slice() {
             [_, _, _, "done"] => Subject::Answer { errored: false },
@@ -309,12 +364,44 @@ pub enum Answered {
     Unknown,
 }
 
+/// How a dispatched change's `$(path)` references are filled (`graph.templating`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Templating {
+    /// ernest's ([`template`]): whole-string references only, as text; what finds nothing
+    /// stays as it is.
+    #[default]
+    Ernest,
+    /// [`Resolver`]'s: typed values, references inside longer strings, and a reference that
+    /// finds nothing errors the component.
+    Extended,
+}
+
+impl Templating {
+    /// What the executor did before `graph.templating` existed.
+    fn before_the_setting() -> Templating {
+        Templating::Extended
+    }
+
+    /// `ernest` or `extended`.
+    pub fn parse(text: &str) -> Result<Templating, String> {
+        match text {
+            "ernest" => Ok(Templating::Ernest),
+            "extended" => Ok(Templating::Extended),
+            other => Err(format!(
+                "{other:?} is not a templating mode (ernest or extended)"
+            )),
+        }
+    }
+}
+
 /// Settings of the runs an executor starts.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct RunSettings {
     pub policy: ErrorPolicy,
     /// How long a dispatched component may take to answer.
     pub component_timeout: Duration,
+    pub templating: Templating,
 }
 
 /// The graph and progress rebuilt from the stored state (not stored themselves).
@@ -385,6 +472,10 @@ pub struct BuildRun {
     pub subject: String,
     pub policy: ErrorPolicy,
     pub component_timeout_ms: u64,
+    /// How references are filled. A file written before the setting existed was started with
+    /// what is now `extended`, and goes on with it.
+    #[serde(default = "Templating::before_the_setting")]
+    pub templating: Templating,
     pub received_ms: u64,
     pub build: Build,
     /// The running components and when they must answer.
@@ -407,14 +498,16 @@ pub struct BuildRun {
 
 impl BuildRun {
     /// A build received on `subject` at `now_ms`. A graph that cannot run (a cycle, an edge to a
-    /// missing component, a change given twice) finishes the build at once with an error naming
-    /// it; [`BuildRun::pump`] hands that error out.
+    /// missing component, a change given twice, a change without a `_component`, `_action` or
+    /// `_provider` to dispatch it on) finishes the build at once with an error naming it;
+    /// [`BuildRun::pump`] hands that error out.
     pub fn new(subject: &str, build: Build, settings: RunSettings, now_ms: u64) -> BuildRun {
         let mut run = BuildRun {
             subject: subject.to_string(),
             policy: settings.policy,
             component_timeout_ms: u64::try_from(settings.component_timeout.as_millis())
                 .unwrap_or(u64::MAX),
+            templating: settings.templating,
             received_ms: now_ms,
             build,
             running: BTreeMap::new(),
@@ -427,9 +520,12 @@ impl BuildRun {
         for change in &mut run.build.changes {
             change.insert("_state".into(), Value::from(WAITING));
         }
-        if let Err(error) = run.rebuild() {
-            run.invalid = Some(error);
-        }
+        // ernest sets the build's action to the subject it came on (`build.create`).
+        run.build.action = Some(Value::from(subject));
+        run.invalid = run
+            .rebuild()
+            .err()
+            .or_else(|| missing_subject_fields(&run.build.changes));
         run
     }
 
@@ -659,7 +755,8 @@ impl BuildRun {
 
     /// Takes the step the run can take now: completes `start` and `end` as they become ready,
     /// dispatches every ready change (stored as `running` with its deadline; the message carries
-    /// its `$(...)` references resolved against the whole build) and, once nothing more can
+    /// its `$(...)` references resolved against the whole build; one whose references cannot be
+    /// resolved or whose subject cannot be formed is errored instead) and, once nothing more can
     /// happen, the one terminal message. Called after every change to the run; a second call
     /// with nothing new returns nothing.
     pub fn pump(&mut self, now_ms: u64) -> Vec<Outgoing> {
@@ -693,16 +790,27 @@ impl BuildRun {
                 self.dirty.changes.insert(i);
                 let id = component_id(&change).unwrap_or("").to_string();
                 let change = Value::Object(change);
-                let resolved = if has_refs(&change) {
+                let filled = if has_refs(&change) {
                     // One view of the build per step: references name other components' fields,
                     // which only answers change.
                     let doc = doc.get_or_insert_with(|| {
                         serde_json::to_value(&self.build).unwrap_or(Value::Null)
                     });
-                    Resolver::new(doc).resolve(&change, &id)
+                    match self.templating {
+                        Templating::Ernest => Ok(template::template(doc, &change)),
+                        Templating::Extended => Resolver::new(doc).resolve(&change, &id),
+                    }
                 } else {
                     Ok(change)
                 };
+                // The subject is formed from the filled change: one that cannot be formed
+                // errors the component now (its answer could never come back).
+                let resolved = filled
+                    .map_err(|error| ("reference", error.to_string()))
+                    .and_then(|payload| match bad_subject_token(&payload) {
+                        Some(why) => Err(("subject", why)),
+                        None => Ok(payload),
+                    });
                 match resolved {
                     Ok(payload) => {
                         let deadline = Deadline {
@@ -711,8 +819,11 @@ impl BuildRun {
                         };
                         self.running.insert(id.clone(), deadline);
                         self.dirty.running.push((id, Some(deadline)));
+                        // The subject from the templated change, as ernest sends it: a
+                        // `_provider` of `$(...)` is the provider it names.
+                        let subject = payload.as_object().map(dispatch_subject);
                         out.push(Outgoing {
-                            subject: dispatch_subject(&self.build.changes[i]),
+                            subject: subject.unwrap_or_default(),
                             payload: serde_json::to_vec(&payload).unwrap_or_default(),
                             terminal: false,
                         });
@@ -723,13 +834,13 @@ impl BuildRun {
                                 subject = %sent.subject, timeout_s, "Component dispatched.");
                         }
                     }
-                    Err(error) => {
-                        tracing::warn!(build = %self.build.id, component = %id, %error,
-                            "Component not dispatched: its references cannot be resolved.");
+                    Err((code, error)) => {
+                        tracing::warn!(build = %self.build.id, component = %id,
+                            error_code = code, %error, "Component not dispatched.");
                         let change = &mut self.build.changes[i];
                         change.insert("_state".into(), Value::from(ERRORED));
-                        change.insert("error_code".into(), Value::from("reference"));
-                        change.insert("error_message".into(), Value::from(error.to_string()));
+                        change.insert("error_code".into(), Value::from(code));
+                        change.insert("error_message".into(), Value::from(error));
                         live.progress.fail(&live.graph, v);
                     }
                 }
@@ -775,11 +886,22 @@ impl BuildRun {
     }
 
     /// The terminal message of a finished build: the whole build, plus `error` for an error.
+    /// As in ernest's, `name`, `username` (`""` when the build has none) and `options` (`null`)
+    /// are always there.
     pub fn terminal_message(&self) -> Option<Outgoing> {
         let result = self.result.as_ref()?;
         let mut payload = serde_json::to_value(&self.build).unwrap_or(Value::Null);
-        if let (Some(error), Value::Object(map)) = (&result.error, &mut payload) {
-            map.insert("error".into(), Value::from(error.clone()));
+        if let Value::Object(map) = &mut payload {
+            for (key, empty) in [
+                ("name", Value::from("")),
+                ("username", Value::from("")),
+                ("options", Value::Null),
+            ] {
+                map.entry(key).or_insert(empty);
+            }
+            if let Some(error) = &result.error {
+                map.insert("error".into(), Value::from(error.clone()));
+            }
         }
         Some(Outgoing {
             subject: result.subject.clone(),
@@ -887,12 +1009,17 @@ impl BuildRun {
     }
 }
 
-/// ernest's completion rules on the current state; returns what they did, in order.
+/// ernest's completion rules on the current state; returns what they did, in order. An
+/// `update` or `get` of a component that is not in the state changes nothing, as in ernest.
 fn apply_completion(
     components: &mut Vec<Component>,
     action: &str,
     done: &Component,
 ) -> Vec<ComponentOp> {
+    let id = component_id(done);
+    if matches!(action, "update" | "get") && !components.iter().any(|c| component_id(c) == id) {
+        return Vec::new();
+    }
     let ops = completion_ops(action, done);
     for op in &ops {
         apply_op(components, op);
@@ -904,15 +1031,19 @@ fn apply_completion(
 fn completion_ops(action: &str, done: &Component) -> Vec<ComponentOp> {
     match action {
         "create" | "update" | "get" => vec![ComponentOp::Put(done.clone())],
-        // A find answers with what it found, each one a component of its own.
-        "find" => match done.get("components").and_then(Value::as_array) {
-            Some(found) => found
-                .iter()
-                .filter_map(Value::as_object)
-                .map(|c| ComponentOp::Put(c.clone()))
-                .collect(),
-            None => vec![ComponentOp::Put(done.clone())],
-        },
+        // A find answers with what it found, each one a component of its own; an answer
+        // without a `components` list found nothing.
+        "find" => done
+            .get("components")
+            .and_then(Value::as_array)
+            .map(|found| {
+                found
+                    .iter()
+                    .filter_map(Value::as_object)
+                    .map(|c| ComponentOp::Put(c.clone()))
+                    .collect()
+            })
+            .unwrap_or_default(),
         "delete" => vec![ComponentOp::Delete(component_id(done).map(str::to_string))],
         _ => Vec::new(),
     }
@@ -1037,7 +1168,9 @@ impl Executor {
                 let service = field(&answer, "service").to_string();
                 let id = component_id(&answer).unwrap_or("").to_string();
                 let Some(run) = self.runs.get_mut(&service) else {
-                    tracing::info!(%subject, build = %service, component = %id,
+                    // At debug: with several executors on one server every answer reaches
+                    // each, and all but the owner come here.
+                    tracing::debug!(%subject, build = %service, component = %id,
                         "Answer ignored: no such build here.");
                     return step;
                 };
@@ -1144,6 +1277,7 @@ impl Executor {
 }
 
 pub mod executor_loop;
+pub mod template;
 
 #[cfg(test)]
 mod tests;

@@ -5,8 +5,8 @@
 //! ([`metrics::GraphMetrics`]).
 //!
 //! Subjects listened to: `build.create`, `build.delete`, `build.patch`, `build.import`,
-//! `build.sync`, and answers `*.*.*.done` / `*.*.*.error` (ernest's four-token answers). ernest
-//! subscribed to `>` and filtered; these narrower subscriptions never match the executor's own
+//! `build.sync`, and answers `*.*.*.done` / `*.*.*.error` (a dispatch subject plus `.done` or
+//! `.error`). ernest subscribed to `>` and took any subject ending so; these narrower subscriptions never match the executor's own
 //! dispatches (`<type>.<action>.<provider>`, three tokens) or results (`build.<action>.done`,
 //! three tokens), and the connection is opened with `no_echo` as well, so nothing it publishes
 //! comes back to it. The build subjects are subscribed in a queue group, so executors on one
@@ -29,7 +29,7 @@ use futures::future::BoxFuture;
 use prometheus::Registry;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ernest::executor_loop::ExecutorLoop;
-use verwalter_controllers::ernest::{Executor, RunSettings};
+use verwalter_controllers::ernest::{Executor, RunSettings, Templating};
 use verwalter_controllers::graph::ErrorPolicy;
 use verwalter_controllers::ports::SystemClock;
 
@@ -60,6 +60,11 @@ pub struct GraphFlags {
     /// finishes) or `block-dependents` (only what depends on it)
     #[arg(long, value_name = "POLICY", default_value = "halt", value_parser = parse_policy)]
     pub error_policy: ErrorPolicy,
+    /// How `$(path)` references in a dispatched change are filled: `ernest` (only a whole
+    /// `$(path)` string, as text; what finds nothing stays) or `extended` (typed values,
+    /// references inside longer strings, what finds nothing errors the component)
+    #[arg(long, value_name = "MODE", default_value = "ernest", value_parser = Templating::parse)]
+    pub templating: Templating,
     /// Serve the executor's Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "IP:PORT")]
     pub metrics_listen: Option<SocketAddr>,
@@ -99,6 +104,7 @@ pub struct GraphSettings {
     pub nats_auth: nats_options::NatsAuth,
     /// Finished builds' files are removed this long after they finished (kept without).
     pub retention: Option<Duration>,
+    pub templating: Templating,
 }
 
 impl std::fmt::Debug for GraphSettings {
@@ -110,6 +116,7 @@ impl std::fmt::Debug for GraphSettings {
             .field("policy", &self.policy)
             .field("nats_auth", &self.nats_auth)
             .field("retention", &self.retention)
+            .field("templating", &self.templating)
             .finish()
     }
 }
@@ -213,6 +220,7 @@ impl GraphSettings {
             component_timeout,
             policy: flags.error_policy,
             retention: flags.retention,
+            templating: flags.templating,
         })
     }
 }
@@ -274,6 +282,7 @@ pub fn start(
         let executor = Executor::new(RunSettings {
             policy: settings.policy,
             component_timeout: settings.component_timeout,
+            templating: settings.templating,
         });
         let looped = ExecutorLoop::new(
             executor,
@@ -287,6 +296,7 @@ pub fn start(
             timeout_s = settings.component_timeout.as_secs_f64(),
             policy = ?settings.policy,
             retention_s = settings.retention.map(|r| r.as_secs_f64()),
+            templating = ?settings.templating,
             "Graph executor running."
         );
         looped.run(rx, shutdown.clone()).await;
@@ -349,6 +359,7 @@ mod tests {
             policy: ErrorPolicy::Halt,
             nats_auth: nats_options::NatsAuth::none("--nats-"),
             retention: None,
+            templating: Templating::Ernest,
         };
         let shown = format!("{settings:?}");
         assert!(

@@ -765,6 +765,7 @@ mod tests {
         let settings = RunSettings {
             policy: ErrorPolicy::Halt,
             component_timeout: std::time::Duration::from_secs(60),
+            templating: Default::default(),
         };
         let mut run = BuildRun::new("build.create", build, settings, 0);
         let first = run.pump(0);

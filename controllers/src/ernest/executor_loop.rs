@@ -535,6 +535,7 @@ mod tests {
             Executor::new(RunSettings {
                 policy: ErrorPolicy::Halt,
                 component_timeout: Duration::from_secs(30),
+                templating: Default::default(),
             }),
             Arc::new(Bus(world.clone())),
             Arc::new(Store(world.clone())),

@@ -13,6 +13,7 @@ fn settings(policy: ErrorPolicy) -> RunSettings {
     RunSettings {
         policy,
         component_timeout: TIMEOUT,
+        templating: Templating::Extended,
     }
 }
 
@@ -338,6 +339,147 @@ fn an_unresolvable_reference_errors_the_component() {
 }
 
 #[test]
+fn a_change_without_a_provider_fails_the_build_at_once_naming_it() {
+    let mut build = service();
+    build.changes[0].remove("_provider");
+    build.changes[2].insert("_provider".into(), json!(""));
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    // Nothing goes out on `network.create.` (which no worker answers): one error, at once.
+    assert_eq!(subjects(&out), ["build.create.error"]);
+    assert_eq!(
+        payload(&out[0])["error"],
+        "no _provider (missing, empty or not text) in network::web, instance::web-1: a change \
+         is dispatched on <_component>.<_action>.<_provider>"
+    );
+    assert_eq!(run.pump(1), vec![]);
+    assert_eq!(run.in_flight(), 0);
+
+    // Each field of the subject, each named once.
+    let mut build = service();
+    build.changes[3].insert("_provider".into(), Value::Null);
+    build.changes[4].remove("_action");
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    assert_eq!(subjects(&out), ["build.create.error"]);
+    let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+    assert!(
+        error.starts_with(
+            "no _action (missing, empty or not text) in elb::web; \
+             no _provider (missing, empty or not text) in instance::web-2:"
+        ),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_build_with_many_changes_without_a_provider_names_the_first_ten() {
+    let changes: Vec<Value> = (0..25)
+        .map(|i| {
+            let mut c = change(&format!("c::{i:02}"), "create");
+            c.as_object_mut().unwrap().remove("_provider");
+            c
+        })
+        .collect();
+    let build: Build = serde_json::from_value(json!({"id": "b", "changes": changes})).unwrap();
+    let mut run = BuildRun::new("build.create", build, settings(ErrorPolicy::Halt), 0);
+    let out = run.pump(0);
+    let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+    assert!(
+        error.contains(
+            "c::00, c::01, c::02, c::03, c::04, c::05, c::06, c::07, c::08, c::09 \
+                        and 15 more:"
+        ),
+        "{error}"
+    );
+}
+
+/// `_provider` of the network as given, and of the credentials it names.
+fn provider_run(network: Value, credentials: Value, settings: RunSettings) -> BuildRun {
+    let mut build = provider_build();
+    build.changes[0].insert("_provider".into(), network);
+    build.components[0].insert("_provider".into(), credentials);
+    BuildRun::new("build.create", build, settings, 0)
+}
+
+#[test]
+fn a_provider_that_cannot_be_a_subject_token_errors_the_component_at_dispatch() {
+    let reference = json!("$(components.#[_component_id=\"credentials::aws\"]._provider)");
+    let cases = [
+        // (the network's _provider, the credentials', templating, why)
+        (
+            json!("us east"),
+            json!("aws"),
+            ernest_settings(),
+            "contains whitespace",
+        ),
+        (
+            reference.clone(),
+            json!("aws\teast"),
+            ernest_settings(),
+            "contains whitespace",
+        ),
+        (
+            json!("*"),
+            json!("aws"),
+            ernest_settings(),
+            "contains a NATS wildcard (* or >)",
+        ),
+        (
+            reference.clone(),
+            json!("a>"),
+            ernest_settings(),
+            "contains a NATS wildcard (* or >)",
+        ),
+        (
+            reference.clone(),
+            json!(""),
+            settings(ErrorPolicy::Halt),
+            "is empty",
+        ),
+        (
+            reference.clone(),
+            json!(5),
+            settings(ErrorPolicy::Halt),
+            "is missing or not text",
+        ),
+    ];
+    for (network, credentials, settings, why) in cases {
+        let case = format!("{network} / {credentials} / {:?}", settings.templating);
+        let mut run = provider_run(network, credentials.clone(), settings);
+        let out = run.pump(0);
+        // Not sent and left to time out: errored now, and the build ends.
+        assert_eq!(subjects(&out), ["build.create.error"], "{case}");
+        let net = &run.build.changes[0];
+        assert_eq!(net["_state"], "errored", "{case}");
+        assert_eq!(net["error_code"], "subject", "{case}");
+        let message = net["error_message"].as_str().unwrap();
+        assert!(message.starts_with("_provider "), "{case}: {message}");
+        assert!(
+            message.ends_with(&format!(
+                "cannot be a token of the dispatch subject: it {why}"
+            )),
+            "{case}: {message}"
+        );
+        let error = payload(&out[0])["error"].as_str().unwrap().to_string();
+        assert!(
+            error.starts_with("failed: network::web (_provider "),
+            "{case}: {error}"
+        );
+        assert_eq!(run.in_flight(), 0, "{case}");
+    }
+    // What is text and has none of those is sent: a number as ernest's text, a dot as ernest
+    // sends it (the subject then has more tokens).
+    for (credentials, subject) in [
+        (json!(5), "network.create.5"),
+        (json!("a.b"), "network.create.a.b"),
+    ] {
+        let mut run = provider_run(reference.clone(), credentials, ernest_settings());
+        assert_eq!(subjects(&run.pump(0)), [subject]);
+    }
+}
+
+#[test]
 fn completion_rules_follow_ernest() {
     let mut components: Vec<Component> = vec![
         json!({"_component_id": "a::1", "v": 1})
@@ -381,6 +523,16 @@ fn completion_rules_follow_ernest() {
         "none",
         &c(json!({"_component_id": "z::1"})),
     );
+    // As in ernest: a find that found nothing (no `components` list) and an update or get of
+    // a component that does not exist change nothing.
+    for action in ["find", "update", "get"] {
+        let ops = apply_completion(
+            &mut components,
+            action,
+            &c(json!({"_component_id": "y::1"})),
+        );
+        assert_eq!(ops, vec![], "{action}");
+    }
     let view: Vec<(String, Value)> = components
         .iter()
         .map(|c| {
@@ -914,4 +1066,398 @@ fn a_result_that_fits_is_sent_whole_and_one_that_does_not_is_summarised() {
         assert!(fitted.len() <= max, "{} > {max}", fitted.len());
         let _: Value = serde_json::from_slice(&fitted).unwrap();
     }
+}
+
+fn ernest_settings() -> RunSettings {
+    RunSettings {
+        templating: Templating::Ernest,
+        ..settings(ErrorPolicy::Halt)
+    }
+}
+
+/// A build whose network's `_provider` names the credentials' provider, as ernest's builder
+/// writes it.
+fn provider_build() -> Build {
+    let mut net = change("network::web", "create");
+    net["_provider"] = json!("$(components.#[_component_id=\"credentials::aws\"]._provider)");
+    serde_json::from_value(json!({
+        "id": "p-1", "action": "create",
+        "components": [{"_component_id": "credentials::aws", "_component": "credentials",
+                        "_provider": "aws", "aws_access_key_id": "k"}],
+        "changes": [net],
+        "edges": [{"source": "start", "destination": "network::web"}]
+    }))
+    .unwrap()
+}
+
+#[test]
+fn the_dispatch_subject_is_built_from_the_templated_change() {
+    for settings in [ernest_settings(), settings(ErrorPolicy::Halt)] {
+        let mut run = BuildRun::new("build.create", provider_build(), settings, 0);
+        let out = run.pump(0);
+        assert_eq!(subjects(&out), ["network.create.aws"], "{settings:?}");
+        assert_eq!(payload(&out[0])["_provider"], "aws");
+        // The stored change keeps the reference.
+        assert!(field(&run.build.changes[0], "_provider").starts_with("$("));
+    }
+}
+
+#[test]
+fn the_result_has_the_builds_subject_as_action_and_ernests_fields() {
+    let mut run = BuildRun::new("build.create", provider_build(), ernest_settings(), 0);
+    let out = run.pump(0);
+    run.answer(done(&out[0], json!({})), false, 1);
+    let out = run.pump(1);
+    assert_eq!(subjects(&out), ["build.create.done"]);
+    let result: Value = serde_json::from_slice(&out[0].payload).unwrap();
+    assert_eq!(
+        result["action"], "build.create",
+        "the client's `create` is replaced"
+    );
+    assert_eq!(result["name"], "");
+    assert_eq!(result["username"], "");
+    assert_eq!(result["options"], Value::Null);
+    assert!(result.as_object().unwrap().contains_key("options"));
+
+    // Given values are kept.
+    let mut build = provider_build();
+    build.name = Some(json!("shop"));
+    build.username = Some(json!("ann"));
+    build.options = Some(json!({"dry": true}));
+    let mut run = BuildRun::new("build.delete", build, ernest_settings(), 0);
+    let out = run.pump(0);
+    run.answer(done(&out[0], json!({})), true, 1);
+    let out = run.pump(1);
+    let result: Value = serde_json::from_slice(&out[0].payload).unwrap();
+    assert_eq!(out[0].subject, "build.delete.error");
+    assert_eq!(result["action"], "build.delete");
+    assert_eq!(
+        (&result["name"], &result["username"], &result["options"]),
+        (&json!("shop"), &json!("ann"), &json!({"dry": true}))
+    );
+}
+
+const IMPORT_GRAPH: &str = include_str!("../../../tests/data/ernest/fixtures/import-graph.json");
+
+#[test]
+fn ernests_import_fixture_dispatches_its_finds_with_references_left_as_text() {
+    let build: Build = serde_json::from_str(IMPORT_GRAPH).unwrap();
+    let mut run = BuildRun::new("build.import", build.clone(), ernest_settings(), 0);
+    let out = run.pump(0);
+    assert_eq!(out.len(), 11, "{:?}", subjects(&out));
+    assert!(out.iter().all(|o| !o.terminal));
+    let vpc = out
+        .iter()
+        .map(payload)
+        .find(|p| component_id(p) == Some("vpc::query"))
+        .unwrap();
+    assert_eq!(vpc["aws_access_key_id"], "test");
+    assert_eq!(
+        vpc["datacenter_region"],
+        "$(components.#[_component_id=\"credentials::aws\"].region)"
+    );
+    assert!(subjects(&out).contains(&"vpc.find.$(datacenters.items.0.type)"));
+
+    // Extended templating refuses the reference that finds nothing: the build errors.
+    let mut run = BuildRun::new("build.import", build, settings(ErrorPolicy::Halt), 0);
+    assert_eq!(subjects(&run.pump(0)), ["build.import.error"]);
+}
+
+#[test]
+fn under_ernests_templating_a_value_is_text_and_an_embedded_reference_stays() {
+    let mut run = BuildRun::new("build.create", service(), ernest_settings(), 0);
+    let net = run.pump(0);
+    run.answer(done(&net[0], json!({"network_aws_id": 42})), false, 1);
+    let fw = run.pump(1);
+    assert_eq!(payload(&fw[0])["network_id"], "42");
+    run.answer(done(&fw[0], json!({})), false, 2);
+    let inst = run.pump(2);
+    run.answer(done(&inst[0], json!({"ip": "10.0.0.1"})), false, 3);
+    run.answer(done(&inst[1], json!({})), false, 3);
+    let lb = payload(&run.pump(3)[0]);
+    // web-2 has no ip: its reference stays; the one in a longer string is text.
+    assert_eq!(
+        lb["instance_ips"],
+        json!([
+            "10.0.0.1",
+            "$(components.#[_component_id=\"instance::web-2\"].ip)"
+        ])
+    );
+    assert_eq!(lb["name_tag"], "lb for $(name)");
+}
+
+/// ernest's scheduler (scheduler.go and subscriber.go of ernestio/scheduler v3.16.0) as a
+/// model: states in `changes`, readiness by scanning the edges, halting on any errored
+/// change, and its two ways to publish `.error`.
+struct ErnestModel {
+    changes: Vec<Component>,
+    components: Vec<Component>,
+    edges: Vec<(String, String)>,
+    done_sent: usize,
+    errors_sent: usize,
+}
+
+impl ErnestModel {
+    fn new(build: &Build) -> ErnestModel {
+        ErnestModel {
+            changes: build.changes.clone(),
+            components: build.components.clone(),
+            edges: build
+                .edges
+                .iter()
+                .map(|e| (e.source.clone(), e.destination.clone()))
+                .collect(),
+            done_sent: 0,
+            errors_sent: 0,
+        }
+    }
+
+    fn state(&self, id: &str) -> &str {
+        self.changes
+            .iter()
+            .find(|c| component_id(c) == Some(id))
+            .map_or("", |c| field(c, "_state"))
+    }
+
+    fn any(&self, state: &str) -> bool {
+        self.changes.iter().any(|c| field(c, "_state") == state)
+    }
+
+    /// `Receive` and what the subscriber does after it; returns the ids dispatched.
+    fn receive(&mut self, c: Option<Component>) -> Vec<String> {
+        let id = c
+            .as_ref()
+            .map_or(START.to_string(), |c| component_id(c).unwrap().to_string());
+        if let Some(c) = &c {
+            let state = field(c, "_state").to_string();
+            if state == COMPLETED {
+                let action = self.state_action(&id);
+                let exists = |cs: &Vec<Component>, id: Option<&str>| {
+                    cs.iter().any(|x| component_id(x) == id)
+                };
+                match action.as_str() {
+                    "create" => {
+                        assert!(
+                            !exists(&self.components, Some(&id)),
+                            "kept out of the model"
+                        );
+                        self.components.push(c.clone());
+                    }
+                    "update" | "get" => {
+                        if let Some(slot) = self
+                            .components
+                            .iter_mut()
+                            .find(|x| component_id(x) == Some(&id))
+                        {
+                            *slot = c.clone();
+                        }
+                    }
+                    "delete" => self.components.retain(|x| component_id(x) != Some(&id)),
+                    "find" => {
+                        for f in c["components"].as_array().into_iter().flatten() {
+                            let f = f.as_object().unwrap().clone();
+                            assert!(!exists(&self.components, component_id(&f)));
+                            self.components.push(f);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let slot = self
+                .changes
+                .iter_mut()
+                .find(|x| component_id(x) == Some(&id))
+                .unwrap();
+            *slot = c.clone();
+            if state == ERRORED && !self.any(RUNNING) {
+                self.errors_sent += 1;
+            }
+        }
+        let mut next = Vec::new();
+        if !self.any(ERRORED) {
+            for (s, d) in self.edges.clone() {
+                if s != id || next.contains(&d) || !self.changes_has(&d) {
+                    continue;
+                }
+                let ready = self
+                    .edges
+                    .iter()
+                    .filter(|(_, dd)| *dd == d)
+                    .filter(|(o, _)| self.changes_has(o))
+                    .all(|(o, _)| self.state(o) == COMPLETED);
+                if ready {
+                    next.push(d);
+                }
+            }
+        }
+        for n in &next {
+            let slot = self
+                .changes
+                .iter_mut()
+                .find(|x| component_id(x) == Some(n))
+                .unwrap();
+            slot.insert("_state".into(), Value::from(RUNNING));
+        }
+        if self.changes.iter().all(|c| field(c, "_state") == COMPLETED) {
+            self.done_sent += 1;
+        }
+        if self.any(ERRORED) && !self.any(RUNNING) {
+            self.errors_sent += 1;
+        }
+        next
+    }
+
+    fn changes_has(&self, id: &str) -> bool {
+        self.changes.iter().any(|c| component_id(c) == Some(id))
+    }
+
+    fn state_action(&self, id: &str) -> String {
+        self.changes
+            .iter()
+            .find(|c| component_id(c) == Some(id))
+            .map_or(String::new(), |c| field(c, "_action").to_string())
+    }
+}
+
+/// A random DAG inside ernest's rules: every change has an edge into it (from `start` when
+/// none from another change), creates and finds add what does not exist yet, updates, gets
+/// and deletes touch what exists.
+fn random_ernest_build(rng: &mut SmallRng) -> Build {
+    let n = rng.random_range(1..14);
+    let actions = ["create", "update", "get", "find", "delete"];
+    let mut changes = Vec::new();
+    let mut components = Vec::new();
+    let mut edges = Vec::new();
+    for i in 0..n {
+        let id = format!("c::{i}");
+        let action = actions[rng.random_range(0..actions.len())];
+        changes.push(change(&id, action));
+        if matches!(action, "update" | "get" | "delete") {
+            components.push(json!({"_component_id": id, "out": "old"}));
+        }
+        let mut incoming = false;
+        for j in 0..i {
+            if rng.random_bool(0.3) {
+                edges.push(json!({"source": format!("c::{j}"), "destination": id}));
+                incoming = true;
+            }
+        }
+        if !incoming || rng.random_bool(0.1) {
+            edges.push(json!({"source": "start", "destination": id}));
+        }
+        if rng.random_bool(0.3) {
+            edges.push(json!({"source": id, "destination": "end"}));
+        }
+    }
+    serde_json::from_value(json!({
+        "id": "b", "changes": changes, "components": components, "edges": edges
+    }))
+    .unwrap()
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+/// 300 seeded random DAGs with injected errors, answered in a random order: each step
+/// dispatches what ernest's scheduler dispatches, the build ends when ernest's ends and as
+/// ernest's ends (`.done` or `.error`; ernest may send `.error` twice, this executor once), with
+/// the same `components` and change states.
+#[test]
+fn random_builds_with_errors_run_as_ernests_scheduler_runs_them() {
+    let mut errored_builds = 0;
+    for seed in 0..300 {
+        let mut rng = SmallRng::seed_from_u64(seed);
+        let build = random_ernest_build(&mut rng);
+        let mut model = ErnestModel::new(&build);
+        let mut run = BuildRun::new("build.create", build, ernest_settings(), 0);
+        let out = run.pump(0);
+        let mut sent: HashMap<String, Component> = HashMap::new();
+        let ids = |out: &[Outgoing], sent: &mut HashMap<String, Component>| {
+            let mut ids = Vec::new();
+            for o in out.iter().filter(|o| !o.terminal) {
+                let p = payload(o);
+                let id = component_id(&p).unwrap().to_string();
+                sent.insert(id.clone(), p);
+                ids.push(id);
+            }
+            sorted(ids)
+        };
+        assert_eq!(
+            ids(&out, &mut sent),
+            sorted(model.receive(None)),
+            "seed {seed}: the first wave"
+        );
+        let mut terminals: Vec<Outgoing> = out.into_iter().filter(|o| o.terminal).collect();
+        let mut now = 0;
+        while terminals.is_empty() {
+            let running: Vec<String> = run.running.keys().cloned().collect();
+            assert!(!running.is_empty(), "seed {seed}: stuck");
+            let id = running[rng.random_range(0..running.len())].clone();
+            let errored = rng.random_bool(0.08);
+            let mut answer = sent[&id].clone();
+            answer.insert("out".into(), json!(format!("{id} at {now}")));
+            answer.insert(
+                "_state".into(),
+                json!(if errored { ERRORED } else { COMPLETED }),
+            );
+            if field(&answer, "_action") == "find" {
+                let found: Vec<Value> = (0..rng.random_range(0..3))
+                    .map(|k| json!({"_component_id": format!("f::{id}::{k}")}))
+                    .collect();
+                answer.insert("components".into(), json!(found));
+            }
+            now += 1;
+            run.answer(answer.clone(), errored, now);
+            let out = run.pump(now);
+            assert_eq!(
+                ids(&out, &mut sent),
+                sorted(model.receive(Some(answer))),
+                "seed {seed}: after {id} (errored: {errored})"
+            );
+            terminals.extend(out.into_iter().filter(|o| o.terminal));
+        }
+        assert_eq!(terminals.len(), 1, "seed {seed}: one result");
+        let ernest = match (model.done_sent, model.errors_sent) {
+            (1, 0) => "build.create.done",
+            (0, 1 | 2) => "build.create.error",
+            other => panic!("seed {seed}: ernest sent (done, error) = {other:?}"),
+        };
+        assert_eq!(terminals[0].subject, ernest, "seed {seed}");
+        if ernest.ends_with("error") {
+            errored_builds += 1;
+        }
+        assert_eq!(
+            serde_json::to_value(&run.build.components).unwrap(),
+            serde_json::to_value(&model.components).unwrap(),
+            "seed {seed}: components"
+        );
+        let states = |cs: &[Component]| -> Vec<(String, String)> {
+            cs.iter()
+                .map(|c| (component_id(c).unwrap().into(), field(c, "_state").into()))
+                .collect()
+        };
+        assert_eq!(
+            states(&run.build.changes),
+            states(&model.changes),
+            "seed {seed}"
+        );
+    }
+    assert!(
+        (60..240).contains(&errored_builds),
+        "{errored_builds} of 300 errored"
+    );
+}
+
+#[test]
+fn a_run_stored_before_the_templating_setting_goes_on_with_what_it_started_with() {
+    let run = BuildRun::new("build.create", service(), ernest_settings(), 0);
+    let mut stored = json_of(&run);
+    assert_eq!(stored["templating"], "ernest");
+    let back = BuildRun::restore(&bytes(&stored)).unwrap();
+    assert_eq!(back.templating, Templating::Ernest);
+    stored.as_object_mut().unwrap().remove("templating");
+    let back = BuildRun::restore(&bytes(&stored)).unwrap();
+    assert_eq!(back.templating, Templating::Extended);
 }
