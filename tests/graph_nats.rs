@@ -1216,7 +1216,6 @@ async fn each_role_event_is_published_as_the_role_finishes_with_its_time() {
     drop(daemon);
 }
 
-
 /// A file of `tests/data/ernest/` (upstream's expectations, as data).
 fn ernest_data(name: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

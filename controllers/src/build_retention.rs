@@ -121,6 +121,7 @@ mod tests {
         RunSettings {
             policy: ErrorPolicy::Halt,
             component_timeout: Duration::from_secs(60),
+            templating: Default::default(),
         }
     }
 
