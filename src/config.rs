@@ -1172,6 +1172,47 @@ mod tests {
         );
     }
 
+    /// docs/graphs.md's settings examples under "Running it" and "Deployment events on NATS",
+    /// read exactly as written, give what the text beside them says.
+    #[test]
+    fn the_graph_settings_examples_of_the_docs_are_read_as_written() {
+        let docs = include_str!("../docs/graphs.md");
+        let block = |heading: &str| {
+            let section = &docs[docs.find(heading).unwrap()..];
+            let start = section.find("```yaml\n").unwrap() + "```yaml\n".len();
+            section[start..start + section[start..].find("```").unwrap()].to_string()
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let file = tmp.path().join("settings.yaml");
+        let load = |text: &str| {
+            std::fs::write(&file, text).unwrap();
+            Config::load(&RunArgs {
+                settings: Some(file.clone()),
+                storage_dir: Some(tmp.path().join("storage")),
+                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+                hostname: Some("alpha".into()),
+                ..RunArgs::default()
+            })
+            .unwrap()
+        };
+        let graph = load(&block("\n### Running it\n")).graph.expect("graph:");
+        assert_eq!(graph.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(graph.storage_dir, tmp.path().join("storage/graph"));
+        assert_eq!(graph.component_timeout, std::time::Duration::from_secs(300));
+        assert_eq!(
+            graph.policy,
+            verwalter_controllers::graph::ErrorPolicy::Halt
+        );
+        assert_eq!(graph.templating, Templating::Ernest);
+        assert_eq!(graph.retention, None);
+
+        let events = load(&block("\n### Deployment events on NATS\n"))
+            .deployment_events
+            .expect("deployment-events:");
+        assert_eq!(events.nats_url, "nats://127.0.0.1:4222");
+        assert_eq!(events.prefix, "verwalter");
+    }
+
     #[test]
     fn action_caps_have_defaults_and_must_be_above_0() {
         let tmp = tempfile::tempdir().unwrap();

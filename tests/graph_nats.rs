@@ -359,6 +359,65 @@ fn position(client: &Client, f: impl Fn(&str, &Value) -> bool) -> usize {
         .expect("seen")
 }
 
+/// docs/graphs.md's build under "The build", sent exactly as written: the network goes first,
+/// the firewall's `network_aws_id` is filled from the network's answer, and the result has
+/// ernest's fields (`action` from the subject, `name`, `username`, `options`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_build_example_of_the_docs_runs_as_the_docs_say() {
+    let example: Value = serde_json::from_str(&crate::util::doc_block(
+        "graphs.md",
+        "### The build",
+        "json",
+    ))
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let nats = Nats::start(tmp.path());
+    let executor = Executor::start(
+        &nats.url(),
+        &tmp.path().join("graph"),
+        60.0,
+        &tmp.path().join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+
+    client.publish("build.create", &example).await;
+    let network = client
+        .wait(1, "the network", dispatch_of("shop-1", "network::web"))
+        .await
+        .remove(0);
+    assert_eq!(network.0, "network.create.fake");
+    assert!(
+        client
+            .seen(dispatch_of("shop-1", "firewall::web-sg"))
+            .is_empty()
+    );
+    client
+        .answer(&network, false, json!({"network_aws_id": "subnet-9"}))
+        .await;
+    let firewall = client
+        .wait(1, "the firewall", dispatch_of("shop-1", "firewall::web-sg"))
+        .await
+        .remove(0);
+    assert_eq!(firewall.0, "firewall.create.fake");
+    assert_eq!(firewall.1["network_aws_id"], "subnet-9");
+    client.answer(&firewall, false, json!({})).await;
+
+    let result = client
+        .wait(1, "the result", result_of("shop-1"))
+        .await
+        .remove(0);
+    assert_eq!(result.0, "build.create.done");
+    let build = &result.1;
+    assert_eq!(build["action"], "build.create");
+    assert_eq!(build["name"], "shop");
+    assert_eq!(build["username"], "ann");
+    assert_eq!(build["user_id"], 1);
+    assert_eq!(build["options"], json!({}));
+    assert_eq!(build["datacenters"]["items"][0]["region"], "eu-west-1");
+    assert_eq!(build["components"].as_array().unwrap().len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
     let tmp = tempfile::tempdir().unwrap();
