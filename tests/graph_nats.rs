@@ -338,6 +338,21 @@ fn probe_build(id: &str) -> Value {
         "_action": "create", "_provider": "fake"}]})
 }
 
+/// A `nats-server` in `dir`, `verwalter graph` connected to it (storage `dir/graph`, log
+/// `dir/executor.log`, components timed out after 60 s) and a test client.
+async fn started(dir: &Path) -> (Nats, Executor, Client) {
+    let nats = Nats::start(dir);
+    let executor = Executor::start(
+        &nats.url(),
+        &dir.join("graph"),
+        60.0,
+        &dir.join("executor.log"),
+    );
+    executor.wait_log("Graph executor connected to NATS.", 1);
+    let client = Client::connect(&nats.url()).await;
+    (nats, executor, client)
+}
+
 /// Sends a probe build and waits for its dispatch: every message the executor received
 /// before it has been handled, and what that published was delivered before the dispatch.
 async fn probe(client: &Client, id: &'static str) -> (String, Value) {
@@ -371,15 +386,7 @@ async fn the_build_example_of_the_docs_runs_as_the_docs_say() {
     ))
     .unwrap();
     let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
-        &nats.url(),
-        &tmp.path().join("graph"),
-        60.0,
-        &tmp.path().join("executor.log"),
-    );
-    executor.wait_log("Graph executor connected to NATS.", 1);
-    let client = Client::connect(&nats.url()).await;
+    let (_nats, _executor, client) = started(tmp.path()).await;
 
     client.publish("build.create", &example).await;
     let network = client
@@ -421,15 +428,7 @@ async fn the_build_example_of_the_docs_runs_as_the_docs_say() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_ernest_service_builds_in_dependency_order_with_one_result() {
     let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
-        &nats.url(),
-        &tmp.path().join("graph"),
-        60.0,
-        &tmp.path().join("executor.log"),
-    );
-    executor.wait_log("Graph executor connected to NATS.", 1);
-    let client = Client::connect(&nats.url()).await;
+    let (_nats, executor, client) = started(tmp.path()).await;
 
     client.publish("build.create", &service_build()).await;
     // The worker answers each dispatch as it comes, with what a cloud would fill in.
@@ -629,14 +628,7 @@ pub(crate) fn two_instances(id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_error_while_others_run_gives_one_error_after_they_finish() {
     let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
-        &nats.url(),
-        &tmp.path().join("graph"),
-        60.0,
-        &tmp.path().join("executor.log"),
-    );
-    let client = Client::connect(&nats.url()).await;
+    let (_nats, executor, client) = started(tmp.path()).await;
 
     client.publish("build.create", &two_instances("b1")).await;
     let net = client
@@ -1309,15 +1301,7 @@ fn strings_sorted(list: &Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn upstreams_scheduler_cases_hold_over_nats() {
     let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
-        &nats.url(),
-        &tmp.path().join("graph"),
-        60.0,
-        &tmp.path().join("executor.log"),
-    );
-    executor.wait_log("Graph executor connected to NATS.", 1);
-    let client = Client::connect(&nats.url()).await;
+    let (_nats, _executor, client) = started(tmp.path()).await;
     let data = ernest_data("scheduler.json");
     let cases = data["cases"].as_array().unwrap();
     assert!(cases.len() >= 13);
@@ -1495,15 +1479,7 @@ async fn upstreams_scheduler_cases_hold_over_nats() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ernests_import_fixture_dispatches_its_finds() {
     let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
-        &nats.url(),
-        &tmp.path().join("graph"),
-        60.0,
-        &tmp.path().join("executor.log"),
-    );
-    executor.wait_log("Graph executor connected to NATS.", 1);
-    let client = Client::connect(&nats.url()).await;
+    let (_nats, _executor, client) = started(tmp.path()).await;
     let mut build = ernest_data("fixtures/import-graph.json");
     build["id"] = json!("import-1");
     client.publish("build.import", &build).await;
@@ -1547,15 +1523,7 @@ fn provider_build(id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_provider_is_templated_and_the_result_is_shaped_as_ernests() {
     let tmp = tempfile::tempdir().unwrap();
-    let nats = Nats::start(tmp.path());
-    let executor = Executor::start(
-        &nats.url(),
-        &tmp.path().join("graph"),
-        60.0,
-        &tmp.path().join("executor.log"),
-    );
-    executor.wait_log("Graph executor connected to NATS.", 1);
-    let client = Client::connect(&nats.url()).await;
+    let (_nats, _executor, client) = started(tmp.path()).await;
     client.publish("build.create", &provider_build("p-1")).await;
     let d = client
         .wait(1, "the dispatch", dispatch_of("p-1", "network::web"))
