@@ -1039,8 +1039,18 @@ fn read_settings(path: &Path) -> Result<SettingsFile, String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Arguments that load the settings file `file` as node `alpha` with a fixed machine id.
+    pub(crate) fn settings_args(file: &Path) -> RunArgs {
+        RunArgs {
+            settings: Some(file.to_path_buf()),
+            override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
+            hostname: Some("alpha".into()),
+            ..RunArgs::default()
+        }
+    }
 
     /// docs/running.md shows the defaults of [`defaults::shown`]: in the settings-file sample
     /// and in the flags table.
@@ -1151,12 +1161,7 @@ mod tests {
         let file = tmp.path().join("settings.yaml");
         let load = |text: &str| {
             std::fs::write(&file, text).unwrap();
-            Config::load(&RunArgs {
-                settings: Some(file.clone()),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
-            })
+            Config::load(&settings_args(&file))
         };
         let templating = |text: &str| load(text).unwrap().graph.unwrap().templating;
         assert_eq!(templating("graph: {}\n"), Templating::Ernest);
@@ -1187,11 +1192,8 @@ mod tests {
         let load = |text: &str| {
             std::fs::write(&file, text).unwrap();
             Config::load(&RunArgs {
-                settings: Some(file.clone()),
                 storage_dir: Some(tmp.path().join("storage")),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
+                ..settings_args(&file)
             })
             .unwrap()
         };
@@ -1219,12 +1221,7 @@ mod tests {
         let file = tmp.path().join("settings.yaml");
         let load = |text: &str| {
             std::fs::write(&file, text).unwrap();
-            Config::load(&RunArgs {
-                settings: Some(file.clone()),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
-            })
+            Config::load(&settings_args(&file))
         };
         let config = load("port: 9000\n").unwrap();
         assert_eq!(
@@ -1251,12 +1248,7 @@ mod tests {
         let file = tmp.path().join("settings.yaml");
         let load = |key_file: &str| {
             std::fs::write(&file, format!("election:\n  key-file: {key_file}\n")).unwrap();
-            Config::load(&RunArgs {
-                settings: Some(file.clone()),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
-            })
+            Config::load(&settings_args(&file))
         };
         std::fs::write(tmp.path().join("good.key"), "  sixteen bytes or more\n").unwrap();
         std::fs::write(tmp.path().join("short.key"), "too short\n").unwrap();
@@ -1275,13 +1267,7 @@ mod tests {
         let err = load("missing.key").unwrap_err().to_string();
         assert!(err.contains("missing.key: cannot read"), "{err}");
         std::fs::write(&file, "port: 9000\n").unwrap();
-        let config = Config::load(&RunArgs {
-            settings: Some(file.clone()),
-            override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-            hostname: Some("alpha".into()),
-            ..RunArgs::default()
-        })
-        .unwrap();
+        let config = Config::load(&settings_args(&file)).unwrap();
         assert!(config.election_key.is_none(), "no key unless configured");
     }
 
@@ -1412,12 +1398,7 @@ mod tests {
         let file = tmp.path().join("settings.yaml");
         let load = |http: &str| {
             std::fs::write(&file, format!("http:\n{http}")).unwrap();
-            Config::load(&RunArgs {
-                settings: Some(file.clone()),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
-            })
+            Config::load(&settings_args(&file))
         };
         let write = |name: &str, text: &str, mode: u32| {
             let path = tmp.path().join(name);

@@ -479,7 +479,7 @@ mod tests {
 
 #[cfg(test)]
 mod docs_example {
-    use crate::config::{Config, RunArgs};
+    use crate::config::{Config, tests::settings_args};
 
     /// docs/graphs.md's settings example under "Production NATS", read as written (with the
     /// files it names made beside it): both connections get their TLS CA and credentials.
@@ -492,14 +492,7 @@ mod docs_example {
         let tmp = tempfile::tempdir().unwrap();
         let file = tmp.path().join("settings.yaml");
         std::fs::write(&file, example).unwrap();
-        let load = || {
-            Config::load(&RunArgs {
-                settings: Some(file.clone()),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
-            })
-        };
+        let load = || Config::load(&settings_args(&file));
         // The files it names are missing: the first one is named with its key.
         let err = load().unwrap_err().to_string();
         assert!(err.contains("graph.nats-tls-ca "), "{err}");
@@ -535,7 +528,7 @@ mod docs_example {
 
 #[cfg(test)]
 mod retention_setting {
-    use crate::config::{Config, RunArgs};
+    use crate::config::{Config, tests::settings_args};
     use std::time::Duration;
 
     #[test]
@@ -544,12 +537,7 @@ mod retention_setting {
         let file = tmp.path().join("settings.yaml");
         let load = |retention: &str| {
             std::fs::write(&file, format!("graph:\n  retention: {retention}\n")).unwrap();
-            Config::load(&RunArgs {
-                settings: Some(file.clone()),
-                override_machine_id: Some("0123456789abcdef0123456789abcdef".into()),
-                hostname: Some("alpha".into()),
-                ..RunArgs::default()
-            })
+            Config::load(&settings_args(&file))
         };
         let graph = load("7d").unwrap().graph.unwrap();
         assert_eq!(graph.retention, Some(Duration::from_secs(7 * 86400)));
