@@ -22,7 +22,7 @@ fn fixture(name: &str) -> String {
 }
 
 /// The port of an `Extender listening. addr=<ip>:<port>` log line.
-fn extender_port(log: &str) -> Option<u16> {
+pub(crate) fn extender_port(log: &str) -> Option<u16> {
     let line = log.lines().find(|l| l.contains("Extender listening."))?;
     let addr = line
         .split_whitespace()
