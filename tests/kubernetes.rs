@@ -243,8 +243,11 @@ fn the_manifests_fit_together() {
     object("ServiceAccount", account);
     let role = object("ClusterRole", "verwalter-extender");
     assert_eq!(
-        role["rules"],
-        serde_json::json!([{"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}])
+        granted(&role),
+        [("list", "nodes"), ("list", "pods"), ("watch", "pods")]
+            .map(|(v, r)| (v.to_owned(), r.to_owned()))
+            .into(),
+        "the end-to-end test checks these are the requests the extender makes"
     );
     let binding = object("ClusterRoleBinding", "verwalter-extender");
     assert_eq!(binding["roleRef"]["name"], "verwalter-extender");
@@ -348,6 +351,21 @@ fn the_manifests_fit_together() {
         scheduler_config()["clientConnection"]["kubeconfig"],
         "/etc/kubernetes/scheduler.conf"
     );
+}
+
+/// The (verb, resource) pairs a ClusterRole grants, all in the core API group.
+fn granted(role: &Value) -> std::collections::BTreeSet<(String, String)> {
+    let mut granted = std::collections::BTreeSet::new();
+    for rule in role["rules"].as_array().unwrap() {
+        assert_eq!(rule["apiGroups"], serde_json::json!([""]), "{rule}");
+        assert!(rule.get("resourceNames").is_none(), "{rule}");
+        for resource in strings(&rule["resources"]) {
+            for verb in strings(&rule["verbs"]) {
+                granted.insert((verb, resource.clone()));
+            }
+        }
+    }
+    granted
 }
 
 /// The container's volume mounts: (mountPath, the volume).
@@ -696,6 +714,14 @@ async fn kube_scheduler_calls_the_extender_as_deployed() {
     assert!(
         scores["n2"] > scores["n1"],
         "the node with room scores higher: {body}"
+    );
+
+    // The ClusterRole grants exactly what the extender asked the API server for: its lists and,
+    // once loaded, its pod watch.
+    kube.wait_watch(1).await;
+    assert_eq!(
+        kube.requests(),
+        granted(&object("ClusterRole", "verwalter-extender"))
     );
     drop(real);
 }

@@ -71,6 +71,8 @@ struct KubeInner {
     lists_open: tokio::sync::watch::Sender<bool>,
     /// Counts the node list requests received (answered or held).
     node_list_requests: tokio::sync::watch::Sender<u32>,
+    /// Every (verb, resource) asked for, as RBAC names them: `list nodes`, `watch pods`, ...
+    requests: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 fn node(name: &str, cpu: &str, memory: &str) -> String {
@@ -116,6 +118,7 @@ impl KubeDouble {
                 require_token,
                 lists_open: tokio::sync::watch::Sender::new(true),
                 node_list_requests: tokio::sync::watch::Sender::new(0),
+                requests: Mutex::new(std::collections::BTreeSet::new()),
             }),
         }
     }
@@ -138,12 +141,25 @@ impl KubeDouble {
             .unwrap();
     }
 
+    /// The (verb, resource) pairs asked for so far.
+    pub(crate) fn requests(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.inner.requests.lock().unwrap().clone()
+    }
+
+    fn record(&self, verb: &str, resource: &str) {
+        self.inner
+            .requests
+            .lock()
+            .unwrap()
+            .insert((verb.to_owned(), resource.to_owned()));
+    }
+
     fn node_lists(&self) -> u32 {
         *self.inner.node_lists.lock().unwrap()
     }
 
     /// Waits until `n` watches have been opened in all.
-    async fn wait_watch(&self, n: u32) {
+    pub(crate) async fn wait_watch(&self, n: u32) {
         let mut rx = self.inner.watches_opened.subscribe();
         tokio::time::timeout(PATIENCE, rx.wait_for(|&opened| opened >= n))
             .await
@@ -194,6 +210,7 @@ async fn kube_nodes(State(k): State<KubeDouble>, headers: HeaderMap) -> Response
     if !k.authorized(&headers) {
         return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
     }
+    k.record("list", "nodes");
     k.inner.node_list_requests.send_modify(|n| *n += 1);
     let mut open = k.inner.lists_open.subscribe();
     let _ = open.wait_for(|open| *open).await;
@@ -212,7 +229,9 @@ async fn kube_pods(
     if !k.authorized(&headers) {
         return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
     }
-    if params.get("watch").map(String::as_str) == Some("1") {
+    let watch = params.get("watch").map(String::as_str) == Some("1");
+    k.record(if watch { "watch" } else { "list" }, "pods");
+    if watch {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         k.inner.watches.lock().unwrap().insert(ns, tx);
         k.inner.watches_opened.send_modify(|n| *n += 1);
