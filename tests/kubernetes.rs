@@ -504,16 +504,29 @@ async fn kube_scheduler_calls_the_extender_as_deployed() {
     let c = container(&deployment);
     let configmap = object("ConfigMap", "verwalter-extender");
 
-    // The Secret, made as docs/placement.md says: deploy/kubernetes/make-tls.sh.
-    let tls = tmp.path().join("tls");
-    let out = Command::new(deploy().join("make-tls.sh"))
-        .arg(&tls)
+    // The Secret's files, made with the command docs/placement.md gives, run as written in a
+    // dir that has the checkout's deploy/; the Secret it creates next is the one mounted.
+    let block = util::doc_block("placement.md", "### 3. TLS", "sh");
+    let lines: Vec<&str> = block.lines().collect();
+    assert_eq!(lines[0], "deploy/kubernetes/make-tls.sh tls");
+    std::os::unix::fs::symlink(top().join("deploy"), tmp.path().join("deploy")).unwrap();
+    let out = Command::new("sh")
+        .args(["-c", lines[0]])
+        .current_dir(tmp.path())
         .output()
         .unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let tls = tmp.path().join("tls");
+    assert_eq!(
+        lines[2],
+        format!(
+            "kubectl -n {} create secret tls verwalter-extender-tls --cert=tls/tls.crt --key=tls/tls.key",
+            deployment["metadata"]["namespace"].as_str().unwrap()
+        )
     );
 
     // The volumes as kubelet mounts them, under tmp/root.
