@@ -30,8 +30,8 @@
 //!   scheduled; a symlink as the stored schedule replaced, never read or written through, and
 //!   a FIFO there not blocking the start.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
-//!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
-//!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
+//!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
+//!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
 //!   errors, and the daemon serving it by its settings (with its limits); hostile clients:
 //!   bodies trickled or idle keep-alive connections at the cap make room for a real request, an
 //!   oversized `Content-Length` gets 413 at once, a trickled body 408, bodies together within
