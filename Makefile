@@ -96,7 +96,7 @@ ci: test
 ## installed with pip when missing or another version; make-tls.sh's openssl with apt-get as
 ## root (the tests fail under CI without them, else skip saying so).
 k8s-deps:
-	@if [ "$$(kubernetes-validate --version 2>/dev/null)" != "$(KUBERNETES_VALIDATE_VERSION)" ]; then \
+	@if [ "$$(python3 -m kubernetes_validate --version 2>/dev/null)" != "$(KUBERNETES_VALIDATE_VERSION)" ]; then \
 	    python3 -m pip install --quiet kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION) 2>/dev/null || \
 	    python3 -m pip install --quiet --break-system-packages kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION); \
 	fi
