@@ -140,6 +140,35 @@ fn validator() -> Option<Command> {
     Some(command())
 }
 
+/// `KubeSchedulerConfiguration`'s other v1 fields, and those of its `clientConnection` and
+/// `leaderElection`.
+const CONFIG_FIELDS: &[&str] = &[
+    "parallelism",
+    "percentageOfNodesToScore",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "profiles",
+    "delayCacheUntilActive",
+    "enableProfiling",
+    "enableContentionProfiling",
+];
+const CLIENT_CONNECTION_FIELDS: &[&str] = &[
+    "kubeconfig",
+    "acceptContentTypes",
+    "contentType",
+    "qps",
+    "burst",
+];
+const LEADER_ELECTION_FIELDS: &[&str] = &[
+    "leaderElect",
+    "leaseDuration",
+    "renewDeadline",
+    "retryPeriod",
+    "resourceLock",
+    "resourceName",
+    "resourceNamespace",
+];
+
 /// kube-scheduler's `Extender` fields (k8s.io/kube-scheduler/config/v1), and its `tlsConfig`'s.
 const EXTENDER_FIELDS: &[&str] = &[
     "urlPrefix",
@@ -173,6 +202,21 @@ fn every_manifest_validates() {
     let config = scheduler_config();
     assert_eq!(config["apiVersion"], "kubescheduler.config.k8s.io/v1");
     assert_eq!(config["kind"], "KubeSchedulerConfiguration");
+    for (key, value) in config.as_object().unwrap() {
+        let fields: &[&str] = match key.as_str() {
+            "apiVersion" | "kind" => continue,
+            "clientConnection" => CLIENT_CONNECTION_FIELDS,
+            "leaderElection" => LEADER_ELECTION_FIELDS,
+            "extenders" => continue,
+            other => {
+                assert!(CONFIG_FIELDS.contains(&other), "{other}: not a field");
+                continue;
+            }
+        };
+        for key in value.as_object().unwrap().keys() {
+            assert!(fields.contains(&key.as_str()), "{key}: not a field");
+        }
+    }
     let extenders = config["extenders"].as_array().unwrap();
     assert_eq!(extenders.len(), 1);
     for (key, value) in extenders[0].as_object().unwrap() {
