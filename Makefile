@@ -8,12 +8,14 @@ RPM := target/verwalter-$(VERSION)-1.x86_64.rpm
 # The packaging tools, pinned: `make package` installs these versions when missing.
 CARGO_DEB_VERSION := 3.8.0
 CARGO_GENERATE_RPM_VERSION := 0.21.1
+# The Kubernetes manifest validator (PyPI), pinned: `make k8s-deps` installs it when missing.
+KUBERNETES_VALIDATE_VERSION := 1.37.0
 # C code in the package build (the vendored Lua) gets Debian's hardening: checked string and
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
 .PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
-	package package-tools package-deps test-package wasm-example
+	package package-tools package-deps test-package wasm-example k8s-deps
 
 all: build
 
@@ -83,12 +85,24 @@ bench-graph: nats-deps
 	$(CARGO) test --release --test tests graph_nats::bench -- --ignored --nocapture --test-threads 1
 
 ## Everything CI checks: formatting, lints with warnings denied, all tests, the packages.
-test: fmt-check lint browser-deps prometheus-deps package-deps nats-deps
+test: fmt-check lint browser-deps prometheus-deps package-deps nats-deps k8s-deps
 	$(CARGO) test --all
 	$(MAKE) sim-fleet-short
 	$(MAKE) test-package
 
 ci: test
+
+## PyPI's kubernetes-validate at the pinned version for the manifest test (tests/kubernetes.rs),
+## installed with pip when missing or another version; make-tls.sh's openssl with apt-get as
+## root (the tests fail under CI without them, else skip saying so).
+k8s-deps:
+	@if [ "$$(python3 -m kubernetes_validate --version 2>/dev/null)" != "$(KUBERNETES_VALIDATE_VERSION)" ]; then \
+	    python3 -m pip install --quiet kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION) 2>/dev/null || \
+	    python3 -m pip install --quiet --break-system-packages kubernetes-validate==$(KUBERNETES_VALIDATE_VERSION); \
+	fi
+	@if ! command -v openssl >/dev/null && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssl; \
+	fi
 
 ## The election and replication simulation with every seed (the unit tests run a quarter)
 sim:

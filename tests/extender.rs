@@ -1,8 +1,8 @@
 //! `verwalter extender` as kube-scheduler meets it: recorded requests (`fixtures/extender/`,
 //! written from the wire format) through the real HTTP server with replies checked byte for
-//! byte, the in-band `Error` while no snapshot is loaded, namespaces, `/metrics` and `/status`,
-//! the snapshot file reloaded (a bad one keeps the last good), start errors, the daemon
-//! serving the extender by its settings; and hostile clients against its connection and body
+//! byte, the in-band `Error` (and `/readyz` 503 with the reason) while no snapshot is loaded,
+//! namespaces, `/metrics` and `/status`, the snapshot file reloaded (a bad one keeps the last
+//! good), start errors, the daemon serving the extender by its settings; and hostile clients against its connection and body
 //! limits (docs/placement.md, "Connection and body limits").
 
 use std::io::{Read, Write};
@@ -22,7 +22,7 @@ fn fixture(name: &str) -> String {
 }
 
 /// The port of an `Extender listening. addr=<ip>:<port>` log line.
-fn extender_port(log: &str) -> Option<u16> {
+pub(crate) fn extender_port(log: &str) -> Option<u16> {
     let line = log.lines().find(|l| l.contains("Extender listening."))?;
     let addr = line
         .split_whitespace()
@@ -255,10 +255,28 @@ fn while_no_snapshot_is_loaded_filter_answers_an_error_then_decides_once_the_fil
             .is_some_and(|m| m.contains("snapshot.yaml:2"))
     });
     assert!(ext.post("/filter", &request).1.contains("not loaded yet"));
+    // Not ready, saying why and what the file's problem is; alive all the same.
+    let (code, body) = http_get(ext.port, "/readyz").unwrap();
+    assert_eq!(code, 503, "{body}");
+    let mut lines = body.lines();
+    assert_eq!(
+        lines.next(),
+        Some(
+            "not ready: the placement data is not loaded yet (no snapshot from the data sources \
+             so far)"
+        )
+    );
+    let problem = lines.next().unwrap();
+    assert!(
+        problem.starts_with("snapshot-file: ") && problem.contains("snapshot.yaml:2"),
+        "{body}"
+    );
+    assert_eq!(http_get(ext.port, "/healthz"), Some((200, "ok\n".into())));
 
     // The file becomes good: decided, as with the file given from the start.
     replace_file(&snapshot, &fixture("snapshot.yaml"));
     ext.wait_status("loaded", |s| s["loaded"] == true);
+    assert_eq!(http_get(ext.port, "/readyz"), Some((200, "ok\n".into())));
     assert_eq!(
         ext.post("/filter", &request).1,
         fixture("nodenames.filter.json")

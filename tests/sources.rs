@@ -53,7 +53,7 @@ async fn answer(mode: Mode, body: String) -> Response {
 /// stream of JSON lines the test pushes; refuses requests without `Authorization: Bearer
 /// TOKEN` (401). Counts the lists it served.
 #[derive(Clone)]
-struct KubeDouble {
+pub(crate) struct KubeDouble {
     inner: Arc<KubeInner>,
 }
 
@@ -67,6 +67,12 @@ struct KubeInner {
     /// Counts the watches opened, for [`KubeDouble::wait_watch`].
     watches_opened: tokio::sync::watch::Sender<u32>,
     require_token: bool,
+    /// While `false`, node lists wait (the e2e test holds the first answer back).
+    lists_open: tokio::sync::watch::Sender<bool>,
+    /// Counts the node list requests received (answered or held).
+    node_list_requests: tokio::sync::watch::Sender<u32>,
+    /// Every (verb, resource) asked for, as RBAC names them: `list nodes`, `watch pods`, ...
+    requests: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
 fn node(name: &str, cpu: &str, memory: &str) -> String {
@@ -93,7 +99,7 @@ fn pod(uid: &str, app: &str, node: Option<&str>) -> String {
 }
 
 impl KubeDouble {
-    fn new(require_token: bool) -> KubeDouble {
+    pub(crate) fn new(require_token: bool) -> KubeDouble {
         KubeDouble {
             inner: Arc::new(KubeInner {
                 nodes: Mutex::new(vec![
@@ -110,6 +116,9 @@ impl KubeDouble {
                 watches: Mutex::new(HashMap::new()),
                 watches_opened: tokio::sync::watch::Sender::new(0),
                 require_token,
+                lists_open: tokio::sync::watch::Sender::new(true),
+                node_list_requests: tokio::sync::watch::Sender::new(0),
+                requests: Mutex::new(std::collections::BTreeSet::new()),
             }),
         }
     }
@@ -118,12 +127,39 @@ impl KubeDouble {
         *self.inner.mode.lock().unwrap() = mode;
     }
 
+    /// Holds node lists back (`false`) until opened again (`true`).
+    pub(crate) fn open_lists(&self, open: bool) {
+        self.inner.lists_open.send_replace(open);
+    }
+
+    /// Waits until `n` node list requests have come in all (answered or held).
+    pub(crate) async fn wait_node_list_request(&self, n: u32) {
+        let mut rx = self.inner.node_list_requests.subscribe();
+        tokio::time::timeout(PATIENCE, rx.wait_for(|&got| got >= n))
+            .await
+            .expect("the source lists the nodes")
+            .unwrap();
+    }
+
+    /// The (verb, resource) pairs asked for so far.
+    pub(crate) fn requests(&self) -> std::collections::BTreeSet<(String, String)> {
+        self.inner.requests.lock().unwrap().clone()
+    }
+
+    fn record(&self, verb: &str, resource: &str) {
+        self.inner
+            .requests
+            .lock()
+            .unwrap()
+            .insert((verb.to_owned(), resource.to_owned()));
+    }
+
     fn node_lists(&self) -> u32 {
         *self.inner.node_lists.lock().unwrap()
     }
 
     /// Waits until `n` watches have been opened in all.
-    async fn wait_watch(&self, n: u32) {
+    pub(crate) async fn wait_watch(&self, n: u32) {
         let mut rx = self.inner.watches_opened.subscribe();
         tokio::time::timeout(PATIENCE, rx.wait_for(|&opened| opened >= n))
             .await
@@ -148,7 +184,7 @@ impl KubeDouble {
             .is_some_and(|tx| tx.send(line + "\n").is_ok())
     }
 
-    fn router(&self) -> Router {
+    pub(crate) fn router(&self) -> Router {
         Router::new()
             .route("/api/v1/nodes", get(kube_nodes))
             .route("/api/v1/namespaces/{ns}/pods", get(kube_pods))
@@ -174,6 +210,10 @@ async fn kube_nodes(State(k): State<KubeDouble>, headers: HeaderMap) -> Response
     if !k.authorized(&headers) {
         return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
     }
+    k.record("list", "nodes");
+    k.inner.node_list_requests.send_modify(|n| *n += 1);
+    let mut open = k.inner.lists_open.subscribe();
+    let _ = open.wait_for(|open| *open).await;
     *k.inner.node_lists.lock().unwrap() += 1;
     let mode = *k.inner.mode.lock().unwrap();
     let body = list("NodeList", &k.inner.nodes.lock().unwrap());
@@ -189,7 +229,9 @@ async fn kube_pods(
     if !k.authorized(&headers) {
         return (StatusCode::UNAUTHORIZED, "Unauthorized").into_response();
     }
-    if params.get("watch").map(String::as_str) == Some("1") {
+    let watch = params.get("watch").map(String::as_str) == Some("1");
+    k.record(if watch { "watch" } else { "list" }, "pods");
+    if watch {
         let (tx, rx) = mpsc::unbounded_channel::<String>();
         k.inner.watches.lock().unwrap().insert(ns, tx);
         k.inner.watches_opened.send_modify(|n| *n += 1);
@@ -286,7 +328,7 @@ async fn prom_query(
 }
 
 /// Serves `router` over plain HTTP on 127.0.0.1; the address and the task.
-async fn serve(router: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
+pub(crate) async fn serve(router: Router) -> (SocketAddr, tokio::task::JoinHandle<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -900,7 +942,7 @@ async fn exporter() -> String {
 
 /// The `prometheus` binary: `$PROMETHEUS`, or Debian's `/usr/bin/prometheus` (`make
 /// prometheus-deps` installs it), or one on `PATH`.
-fn prometheus_binary() -> Option<std::path::PathBuf> {
+pub(crate) fn prometheus_binary() -> Option<std::path::PathBuf> {
     if let Some(p) = std::env::var_os("PROMETHEUS") {
         return Some(p.into());
     }
@@ -916,9 +958,9 @@ fn prometheus_binary() -> Option<std::path::PathBuf> {
 }
 
 /// A real `prometheus` child, killed on drop.
-struct RealPrometheus {
+pub(crate) struct RealPrometheus {
     child: std::process::Child,
-    port: u16,
+    pub(crate) port: u16,
 }
 
 impl Drop for RealPrometheus {
@@ -931,7 +973,7 @@ impl Drop for RealPrometheus {
 /// Starts `prometheus` scraping `target` every second, with its data in `dir`. Prometheus
 /// cannot report a port it picked itself, so a free port is taken and, should another process
 /// grab it first (prometheus then exits saying so), another one.
-fn start_prometheus(binary: &Path, dir: &Path, target: SocketAddr) -> RealPrometheus {
+pub(crate) fn start_prometheus(binary: &Path, dir: &Path, target: SocketAddr) -> RealPrometheus {
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,

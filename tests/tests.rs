@@ -30,8 +30,8 @@
 //!   scheduled; a symlink as the stored schedule replaced, never read or written through, and
 //!   a FIFO there not blocking the start.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
-//!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
-//!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
+//!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
+//!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
 //!   errors, and the daemon serving it by its settings (with its limits); hostile clients:
 //!   bodies trickled or idle keep-alive connections at the cap make room for a real request, an
 //!   oversized `Content-Length` gets 413 at once, a trickled body 408, bodies together within
@@ -76,6 +76,14 @@
 //!   corpus and 2,000 mutated inputs per target here, `make fuzz` for the long run; the crashes
 //!   it found, one test each (`fuzz/regressions.rs`). Calls the parsers in-process, not the
 //!   binary.
+//! - `kubernetes`: `deploy/kubernetes/` as docs/placement.md's "On Kubernetes" applies it:
+//!   every manifest validated by the pinned `kubernetes-validate --strict` (`make k8s-deps`) and
+//!   kube-scheduler's configuration by its v1 fields; the objects wired to each other (account
+//!   and rights, labels, ports, probes, mounts, the Service's address and DNS name in
+//!   kube-scheduler's configuration); and the extender started with the Deployment's args and
+//!   env and the ConfigMap's config against the Kubernetes API double and a real Prometheus,
+//!   `/readyz` 503 while the API's first answer is held and 200 after, then `/filter` and
+//!   `/prioritize` over TLS checked against `make-tls.sh`'s CA for the configured serverName.
 //! - `lithos`: `examples/lithos` with the stand-in `lithos_switch`: both roles switched, a new
 //!   version switches only its role, a config lithos would refuse fails that role until fixed.
 //! - `mixed`: one node beside a test double of a verwalter 0.13 node (0.13's election packets,
@@ -147,6 +155,7 @@ mod graph_nats;
 mod graph_prod;
 mod graphql;
 mod hostile;
+mod kubernetes;
 mod lithos;
 mod mixed;
 mod notify;

@@ -1,6 +1,7 @@
 //! The Kubernetes scheduler extender over HTTP(S): `POST /filter`, `POST /prioritize`,
-//! `GET /metrics` and `GET /status` on an address of its own, so that kube-scheduler reaches
-//! only these routes.
+//! `GET /metrics`, `GET /status`, the probes `GET /readyz` and `GET /healthz`, and `GET /` (the
+//! routes, [`ROUTES`]) on an address of its own, so that kube-scheduler reaches only these
+//! routes.
 //!
 //! Every request reads the snapshot in force from the [`SnapshotStore`] (a pointer copy) and
 //! decides with `verwalter_placement::extender`; nothing is queried on the request path. The
@@ -317,6 +318,37 @@ impl Extender {
     }
 }
 
+/// Every route the extender serves: (method, path, what it answers); `GET /` lists them.
+pub const ROUTES: &[(&str, &str, &str)] = &[
+    (
+        "POST",
+        "/filter",
+        "kube-scheduler's filter verb: the candidate nodes the pod may go to",
+    ),
+    (
+        "POST",
+        "/prioritize",
+        "kube-scheduler's prioritize verb: a score from 0 to 10 per candidate",
+    ),
+    (
+        "GET",
+        "/status",
+        "whether the placement data is loaded, how fresh, the sources' errors",
+    ),
+    (
+        "GET",
+        "/metrics",
+        "the extender's metrics, Prometheus text format",
+    ),
+    (
+        "GET",
+        "/readyz",
+        "200 once the first snapshot is loaded, 503 with the reason before",
+    ),
+    ("GET", "/healthz", "200 while the process serves"),
+    ("GET", "/", "this list"),
+];
+
 /// The extender's routes, apart from serving (tests call it without a socket).
 pub fn router(state: Arc<Extender>) -> Router {
     Router::new()
@@ -324,7 +356,45 @@ pub fn router(state: Arc<Extender>) -> Router {
         .route("/prioritize", post(prioritize))
         .route("/metrics", get(metrics))
         .route("/status", get(status))
+        .route("/readyz", get(readyz))
+        .route("/healthz", get(healthz))
+        .route("/", get(index))
         .with_state(state)
+}
+
+/// `GET /readyz`: `200 ok` once a snapshot is loaded (a source failing later keeps the last good
+/// one in force, so it stays ready); before, `503` with why, naming each failing source's error.
+async fn readyz(State(state): State<Arc<Extender>>) -> Response {
+    let view = state.store.view();
+    if view.snapshot.is_some() {
+        return (StatusCode::OK, "ok\n").into_response();
+    }
+    let mut reason = String::from(
+        "not ready: the placement data is not loaded yet (no snapshot from the data sources so \
+         far)\n",
+    );
+    for (source, error) in &view.errors {
+        reason.push_str(&format!("{source}: {}\n", error.message));
+    }
+    (StatusCode::SERVICE_UNAVAILABLE, reason).into_response()
+}
+
+/// `GET /healthz`: `200 ok` while the process serves requests.
+async fn healthz() -> Response {
+    (StatusCode::OK, "ok\n").into_response()
+}
+
+/// `GET /`: the routes, as JSON (`{"service", "algorithm", "routes": [{method, path, what}]}`).
+async fn index(State(state): State<Arc<Extender>>) -> Response {
+    let routes: Vec<_> = ROUTES
+        .iter()
+        .map(|(method, path, what)| serde_json::json!({"method": method, "path": path, "what": what}))
+        .collect();
+    json_response(&serde_json::json!({
+        "service": "verwalter scheduler extender",
+        "algorithm": state.algorithm_name,
+        "routes": routes,
+    }))
 }
 
 /// The one error answer: 400 with `{"error": "...", "field": "..."}`.

@@ -241,24 +241,83 @@ async fn every_route_is_in_the_openapi_description() {
                 .map(move |m| (path.as_str(), m.as_str()))
         })
         .collect();
-    let served = [
-        ("/filter", "post"),
-        ("/prioritize", "post"),
-        ("/status", "get"),
-        ("/metrics", "get"),
-    ];
-    let mut sorted_doc = documented.clone();
+    let served: Vec<(String, String)> = ROUTES
+        .iter()
+        .map(|(method, path, _)| (path.to_string(), method.to_lowercase()))
+        .collect();
+    let mut sorted_doc: Vec<(String, String)> = documented
+        .iter()
+        .map(|(p, m)| (p.to_string(), m.to_string()))
+        .collect();
     sorted_doc.sort();
-    let mut sorted_served = served.to_vec();
+    let mut sorted_served = served.clone();
     sorted_served.sort();
     assert_eq!(sorted_doc, sorted_served);
     let state = extender();
-    for (path, method) in served {
+    state.store.publish("test", snapshot());
+    for (path, method) in &served {
         let (code, _) = call(&state, &method.to_uppercase(), path, WEB).await;
         assert_eq!(code, 200, "{method} {path}");
     }
+    // `GET /` names every route.
+    let (_, index) = call(&state, "GET", "/", "").await;
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    let listed: Vec<(String, String)> = index["routes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["path"].as_str().unwrap().to_owned(),
+                r["method"].as_str().unwrap().to_lowercase(),
+            )
+        })
+        .collect();
+    assert_eq!(listed, served);
     let (code, _) = call(&state, "GET", "/v1/status", "").await;
     assert_eq!(code, 404, "nothing else is served");
+}
+
+/// `/readyz` is 503 with the reason (and each failing source's error) until a snapshot is
+/// loaded, then 200, and stays 200 when a source fails later (the last good snapshot is in
+/// force); `/healthz` is 200 throughout.
+#[tokio::test]
+async fn readyz_waits_for_the_first_snapshot_and_healthz_answers_throughout() {
+    let state = extender();
+    let (code, body) = call(&state, "GET", "/readyz", "").await;
+    assert_eq!(code, 503);
+    assert_eq!(
+        body,
+        "not ready: the placement data is not loaded yet (no snapshot from the data sources so \
+         far)\n"
+    );
+    assert_eq!(
+        call(&state, "GET", "/healthz", "").await,
+        (200, "ok\n".into())
+    );
+    state
+        .store
+        .report_error("prometheus", "connection refused".into());
+    let (code, body) = call(&state, "GET", "/readyz", "").await;
+    assert_eq!(code, 503);
+    assert!(
+        body.ends_with("\nprometheus: connection refused\n"),
+        "{body}"
+    );
+    state.store.publish("prometheus", snapshot());
+    assert_eq!(
+        call(&state, "GET", "/readyz", "").await,
+        (200, "ok\n".into())
+    );
+    state.store.report_error("prometheus", "timeout".into());
+    assert_eq!(
+        call(&state, "GET", "/readyz", "").await,
+        (200, "ok\n".into())
+    );
+    assert_eq!(
+        call(&state, "GET", "/healthz", "").await,
+        (200, "ok\n".into())
+    );
 }
 
 #[tokio::test]
