@@ -443,51 +443,67 @@ pub fn least_used(fractions: &[(Dim, f64)], weights: &BTreeMap<Dim, f64>) -> f64
 }
 
 /// A node shape: its capacity over `dims` as `(dim, int(value))` pairs, sorted by dimension.
-type Shape = Vec<(Dim, i64)>;
+pub type Shape = Vec<(Dim, i64)>;
 
-/// A HierBAR class: its member nodes (all known nodes of the class, candidates or not), in
-/// node order.
-struct Class {
-    members: Vec<String>,
+/// A node's shape (wca's `_resources_to_shape`): its capacity in `dims` (those it has), each
+/// truncated to an integer as Python's `int()`, sorted by dimension.
+pub fn node_shape(cap: &BTreeMap<Dim, f64>, dims: &[Dim]) -> Shape {
+    let mut shape: Shape = cap
+        .iter()
+        .filter(|(d, _)| dims.contains(d))
+        .map(|(d, v)| (*d, *v as i64))
+        .collect();
+    shape.sort();
+    shape
 }
 
-/// HierBAR pass 2, as wca's `HierBAR.app_fit_nodes`:
-///
-/// - every known node (not only the candidates) goes into the class of its shape; classes are
-///   ordered by their first node in node order;
-/// - with `merge_threshold` and at least two shapes, the shapes are merged into two classes by
-///   `cap_read / cap_write > merge_threshold` of the shape (the class above first); a shape
-///   without bandwidth belongs to no class;
-/// - a class's value is the sample standard deviation of `requested / mean capacity of its
-///   members` over the dimensions, bandwidth flattened as in the scores;
-/// - the class with the lowest value that holds a candidate wins (a tie: the first class); every
-///   other candidate fails with `Not best class (best_variance=0.07 this=0.14)`.
-fn hier_bar_classes(
-    snap: &Snapshot,
-    nodes: &[String],
-    app: &str,
-    dims: &[Dim],
-    merge_threshold: Option<f64>,
-) -> BTreeMap<String, String> {
-    let mut dims = dims.to_vec();
-    dims.sort();
-    dims.dedup();
-    let shape_of = |node: &str| -> Shape {
-        let cap = snap.node_capacities.get(node);
-        dims.iter()
-            .filter_map(|d| cap.and_then(|c| c.get(d)).map(|v| (*d, *v as i64)))
-            .collect()
-    };
-    // Shapes in the order of their first node, each with its nodes.
-    let mut shapes: Vec<(Shape, Vec<String>)> = Vec::new();
-    for node in snap.node_capacities.keys() {
-        let shape = shape_of(node);
-        match shapes.iter_mut().find(|(s, _)| *s == shape) {
-            Some((_, members)) => members.push(node.clone()),
-            None => shapes.push((shape, vec![node.clone()])),
+/// The mean capacity of a class's members per dimension (wca's `_calc_average_resources`): the
+/// sum over the members divided by their number; empty for no members.
+pub fn class_mean<'a>(
+    members: impl IntoIterator<Item = &'a BTreeMap<Dim, f64>>,
+) -> BTreeMap<Dim, f64> {
+    let mut sum: BTreeMap<Dim, f64> = BTreeMap::new();
+    let mut n = 0usize;
+    for cap in members {
+        n += 1;
+        for (d, v) in cap {
+            *sum.entry(*d).or_insert(0.0) += v;
         }
     }
-    let classes: Vec<Class> = match merge_threshold {
+    for v in sum.values_mut() {
+        *v /= n as f64;
+    }
+    sum
+}
+
+/// HierBAR's classes of nodes (wca's shapes, merged or not), each a list of member nodes in node
+/// order, the classes in wca's order:
+///
+/// - every known node (not only the candidates) goes into the class of its shape over `dims`;
+///   classes are ordered by their first node in node order;
+/// - with `merge_threshold` and at least two shapes, the shapes are merged into two classes by
+///   `cap_read / cap_write > merge_threshold` of the shape (the class above first, an empty class
+///   left out); a shape without both bandwidth dimensions (or with a write of 0) belongs to no
+///   class.
+pub fn hier_bar_classes_of(
+    snap: &Snapshot,
+    dims: &[Dim],
+    merge_threshold: Option<f64>,
+) -> Vec<Vec<String>> {
+    // Shapes in the order of their first node, each with its nodes.
+    let mut shapes: Vec<(Shape, Vec<String>)> = Vec::new();
+    let mut index: BTreeMap<Shape, usize> = BTreeMap::new();
+    for (node, cap) in &snap.node_capacities {
+        let shape = node_shape(cap, dims);
+        match index.get(&shape) {
+            Some(&i) => shapes[i].1.push(node.clone()),
+            None => {
+                index.insert(shape.clone(), shapes.len());
+                shapes.push((shape, vec![node.clone()]));
+            }
+        }
+    }
+    match merge_threshold {
         Some(threshold) if shapes.len() >= 2 => {
             let (mut above, mut below) = (Vec::new(), Vec::new());
             for (shape, members) in &shapes {
@@ -507,51 +523,59 @@ fn hier_bar_classes(
             [above, below]
                 .into_iter()
                 .filter(|m| !m.is_empty())
-                .map(|members| Class { members })
                 .collect()
         }
-        _ => shapes
+        _ => shapes.into_iter().map(|(_, members)| members).collect(),
+    }
+}
+
+/// A HierBAR class's value (wca's `calculate_class_variances`): the sample standard deviation
+/// over the dimensions of `requested / mean capacity of the members`, bandwidth flattened as in
+/// the scores. A dimension the class has no (or zero) capacity for is left out.
+pub fn hier_bar_class_value(snap: &Snapshot, members: &[String], app: &str, dims: &[Dim]) -> f64 {
+    let mean: BTreeMap<Dim, f64> =
+        class_mean(members.iter().filter_map(|n| snap.node_capacities.get(n)))
             .into_iter()
-            .map(|(_, members)| Class { members })
-            .collect(),
-    };
-    let spec = snap.apps_spec.get(app);
-    let value_of = |class: &Class| -> f64 {
-        // The members' mean capacity per dimension, from their real (not truncated) capacities.
-        let n = class.members.len() as f64;
-        let mut mean: BTreeMap<Dim, f64> = BTreeMap::new();
-        for node in &class.members {
-            for d in &dims {
-                if let Some(c) = snap.node_capacities.get(node).and_then(|c| c.get(d)) {
-                    *mean.entry(*d).or_insert(0.0) += c;
-                }
-            }
-        }
-        for v in mean.values_mut() {
-            *v /= n;
-        }
-        let requested = spec.cloned().unwrap_or_default();
-        let values: Vec<f64> = snapshot::fractions(&mean, &requested, &dims)
-            .into_iter()
-            .filter(|(d, _)| {
-                // A dimension the class has no (or zero) capacity for is left out.
-                *d == Dim::MembwFlat || mean.get(d).is_some_and(|c| *c > 0.0)
-            })
-            .map(|(_, f)| f)
+            .filter(|(d, _)| dims.contains(d))
             .collect();
-        sample_std_dev(&values)
-    };
-    let values: Vec<f64> = classes.iter().map(value_of).collect();
+    let requested = snap.apps_spec.get(app).cloned().unwrap_or_default();
+    let values: Vec<f64> = snapshot::fractions(&mean, &requested, dims)
+        .into_iter()
+        .filter(|(d, _)| *d == Dim::MembwFlat || mean.get(d).is_some_and(|c| *c > 0.0))
+        .map(|(_, f)| f)
+        .collect();
+    sample_std_dev(&values)
+}
+
+/// HierBAR pass 2, as wca's `HierBAR.app_fit_nodes`: the classes of [`hier_bar_classes_of`],
+/// each valued by [`hier_bar_class_value`]; the class with the lowest value that holds a
+/// candidate wins (a tie: the first class); every other candidate fails with `Not best class
+/// (best_variance=0.07 this=0.14)`, its own class's value after the winner's, two decimals.
+fn hier_bar_classes(
+    snap: &Snapshot,
+    nodes: &[String],
+    app: &str,
+    dims: &[Dim],
+    merge_threshold: Option<f64>,
+) -> BTreeMap<String, String> {
+    let mut dims = dims.to_vec();
+    dims.sort();
+    dims.dedup();
+    let classes = hier_bar_classes_of(snap, &dims, merge_threshold);
+    let values: Vec<f64> = classes
+        .iter()
+        .map(|members| hier_bar_class_value(snap, members, app, &dims))
+        .collect();
     let candidates: BTreeSet<&String> = nodes.iter().collect();
     let mut order: Vec<usize> = (0..classes.len()).collect();
     // Stable: equal values keep the class order.
     order.sort_by(|a, b| values[*a].total_cmp(&values[*b]));
     let best = order
         .into_iter()
-        .find(|i| classes[*i].members.iter().any(|m| candidates.contains(m)));
+        .find(|i| classes[*i].iter().any(|m| candidates.contains(m)));
     let mut class_of: BTreeMap<&String, usize> = BTreeMap::new();
-    for (i, class) in classes.iter().enumerate() {
-        for m in &class.members {
+    for (i, members) in classes.iter().enumerate() {
+        for m in members {
             class_of.insert(m, i);
         }
     }
