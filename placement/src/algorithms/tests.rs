@@ -611,3 +611,26 @@ fn hier_bar_class_value_uses_the_mean_of_real_capacities() {
         "Not best class (best_variance=0.00 this=0.03)"
     );
 }
+
+#[test]
+fn score_pass_one_joins_both_texts_when_both_checks_fail() {
+    // pmem-hot (DRAM hit ratio 0.9) with an app too big for it: wca joins the two texts with a
+    // space, as here; when only one fails, wca's stray space is not kept.
+    let mut snap = score_snapshot();
+    snap.apps_spec
+        .insert("big".into(), caps(&[(Dim::Cpu, 12.0), (Dim::Mem, 1.0)]));
+    let alg = score_alg(None, false);
+    assert_eq!(
+        alg.app_fit_node(&snap, "pmem-hot", "big").unwrap_err(),
+        "Could not fit node for dimensions: missing (cpu: 2.0). \
+         Could not fit node because of dram hit ratio violation."
+    );
+    assert_eq!(
+        alg.app_fit_node(&snap, "pmem-hot", "low").unwrap_err(),
+        "Could not fit node because of dram hit ratio violation."
+    );
+    assert_eq!(
+        alg.app_fit_node(&snap, "dram-hot", "big").unwrap_err(),
+        "Could not fit node for dimensions: missing (cpu: 2.0)."
+    );
+}
