@@ -227,12 +227,14 @@ left_out = [
              'report has; len(results) == 1 counts the harness\'s runs. The other figures are '
              'carried over'),
     dict(test=T + 'experiments/test_experiments.py::test_experiment_score', assertions=2,
-         why='needs the experiment harness\'s data provider normalization (app profiles made '
-             'from requests over MEM), tasks bound to a node by name and retry_scheduling, '
-             'which verwalter\'s simulator does not have'),
+         why='its 9 tasks are first bound to dram_0 by node_name, then moved by the simulator\'s '
+             'loop of Score.reschedule and retry_scheduling over 20 iterations, with app '
+             'profiles the harness makes from the requests (normalized by MEM); verwalter\'s '
+             'simulator has no binding, rescheduling loop or profile making (Score\'s decisions '
+             'and reschedule are carried over from test_score.py)'),
     dict(test=T + 'experiments/test_experiments.py::test_experiment_fit', assertions=2,
-         why='its tasks are bound to dram_0 by node_name and retried (retry_scheduling); '
-             'verwalter\'s simulator has neither'),
+         why='its one iteration places one task bound to dram_0 by node_name: no algorithm '
+             'decides anything in it'),
     dict(test=T + 'experiments/test_experiments.py::test_experiment_bar', assertions=1,
          why='len(results) == 4 counts the harness\'s runs, no algorithm figure'),
     dict(test=T + 'experiments/test_experiments.py::test_experiment_hierbar', assertions=1,
