@@ -184,7 +184,7 @@ fn recorded_requests_get_the_replies_kube_scheduler_expects() {
     // The reply shapes kube-scheduler depends on, spelled out for the main case.
     assert_eq!(
         ext.post("/filter", &fixture("nodenames.request.json")).1,
-        r#"{"Nodes":null,"NodeNames":["node-1","node-3"],"FailedNodes":{"node-2":"Could not fit node for dimensions: missing (cpu: 2.0, mem: 8.0)."},"FailedAndUnresolvableNodes":{},"Error":""}"#
+        r#"{"Nodes":null,"NodeNames":["node-1","node-3"],"FailedNodes":{"node-2":"Could not fit node for dimensions: missing (cpu: 2.0),(mem: 8.0)."},"FailedAndUnresolvableNodes":{},"Error":""}"#
     );
     assert_eq!(
         ext.post("/prioritize", &fixture("nodenames.request.json"))

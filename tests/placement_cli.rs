@@ -72,6 +72,9 @@ fn simulate_prints_a_table_in_the_config_order() {
     );
     let fit: Vec<&str> = lines[7].split_whitespace().collect();
     assert_eq!(fit[..4], ["fit", "0.0", "0.0", "73.3"], "{stdout}");
+    // docs/placement.md ("wca's experiment") shows this output as it is.
+    let shown = doc_block("placement.md", "### wca's experiment", "");
+    assert_eq!(shown, stdout, "docs/placement.md's table is not the output");
 }
 
 #[test]

@@ -277,11 +277,18 @@ impl Algorithm {
             }
             Kind::DramHitRatioProvision { threshold } => dram_hit_ratio(snap, node, *threshold),
             Kind::Score { threshold, .. } => {
-                fit()?;
-                if snap.is_pmem(node) {
+                // wca checks both and joins the two texts (`'{} {}'.format(..)`, with a stray
+                // space when only one fails); here the failing ones are joined by one space.
+                let fits = fit();
+                let dram = if snap.is_pmem(node) {
                     dram_hit_ratio(snap, node, *threshold)
                 } else {
                     Ok(())
+                };
+                match (fits, dram) {
+                    (Ok(()), Ok(())) => Ok(()),
+                    (Err(a), Err(b)) => Err(format!("{a} {b}")),
+                    (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
                 }
             }
         }
@@ -399,11 +406,9 @@ impl Algorithm {
 fn dram_hit_ratio(snap: &Snapshot, node: &str, threshold: f64) -> Result<(), String> {
     match snap.nodes.get(node).and_then(|f| f.platform_dram_hit_ratio) {
         None => Err("No platform_dram_hit_ratio known for the node.".into()),
-        Some(r) if r < threshold => Err(format!(
-            "DRAM hit ratio {} is below the threshold {}.",
-            snapshot::py_float(r),
-            snapshot::py_float(threshold)
-        )),
+        Some(r) if r < threshold => {
+            Err("Could not fit node because of dram hit ratio violation.".into())
+        }
         Some(_) => Ok(()),
     }
 }
@@ -438,18 +443,114 @@ pub fn least_used(fractions: &[(Dim, f64)], weights: &BTreeMap<Dim, f64>) -> f64
 }
 
 /// A node shape: its capacity over `dims` as `(dim, int(value))` pairs, sorted by dimension.
-type Shape = Vec<(Dim, i64)>;
+pub type Shape = Vec<(Dim, i64)>;
 
-/// A HierBAR class: its shape, or (merged) whether its bandwidth ratio is above the threshold.
-type ClassKey = (Option<bool>, Shape);
+/// A node's shape (wca's `_resources_to_shape`): its capacity in `dims` (those it has), each
+/// truncated to an integer as Python's `int()`, sorted by dimension.
+pub fn node_shape(cap: &BTreeMap<Dim, f64>, dims: &[Dim]) -> Shape {
+    let mut shape: Shape = cap
+        .iter()
+        .filter(|(d, _)| dims.contains(d))
+        .map(|(d, v)| (*d, *v as i64))
+        .collect();
+    shape.sort();
+    shape
+}
 
-/// A class's (average) capacity and its member nodes among the candidates.
-type Class = (BTreeMap<Dim, f64>, Vec<String>);
+/// The mean capacity of a class's members per dimension (wca's `_calc_average_resources`): the
+/// sum over the members divided by their number; empty for no members.
+pub fn class_mean<'a>(
+    members: impl IntoIterator<Item = &'a BTreeMap<Dim, f64>>,
+) -> BTreeMap<Dim, f64> {
+    let mut sum: BTreeMap<Dim, f64> = BTreeMap::new();
+    let mut n = 0usize;
+    for cap in members {
+        n += 1;
+        for (d, v) in cap {
+            *sum.entry(*d).or_insert(0.0) += v;
+        }
+    }
+    for v in sum.values_mut() {
+        *v /= n as f64;
+    }
+    sum
+}
 
-/// HierBAR pass 2: classes of equal shapes (or, with `merge_threshold`, two classes split by
-/// `cap_read / cap_write`, each with the averaged shape); per class the sample standard deviation
-/// of `requested / class-average capacity` over the dimensions; candidates outside the class with
-/// the lowest value fail.
+/// HierBAR's classes of nodes (wca's shapes, merged or not), each a list of member nodes in node
+/// order, the classes in wca's order:
+///
+/// - every known node (not only the candidates) goes into the class of its shape over `dims`;
+///   classes are ordered by their first node in node order;
+/// - with `merge_threshold` and at least two shapes, the shapes are merged into two classes by
+///   `cap_read / cap_write > merge_threshold` of the shape (the class above first, an empty class
+///   left out); a shape without both bandwidth dimensions (or with a write of 0) belongs to no
+///   class.
+pub fn hier_bar_classes_of(
+    snap: &Snapshot,
+    dims: &[Dim],
+    merge_threshold: Option<f64>,
+) -> Vec<Vec<String>> {
+    // Shapes in the order of their first node, each with its nodes.
+    let mut shapes: Vec<(Shape, Vec<String>)> = Vec::new();
+    let mut index: BTreeMap<Shape, usize> = BTreeMap::new();
+    for (node, cap) in &snap.node_capacities {
+        let shape = node_shape(cap, dims);
+        match index.get(&shape) {
+            Some(&i) => shapes[i].1.push(node.clone()),
+            None => {
+                index.insert(shape.clone(), shapes.len());
+                shapes.push((shape, vec![node.clone()]));
+            }
+        }
+    }
+    match merge_threshold {
+        Some(threshold) if shapes.len() >= 2 => {
+            let (mut above, mut below) = (Vec::new(), Vec::new());
+            for (shape, members) in &shapes {
+                let get = |d| shape.iter().find(|(x, _)| *x == d).map(|(_, v)| *v as f64);
+                let (Some(read), Some(write)) = (get(Dim::MembwRead), get(Dim::MembwWrite)) else {
+                    continue;
+                };
+                if write == 0.0 {
+                    continue;
+                }
+                if read / write > threshold {
+                    above.extend(members.iter().cloned());
+                } else {
+                    below.extend(members.iter().cloned());
+                }
+            }
+            [above, below]
+                .into_iter()
+                .filter(|m| !m.is_empty())
+                .collect()
+        }
+        _ => shapes.into_iter().map(|(_, members)| members).collect(),
+    }
+}
+
+/// A HierBAR class's value (wca's `calculate_class_variances`): the sample standard deviation
+/// over the dimensions of `requested / mean capacity of the members`, bandwidth flattened as in
+/// the scores. A dimension the class has no (or zero) capacity for is left out.
+pub fn hier_bar_class_value(snap: &Snapshot, members: &[String], app: &str, dims: &[Dim]) -> f64 {
+    let mean: BTreeMap<Dim, f64> =
+        class_mean(members.iter().filter_map(|n| snap.node_capacities.get(n)))
+            .into_iter()
+            .filter(|(d, _)| dims.contains(d))
+            .collect();
+    let requested = snap.apps_spec.get(app).cloned().unwrap_or_default();
+    let values: Vec<f64> = snapshot::fractions(&mean, &requested, dims)
+        .into_iter()
+        .filter(|(d, _)| *d == Dim::MembwFlat || mean.get(d).is_some_and(|c| *c > 0.0))
+        .map(|(_, f)| f)
+        .collect();
+    sample_std_dev(&values)
+}
+
+/// HierBAR pass 2, as wca's `HierBAR.app_fit_nodes`: the classes of [`hier_bar_classes_of`],
+/// each valued by [`hier_bar_class_value`]; the class with the lowest value that holds a
+/// candidate wins (a tie: the first class); every other candidate fails with `Not best class
+/// (best_variance=0.07 this=0.14)`, its own class's value after the winner's, two decimals.
 fn hier_bar_classes(
     snap: &Snapshot,
     nodes: &[String],
@@ -459,110 +560,44 @@ fn hier_bar_classes(
 ) -> BTreeMap<String, String> {
     let mut dims = dims.to_vec();
     dims.sort();
-    let shape_of = |node: &str| -> Shape {
-        let cap = snap.node_capacities.get(node);
-        dims.iter()
-            .filter_map(|d| cap.and_then(|c| c.get(d)).map(|v| (*d, *v as i64)))
-            .collect()
-    };
-    // Class key (the shape; or, merged, which side of the threshold) -> (average capacity,
-    // member nodes among the candidates). Keys order the classes: shapes compare dimension by
-    // dimension, then by value; merged, the low-ratio class comes first.
-    let mut classes: BTreeMap<ClassKey, Class> = BTreeMap::new();
-    match merge_threshold {
-        None => {
-            for node in nodes {
-                let shape = shape_of(node);
-                let cap = shape.iter().map(|(d, v)| (*d, *v as f64)).collect();
-                classes
-                    .entry((None, shape))
-                    .or_insert((cap, Vec::new()))
-                    .1
-                    .push(node.clone());
-            }
-        }
-        Some(threshold) => {
-            // Every known node's shape counts towards its class average, not only candidates'.
-            let mut sums: BTreeMap<bool, (BTreeMap<Dim, f64>, usize)> = BTreeMap::new();
-            let mut member = BTreeMap::new();
-            for node in snap.node_capacities.keys() {
-                let shape = shape_of(node);
-                let get = |d| shape.iter().find(|(x, _)| *x == d).map(|(_, v)| *v as f64);
-                let Some(read) = get(Dim::MembwRead) else {
-                    continue;
-                };
-                let write = get(Dim::MembwWrite).unwrap_or(0.0);
-                let high = write > 0.0 && read / write > threshold;
-                let entry = sums.entry(high).or_default();
-                for (d, v) in &shape {
-                    *entry.0.entry(*d).or_insert(0.0) += *v as f64;
-                }
-                entry.1 += 1;
-                member.insert(node.clone(), high);
-            }
-            for node in nodes {
-                let Some(&high) = member.get(node) else {
-                    continue;
-                };
-                let (sum, n) = &sums[&high];
-                let avg = sum.iter().map(|(d, v)| (*d, v / *n as f64)).collect();
-                classes
-                    .entry((Some(high), Vec::new()))
-                    .or_insert((avg, Vec::new()))
-                    .1
-                    .push(node.clone());
-            }
-        }
-    }
-    let spec = snap.apps_spec.get(app);
-    let spread = |cap: &BTreeMap<Dim, f64>| -> f64 {
-        let values: Vec<f64> = dims
-            .iter()
-            .filter_map(|d| match cap.get(d) {
-                Some(&c) if c > 0.0 => {
-                    Some(spec.and_then(|s| s.get(d)).copied().unwrap_or(0.0) / c)
-                }
-                _ => None,
-            })
-            .collect();
-        sample_std_dev(&values)
-    };
-    let mut classless = BTreeMap::new();
-    // Nodes that have no class (no bandwidth capacity while merging) are not candidates.
-    let classed: BTreeSet<&String> = classes.values().flat_map(|(_, m)| m).collect();
-    for node in nodes {
-        if !classed.contains(node) {
-            classless.insert(
-                node.clone(),
-                "Node has no membw_read capacity to class it by.".into(),
-            );
-        }
-    }
-    let scored: Vec<(f64, &Vec<String>)> = classes
-        .values()
-        .map(|(cap, members)| (spread(cap), members))
+    dims.dedup();
+    let classes = hier_bar_classes_of(snap, &dims, merge_threshold);
+    let values: Vec<f64> = classes
+        .iter()
+        .map(|members| hier_bar_class_value(snap, members, app, &dims))
         .collect();
-    let Some(best) = scored.iter().map(|(v, _)| *v).min_by(f64::total_cmp) else {
-        return classless;
-    };
-    let mut failed = classless;
-    let mut kept_one = false;
-    for (value, members) in &scored {
-        // Only the first class with the best value is kept, so ties between classes are decided
-        // by the class order (the sorted shapes: the smaller capacity first).
-        if *value == best && !kept_one {
-            kept_one = true;
-            continue;
+    let candidates: BTreeSet<&String> = nodes.iter().collect();
+    let mut order: Vec<usize> = (0..classes.len()).collect();
+    // Stable: equal values keep the class order.
+    order.sort_by(|a, b| values[*a].total_cmp(&values[*b]));
+    let best = order
+        .into_iter()
+        .find(|i| classes[*i].iter().any(|m| candidates.contains(m)));
+    let mut class_of: BTreeMap<&String, usize> = BTreeMap::new();
+    for (i, members) in classes.iter().enumerate() {
+        for m in members {
+            class_of.insert(m, i);
         }
-        for node in members.iter() {
-            failed.insert(
-                node.clone(),
-                format!(
-                    "Not best class (best_variance={} this={})",
-                    snapshot::py_float(best),
-                    snapshot::py_float(*value)
-                ),
-            );
+    }
+    let mut failed = BTreeMap::new();
+    for node in nodes {
+        match (class_of.get(node), best) {
+            (Some(&i), Some(b)) if i != b => {
+                failed.insert(
+                    node.clone(),
+                    format!(
+                        "Not best class (best_variance={:.2} this={:.2})",
+                        values[b], values[i]
+                    ),
+                );
+            }
+            (Some(_), _) => {}
+            (None, _) => {
+                failed.insert(
+                    node.clone(),
+                    "Node has no membw_read and membw_write capacity to class it by.".into(),
+                );
+            }
         }
     }
     failed
@@ -595,18 +630,18 @@ fn score_node_type(
             (None, Some(p)) => Some(p) == lowest,
             (_, None) => false,
         };
-    let (wanted, other) = if to_pmem {
-        ("PMEM", "DRAM")
-    } else {
-        ("DRAM", "PMEM")
-    };
+    // wca's text for a node of the other type (its `_app_fit_node_type`; wca then drops it).
+    let other = if to_pmem { "dram" } else { "pmem" };
     let rejected: BTreeMap<String, String> = nodes
         .iter()
         .filter(|n| snap.is_pmem(n) != to_pmem)
         .map(|n| {
             (
                 n.clone(),
-                format!("App {app} goes to {wanted} nodes; this is a {other} node."),
+                format!(
+                    "{} not preferred for {other} type of node",
+                    snapshot::py_repr_str(app)
+                ),
             )
         })
         .collect();

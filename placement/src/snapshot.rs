@@ -282,17 +282,28 @@ fn bandwidth_ratio(cap: &impl Amounts, dims: &[Dim]) -> Option<f64> {
     }
 }
 
-/// Fit's check: `Err(reason)` when a dimension would go below zero, the reason as wca words it
-/// (`Could not fit node for dimensions: missing (mem: 2.0).`, the shortfall per dimension).
+/// Fit's check: `Err(reason)` when a dimension would go below zero, the reason byte for byte as
+/// wca words it (`Could not fit node for dimensions: missing (cpu: 2.0),(mem: 8.0).`, the
+/// shortfall per dimension; cpu and mem first, then the others in the order of `dims`).
 pub fn fit(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Result<(), String> {
     let mut missing = Vec::new();
     let mut unknown = Vec::new();
     // Dimension by dimension rather than through `free`: this runs for every node and instance
     // placed, and allocates nothing when the node fits.
     let ratio = bandwidth_ratio(cap, dims);
-    for &dim in dims {
+    // wca's data provider builds a node's capacity with cpu and mem first, then the other
+    // dimensions in the order of `dimensions`; the reason lists them in that order.
+    let ordered = [Dim::Cpu, Dim::Mem]
+        .into_iter()
+        .filter(|d| dims.contains(d))
+        .chain(
+            dims.iter()
+                .copied()
+                .filter(|d| *d != Dim::Cpu && *d != Dim::Mem),
+        );
+    for dim in ordered {
         match free_of(cap, demand, ratio, dim) {
-            Some(f) if f < 0.0 => missing.push(format!("{dim}: {}", py_float(-f))),
+            Some(f) if f < 0.0 => missing.push(format!("({dim}: {})", py_float(-f))),
             Some(_) => {}
             None => unknown.push(dim.name()),
         }
@@ -307,16 +318,17 @@ pub fn fit(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Result<()
         Ok(())
     } else {
         Err(format!(
-            "Could not fit node for dimensions: missing ({}).",
-            missing.join(", ")
+            "Could not fit node for dimensions: missing {}.",
+            missing.join(",")
         ))
     }
 }
 
 /// The fraction of each dimension used with one more instance: `(used + requested) / capacity`.
 /// With both bandwidth dimensions (and a node that has both) they are flattened into one
-/// `membw_flat = (read + ratio·write) / cap_read` — a write costs `ratio` reads, and a bus full of
-/// writes is full at `cap_write · ratio = cap_read`. A dimension without capacity counts as full.
+/// `membw_flat = (read + ratio·write) / (cap_read + ratio·cap_write)`: demand and capacity are
+/// flattened alike, as wca's `divide_resources` does (so the denominator is `2·cap_read`).
+/// A dimension without capacity counts as full.
 pub fn fractions(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Vec<(Dim, f64)> {
     with_fractions(cap, demand, dims, <[(Dim, f64)]>::to_vec)
 }
@@ -337,13 +349,15 @@ pub fn with_fractions<R>(
     };
     let ratio = bandwidth_ratio(cap, dims);
     let each = dims.iter().filter_map(|&d| match (d, ratio) {
-        (Dim::MembwRead, Some(r)) => Some((
-            Dim::MembwFlat,
-            of(
-                Dim::MembwRead,
-                want(Dim::MembwRead) + r * want(Dim::MembwWrite),
-            ),
-        )),
+        (Dim::MembwRead, Some(r)) => {
+            let flat_cap = cap.amount(Dim::MembwRead).unwrap_or(0.0)
+                + r * cap.amount(Dim::MembwWrite).unwrap_or(0.0);
+            let flat = want(Dim::MembwRead) + r * want(Dim::MembwWrite);
+            Some((
+                Dim::MembwFlat,
+                if flat_cap > 0.0 { flat / flat_cap } else { 1.0 },
+            ))
+        }
         (Dim::MembwWrite, Some(_)) => None,
         _ => Some((d, of(d, want(d)))),
     });
@@ -360,9 +374,53 @@ pub fn with_fractions<R>(
     f(&buf[..n])
 }
 
-/// A float as Python's `repr` prints it (`2.0`, `0.5`), so reasons read as wca's do.
+/// A string as Python's `repr` prints it (`'app'`; `"it's"` when it holds a `'` and no `"`).
+pub fn py_repr_str(s: &str) -> String {
+    let quote = if s.contains('\'') && !s.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+/// A float as Python's `repr` (and `str`, the same for floats since Python 3.2) prints it:
+/// `2.0`, `0.5`, `1e-05`, `1.5e+16`, `inf`, `nan`; so reasons read as wca's do.
 pub fn py_float(v: f64) -> String {
-    if v.is_finite() && v.fract() == 0.0 && v.abs() < 1e16 {
+    if v.is_nan() {
+        return "nan".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf" } else { "-inf" }.into();
+    }
+    // repr is the shortest round-trip digits, written positionally for exponents -4..16.
+    let sci = format!("{v:e}");
+    let (mantissa, exp) = sci.split_once('e').expect("{:e} has an exponent");
+    let exp: i32 = exp.parse().expect("{:e}'s exponent is a number");
+    if v != 0.0 && !(-4..16).contains(&exp) {
+        let sign = if exp < 0 { '-' } else { '+' };
+        return format!("{mantissa}e{sign}{:02}", exp.abs());
+    }
+    if v.fract() == 0.0 {
         format!("{v:.1}")
     } else {
         format!("{v}")
@@ -387,9 +445,55 @@ mod tests {
             free,
             vec![(Dim::MembwRead, Some(60.0)), (Dim::MembwWrite, Some(30.0))]
         );
-        // Flattened: (20 + 2·10) / 100 = 0.4.
+        // Flattened, demand and capacity alike: (20 + 2·10) / (100 + 2·50) = 0.2.
         let f = fractions(&cap, &demand, &[Dim::MembwRead, Dim::MembwWrite]);
-        assert_eq!(f, vec![(Dim::MembwFlat, 0.4)]);
+        assert_eq!(f, vec![(Dim::MembwFlat, 0.2)]);
+    }
+
+    #[test]
+    fn flat_capacity_is_read_plus_ratio_times_write() {
+        // wca's test_divide_resources: demand (cpu 3, mem 3, read 4, write 1) over capacity
+        // (2, 2, 8, 2), ratio 4: membw_flat = (4 + 4·1) / (8 + 4·2) = 0.5 (dividing by cap_read
+        // alone gave 1.0).
+        let cap = map(&[
+            (Dim::Cpu, 2.0),
+            (Dim::Mem, 2.0),
+            (Dim::MembwRead, 8.0),
+            (Dim::MembwWrite, 2.0),
+        ]);
+        let demand = map(&[
+            (Dim::Cpu, 3.0),
+            (Dim::Mem, 3.0),
+            (Dim::MembwRead, 4.0),
+            (Dim::MembwWrite, 1.0),
+        ]);
+        let dims = [Dim::Cpu, Dim::Mem, Dim::MembwRead, Dim::MembwWrite];
+        assert_eq!(
+            fractions(&cap, &demand, &dims),
+            vec![(Dim::Cpu, 1.5), (Dim::Mem, 1.5), (Dim::MembwFlat, 0.5)]
+        );
+    }
+
+    #[test]
+    fn floats_and_strings_print_as_python_repr() {
+        for (v, text) in [
+            (2.0, "2.0"),
+            (0.5, "0.5"),
+            (-0.0, "-0.0"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1e-5, "1e-05"),
+            (0.0001, "0.0001"),
+            (1.5e16, "1.5e+16"),
+            (1e16, "1e+16"),
+            (4294967262.0, "4294967262.0"),
+            (f64::INFINITY, "inf"),
+            (f64::NAN, "nan"),
+        ] {
+            assert_eq!(py_float(v), text, "{v}");
+        }
+        assert_eq!(py_repr_str("web"), "'web'");
+        assert_eq!(py_repr_str("it's"), "\"it's\"");
+        assert_eq!(py_repr_str("a'\"b"), "'a\\'\"b'");
     }
 
     #[test]

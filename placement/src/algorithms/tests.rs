@@ -88,7 +88,8 @@ fn fit_rejects_with_the_shortfall_and_scales_cpu_on_pmem() {
         r.failed["n"],
         "Could not fit node for dimensions: missing (cpu: 2.0)."
     );
-    // Several dimensions short, in the order of `dimensions`; fractions print as Python does.
+    // Several dimensions short: cpu and mem first (the order of wca's capacities), whatever the
+    // order of `dimensions`, joined by `,`; fractions print as Python does.
     snap.apps_spec
         .insert("app".into(), caps(&[(Dim::Cpu, 4.5), (Dim::Mem, 8.25)]));
     snap.assigned_apps
@@ -99,7 +100,7 @@ fn fit_rejects_with_the_shortfall_and_scales_cpu_on_pmem() {
         .unwrap();
     assert_eq!(
         r.failed["n"],
-        "Could not fit node for dimensions: missing (mem: 8.5, cpu: 5.0)."
+        "Could not fit node for dimensions: missing (cpu: 5.0),(mem: 8.5)."
     );
     assert_eq!(score(&fit(1.0), &snap), 0);
 }
@@ -120,7 +121,7 @@ fn fit_combines_read_and_write_bandwidth() {
     assert_eq!(
         both.app_fit_node(&snap, "n", "app").unwrap_err(),
         // read: 110 − 100 = 10; write: 30 + 50/2 = 55 − 50 = 5.
-        "Could not fit node for dimensions: missing (membw_read: 10.0, membw_write: 5.0)."
+        "Could not fit node for dimensions: missing (membw_read: 10.0),(membw_write: 5.0)."
     );
     // Checked apart, each alone fits.
     assert_eq!(
@@ -155,7 +156,8 @@ fn bar_by_number_of_dimensions() {
 
 #[test]
 fn bar_flattens_bandwidth_into_one_dimension() {
-    // cpu 0.5; membw_flat = (20 + 2·10) / 100 = 0.4 → two dimensions: 1 − 0.1 = 0.9 → 9.
+    // cpu 0.5; membw_flat = (20 + 2·10) / (100 + 2·50) = 0.2 → two dimensions: 1 − 0.3 = 0.7
+    // → 7 (as wca; dividing by cap_read alone gave 0.4 and 9).
     let snap = one(
         &[
             (Dim::Cpu, 10.0),
@@ -169,7 +171,7 @@ fn bar_flattens_bandwidth_into_one_dimension() {
         ],
     );
     let alg = bar_alg(&[Dim::Cpu, Dim::MembwRead, Dim::MembwWrite], &[]);
-    assert_eq!(score(&alg, &snap), 9);
+    assert_eq!(score(&alg, &snap), 7);
 }
 
 #[test]
@@ -280,7 +282,7 @@ fn hier_bar_keeps_the_best_class() {
     assert_eq!(r.nodes, names(&["b1"]));
     assert_eq!(
         r.failed["a1"],
-        "Not best class (best_variance=0.0 this=0.06363961030678927)"
+        "Not best class (best_variance=0.00 this=0.06)"
     );
     assert_eq!(r.failed["a2"], r.failed["a1"]);
     assert_eq!(
@@ -318,30 +320,32 @@ fn hier_bar_merge_threshold_joins_shapes_by_bandwidth_ratio() {
     snap.apps_spec
         .insert("app".into(), caps(&[(Dim::Cpu, 3.0), (Dim::Mem, 10.0)]));
     let all = names(&["p1", "p2", "q1"]);
-    // Three shapes: p1 (0.3, 0.1, 0, 0) → 0.141, p2 (0.15, 0.1, 0, 0) → 0.075, q1 → 0.472.
+    // Three shapes, bandwidth flattened (request 0): p1 (0.3, 0.1, 0) → 0.15, p2 (0.15, 0.1, 0)
+    // → 0.08, q1 (0.3, 1, 0) → 0.51.
     let r = hier(None, &dims).filter(&snap, "app", &all).unwrap();
     assert_eq!(r.nodes, names(&["p2"]));
-    assert_eq!(r.failed.keys().collect::<Vec<_>>(), ["p1", "q1"]);
+    assert_eq!(
+        r.failed["p1"],
+        "Not best class (best_variance=0.08 this=0.15)"
+    );
+    assert_eq!(
+        r.failed["q1"],
+        "Not best class (best_variance=0.08 this=0.51)"
+    );
     // merge_threshold 1.5: p1 and p2 form one class averaged to cpu 15, mem 100, read 95,
-    // write 47.5 → (0.2, 0.1, 0, 0) → 0.0957; q1 alone (ratio 1) → 0.472.
+    // write 47.5 → (0.2, 0.1, 0) → 0.10; q1 alone (ratio 1) → 0.51.
     let r = hier(Some(1.5), &dims).filter(&snap, "app", &all).unwrap();
     assert_eq!(r.nodes, names(&["p1", "p2"]));
-    assert!(
-        r.failed["q1"].starts_with("Not best class (best_variance=0.0957"),
-        "{}",
-        r.failed["q1"]
-    );
-    assert!(
-        r.failed["q1"].contains(" this=0.4716"),
-        "{}",
-        r.failed["q1"]
+    assert_eq!(
+        r.failed["q1"],
+        "Not best class (best_variance=0.10 this=0.51)"
     );
     // Merging, a node without membw_read capacity belongs to no class.
     snap.node_capacities
         .insert("plain".into(), caps(&[(Dim::Cpu, 10.0), (Dim::Mem, 100.0)]));
     assert_eq!(
         hier(Some(1.5), &dims).app_fit_nodes(&snap, &names(&["plain"]), "app")["plain"],
-        "Node has no membw_read capacity to class it by."
+        "Node has no membw_read and membw_write capacity to class it by."
     );
     // A threshold of 2 or more puts all three in one class (no ratio is above it).
     let r = hier(Some(2.0), &dims).filter(&snap, "app", &all).unwrap();
@@ -402,7 +406,7 @@ fn dram_hit_ratio_threshold() {
     assert_eq!(r.nodes, names(&["edge", "good"]));
     assert_eq!(
         r.failed["bad"],
-        "DRAM hit ratio 0.96 is below the threshold 0.97."
+        "Could not fit node because of dram hit ratio violation."
     );
     assert_eq!(
         r.failed["unknown"],
@@ -453,19 +457,19 @@ fn score_sends_low_profiles_to_pmem() {
     let r = score_alg(None, false).filter(&snap, "low", &all).unwrap();
     assert_eq!(
         r.failed["pmem-hot"],
-        "DRAM hit ratio 0.9 is below the threshold 0.97."
+        "Could not fit node because of dram hit ratio violation."
     );
     assert_eq!(r.nodes, names(&["pmem1"]));
     assert_eq!(
         r.failed["dram1"],
-        "App low goes to PMEM nodes; this is a DRAM node."
+        "'low' not preferred for dram type of node"
     );
     // Not the lowest profile: DRAM, including the DRAM node with a low hit ratio.
     let r = score_alg(None, false).filter(&snap, "mid", &all).unwrap();
     assert_eq!(r.nodes, names(&["dram-hot", "dram1"]));
     assert_eq!(
         r.failed["pmem1"],
-        "App mid goes to DRAM nodes; this is a PMEM node."
+        "'mid' not preferred for pmem type of node"
     );
     // With score_target 2, mid (2 ≤ 2) goes to PMEM; high does not.
     assert_eq!(
@@ -519,7 +523,7 @@ fn score_needs_three_profiles_and_strict_mode_leaves_nothing() {
     assert!(r.nodes.is_empty());
     assert_eq!(
         r.failed["dram1"],
-        "App low goes to PMEM nodes; this is a DRAM node."
+        "'low' not preferred for dram type of node"
     );
     // With two profiles only, every app goes to DRAM.
     snap.app_profiles.remove("high");
@@ -528,7 +532,7 @@ fn score_needs_three_profiles_and_strict_mode_leaves_nothing() {
         .unwrap();
     assert_eq!(
         r.failed["pmem1"],
-        "App low goes to DRAM nodes; this is a PMEM node."
+        "'low' not preferred for pmem type of node"
     );
 }
 
@@ -563,21 +567,70 @@ fn defaults_when_deserialized() {
 }
 
 #[test]
-fn hier_bar_tie_between_classes_keeps_the_smaller_shape() {
-    // Two shapes with the same spread (0.1, 0.1 and 0.01, 0.01 → 0): the smaller shape's class stays.
+fn hier_bar_tie_between_classes_keeps_the_first_class_in_node_order() {
+    // wca's case: n0 16/32 and n1 8/16, request 1/2: both classes spread 0 (1/16 = 2/32 and
+    // 1/8 = 2/16); wca keeps the first class in node order, n0's (we kept the smaller shape, n1).
     let mut snap = Snapshot::default();
     snap.node_capacities
-        .insert("big".into(), caps(&[(Dim::Cpu, 100.0), (Dim::Mem, 100.0)]));
+        .insert("n0".into(), caps(&[(Dim::Cpu, 16.0), (Dim::Mem, 32.0)]));
     snap.node_capacities
-        .insert("small".into(), caps(&[(Dim::Cpu, 20.0), (Dim::Mem, 20.0)]));
+        .insert("n1".into(), caps(&[(Dim::Cpu, 8.0), (Dim::Mem, 16.0)]));
     snap.apps_spec
-        .insert("app".into(), caps(&[(Dim::Cpu, 1.0), (Dim::Mem, 1.0)]));
+        .insert("app".into(), caps(&[(Dim::Cpu, 1.0), (Dim::Mem, 2.0)]));
     let r = hier(None, &CPU_MEM)
-        .filter(&snap, "app", &names(&["big", "small"]))
+        .filter(&snap, "app", &names(&["n0", "n1"]))
         .unwrap();
-    assert_eq!(r.nodes, names(&["small"]));
+    assert_eq!(r.nodes, names(&["n0"]));
     assert_eq!(
-        r.failed["big"],
-        "Not best class (best_variance=0.0 this=0.0)"
+        r.failed["n1"],
+        "Not best class (best_variance=0.00 this=0.00)"
+    );
+}
+
+#[test]
+fn hier_bar_class_value_uses_the_mean_of_real_capacities() {
+    // One class (int shape cpu 2, mem 4) of a 2.9-cpu and a 2.0-cpu node: mean cpu 2.45. Request
+    // 0.5/1: fractions 0.5 / 2.45 = 0.204 and 0.25 → spread 0.03 (as wca); from the int shape
+    // (2, 4) it was 0.25, 0.25 → 0, and the class tied with c's (int 10, 20 → 0.05, 0.05).
+    let mut snap = Snapshot::default();
+    snap.node_capacities
+        .insert("a".into(), caps(&[(Dim::Cpu, 2.9), (Dim::Mem, 4.0)]));
+    snap.node_capacities
+        .insert("b".into(), caps(&[(Dim::Cpu, 2.0), (Dim::Mem, 4.0)]));
+    snap.node_capacities
+        .insert("c".into(), caps(&[(Dim::Cpu, 10.0), (Dim::Mem, 20.5)]));
+    snap.apps_spec
+        .insert("app".into(), caps(&[(Dim::Cpu, 0.5), (Dim::Mem, 1.0)]));
+    // c: 0.05, 1 / 20.5 = 0.0488 → spread 0.0009 < 0.03: c's class wins.
+    let r = hier(None, &CPU_MEM)
+        .filter(&snap, "app", &names(&["a", "b", "c"]))
+        .unwrap();
+    assert_eq!(r.nodes, names(&["c"]));
+    assert_eq!(
+        r.failed["a"],
+        "Not best class (best_variance=0.00 this=0.03)"
+    );
+}
+
+#[test]
+fn score_pass_one_joins_both_texts_when_both_checks_fail() {
+    // pmem-hot (DRAM hit ratio 0.9) with an app too big for it: wca joins the two texts with a
+    // space, as here; when only one fails, wca's stray space is not kept.
+    let mut snap = score_snapshot();
+    snap.apps_spec
+        .insert("big".into(), caps(&[(Dim::Cpu, 12.0), (Dim::Mem, 1.0)]));
+    let alg = score_alg(None, false);
+    assert_eq!(
+        alg.app_fit_node(&snap, "pmem-hot", "big").unwrap_err(),
+        "Could not fit node for dimensions: missing (cpu: 2.0). \
+         Could not fit node because of dram hit ratio violation."
+    );
+    assert_eq!(
+        alg.app_fit_node(&snap, "pmem-hot", "low").unwrap_err(),
+        "Could not fit node because of dram hit ratio violation."
+    );
+    assert_eq!(
+        alg.app_fit_node(&snap, "dram-hot", "big").unwrap_err(),
+        "Could not fit node for dimensions: missing (cpu: 2.0)."
     );
 }
