@@ -119,7 +119,8 @@
 //!   snapshot as wca reads it, a pod bound by kube-scheduler counted from the watch before the
 //!   next list, a 410 relisting, a broken watch reopened, failures (500, garbage, timeout,
 //!   connection refused, wrong token or CA) reported with the last good snapshot kept; and a
-//!   real `prometheus` scraping an exporter the test serves.
+//!   real `prometheus` scraping an exporter the test serves: wca's default queries answering in
+//!   GB, and `examples/kube-state-metrics/placement.yaml` on kube-state-metrics' series.
 //! - `upgrade`: a storage dir and log dir laid out by hand as verwalter 0.13 leaves them: its
 //!   schedule is the first run's parent and kept as a backup, its backups join ours and
 //!   retention goes on counting them, the deployment log continues the same index and segments,
