@@ -246,6 +246,13 @@ fn while_no_snapshot_is_loaded_filter_answers_an_error_then_decides_once_the_fil
             .contains("cannot read"),
         "{status}"
     );
+    // The log says what is true: nothing was ever loaded, so no "last good" one stays.
+    let logs = ext.logs();
+    assert!(
+        logs.contains("Cannot use the snapshot file; no snapshot loaded yet"),
+        "{logs}"
+    );
+    assert!(!logs.contains("last good"), "{logs}");
 
     // An invalid file: still not loaded, the problem shown with its line.
     replace_file(&snapshot, "node_capacities:\n  node-1: {gpu: 1}\n");
@@ -327,7 +334,12 @@ fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
         ),
         Some(1.0)
     );
-    assert!(ext.logs().contains("Cannot use the snapshot file"));
+    assert!(
+        ext.logs()
+            .contains("Cannot use the snapshot file; the last good snapshot stays."),
+        "{}",
+        ext.logs()
+    );
 
     // Fixed again: the error goes, the metric with it.
     replace_file(&snapshot, &nodes(16));
@@ -339,6 +351,36 @@ fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
         !text.contains("verwalter_placement_source_failing{"),
         "{text}"
     );
+}
+
+/// A data provider whose Kubernetes API refuses connections from the start: the log says no
+/// data is loaded yet, not that the last good data is kept.
+#[test]
+fn a_source_failing_before_any_data_says_nothing_is_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let config = tmp.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "algorithm: !Fit\n  data_provider: !ClusterDataProvider\n    kubeapi: !Kubeapi\n      \
+             host: http://127.0.0.1\n      port: {port}\n      client_token_path: {dir}/none\n",
+            dir = tmp.path().display()
+        ),
+    )
+    .unwrap();
+    let ext = Extender::start(tmp.path(), &["--config", config.to_str().unwrap()]);
+    ext.wait_status("the kubernetes error", |s| {
+        s["errors"]["kubernetes"].is_object()
+    });
+    let logs = ext.logs();
+    assert!(
+        logs.contains("placement data source failed; no placement data loaded yet"),
+        "{logs}"
+    );
+    assert!(!logs.contains("keeping the last good data"), "{logs}");
 }
 
 #[test]
