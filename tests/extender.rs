@@ -383,6 +383,52 @@ fn a_source_failing_before_any_data_says_nothing_is_loaded() {
     assert!(!logs.contains("keeping the last good data"), "{logs}");
 }
 
+/// Plain HTTP sent to the extender's TLS port (kube-scheduler set up with `enableHTTPS: false`,
+/// say) is closed and logged at warn with the client's address, not dropped silently.
+#[test]
+fn plain_http_to_the_tls_port_is_logged_with_the_peer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_path, key_path) = (tmp.path().join("tls.crt"), tmp.path().join("tls.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let ext = Extender::with_snapshot(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        &[
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+        ],
+    );
+    let body = fixture("nodenames.request.json");
+    let mut stream = ext.send_raw(
+        &format!(
+            "POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        ),
+        body.as_bytes(),
+    );
+    let local = stream.local_addr().unwrap();
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    let line = wait_for(Duration::from_secs(20), || {
+        ext.logs()
+            .lines()
+            .find(|l| l.contains("Plain HTTP (or another protocol) sent to the TLS port"))
+            .map(str::to_owned)
+    })
+    .unwrap_or_else(|| panic!("no log line:\n{}", ext.logs()));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(&format!("peer={local}")), "{line}");
+}
+
 #[test]
 fn namespaces_are_chosen_by_flag() {
     let tmp = tempfile::tempdir().unwrap();
