@@ -46,11 +46,18 @@ impl Extender {
     /// [`Extender::start`] with `RUST_LOG` set to `rust_log`.
     fn start_logging(dir: &Path, args: &[&str], rust_log: &str) -> Extender {
         let log = dir.join("extender.log");
-        let child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .arg("extender")
             .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("RUST_LOG", rust_log)
+            .args(args);
+        // "" starts it without RUST_LOG (the config's `loggers:` then apply).
+        if rust_log.is_empty() {
+            command.env_remove("RUST_LOG");
+        } else {
+            command.env("RUST_LOG", rust_log);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -427,6 +434,82 @@ fn plain_http_to_the_tls_port_is_logged_with_the_peer() {
     .unwrap_or_else(|| panic!("no log line:\n{}", ext.logs()));
     assert!(line.contains("WARN"), "{line}");
     assert!(line.contains(&format!("peer={local}")), "{line}");
+}
+
+/// wca's `loggers:` take effect: `wca.scheduler: DEBUG` logs each decision with its reasons;
+/// a logger verwalter has no counterpart for is refused with a line saying what to use; without
+/// it (`INFO`), no decision is logged.
+#[test]
+fn wcas_loggers_set_the_log_filter_and_decisions_are_logged_with_their_reasons() {
+    let request = fixture("nodenames.request.json");
+    let start = |loggers: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!("loggers:\n{loggers}algorithm: !LeastUsedBAR\n  dimensions: [cpu, mem]\n"),
+        )
+        .unwrap();
+        let snapshot = fixtures().join("snapshot.yaml");
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+        ];
+        (Extender::start_logging(tmp.path(), &args, ""), tmp)
+    };
+
+    let (ext, _tmp) = start("  wca.scheduler: DEBUG\n  urllib3: INFO\n");
+    // The line is written before the reply is sent.
+    assert_eq!(ext.post("/filter", &request).0, 200);
+    assert_eq!(ext.post("/prioritize", &request).0, 200);
+    let logs = ext.logs();
+    let filter = logs
+        .lines()
+        .find(|l| l.contains("Filter decided."))
+        .unwrap_or_else(|| panic!("no decision logged:\n{logs}"));
+    assert!(filter.contains("DEBUG"), "{filter}");
+    assert!(
+        filter.contains("verwalter::placement::decisions"),
+        "{filter}"
+    );
+    assert!(filter.contains(r#"kept=["node-1", "node-3"]"#), "{filter}");
+    assert!(
+        filter
+            .contains(r#"failed={"node-2": "Could not fit node for dimensions: missing (cpu: 2.0"#),
+        "{filter}"
+    );
+    let prioritize = logs
+        .lines()
+        .find(|l| l.contains("Prioritize decided."))
+        .unwrap_or_else(|| panic!("no decision logged:\n{logs}"));
+    // The scores of the recorded reply, as logged.
+    let reply: Vec<serde_json::Value> =
+        serde_json::from_str(&fixture("nodenames.prioritize.json")).unwrap();
+    let scores: Vec<String> = reply
+        .iter()
+        .map(|p| format!("({}, {})", p["Host"], p["Score"]))
+        .collect();
+    assert!(
+        prioritize.contains(&format!("scores=[{}]", scores.join(", "))),
+        "{prioritize}"
+    );
+    assert!(
+        logs.contains("loggers: urllib3 is not a wca logger verwalter has a counterpart for"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("RUST_LOG=info,verwalter::placement::decisions=debug"),
+        "{logs}"
+    );
+    drop(ext);
+
+    let (ext, _tmp) = start("  wca.scheduler: INFO\n");
+    assert_eq!(ext.post("/filter", &request).0, 200);
+    let logs = ext.logs();
+    assert!(!logs.contains("decided."), "{logs}");
+    assert!(!logs.contains("not applied"), "{logs}");
 }
 
 #[test]

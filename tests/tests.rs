@@ -32,7 +32,10 @@
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` until a snapshot file is
 //!   good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
-//!   errors, and the daemon serving it by its settings (with its limits); hostile clients:
+//!   errors, and the daemon serving it by its settings (with its limits); wca's `loggers:`
+//!   setting the log filter (decisions logged with their reasons, an unknown logger refused),
+//!   plain HTTP to its TLS port logged with the peer, a source failing before any data saying
+//!   nothing is loaded; hostile clients:
 //!   bodies trickled or idle keep-alive connections at the cap make room for a real request, an
 //!   oversized `Content-Length` gets 413 at once, a trickled body 408, bodies together within
 //!   the byte budget (503 past it).
