@@ -495,6 +495,19 @@ fn wcas_loggers_set_the_log_filter_and_decisions_are_logged_with_their_reasons()
         prioritize.contains(&format!("scores=[{}]", scores.join(", "))),
         "{prioritize}"
     );
+    // docs/placement.md shows these two lines.
+    let doc = include_str!("../docs/placement.md");
+    let block = &doc[doc
+        .find("```text\nDEBUG verwalter::placement::decisions:")
+        .expect("placement.md shows the decisions' log lines")
+        + "```text\n".len()..];
+    for shown in block[..block.find("```").unwrap()].lines() {
+        let found = logs.lines().any(|l| match shown.split_once("...") {
+            Some((head, _)) => l.contains(head),
+            None => l.ends_with(shown),
+        });
+        assert!(found, "{shown:?} not in:\n{logs}");
+    }
     assert!(
         logs.contains("loggers: urllib3 is not a wca logger verwalter has a counterpart for"),
         "{logs}"
