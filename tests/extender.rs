@@ -632,9 +632,13 @@ fn start_problems_are_named() {
 #[test]
 fn the_daemon_serves_the_extender_when_its_settings_say_so() {
     let (tmp, config_dir, storage) = util::example_site("minimal");
-    std::fs::copy(
-        fixtures().join("config.yaml"),
+    // With wca's `loggers:`, which the daemon does not apply (it says what to use instead).
+    std::fs::write(
         tmp.path().join("placement.yaml"),
+        format!(
+            "loggers: {{wca.scheduler: DEBUG}}\n{}",
+            fixture("config.yaml")
+        ),
     )
     .unwrap();
     std::fs::copy(
@@ -657,6 +661,15 @@ fn the_daemon_serves_the_extender_when_its_settings_say_so() {
     let port = wait_for(Duration::from_secs(10), || extender_port(&daemon.logs()))
         .unwrap_or_else(|| panic!("no extender line:\n{}", daemon.logs()));
     assert_ne!(port, daemon.port, "the extender has its own address");
+    assert!(
+        daemon.logs().contains(
+            "placement-extender.config: loggers: not applied by the daemon (its log filter is \
+             set before the settings are read); use RUST_LOG instead, e.g. \
+             RUST_LOG=info,verwalter::placement::decisions=debug"
+        ),
+        "{}",
+        daemon.logs()
+    );
     let (code, body) = http_post(
         port,
         "/filter",
