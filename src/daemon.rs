@@ -581,6 +581,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     tasks.spawn(Task::Actions, action_queue.clone().run(shutdown.clone()));
     // The Kubernetes scheduler extender, on its own address, when the settings ask for it.
     if let Some(setup) = &config.placement_extender {
+        if !setup.loggers.is_empty() {
+            tracing::warn!(
+                config = %setup.config.display(),
+                "placement-extender.config: loggers: not applied by the daemon (its log filter \
+                 is set before the settings are read); use RUST_LOG instead, e.g. \
+                 RUST_LOG=info,{}=debug",
+                verwalter_placement::loggers::DECISIONS_TARGET
+            );
+        }
         let store = crate::placement::store::SnapshotStore::new();
         // A quarter of the descriptors at most: the API takes up to half.
         let mut setup = setup.clone();

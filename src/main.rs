@@ -197,8 +197,34 @@ fn main() -> ExitCode {
             }
         },
         Some(Command::Extender(args)) => {
-            init_logs("info");
-            extender(&args)
+            // The config's `loggers:` (wca's) shape the log filter, so it is read first.
+            let setup = verwalter::placement::extender::ExtenderSetup::from_flags(&args);
+            let loggers = setup
+                .as_ref()
+                .map(|s| s.loggers.clone())
+                .unwrap_or_default();
+            let plan = verwalter_placement::loggers::plan(&loggers);
+            let rust_log = std::env::var_os("RUST_LOG").is_some();
+            let directives = if rust_log {
+                &[][..]
+            } else {
+                &plan.directives[..]
+            };
+            init_logs_with("info", None, directives);
+            if rust_log && !loggers.is_empty() {
+                tracing::warn!(
+                    "loggers: not applied: RUST_LOG is set and takes precedence over the \
+                     config's loggers"
+                );
+            } else {
+                for line in &plan.refused {
+                    tracing::warn!("{line}");
+                }
+                if !plan.directives.is_empty() {
+                    tracing::info!(filter = %plan.directives.join(","), "loggers: applied.");
+                }
+            }
+            extender(setup)
         }
         Some(Command::Graph(args)) => match &args.command {
             Some(verwalter::graph::builds::GraphSubcommand::Builds(command)) => {
@@ -377,7 +403,18 @@ fn init_logs(default: &str) {
 /// Logs to stderr at `default` (or `RUST_LOG`); with `id`, each line starts with it
 /// (`--log-id`, as verwalter 0.13 had it for several nodes logging to one place).
 fn init_logs_as(default: &str, id: Option<&str>) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    init_logs_with(default, id, &[]);
+}
+
+/// [`init_logs_as`] with `directives` (`target=level`) added to the filter.
+fn init_logs_with(default: &str, id: Option<&str>, directives: &[String]) {
+    let mut filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    for directive in directives {
+        match directive.parse() {
+            Ok(d) => filter = filter.add_directive(d),
+            Err(error) => eprintln!("log filter: {directive}: {error}"),
+        }
+    }
     // async-nats's debug lines show the server's URL whole, a password in it included: at most
     // info for it unless RUST_LOG names it.
     let named = std::env::var("RUST_LOG").is_ok_and(|f| f.contains("async_nats"));
@@ -495,9 +532,9 @@ where
 }
 
 /// `verwalter extender`: exit status 3 when it cannot start (as the daemon), 0 after a signal.
-fn extender(args: &verwalter::placement::extender::ExtenderFlags) -> ExitCode {
-    use verwalter::placement::extender::{ExtenderSetup, run};
-    let setup = match ExtenderSetup::from_flags(args) {
+fn extender(setup: Result<verwalter::placement::extender::ExtenderSetup, String>) -> ExitCode {
+    use verwalter::placement::extender::run;
+    let setup = match setup {
         Ok(setup) => setup,
         Err(problem) => {
             eprintln!("verwalter extender: {problem}");

@@ -504,6 +504,14 @@ fn check_loads_wca_scheduler_config_and_names_the_line_of_a_problem() {
         "{stdout}"
     );
 
+    // docs/running.md shows this output whole: the PromQL run for the algorithm's dimensions.
+    let doc = include_str!("../docs/running.md");
+    let command = "  verwalter check --placement-config config.yaml\n";
+    let shown = &doc[doc.find(command).expect("running.md shows the check") + command.len()..];
+    let shown = &shown[..shown.find("\n\n$ ").unwrap() + 1];
+    let path = wca.join("config.yaml").display().to_string();
+    assert_eq!(stdout.replace(&path, "config.yaml"), shown);
+
     // The same file without the environment wca's pod has: the unset !Env names its line.
     let (code, _, stderr) = check_placement(&wca.join("config.yaml"), &[]);
     assert_eq!(code, 1);

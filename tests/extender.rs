@@ -46,11 +46,18 @@ impl Extender {
     /// [`Extender::start`] with `RUST_LOG` set to `rust_log`.
     fn start_logging(dir: &Path, args: &[&str], rust_log: &str) -> Extender {
         let log = dir.join("extender.log");
-        let child = Command::new(BIN)
+        let mut command = Command::new(BIN);
+        command
             .arg("extender")
             .args(["--listen", "127.0.0.1:0"])
-            .args(args)
-            .env("RUST_LOG", rust_log)
+            .args(args);
+        // "" starts it without RUST_LOG (the config's `loggers:` then apply).
+        if rust_log.is_empty() {
+            command.env_remove("RUST_LOG");
+        } else {
+            command.env("RUST_LOG", rust_log);
+        }
+        let child = command
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log).unwrap())
             .spawn()
@@ -246,6 +253,13 @@ fn while_no_snapshot_is_loaded_filter_answers_an_error_then_decides_once_the_fil
             .contains("cannot read"),
         "{status}"
     );
+    // The log says what is true: nothing was ever loaded, so no "last good" one stays.
+    let logs = ext.logs();
+    assert!(
+        logs.contains("Cannot use the snapshot file; no snapshot loaded yet"),
+        "{logs}"
+    );
+    assert!(!logs.contains("last good"), "{logs}");
 
     // An invalid file: still not loaded, the problem shown with its line.
     replace_file(&snapshot, "node_capacities:\n  node-1: {gpu: 1}\n");
@@ -345,7 +359,12 @@ fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
         ),
         Some(1.0)
     );
-    assert!(ext.logs().contains("Cannot use the snapshot file"));
+    assert!(
+        ext.logs()
+            .contains("Cannot use the snapshot file; the last good snapshot stays."),
+        "{}",
+        ext.logs()
+    );
 
     // Fixed again: the error goes, the metric with it.
     replace_file(&snapshot, &nodes(16));
@@ -357,6 +376,171 @@ fn a_changed_snapshot_file_is_reloaded_and_a_bad_one_keeps_the_last_good() {
         !text.contains("verwalter_placement_source_failing{"),
         "{text}"
     );
+}
+
+/// A data provider whose Kubernetes API refuses connections from the start: the log says no
+/// data is loaded yet, not that the last good data is kept.
+#[test]
+fn a_source_failing_before_any_data_says_nothing_is_loaded() {
+    let tmp = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let config = tmp.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "algorithm: !Fit\n  data_provider: !ClusterDataProvider\n    kubeapi: !Kubeapi\n      \
+             host: http://127.0.0.1\n      port: {port}\n      client_token_path: {dir}/none\n",
+            dir = tmp.path().display()
+        ),
+    )
+    .unwrap();
+    let ext = Extender::start(tmp.path(), &["--config", config.to_str().unwrap()]);
+    ext.wait_status("the kubernetes error", |s| {
+        s["errors"]["kubernetes"].is_object()
+    });
+    let logs = ext.logs();
+    assert!(
+        logs.contains("placement data source failed; no placement data loaded yet"),
+        "{logs}"
+    );
+    assert!(!logs.contains("keeping the last good data"), "{logs}");
+}
+
+/// Plain HTTP sent to the extender's TLS port (kube-scheduler set up with `enableHTTPS: false`,
+/// say) is closed and logged at warn with the client's address, not dropped silently.
+#[test]
+fn plain_http_to_the_tls_port_is_logged_with_the_peer() {
+    let tmp = tempfile::tempdir().unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (cert_path, key_path) = (tmp.path().join("tls.crt"), tmp.path().join("tls.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    let ext = Extender::with_snapshot(
+        tmp.path(),
+        &fixtures().join("snapshot.yaml"),
+        &[
+            "--tls-cert",
+            cert_path.to_str().unwrap(),
+            "--tls-key",
+            key_path.to_str().unwrap(),
+        ],
+    );
+    let body = fixture("nodenames.request.json");
+    let mut stream = ext.send_raw(
+        &format!(
+            "POST /filter HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n",
+            body.len()
+        ),
+        body.as_bytes(),
+    );
+    let local = stream.local_addr().unwrap();
+    let mut reply = Vec::new();
+    let _ = stream.read_to_end(&mut reply);
+    let line = wait_for(Duration::from_secs(20), || {
+        ext.logs()
+            .lines()
+            .find(|l| l.contains("Plain HTTP (or another protocol) sent to the TLS port"))
+            .map(str::to_owned)
+    })
+    .unwrap_or_else(|| panic!("no log line:\n{}", ext.logs()));
+    assert!(line.contains("WARN"), "{line}");
+    assert!(line.contains(&format!("peer={local}")), "{line}");
+}
+
+/// wca's `loggers:` take effect: `wca.scheduler: DEBUG` logs each decision with its reasons;
+/// a logger verwalter has no counterpart for is refused with a line saying what to use; without
+/// it (`INFO`), no decision is logged.
+#[test]
+fn wcas_loggers_set_the_log_filter_and_decisions_are_logged_with_their_reasons() {
+    let request = fixture("nodenames.request.json");
+    let start = |loggers: &str| {
+        let tmp = tempfile::tempdir().unwrap();
+        let config = tmp.path().join("config.yaml");
+        std::fs::write(
+            &config,
+            format!("loggers:\n{loggers}algorithm: !LeastUsedBAR\n  dimensions: [cpu, mem]\n"),
+        )
+        .unwrap();
+        let snapshot = fixtures().join("snapshot.yaml");
+        let args = [
+            "--config",
+            config.to_str().unwrap(),
+            "--snapshot",
+            snapshot.to_str().unwrap(),
+        ];
+        (Extender::start_logging(tmp.path(), &args, ""), tmp)
+    };
+
+    let (ext, _tmp) = start("  wca.scheduler: DEBUG\n  urllib3: INFO\n");
+    // The line is written before the reply is sent.
+    assert_eq!(ext.post("/filter", &request).0, 200);
+    assert_eq!(ext.post("/prioritize", &request).0, 200);
+    let logs = ext.logs();
+    let filter = logs
+        .lines()
+        .find(|l| l.contains("Filter decided."))
+        .unwrap_or_else(|| panic!("no decision logged:\n{logs}"));
+    assert!(filter.contains("DEBUG"), "{filter}");
+    assert!(
+        filter.contains("verwalter::placement::decisions"),
+        "{filter}"
+    );
+    assert!(filter.contains(r#"kept=["node-1", "node-3"]"#), "{filter}");
+    assert!(
+        filter
+            .contains(r#"failed={"node-2": "Could not fit node for dimensions: missing (cpu: 2.0"#),
+        "{filter}"
+    );
+    let prioritize = logs
+        .lines()
+        .find(|l| l.contains("Prioritize decided."))
+        .unwrap_or_else(|| panic!("no decision logged:\n{logs}"));
+    // The scores of the recorded reply, as logged.
+    let reply: Vec<serde_json::Value> =
+        serde_json::from_str(&fixture("nodenames.prioritize.json")).unwrap();
+    let scores: Vec<String> = reply
+        .iter()
+        .map(|p| format!("({}, {})", p["Host"], p["Score"]))
+        .collect();
+    assert!(
+        prioritize.contains(&format!("scores=[{}]", scores.join(", "))),
+        "{prioritize}"
+    );
+    // docs/placement.md shows these two lines.
+    let doc = include_str!("../docs/placement.md");
+    let block = &doc[doc
+        .find("```text\nDEBUG verwalter::placement::decisions:")
+        .expect("placement.md shows the decisions' log lines")
+        + "```text\n".len()..];
+    for shown in block[..block.find("```").unwrap()].lines() {
+        let found = logs.lines().any(|l| match shown.split_once("...") {
+            Some((head, _)) => l.contains(head),
+            None => l.ends_with(shown),
+        });
+        assert!(found, "{shown:?} not in:\n{logs}");
+    }
+    assert!(
+        logs.contains("loggers: urllib3 is not a wca logger verwalter has a counterpart for"),
+        "{logs}"
+    );
+    assert!(
+        logs.contains("RUST_LOG=info,verwalter::placement::decisions=debug"),
+        "{logs}"
+    );
+    drop(ext);
+
+    let (ext, _tmp) = start("  wca.scheduler: INFO\n");
+    assert_eq!(ext.post("/filter", &request).0, 200);
+    let logs = ext.logs();
+    assert!(!logs.contains("decided."), "{logs}");
+    assert!(!logs.contains("not applied"), "{logs}");
 }
 
 #[test]
@@ -466,9 +650,13 @@ fn start_problems_are_named() {
 #[test]
 fn the_daemon_serves_the_extender_when_its_settings_say_so() {
     let (tmp, config_dir, storage) = util::example_site("minimal");
-    std::fs::copy(
-        fixtures().join("config.yaml"),
+    // With wca's `loggers:`, which the daemon does not apply (it says what to use instead).
+    std::fs::write(
         tmp.path().join("placement.yaml"),
+        format!(
+            "loggers: {{wca.scheduler: DEBUG}}\n{}",
+            fixture("config.yaml")
+        ),
     )
     .unwrap();
     std::fs::copy(
@@ -491,6 +679,15 @@ fn the_daemon_serves_the_extender_when_its_settings_say_so() {
     let port = wait_for(Duration::from_secs(10), || extender_port(&daemon.logs()))
         .unwrap_or_else(|| panic!("no extender line:\n{}", daemon.logs()));
     assert_ne!(port, daemon.port, "the extender has its own address");
+    assert!(
+        daemon.logs().contains(
+            "placement-extender.config: loggers: not applied by the daemon (its log filter is \
+             set before the settings are read); use RUST_LOG instead, e.g. \
+             RUST_LOG=info,verwalter::placement::decisions=debug"
+        ),
+        "{}",
+        daemon.logs()
+    );
     let (code, body) = http_post(
         port,
         "/filter",

@@ -544,7 +544,7 @@ async fn https_kubernetes_and_prometheus_make_the_snapshot_and_a_bound_pod_count
     assert_eq!(
         snap.apps_spec["redis"],
         BTreeMap::from([
-            (Dim::Cpu, 1.0),
+            (Dim::Cpu, 1.9),
             (Dim::Mem, 4.0),
             (Dim::MembwRead, 10.0),
             (Dim::MembwWrite, 5.0)
@@ -1075,7 +1075,7 @@ async fn a_real_prometheus_scraping_an_exporter_feeds_the_snapshot() {
     assert_eq!(
         snap.apps_spec["redis"],
         BTreeMap::from([
-            (Dim::Cpu, 2.0),
+            (Dim::Cpu, 2.5),
             (Dim::Mem, 3.0),
             (Dim::MembwRead, 12.0),
             (Dim::MembwWrite, 6.0)
@@ -1087,6 +1087,163 @@ async fn a_real_prometheus_scraping_an_exporter_feeds_the_snapshot() {
     assert!(!snap.is_pmem("n1"), "pmem_mode 0 is filtered by `!= 0`");
     assert_eq!(snap.nodes["n2"].platform_dram_hit_ratio, Some(0.875));
     assert_eq!(snap.count("n1", "redis"), 1);
+    shutdown.cancel();
+    drop(real);
+}
+
+/// An exporter with wca's raw metrics (bytes, as wca's agent reports them) and series of
+/// kube-state-metrics' names and shape (`kube_pod_container_resource_requests` per container,
+/// `kube_pod_labels` with `label_app` as `--metric-labels-allowlist=pods=[app]` gives it).
+async fn wca_and_kube_state_metrics_exporter() -> String {
+    let req = |ns: &str, pod: &str, container: &str, resource: &str, unit: &str, v: &str| {
+        format!(
+            "kube_pod_container_resource_requests{{namespace=\"{ns}\",pod=\"{pod}\",\
+             uid=\"uid-{pod}\",container=\"{container}\",node=\"n1\",resource=\"{resource}\",\
+             unit=\"{unit}\"}} {v}\n"
+        )
+    };
+    let mut text = String::from(
+        "# TYPE task_requested_cpus gauge\n\
+         task_requested_cpus{app=\"redis\"} 2\n\
+         # TYPE task_requested_mem_bytes gauge\n\
+         task_requested_mem_bytes{app=\"redis\"} 4294967296\n\
+         # TYPE kube_pod_container_resource_requests gauge\n",
+    );
+    for (pod, container, cpu, mem) in [
+        ("redis-1", "redis", "0.5", "1073741824"),
+        ("redis-1", "sidecar", "0.25", "268435456"),
+        ("redis-2", "redis", "0.5", "2147483648"),
+        ("web-1", "web", "1", "536870912"),
+    ] {
+        text += &req("default", pod, container, "cpu", "core", cpu);
+        text += &req("default", pod, container, "memory", "byte", mem);
+    }
+    text += &req("kube-system", "coredns-1", "coredns", "cpu", "core", "8");
+    text += "# TYPE kube_pod_labels gauge\n";
+    for (ns, pod, app) in [
+        ("default", "redis-1", Some("redis")),
+        ("default", "redis-2", Some("redis")),
+        ("default", "web-1", Some("web")),
+        ("kube-system", "coredns-1", None),
+    ] {
+        let label = app.map_or(String::new(), |a| format!(",label_app=\"{a}\""));
+        text += &format!(
+            "kube_pod_labels{{namespace=\"{ns}\",pod=\"{pod}\",uid=\"uid-{pod}\"{label}}} 1\n"
+        );
+    }
+    text
+}
+
+/// Against a real `prometheus`: wca's default queries answer in GB, so a pod asking 4 GiB fits
+/// a node of 16 GB (before, every node refused it: `missing (mem: 4294967262.0)`); and
+/// `examples/kube-state-metrics/placement.yaml`, loaded as written, reads the apps' requests from
+/// kube-state-metrics' series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_answers_the_default_and_the_kube_state_metrics_queries_in_gb() {
+    let Some(binary) = prometheus_binary() else {
+        if std::env::var_os("CI").is_some() {
+            panic!("prometheus is not installed (make prometheus-deps installs Debian's package)");
+        }
+        eprintln!(
+            "\n\n*** SKIPPED a_real_prometheus_answers_the_default_and_the_kube_state_metrics_\
+             queries_in_gb: no prometheus binary (run `make prometheus-deps`, or set PROMETHEUS) ***\n\n"
+        );
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (exporter_addr, _) =
+        serve(Router::new().route("/metrics", get(wca_and_kube_state_metrics_exporter))).await;
+    let real = start_prometheus(&binary, dir.path(), exporter_addr);
+    let kube = KubeDouble::new(false);
+    let (kube_addr, _) = serve(kube.router()).await;
+    let shutdown = CancellationToken::new();
+
+    // wca's default queries.
+    let dims = [Dim::Cpu, Dim::Mem];
+    let provider = DataProvider {
+        kind: ProviderKind::Cluster,
+        prometheus: Some(prometheus(real.port, 5.0, None)),
+        kubeapi: Some(kubeapi(
+            "http://127.0.0.1",
+            kube_addr.port(),
+            dir.path(),
+            None,
+        )),
+        queries: Queries::default(),
+    };
+    let store = SnapshotStore::new();
+    spawn_sources(
+        &provider,
+        &dims,
+        store.clone(),
+        settings(Duration::from_millis(100)),
+        shutdown.clone(),
+    );
+    let view = wait_for(&store, "redis's requests through prometheus", |v| {
+        v.snapshot
+            .as_ref()
+            .is_some_and(|s| s.apps_spec.contains_key("redis"))
+    })
+    .await;
+    let snap = view.snapshot.as_ref().unwrap();
+    assert_eq!(
+        snap.apps_spec["redis"],
+        BTreeMap::from([(Dim::Cpu, 2.0), (Dim::Mem, 4294967296.0 / 1e9)])
+    );
+    assert_eq!(snap.node_capacities["n1"][&Dim::Mem], 16.0, "16318504Ki");
+    let fit = verwalter_placement::Algorithm::new(verwalter_placement::Kind::Fit {
+        cpu_scale_factor: 1.0,
+    });
+    let result = fit
+        .filter(snap, "redis", &["n1".to_string(), "n2".to_string()])
+        .unwrap();
+    assert_eq!(result.nodes, ["n1", "n2"], "{:?}", result.failed);
+
+    // The kube-state-metrics example, as written.
+    let yaml = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/kube-state-metrics/placement.yaml"),
+    )
+    .unwrap();
+    let kube_port = kube_addr.port().to_string();
+    let prom_port = real.port.to_string();
+    let config = verwalter_placement::config::load_config(&yaml, |name| match name {
+        "KUBERNETES_SERVICE_HOST" => Some("http://127.0.0.1".into()),
+        "KUBERNETES_SERVICE_PORT" => Some(kube_port.clone()),
+        "PROMETHEUS_URL" => Some("http://127.0.0.1".into()),
+        "PROMETHEUS_PORT" => Some(prom_port.clone()),
+        _ => None,
+    })
+    .unwrap();
+    let loaded = &config.algorithms[verwalter_placement::config::SINGLE_ALGORITHM];
+    let store = SnapshotStore::new();
+    spawn_sources(
+        loaded.data_provider.as_ref().unwrap(),
+        &loaded.algorithm.dimensions,
+        store.clone(),
+        settings(Duration::from_millis(100)),
+        shutdown.clone(),
+    );
+    let view = wait_for(
+        &store,
+        "kube-state-metrics' requests through prometheus",
+        |v| v.snapshot.as_ref().is_some_and(|s| s.apps_spec.len() == 2),
+    )
+    .await;
+    let snap = view.snapshot.as_ref().unwrap();
+    assert_eq!(
+        snap.apps_spec["redis"],
+        BTreeMap::from([(Dim::Cpu, 0.75), (Dim::Mem, 2147483648.0 / 1e9)]),
+        "the larger pod of the app, its containers summed"
+    );
+    assert_eq!(
+        snap.apps_spec["web"],
+        BTreeMap::from([(Dim::Cpu, 1.0), (Dim::Mem, 536870912.0 / 1e9)])
+    );
+    let result = loaded
+        .algorithm
+        .filter(snap, "redis", &["n1".to_string(), "n2".to_string()])
+        .unwrap();
+    assert_eq!(result.nodes, ["n1", "n2"], "{:?}", result.failed);
     shutdown.cancel();
     drop(real);
 }
@@ -1138,7 +1295,7 @@ async fn the_extender_decides_on_what_the_kubernetes_api_and_prometheus_report()
         ext.wait_status("loaded from the sources", |s| s["loaded"] == true);
         let (code, body) = ext.post("/filter", request);
         assert_eq!(code, 200, "{body}");
-        // redis asks 1 CPU (Prometheus' 1.9, truncated as wca does) and 4 GB; m1 is a master
+        // redis asks 1.9 CPUs (as Prometheus answers, wca's `float(value)`) and 4 GB; m1 is a master
         // and not in the snapshot.
         assert_eq!(
             body,
@@ -1148,7 +1305,7 @@ async fn the_extender_decides_on_what_the_kubernetes_api_and_prometheus_report()
             ext.port(),
             r#"verwalter_placement_node_used{node="n1",resource="cpu"}"#,
         );
-        assert_eq!(used, Some(1.0), "u1 runs on n1");
+        assert_eq!(used, Some(1.9), "u1 runs on n1");
         assert!(
             util::metric(
                 ext.port(),
@@ -1176,11 +1333,11 @@ async fn the_extender_decides_on_what_the_kubernetes_api_and_prometheus_report()
                 ext.port(),
                 r#"verwalter_placement_node_used{node="n1",resource="cpu"}"#,
             )
-            .filter(|&n| n == 2.0)
+            .filter(|&n| n == 3.8)
         });
         assert_eq!(
             used,
-            Some(2.0),
+            Some(3.8),
             "the bound pod counts at once:\n{}",
             ext.logs()
         );

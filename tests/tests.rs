@@ -32,7 +32,10 @@
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
-//!   errors, and the daemon serving it by its settings (with its limits); hostile clients:
+//!   errors, and the daemon serving it by its settings (with its limits); wca's `loggers:`
+//!   setting the log filter (decisions logged with their reasons, an unknown logger refused),
+//!   plain HTTP to its TLS port logged with the peer, a source failing before any data saying
+//!   nothing is loaded; hostile clients:
 //!   bodies trickled or idle keep-alive connections at the cap make room for a real request, an
 //!   oversized `Content-Length` gets 413 at once, a trickled body 408, bodies together within
 //!   the byte budget (503 past it).
@@ -127,7 +130,8 @@
 //!   snapshot as wca reads it, a pod bound by kube-scheduler counted from the watch before the
 //!   next list, a 410 relisting, a broken watch reopened, failures (500, garbage, timeout,
 //!   connection refused, wrong token or CA) reported with the last good snapshot kept; and a
-//!   real `prometheus` scraping an exporter the test serves.
+//!   real `prometheus` scraping an exporter the test serves: wca's default queries answering in
+//!   GB, and `examples/kube-state-metrics/placement.yaml` on kube-state-metrics' series.
 //! - `upgrade`: a storage dir and log dir laid out by hand as verwalter 0.13 leaves them: its
 //!   schedule is the first run's parent and kept as a backup, its backups join ours and
 //!   retention goes on counting them, the deployment log continues the same index and segments,

@@ -206,30 +206,50 @@ pub struct Queries {
 }
 
 impl Default for Queries {
+    /// wca's default metrics, each answer in verwalter's units ([`unit_of`]): CPU in cores,
+    /// memory and WSS in GB, bandwidth in GB/s, as the Kubernetes API's node capacities (whole
+    /// GB) and the DRAM bandwidth default (200 GB/s) are. wca's metrics count bytes, so the
+    /// queries divide by 1e9 (wca's own default queries answered bytes, and a pod's request of
+    /// 4 GiB came back as 4294967296 against a node's 16 GB: every node refused every pod).
     fn default() -> Queries {
         let per_app = |metric: &str| format!("max(max_over_time({metric}[3h])) by (app)");
+        let per_app_gb = |metric: &str| format!("{} / 1e9", per_app(metric));
         Queries {
             nodes_pmm_memory_mode: "sum(platform_mem_mode_size_bytes) by (nodename) != 0".into(),
             membw_capacity_read:
-                "sum(platform_nvdimm_read_bandwidth_bytes_per_second) by (nodename)".into(),
+                "sum(platform_nvdimm_read_bandwidth_bytes_per_second) by (nodename) / 1e9".into(),
             membw_capacity_write:
-                "sum(platform_nvdimm_write_bandwidth_bytes_per_second) by (nodename)".into(),
+                "sum(platform_nvdimm_write_bandwidth_bytes_per_second) by (nodename) / 1e9".into(),
             node_capacity_mem_wss:
-                "sum(platform_dimm_total_size_bytes{dimm_type=\"ram\"}) by (nodename)".into(),
+                "sum(platform_dimm_total_size_bytes{dimm_type=\"ram\"}) by (nodename) / 1e9".into(),
             node_capacity_dram_membw: None,
             app_requested_resources: BTreeMap::from([
                 (Dim::Cpu, per_app("task_requested_cpus")),
-                (Dim::Mem, per_app("task_requested_mem_bytes")),
-                (Dim::MembwRead, per_app("task_membw_reads_bytes_per_second")),
+                (Dim::Mem, per_app_gb("task_requested_mem_bytes")),
+                (
+                    Dim::MembwRead,
+                    per_app_gb("task_membw_reads_bytes_per_second"),
+                ),
                 (
                     Dim::MembwWrite,
-                    per_app("task_membw_writes_bytes_per_second"),
+                    per_app_gb("task_membw_writes_bytes_per_second"),
                 ),
-                (Dim::Wss, per_app("task_wss_referenced_bytes")),
+                (Dim::Wss, per_app_gb("task_wss_referenced_bytes")),
             ]),
             node_capacity_resources: BTreeMap::new(),
             nodes_dram_hit_ratio: "platform_dram_hit_ratio".into(),
         }
+    }
+}
+
+/// The unit every source answers `dim` in: what the Kubernetes API's capacities are converted
+/// to and what the default queries return. A query of one's own must answer in it too (divide
+/// bytes by 1e9 in the PromQL).
+pub fn unit_of(dim: Dim) -> &'static str {
+    match dim {
+        Dim::Cpu => "cores",
+        Dim::Mem | Dim::Wss => "GB",
+        Dim::MembwRead | Dim::MembwWrite | Dim::MembwFlat => "GB/s",
     }
 }
 
@@ -1252,7 +1272,8 @@ fn describe_kubeapi(k: &Kubeapi) -> String {
     )
 }
 
-fn describe_provider(dp: &DataProvider) -> Vec<String> {
+/// A data provider; with `dims` (an algorithm's dimensions), the PromQL it runs for them.
+fn describe_provider(dp: &DataProvider, dims: Option<&[Dim]>) -> Vec<String> {
     let tag = match dp.kind {
         ProviderKind::Cluster => "ClusterDataProvider",
         ProviderKind::ClusterScore => "ClusterScoreDataProvider",
@@ -1274,16 +1295,39 @@ fn describe_provider(dp: &DataProvider) -> Vec<String> {
     if let Some(k) = &dp.kubeapi {
         lines.push(format!("  {}", describe_kubeapi(k)));
     }
-    let dims =
-        |m: &BTreeMap<Dim, String>| m.keys().map(|d| d.name()).collect::<Vec<_>>().join(", ");
-    lines.push(format!(
-        "  app requests queried for: {}",
-        dims(&dp.queries.app_requested_resources)
-    ));
+    let Some(dims) = dims else {
+        lines.push("  not queried by verwalter (wca's mutating webhook reads it)".into());
+        return lines;
+    };
+    if dp.prometheus.is_none() {
+        lines.push(
+            "  no Prometheus: no queries (nodes count as DRAM nodes, apps have no requests)".into(),
+        );
+        return lines;
+    }
+    match crate::sources::plan_queries(dp.kind, &dp.queries, dims) {
+        Ok(plan) => {
+            lines.push(format!(
+                "  PromQL run every refresh ({} queries):",
+                plan.len()
+            ));
+            for q in plan {
+                lines.push(format!("    {}: {}", q.kind.describe(), q.promql));
+            }
+        }
+        Err(e) => lines.push(format!("  PromQL: cannot run: {e}")),
+    }
     if !dp.queries.node_capacity_resources.is_empty() {
+        let given: Vec<&str> = dp
+            .queries
+            .node_capacity_resources
+            .keys()
+            .map(|d| d.name())
+            .collect();
         lines.push(format!(
-            "  node capacities queried for: {}",
-            dims(&dp.queries.node_capacity_resources)
+            "  NODE_CAPACITY_RESOURCES_QUERY_MAP ({}): read, not queried (node bandwidth and WSS \
+             come from MEMBW_CAPACITY_READ, MEMBW_CAPACITY_WRITE, NODE_CAPACITY_MEM_WSS)",
+            given.join(", ")
         ));
     }
     lines
@@ -1307,7 +1351,11 @@ pub fn describe(config: &Config) -> String {
         }
         lines.push(line);
         if let Some(dp) = &loaded.data_provider {
-            lines.extend(describe_provider(dp).into_iter().map(|l| format!("  {l}")));
+            lines.extend(
+                describe_provider(dp, Some(&a.dimensions))
+                    .into_iter()
+                    .map(|l| format!("  {l}")),
+            );
         } else {
             lines.push("  no data provider (the data comes from elsewhere)".into());
         }
@@ -1316,7 +1364,7 @@ pub fn describe(config: &Config) -> String {
         lines.push(format!("kubeapi: {}", describe_kubeapi(k)));
     }
     if let Some(dp) = &config.data_provider {
-        let mut provider = describe_provider(dp);
+        let mut provider = describe_provider(dp, None);
         provider[0] = format!("data_provider: {}", provider[0]);
         lines.extend(provider);
     }
@@ -1324,9 +1372,20 @@ pub fn describe(config: &Config) -> String {
         "monitored_namespaces: {}",
         config.monitored_namespaces.join(", ")
     ));
-    lines.push(match config.reschedule_interval {
-        Some(every) => format!("reschedule_interval: {} s", every.as_secs_f64()),
-        None => "reschedule_interval: off".into(),
+    let score = config
+        .algorithms
+        .values()
+        .any(|a| matches!(a.algorithm.kind, Kind::Score { .. }));
+    lines.push(match (config.reschedule_interval, score) {
+        (Some(every), true) => format!(
+            "reschedule_interval: {} s (Score's moves, shown in /status; nothing is deleted)",
+            every.as_secs_f64()
+        ),
+        (Some(every), false) => format!(
+            "reschedule_interval: {} s, not used: only Score reschedules",
+            every.as_secs_f64()
+        ),
+        (None, _) => "reschedule_interval: off".into(),
     });
     if !config.loggers.is_empty() {
         let loggers: Vec<String> = config
@@ -1762,6 +1821,66 @@ algorithms:
                 .unwrap()
         };
         assert_eq!(kube.url(), "http://127.0.0.1:8001", "kubectl proxy");
+    }
+
+    #[test]
+    fn describe_prints_the_promql_run_for_the_dimensions_in_use_only() {
+        let yaml = "\
+reschedule_interval: 5
+algorithm: !Fit
+  dimensions: [cpu, mem]
+  data_provider: !ClusterDataProvider
+    prometheus: !Prometheus {host: http://p, port: 9090}
+    queries: !Queries
+      APP_REQUESTED_RESOURCES_QUERY_MAP: {cpu: 'app_req{dim=\"cpu\"}'}
+";
+        let text = describe(&load_config(yaml, env).unwrap());
+        let d = Queries::default();
+        for line in [
+            "    PromQL run every refresh (3 queries):".to_string(),
+            "      app requests cpu, cores (APP_REQUESTED_RESOURCES_QUERY_MAP): app_req{dim=\"cpu\"}"
+                .to_string(),
+            format!(
+                "      app requests mem, GB (APP_REQUESTED_RESOURCES_QUERY_MAP): {}",
+                d.app_requested_resources[&Dim::Mem]
+            ),
+            format!(
+                "      DRAM hit ratio (NODES_DRAM_HIT_RATIO): {}",
+                d.nodes_dram_hit_ratio
+            ),
+            "reschedule_interval: 5 s, not used: only Score reschedules".to_string(),
+        ] {
+            assert!(text.contains(&line), "{line:?} not in:\n{text}");
+        }
+        for absent in ["membw", "wss", "NODES_PMM_MEMORY_MODE", "queried for"] {
+            assert!(!text.contains(absent), "{absent:?} in:\n{text}");
+        }
+        // Score reschedules: the interval is in use; bandwidth and WSS bring their queries.
+        let text = describe(&load_config(WCA_EXAMPLES[8].1, kube_env).unwrap());
+        assert!(
+            text.contains("reschedule_interval: 5 s, not used: only Score reschedules"),
+            "wca's newest example runs LeastUsedBAR:\n{text}"
+        );
+        assert!(
+            text.contains("NODE_CAPACITY_RESOURCES_QUERY_MAP (wss): read, not queried"),
+            "{text}"
+        );
+        let score = load_config("reschedule_interval: 5\nalgorithm: !Score\n", env).unwrap();
+        assert!(
+            describe(&score).contains("reschedule_interval: 5 s (Score's moves"),
+            "{}",
+            describe(&score)
+        );
+        let text = describe(&load_config(WCA_EXAMPLES[0].1, kube_env).unwrap());
+        for line in [
+            "      PMEM nodes (NODES_PMM_MEMORY_MODE): ",
+            "      PMEM nodes' read bandwidth, GB/s (MEMBW_CAPACITY_READ): ",
+            "      PMEM nodes' WSS, GB (NODE_CAPACITY_MEM_WSS): ",
+            "      app requests wss, GB (APP_REQUESTED_RESOURCES_QUERY_MAP): ",
+            "      node types (Score): node_type",
+        ] {
+            assert!(text.contains(line), "{line:?} not in:\n{text}");
+        }
     }
 
     #[test]

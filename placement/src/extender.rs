@@ -386,11 +386,17 @@ pub fn prioritize(
         Ok(scores) => {
             let ceiling = score_ceiling(algorithm);
             Decision {
+                // A node without a known capacity scores the lowest, 0: filter refuses it, and
+                // the algorithms would take each of its fractions as 1 (wca fails the request).
                 reply: scores
                     .into_iter()
                     .map(|(host, raw)| HostPriority {
+                        score: if snapshot.node_capacities.contains_key(&host) {
+                            kube_score(raw, ceiling)
+                        } else {
+                            0
+                        },
                         host,
-                        score: kube_score(raw, ceiling),
                     })
                     .collect(),
                 verdict: Verdict::Decided,

@@ -8,6 +8,7 @@
 //! - [`config`]: [`config::load_config`] reads a YAML config with wca's tags (wca's
 //!   `config.yaml` or our `algorithms:` form) into algorithms and the other top-level settings.
 //! - [`extender`]: the Kubernetes scheduler extender's wire types and replies.
+//! - [`loggers`]: wca's `loggers:` as log filter directives.
 //! - [`simulate`]: [`place`] (filter, prioritize, pick one node) and the cluster simulator that
 //!   reports placement quality.
 //! - [`reschedule`]: Score's reschedule hook, the running instances that should move.
@@ -20,6 +21,7 @@ pub mod algorithms;
 pub mod config;
 pub mod experiment;
 pub mod extender;
+pub mod loggers;
 pub mod placer;
 pub mod report;
 pub mod reschedule;

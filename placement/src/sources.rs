@@ -9,7 +9,7 @@
 //!   [`plan_queries`] says which queries a provider runs for the algorithm's dimensions and
 //!   [`PromData::read`] interprets their results.
 //! - [`combine`] puts both together as wca does (DRAM nodes 200/200 bandwidth, PMEM nodes'
-//!   bandwidth and WSS from the queries, requests truncated to integers).
+//!   bandwidth and WSS from the queries truncated to integers, requests as they come).
 //!
 //! Where wca would crash on odd input (a node without a memory capacity, a series without the
 //! label the query groups by) the whole answer is refused with a [`SourceError`] naming the
@@ -643,6 +643,33 @@ pub enum QueryKind {
     NodeTypes,
 }
 
+impl QueryKind {
+    /// What the query gives, with its unit, as `verwalter check --placement-config` shows it.
+    pub fn describe(self) -> String {
+        use crate::config::unit_of;
+        match self {
+            QueryKind::PmemNodes => "PMEM nodes (NODES_PMM_MEMORY_MODE)".into(),
+            QueryKind::MembwCapacityRead => {
+                "PMEM nodes' read bandwidth, GB/s (MEMBW_CAPACITY_READ)".into()
+            }
+            QueryKind::MembwCapacityWrite => {
+                "PMEM nodes' write bandwidth, GB/s (MEMBW_CAPACITY_WRITE)".into()
+            }
+            QueryKind::NodeCapacityWss => "PMEM nodes' WSS, GB (NODE_CAPACITY_MEM_WSS)".into(),
+            QueryKind::NodeCapacityDramMembw => {
+                "DRAM nodes' bandwidth, GB/s (NODE_CAPACITY_DRAM_MEMBW)".into()
+            }
+            QueryKind::AppRequest(dim) => format!(
+                "app requests {dim}, {} (APP_REQUESTED_RESOURCES_QUERY_MAP)",
+                unit_of(dim)
+            ),
+            QueryKind::DramHitRatio => "DRAM hit ratio (NODES_DRAM_HIT_RATIO)".into(),
+            QueryKind::AppProfiles => "app profiles (Score)".into(),
+            QueryKind::NodeTypes => "node types (Score)".into(),
+        }
+    }
+}
+
 /// A query to run, and why.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedQuery {
@@ -713,7 +740,8 @@ pub struct PromData {
     pub wss: BTreeMap<String, f64>,
     /// From `NODE_CAPACITY_DRAM_MEMBW` when configured.
     pub dram_membw: BTreeMap<String, f64>,
-    /// `{app: {dim: request}}`, truncated to integers as wca does.
+    /// `{app: {dim: request}}`, as the queries answer them (wca takes `float(value)`: a request
+    /// of 0.5 cores or 0.25 GB must not become 0).
     pub app_requests: BTreeMap<String, BTreeMap<Dim, f64>>,
     pub dram_hit_ratio: BTreeMap<String, f64>,
     pub app_profiles: BTreeMap<String, f64>,
@@ -778,7 +806,7 @@ impl PromData {
                         let Some(app) = s.metric.get(APP_LABEL) else {
                             continue;
                         };
-                        let v = finite(q, s)?.trunc();
+                        let v = finite(q, s)?;
                         data.app_requests
                             .entry(app.clone())
                             .or_default()

@@ -690,7 +690,10 @@ pub async fn serve_on(
                             let io = watched.over(stream);
                             connection(&builder, io, service, &close, &shutdown).await
                         }
-                        Ok(Err(error)) => Err(format!("TLS handshake failed: {error}")),
+                        Ok(Err(error)) => {
+                            log_failed_handshake(&error, peer);
+                            return;
+                        }
                         Err(_) => Err("TLS handshake timed out".into()),
                     }
                 }
@@ -705,6 +708,29 @@ pub async fn serve_on(
         while tasks.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// Says why a TLS handshake failed, so that a client set up wrongly is seen: plain HTTP sent to
+/// the TLS port (a first byte that is no TLS record type, as `POST` is not) at warn, another
+/// TLS error (a protocol or certificate the server does not take) at info, a connection closed
+/// before a complete hello (a TCP probe, a port scan) at debug.
+fn log_failed_handshake(error: &io::Error, peer: std::net::SocketAddr) {
+    let tls = error
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<rustls::Error>());
+    match tls {
+        Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) => {
+            tracing::warn!(
+                %peer,
+                "Plain HTTP (or another protocol) sent to the TLS port; the connection is closed. \
+                 The client must use https:// (kube-scheduler: enableHTTPS: true)."
+            );
+        }
+        Some(tls) => {
+            tracing::info!(%peer, error = %tls, "TLS handshake failed; the connection is closed.")
+        }
+        None => tracing::debug!(%peer, %error, "TLS handshake did not complete."),
+    }
 }
 
 /// Serves one connection until it ends, `close` (to make room) or `shutdown` (then requests in

@@ -28,6 +28,7 @@ use verwalter_controllers::access::BodyRefusal;
 use verwalter_placement::Algorithm;
 use verwalter_placement::config::{DataProvider, LoadedAlgorithm};
 use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};
+use verwalter_placement::loggers::DECISIONS_TARGET;
 use verwalter_placement::snapshot;
 
 use super::refresh::RefreshSettings;
@@ -178,6 +179,8 @@ pub struct ExtenderSetup {
     /// Connections and request bodies (`max_connections` as given: the caller caps it by the
     /// descriptor limit).
     pub limits: ExtenderLimits,
+    /// The config's `loggers:` (wca's), for the log filter ([`verwalter_placement::loggers`]).
+    pub loggers: BTreeMap<String, String>,
 }
 
 impl ExtenderSetup {
@@ -192,9 +195,9 @@ impl ExtenderSetup {
         let limits = ExtenderLimits::from_flags(flags, prefix)?;
         let text = super::input::read_text_capped(&flags.config, super::input::MAX_CONFIG_BYTES)
             .map_err(|e| format!("{}: cannot read: {e}", flags.config.display()))?;
-        let algorithms = verwalter_placement::config::load(&text, |n| std::env::var(n).ok())
+        let config = verwalter_placement::config::load_config(&text, |n| std::env::var(n).ok())
             .map_err(|e| format!("{}: {e}", flags.config.display()))?;
-        let (name, loaded) = choose(&algorithms, flags.algorithm.as_deref())
+        let (name, loaded) = choose(&config.algorithms, flags.algorithm.as_deref())
             .map_err(|e| format!("{}: {e}", flags.config.display()))?;
         Ok(ExtenderSetup {
             listen: flags.listen,
@@ -210,6 +213,7 @@ impl ExtenderSetup {
             },
             tls: flags.tls_cert.clone().zip(flags.tls_key.clone()),
             limits,
+            loggers: config.loggers.clone(),
         })
     }
 }
@@ -516,6 +520,16 @@ async fn filter(State(state): State<Arc<Extender>>, request: axum::extract::Requ
     within_limits(&state, Verb::Filter, request, |state, view, args| {
         let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
         let d = wire::filter(&state.algorithm, snapshot, usage, args, &state.namespaces);
+        if d.verdict == Verdict::Decided {
+            tracing::debug!(
+                target: DECISIONS_TARGET,
+                pod = args.pod.name(),
+                app = args.pod.app(),
+                kept = ?d.reply.node_names,
+                failed = ?d.reply.failed_nodes,
+                "Filter decided."
+            );
+        }
         (json_response(&d.reply), d.verdict)
     })
     .await
@@ -528,6 +542,15 @@ async fn prioritize(
     within_limits(&state, Verb::Prioritize, request, |state, view, args| {
         let (snapshot, usage) = (view.snapshot.as_deref(), view.usage.as_deref());
         let d = wire::prioritize(&state.algorithm, snapshot, usage, args, &state.namespaces);
+        if d.verdict == Verdict::Decided {
+            tracing::debug!(
+                target: DECISIONS_TARGET,
+                pod = args.pod.name(),
+                app = args.pod.app(),
+                scores = ?d.reply.iter().map(|p| (&p.host, p.score)).collect::<Vec<_>>(),
+                "Prioritize decided."
+            );
+        }
         (json_response(&d.reply), d.verdict)
     })
     .await

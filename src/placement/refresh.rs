@@ -100,7 +100,13 @@ impl Shared {
     }
 
     fn failed(&self, source: &str, error: &SourceError, took: Duration) {
-        tracing::warn!(source, error = %error, "placement data source failed; keeping the last good data");
+        // Say what is true: before the first load there is no good data to keep.
+        if self.store.snapshot().is_some() {
+            tracing::warn!(source, error = %error, "placement data source failed; keeping the last good data");
+        } else {
+            tracing::warn!(source, error = %error,
+                "placement data source failed; no placement data loaded yet (filter answers that it is not loaded)");
+        }
         self.store.report_error(source, error.to_string());
         if let Some(m) = &self.settings.metrics {
             m.refresh(source, error.kind(), took);

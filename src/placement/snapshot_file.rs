@@ -96,11 +96,17 @@ impl SnapshotFile {
             }
             Err(problem) => {
                 if self.failing.as_ref() != Some(&problem) {
-                    tracing::error!(
-                        error = %problem,
-                        loaded = self.published.is_some(),
-                        "Cannot use the snapshot file; the last good snapshot (if any) stays."
-                    );
+                    if self.published.is_some() {
+                        tracing::error!(
+                            error = %problem,
+                            "Cannot use the snapshot file; the last good snapshot stays."
+                        );
+                    } else {
+                        tracing::error!(
+                            error = %problem,
+                            "Cannot use the snapshot file; no snapshot loaded yet (filter answers that it is not loaded)."
+                        );
+                    }
                 }
                 self.store.report_error(SOURCE, problem.clone());
                 self.failing = Some(problem);

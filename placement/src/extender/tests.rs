@@ -267,6 +267,24 @@ fn least_used_bar_scores_are_rescaled_into_0_to_10() {
     );
 }
 
+/// A node the snapshot has no capacity for scores 0, the lowest, as filter refuses it; before,
+/// it scored above a known full node (each fraction taken as 1). wca fails the whole request on
+/// it (`nodes_capacities[node]`, a KeyError).
+#[test]
+fn a_node_the_snapshot_does_not_know_scores_0() {
+    let p = prioritize(
+        &least_used_bar(),
+        Some(&snapshot()),
+        None,
+        &web(r#"["c", "zz", "a"]"#),
+        &ns(),
+    );
+    assert_eq!(
+        json(&p.reply),
+        r#"[{"Host":"a","Score":8},{"Host":"c","Score":0},{"Host":"zz","Score":0}]"#
+    );
+}
+
 #[test]
 fn a_usage_index_gives_the_same_replies() {
     let snap = snapshot();

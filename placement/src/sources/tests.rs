@@ -416,8 +416,9 @@ fn combine_as_wca() {
             (Dim::Wss, 300.0)
         ])
     );
-    assert_eq!(snap.apps_spec["redis"][&Dim::Cpu], 2.0);
-    assert_eq!(snap.apps_spec["redis"][&Dim::Mem], 10.0);
+    // Requests as the queries answer them (wca's `float(value)`), not truncated.
+    assert_eq!(snap.apps_spec["redis"][&Dim::Cpu], 2.9);
+    assert_eq!(snap.apps_spec["redis"][&Dim::Mem], 10.5);
     assert_eq!(snap.apps_spec.len(), 1);
     assert_eq!(snap.count("pmem1", "redis"), 1);
     assert_eq!(snap.nodes["pmem1"].platform_dram_hit_ratio, Some(0.97));
@@ -466,4 +467,97 @@ fn series_without_their_label_or_number_are_refused() {
         err.to_string(),
         "query \"node_type\": node n1 has nodetype \"hbm\", not pmem or dram"
     );
+}
+
+/// docs/placement.md shows the default `!Queries` block; it must be exactly the defaults: every
+/// query that has a default written out, with its text, and nothing else.
+#[test]
+fn the_documented_default_queries_are_the_defaults() {
+    let doc = include_str!("../../../docs/placement.md");
+    let marker = "# The default queries";
+    let start = doc
+        .find(marker)
+        .expect("docs/placement.md has the default queries' block");
+    let block = &doc[start..];
+    let block = &block[..block.find("```").expect("the block ends")];
+    let config = crate::config::load_config(block, |_| None).expect("the block loads");
+    let provider = config.algorithms[crate::config::SINGLE_ALGORITHM]
+        .data_provider
+        .as_ref()
+        .unwrap();
+    let defaults = Queries::default();
+    assert_eq!(provider.queries, defaults);
+    // Written out, not left to the defaults: each key of the block has a default, and each
+    // default is in the block.
+    let value: serde_norway::Value = serde_norway::from_str(block).unwrap();
+    let find = |v: &serde_norway::Value, key: &str| -> serde_norway::Value {
+        let v = match v {
+            serde_norway::Value::Tagged(t) => t.value.clone(),
+            other => other.clone(),
+        };
+        v.get(key).cloned().unwrap_or_else(|| panic!("no {key}"))
+    };
+    let queries = find(
+        &find(&find(&value, "algorithm"), "data_provider"),
+        "queries",
+    );
+    let queries = match queries {
+        serde_norway::Value::Tagged(t) => t.value,
+        other => other,
+    };
+    let text = |key: &str| queries.get(key).and_then(|v| v.as_str()).map(str::to_owned);
+    assert_eq!(
+        text("NODES_PMM_MEMORY_MODE"),
+        Some(defaults.nodes_pmm_memory_mode)
+    );
+    assert_eq!(
+        text("MEMBW_CAPACITY_READ"),
+        Some(defaults.membw_capacity_read)
+    );
+    assert_eq!(
+        text("MEMBW_CAPACITY_WRITE"),
+        Some(defaults.membw_capacity_write)
+    );
+    assert_eq!(
+        text("NODE_CAPACITY_MEM_WSS"),
+        Some(defaults.node_capacity_mem_wss)
+    );
+    assert_eq!(
+        text("NODES_DRAM_HIT_RATIO"),
+        Some(defaults.nodes_dram_hit_ratio)
+    );
+    let map: BTreeMap<Dim, String> = serde_norway::from_value(
+        queries
+            .get("APP_REQUESTED_RESOURCES_QUERY_MAP")
+            .cloned()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(map, defaults.app_requested_resources);
+    assert_eq!(
+        queries.as_mapping().unwrap().len(),
+        6,
+        "no other key: {queries:?}"
+    );
+}
+
+/// The default queries answer in the units of the Kubernetes API's capacities: a pod asking
+/// 4 GiB (wca's `task_requested_mem_bytes`) fits a node of 16 GB. Before, its request came back
+/// as 4294967296 and every node refused it (`missing (mem: 4294967262.0)`).
+#[test]
+fn default_queries_answer_in_gb_like_the_node_capacities() {
+    let q = Queries::default();
+    for (dim, query) in &q.app_requested_resources {
+        match dim {
+            Dim::Cpu => assert!(!query.contains("1e9"), "cores: {query}"),
+            _ => assert!(query.ends_with(" / 1e9"), "{dim} in GB or GB/s: {query}"),
+        }
+    }
+    for query in [
+        &q.membw_capacity_read,
+        &q.membw_capacity_write,
+        &q.node_capacity_mem_wss,
+    ] {
+        assert!(query.ends_with(" / 1e9"), "{query}");
+    }
 }
