@@ -1,6 +1,6 @@
 //! The extender's decision for one kube-scheduler request with 5,000 `NodeNames`, without HTTP:
 //! the request body parsed, filtered or prioritized (LeastUsedBAR on cpu and mem), and the reply
-//! serialized, as the server does per request. The cluster: 5,000 nodes each running three of
+//! serialized, as the server does per request (HierBAR's filter too). The cluster: 5,000 nodes each running three of
 //! 50 apps. (`benches/extender.sh` measures the same through the real server.)
 //!
 //! `cargo bench -p verwalter-placement --bench extender`
@@ -62,10 +62,23 @@ fn algorithm() -> Algorithm {
     })
 }
 
+/// HierBAR on the same dimensions: the node shapes (two sizes here) grouped into classes per
+/// request.
+fn hier_bar() -> Algorithm {
+    Algorithm::new(Kind::HierBar {
+        cpu_scale_factor: 1.0,
+        bar_weights: BTreeMap::new(),
+        least_used_weights: BTreeMap::new(),
+        least_used_weight: 1.0,
+        merge_threshold: None,
+    })
+}
+
 fn bench(c: &mut Criterion) {
     let snapshot = snapshot();
     let body = body();
     let algorithm = algorithm();
+    let hier_bar = hier_bar();
     let namespaces = extender::default_namespaces();
     let args = ExtenderArgs::from_json(body.as_bytes()).unwrap();
     // As the store keeps it beside the snapshot.
@@ -82,6 +95,13 @@ fn bench(c: &mut Criterion) {
                 &args,
                 &namespaces,
             );
+            serde_json::to_vec(&d.reply).unwrap()
+        })
+    });
+    group.bench_function("hier_bar_filter_request", |b| {
+        b.iter(|| {
+            let args = ExtenderArgs::from_json(body.as_bytes()).unwrap();
+            let d = extender::filter(&hier_bar, Some(&snapshot), Some(&usage), &args, &namespaces);
             serde_json::to_vec(&d.reply).unwrap()
         })
     });
