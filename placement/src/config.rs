@@ -199,9 +199,10 @@ pub struct Queries {
     pub app_requested_resources: BTreeMap<Dim, String>,
     /// wca's newest form of the node capacities (`NODE_CAPACITY_RESOURCES_QUERY_MAP`, label
     /// `node`): per dimension other than CPU and memory (those come from the Kubernetes API).
-    /// Empty unless the config gives it; when given it replaces the three queries above.
+    /// Empty unless the config gives it; read and checked, but not queried yet: the three
+    /// queries above give the capacities (docs/placement.md, "Data sources").
     pub node_capacity_resources: BTreeMap<Dim, String>,
-    /// Each node's DRAM hit ratio (`NODES_DRAM_HIT_RATIO`, label `node`).
+    /// Each node's DRAM hit ratio (`NODES_DRAM_HIT_RATIO`, label `nodename` as every node series).
     pub nodes_dram_hit_ratio: String,
 }
 
