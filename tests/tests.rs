@@ -17,7 +17,9 @@
 //!   schedule`, `verwalter render` (references resolved as the daemon does), `--version`, bad
 //!   settings.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
-//!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader.
+//!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader;
+//!   `examples/cluster/run.sh` (`make cluster`) itself: labelled log lines, pid files,
+//!   `make cluster-stop NODE=...`.
 //! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies
 //!   seen) while schedules change; every rendered file whole, the stored schedule whole, no
 //!   schedule lost, every role converged after the restart (`CRASH_TRIALS`, `CRASH_SEED`).

@@ -300,13 +300,31 @@ pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> O
 /// it is built here with the cargo that runs the tests (`CARGO`), for the same profile and
 /// target dir.
 pub fn example_binary(name: &str, source: &Path) -> PathBuf {
+    built_binary(
+        &["--example", name],
+        Path::new("examples").join(name),
+        source,
+    )
+}
+
+/// The binary `name` of the workspace's package `package` (built from `source`), e.g. the cantal
+/// test double (`fake-cantal`, a crate of its own so that it builds without the daemon's
+/// dev-dependencies): `<target>/<profile>/<name>`, built as [`example_binary`] builds examples.
+pub fn package_binary(package: &str, name: &str, source: &Path) -> PathBuf {
+    built_binary(&["-p", package, "--bin", name], PathBuf::from(name), source)
+}
+
+/// `<target>/<profile>/<under>`, built with `cargo build <what>` when missing or older than
+/// `source`.
+fn built_binary(what: &[&str], under: PathBuf, source: &Path) -> PathBuf {
+    let name = what.last().unwrap();
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("the test runs from <target>/<profile>/deps")
         .to_path_buf();
-    let bin = profile_dir.join("examples").join(name);
+    let bin = profile_dir.join(under);
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let stale = match (modified(&bin), modified(source)) {
         (Some(built), Some(written)) => built < written,
@@ -315,13 +333,15 @@ pub fn example_binary(name: &str, source: &Path) -> PathBuf {
     if stale {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| {
             panic!(
-                "{} is missing and CARGO is not set: run `cargo build --example {name}`",
-                bin.display()
+                "{} is missing and CARGO is not set: run `cargo build {}`",
+                bin.display(),
+                what.join(" ")
             )
         });
         let mut build = Command::new(cargo);
         build
-            .args(["build", "--quiet", "--example", name])
+            .args(["build", "--quiet"])
+            .args(what)
             .arg("--manifest-path")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
             .arg("--target-dir")
@@ -341,8 +361,9 @@ pub fn example_binary(name: &str, source: &Path) -> PathBuf {
     }
     assert!(
         bin.is_file(),
-        "{} not found: run `cargo build --example {name}`",
-        bin.display()
+        "{} not found: run `cargo build {}`",
+        bin.display(),
+        what.join(" ")
     );
     bin
 }
