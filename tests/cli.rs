@@ -92,6 +92,38 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
     );
     assert!(schedule["data"]["roles"].get("web").is_none());
 
+    // With peers, the instances are dealt out one at a time, going on where the previous role
+    // stopped (roles in name order): to this node first, then to the peers by host name; every
+    // node gets every role with its share (issue 31: all went to the node that ran the scheduler).
+    let peer = |name: &str| serde_json::json!({"id": name, "hostname": name, "name": format!("{name}.local"), "known_since": 0, "errors": 0});
+    std::fs::write(
+        &input,
+        serde_json::json!({
+            "now": 1, "current_host": "beta", "current_id": MACHINE_ID, "parents": [], "actions": {},
+            "runtime": {"web": {"v2": {"instances": 4}}, "cache": {"v1": {"instances": 1}}},
+            "peers": {"p1": peer("gamma"), "p2": peer("alpha")}, "metrics": {}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_on("schedule", &dir, &input_args);
+    assert_eq!(code, 0, "{stderr}");
+    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        schedule["data"]["nodes"],
+        serde_json::json!({
+            "alpha": {"roles": {"cache": {"instances": 0}, "web": {"instances": 2}}},
+            "beta": {"roles": {"cache": {"instances": 1}, "web": {"instances": 1}}},
+            "gamma": {"roles": {"cache": {"instances": 0}, "web": {"instances": 1}}},
+        })
+    );
+    assert!(
+        stderr.contains(
+            "cache: v1 x1 on beta=1 alpha=0 gamma=0\nweb: v2 x4 on beta=1 alpha=2 gamma=1"
+        ),
+        "{stderr}"
+    );
+
     std::fs::write(&input, "{\n  \"now\": \"soon\"\n}").unwrap();
     let (code, _, stderr) = run_on("schedule", &dir, &input_args);
     assert_eq!(code, 1);

@@ -509,7 +509,8 @@ fn alive(pid: &str) -> bool {
 /// (`VERWALTER`, `FAKE_CANTAL`) and ports the system picks (`PORT=0`: the other nodes take
 /// node 1's): every node's log lines reach the terminal labelled with its name, each node has a
 /// pid file, `make cluster-stop NODE=beta` stops beta only (and says so; a second stop says it
-/// is not running), and stopping run.sh stops the rest and removes the pid files.
+/// is not running), and stopping run.sh stops the rest and removes the pid files. The example
+/// scheduler gives every node a share of the instances (issue 31: it gave all to the leader).
 #[test]
 fn make_cluster_labels_each_nodes_lines_and_stops_one_node() {
     let tmp = tempfile::tempdir().unwrap();
@@ -556,7 +557,40 @@ fn make_cluster_labels_each_nodes_lines_and_stops_one_node() {
         assert!(port == 0 || port == this, "{line}");
         port = this;
     }
-    run.until("leader", |l| l.contains("is_leader=true"));
+    let leader = run.until("leader", |l| l.contains("is_leader=true"));
+    let leader = NAMES
+        .iter()
+        .position(|n| leader.starts_with(&format!("{n} | ")))
+        .unwrap();
+    // The example scheduler deals the instances out over the nodes, the leader first (cache x1,
+    // then web x2): each node has one, and every node renders both roles with its share.
+    let shares = wait_for(SOON, || {
+        let mut shares = Vec::new();
+        for i in 0..NAMES.len() {
+            let host = format!("127.0.0.{}", i + 1);
+            let (code, body) = http_get_at(&host, port, "/v1/roles_data")?;
+            let data: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+            let rendered = data["last_deployment"]["roles"].as_array()?;
+            if rendered.len() != 2 || data["last_deployment"]["finished"].is_null() {
+                return None;
+            }
+            let to_render = &data["to_render"];
+            shares.push((
+                to_render["cache"]["instances"].as_u64()?,
+                to_render["web"]["instances"].as_u64()?,
+            ));
+        }
+        Some(shares)
+    })
+    .unwrap_or_else(|| panic!("not every node rendered:\n{}", run.seen.join("\n")));
+    for (i, share) in shares.iter().enumerate() {
+        let want = if i == leader { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            *share, want,
+            "{}: {shares:?}, {} leads",
+            NAMES[i], NAMES[leader]
+        );
+    }
     let pid = |name: &str| std::fs::read_to_string(dir.join(name).join("pid")).ok();
     let pids: Vec<String> = NAMES
         .iter()
