@@ -294,37 +294,21 @@ pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> O
     }
 }
 
-/// The binary of the cargo example `name` (built from `source`): `<target>/<profile>/examples`,
-/// beside the `deps/` dir this test executable runs from. `cargo test` builds examples, but
-/// `cargo test --test tests` does not; so when the binary is missing or older than its source,
-/// it is built here with the cargo that runs the tests (`CARGO`), for the same profile and
-/// target dir.
-pub fn example_binary(name: &str, source: &Path) -> PathBuf {
-    built_binary(
-        &["--example", name],
-        Path::new("examples").join(name),
-        source,
-    )
-}
-
-/// The binary `name` of the workspace's package `package` (built from `source`), e.g. the cantal
-/// test double (`fake-cantal`, a crate of its own so that it builds without the daemon's
-/// dev-dependencies): `<target>/<profile>/<name>`, built as [`example_binary`] builds examples.
+/// The binary `name` of the workspace's package `package` (built from `source`): the examples'
+/// stand-ins, e.g. the cantal test double (`fake-cantal`), are crates of their own so that they
+/// build without the daemon's dev-dependencies. `<target>/<profile>/<name>`, beside the `deps/`
+/// dir this test executable runs from. `cargo test --test tests` does not build other packages;
+/// so when the binary is missing or older than its source, it is built here with the cargo that
+/// runs the tests (`CARGO`), for the same profile and target dir.
 pub fn package_binary(package: &str, name: &str, source: &Path) -> PathBuf {
-    built_binary(&["-p", package, "--bin", name], PathBuf::from(name), source)
-}
-
-/// `<target>/<profile>/<under>`, built with `cargo build <what>` when missing or older than
-/// `source`.
-fn built_binary(what: &[&str], under: PathBuf, source: &Path) -> PathBuf {
-    let name = what.last().unwrap();
+    let what = ["-p", package, "--bin", name];
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("the test runs from <target>/<profile>/deps")
         .to_path_buf();
-    let bin = profile_dir.join(under);
+    let bin = profile_dir.join(name);
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let stale = match (modified(&bin), modified(source)) {
         (Some(built), Some(written)) => built < written,
