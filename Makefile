@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
+.PHONY: all build run cluster cluster-stop fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
 	package package-tools package-deps test-package wasm-example k8s-deps
 
 all: build
@@ -33,6 +33,11 @@ run:
 N ?= 3
 cluster:
 	N=$(N) examples/cluster/run.sh
+
+## Stop one node of `make cluster`: make cluster-stop NODE=alpha (by its pid file)
+cluster-stop:
+	@if [ -z "$(NODE)" ]; then echo "usage: make cluster-stop NODE=<name, e.g. alpha>" >&2; exit 2; fi
+	@examples/cluster/run.sh stop "$(NODE)"
 
 fmt:
 	$(CARGO) fmt --all

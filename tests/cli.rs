@@ -92,6 +92,38 @@ fn schedule_prints_the_schedule_and_log_and_replays_an_input_file() {
     );
     assert!(schedule["data"]["roles"].get("web").is_none());
 
+    // With peers, the instances are dealt out one at a time, going on where the previous role
+    // stopped (roles in name order): to this node first, then to the peers by host name; every
+    // node gets every role with its share (issue 31: all went to the node that ran the scheduler).
+    let peer = |name: &str| serde_json::json!({"id": name, "hostname": name, "name": format!("{name}.local"), "known_since": 0, "errors": 0});
+    std::fs::write(
+        &input,
+        serde_json::json!({
+            "now": 1, "current_host": "beta", "current_id": MACHINE_ID, "parents": [], "actions": {},
+            "runtime": {"web": {"v2": {"instances": 4}}, "cache": {"v1": {"instances": 1}}},
+            "peers": {"p1": peer("gamma"), "p2": peer("alpha")}, "metrics": {}
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let (code, stdout, stderr) = run_on("schedule", &dir, &input_args);
+    assert_eq!(code, 0, "{stderr}");
+    let schedule: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        schedule["data"]["nodes"],
+        serde_json::json!({
+            "alpha": {"roles": {"cache": {"instances": 0}, "web": {"instances": 2}}},
+            "beta": {"roles": {"cache": {"instances": 1}, "web": {"instances": 1}}},
+            "gamma": {"roles": {"cache": {"instances": 0}, "web": {"instances": 1}}},
+        })
+    );
+    assert!(
+        stderr.contains(
+            "cache: v1 x1 on beta=1 alpha=0 gamma=0\nweb: v2 x4 on beta=1 alpha=2 gamma=1"
+        ),
+        "{stderr}"
+    );
+
     std::fs::write(&input, "{\n  \"now\": \"soon\"\n}").unwrap();
     let (code, _, stderr) = run_on("schedule", &dir, &input_args);
     assert_eq!(code, 1);
@@ -651,4 +683,109 @@ fn check_and_render_report_the_dependency_and_reference_errors_the_daemon_report
     }
     let (code, _, stderr) = render(bad.path(), "fine");
     assert_eq!(code, 0, "{stderr}");
+}
+
+/// The shell code of a markdown file that runs `target/release/verwalter` offline (every ```sh
+/// block naming it, and every inline code span that starts with it; blocks that start the
+/// daemon, `verwalter run`, are left to the daemon's tests), as written.
+fn offline_commands(markdown: &str) -> Vec<String> {
+    const BIN_PATH: &str = "target/release/verwalter ";
+    let mut commands = Vec::new();
+    let mut parts = markdown.split("```");
+    let mut prose = parts.next();
+    while let Some(text) = prose {
+        // Inline spans may wrap over a line break: joined with a space, as the shell would.
+        for (i, span) in text.split('`').enumerate() {
+            if i % 2 == 1 && span.starts_with(BIN_PATH) {
+                commands.push(span.split_whitespace().collect::<Vec<_>>().join(" "));
+            }
+        }
+        if let Some(block) = parts.next()
+            && let Some(code) = block.strip_prefix("sh\n")
+            && code.contains(BIN_PATH)
+            && !code.contains("verwalter run ")
+        {
+            commands.push(code.to_string());
+        }
+        prose = parts.next();
+    }
+    commands
+}
+
+/// Issue 31: the README's offline commands were `cargo run -- ...`, which compiled a debug build
+/// from nothing without a word. They now use the binary `make run` built,
+/// `target/release/verwalter`; here every one of them, and those of the examples' READMEs, runs
+/// as written (with this test's binary at that path, in a dir that has the checkout's
+/// `examples/` and the README's `captured-input.json`, copied from a live node's
+/// `/v1/scheduler_input`).
+#[test]
+fn readme_offline_commands_run_as_written_with_the_built_binary() {
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(tmp.path().join("target/release")).unwrap();
+    std::os::unix::fs::symlink(BIN, tmp.path().join("target/release/verwalter")).unwrap();
+    std::os::unix::fs::symlink(top.join("examples"), tmp.path().join("examples")).unwrap();
+    let (_site, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let input = wait_for(std::time::Duration::from_secs(20), || {
+        let (code, body) = http_get(daemon.port, "/v1/scheduler_input")?;
+        (code == 200 && body.contains("\"runtime\"")).then_some(body)
+    })
+    .expect("the node serves its scheduler input");
+    std::fs::write(tmp.path().join("captured-input.json"), input).unwrap();
+
+    let mut outputs = Vec::new();
+    for readme in [
+        "README.md",
+        "examples/modules/README.md",
+        "examples/placement-scheduler/README.md",
+        "examples/wasm-scheduler/README.md",
+        "examples/placement/README.md",
+    ] {
+        let text = std::fs::read_to_string(top.join(readme)).unwrap();
+        assert!(
+            !text.contains("cargo run -- "),
+            "{readme}: a `cargo run --` without the word on its build"
+        );
+        for code in offline_commands(&text) {
+            let out = Command::new("sh")
+                .args(["-e", "-c", &code])
+                .current_dir(tmp.path())
+                .output()
+                .unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            );
+            assert!(
+                out.status.success(),
+                "{readme}:\n{code}\nfailed:\n{stdout}\n{stderr}"
+            );
+            outputs.push((readme, code, stdout, stderr));
+        }
+    }
+    let counts: Vec<(&str, usize)> = ["README.md", "examples/"]
+        .iter()
+        .map(|p| (*p, outputs.iter().filter(|o| o.0.starts_with(p)).count()))
+        .collect();
+    // README.md: the two blocks of the tour, the placement scheduler, the simulator and the
+    // wasm scheduler; one command in each example.
+    assert_eq!(counts, [("README.md", 5), ("examples/", 4)]);
+    let tour = &outputs[0];
+    assert!(tour.2.contains("examples/minimal: ok;"), "{}", tour.2);
+    assert!(tour.3.contains("web: v2 x2 on alpha"), "{}", tour.3);
+    let render = &outputs[1];
+    assert!(
+        render.2.contains("# web on alpha (cluster demo)")
+            && render
+                .2
+                .contains("--- commands (dry run) ---\nwould run: cat "),
+        "{}\n{}",
+        render.2,
+        render.3
+    );
+    let schedule: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(tmp.path().join("schedule.json")).unwrap())
+            .unwrap();
+    assert_eq!(schedule["data"]["roles"]["web"]["version"], "v2");
 }

@@ -90,10 +90,19 @@ fn http_head_at(host: &str, port: u16, path: &str) -> (u16, String) {
     (code, head)
 }
 
+/// The cantal test double's binary (`examples/cluster`, the crate `fake-cantal`).
+pub fn fake_cantal() -> PathBuf {
+    package_binary(
+        "fake-cantal",
+        "fake_cantal",
+        &example("cluster").join("fake_cantal.rs"),
+    )
+}
+
 /// Starts the cantal test double listing `names` (node i on `127.0.0.<i+1>`, see
 /// [`Node::start`]), its log in `dir`; returns it with the URL it serves at.
 pub fn start_cantal(dir: &Path, names: &[&str]) -> (Child, String) {
-    let cantal_bin = example_binary("fake_cantal", &example("cluster").join("fake_cantal.rs"));
+    let cantal_bin = fake_cantal();
     // Ports are picked by the system and read back from what the processes say (no
     // bind-and-release window): cantal's from its first line, the nodes' from node 1's
     // `Listening.` line; the others take the same port on their own addresses.
@@ -448,4 +457,202 @@ fn followers_take_the_leaders_schedule_through_relays() {
         served >= 1.0 && served < took_all as f64,
         "served {served}, taken {took_all}"
     );
+}
+
+/// `examples/cluster/run.sh`'s output: its lines, as they come.
+struct RunSh {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl RunSh {
+    /// The first line so far for which `want` holds, waiting for it if none has come yet (the
+    /// nodes' lines interleave in any order; every line read is kept in `seen`).
+    fn until(&mut self, what: &str, want: impl Fn(&str) -> bool) -> String {
+        if let Some(line) = self.seen.iter().find(|l| want(l)) {
+            return line.clone();
+        }
+        let deadline = std::time::Instant::now() + SOON;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if want(&line) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("run.sh printed no {what}:\n{}", self.seen.join("\n")),
+            }
+        }
+    }
+}
+
+impl Drop for RunSh {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+    }
+}
+
+fn alive(pid: &str) -> bool {
+    // A zombie (exited, not yet reaped by run.sh) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/status")).is_ok_and(|s| {
+        !s.lines()
+            .any(|l| l.starts_with("State:") && l.contains('Z'))
+    })
+}
+
+/// `make cluster` as a user runs it, with the test's binaries in place of the release build
+/// (`VERWALTER`, `FAKE_CANTAL`) and ports the system picks (`PORT=0`: the other nodes take
+/// node 1's): every node's log lines reach the terminal labelled with its name, each node has a
+/// pid file, `make cluster-stop NODE=beta` stops beta only (and says so; a second stop says it
+/// is not running), and stopping run.sh stops the rest and removes the pid files. The example
+/// scheduler gives every node a share of the instances (issue 31: it gave all to the leader).
+#[test]
+fn make_cluster_labels_each_nodes_lines_and_stops_one_node() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("cluster");
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut child = Command::new(top.join("examples/cluster/run.sh"))
+        .env("VERWALTER", BIN)
+        .env("FAKE_CANTAL", fake_cantal())
+        .env("CLUSTER_DIR", &dir)
+        .env("PORT", "0")
+        .env("CANTAL_PORT", "0")
+        .env("N", "3")
+        .env_remove("LABELS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (send, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if send.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut run = RunSh {
+        child,
+        lines,
+        seen: Vec::new(),
+    };
+
+    // Each node's lines come labelled; the port is the one node 1 was given.
+    let mut port = 0;
+    for (i, name) in NAMES.iter().enumerate() {
+        let line = run.until(&format!("{name}'s Listening. line"), |l| {
+            l.starts_with(&format!("{name} | ")) && l.contains("Listening.")
+        });
+        assert!(line.contains(&format!("addr=127.0.0.{}:", i + 1)), "{line}");
+        let this = listening_port(line.split_once(" | ").unwrap().1).unwrap();
+        assert!(port == 0 || port == this, "{line}");
+        port = this;
+    }
+    let leader = run.until("leader", |l| l.contains("is_leader=true"));
+    let leader = NAMES
+        .iter()
+        .position(|n| leader.starts_with(&format!("{n} | ")))
+        .unwrap();
+    // The example scheduler deals the instances out over the nodes, the leader first (cache x1,
+    // then web x2): each node has one, and every node renders both roles with its share.
+    let shares = wait_for(SOON, || {
+        let mut shares = Vec::new();
+        for i in 0..NAMES.len() {
+            let host = format!("127.0.0.{}", i + 1);
+            let (code, body) = http_get_at(&host, port, "/v1/roles_data")?;
+            let data: Value = serde_json::from_str(&body).ok().filter(|_| code == 200)?;
+            let rendered = data["last_deployment"]["roles"].as_array()?;
+            if rendered.len() != 2 || data["last_deployment"]["finished"].is_null() {
+                return None;
+            }
+            let to_render = &data["to_render"];
+            shares.push((
+                to_render["cache"]["instances"].as_u64()?,
+                to_render["web"]["instances"].as_u64()?,
+            ));
+        }
+        Some(shares)
+    })
+    .unwrap_or_else(|| panic!("not every node rendered:\n{}", run.seen.join("\n")));
+    for (i, share) in shares.iter().enumerate() {
+        let want = if i == leader { (1, 0) } else { (0, 1) };
+        assert_eq!(
+            *share, want,
+            "{}: {shares:?}, {} leads",
+            NAMES[i], NAMES[leader]
+        );
+    }
+    let pid = |name: &str| std::fs::read_to_string(dir.join(name).join("pid")).ok();
+    let pids: Vec<String> = NAMES
+        .iter()
+        .map(|n| pid(n).unwrap().trim().to_string())
+        .collect();
+    assert!(pids.iter().all(|p| alive(p)), "{pids:?}");
+
+    // Stop beta by name.
+    let make = |node: &str| {
+        Command::new("make")
+            .args(["-s", "-C"])
+            .arg(top)
+            .arg("cluster-stop")
+            .arg(format!("NODE={node}"))
+            .env("CLUSTER_DIR", &dir)
+            .output()
+            .unwrap()
+    };
+    let out = make("beta");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("beta: stopped (pid {})\n", pids[1])
+    );
+    assert!(!alive(&pids[1]));
+    assert_eq!(pid("beta"), None, "beta's pid file is removed");
+    // Its last lines reach the terminal labelled too.
+    run.until("beta's Shutting down.", |l| {
+        l.starts_with("beta | ") && l.contains("Shutting down.")
+    });
+    // The others run on and answer.
+    for (i, p) in pids.iter().enumerate().filter(|(i, _)| *i != 1) {
+        assert!(alive(p), "{} stopped too", NAMES[i]);
+        let host = format!("127.0.0.{}", i + 1);
+        assert_eq!(http_get_at(&host, port, "/v1/status").unwrap().0, 200);
+    }
+    let again = make("beta");
+    assert!(!again.status.success());
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("beta: no ")
+            && String::from_utf8_lossy(&again.stderr).contains("the node is not running"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let usage = Command::new("make")
+        .args(["-s", "-C"])
+        .arg(top)
+        .arg("cluster-stop")
+        .output()
+        .unwrap();
+    assert!(!usage.status.success());
+    assert!(String::from_utf8_lossy(&usage.stderr).contains("usage: make cluster-stop NODE="));
+
+    // SIGTERM to run.sh (as Ctrl-C): every node stops, the pid files go.
+    drop(run);
+    for (i, p) in pids.iter().enumerate() {
+        assert!(!alive(p), "{} still runs", NAMES[i]);
+    }
+    assert!(NAMES.iter().all(|n| pid(n).is_none()));
+    assert!(!dir.join("cantal.pid").exists());
 }

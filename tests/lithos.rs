@@ -1,7 +1,7 @@
 //! `examples/lithos` end to end: the daemon on a temp copy of the example renders each role's
-//! lithos processes config and hands it to the stand-in `lithos_switch` (the cargo example
-//! `examples/lithos/lithos_switch.rs`), which is first in the daemon's `PATH` and installs the
-//! files under a temp `LITHOS_ROOT`.
+//! lithos processes config and hands it to the stand-in `lithos_switch` (the crate
+//! `lithos-switch`, `examples/lithos/lithos_switch.rs`), which is first in the daemon's `PATH`
+//! and installs the files under a temp `LITHOS_ROOT`.
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
@@ -15,12 +15,16 @@ use crate::util::*;
 /// within about a second of an edit; this only bounds how long a broken build waits.
 const SOON: Duration = Duration::from_secs(20);
 
-/// The directory holding the stand-in (see [`example_binary`]).
+/// The directory holding the stand-in (see [`package_binary`]).
 fn stand_in_dir() -> PathBuf {
-    example_binary("lithos_switch", &example("lithos").join("lithos_switch.rs"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
+    package_binary(
+        "lithos-switch",
+        "lithos_switch",
+        &example("lithos").join("lithos_switch.rs"),
+    )
+    .parent()
+    .unwrap()
+    .to_path_buf()
 }
 
 struct Site {

@@ -14,10 +14,13 @@
 //!   no id given twice across a kill -9 within the same second (a slowed wall clock, preloaded).
 //! - `cli`: `verwalter check` (symlink loops and links out, big and deep files; dependency cycles,
 //!   missing dependencies and unresolvable references with the daemon's messages), `verwalter
-//!   schedule`, `verwalter render` (references resolved as the daemon does), `--version`, bad
-//!   settings.
+//!   schedule` (the example scheduler's instances dealt out over the nodes), `verwalter render`
+//!   (references resolved as the daemon does), `--version`, bad settings; the offline commands
+//!   of the README and the examples' READMEs run as written.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
-//!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader.
+//!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader;
+//!   `examples/cluster/run.sh` (`make cluster`) itself: labelled log lines, pid files,
+//!   `make cluster-stop NODE=...`.
 //! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies
 //!   seen) while schedules change; every rendered file whole, the stored schedule whole, no
 //!   schedule lost, every role converged after the restart (`CRASH_TRIALS`, `CRASH_SEED`).

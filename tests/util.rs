@@ -294,19 +294,21 @@ pub fn wait_for<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> O
     }
 }
 
-/// The binary of the cargo example `name` (built from `source`): `<target>/<profile>/examples`,
-/// beside the `deps/` dir this test executable runs from. `cargo test` builds examples, but
-/// `cargo test --test tests` does not; so when the binary is missing or older than its source,
-/// it is built here with the cargo that runs the tests (`CARGO`), for the same profile and
-/// target dir.
-pub fn example_binary(name: &str, source: &Path) -> PathBuf {
+/// The binary `name` of the workspace's package `package` (built from `source`): the examples'
+/// stand-ins, e.g. the cantal test double (`fake-cantal`), are crates of their own so that they
+/// build without the daemon's dev-dependencies. `<target>/<profile>/<name>`, beside the `deps/`
+/// dir this test executable runs from. `cargo test --test tests` does not build other packages;
+/// so when the binary is missing or older than its source, it is built here with the cargo that
+/// runs the tests (`CARGO`), for the same profile and target dir.
+pub fn package_binary(package: &str, name: &str, source: &Path) -> PathBuf {
+    let what = ["-p", package, "--bin", name];
     let exe = std::env::current_exe().unwrap();
     let profile_dir = exe
         .parent()
         .and_then(Path::parent)
         .expect("the test runs from <target>/<profile>/deps")
         .to_path_buf();
-    let bin = profile_dir.join("examples").join(name);
+    let bin = profile_dir.join(name);
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     let stale = match (modified(&bin), modified(source)) {
         (Some(built), Some(written)) => built < written,
@@ -315,13 +317,15 @@ pub fn example_binary(name: &str, source: &Path) -> PathBuf {
     if stale {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| {
             panic!(
-                "{} is missing and CARGO is not set: run `cargo build --example {name}`",
-                bin.display()
+                "{} is missing and CARGO is not set: run `cargo build {}`",
+                bin.display(),
+                what.join(" ")
             )
         });
         let mut build = Command::new(cargo);
         build
-            .args(["build", "--quiet", "--example", name])
+            .args(["build", "--quiet"])
+            .args(what)
             .arg("--manifest-path")
             .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml"))
             .arg("--target-dir")
@@ -341,8 +345,9 @@ pub fn example_binary(name: &str, source: &Path) -> PathBuf {
     }
     assert!(
         bin.is_file(),
-        "{} not found: run `cargo build --example {name}`",
-        bin.display()
+        "{} not found: run `cargo build {}`",
+        bin.display(),
+        what.join(" ")
     );
     bin
 }

@@ -1,6 +1,8 @@
 //! A test double of cantal's peer list: serves `GET /all_peers.json` in cantal's format (the
 //! fields verwalter reads, as tk-cantal decodes them), for a local cluster without cantal.
 //!
+//! Built with `cargo build -p fake-cantal` (a crate of its own, see its Cargo.toml).
+//!
 //! Usage: `fake_cantal --listen 127.0.0.1:22682 NAME...` lists node i (1-based) as
 //! `{"id": "77985419c732412ea38b94db<i, 8 digits>", "hostname": <NAME up to the first dot>,
 //! "name": NAME, "primary_addr": "127.0.0.<i>:22682", ...}`; start verwalter node i with

@@ -18,7 +18,8 @@
 //! `LITHOS_ROOT` defaults to `/tmp/lithos-example`. `--master` is accepted and ignored. Exit
 //! status: 0 installed, 1 refused or failed, 2 bad command line.
 //!
-//! Build it with `cargo build --example lithos_switch`; it lands in `target/debug/examples/`.
+//! Build it with `cargo build -p lithos-switch` (a crate of its own, see its Cargo.toml); it lands
+//! in `target/debug/`.
 
 use std::collections::BTreeMap;
 use std::fs::{self, OpenOptions};

@@ -2,7 +2,7 @@
 //! whose `action` is `delete`, `build.delete`), answers every dispatch at once with `.done` and
 //! a few made-up fields, prints what it sees, and exits with the build's result.
 //!
-//! `cargo run --example ernest_fake_worker -- nats://127.0.0.1:4222 examples/graphs/ernest-service/build.json`
+//! `cargo run -p ernest-fake-worker -- nats://127.0.0.1:4222 examples/graphs/ernest-service/build.json`
 
 use std::process::ExitCode;
 

@@ -1,14 +1,20 @@
--- A minimal verwalter scheduler: every role found under runtime/ runs on this node, at its newest
--- version unless an operator pinned another one, with as many instances as its metadata asks
--- unless an operator scaled it. The state argument and the returned schedule are described in
--- docs/scheduler.md.
+-- A minimal verwalter scheduler: every role found under runtime/ runs at its newest version
+-- unless an operator pinned another one, with as many instances as its metadata asks unless an
+-- operator scaled it. The instances are dealt out over the nodes one at a time, going on where
+-- the previous role stopped: first to this node (the leader), then to `state.peers` in host name
+-- order (so a new leader deals anew: a schedule of its own). Every node gets every role with its
+-- share, so a node whose share is 0 renders that too (and stops what it ran before). Alone, a
+-- node takes all instances. The state argument and the returned schedule are
+-- described in docs/scheduler.md.
 --
 -- Operator buttons (docs/frontend.md): each role lists its `versions` (the frontend shows a
 -- "Switch To" button for each; `frontend.kind = "version"` is what 0.13's frontend looked for)
 -- and three `global_actions`; a press arrives in `state.actions` as
 -- {button = {role, action, version?, data?}}. What operators chose is kept in the schedule's
 -- `state` and read back from `state.parents[1]` on the next run, and each action is answered
--- through the schedule's `actions` (what /v1/wait_action returns).
+-- through the schedule's `actions` (what /v1/wait_action returns). Only `parents[1]` is read: after
+-- a split, the choices made on the other side are lost (docs/clustering.md, "What a scheduler must
+-- do with parents", has a merge that keeps them).
 local json = require "lib/json"
 local versions = require "lib/versions"
 
@@ -53,17 +59,38 @@ local function apply_button(kept, available_roles, button)
     return {error = "unknown action " .. tostring(button.action)}
 end
 
+-- The host names of this node, then of its peers in sorted order.
+local function node_names(state)
+    local names = {}
+    local seen = {[state.current_host] = true}
+    for _, peer in pairs(state.peers) do
+        local name = peer.hostname
+        if type(name) ~= "string" or name == "" then name = peer.name end
+        if type(name) == "string" and name ~= "" and not seen[name] then
+            seen[name] = true
+            names[#names + 1] = name
+        end
+    end
+    table.sort(names)
+    table.insert(names, 1, state.current_host)
+    return names
+end
+
 local function scheduler(state)
     local host = state.current_host
     local parent = state.parents[1] or {}
     local kept = type(parent.state) == "table" and parent.state or {}
+    local nodes = node_names(state)
     local schedule = {
         vars = {cluster = "demo", template = "minimal/v1"},
         roles = {},
-        nodes = {[host] = {roles = {}}},
+        nodes = {},
         state = kept,
         actions = {},
     }
+    for _, name in ipairs(nodes) do schedule.nodes[name] = {roles = {}} end
+    -- The node the next instance goes to (an index into `nodes`), across roles.
+    local next_node = 1
     local changes = {}
     local log = {}
 
@@ -101,8 +128,18 @@ local function scheduler(state)
                 global_actions = GLOBAL_ACTIONS,
                 shortinfo = {{"num", "Instances", instances}},
             }
-            schedule.nodes[host].roles[role] = {instances = instances}
-            log[#log + 1] = string.format("%s: %s x%d on %s%s", role, version, instances, host,
+            local share = {}
+            for _ = 1, instances do
+                share[next_node] = (share[next_node] or 0) + 1
+                next_node = next_node % #nodes + 1
+            end
+            local where = {}
+            for i, name in ipairs(nodes) do
+                schedule.nodes[name].roles[role] = {instances = share[i] or 0}
+                where[#where + 1] = string.format("%s=%d", name, share[i] or 0)
+            end
+            log[#log + 1] = string.format("%s: %s x%d on %s%s", role, version, instances,
+                #nodes == 1 and host or table.concat(where, " "),
                 choice.pinned and " (pinned)" or "")
         end
     end
