@@ -119,13 +119,19 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     });
     browser.wait_for_text("#role-deployments", &deployment, SOON);
     browser.click_on("#nav a[href='/logs']", None, SOON);
-    let rows = browser.wait_for_text("#log-rows", &deployment, SOON);
-    assert!(browser.text(&rows).contains("RoleStart"));
+    browser.wait_for_text("#log-rows", &deployment, SOON);
+    browser.click_on(
+        &format!("#log-rows tr.deployment[data-deployment='{deployment}'] button.toggle"),
+        None,
+        SOON,
+    );
+    browser.wait_for_text("#log-rows tr.detail", "RoleStart", SOON);
     shot(&browser, "logs");
     // The row of web's RoleStart in that deployment links to its text.
     let opened = browser.execute(
-        "const row = [...document.querySelectorAll('#log-rows tr')].find((r) => \
-           r.textContent.includes(arguments[0]) && r.textContent.includes('RoleStart')); \
+        "const rows = document.querySelectorAll(`#log-rows tr.detail[data-deployment='${arguments[0]}'] tr`); \
+         const row = [...rows].find((r) => r.textContent.includes('RoleStart') && \
+           r.querySelector('a[href^=\"/tail/role/web/\"]')); \
          const a = row && row.querySelector('a[href^=\"/tail/role/web/\"]'); \
          if (a) a.click(); return !!a",
         vec![json!(deployment)],
@@ -207,6 +213,35 @@ fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains("leader"), "{text}");
+    // Liveness as the follower judges it (heard from directly, here through cantal, within the
+    // window), not the age of a list that is republished only on change; and every id whole,
+    // so that nodes whose ids share a prefix can be told apart.
+    wait_for(SOON, || {
+        let alive = browser.execute(
+            "return [...document.querySelectorAll('#nodes td.heard')].filter((td) => \
+               td.textContent.startsWith('alive')).length",
+            vec![],
+        );
+        (alive == json!(2)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the two peers are not shown alive:\n{}",
+            browser.text(&nodes)
+        )
+    });
+    let ids = browser.execute(
+        "return [...document.querySelectorAll('#nodes td.id')].map((td) => td.textContent)",
+        vec![],
+    );
+    let ids: std::collections::BTreeSet<String> = ids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|id| id.len() == 32), "{ids:?}");
     shot(&browser, "follower");
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
@@ -349,7 +384,14 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_why_and_retries_a_f
     assert_eq!(code, 503, "the one stream is taken");
 
     let browser = Browser::start();
-    browser.goto(&format!("http://127.0.0.1:{}/roles/web", daemon.port));
+    // Every page says that it waits for the status, rather than showing nothing under the
+    // header; the stream is not called live.
+    for path in ["/", "/nodes", "/roles/web"] {
+        browser.goto(&format!("http://127.0.0.1:{}{path}", daemon.port));
+        browser.wait_for_text("#status-loading", "Loading the status", SOON);
+        let live = browser.wait_for("#live", SOON);
+        assert_ne!(browser.text(&live), "live", "{path}");
+    }
     let content = browser.wait_for_text("#role-loading", "Loading the schedule", SOON);
     assert!(!browser.text(&content).contains("No role"));
     let page = browser.execute("return document.body.innerText", vec![]);
@@ -365,6 +407,7 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_why_and_retries_a_f
     drop(held);
     browser.wait_for("#versions button", Duration::from_secs(60));
     assert!(browser.find("#role-loading").is_none());
+    assert!(browser.find("#status-loading").is_none());
     assert_eq!(notices(&browser), Vec::<String>::new());
     browser.wait_for_text("#live", "live", SOON);
 }
@@ -586,10 +629,10 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
         ("/nodes", "#nodes", "alpha"),
         ("/schedule", "#schedule-tree", "roles"),
         ("/scheduler", "#scheduler-log", ""),
-        ("/logs", "#log-rows", "RoleStart"),
+        ("/logs", "#log-rows", "ok"),
         ("/tail/global/latest", ".toolbar", "bytes "),
         ("/backups", "#backups", ""),
-        ("/api", "main", "/v1/roles_data"),
+        ("/api", "#routes", "/v1/roles_data"),
     ];
     for base in ["", "/~common"] {
         for (path, css, text) in pages {
@@ -1003,4 +1046,180 @@ fn with_token_for_reads_the_graphql_page_queries_and_subscribes_with_the_token()
     assert_eq!(kept, json!(API_TOKEN));
     assert!(!browser.url().contains(API_TOKEN));
     assert!(!daemon.logs().contains(API_TOKEN));
+}
+
+/// The x position of the first button in the versions row of `version`.
+fn button_x(browser: &Browser, version: &str) -> f64 {
+    browser
+        .execute(
+            "const b = document.querySelector(`#versions button[data-version='${arguments[0]}']`); \
+             return b ? b.getBoundingClientRect().left : null",
+            vec![json!(version)],
+        )
+        .as_f64()
+        .unwrap_or_else(|| panic!("no button for {version}"))
+}
+
+/// A role page (issue 31): every column of the versions table has a header, the buttons stay in
+/// place when the marks beside them change (a fixed layout), its own labels are capitalised like
+/// the schedule's (`Nodes` beside `Instances`), and each deployment of the role shows its result.
+#[test]
+fn a_role_page_heads_every_column_keeps_its_buttons_in_place_and_shows_each_result() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["last_deployment"]["finished"].is_u64().then_some(())
+    })
+    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/roles/web", daemon.port));
+    browser.wait_for("#versions button[data-version='v1']", SOON);
+    let headers = browser.execute(
+        "return [...document.querySelectorAll('#versions th')].map((th) => th.textContent)",
+        vec![],
+    );
+    assert_eq!(headers, json!(["Version", "State", "Action"]));
+    let facts = browser.execute(
+        "return [...document.querySelectorAll('#role dl.kv dt')].map((dt) => dt.textContent)",
+        vec![],
+    );
+    let facts: Vec<String> = serde_json::from_value(facts).unwrap();
+    assert!(facts.contains(&"Nodes".to_string()), "{facts:?}");
+    assert!(facts.contains(&"Instances".to_string()), "{facts:?}");
+    assert!(!facts.contains(&"nodes".to_string()), "{facts:?}");
+
+    // Pinning v1 puts `pinned` and `current` on its row: its button does not move.
+    let before = button_x(&browser, "v1");
+    browser.click_on("#versions button[data-version='v1']", None, SOON);
+    browser
+        .accept_alert_if_any()
+        .expect("the switch asks first");
+    browser.wait_for_text("#versions", "pinned", SOON);
+    browser.wait_for_text("#role-version", "v1", SOON);
+    assert_eq!(button_x(&browser, "v1"), before, "the button moved");
+
+    // The deployments: a Result column, `ok` for the attempts that applied.
+    let table = browser.wait_for_text("#role-deployments td.result", "ok", SOON);
+    let _ = table;
+    let heads = browser.execute(
+        "return [...document.querySelectorAll('#role-deployments th')].map((th) => th.textContent)",
+        vec![],
+    );
+    assert_eq!(heads, json!(["Time", "Deployment", "Result", ""]));
+    shot(&browser, "role-columns");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+/// The Logs page (issue 31): one row per deployment, with its schedule and result; opening it
+/// shows its events, each linking to its text.
+#[test]
+fn the_logs_page_shows_one_row_per_deployment_with_its_result_and_its_events_when_opened() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let status = wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["last_deployment"]["finished"]
+            .is_u64()
+            .then_some(status)
+    })
+    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    let deployment = status["last_deployment"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hash = status["last_deployment"]["schedule"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let index = std::fs::read_to_string(storage.join("log/.index/latest")).unwrap();
+    let ids: std::collections::BTreeSet<String> = index
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| l[1].as_str().unwrap().to_string())
+        .collect();
+    let events_of_last = index.lines().filter(|l| l.contains(&deployment)).count();
+    assert!(events_of_last > 1, "{index}");
+
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/logs", daemon.port));
+    let row = format!("#log-rows tr.deployment[data-deployment='{deployment}']");
+    let shown = browser.wait_for_text(&row, "ok", SOON);
+    let text = browser.text(&shown);
+    assert!(text.contains(&hash[..8]), "{text}");
+    assert!(text.contains("web") && text.contains("cache"), "{text}");
+    let rows = browser.execute(
+        "return [...document.querySelectorAll('#log-rows tr.deployment')].map((r) => r.dataset.deployment)",
+        vec![],
+    );
+    let rows: Vec<String> = serde_json::from_value(rows).unwrap();
+    assert_eq!(
+        rows.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        ids,
+        "one row per deployment"
+    );
+    assert_eq!(rows.len(), ids.len(), "one row per deployment: {rows:?}");
+    assert!(browser.find("#log-rows tr.detail").is_none());
+
+    browser.click_on(&format!("{row} button.toggle"), None, SOON);
+    let detail = format!("#log-rows tr.detail[data-deployment='{deployment}']");
+    browser.wait_for_text(&detail, "RoleStart", SOON);
+    let events = browser.execute(
+        "return document.querySelectorAll(arguments[0] + ' table.events tbody tr').length",
+        vec![json!(detail)],
+    );
+    assert_eq!(events, json!(events_of_last));
+    browser.wait_for(&format!("{detail} a[href^='/tail/role/web/']"), SOON);
+    shot(&browser, "logs-deployments");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+/// The API page (issue 31) lists the route table the router serves (`/v1/routes`), every route
+/// of it, and links the OpenAPI description, which this node serves as text.
+#[test]
+fn the_api_page_lists_every_route_of_the_route_table_and_links_the_openapi_description() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let table = wait_for(SOON, || daemon.json("/v1/routes"))
+        .unwrap_or_else(|| panic!("no route table:\n{}", daemon.logs()));
+    let paths: Vec<String> = table
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/api", daemon.port));
+    browser.wait_for_text("#routes", "/v1/graphql", SOON);
+    let listed = browser.execute(
+        "return [...document.querySelectorAll('#routes tbody tr td:first-child')].map((td) => td.textContent)",
+        vec![],
+    );
+    let listed: Vec<String> = serde_json::from_value(listed).unwrap();
+    assert_eq!(listed, paths);
+    for wanted in [
+        "/v1/graphql",
+        "/v1/graphiql",
+        "/v1/wait_action",
+        "/v1/log/role/{role}/{file}",
+        "/v1/log/{stream}/{file}",
+    ] {
+        assert!(listed.iter().any(|p| p == wanted), "{wanted}: {listed:?}");
+    }
+    let link = browser.wait_for("#openapi-link", SOON);
+    assert_eq!(
+        browser.attr(&link, "href").as_deref(),
+        Some("/v1/openapi.yaml")
+    );
+    let (code, content_type, body) = get_typed(daemon.port, "/v1/openapi.yaml");
+    assert_eq!(code, 200);
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert!(body.contains("/v1/routes:"), "{body}");
+    shot(&browser, "api");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
