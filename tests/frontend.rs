@@ -1173,7 +1173,58 @@ fn the_logs_page_shows_one_row_per_deployment_with_its_result_and_its_events_whe
     );
     assert_eq!(events, json!(events_of_last));
     browser.wait_for(&format!("{detail} a[href^='/tail/role/web/']"), SOON);
+
+    // A template that does not render: the next deployment fails both roles, and says so.
+    replace_file(
+        &config.join("templates/minimal/v1/role.conf.hbs"),
+        "{{#if unclosed}}\n",
+    );
+    let (code, _) = http_post(daemon.port, "/v1/force_render_all", "application/json", b"");
+    assert_eq!(code, 200);
+    let failed = wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        let last = &status["last_deployment"];
+        (last["id"] != deployment.as_str() && last["finished"].is_u64()).then(|| last.clone())
+    })
+    .unwrap_or_else(|| panic!("no second deployment:\n{}", daemon.logs()));
+    let mut failed_roles: Vec<&str> = failed["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    failed_roles.sort();
+    assert_eq!(failed_roles, ["cache", "web"], "{failed}");
+    let second = failed["id"].as_str().unwrap();
+    let result = browser.wait_for_text(
+        &format!("#log-rows tr.deployment[data-deployment='{second}'] td.result"),
+        "failed: ",
+        SOON,
+    );
+    let text = browser.text(&result);
+    assert!(text.contains("cache") && text.contains("web"), "{text}");
+    let first = browser.wait_for(&format!("{row} td.result"), SOON);
+    assert_eq!(browser.text(&first), "ok");
     shot(&browser, "logs-deployments");
+    // The role page: the failed attempt and the one before it, each with its result (a failing
+    // role is tried again, so more failed attempts may follow).
+    browser.click_on("#log-rows a[href='/roles/web']", None, SOON);
+    let result_of = |id: &str| {
+        let got = browser.execute(
+            "const row = [...document.querySelectorAll('#role-deployments tbody tr')].find((r) => \
+               r.children[1].textContent.startsWith(arguments[0])); \
+             return row ? row.querySelector('td.result').textContent : null",
+            vec![json!(id)],
+        );
+        got.as_str()
+            .filter(|r| *r == "ok" || *r == "failed")
+            .map(str::to_string)
+    };
+    let got = wait_for(SOON, || result_of(second))
+        .unwrap_or_else(|| panic!("no result of {second} on the role page"));
+    assert_eq!(got, "failed");
+    assert_eq!(result_of(&deployment).as_deref(), Some("ok"));
+    shot(&browser, "role-results");
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
