@@ -1274,3 +1274,55 @@ fn the_api_page_lists_every_route_of_the_route_table_and_links_the_openapi_descr
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
+
+/// Before the first status comes through the open `/v1/events` stream (issue 31, Pages 1), the
+/// page says it is loading and the stream is not called live: the test holds the stream's body
+/// back in the page (its `fetch` answers with the headers at once and the events only once
+/// released), then lets it through.
+#[test]
+fn until_the_first_status_comes_the_page_says_it_is_loading_and_not_live() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let browser = Browser::start();
+    browser.before_every_page(
+        "const realFetch = window.fetch; let release; \
+         const gate = new Promise((done) => { release = done; }); \
+         window.releaseStatus = () => release(); \
+         window.streamOpened = false; \
+         window.fetch = async (input, init) => { \
+           const response = await realFetch(input, init); \
+           if (!String(input).includes('/v1/events')) return response; \
+           window.streamOpened = true; \
+           const body = new ReadableStream({async start(out) { \
+             await gate; const reader = response.body.getReader(); \
+             for (;;) { const {value, done} = await reader.read(); \
+               if (done) { out.close(); return; } out.enqueue(value); } }}); \
+           return new Response(body, {status: response.status, headers: response.headers}); \
+         };",
+    );
+    browser.goto(&format!("http://127.0.0.1:{}/", daemon.port));
+    wait_for(SOON, || {
+        (browser.execute("return window.streamOpened === true", vec![]) == json!(true))
+            .then_some(())
+    })
+    .expect("the page opens the stream");
+    browser.wait_for_text("#status-loading", "Loading the status of this node", SOON);
+    // The stream is open and its status held back; the page had its turn to react to the open
+    // stream once a script run after it sees the same state.
+    let live = browser.execute(
+        "return new Promise((done) => setTimeout(() => \
+           done(document.getElementById('live').textContent), 0))",
+        vec![],
+    );
+    assert_eq!(live, json!("connecting"));
+    shot(&browser, "loading");
+
+    browser.execute("window.releaseStatus(); return null", vec![]);
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#roles-table", "web", SOON);
+    assert!(browser.find("#status-loading").is_none());
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
