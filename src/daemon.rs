@@ -318,6 +318,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // `/v1/schedule`'s bodies, shared with the election, whose pings announce the LZ4 body's hash.
     let schedule_json = Arc::new(http::SharedJson::schedule());
     let clustered = config.peer_source != PeerSource::None;
+    // Shared with the HTTP API, which shows it on `/v1/peers`.
+    let live = Liveness::default();
     if clustered {
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
         let udp = UdpSocket::bind(&addr)
@@ -326,7 +328,6 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 addr: format!("udp {addr}"),
                 source,
             })?;
-        let live = Liveness::default();
         match &config.peer_source {
             PeerSource::Cantal(url) => {
                 tasks.spawn(
@@ -641,6 +642,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 .with_relay(relay)
                 .with_schedule_json(schedule_json),
         ),
+        liveness: live.clone(),
+        alive_window: config.minority_window,
     });
     // Tests and scripts started with `--port 0` read the port from this line.
     tracing::info!(

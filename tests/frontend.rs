@@ -119,13 +119,19 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     });
     browser.wait_for_text("#role-deployments", &deployment, SOON);
     browser.click_on("#nav a[href='/logs']", None, SOON);
-    let rows = browser.wait_for_text("#log-rows", &deployment, SOON);
-    assert!(browser.text(&rows).contains("RoleStart"));
+    browser.wait_for_text("#log-rows", &deployment, SOON);
+    browser.click_on(
+        &format!("#log-rows tr.deployment[data-deployment='{deployment}'] button.toggle"),
+        None,
+        SOON,
+    );
+    browser.wait_for_text("#log-rows tr.detail", "RoleStart", SOON);
     shot(&browser, "logs");
     // The row of web's RoleStart in that deployment links to its text.
     let opened = browser.execute(
-        "const row = [...document.querySelectorAll('#log-rows tr')].find((r) => \
-           r.textContent.includes(arguments[0]) && r.textContent.includes('RoleStart')); \
+        "const rows = document.querySelectorAll(`#log-rows tr.detail[data-deployment='${arguments[0]}'] tr`); \
+         const row = [...rows].find((r) => r.textContent.includes('RoleStart') && \
+           r.querySelector('a[href^=\"/tail/role/web/\"]')); \
          const a = row && row.querySelector('a[href^=\"/tail/role/web/\"]'); \
          if (a) a.click(); return !!a",
         vec![json!(deployment)],
@@ -207,6 +213,35 @@ fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains("leader"), "{text}");
+    // Liveness as the follower judges it (heard from directly, here through cantal, within the
+    // window), not the age of a list that is republished only on change; and every id whole,
+    // so that nodes whose ids share a prefix can be told apart.
+    wait_for(SOON, || {
+        let alive = browser.execute(
+            "return [...document.querySelectorAll('#nodes td.heard')].filter((td) => \
+               td.textContent.startsWith('alive')).length",
+            vec![],
+        );
+        (alive == json!(2)).then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the two peers are not shown alive:\n{}",
+            browser.text(&nodes)
+        )
+    });
+    let ids = browser.execute(
+        "return [...document.querySelectorAll('#nodes td.id')].map((td) => td.textContent)",
+        vec![],
+    );
+    let ids: std::collections::BTreeSet<String> = ids
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(ids.len(), 3, "{ids:?}");
+    assert!(ids.iter().all(|id| id.len() == 32), "{ids:?}");
     shot(&browser, "follower");
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
@@ -349,7 +384,14 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_why_and_retries_a_f
     assert_eq!(code, 503, "the one stream is taken");
 
     let browser = Browser::start();
-    browser.goto(&format!("http://127.0.0.1:{}/roles/web", daemon.port));
+    // Every page says that it waits for the status, rather than showing nothing under the
+    // header; the stream is not called live.
+    for path in ["/", "/nodes", "/roles/web"] {
+        browser.goto(&format!("http://127.0.0.1:{}{path}", daemon.port));
+        browser.wait_for_text("#status-loading", "Loading the status", SOON);
+        let live = browser.wait_for("#live", SOON);
+        assert_ne!(browser.text(&live), "live", "{path}");
+    }
     let content = browser.wait_for_text("#role-loading", "Loading the schedule", SOON);
     assert!(!browser.text(&content).contains("No role"));
     let page = browser.execute("return document.body.innerText", vec![]);
@@ -365,6 +407,7 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_why_and_retries_a_f
     drop(held);
     browser.wait_for("#versions button", Duration::from_secs(60));
     assert!(browser.find("#role-loading").is_none());
+    assert!(browser.find("#status-loading").is_none());
     assert_eq!(notices(&browser), Vec::<String>::new());
     browser.wait_for_text("#live", "live", SOON);
 }
@@ -586,10 +629,10 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
         ("/nodes", "#nodes", "alpha"),
         ("/schedule", "#schedule-tree", "roles"),
         ("/scheduler", "#scheduler-log", ""),
-        ("/logs", "#log-rows", "RoleStart"),
+        ("/logs", "#log-rows", "ok"),
         ("/tail/global/latest", ".toolbar", "bytes "),
         ("/backups", "#backups", ""),
-        ("/api", "main", "/v1/roles_data"),
+        ("/api", "#routes", "/v1/roles_data"),
     ];
     for base in ["", "/~common"] {
         for (path, css, text) in pages {
@@ -1003,4 +1046,283 @@ fn with_token_for_reads_the_graphql_page_queries_and_subscribes_with_the_token()
     assert_eq!(kept, json!(API_TOKEN));
     assert!(!browser.url().contains(API_TOKEN));
     assert!(!daemon.logs().contains(API_TOKEN));
+}
+
+/// The x position of the first button in the versions row of `version`.
+fn button_x(browser: &Browser, version: &str) -> f64 {
+    browser
+        .execute(
+            "const b = document.querySelector(`#versions button[data-version='${arguments[0]}']`); \
+             return b ? b.getBoundingClientRect().left : null",
+            vec![json!(version)],
+        )
+        .as_f64()
+        .unwrap_or_else(|| panic!("no button for {version}"))
+}
+
+/// A role page (issue 31): every column of the versions table has a header, the buttons stay in
+/// place when the marks beside them change (a fixed layout), its own labels are capitalised like
+/// the schedule's (`Nodes` beside `Instances`), and each deployment of the role shows its result.
+#[test]
+fn a_role_page_heads_every_column_keeps_its_buttons_in_place_and_shows_each_result() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["last_deployment"]["finished"].is_u64().then_some(())
+    })
+    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/roles/web", daemon.port));
+    browser.wait_for("#versions button[data-version='v1']", SOON);
+    let headers = browser.execute(
+        "return [...document.querySelectorAll('#versions th')].map((th) => th.textContent)",
+        vec![],
+    );
+    assert_eq!(headers, json!(["Version", "State", "Action"]));
+    let facts = browser.execute(
+        "return [...document.querySelectorAll('#role dl.kv dt')].map((dt) => dt.textContent)",
+        vec![],
+    );
+    let facts: Vec<String> = serde_json::from_value(facts).unwrap();
+    assert!(facts.contains(&"Nodes".to_string()), "{facts:?}");
+    assert!(facts.contains(&"Instances".to_string()), "{facts:?}");
+    assert!(!facts.contains(&"nodes".to_string()), "{facts:?}");
+
+    // Pinning v1 puts `pinned` and `current` on its row: its button does not move.
+    let before = button_x(&browser, "v1");
+    browser.click_on("#versions button[data-version='v1']", None, SOON);
+    browser
+        .accept_alert_if_any()
+        .expect("the switch asks first");
+    browser.wait_for_text("#versions", "pinned", SOON);
+    browser.wait_for_text("#role-version", "v1", SOON);
+    assert_eq!(button_x(&browser, "v1"), before, "the button moved");
+
+    // The deployments: a Result column, `ok` for the attempts that applied.
+    let table = browser.wait_for_text("#role-deployments td.result", "ok", SOON);
+    let _ = table;
+    let heads = browser.execute(
+        "return [...document.querySelectorAll('#role-deployments th')].map((th) => th.textContent)",
+        vec![],
+    );
+    assert_eq!(heads, json!(["Time", "Deployment", "Result", ""]));
+    shot(&browser, "role-columns");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+/// The Logs page (issue 31): one row per deployment, with its schedule and result; opening it
+/// shows its events, each linking to its text.
+#[test]
+fn the_logs_page_shows_one_row_per_deployment_with_its_result_and_its_events_when_opened() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let status = wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        status["last_deployment"]["finished"]
+            .is_u64()
+            .then_some(status)
+    })
+    .unwrap_or_else(|| panic!("no deployment:\n{}", daemon.logs()));
+    let deployment = status["last_deployment"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let hash = status["last_deployment"]["schedule"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let index = std::fs::read_to_string(storage.join("log/.index/latest")).unwrap();
+    let ids: std::collections::BTreeSet<String> = index
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .map(|l| l[1].as_str().unwrap().to_string())
+        .collect();
+    let events_of_last = index.lines().filter(|l| l.contains(&deployment)).count();
+    assert!(events_of_last > 1, "{index}");
+
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/logs", daemon.port));
+    let row = format!("#log-rows tr.deployment[data-deployment='{deployment}']");
+    let shown = browser.wait_for_text(&row, "ok", SOON);
+    let text = browser.text(&shown);
+    assert!(text.contains(&hash[..8]), "{text}");
+    assert!(text.contains("web") && text.contains("cache"), "{text}");
+    let rows = browser.execute(
+        "return [...document.querySelectorAll('#log-rows tr.deployment')].map((r) => r.dataset.deployment)",
+        vec![],
+    );
+    let rows: Vec<String> = serde_json::from_value(rows).unwrap();
+    assert_eq!(
+        rows.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>(),
+        ids,
+        "one row per deployment"
+    );
+    assert_eq!(rows.len(), ids.len(), "one row per deployment: {rows:?}");
+    assert!(browser.find("#log-rows tr.detail").is_none());
+
+    browser.click_on(&format!("{row} button.toggle"), None, SOON);
+    let detail = format!("#log-rows tr.detail[data-deployment='{deployment}']");
+    browser.wait_for_text(&detail, "RoleStart", SOON);
+    let events = browser.execute(
+        "return document.querySelectorAll(arguments[0] + ' table.events tbody tr').length",
+        vec![json!(detail)],
+    );
+    assert_eq!(events, json!(events_of_last));
+    browser.wait_for(&format!("{detail} a[href^='/tail/role/web/']"), SOON);
+
+    // A template that does not render: the next deployment fails both roles, and says so.
+    replace_file(
+        &config.join("templates/minimal/v1/role.conf.hbs"),
+        "{{#if unclosed}}\n",
+    );
+    let (code, _) = http_post(daemon.port, "/v1/force_render_all", "application/json", b"");
+    assert_eq!(code, 200);
+    let failed = wait_for(SOON, || {
+        let status = daemon.json("/v1/status")?;
+        let last = &status["last_deployment"];
+        (last["id"] != deployment.as_str() && last["finished"].is_u64()).then(|| last.clone())
+    })
+    .unwrap_or_else(|| panic!("no second deployment:\n{}", daemon.logs()));
+    let mut failed_roles: Vec<&str> = failed["failed"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r.as_str().unwrap())
+        .collect();
+    failed_roles.sort();
+    assert_eq!(failed_roles, ["cache", "web"], "{failed}");
+    let second = failed["id"].as_str().unwrap();
+    let result = browser.wait_for_text(
+        &format!("#log-rows tr.deployment[data-deployment='{second}'] td.result"),
+        "failed: ",
+        SOON,
+    );
+    let text = browser.text(&result);
+    assert!(text.contains("cache") && text.contains("web"), "{text}");
+    let first = browser.wait_for(&format!("{row} td.result"), SOON);
+    assert_eq!(browser.text(&first), "ok");
+    shot(&browser, "logs-deployments");
+    // The role page: the failed attempt and the one before it, each with its result (a failing
+    // role is tried again, so more failed attempts may follow).
+    browser.click_on("#log-rows a[href='/roles/web']", None, SOON);
+    let result_of = |id: &str| {
+        let got = browser.execute(
+            "const row = [...document.querySelectorAll('#role-deployments tbody tr')].find((r) => \
+               r.children[1].textContent.startsWith(arguments[0])); \
+             return row ? row.querySelector('td.result').textContent : null",
+            vec![json!(id)],
+        );
+        got.as_str()
+            .filter(|r| *r == "ok" || *r == "failed")
+            .map(str::to_string)
+    };
+    let got = wait_for(SOON, || result_of(second))
+        .unwrap_or_else(|| panic!("no result of {second} on the role page"));
+    assert_eq!(got, "failed");
+    assert_eq!(result_of(&deployment).as_deref(), Some("ok"));
+    shot(&browser, "role-results");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+/// The API page (issue 31) lists the route table the router serves (`/v1/routes`), every route
+/// of it, and links the OpenAPI description, which this node serves as text.
+#[test]
+fn the_api_page_lists_every_route_of_the_route_table_and_links_the_openapi_description() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let table = wait_for(SOON, || daemon.json("/v1/routes"))
+        .unwrap_or_else(|| panic!("no route table:\n{}", daemon.logs()));
+    let paths: Vec<String> = table
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/api", daemon.port));
+    browser.wait_for_text("#routes", "/v1/graphql", SOON);
+    let listed = browser.execute(
+        "return [...document.querySelectorAll('#routes tbody tr td:first-child')].map((td) => td.textContent)",
+        vec![],
+    );
+    let listed: Vec<String> = serde_json::from_value(listed).unwrap();
+    assert_eq!(listed, paths);
+    for wanted in [
+        "/v1/graphql",
+        "/v1/graphiql",
+        "/v1/wait_action",
+        "/v1/log/role/{role}/{file}",
+        "/v1/log/{stream}/{file}",
+    ] {
+        assert!(listed.iter().any(|p| p == wanted), "{wanted}: {listed:?}");
+    }
+    let link = browser.wait_for("#openapi-link", SOON);
+    assert_eq!(
+        browser.attr(&link, "href").as_deref(),
+        Some("/v1/openapi.yaml")
+    );
+    let (code, content_type, body) = get_typed(daemon.port, "/v1/openapi.yaml");
+    assert_eq!(code, 200);
+    assert!(content_type.starts_with("text/plain"), "{content_type}");
+    assert!(body.contains("/v1/routes:"), "{body}");
+    shot(&browser, "api");
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+/// Before the first status comes through the open `/v1/events` stream (issue 31, Pages 1), the
+/// page says it is loading and the stream is not called live: the test holds the stream's body
+/// back in the page (its `fetch` answers with the headers at once and the events only once
+/// released), then lets it through.
+#[test]
+fn until_the_first_status_comes_the_page_says_it_is_loading_and_not_live() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    wait_for(SOON, || daemon.json("/v1/schedule"))
+        .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    let browser = Browser::start();
+    browser.before_every_page(
+        "const realFetch = window.fetch; let release; \
+         const gate = new Promise((done) => { release = done; }); \
+         window.releaseStatus = () => release(); \
+         window.streamOpened = false; \
+         window.fetch = async (input, init) => { \
+           const response = await realFetch(input, init); \
+           if (!String(input).includes('/v1/events')) return response; \
+           window.streamOpened = true; \
+           const body = new ReadableStream({async start(out) { \
+             await gate; const reader = response.body.getReader(); \
+             for (;;) { const {value, done} = await reader.read(); \
+               if (done) { out.close(); return; } out.enqueue(value); } }}); \
+           return new Response(body, {status: response.status, headers: response.headers}); \
+         };",
+    );
+    browser.goto(&format!("http://127.0.0.1:{}/", daemon.port));
+    wait_for(SOON, || {
+        (browser.execute("return window.streamOpened === true", vec![]) == json!(true))
+            .then_some(())
+    })
+    .expect("the page opens the stream");
+    browser.wait_for_text("#status-loading", "Loading the status of this node", SOON);
+    // The stream is open and its status held back; the page had its turn to react to the open
+    // stream once a script run after it sees the same state.
+    let live = browser.execute(
+        "return new Promise((done) => setTimeout(() => \
+           done(document.getElementById('live').textContent), 0))",
+        vec![],
+    );
+    assert_eq!(live, json!("connecting"));
+    shot(&browser, "loading");
+
+    browser.execute("window.releaseStatus(); return null", vec![]);
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#roles-table", "web", SOON);
+    assert!(browser.find("#status-loading").is_none());
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }

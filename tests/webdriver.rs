@@ -274,6 +274,19 @@ impl Browser {
         self.must(done, || format!("cannot click {element:?}"));
     }
 
+    /// Runs `source` in every page this browser opens from now on, before the page's own
+    /// scripts (Chrome DevTools' `Page.addScriptToEvaluateOnNewDocument`): a test's hook into
+    /// what the page sees, e.g. a `fetch` that holds an answer back.
+    pub fn before_every_page(&self, source: &str) {
+        let body = json!({
+            "cmd": "Page.addScriptToEvaluateOnNewDocument",
+            "params": { "source": source },
+        });
+        self.must(self.cmd("POST", "/goog/cdp/execute", Some(body)), || {
+            "cannot add a script to every page".to_string()
+        });
+    }
+
     /// Runs `script` as a function body in the page (`arguments[i]` are `args`; elements go in
     /// as [`Element::as_arg`]) and returns what it returns.
     pub fn execute(&self, script: &str, args: Vec<Value>) -> Value {

@@ -119,6 +119,14 @@ export function createApi(notices, tokens) {
       return {text, response};
     },
 
+    /** GET `path` as bytes: {bytes, response} (offsets into log files are in bytes). */
+    async getBytes(path, init) {
+      const response = await send("GET", path, init || {});
+      const bytes = await body("GET", path, response, async (r) => new Uint8Array(await r.arrayBuffer()));
+      succeeded("GET", path);
+      return {bytes, response};
+    },
+
     /** HEAD `path`: the response, for its headers. */
     async head(path, init) {
       const response = await send("HEAD", path, init || {});

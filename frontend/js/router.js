@@ -47,7 +47,9 @@ export function createRouter(ctx, main) {
     if (current && current.leave) current.leave();
     ctx.notices.leavePage();
     current = pageFor(ctx);
-    fill(main, current.node);
+    // Until the first status comes every page has little or nothing to show: say so above it.
+    fill(main, ctx.state.status ? null : h("p", {class: "muted loading", id: "status-loading"},
+      "Loading the status of this node…"), current.node);
     // A page opened after the first status: it sees the status as new (live(null)).
     if (ctx.state.status && current.live) current.live(null);
     const section = "/" + (location.pathname.slice(BASE.length).split("/")[1] || "");
@@ -59,6 +61,8 @@ export function createRouter(ctx, main) {
 
   /** After a new status (`previous` is the one before, or null): the open page updates. */
   function live(previous) {
+    const waiting = document.getElementById("status-loading");
+    if (waiting) waiting.remove();
     if (current && current.live) current.live(previous);
   }
 

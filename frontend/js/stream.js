@@ -81,9 +81,15 @@ export function followStatus(ctx, redraw) {
     while (!stop.signal.aborted) {
       try {
         const response = await api.stream(EVENTS, stop.signal);
-        showLive(state, true);
+        // "live" once a status came through this stream, not when it opens: until then the page
+        // shows nothing current.
+        let first = true;
         await readEvents(response, (event, data) => {
-          if (event === "status") onStatus(parseStatus(data));
+          if (event !== "status") return;
+          const status = parseStatus(data);
+          if (first) showLive(state, true);
+          first = false;
+          onStatus(status);
         });
         showLive(state, false);
         await delay(REOPEN_MS);

@@ -8,6 +8,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use verwalter_controllers::election::ElectionState;
+use verwalter_controllers::election::transport;
+use verwalter_controllers::ports::{Clock, SystemClock};
 use verwalter_controllers::render::deployment_id;
 use verwalter_controllers::status::{self, Snapshot, Status};
 use verwalter_controllers::vars;
@@ -220,14 +222,20 @@ pub async fn election(State(state): State<AppState>) -> Json<ElectionState> {
 pub async fn peers(State(state): State<AppState>) -> Json<Value> {
     let peers = state.store.peers.peek();
     let reports = state.store.reports.peek();
+    let now_ms = SystemClock.now_ms();
+    let heard = state.liveness.with_heard(|heard| heard.clone());
     let list: Vec<Value> = peers
         .peers
         .values()
         .map(|p| {
             let report = reports.get(&p.id);
+            // Read now, not from the stored list, which is published only when it changes.
+            let last_heard = heard.get(&p.id).copied();
             json!({
                 "id": p.id, "primary_addr": p.addr, "name": p.name, "hostname": p.hostname,
                 "known_since": p.known_since, "last_report_direct": p.last_report_direct,
+                "last_heard": last_heard,
+                "alive": transport::heard_lately(last_heard, state.alive_window, now_ms),
                 "errors": report.map_or(p.errors, |r| r.errors),
                 "schedule": report.and_then(|r| r.schedule.clone()),
             })

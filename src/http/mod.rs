@@ -68,6 +68,10 @@ pub struct AppState {
     /// `scheduler/v1/query.wasm`, shared with the render controller (`/v1/query`).
     pub query: crate::wasm::query::QueryHook,
     pub http: Arc<HttpState>,
+    /// When each peer was last heard from directly (empty without peers), and how recently it
+    /// must have been for `/v1/peers` to call it `alive` (`election.minority-window-ms`).
+    pub liveness: crate::cluster::peers::Liveness,
+    pub alive_window: std::time::Duration,
 }
 
 /// The HTTP server's limits, and the `/v1/events` streams open under them.
@@ -323,52 +327,70 @@ async fn long_poll_slot(
 /// Largest body the `.pretty` formatter re-reads; far above any schedule we serve.
 const PRETTY_LIMIT: usize = 256 << 20;
 
-/// Routes of the `/v1/<name>` form that also answer as `<name>.json` and `<name>.pretty`.
-fn formatted_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
+/// Routes of the `/v1/<name>` form that also answer as `<name>.json` and `<name>.pretty`, with
+/// their methods (shown by `/v1/routes` and the frontend's API page).
+fn formatted_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
     vec![
-        ("status", get(api::status)),
-        ("schedule", get(api::schedule)),
-        ("scheduler_input", get(api::scheduler_input)),
-        ("scheduler_debug_info", get(api::scheduler_debug_info)),
-        ("election", get(api::election)),
-        ("peers", get(api::peers)),
-        ("roles_data", get(api::roles_data)),
+        ("status", "GET", get(api::status)),
+        ("schedule", "GET", get(api::schedule)),
+        ("scheduler_input", "GET", get(api::scheduler_input)),
+        (
+            "scheduler_debug_info",
+            "GET",
+            get(api::scheduler_debug_info),
+        ),
+        ("election", "GET", get(api::election)),
+        ("peers", "GET", get(api::peers)),
+        ("roles_data", "GET", get(api::roles_data)),
         // POST only: 0.13 took any method, but a GET that re-renders everything is one
         // prefetching browser away from an accident.
-        ("force_render_all", post(api::force_render_all)),
-        ("action", post(actions::action)),
-        ("wait_action", post(actions::wait_action)),
-        ("pending_actions", get(actions::pending_actions)),
-        ("backups", get(files::backups)),
+        ("force_render_all", "POST", post(api::force_render_all)),
+        ("action", "POST", post(actions::action)),
+        ("wait_action", "POST", post(actions::wait_action)),
+        ("pending_actions", "GET", get(actions::pending_actions)),
+        ("backups", "GET", get(files::backups)),
+        ("routes", "GET", get(routes)),
     ]
 }
 
-/// The other routes, by path.
-fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
+/// The other routes, by path, with their methods.
+fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
     vec![
-        ("/", get(frontend::index)),
-        ("/common/{*file}", get(frontend::asset)),
-        ("/metrics", get(api::metrics)),
-        ("/v1/schedule/{hash}", get(api::schedule_by_hash)),
-        ("/v1/events", get(events::events)),
-        ("/v1/graphql", get(graphql::socket).post(graphql::post)),
-        ("/v1/graphiql", get(graphql::graphiql)),
-        ("/v1/log/role/{role}/{file}", get(files::log_role)),
-        ("/v1/log/external/{name}/{*path}", get(files::log_external)),
-        ("/v1/log/{stream}/{file}", get(files::log_stream)),
-        ("/v1/backup/{name}", get(files::backup)),
-        ("/v1/wasm/{name}", get(files::wasm_module)),
-        ("/v1/query/{*path}", post(query::query)),
+        ("/", "GET", get(frontend::index)),
+        ("/common/{*file}", "GET", get(frontend::asset)),
+        ("/metrics", "GET", get(api::metrics)),
+        ("/v1/openapi.yaml", "GET", get(openapi)),
+        ("/v1/schedule/{hash}", "GET", get(api::schedule_by_hash)),
+        ("/v1/events", "GET", get(events::events)),
+        (
+            "/v1/graphql",
+            "GET POST",
+            get(graphql::socket).post(graphql::post),
+        ),
+        ("/v1/graphiql", "GET", get(graphql::graphiql)),
+        ("/v1/log/role/{role}/{file}", "GET", get(files::log_role)),
+        (
+            "/v1/log/external/{name}/{*path}",
+            "GET",
+            get(files::log_external),
+        ),
+        ("/v1/log/{stream}/{file}", "GET", get(files::log_stream)),
+        ("/v1/backup/{name}", "GET", get(files::backup)),
+        ("/v1/wasm/{name}", "GET", get(files::wasm_module)),
+        ("/v1/query/{*path}", "POST", post(query::query)),
         (
             "/v1/action_is_pending/{id}",
+            "GET",
             get(actions::action_is_pending),
         ),
         (
             "/v1/leader-redirect-by-node-name",
+            "GET",
             get(api::leader_redirect),
         ),
         (
             "/v1/leader-redirect-by-node-name/{*tail}",
+            "GET",
             get(api::leader_redirect_tail),
         ),
     ]
@@ -376,12 +398,53 @@ fn plain_routes() -> Vec<(&'static str, MethodRouter<AppState>)> {
 
 /// Every route path the router serves (`docs/openapi.yaml` must describe each; a test checks).
 pub fn route_paths() -> Vec<String> {
-    let mut paths: Vec<String> = formatted_routes()
+    route_table().into_iter().map(|r| r.path).collect()
+}
+
+/// One row of the route table, as `/v1/routes` lists it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RouteInfo {
+    /// As axum writes it: `/v1/log/role/{role}/{file}`, `/common/{*file}`.
+    pub path: String,
+    pub methods: Vec<&'static str>,
+    /// Whether `<path>.json` and `<path>.pretty` answer too.
+    pub formats: bool,
+}
+
+/// The route table: every route the router serves, in its order.
+pub fn route_table() -> Vec<RouteInfo> {
+    let info = |path: String, methods: &'static str, formats| RouteInfo {
+        path,
+        methods: methods.split(' ').collect(),
+        formats,
+    };
+    let mut table: Vec<RouteInfo> = formatted_routes()
         .into_iter()
-        .map(|(name, _)| format!("/v1/{name}"))
+        .map(|(name, methods, _)| info(format!("/v1/{name}"), methods, true))
         .collect();
-    paths.extend(plain_routes().into_iter().map(|(path, _)| path.to_string()));
-    paths
+    table.extend(
+        plain_routes()
+            .into_iter()
+            .map(|(path, methods, _)| info(path.to_string(), methods, false)),
+    );
+    table
+}
+
+/// `GET /v1/routes`: the route table.
+async fn routes() -> axum::Json<Vec<RouteInfo>> {
+    axum::Json(route_table())
+}
+
+/// `docs/openapi.yaml`, built into the binary.
+const OPENAPI: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/openapi.yaml"));
+
+/// `GET /v1/openapi.yaml`: the OpenAPI description of these routes, as text a browser shows.
+async fn openapi() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+        OPENAPI,
+    )
+        .into_response()
 }
 
 /// The whole HTTP app.
@@ -397,10 +460,10 @@ pub fn router(state: AppState) -> Router {
         }
     };
     let mut app = Router::new();
-    for (name, route) in formatted_routes() {
+    for (name, _, route) in formatted_routes() {
         app = with_formats(app, name, long_poll(name, route));
     }
-    for (path, route) in plain_routes() {
+    for (path, _, route) in plain_routes() {
         app = app.route(path, long_poll(path, route));
     }
     app.route("/v1/{*rest}", axum::routing::any(api::unknown_api))

@@ -70,6 +70,8 @@ pub(super) fn app_state(
             crate::lua::Limits::default().into(),
         ),
         http: Default::default(),
+        liveness: Default::default(),
+        alive_window: std::time::Duration::from_secs(75),
     }
 }
 
@@ -430,6 +432,113 @@ fn every_route_is_in_the_openapi_description_and_nothing_else() {
         stale.is_empty(),
         "docs/openapi.yaml paths the router lacks: {stale:?}"
     );
+}
+
+/// `/v1/peers` says when each peer was last heard from directly, read at the request (the
+/// stored list changes only when its membership does), and `alive` when that was within the
+/// window the node judges peers by.
+#[tokio::test]
+async fn peers_are_alive_while_heard_within_the_window() {
+    use verwalter_controllers::ports::{Clock, SystemClock};
+    use verwalter_controllers::state::{Peer, Peers};
+    let writer = StoreWriter::new(None);
+    let peer = |n: u32| Peer {
+        id: format!("77985419c732412ea38b94db{n:08}"),
+        addr: None,
+        name: format!("n{n}.example.com"),
+        hostname: format!("n{n}"),
+        schedule: None,
+        known_since: 1,
+        last_report_direct: Some(1),
+        errors: 0,
+    };
+    writer.peers.set(Peers {
+        peers: [peer(2), peer(3), peer(4)]
+            .into_iter()
+            .map(|p| (p.id.clone(), p))
+            .collect(),
+        timestamp: Some(1),
+    });
+    let mut state = app_state(
+        &writer,
+        std::env::temp_dir().join("verwalter-http-tests-no-frontends"),
+        "common",
+    );
+    state.alive_window = std::time::Duration::from_secs(75);
+    let now = SystemClock.now_ms();
+    state.liveness.heard(&peer(2).id, now - 1_000);
+    state.liveness.heard(&peer(3).id, now - 120_000);
+    let app = router(state);
+    let list = get_json(&app, "/v1/peers").await;
+    let by_host = |h: &str| {
+        list.as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["hostname"] == h)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(by_host("n2")["last_heard"], json!(now - 1_000));
+    assert_eq!(by_host("n2")["alive"], json!(true));
+    assert_eq!(by_host("n3")["last_heard"], json!(now - 120_000));
+    assert_eq!(by_host("n3")["alive"], json!(false));
+    assert_eq!(by_host("n4")["last_heard"], Value::Null);
+    assert_eq!(by_host("n4")["alive"], json!(false));
+}
+
+/// `/v1/routes` is the route table, and the table's methods are the ones the router takes: a
+/// route refuses (405) exactly the methods the table leaves out. `/v1/openapi.yaml` is
+/// docs/openapi.yaml, as text.
+#[tokio::test]
+async fn the_route_table_is_served_with_the_methods_each_route_takes() {
+    // A leader is known, so the leader redirects answer at once.
+    let writer = leading(2);
+    let app = app(&writer);
+    let listed = get_json(&app, "/v1/routes").await;
+    assert_eq!(listed, serde_json::to_value(route_table()).unwrap());
+    let paths: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    for wanted in [
+        "/v1/graphql",
+        "/v1/graphiql",
+        "/v1/wait_action",
+        "/v1/log/role/{role}/{file}",
+        "/v1/log/{stream}/{file}",
+        "/v1/log/external/{name}/{*path}",
+        "/v1/routes",
+        "/v1/openapi.yaml",
+    ] {
+        assert!(paths.contains(&wanted), "{wanted} not in {paths:?}");
+    }
+    for route in route_table() {
+        let mut path = String::new();
+        for (i, part) in route.path.split('{').enumerate() {
+            match part.split_once('}') {
+                Some((_, rest)) if i > 0 => path += &format!("x{rest}"),
+                _ => path += part,
+            }
+        }
+        for method in ["GET", "POST"] {
+            let refused =
+                send(&app, method, &path, &[]).await.status() == StatusCode::METHOD_NOT_ALLOWED;
+            let takes = route.methods.contains(&method);
+            assert_eq!(
+                refused, !takes,
+                "{method} {path}: table says {:?}",
+                route.methods
+            );
+        }
+    }
+    let text = get_ok(&app, "/v1/openapi.yaml", "text/plain").await;
+    let on_disk = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/openapi.yaml"),
+    )
+    .unwrap();
+    assert_eq!(text, on_disk);
 }
 
 /// docs/openapi.yaml marks every operation that is not a read as needing the bearer token.

@@ -1050,6 +1050,8 @@ fn http_app() -> HttpApp {
             },
         ),
         http: Default::default(),
+        liveness: Default::default(),
+        alive_window: std::time::Duration::from_secs(75),
     };
     // The writer must outlive the app: its fields are the store's senders.
     std::mem::forget(writer);

@@ -32,12 +32,19 @@ pub fn voters(
     let Some(window) = minority_window else {
         return peers.peers.len();
     };
-    let since = now_ms.saturating_sub(window.as_millis() as u64);
     peers
         .peers
         .keys()
-        .filter(|id| heard.get(*id).is_some_and(|at| *at >= since))
+        .filter(|id| heard_lately(heard.get(*id).copied(), window, now_ms))
         .count()
+}
+
+/// Whether a peer last heard from directly at `heard_ms` (wall-clock ms; `None`: never) was
+/// heard within `window` of `now_ms`: how the node judges a peer alive (for the vote in minority
+/// mode, and on `/v1/peers` as `alive`).
+pub fn heard_lately(heard_ms: Option<u64>, window: Duration, now_ms: u64) -> bool {
+    let since = now_ms.saturating_sub(window.as_millis() as u64);
+    heard_ms.is_some_and(|at| at >= since)
 }
 
 /// Why a packet is not taken.

@@ -3,8 +3,17 @@
 import {card, fill, h, link, pill, short, table, when} from "../dom.js";
 import {isLeader} from "../state.js";
 
-/** The peer list's report times move without a status event: it is read again this often. */
+/** When peers were last heard from moves without a status event: the list is read again this often. */
 const PEERS_REFRESH_MS = 5000;
+
+/**
+ * Whether this node hears the peer, as it judges it itself (`alive` of /v1/peers: heard from
+ * directly, through cantal or an election packet, within election.minority-window-ms), and when.
+ */
+function heard(p) {
+  const mark = p.alive ? pill("alive", "ok") : pill(p.last_heard ? "silent" : "not heard", "bad");
+  return [mark, p.last_heard ? [" ", when(p.last_heard)] : null];
+}
 
 export function nodesPage(ctx) {
   const {state, api, notices} = ctx;
@@ -34,13 +43,13 @@ export function nodesPage(ctx) {
         h("td", {}, !p.self && !isLeader(state) ? h("span", {class: "muted"}, "—")
           : p.errors ? pill(p.errors + " error(s)", "bad") : pill("ok", "ok")),
         h("td", {class: "mono", title: (p.schedule && p.schedule.hash) || ""}, p.schedule ? short(p.schedule.hash) : "—"),
-        h("td", {}, p.self ? "—" : when(p.last_report_direct)),
+        h("td", {class: "heard"}, p.self ? "—" : heard(p)),
         h("td", {}, p.self ? "—" : when(p.known_since)),
-        h("td", {class: "mono muted", title: p.id}, short(p.id)));
+        h("td", {class: "mono muted id"}, p.id));
     });
     const extra = Object.keys(nodes).filter((n) => !all.some((p) => p.hostname === n)).sort();
     fill(root, h("h1", {}, "Nodes"),
-      card(null, table(["Host", "Name", "Address", "Roles", "Errors", "Schedule", "Last report", "Known since", "Id"], rows, {id: "nodes"}),
+      card(null, table(["Host", "Name", "Address", "Roles", "Errors", "Schedule", "Heard", "Known since", "Id"], rows, {id: "nodes"}),
         isLeader(state) ? null : h("p", {class: "muted"}, "Errors of other nodes reach the leader only.")),
       extra.length ? card("In the schedule, not in the peer list", h("p", {}, extra.join(", "))) : null);
   }

@@ -3,7 +3,7 @@
 
 import {actionButton, forceRenderButton, leaderNotice} from "../actions.js";
 import {card, failed, fill, h, json, kv, link, pill, table, when} from "../dom.js";
-import {loadIndex, tailPath} from "../logindex.js";
+import {loadIndex, tailPath, textsAfter} from "../logindex.js";
 import {nodeLink} from "../parts.js";
 import {allRoles, deploymentKey, nodesOf, roleIsHere} from "../state.js";
 
@@ -64,6 +64,17 @@ export function rolesPage(ctx, role) {
       notices.show(e);
     }
     draw();
+    if (deployments instanceof Error) return;
+    // Each attempt's result is the line after its RoleFinish in the role's log.
+    const index = deployments;
+    try {
+      index.results = await textsAfter(api, index.entries.filter((e) => e.role === role && e.marker === "RoleFinish")
+        .slice(0, DEPLOYMENTS_SHOWN));
+    } catch (e) {
+      index.results = e;
+      notices.show(e);
+    }
+    if (deployments === index) draw();
   }
   draw();
   return {node: root, live: (prev) => {
@@ -102,8 +113,8 @@ function rolePage(ctx, role, deployments, results, redraw) {
   if (buttonsAnywhere) out.push(leaderNotice(state));
 
   const facts = [];
-  if (info && info.version !== undefined) facts.push(["version", h("span", {id: "role-version"}, String(info.version))]);
-  if (info && info.info) facts.push(["info", String(info.info)]);
+  if (info && info.version !== undefined) facts.push(["Version", h("span", {id: "role-version"}, String(info.version))]);
+  if (info && info.info) facts.push(["Info", String(info.info)]);
   if (info && Array.isArray(info.shortinfo)) {
     for (const item of info.shortinfo) {
       if (Array.isArray(item) && item.length >= 3) {
@@ -111,7 +122,7 @@ function rolePage(ctx, role, deployments, results, redraw) {
       }
     }
   }
-  facts.push(["nodes", String(nodesOf(sched, role).length)]);
+  facts.push(["Nodes", String(nodesOf(sched, role).length)]);
   out.push(card(null, kv(facts),
     globalActions.length ? h("div", {class: "toolbar", style: "margin-top:10px", id: "global-actions"},
       globalActions.map((a) => actionButton(ctx, String(a.title || a.id), {button: {action: a.id, data: a.data, role}},
@@ -194,7 +205,9 @@ function versionCard(ctx, role, info, frontend, versions, results, redraw) {
     all.add(role);
     redraw();
   }}, "Show all " + versions.length) : null;
-  return card("Versions", table(["Version", "", ""], rows, {id: "versions"}), more);
+  // A fixed layout: the button column stays put whatever the versions' and marks' widths.
+  return card("Versions", table(["Version", "State", buttons.length === 1 ? "Action" : "Actions"], rows,
+    {id: "versions", class: "fixed versions"}), more);
 }
 
 /** Log pages of `role` from the index: one row per attempt. */
@@ -207,11 +220,29 @@ function deploymentsOf(state, role, index) {
   const rows = index.entries.filter((e) => e.role === role && e.marker === "RoleStart").slice(0, DEPLOYMENTS_SHOWN);
   if (!rows.length) return h("p", {class: "muted"}, "No deployment of this role in the recent log.");
   const failedHere = state.rolesData && state.rolesData.failed && state.rolesData.failed[role];
-  return table(["Time", "Deployment", ""], rows.map((e) => h("tr", {},
+  return table(["Time", "Deployment", "Result", ""], rows.map((e) => h("tr", {},
     h("td", {}, when(e.ms)),
     h("td", {class: "mono"}, e.deployment,
-      failedHere && failedHere.deployment_id === e.deployment ? [" ", pill("failed", "bad")] : null),
+      failedHere && failedHere.deployment_id === e.deployment ? [" ", pill("last failure", "bad")] : null),
+    h("td", {class: "result"}, attemptResult(state, role, index, e)),
     h("td", {}, link(tailPath(e), "log")))), {id: "role-deployments"});
+}
+
+/** `ok` or `failed` (the error in the tooltip) from the line after the attempt's RoleFinish. */
+function attemptResult(state, role, index, start) {
+  const finish = index.entries.find((e) => e.role === role && e.marker === "RoleFinish" && e.deployment === start.deployment);
+  if (!finish) {
+    const last = state.status && state.status.last_deployment;
+    return last && last.id === start.deployment && !last.finished ? pill("running", "warn")
+      : h("span", {class: "muted", title: "No RoleFinish in the index"}, "unfinished");
+  }
+  if (!index.results) return h("span", {class: "muted"}, "…");
+  if (index.results instanceof Error) return h("span", {class: "muted", title: index.results.message}, "?");
+  const text = index.results.get(finish);
+  if (text === undefined) return h("span", {class: "muted", title: "Before the last MiB of the log"}, "?");
+  if (/^result: ok\b/.test(text)) return pill("ok", "ok");
+  const error = /^result: error: ?([^]*)/.exec(text);
+  return error ? h("span", {title: error[1]}, pill("failed", "bad")) : h("span", {class: "muted", title: text}, "?");
 }
 
 function roleLogPath(role, index, deployment) {

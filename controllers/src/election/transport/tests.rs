@@ -388,3 +388,15 @@ fn elections_started_are_labelled_by_what_ended_the_state_before() {
         Cause::Message
     );
 }
+
+#[test]
+fn a_peer_is_alive_while_heard_within_the_window() {
+    let window = Duration::from_secs(75);
+    let now = 1_000_000;
+    assert!(heard_lately(Some(now), window, now));
+    assert!(heard_lately(Some(now - 75_000), window, now), "at the edge");
+    assert!(!heard_lately(Some(now - 75_001), window, now));
+    assert!(!heard_lately(None, window, now), "never heard");
+    // A clock that stepped back: heard "in the future" still counts.
+    assert!(heard_lately(Some(now + 5_000), window, now));
+}
