@@ -107,7 +107,9 @@
 //!   the table in the config's order, JSON twice byte for byte with the Fit family at 0 % broken
 //!   nodes and NOP above, the SVG chart naming every algorithm, `--algorithm`, and bad node and
 //!   task files refused with file and line; inputs over the limits (a device, a FIFO, a file
-//!   over 16 MiB, counts of nodes or tasks) refused, named.
+//!   over 16 MiB, counts of nodes or tasks) refused, named; the chart read back from its SVG:
+//!   legend box right of the plot, colours apart for colour-blind vision, the subtitle naming
+//!   the sets, no empty slot right of the balance bars, sparse minor grid lines.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
