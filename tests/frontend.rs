@@ -1006,36 +1006,44 @@ fn with_token_for_reads_the_graphql_page_queries_and_subscribes_with_the_token()
         (request(port, "GET", "/v1/schedule", &[&bearer], "").0 == 200).then_some(())
     })
     .unwrap_or_else(|| panic!("no schedule:\n{}", daemon.logs()));
+    // The token the tab keeps, as the page's form would have stored it.
     let set_token = |browser: &Browser, token: &str| {
         browser.execute(
-            "const t = document.getElementById('token'); t.value = arguments[0]; \
-             t.dispatchEvent(new Event('change')); return null",
+            "sessionStorage.setItem('verwalter-api-token', arguments[0]); return null",
             vec![json!(token)],
         );
     };
     let browser = Browser::start();
     browser.goto(&format!("http://127.0.0.1:{port}/v1/graphiql"));
-    browser.wait_for("#subscribe", SOON);
+    // The frontend's page: it asks for the token once, then is live and reads the schema.
+    enter_token(&browser, API_TOKEN);
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#gql-roots", "Query", SOON);
+    let editor = browser.wait_for("#gql-query", SOON);
+    browser.execute(
+        "arguments[0].value = '{ status { hostname } }'; return null",
+        vec![editor.as_arg()],
+    );
 
     // A browser sends no Authorization on a WebSocket: the page puts the token in
     // connection_init, and the node closes the socket (4403) on a wrong one.
     set_token(&browser, "wrong-t0ken-0123456789");
-    browser.click_on("#subscribe", None, SOON);
-    browser.wait_for_text("#state", "closed: Forbidden", SOON);
-    browser.wait_for_text("#result", "needs its API token", SOON);
+    browser.click_on("#gql-subscribe", None, SOON);
+    browser.wait_for_text("#gql-socket", "closed: Forbidden", SOON);
+    browser.wait_for_text("#gql-result", "needs its API token", SOON);
     set_token(&browser, API_TOKEN);
-    browser.click_on("#subscribe", None, SOON);
-    browser.wait_for_text("#state", "update 1", SOON);
-    browser.wait_for_text("#result", "alpha.test", SOON);
+    browser.click_on("#gql-subscribe", None, SOON);
+    browser.wait_for_text("#gql-socket", "update 1", SOON);
+    browser.wait_for_text("#gql-result", "\"hostname\": \"alpha\"", SOON);
     // Run stops the subscription and POSTs the query with the token as a header.
     browser.execute(
-        "document.getElementById('result').textContent = ''; return null",
+        "document.getElementById('gql-result').textContent = ''; return null",
         vec![],
     );
-    browser.click_on("#run", None, SOON);
-    browser.wait_for_text("#result", "alpha.test", SOON);
+    browser.click_on("#gql-run", None, SOON);
+    browser.wait_for_text("#gql-result", "\"hostname\": \"alpha\"", SOON);
     assert_eq!(
-        browser.text(&browser.wait_for("#subscribe", SOON)),
+        browser.text(&browser.wait_for("#gql-subscribe", SOON)),
         "Subscribe"
     );
     // Kept for the tab, never in the address; no log line holds it.
@@ -1325,4 +1333,69 @@ fn until_the_first_status_comes_the_page_says_it_is_loading_and_not_live() {
     assert!(browser.find("#status-loading").is_none());
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
+}
+
+#[test]
+fn the_graphql_page_has_the_header_a_schema_explorer_and_completion_and_runs_a_query() {
+    let (_tmp, config, storage) = example_site("minimal");
+    let daemon = Daemon::start(&config, &storage);
+    let browser = Browser::start();
+    let base = format!("http://127.0.0.1:{}", daemon.port);
+    browser.goto(&format!("{base}/v1/graphiql"));
+    // The frontend's header, live, with its link marked.
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#nav a.active", "GraphQL", SOON);
+
+    // The explorer lists Query's fields, with their types, and opens a field's type.
+    browser.click_on("#gql-roots a", Some("Query"), SOON);
+    browser.wait_for_text("#gql-type-name", "Query", SOON);
+    let fields = browser.wait_for_text("#gql-type-fields", "status", SOON);
+    assert!(
+        browser.text(&fields).contains("status: Status"),
+        "{}",
+        browser.text(&fields)
+    );
+    browser.click_on("#gql-type-fields a", Some("Status!"), SOON);
+    browser.wait_for_text("#gql-type-name", "Status", SOON);
+    browser.wait_for_text("#gql-type-fields", "hostname: String!", SOON);
+    browser.click_on("#gql-back", None, SOON);
+    browser.wait_for_text("#gql-type-name", "Query", SOON);
+
+    // Completion: typed inside `status { }`, "hostn" offers `hostname`; Enter takes it.
+    let editor = browser.wait_for("#gql-query", SOON);
+    browser.execute(
+        "const e = arguments[0]; e.value = '{\\n  status {\\n    \\n  }\\n}\\n';
+         e.focus(); e.selectionStart = e.selectionEnd = '{\\n  status {\\n    '.length;",
+        vec![editor.as_arg()],
+    );
+    browser.send_keys(&editor, "hostn");
+    browser.wait_for_text("#gql-complete li", "hostname", SOON);
+    shot(&browser, "graphql-completion");
+    browser.send_keys(&editor, "\u{E007}");
+    let value = browser.execute("return arguments[0].value", vec![editor.as_arg()]);
+    assert_eq!(
+        value.as_str().unwrap(),
+        "{\n  status {\n    hostname\n  }\n}\n"
+    );
+    assert!(browser.find("#gql-complete:not([hidden])").is_none());
+
+    // The query runs: the answer names this node.
+    let hostname = daemon.json("/v1/status").unwrap()["hostname"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    browser.click_on("#gql-run", None, SOON);
+    browser.wait_for_text(
+        "#gql-result",
+        &format!("\"hostname\": \"{hostname}\""),
+        SOON,
+    );
+    shot(&browser, "graphql");
+
+    // The header links back to the frontend's pages.
+    browser.click_on("#nav a[href='/roles']", None, SOON);
+    browser.wait_for("#role-list", SOON);
+    assert!(browser.url().ends_with("/roles"), "{}", browser.url());
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    assert_eq!(browser.console_errors(), Vec::<String>::new());
 }

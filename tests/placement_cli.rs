@@ -282,3 +282,209 @@ fn simulate_refuses_inputs_over_its_limits() {
         "{stderr}"
     );
 }
+
+// ---- The chart, read back from its SVG ---------------------------------------------------------
+
+/// The numbers of one SVG element: `attr="value"` pairs of `<name ...>`.
+fn elements<'a>(svg: &'a str, name: &str) -> Vec<std::collections::HashMap<&'a str, &'a str>> {
+    let open = format!("<{name} ");
+    svg.match_indices(&open)
+        .map(|(at, _)| {
+            let tag = &svg[at + open.len()..];
+            let tag = &tag[..tag.find('>').unwrap()];
+            let mut attrs = std::collections::HashMap::new();
+            let mut rest = tag;
+            while let Some(eq) = rest.find("=\"") {
+                let key = rest[..eq].trim();
+                let value_end = rest[eq + 2..].find('"').unwrap();
+                attrs.insert(key, &rest[eq + 2..eq + 2 + value_end]);
+                rest = &rest[eq + 2 + value_end + 1..];
+            }
+            attrs
+        })
+        .collect()
+}
+
+fn num(attrs: &std::collections::HashMap<&str, &str>, key: &str) -> f64 {
+    attrs[key].parse().unwrap_or_else(|e| panic!("{key}: {e}"))
+}
+
+/// What the chart's layout tests look at.
+#[derive(Debug)]
+struct Chart {
+    /// Left and right ends of the plotting areas (their horizontal grid lines).
+    plot: (f64, f64),
+    /// Light (minor) and bold (major) horizontal grid lines.
+    light_lines: usize,
+    bold_lines: usize,
+    /// The legend's box: x, y, width, height.
+    legend: (f64, f64, f64, f64),
+    /// The legend's colours, top to bottom, and the colours of the balance bars, left to right,
+    /// with the right end of the rightmost bar.
+    legend_colours: Vec<String>,
+    balance_colours: Vec<String>,
+    balance_right: f64,
+}
+
+fn read_chart(svg: &str, algorithms: usize) -> Chart {
+    let lines: Vec<_> = elements(svg, "line")
+        .into_iter()
+        .filter(|l| l["y1"] == l["y2"] && l.contains_key("opacity") && l["opacity"] != "1")
+        .collect();
+    let plot = (
+        lines.iter().map(|l| num(l, "x1")).fold(f64::MAX, f64::min),
+        lines.iter().map(|l| num(l, "x2")).fold(f64::MIN, f64::max),
+    );
+    let light_lines = lines.iter().filter(|l| l["opacity"] == "0.1").count();
+    let rects = elements(svg, "rect");
+    let boxed: Vec<usize> = (0..rects.len())
+        .filter(|&i| rects[i]["fill"] == "none" && rects[i]["stroke"] == "#000000")
+        .collect();
+    assert_eq!(boxed.len(), 1, "one legend box: {boxed:?}");
+    let b = &rects[boxed[0]];
+    let legend = (num(b, "x"), num(b, "y"), num(b, "width"), num(b, "height"));
+    let filled = |r: &std::collections::HashMap<&str, &str>| {
+        r["fill"] != "none" && r["fill"] != "#FFFFFF" && r["stroke"] == "none"
+    };
+    let legend_colours = rects[boxed[0] + 1..]
+        .iter()
+        .filter(|r| filled(r))
+        .map(|r| r["fill"].to_string())
+        .collect();
+    // Drawn in this order: the upper panel's bars, the balance bars, the legend.
+    let bars: Vec<_> = rects[..boxed[0]].iter().filter(|r| filled(r)).collect();
+    let balance = &bars[bars.len() - algorithms..];
+    Chart {
+        plot,
+        light_lines,
+        bold_lines: lines.len() - light_lines,
+        legend,
+        legend_colours,
+        balance_colours: balance.iter().map(|r| r["fill"].to_string()).collect(),
+        balance_right: balance
+            .iter()
+            .map(|r| num(r, "x") + num(r, "width"))
+            .fold(f64::MIN, f64::max),
+    }
+}
+
+/// `#RRGGBB` as CIELAB as seen with normal vision or, after Machado, Oliveira and Fernandes'
+/// (2009) simulation at full severity, by a protanope, deuteranope or tritanope.
+fn seen(hex: &str, vision: usize) -> [f64; 3] {
+    const SIMULATION: [[[f64; 3]; 3]; 4] = [
+        [[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]],
+        [
+            [0.152286, 1.052583, -0.204868],
+            [0.114503, 0.786281, 0.099216],
+            [-0.003882, -0.048116, 1.051998],
+        ],
+        [
+            [0.367322, 0.860646, -0.227968],
+            [0.280085, 0.672501, 0.047413],
+            [-0.011820, 0.042940, 0.968881],
+        ],
+        [
+            [1.255528, -0.076749, -0.178779],
+            [-0.078411, 0.930809, 0.147602],
+            [0.004733, 0.691367, 0.303900],
+        ],
+    ];
+    let channel = |i: usize| {
+        let c = u8::from_str_radix(&hex[1 + 2 * i..3 + 2 * i], 16).unwrap() as f64 / 255.0;
+        if c <= 0.04045 {
+            c / 12.92
+        } else {
+            ((c + 0.055) / 1.055).powf(2.4)
+        }
+    };
+    let linear = [channel(0), channel(1), channel(2)];
+    let m = SIMULATION[vision];
+    let [r, g, b] = [0, 1, 2]
+        .map(|i| (m[i][0] * linear[0] + m[i][1] * linear[1] + m[i][2] * linear[2]).clamp(0.0, 1.0));
+    let x = (0.4124 * r + 0.3576 * g + 0.1805 * b) / 0.95047;
+    let y = 0.2126 * r + 0.7152 * g + 0.0722 * b;
+    let z = (0.0193 * r + 0.1192 * g + 0.9505 * b) / 1.08883;
+    let f = |t: f64| {
+        if t > 0.008856 {
+            t.cbrt()
+        } else {
+            7.787 * t + 16.0 / 116.0
+        }
+    };
+    [
+        116.0 * f(y) - 16.0,
+        500.0 * (f(x) - f(y)),
+        200.0 * (f(y) - f(z)),
+    ]
+}
+
+#[test]
+fn simulate_chart_has_its_legend_outside_the_plot_distinct_colours_and_a_subtitle() {
+    let tmp = tempfile::tempdir().unwrap();
+    let path = tmp.path().join("chart.svg");
+    let (code, _, stderr) = simulate(None, None, &["--svg", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{stderr}");
+    let svg = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        svg.contains(
+            ">\nnode set nodes.yaml (60 nodes) · task set tasks.yaml (300 tasks)\n</text>"
+        ),
+        "no subtitle naming the sets"
+    );
+    let chart = read_chart(&svg, ALGORITHMS.len());
+    let (left, right) = chart.plot;
+    // The legend's box lies right of the plotting areas, inside the picture.
+    let (x, _, width, height) = chart.legend;
+    assert!(
+        x > right,
+        "legend at x={x} overlaps the plot ending at {right}"
+    );
+    assert!(x + width <= 1600.0, "{chart:?}");
+    assert!(height >= ALGORITHMS.len() as f64 * 14.0, "{chart:?}");
+    // At most one minor line between two major ones.
+    assert!(
+        chart.light_lines <= chart.bold_lines,
+        "{} minor grid lines for {} major",
+        chart.light_lines,
+        chart.bold_lines
+    );
+    // One colour per algorithm, the same in the legend and on the balance bars, and no two
+    // that are near for normal, protan, deutan or tritan vision (CIE76 ΔE; Okabe-Ito's own
+    // closest pair is 16 apart, plotters' default palette had pairs 5 apart).
+    assert_eq!(chart.legend_colours.len(), ALGORITHMS.len(), "{chart:?}");
+    assert_eq!(chart.legend_colours, chart.balance_colours);
+    for vision in 0..4 {
+        for (i, a) in chart.legend_colours.iter().enumerate() {
+            for b in &chart.legend_colours[i + 1..] {
+                let (pa, pb) = (seen(a, vision), seen(b, vision));
+                let distance = (0..3).map(|c| (pa[c] - pb[c]).powi(2)).sum::<f64>().sqrt();
+                assert!(
+                    distance >= 12.0,
+                    "{a} and {b} are {distance:.1} apart for vision {vision}"
+                );
+            }
+        }
+    }
+    // The balance panel has one slot per algorithm: the last bar ends within half a slot of
+    // the axis' end (its margin), no empty slot after it.
+    let slot = (right - left) / ALGORITHMS.len() as f64;
+    assert!(
+        right - chart.balance_right < slot / 2.0,
+        "{} px empty right of the last bar (slot {slot})",
+        right - chart.balance_right
+    );
+
+    // One algorithm: its balance bar fills the one slot.
+    let (code, _, stderr) = simulate(
+        None,
+        None,
+        &["--algorithm", "fit", "--svg", path.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let one = read_chart(&std::fs::read_to_string(&path).unwrap(), 1);
+    let bar_width = one.balance_right - one.plot.0;
+    assert!(
+        bar_width > (one.plot.1 - one.plot.0) / 2.0,
+        "single balance bar {bar_width} px wide: {one:?}"
+    );
+}

@@ -70,7 +70,8 @@
 //! - `frontend`: the built-in web frontend in headless Chromium: live status, buttons, logs, a
 //!   follower, failures shown with their cause, every page without a script error under its
 //!   Content-Security-Policy (which refuses an inline script and framing); its modules served
-//!   as JavaScript; the GraphQL page querying and subscribing with the API token.
+//!   as JavaScript; the GraphQL page (`/v1/graphiql`) under the frontend's header, its schema
+//!   explorer and field completion, querying and subscribing with the API token.
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
@@ -113,7 +114,9 @@
 //!   the table in the config's order, JSON twice byte for byte with the Fit family at 0 % broken
 //!   nodes and NOP above, the SVG chart naming every algorithm, `--algorithm`, and bad node and
 //!   task files refused with file and line; inputs over the limits (a device, a FIFO, a file
-//!   over 16 MiB, counts of nodes or tasks) refused, named.
+//!   over 16 MiB, counts of nodes or tasks) refused, named; the chart read back from its SVG:
+//!   legend box right of the plot, colours apart for colour-blind vision, the subtitle naming
+//!   the sets, no empty slot right of the balance bars, sparse minor grid lines.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role

@@ -287,6 +287,14 @@ impl Browser {
         });
     }
 
+    /// Types `text` into `element` as a user would, key by key (WebDriver's special keys, e.g.
+    /// `\u{E007}` Enter, are pressed as keys).
+    pub fn send_keys(&self, element: &Element, text: &str) {
+        let path = format!("/element/{}/value", element.0);
+        let done = self.cmd("POST", &path, Some(json!({ "text": text })));
+        self.must(done, || format!("cannot type into {element:?}"));
+    }
+
     /// Runs `script` as a function body in the page (`arguments[i]` are `args`; elements go in
     /// as [`Element::as_arg`]) and returns what it returns.
     pub fn execute(&self, script: &str, args: Vec<Value>) -> Value {

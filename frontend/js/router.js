@@ -4,6 +4,7 @@
 import {BASE, card, fill, h, link} from "./dom.js";
 import {apiPage} from "./pages/api-links.js";
 import {backupsPage} from "./pages/backups.js";
+import {graphqlPage} from "./pages/graphql.js";
 import {logsPage} from "./pages/logs.js";
 import {nodesPage} from "./pages/nodes.js";
 import {overviewPage} from "./pages/overview.js";
@@ -35,8 +36,11 @@ function pageFor(ctx) {
     case "tail": return tailPage(ctx, location.pathname.slice(BASE.length + "/tail/".length));
     case "backups": return backupsPage(ctx);
     case "api": return apiPage(ctx);
-    default: return {node: card(null, h("p", {}, "No page ", h("code", {}, path), ". ", link("/", "Overview")))};
+    case "v1": if (parts[1] === "graphiql" && parts.length === 2) return graphqlPage(ctx);
+      // Other /v1/ paths are the API's, not pages.
+      break;
   }
+  return {node: card(null, h("p", {}, "No page ", h("code", {}, path), ". ", link("/", "Overview")))};
 }
 
 /** The router of the page in `main`; `show()` draws the page the URL asks for. */
@@ -55,7 +59,8 @@ export function createRouter(ctx, main) {
     const section = "/" + (location.pathname.slice(BASE.length).split("/")[1] || "");
     for (const a of document.querySelectorAll("#nav a")) {
       const target = a.getAttribute("href");
-      a.classList.toggle("active", target === BASE + section || (section === "/tail" && target === BASE + "/logs"));
+      a.classList.toggle("active", target === BASE + section || (section === "/tail" && target === BASE + "/logs")
+        || (section === "/v1" && target === BASE + "/v1/graphiql"));
     }
   }
 

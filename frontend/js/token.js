@@ -25,6 +25,11 @@ function write(token) {
   }
 }
 
+/** The token kept for this tab (for what cannot go through the API's requests: a WebSocket). */
+export function storedToken() {
+  return read();
+}
+
 /** The token of this session, and the form that asks for it in `container`. */
 export function createTokens(container) {
   let memory = read();

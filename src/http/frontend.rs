@@ -76,6 +76,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     embed!("js/token.js", JS),
     embed!("js/pages/api-links.js", JS),
     embed!("js/pages/backups.js", JS),
+    embed!("js/pages/graphql.js", JS),
     embed!("js/pages/logs.js", JS),
     embed!("js/pages/nodes.js", JS),
     embed!("js/pages/overview.js", JS),
@@ -170,6 +171,14 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
 pub async fn index(State(state): State<AppState>, request: Request) -> Response {
     let name = state.node.default_frontend.clone();
     page(&state, &name, request).await
+}
+
+/// The built-in frontend's `index.html`, whichever frontend is the default (`/v1/graphiql`).
+pub(super) fn builtin_page(headers: &HeaderMap) -> Response {
+    send(
+        builtin("index.html").expect("index.html is embedded"),
+        headers,
+    )
 }
 
 /// `/common/<file>`: a file of the built-in frontend.

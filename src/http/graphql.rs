@@ -8,7 +8,8 @@
 //! - `GET /v1/graphql` with a WebSocket upgrade speaks `graphql-ws` (subscriptions-transport-ws,
 //!   what 0.13's clients speak) and `graphql-transport-ws` (the graphql-ws library's protocol);
 //!   `subscription { status { ... } }` sends the status now and again whenever it changes.
-//! - `GET /v1/graphiql`: a small query page from the binary, no resources from elsewhere.
+//! - `GET /v1/graphiql`: the built-in frontend's GraphQL page (explorer, completion), from the
+//!   binary, no resources from elsewhere.
 //!
 //! Every field is read from one snapshot of the store made into the `/v1/status` view
 //! ([`status::view`]) and from that into one JSON tree ([`tree`]), so a query and `/v1/status`
@@ -1309,22 +1310,10 @@ where
     off_runtime(work).await
 }
 
-/// The query page: plain HTML and script from the binary, nothing from other hosts.
-const GRAPHIQL: &str = include_str!("graphiql.html");
-
-/// `GET /v1/graphiql`.
-pub async fn graphiql() -> Response {
-    (
-        [
-            (header::CONTENT_TYPE, "text/html; charset=utf-8"),
-            (header::CACHE_CONTROL, "no-cache"),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; \
-                 connect-src 'self'; frame-ancestors 'none'",
-            ),
-        ],
-        GRAPHIQL,
-    )
-        .into_response()
+/// `GET /v1/graphiql`: the built-in frontend's page, whichever frontend is the default; its
+/// router shows the GraphQL page there (frontend/js/pages/graphql.js: the frontend's header, a
+/// query editor completing field names from the schema, a schema explorer, Subscribe over the
+/// WebSocket), under the frontend's Content-Security-Policy.
+pub async fn graphiql(headers: HeaderMap) -> Response {
+    super::frontend::builtin_page(&headers)
 }

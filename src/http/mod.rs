@@ -481,8 +481,7 @@ pub fn router(state: AppState) -> Router {
 /// frontend, the API, errors): scripts, styles, images and connections (fetches, WebSockets)
 /// from this node only, no inline script or style, no plugins, no `<base>`, forms posting only
 /// here, and no page of another site may frame it (`frame-ancestors 'none'`: clickjacking).
-/// `/v1/graphiql` sends its own (inline script and style), log files theirs (`sandbox`), and
-/// alternative frontends only [`FRAME_POLICY`].
+/// Log files send their own (`sandbox`), and alternative frontends only [`FRAME_POLICY`].
 pub(crate) const PAGE_POLICY: &str = "default-src 'self'; object-src 'none'; base-uri 'none'; \
      form-action 'self'; frame-ancestors 'none'";
 

@@ -84,13 +84,28 @@ pub fn run(args: &SimulateArgs) -> Result<String, String> {
         started.elapsed().as_secs_f64() * 1000.0
     );
     if let Some(path) = &args.svg {
-        let svg = chart::svg(&runs)?;
+        let subtitle = format!(
+            "node set {} ({} nodes) · task set {} ({} tasks)",
+            file_name(&args.nodes),
+            snapshot.node_capacities.len(),
+            file_name(&args.tasks),
+            task_list.len()
+        );
+        let svg = chart::svg(&runs, &subtitle)?;
         std::fs::write(path, svg).map_err(|e| format!("{}: {e}", path.display()))?;
     }
     Ok(match args.format {
         Format::Table => report::table(&runs),
         Format::Json => report::json(&runs, snapshot.node_capacities.len(), task_list.len()),
     })
+}
+
+/// The last part of `path` (the whole path when it has none).
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// `file:line:column: message`, or `file: message` when the line is not known.
