@@ -16,7 +16,8 @@
 //!   missing dependencies and unresolvable references with the daemon's messages), `verwalter
 //!   schedule` (the example scheduler's instances dealt out over the nodes), `verwalter render`
 //!   (references resolved as the daemon does), `--version`, bad settings; the offline commands
-//!   of the README and the examples' READMEs run as written.
+//!   of the README and the examples' READMEs run as written; the README's tour, command by
+//!   command, against a node started as `make run` starts it.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
 //!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader;
 //!   `examples/cluster/run.sh` (`make cluster`) itself: labelled log lines, pid files,
