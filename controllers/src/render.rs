@@ -887,7 +887,10 @@ impl RenderController {
         let mut i = 0;
         while i < st.passes.len() {
             if st.passes[i].pending.is_empty() {
-                let pass = st.passes.remove(i);
+                let mut pass = st.passes.remove(i);
+                // In name order, as `roles`: the order roles ended in varies from run to run.
+                pass.failed.sort();
+                pass.blocked.sort();
                 tracing::info!(
                     deployment = %pass.id,
                     schedule = %pass.schedule,

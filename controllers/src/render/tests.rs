@@ -1105,3 +1105,23 @@ async fn a_new_version_of_the_role_source_derives_the_roles_again_for_the_same_s
     assert_eq!(jobs[1].vars["v"], json!(2));
     assert_eq!(source.asked.lock().unwrap().len(), 2);
 }
+
+/// Roles end a pass in whatever order their attempts finish; the pass's `failed` (in
+/// `last_deployment` and the log's `DeploymentFinish`) lists them in name order all the same,
+/// as `roles` is, so two runs of one schedule report the same list.
+#[tokio::test]
+async fn a_pass_lists_its_failed_roles_in_name_order_whatever_order_they_failed_in() {
+    let rig = rig();
+    rig.applier.fail("cache", "exit status 1");
+    rig.applier.fail("web", "exit status 1");
+    rig.schedule.set(schedule(json!({"cache": {}, "web": {}})));
+    let mut keys = rig.controller.keys();
+    keys.reverse();
+    assert_eq!(keys, ["web", "cache"]);
+    for role in keys {
+        assert!(rig.controller.clone().reconcile(role).await.is_err());
+    }
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert_eq!(last.failed, ["cache", "web"]);
+    assert!(last.finished.is_some());
+}
