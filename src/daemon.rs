@@ -544,7 +544,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             store.clone(),
             config.hostname.clone(),
             roles,
-            Arc::new(applier),
+            Arc::new(applier.clone()),
             applied,
             render_log,
             clock.clone(),
@@ -570,6 +570,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         Arc::new(Sweep {
             logs: logs.clone(),
             state_dir: state_dir.clone(),
+            applier,
         }),
         clock.clone(),
     ));
@@ -698,16 +699,20 @@ impl AppliedStore for Forgetful {
 struct Sweep {
     logs: Arc<LogDir>,
     state_dir: StateDir,
+    /// Forgets the variables last logged for roles gone from the node.
+    applier: Applier,
 }
 
 impl Sweeper for Sweep {
     fn sweep(&self, roles: Option<BTreeSet<String>>) -> BoxFuture<'static, Result<(), SweepError>> {
         let logs = self.logs.clone();
         let state_dir = self.state_dir.clone();
+        let applier = self.applier.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 if let Some(keep) = &roles {
                     render::retain_staging(&state_dir.staging_dir(), keep);
+                    applier.forget_logged_vars(keep);
                 }
                 let deleted = logs.retain().map_err(|e| {
                     SweepError::Logs(StorageError::io(logs.path(), "cannot clean up", &e))

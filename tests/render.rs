@@ -224,8 +224,8 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     assert_ne!(role_starts[2][1], json!(first_ids[0]));
     let web_log = std::fs::read_to_string(site.log_dir.join("web/latest")).unwrap();
     assert!(
-        web_log.contains("\"value\": 2"),
-        "variables are logged: {web_log}"
+        web_log.contains("\n  changed value: 1 -> 2\n"),
+        "the change of variables is logged: {web_log}"
     );
 
     // A new schedule that changes nothing for this node renders nothing here: once the render
@@ -257,6 +257,79 @@ fn a_change_rerenders_only_that_role_and_force_render_all_renders_all() {
     last_two.sort();
     assert!(last_two.contains(&"db".to_string()) && last_two.contains(&"web".to_string()));
     assert_eq!(site.status()["failed_roles"], json!([]));
+}
+
+/// A role with 1 MiB of variables: its first attempt logs them by key with the big value as a
+/// digest; each change logs only the paths that changed, not the megabyte again.
+#[test]
+fn a_big_roles_log_grows_by_what_changed_not_by_its_variables() {
+    let site = Site::start();
+    let services = |image: &str| -> Value {
+        let pad = "p".repeat(1000);
+        let mut services = serde_json::Map::new();
+        for i in 0..1000 {
+            let image = if i == 7 { image } else { "svc:1" };
+            services.insert(format!("s{i}"), json!({"image": image, "pad": pad}));
+        }
+        Value::Object(services)
+    };
+    let web = |value: u32, image: &str| {
+        let config = json!({"services": services(image)});
+        json!({"web": {"template": "app/v1", "value": value, "config": config}})
+    };
+    let big = serde_json::to_vec(&web(1, "svc:1")).unwrap().len();
+    assert!(big > 1_000_000, "{big}");
+    // The role log after `n` finished attempts.
+    let log_after = |n: usize| {
+        let read = || std::fs::read_to_string(site.log_dir.join("web/latest")).ok();
+        wait_for(SOON, || {
+            read().filter(|t| t.matches("result: ok").count() >= n)
+        })
+        .unwrap_or_else(|| panic!("{n} attempts of web:\n{}", read().unwrap_or_default()))
+    };
+
+    site.schedule(json!({}), web(1, "svc:1"));
+    let first = log_after(1);
+    site.schedule(json!({}), web(2, "svc:2"));
+    let second = log_after(2);
+    site.schedule(json!({}), web(2, "svc:3"));
+    let third = log_after(3);
+    let grown = [second.len() - first.len(), third.len() - second.len()];
+    eprintln!(
+        "role log: first attempt {} bytes, then {grown:?} per change ({big} bytes of variables)",
+        first.len()
+    );
+    assert!(
+        first.contains("Template variables (")
+            && first.contains("\"config\": \"<object, ")
+            && first.contains("the whole: GET /v1/roles_data, to_render.web)"),
+        "{}",
+        &first[..first.len().min(2000)]
+    );
+    assert!(first.contains("\"value\": 1"), "{first}");
+
+    assert!(
+        grown.iter().all(|g| *g < big / 100),
+        "{grown:?} of {big}:\n{}",
+        &third[second.len()..]
+    );
+    let change = &second[first.len()..];
+    assert!(
+        change.contains("\n  changed config.services.s7.image: \"svc:1\" -> \"svc:2\"\n")
+            && change.contains("\n  changed value: 1 -> 2\n"),
+        "{change}"
+    );
+    assert!(
+        third[second.len()..].contains("Template variables: 1 change since deployment "),
+        "{}",
+        &third[second.len()..]
+    );
+    // The whole variables are where the log says.
+    let roles = site.daemon.json("/v1/roles_data").unwrap();
+    assert_eq!(
+        roles["to_render"]["web"]["config"]["services"]["s7"]["image"],
+        "svc:3"
+    );
 }
 
 #[test]

@@ -121,7 +121,8 @@
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
-//!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable;
+//!   names literal in `!CleanFiles` patterns, roles applied while the deployment log is unwritable,
+//!   a role with 1 MiB of variables logging only what changed (bytes per change, not the megabyte);
 //!   `depends_on` (docs/graphs.md's example run as written, read from the doc; held-back roles
 //!   on the Overview and a role page's root cause in headless Chromium).
 //! - `scheduler_metrics`: `state.metrics` from `scheduler/v1/metrics.yaml` against a Prometheus

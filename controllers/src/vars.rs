@@ -12,6 +12,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
+pub mod logged;
+
 /// Version string templates see as `verwalter_version`.
 pub const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
 

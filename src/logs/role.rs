@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
-use verwalter_controllers::vars::MaskedVars;
+use verwalter_controllers::vars::logged::{self, Logged};
 
 use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
 use crate::apply::ApplyLog;
@@ -41,12 +41,12 @@ impl RoleLog {
         log
     }
 
-    /// The variables the templates see, secrets masked; `full_schedule` is summarised.
-    pub fn vars(&mut self, vars: &Map<String, Value>) {
-        let mut text = b"Template variables: ".to_vec();
-        serde_json::to_writer_pretty(&mut text, &MaskedVars(vars)).unwrap_or_default();
-        text.push(b'\n');
-        self.write(&text);
+    /// The variables the templates see, secrets masked, `full_schedule` summarised: whole (or by
+    /// key with digests when big) when `last` is `None`, else what changed since `last`
+    /// (`verwalter_controllers::vars::logged`).
+    pub fn vars(&mut self, last: Option<Logged<'_>>, vars: &Map<String, Value>) {
+        let text = logged::entry(&self.role, last, vars);
+        self.write(text.as_bytes());
     }
 
     pub fn action_start(&mut self, name: &str) {

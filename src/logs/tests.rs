@@ -26,6 +26,7 @@ fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
     );
     let mut role = log.role("web", "dep1");
     role.vars(
+        None,
         json!({"role": "web", "db_password": "hunter2", "nested": {"api_token": "t0k"}, "port": 80})
             .as_object()
             .unwrap(),

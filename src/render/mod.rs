@@ -20,6 +20,7 @@ use sha1::{Digest, Sha1};
 use verwalter_controllers::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
 use verwalter_controllers::store::Reader;
+use verwalter_controllers::vars::logged::Logged;
 
 use crate::apply;
 use crate::logs::LogDir;
@@ -112,7 +113,12 @@ struct Inner {
     templates: Reader<Templates>,
     /// Parsed template dirs by name, with the fingerprint they were parsed at.
     cache: Mutex<HashMap<String, (String, Arc<TemplateSet>)>>,
+    /// The variables last written to each role's log, with the deployment that wrote them: the
+    /// next attempt logs only what differs (the first after start logs them whole).
+    logged_vars: Mutex<HashMap<String, (String, VarsMap)>>,
 }
+
+type VarsMap = Arc<serde_json::Map<String, serde_json::Value>>;
 
 impl Applier {
     pub fn new(config: ApplierConfig, logs: Arc<LogDir>, templates: Reader<Templates>) -> Applier {
@@ -121,7 +127,18 @@ impl Applier {
             logs,
             templates,
             cache: Mutex::new(HashMap::new()),
+            logged_vars: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// Forgets the variables last logged for roles not in `keep` (gone from the node): a role
+    /// that comes back logs its variables whole again.
+    pub fn forget_logged_vars(&self, keep: &std::collections::BTreeSet<String>) {
+        self.0
+            .logged_vars
+            .lock()
+            .unwrap()
+            .retain(|role, _| keep.contains(role));
     }
 
     /// Removes what a previous run left in the staging dir.
@@ -156,7 +173,17 @@ impl Inner {
     async fn run(self: Arc<Self>, job: RoleJob) -> Result<(), ApplyError> {
         // A role log that cannot be written does not stop the role (the log dir reports it).
         let mut log = self.logs.role(&job.role, &job.deployment_id);
-        log.vars(&job.vars);
+        let last = self.logged_vars.lock().unwrap().insert(
+            job.role.clone(),
+            (job.deployment_id.clone(), job.vars.clone()),
+        );
+        log.vars(
+            last.as_ref().map(|(id, vars)| Logged {
+                deployment_id: id,
+                vars,
+            }),
+            &job.vars,
+        );
         let result = self.clone().render_and_apply(&job, &mut log).await;
         log.finish(&result);
         result
