@@ -1128,13 +1128,15 @@ async fn the_example_delete_runs_in_reverse_order_and_empties_the_service() {
     assert_eq!(order[4], "network.delete.fake network::web");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
-    let (tmp, config_dir, storage) = crate::util::example_site("minimal");
-    let nats = Nats::start(tmp.path());
-    // Listening before the daemon starts: its first deployment is among the events.
-    let client = Client::connect(&nats.url()).await;
-    let settings = tmp.path().join("settings.yaml");
+/// `verwalter run` on `config` whose settings file (in `dir`) sends its deployment events to
+/// `nats` under the prefix `vw.test`.
+fn publishing_events(
+    dir: &Path,
+    config: &Path,
+    storage: &Path,
+    nats: &Nats,
+) -> crate::util::Daemon {
+    let settings = dir.join("settings.yaml");
     std::fs::write(
         &settings,
         format!(
@@ -1143,12 +1145,21 @@ async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
         ),
     )
     .unwrap();
-    let daemon = crate::util::Daemon::launch(
-        &config_dir,
-        &storage,
+    crate::util::Daemon::launch(
+        config,
+        storage,
         &["--settings", settings.to_str().unwrap()],
         &[],
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_publishes_its_deployment_events_when_its_settings_say_so() {
+    let (tmp, config_dir, storage) = crate::util::example_site("minimal");
+    let nats = Nats::start(tmp.path());
+    // Listening before the daemon starts: its first deployment is among the events.
+    let client = Client::connect(&nats.url()).await;
+    let daemon = publishing_events(tmp.path(), &config_dir, &storage, &nats);
     let finished = client
         .wait(1, "a finished deployment", |s, _| {
             s == "vw.test.deployment.finished"
@@ -1207,21 +1218,7 @@ async fn each_role_event_is_published_as_the_role_finishes_with_its_time() {
     );
     let nats = Nats::start(tmp.path());
     let client = Client::connect(&nats.url()).await;
-    let settings = tmp.path().join("settings.yaml");
-    std::fs::write(
-        &settings,
-        format!(
-            "deployment-events:\n  nats-url: {}\n  prefix: vw.test\n",
-            nats.url()
-        ),
-    )
-    .unwrap();
-    let daemon = crate::util::Daemon::launch(
-        &config,
-        &tmp.path().join("storage"),
-        &["--settings", settings.to_str().unwrap()],
-        &[],
-    );
+    let daemon = publishing_events(tmp.path(), &config, &tmp.path().join("storage"), &nats);
     let role = |what: &'static str, name: &'static str| {
         move |s: &str, p: &Value| s == format!("vw.test.role.{what}") && p["role"] == name
     };
