@@ -10,11 +10,18 @@
 //! the instance has its used amounts summed again from its assigned apps, exactly as the snapshot
 //! sums them, so results are equal to the slow path's to the last bit (a test compares them).
 //!
+//! For the algorithms whose pass 1 and score read nothing but a node's capacity and used amounts
+//! (NOP, Fit, BAR, LeastUsed, LeastUsedBAR), candidates whose capacity and used amounts are equal
+//! bit for bit form one class ([`Classes`]), judged once per app: a fleet of a few node shapes
+//! running a few request sizes has tens of classes for a thousand nodes. `max_per_node` is checked
+//! per node beside it. The others (HierBAR and Score read which nodes passed, StaticAssigner and
+//! DramHitRatioProvision the node's name) evaluate every node.
+//!
 //! Long calls can be stopped: every step reports its work to a `check` function given by the
 //! caller (the Lua sandbox stops at its deadline), which is asked at least every
 //! [`CHECK_EVERY`] units of work (a node evaluated, a node compared, a placement).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::algorithms::{Algorithm, FilterResult, Kind, PlacementError};
 use crate::snapshot::{Assigned, PerDim, Snapshot};
@@ -82,12 +89,97 @@ pub struct Placer<'a> {
     cap: Vec<PerDim>,
     /// Per candidate: the sum of what runs there.
     used: Vec<PerDim>,
-    /// Per candidate: how many instances of each app run there (`Snapshot::count` without
-    /// looking the node up among all nodes, for `max_per_node`).
-    counts: Vec<BTreeMap<String, u64>>,
+    /// Per app: how many instances run on each candidate (`Snapshot::count` without looking the
+    /// node up among all nodes, for `max_per_node`); an app not here runs nowhere.
+    counts: HashMap<String, Vec<u64>>,
     /// The algorithm has a pass 2 that reads the set of pass-1 survivors.
     two_pass: bool,
+    /// The candidates by class, when the algorithm judges a node by its capacity and used amounts
+    /// alone.
+    classes: Option<Classes>,
     placed: u64,
+}
+
+/// Candidates with equal capacity and used amounts (bit for bit), for the algorithms that judge
+/// a node by nothing else: one evaluation per class stands for each member's.
+#[derive(Debug, Clone, Default)]
+struct Classes {
+    /// Per candidate: its class.
+    of: Vec<usize>,
+    /// Per class: its members in candidate order (empty for a slot not in use).
+    members: Vec<BTreeSet<usize>>,
+    /// Per class: capacity and used amounts.
+    load: Vec<(PerDim, PerDim)>,
+    /// The class of a capacity and used amounts.
+    index: HashMap<LoadKey, usize>,
+    /// Class slots left empty, to use again.
+    free: Vec<usize>,
+}
+
+/// Capacity and used amounts, bit for bit, with which dimensions are given.
+type LoadKey = ([u64; 12], u16);
+
+fn load_key(cap: &PerDim, used: &PerDim) -> LoadKey {
+    let mut bits = [0; 12];
+    let mut given = 0u16;
+    for (k, v) in cap.0.iter().chain(&used.0).enumerate() {
+        if let Some(v) = v {
+            bits[k] = v.to_bits();
+            given |= 1 << k;
+        }
+    }
+    (bits, given)
+}
+
+impl Classes {
+    fn new(cap: &[PerDim], used: &[PerDim]) -> Classes {
+        let mut classes = Classes::default();
+        for i in 0..cap.len() {
+            let c = classes.class_for(&cap[i], &used[i]).0;
+            classes.members[c].insert(i);
+            classes.of.push(c);
+        }
+        classes
+    }
+
+    /// The class of this load, and whether it was made now.
+    fn class_for(&mut self, cap: &PerDim, used: &PerDim) -> (usize, bool) {
+        let key = load_key(cap, used);
+        if let Some(&c) = self.index.get(&key) {
+            return (c, false);
+        }
+        let c = match self.free.pop() {
+            Some(c) => {
+                self.load[c] = (*cap, *used);
+                c
+            }
+            None => {
+                self.members.push(BTreeSet::new());
+                self.load.push((*cap, *used));
+                self.members.len() - 1
+            }
+        };
+        self.index.insert(key, c);
+        (c, true)
+    }
+
+    /// Moves candidate `i` to the class of its new load; returns the class if it was made now.
+    fn moved(&mut self, i: usize, cap: &PerDim, used: &PerDim) -> Option<usize> {
+        let old = self.of[i];
+        let (c, new) = self.class_for(cap, used);
+        if c == old {
+            return None;
+        }
+        self.members[old].remove(&i);
+        if self.members[old].is_empty() {
+            self.index
+                .remove(&load_key(&self.load[old].0, &self.load[old].1));
+            self.free.push(old);
+        }
+        self.members[c].insert(i);
+        self.of[i] = c;
+        new.then_some(c)
+    }
 }
 
 /// Filter pass 1 and the score of one candidate for one app.
@@ -103,19 +195,29 @@ impl<'a> Placer<'a> {
             .cloned()
             .collect();
         let scale = alg.cpu_scale_factor();
-        let cap = nodes
+        let cap: Vec<PerDim> = nodes
             .iter()
             .map(|n| PerDim::of(&snap.capacity(n, scale)))
             .collect();
-        let used = nodes.iter().map(|n| PerDim::of(&snap.used(n))).collect();
-        let counts = nodes
-            .iter()
-            .map(|n| {
-                snap.assigned_apps.get(n).map_or(BTreeMap::new(), |apps| {
-                    apps.iter().map(|(a, n)| (a.clone(), n.count())).collect()
-                })
-            })
-            .collect();
+        let used: Vec<PerDim> = nodes.iter().map(|n| PerDim::of(&snap.used(n))).collect();
+        let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
+        for (i, node) in nodes.iter().enumerate() {
+            for (app, assigned) in snap.assigned_apps.get(node).into_iter().flatten() {
+                counts
+                    .entry(app.clone())
+                    .or_insert_with(|| vec![0; nodes.len()])[i] = assigned.count();
+            }
+        }
+        // Pass 1 and the score of these read the node's capacity and used amounts only.
+        let by_load = matches!(
+            alg.kind,
+            Kind::Nop
+                | Kind::Fit { .. }
+                | Kind::Bar { .. }
+                | Kind::LeastUsed { .. }
+                | Kind::LeastUsedBar { .. }
+        );
+        let classes = by_load.then(|| Classes::new(&cap, &used));
         Placer {
             alg,
             snap,
@@ -124,8 +226,16 @@ impl<'a> Placer<'a> {
             used,
             counts,
             two_pass: matches!(alg.kind, Kind::HierBar { .. } | Kind::Score { .. }),
+            classes,
             placed: 0,
         }
+    }
+
+    /// The placer without classes: every node evaluated on its own (the tests compare both).
+    #[cfg(test)]
+    fn node_by_node(mut self) -> Self {
+        self.classes = None;
+        self
     }
 
     /// The candidates in sorted order; [`Placement::chosen`] indexes them.
@@ -155,21 +265,25 @@ impl<'a> Placer<'a> {
             .unwrap_or_default()
     }
 
-    /// Pass 1 and, for a node that passes, its score for one more `app`.
-    fn eval(&self, i: usize, app: &str, request: &PerDim, max_per_node: Option<u64>) -> Eval {
-        let node = &self.nodes[i];
-        if let Some(max) = max_per_node {
-            let count = self.counts[i].get(app).copied().unwrap_or(0);
-            if count >= max {
-                return (
-                    Err(format!(
-                        "App {app} has {count} instances here, max_per_node is {max}."
-                    )),
-                    0,
-                );
-            }
+    /// Pass 1 and, for a node that passes, its score for one more `app`; `counts` are the app's
+    /// per candidate.
+    fn eval(
+        &self,
+        i: usize,
+        app: &str,
+        request: &PerDim,
+        max_per_node: Option<u64>,
+        counts: &[u64],
+    ) -> Eval {
+        if let Some(reason) = over_max(app, counts[i], max_per_node) {
+            return (Err(reason), 0);
         }
-        let load = || (self.cap[i], self.used[i].plus(request));
+        self.judge(&self.nodes[i], &self.cap[i], &self.used[i], app, request)
+    }
+
+    /// Pass 1 and the score of a node with capacity `cap` and `used` amounts.
+    fn judge(&self, node: &str, cap: &PerDim, used: &PerDim, app: &str, request: &PerDim) -> Eval {
+        let load = || (*cap, used.plus(request));
         match self.alg.app_fit_node_given(&self.snap, node, app, load) {
             Ok(()) => {
                 let priority = self.alg.priority_given(load);
@@ -183,13 +297,14 @@ impl<'a> Placer<'a> {
         &self,
         app: &str,
         max_per_node: Option<u64>,
+        counts: &[u64],
         meter: &mut Meter,
     ) -> Result<Vec<Eval>, PlaceError> {
         let request = self.request(app);
         let mut out = Vec::with_capacity(self.nodes.len());
         for i in 0..self.nodes.len() {
             meter.spend(1, self.placed)?;
-            out.push(self.eval(i, app, &request, max_per_node));
+            out.push(self.eval(i, app, &request, max_per_node, counts));
         }
         Ok(out)
     }
@@ -300,8 +415,40 @@ impl<'a> Placer<'a> {
             check,
             until_check: CHECK_EVERY,
         };
+        // The app's counts are taken out while it is placed, and put back however it ends.
+        let mut counts = self
+            .counts
+            .remove(app)
+            .unwrap_or_else(|| vec![0; self.nodes.len()]);
+        let result = match self.classes.take() {
+            Some(mut classes) => {
+                let result = self.place_by_class(
+                    &mut classes,
+                    app,
+                    count,
+                    max_per_node,
+                    &mut counts,
+                    &mut meter,
+                );
+                self.classes = Some(classes);
+                result
+            }
+            None => self.place_by_node(app, count, max_per_node, &mut counts, &mut meter),
+        };
+        self.counts.insert(app.to_string(), counts);
+        result
+    }
+
+    fn place_by_node(
+        &mut self,
+        app: &str,
+        count: u64,
+        max_per_node: Option<u64>,
+        counts: &mut [u64],
+        meter: &mut Meter,
+    ) -> Result<Placement, PlaceError> {
         let request = self.request(app);
-        let mut evals = self.eval_all(app, max_per_node, &mut meter)?;
+        let mut evals = self.eval_all(app, max_per_node, counts, meter)?;
         let mut pass2 = self.pass2(app, &evals);
         let mut out = Placement::default();
         for done in 0..count {
@@ -317,10 +464,10 @@ impl<'a> Placer<'a> {
                 out.unplaced = count - done;
                 break;
             };
-            self.add(i, app);
+            self.add(i, app, counts);
             out.chosen.push(i);
             let passed = evals[i].0.is_ok();
-            evals[i] = self.eval(i, app, &request, max_per_node);
+            evals[i] = self.eval(i, app, &request, max_per_node, counts);
             if passed != evals[i].0.is_ok() {
                 pass2 = self.pass2(app, &evals);
             }
@@ -329,15 +476,96 @@ impl<'a> Placer<'a> {
         Ok(out)
     }
 
+    /// [`Placer::place_by_node`] with one evaluation per class: the same choices (the highest
+    /// score, the first candidate in sorted order among equals) and the same reasons.
+    fn place_by_class(
+        &mut self,
+        classes: &mut Classes,
+        app: &str,
+        count: u64,
+        max_per_node: Option<u64>,
+        counts: &mut [u64],
+        meter: &mut Meter,
+    ) -> Result<Placement, PlaceError> {
+        let request = self.request(app);
+        let judge = |placer: &Self, classes: &Classes, c: usize| {
+            let first = *classes.members[c]
+                .first()
+                .expect("a class in use has members");
+            let (cap, used) = &classes.load[c];
+            placer.judge(&placer.nodes[first], cap, used, app, &request)
+        };
+        // Work is counted per node, as the node-by-node path counts it, so `check` is asked as
+        // often.
+        meter.spend(self.nodes.len() as u64, self.placed)?;
+        let mut evals: Vec<Option<Eval>> = (0..classes.members.len())
+            .map(|c| (!classes.members[c].is_empty()).then(|| judge(self, classes, c)))
+            .collect();
+        let blocked = |counts: &[u64], i: usize| max_per_node.is_some_and(|max| counts[i] >= max);
+        let mut out = Placement::default();
+        for done in 0..count {
+            meter.spend(self.nodes.len() as u64 + 1, self.placed)?;
+            // (score, candidate): the highest score, the first candidate among equals.
+            let mut best: Option<(i64, usize)> = None;
+            for (c, eval) in evals.iter().enumerate() {
+                let Some((Ok(()), score)) = eval else {
+                    continue;
+                };
+                if best.is_some_and(|(s, _)| *score < s) {
+                    continue;
+                }
+                let Some(&i) = classes.members[c].iter().find(|&&i| !blocked(counts, i)) else {
+                    continue;
+                };
+                if best.is_none_or(|(s, b)| *score > s || i < b) {
+                    best = Some((*score, i));
+                }
+            }
+            let Some((_, i)) = best else {
+                out.unplaced = count - done;
+                break;
+            };
+            self.add(i, app, counts);
+            out.chosen.push(i);
+            if let Some(c) = classes.moved(i, &self.cap[i], &self.used[i]) {
+                if evals.len() <= c {
+                    evals.resize(c + 1, None);
+                }
+                evals[c] = Some(judge(self, classes, c));
+            }
+        }
+        // Why each refused node would refuse one more: `max_per_node` first, as `eval` checks.
+        let mut failed = Vec::new();
+        for (i, node) in self.nodes.iter().enumerate() {
+            if let Some(reason) = over_max(app, counts[i], max_per_node) {
+                failed.push((node.clone(), reason));
+            } else if let Some((Err(reason), _)) = &evals[classes.of[i]] {
+                failed.push((node.clone(), reason.clone()));
+            }
+        }
+        out.failed = failed.into_iter().collect();
+        Ok(out)
+    }
+
     /// Counts one more `app` on candidate `i` and sums its used amounts again.
-    fn add(&mut self, i: usize, app: &str) {
+    fn add(&mut self, i: usize, app: &str, counts: &mut [u64]) {
         let node = &self.nodes[i];
         let apps = self.snap.assigned_apps.entry(node.clone()).or_default();
         let n = apps.get(app).map_or(0, Assigned::count);
         apps.insert(app.to_string(), Assigned::Count(n + 1));
-        self.counts[i].insert(app.to_string(), n + 1);
+        counts[i] = n + 1;
         self.used[i] = PerDim::of(&self.snap.used(node));
         self.placed += 1;
+    }
+}
+
+/// The refusal of a node that already runs `count` instances of `app`, at `max_per_node` or more.
+fn over_max(app: &str, count: u64, max_per_node: Option<u64>) -> Option<String> {
+    match max_per_node {
+        Some(max) if count >= max => Some(format!(
+            "App {app} has {count} instances here, max_per_node is {max}."
+        )),
+        _ => None,
     }
 }
 

@@ -270,3 +270,92 @@ fn a_check_that_says_stop_stops_a_long_placement() {
         }))
     );
 }
+
+/// Nodes of a few shapes with a few request sizes running: many candidates share a class.
+fn fleet(rng: &mut Rng, nodes: usize) -> Snapshot {
+    let mut snap = Snapshot::default();
+    let shapes: Vec<BTreeMap<Dim, f64>> = (0..2)
+        .map(|_| DIMS.iter().map(|d| (*d, rng.amount(20) + 10.0)).collect())
+        .collect();
+    for (k, app) in APPS.iter().enumerate() {
+        // Two apps of the same size, and one without a request in one dimension.
+        let size = rng.amount(4);
+        let spec = DIMS
+            .iter()
+            .filter(|d| k != 3 || **d != Dim::Mem)
+            .map(|d| (*d, if k == 1 { snap.apps_spec["a"][d] } else { size }))
+            .collect();
+        snap.apps_spec.insert(app.to_string(), spec);
+    }
+    for i in 0..nodes {
+        let name = format!("n{i:03}");
+        snap.node_capacities
+            .insert(name.clone(), shapes[rng.below(2) as usize].clone());
+        if rng.below(4) == 0 {
+            let app = APPS[rng.below(4) as usize];
+            snap.assigned_apps
+                .entry(name)
+                .or_default()
+                .insert(app.into(), Assigned::Count(1 + rng.below(2)));
+        }
+    }
+    snap
+}
+
+#[test]
+fn classes_choose_and_refuse_as_node_by_node_does() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for round in 0..8 {
+        let snap = if round % 2 == 0 {
+            fleet(&mut rng, 40 + round * 10)
+        } else {
+            snapshot(&mut rng, 10 + round * 3)
+        };
+        let mut candidates: Vec<String> = snap.node_capacities.keys().cloned().collect();
+        candidates.push("stranger".into());
+        for alg in algorithms(&snap) {
+            let mut by_class = Placer::new(&alg, snap.clone(), &candidates);
+            let mut by_node = Placer::new(&alg, snap.clone(), &candidates).node_by_node();
+            for step in 0..10 {
+                let app = APPS[rng.below(4) as usize];
+                let count = rng.below(if step % 3 == 0 { 200 } else { 20 });
+                let max_per_node =
+                    [None, Some(0), Some(1), Some(2), Some(3)][rng.below(5) as usize];
+                let want = by_node.place(app, count, max_per_node, &mut go_on);
+                let got = by_class.place(app, count, max_per_node, &mut go_on);
+                assert_eq!(
+                    got, want,
+                    "{alg:?}, app {app}, count {count}, max {max_per_node:?}"
+                );
+            }
+            assert_eq!(by_class.snapshot(), by_node.snapshot(), "{alg:?}");
+        }
+    }
+}
+
+#[test]
+fn equal_nodes_make_one_class_and_a_placement_moves_its_node() {
+    let (mut snap, _) = two_nodes();
+    for n in ["n3", "n4"] {
+        snap.node_capacities
+            .insert(n.into(), [(Dim::Cpu, 4.0), (Dim::Mem, 8.0)].into());
+    }
+    let nodes: Vec<String> = snap.node_capacities.keys().cloned().collect();
+    let alg = Algorithm::new(Kind::LeastUsedBar {
+        cpu_scale_factor: 1.0,
+        bar_weights: BTreeMap::new(),
+        least_used_weights: BTreeMap::new(),
+        least_used_weight: 1.0,
+    });
+    let mut placer = Placer::new(&alg, snap, &nodes);
+    let live = |p: &Placer| {
+        let c = p.classes.as_ref().unwrap();
+        c.members.iter().filter(|m| !m.is_empty()).count()
+    };
+    assert_eq!(live(&placer), 1);
+    let got = placer.place("web", 2, None, &mut go_on).unwrap();
+    // The emptiest node first, the first in order among equals: n1, then n2.
+    assert_eq!(got.chosen, vec![0, 1]);
+    // n1 and n2 run one web each now: one class; n3 and n4 the other.
+    assert_eq!(live(&placer), 2);
+}
