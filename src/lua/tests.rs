@@ -708,6 +708,35 @@ fn a_table_with_keys_1_and_string_1_is_an_error() {
 }
 
 #[test]
+fn a_large_table_converts_whole_and_its_clashing_keys_are_caught() {
+    // More keys than the conversion inserts one by one: the rest are sorted and merged.
+    let out = run_body(
+        "local t = {} for i = 1, 200 do t['k' .. i] = i; t[i * 1000] = -i end return {x = t}",
+    )
+    .unwrap();
+    let mut want = serde_json::Map::new();
+    for i in 1..=200i64 {
+        want.insert(format!("k{i}"), json!(i));
+        want.insert(format!("{}", i * 1000), json!(-i));
+    }
+    assert_eq!(out.data, json!({"x": want}));
+    // A clash among the late keys, and one between a late key and an early one.
+    for body in [
+        "local t = {} for i = 1, 100 do t['k' .. i] = i end t[7000] = 1 t['7000'] = 2 return {x = t}",
+        "local t = {['5'] = 0} for i = 1, 100 do t[i] = 'v' .. i; t['k' .. i] = i end return {x = t}",
+    ] {
+        let e = err(body);
+        assert_eq!(e.kind, SchedulerFailure::BadOutput, "{body}");
+        assert!(
+            e.message
+                .starts_with("cannot convert the returned table: x has two keys that both become"),
+            "{body}: {}",
+            e.message
+        );
+    }
+}
+
+#[test]
 fn print_output_is_capped() {
     // Issue 10: print output was outside the memory cap (0.6 GB in 2 s). 10 MB of prints keep
     // the first 2 MiB and a marker; the run itself still succeeds.
