@@ -89,9 +89,10 @@ pub struct Placer<'a> {
     cap: Vec<PerDim>,
     /// Per candidate: the sum of what runs there.
     used: Vec<PerDim>,
-    /// Per app: how many instances run on each candidate (`Snapshot::count` without looking the
-    /// node up among all nodes, for `max_per_node`); an app not here runs nowhere.
-    counts: HashMap<String, Vec<u64>>,
+    /// Per app: the candidates that run instances of it, with how many (`Snapshot::count`
+    /// without looking the node up among all nodes, for `max_per_node`); an app not here runs
+    /// nowhere. Kept sparse: a call may name thousands of apps and nodes.
+    counts: HashMap<String, Vec<(usize, u64)>>,
     /// The algorithm has a pass 2 that reads the set of pass-1 survivors.
     two_pass: bool,
     /// The candidates by class, when the algorithm judges a node by its capacity and used amounts
@@ -200,12 +201,15 @@ impl<'a> Placer<'a> {
             .map(|n| PerDim::of(&snap.capacity(n, scale)))
             .collect();
         let used: Vec<PerDim> = nodes.iter().map(|n| PerDim::of(&snap.used(n))).collect();
-        let mut counts: HashMap<String, Vec<u64>> = HashMap::new();
+        let mut counts: HashMap<String, Vec<(usize, u64)>> = HashMap::new();
         for (i, node) in nodes.iter().enumerate() {
             for (app, assigned) in snap.assigned_apps.get(node).into_iter().flatten() {
-                counts
-                    .entry(app.clone())
-                    .or_insert_with(|| vec![0; nodes.len()])[i] = assigned.count();
+                if assigned.count() > 0 {
+                    counts
+                        .entry(app.clone())
+                        .or_default()
+                        .push((i, assigned.count()));
+                }
             }
         }
         // Pass 1 and the score of these read the node's capacity and used amounts only.
@@ -415,11 +419,12 @@ impl<'a> Placer<'a> {
             check,
             until_check: CHECK_EVERY,
         };
-        // The app's counts are taken out while it is placed, and put back however it ends.
-        let mut counts = self
-            .counts
-            .remove(app)
-            .unwrap_or_else(|| vec![0; self.nodes.len()]);
+        // The app's counts, one per candidate while it is placed; kept sparse again however it
+        // ends.
+        let mut counts = vec![0; self.nodes.len()];
+        for &(i, n) in self.counts.get(app).into_iter().flatten() {
+            counts[i] = n;
+        }
         let result = match self.classes.take() {
             Some(mut classes) => {
                 let result = self.place_by_class(
@@ -435,7 +440,16 @@ impl<'a> Placer<'a> {
             }
             None => self.place_by_node(app, count, max_per_node, &mut counts, &mut meter),
         };
-        self.counts.insert(app.to_string(), counts);
+        let running: Vec<(usize, u64)> = counts
+            .into_iter()
+            .enumerate()
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        if running.is_empty() {
+            self.counts.remove(app);
+        } else {
+            self.counts.insert(app.to_string(), running);
+        }
         result
     }
 
