@@ -18,10 +18,18 @@
 //! the leader's egress per schedule change is printed from its
 //! `verwalter_schedule_served_bytes_total`, as a multiple of the schedule's size.
 //!
+//! `SHAPE` says where those services go: `spread` (the default) spreads them over the nodes'
+//! roles, each node's role `app` getting its share (`nodes[host].roles.app.services`), as a
+//! fleet's services would be; `shared` puts them all in role `app`'s own variables
+//! (`roles.app.services`), which every node is given whole (a big shared config: versions,
+//! service definitions), so each node renders the whole megabyte.
+//!
 //! Run: `cargo bench --bench cluster` (TRIALS=20, NODES=5, SCHEDULE_KB=0 by default;
 //! FAILOVER_TRIALS=TRIALS; RELAY_FANOUT sets `election.relay-fanout`; BENCH_DIR is where the
-//! nodes' dirs go, `target` by default; KEEP=1 keeps them; VERBOSE=1 prints every trial);
-//! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
+//! nodes' dirs go, `target` by default; KEEP=1 keeps them; VERBOSE=1 prints every trial;
+//! VERWALTER_BIN runs another build of the daemon, e.g. an older commit's, to compare);
+//! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`; issue
+//! 32's shared one: `SHAPE=shared NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
 
 use std::fs;
 use std::path::PathBuf;
@@ -30,7 +38,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_verwalter");
+/// The daemon the nodes run: this build's, or `VERWALTER_BIN` (another build, to compare).
+fn bin() -> String {
+    std::env::var("VERWALTER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_verwalter").into())
+}
 const SCHEDULER: &str = r#"
 -- Every node gets role `app`; the version comes from runtime/version.json, the size of the
 -- service list (KiB) from runtime/size.json; each node's role has its share of the services.
@@ -62,13 +73,20 @@ return {scheduler = function(state)
   local v = state.runtime.version and state.runtime.version.v or 0
   local kb = state.runtime.size and state.runtime.size.kb or 0
   local nodes = {}
-  for _, host in ipairs(hosts) do nodes[host] = {roles = {app = {services = {}}}} end
   local list = services(kb, v)
+  local vars = {template = "app/v1", v = v, leader = state.current_host}
+  if state.runtime.size and state.runtime.size.shape == "shared" then
+    -- SHAPE=shared: the whole list in role `app`'s own variables, which every node is given
+    -- (a big shared config: versions, service definitions).
+    for _, host in ipairs(hosts) do nodes[host] = {roles = {app = {}}} end
+    return {vars = vars, roles = {app = {services = list}}, nodes = nodes}, "ok"
+  end
+  for _, host in ipairs(hosts) do nodes[host] = {roles = {app = {services = {}}}} end
   for i = 1, math.floor(kb * 2.35) do
     local name = "service-" .. i
     nodes[hosts[i % #hosts + 1]].roles.app.services[name] = list[name]
   end
-  return {vars = {template = "app/v1", v = v, leader = state.current_host}, nodes = nodes}, "ok"
+  return {vars = vars, nodes = nodes}, "ok"
 end}
 "#;
 
@@ -102,7 +120,7 @@ impl Node {
             .append(true)
             .open(self.log())
             .unwrap();
-        let child = Command::new(BIN)
+        let child = Command::new(bin())
             .args(["run", "--hostname", &format!("node{}", self.n)])
             .args(["--host", &format!("127.0.0.{}", self.n)])
             .args(["--port", &self.port.to_string()])
@@ -307,6 +325,11 @@ fn main() {
     let trials = env_or("TRIALS", 20);
     let nodes_n = env_or("NODES", 5);
     let kb = env_or("SCHEDULE_KB", 0);
+    let shape = std::env::var("SHAPE").unwrap_or_else(|_| "spread".into());
+    assert!(
+        shape == "spread" || shape == "shared",
+        "SHAPE is `spread` or `shared`, not {shape:?}"
+    );
     // BENCH_DIR=/dev/shm puts the nodes' dirs on tmpfs: 100 nodes on one machine otherwise
     // share one disk, each syncing its copy of every schedule to it (a fleet has a disk per node).
     let base = std::env::var("BENCH_DIR").unwrap_or_else(|_| "target".into());
@@ -346,7 +369,7 @@ fn main() {
             fs::write(config.join("runtime/version.json"), "{\"v\": 0}").unwrap();
             fs::write(
                 config.join("runtime/size.json"),
-                format!("{{\"kb\": {kb}}}"),
+                format!("{{\"kb\": {kb}, \"shape\": \"{shape}\"}}"),
             )
             .unwrap();
             fs::write(
@@ -385,7 +408,7 @@ fn main() {
         .get_text("/v1/schedule")
         .map_or(0, |body| body.len());
     println!(
-        "{nodes_n} nodes on 127.0.0.1-{nodes_n}, schedule {:.1} KiB, {trials} trials each:",
+        "{nodes_n} nodes on 127.0.0.1-{nodes_n}, schedule {:.1} KiB ({shape}), {trials} trials each:",
         size as f64 / 1024.0
     );
     let mut egress = Vec::new();

@@ -638,11 +638,28 @@ impl RenderController {
         let mut hasher = Sha1::new();
         hasher.update(shared);
         let mut bytes = Vec::with_capacity(256);
-        for source in [sources[1], sources[3]] {
-            bytes.clear();
-            vars::write_hashed_source(source, &mut bytes);
-            hasher.update((bytes.len() as u64).to_le_bytes());
-            hasher.update(&bytes);
+        for (index, source) in [(1, sources[1]), (3, sources[3])] {
+            // The role's own variables as they stand in a view cut from received text are
+            // already the canonical text the hash covers when no key is left out of it: a big
+            // role shared by every node is not written out again on each of them.
+            let text = match source {
+                Some(map)
+                    if index == 1 && !vars::UNHASHED_VARS.iter().any(|k| map.contains_key(*k)) =>
+                {
+                    schedule.data.role_text(role)
+                }
+                _ => None,
+            };
+            let text = match text {
+                Some(text) => text.as_bytes(),
+                None => {
+                    bytes.clear();
+                    vars::write_hashed_source(source, &mut bytes);
+                    &bytes
+                }
+            };
+            hasher.update((text.len() as u64).to_le_bytes());
+            hasher.update(text);
         }
         for text in [role, &self.host] {
             hasher.update((text.len() as u64).to_le_bytes());
@@ -657,10 +674,15 @@ impl RenderController {
         if dir.mentions_full_schedule {
             hasher.update(schedule.hash.as_bytes());
         }
-        let has_refs = sources
-            .iter()
-            .flatten()
-            .any(|source| source.values().any(refs::has_refs));
+        // The sources are parts of the data, whose text holds `$(` wherever a string of them
+        // does (JSON writes `$` and `(` as they are; text with `\u` escapes is walked): a
+        // megabyte of shared variables is searched as text rather than walked as a tree.
+        let text = schedule.data.canonical();
+        let has_refs = (text.contains("$(") || text.contains("\\u"))
+            && sources
+                .iter()
+                .flatten()
+                .any(|source| source.values().any(refs::has_refs));
         if has_refs {
             // What references find lives in other roles' sources, which the hash does not cover:
             // the resolved variables are hashed instead.

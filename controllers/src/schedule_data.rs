@@ -47,6 +47,8 @@ struct Inner {
     /// A node view cut when the text was checked ([`ScheduleData::received`]), and its host:
     /// the data the render controller renders from, made once and shared.
     view: Option<(String, ScheduleData)>,
+    /// In such a view: where in `text` each entry of `roles` is (see [`ScheduleData::role_text`]).
+    roles: BTreeMap<String, std::ops::Range<usize>>,
 }
 
 impl ScheduleData {
@@ -71,7 +73,17 @@ impl ScheduleData {
             tree,
             all_roles: OnceLock::new(),
             view,
+            roles: BTreeMap::new(),
         }))
+    }
+
+    /// The text of `roles[role]` in a node view cut from text its maker vouched for
+    /// ([`ScheduleData::received_vouched`]), which is canonical as the whole was; `None` for
+    /// other data. The render controller hashes
+    /// a role's own variables from it instead of writing a big shared role out again.
+    pub fn role_text(&self, role: &str) -> Option<&str> {
+        let range = self.0.roles.get(role)?;
+        self.0.text.get(range.clone())
     }
 
     /// Data made on this node (the scheduler's output): written canonically, its tree kept.
@@ -159,13 +171,12 @@ impl ScheduleData {
         if claimed.is_some_and(|claimed| hash_canonical(data.as_bytes()) != claimed) {
             return Err(text);
         }
-        let Some(view) = cut_view(data, host) else {
+        // Vouched-for text is its maker's own, which this version writes canonically; text
+        // that merely hashes to its hash may be spaced (a maker may hash what it likes).
+        let Some(view) = view_data(data, host, claimed.is_none()) else {
             return Err(text);
         };
-        let view = (
-            host.to_string(),
-            ScheduleData::from_value(Value::Object(view)),
-        );
+        let view = (host.to_string(), view);
         Ok(ScheduleData::within(
             text,
             range,
@@ -317,6 +328,80 @@ fn cut_view(data: &str, host: &str) -> Option<Map<String, Value>> {
         view.insert("nodes".into(), Value::Object(nodes));
     }
     Some(view)
+}
+
+/// `host`'s view of the JSON text `data` as data of its own: its text put together from the
+/// parts of `data` it keeps, in the order of their keys, and their trees parsed. Parts of text
+/// that is canonical are canonical, so the view's text is too, without a tree written out again
+/// (for a big shared role, a megabyte per change on every node). With `canonical` (the text is
+/// known to be canonical, not only to be what its hash covers) it notes where each role's text
+/// is ([`ScheduleData::role_text`]). `None` as for [`cut_view`].
+fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
+    let cut = scan::cut(data, host)?;
+    let [changes, roles, vars] = cut.keys;
+    let mut role_parts = BTreeMap::new();
+    let parts: usize = [&changes, &cut.node, &roles, &vars]
+        .into_iter()
+        .flatten()
+        .map(|r| r.len())
+        .sum();
+    let mut text = String::with_capacity(parts + host.len() + 48);
+    let mut view = Map::new();
+    text.push('{');
+    // `nodes` sorts between `changes` and `roles`.
+    for (key, range) in [
+        ("changes", changes),
+        ("nodes", cut.node),
+        ("roles", roles),
+        ("vars", vars),
+    ] {
+        let Some(range) = range else { continue };
+        let part = &data[range];
+        let mut value: Value = serde_json::from_str(part).ok()?;
+        if text.len() > 1 {
+            text.push(',');
+        }
+        text.push('"');
+        text.push_str(key);
+        text.push_str("\":");
+        if key == "nodes" {
+            let mut key = Vec::new();
+            serde_json::to_writer(&mut key, host).expect("a string serializes");
+            text.push('{');
+            text.push_str(std::str::from_utf8(&key).expect("serde_json writes UTF-8"));
+            text.push(':');
+            text.push_str(part);
+            text.push('}');
+            let mut nodes = Map::new();
+            nodes.insert(host.to_string(), value);
+            value = Value::Object(nodes);
+        } else {
+            if key == "roles" && canonical {
+                // Ranges in `data` to ranges in `text`; a role given twice keeps its last entry,
+                // as a parse does.
+                let (from, to) = (range_start(data, part), text.len());
+                for (name, at) in &cut.roles {
+                    let name = &data[name.clone()];
+                    let name = match name.contains('\\') {
+                        false => name[1..name.len() - 1].to_string(),
+                        true => serde_json::from_str(name).ok()?,
+                    };
+                    role_parts.insert(name, at.start - from + to..at.end - from + to);
+                }
+            }
+            text.push_str(part);
+        }
+        view.insert(key.to_string(), value);
+    }
+    text.push('}');
+    let mut view = ScheduleData::with(text, OnceLock::from(Arc::new(Value::Object(view))), None);
+    Arc::get_mut(&mut view.0).expect("just made").roles = role_parts;
+    Some(view)
+}
+
+/// Where `part`, a slice of `data`, starts in it.
+fn range_start(data: &str, part: &str) -> usize {
+    part.as_ptr() as usize - data.as_ptr() as usize
 }
 
 /// Where [`RolesSeed`] reads: role names are the keys of `roles` at the top and of `roles` in

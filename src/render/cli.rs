@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use serde_json::{Map, Value};
 use verwalter_controllers::state::{Schedule, ScheduleData};
@@ -140,7 +139,7 @@ pub async fn render(args: &RenderArgs) -> Result<(), String> {
         .prefix("verwalter-render.")
         .tempdir()
         .map_err(|e| format!("staging dir: {e}"))?;
-    let shared = Vars::new(Arc::new(vars));
+    let shared = Vars::new(vars);
     for (index, renderer) in set.renderers.iter().enumerate() {
         println!("=== {}/{} ===", set.shown, renderer.name);
         let mut files = BTreeMap::new();
@@ -190,7 +189,7 @@ pub fn check_dir(dir: &Path, sample: Map<String, Value>) -> Vec<String> {
         Ok(set) => set,
         Err(e) => return vec![e],
     };
-    let vars = Vars::new(Arc::new(sample));
+    let vars = Vars::new(sample);
     let mut problems = Vec::new();
     for renderer in &set.renderers {
         for template in renderer.templates.values() {

@@ -9,22 +9,38 @@ use std::sync::{Arc, OnceLock};
 
 use serde_json::{Map, Value};
 
-/// The variables of one role's render, shared by all its templates; each engine converts them
-/// at most once.
+/// The variables of one role's render, shared by all its templates. They are kept as
+/// Handlebars' context, which owns them: made from the variables without a copy, and
+/// [`Vars::shared`] lets the applier keep them after the render (the role log compares the next
+/// attempt's with them). Tera's context is made from them on its first use.
 pub struct Vars {
-    pub value: Arc<Map<String, Value>>,
-    handlebars: OnceLock<Result<handlebars::Context, String>>,
+    handlebars: Arc<handlebars::Context>,
     tera: OnceLock<Result<tera::Context, String>>,
 }
 
 impl Vars {
-    pub fn new(value: Arc<Map<String, Value>>) -> Vars {
+    pub fn new(value: Map<String, Value>) -> Vars {
         Vars {
-            value,
-            handlebars: OnceLock::new(),
+            handlebars: Arc::new(handlebars::Context::from(Value::Object(value))),
             tera: OnceLock::new(),
         }
     }
+
+    /// The variables.
+    pub fn map(&self) -> &Map<String, Value> {
+        vars_of(&self.handlebars)
+    }
+
+    /// The variables, shared (no copy).
+    pub fn shared(&self) -> Arc<handlebars::Context> {
+        self.handlebars.clone()
+    }
+}
+
+/// The variables a [`Vars`] holds as a Handlebars context (always an object).
+pub fn vars_of(context: &handlebars::Context) -> &Map<String, Value> {
+    static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+    context.data().as_object().unwrap_or(&EMPTY)
 }
 
 /// A set of templates of one engine, registered by their path relative to the template dir.
@@ -74,18 +90,8 @@ impl Engine for HandlebarsEngine {
     }
 
     fn render(&self, name: &str, vars: &Vars) -> Result<String, String> {
-        let context = vars
-            .handlebars
-            // A copy of the tree (cheaper than serializing the map into one).
-            .get_or_init(|| {
-                Ok(handlebars::Context::from(Value::Object(Map::clone(
-                    &vars.value,
-                ))))
-            })
-            .as_ref()
-            .map_err(Clone::clone)?;
         self.0
-            .render_with_context(name, context)
+            .render_with_context(name, &vars.handlebars)
             .map_err(|e| match e.line_no {
                 Some(line) => format!("line {line}: {}", e.reason()),
                 None => e.reason().to_string(),
@@ -126,7 +132,7 @@ impl Engine for TeraEngine {
         let context = vars
             .tera
             .get_or_init(|| {
-                tera::Context::from_value(Value::Object(Map::clone(&vars.value)))
+                tera::Context::from_value(Value::Object(vars.map().clone()))
                     .map_err(|e| tera_message(&e))
             })
             .as_ref()

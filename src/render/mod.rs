@@ -115,10 +115,8 @@ struct Inner {
     cache: Mutex<HashMap<String, (String, Arc<TemplateSet>)>>,
     /// The variables last written to each role's log, with the deployment that wrote them: the
     /// next attempt logs only what differs (the first after start logs them whole).
-    logged_vars: Mutex<HashMap<String, (String, VarsMap)>>,
+    logged_vars: Mutex<HashMap<String, (String, Arc<handlebars::Context>)>>,
 }
-
-type VarsMap = Arc<serde_json::Map<String, serde_json::Value>>;
 
 impl Applier {
     pub fn new(config: ApplierConfig, logs: Arc<LogDir>, templates: Reader<Templates>) -> Applier {
@@ -170,21 +168,25 @@ impl Inner {
         Ok(set)
     }
 
-    async fn run(self: Arc<Self>, job: RoleJob) -> Result<(), ApplyError> {
+    async fn run(self: Arc<Self>, mut job: RoleJob) -> Result<(), ApplyError> {
         // A role log that cannot be written does not stop the role (the log dir reports it).
         let mut log = self.logs.role(&job.role, &job.deployment_id);
-        let last = self.logged_vars.lock().unwrap().insert(
-            job.role.clone(),
-            (job.deployment_id.clone(), job.vars.clone()),
-        );
+        // The templates' context takes the variables over (the render controller hands them
+        // on, so nothing is copied) and is kept for the next attempt's log.
+        let vars = Vars::new(Arc::unwrap_or_clone(std::mem::take(&mut job.vars)));
+        let last = self
+            .logged_vars
+            .lock()
+            .unwrap()
+            .insert(job.role.clone(), (job.deployment_id.clone(), vars.shared()));
         log.vars(
             last.as_ref().map(|(id, vars)| Logged {
                 deployment_id: id,
-                vars,
+                vars: engines::vars_of(vars),
             }),
-            &job.vars,
+            vars.map(),
         );
-        let result = self.clone().render_and_apply(&job, &mut log).await;
+        let result = self.clone().render_and_apply(&job, &vars, &mut log).await;
         log.finish(&result);
         result
     }
@@ -192,6 +194,7 @@ impl Inner {
     async fn render_and_apply(
         self: Arc<Self>,
         job: &RoleJob,
+        vars: &Vars,
         log: &mut crate::logs::RoleLog,
     ) -> Result<(), ApplyError> {
         let this = self.clone();
@@ -209,7 +212,6 @@ impl Inner {
             .mode(0o700)
             .create(&staging)
             .map_err(|e| ApplyError::Staging(StorageError::io(&staging, "cannot create", &e)))?;
-        let vars = Vars::new(job.vars.clone());
         let mut written = Vec::new();
         for (index, renderer) in set.renderers.iter().enumerate() {
             log.action_start(&renderer.name);
@@ -218,7 +220,7 @@ impl Inner {
                     &set,
                     index,
                     renderer,
-                    &vars,
+                    vars,
                     &staging,
                     job,
                     log,

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 use super::*;
 
 fn vars(v: Value) -> Vars {
-    Vars::new(Arc::new(v.as_object().cloned().unwrap_or_else(Map::new)))
+    Vars::new(v.as_object().cloned().unwrap_or_else(Map::new))
 }
 
 /// A config dir with `templates/<name>/` holding `files`.

@@ -701,7 +701,7 @@ fn template_vars() -> verwalter::render::Vars {
     let Value::Object(map) = vars else {
         unreachable!()
     };
-    verwalter::render::Vars::new(Arc::new(map))
+    verwalter::render::Vars::new(map)
 }
 
 /// A template of a template dir, as Handlebars (`.hbs`) and as Tera (`.tera`), loaded and

@@ -21,6 +21,9 @@ pub const MAX_DEPTH: usize = 127;
 pub struct Cut {
     pub keys: [Option<Range<usize>>; 3],
     pub node: Option<Range<usize>>,
+    /// When `roles` (the one in `keys`) is an object: each of its entries, the range of the key
+    /// string (quotes included) and of the value.
+    pub roles: Vec<(Range<usize>, Range<usize>)>,
 }
 
 /// Checks `text` and cuts `host`'s view from it; `None` when serde_json would refuse the text
@@ -87,7 +90,22 @@ impl Scan<'_> {
         self.object(|scan, key| {
             let start = scan.i;
             if let Some(k) = super::VIEW_KEYS.iter().position(|v| scan.is(&key, v)) {
-                scan.value(1)?;
+                if super::VIEW_KEYS[k] == "roles" {
+                    cut.roles.clear();
+                    if scan.peek()? == b'{' {
+                        // The entries of `roles` are at depth 2.
+                        scan.object(|scan, name| {
+                            let start = scan.i;
+                            scan.value(2)?;
+                            cut.roles.push((name, start..scan.i));
+                            Some(())
+                        })?;
+                    } else {
+                        scan.value(1)?;
+                    }
+                } else {
+                    scan.value(1)?;
+                }
                 cut.keys[k] = Some(start..scan.i);
             } else if scan.is(&key, "nodes") {
                 cut.node = None;

@@ -481,3 +481,54 @@ fn the_one_pass_check_agrees_with_serde_json_at_the_edges() {
         }
     }
 }
+
+#[test]
+fn the_view_cut_on_arrival_is_put_together_canonical() {
+    for value in samples().into_iter().filter(Value::is_object) {
+        let text = String::from_utf8(canonical_json(&value)).unwrap();
+        for host in ["alpha", "beta", "al\"pha", "nobody"] {
+            let data =
+                ScheduleData::received(text.clone(), 0..text.len(), &schedule_hash(&value), host)
+                    .unwrap();
+            let view = data.node_view_data(host);
+            let expected = project(&value, host);
+            assert_eq!(**view.tree(), expected, "{value} for {host}");
+            assert_eq!(
+                view.canonical().as_bytes(),
+                canonical_json(&expected),
+                "{value} for {host}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_view_cut_from_vouched_text_holds_each_roles_canonical_text() {
+    let mut values = samples();
+    values.push(
+        json!({"roles": {"web": {"v": [1, {"b": 2, "a": "x"}]}, "d\"b": {}, "e": null},
+                       "nodes": {"alpha": {"roles": {"web": {}}}}}),
+    );
+    for value in values.into_iter().filter(Value::is_object) {
+        let text = String::from_utf8(canonical_json(&value)).unwrap();
+        let data = ScheduleData::received_vouched(text.clone(), 0..text.len(), "alpha").unwrap();
+        let view = data.node_view_data("alpha");
+        let roles = value.get("roles").and_then(Value::as_object);
+        // Text that only hashes to its hash may be spaced: its roles' text is not noted.
+        let hashed =
+            ScheduleData::received(text.clone(), 0..text.len(), &schedule_hash(&value), "alpha")
+                .unwrap();
+        assert_eq!(hashed.node_view_data("alpha").role_text("web"), None);
+        for role in ["web", "d\"b", "e", "db", "nobody"] {
+            let expected = roles
+                .and_then(|r| r.get(role))
+                .map(|v| String::from_utf8(canonical_json(v)).unwrap());
+            assert_eq!(
+                view.role_text(role).map(str::to_string),
+                expected,
+                "{value}: {role}"
+            );
+        }
+        assert_eq!(data.role_text("web"), None, "only a view holds them");
+    }
+}

@@ -73,22 +73,25 @@ fn whole(role: &str, vars: &Map<String, Value>) -> String {
 
 /// A later entry: the paths that differ from the variables last logged.
 fn changes(role: &str, last: &Logged<'_>, vars: &Map<String, Value>) -> String {
-    let mut lines = Vec::new();
+    let mut lines = Lines::default();
     diff_objects(&mut String::new(), last.vars, vars, true, &mut lines);
-    if lines.is_empty() {
+    let Lines {
+        shown: lines,
+        count,
+    } = lines;
+    if count == 0 {
         return format!(
             "Template variables: unchanged since deployment {}\n",
             last.deployment_id
         );
     }
-    let count = lines.len();
     let mut text = format!(
         "Template variables: {count} {} since deployment {} (the whole: {}):\n",
         if count == 1 { "change" } else { "changes" },
         last.deployment_id,
         where_whole(role)
     );
-    for line in lines.iter().take(PATHS_MAX) {
+    for line in &lines {
         let _ = writeln!(text, "  {line}");
     }
     if count > PATHS_MAX {
@@ -97,39 +100,82 @@ fn changes(role: &str, last: &Logged<'_>, vars: &Map<String, Value>) -> String {
     text
 }
 
-/// A difference at one path, ready to print.
+/// The differences found: the first [`PATHS_MAX`] as lines to print, and how many in all. The
+/// lines past the limit are counted, not written: when a big shared value changes throughout,
+/// writing thousands of lines only to drop them cost more than finding them.
+#[derive(Default)]
+struct Lines {
+    shown: Vec<String>,
+    count: usize,
+}
+
+impl Lines {
+    /// Whether further lines are only counted (their paths need not be written).
+    fn full(&self) -> bool {
+        self.count >= PATHS_MAX
+    }
+
+    fn push(&mut self, line: impl FnOnce() -> String) {
+        if self.count < PATHS_MAX {
+            self.shown.push(line());
+        }
+        self.count += 1;
+    }
+}
+
+/// The differences between two objects at `path`: the keys of `old` in order (removed or
+/// changed), then the keys only `new` has (added). Both maps iterate in key order, so they are
+/// walked side by side, one comparison of keys per step.
 fn diff_objects(
     path: &mut String,
     old: &Map<String, Value>,
     new: &Map<String, Value>,
     top: bool,
-    out: &mut Vec<String>,
+    out: &mut Lines,
 ) {
-    for (key, old_value) in old {
-        // Values that change every pass, and the placeholder of the whole schedule.
-        if top && UNHASHED_VARS.contains(&key.as_str()) {
-            continue;
+    // Values that change every pass, and the placeholder of the whole schedule.
+    let skipped = |key: &String| top && UNHASHED_VARS.contains(&key.as_str());
+    let mut added = Vec::new();
+    let mut news = new.iter().filter(|(k, _)| !skipped(k)).peekable();
+    for (key, old_value) in old.iter().filter(|(k, _)| !skipped(k)) {
+        let mut new_value = None;
+        while let Some((k, v)) = news.peek() {
+            match (*k).cmp(key) {
+                std::cmp::Ordering::Less => added.push(*news.peek().expect("peeked")),
+                std::cmp::Ordering::Equal => new_value = Some(*v),
+                std::cmp::Ordering::Greater => break,
+            }
+            news.next();
+            if new_value.is_some() {
+                break;
+            }
         }
-        let len = push_key(path, key, top);
-        match new.get(key) {
-            None => out.push(format!("removed {path} (was {})", show(key, old_value))),
+        let len = if out.full() {
+            path.len()
+        } else {
+            push_key(path, key, top)
+        };
+        match new_value {
+            None => out.push(|| format!("removed {path} (was {})", show(key, old_value))),
             Some(new_value) => diff(path, key, old_value, new_value, out),
         }
         path.truncate(len);
     }
-    for (key, new_value) in new {
-        if (top && UNHASHED_VARS.contains(&key.as_str())) || old.contains_key(key) {
+    added.extend(news);
+    for (key, new_value) in added {
+        if out.full() {
+            out.push(String::new);
             continue;
         }
         let len = push_key(path, key, top);
-        out.push(format!("added {path}: {}", show(key, new_value)));
+        out.push(|| format!("added {path}: {}", show(key, new_value)));
         path.truncate(len);
     }
 }
 
 /// Compares the values at `path` (whose last key is `key`), descending into objects and into
 /// arrays of the same length.
-fn diff(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut Vec<String>) {
+fn diff(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut Lines) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) if !is_secret(key) => {
             diff_objects(path, a, b, false, out)
@@ -137,29 +183,27 @@ fn diff(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut Vec<St
         (Value::Array(a), Value::Array(b)) if a.len() == b.len() && !is_secret(key) => {
             for (index, (a, b)) in a.iter().zip(b).enumerate() {
                 let len = path.len();
-                let _ = write!(path, "[{index}]");
+                if !out.full() {
+                    let _ = write!(path, "[{index}]");
+                }
                 diff(path, key, a, b, out);
                 path.truncate(len);
             }
         }
         _ if old == new => {}
-        _ => out.push(format!(
-            "changed {path}: {} -> {}",
-            show(key, old),
-            show(key, new)
-        )),
+        _ => out.push(|| format!("changed {path}: {} -> {}", show(key, old), show(key, new))),
     }
 }
 
 /// Appends `key` to a dotted path; returns the length to truncate back to.
 fn push_key(path: &mut String, key: &str, top: bool) -> usize {
     let len = path.len();
-    if !top && !key_is_plain(key) {
-        path.push_str(&format!("[{}]", Value::from(key)));
-    } else {
+    if key_is_plain(key) {
         if !top {
             path.push('.');
         }
+        path.push_str(key);
+    } else {
         path.push_str(&path_key(key, top));
     }
     len
@@ -333,6 +377,41 @@ mod tests {
             parts[0][parts[0].len() - 17..],
             parts[1][parts[1].len() - 17..]
         );
+    }
+
+    #[test]
+    fn nested_changes_past_the_limit_are_counted_and_the_first_listed() {
+        let services = |v: u32| -> Value {
+            (0..80)
+                .map(|i| {
+                    (
+                        format!("s{i:02}"),
+                        json!({"image": format!("i:{v}"), "n": i}),
+                    )
+                })
+                .collect::<Map<String, Value>>()
+                .into()
+        };
+        let text = after(
+            json!({"svc": services(1), "x": 1}),
+            json!({"svc": services(2), "x": 2}),
+        );
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(lines[0].starts_with("Template variables: 81 changes since deployment dep1"));
+        assert_eq!(lines[1], "  changed svc.s00.image: \"i:1\" -> \"i:2\"");
+        assert_eq!(
+            lines[PATHS_MAX],
+            "  changed svc.s49.image: \"i:1\" -> \"i:2\""
+        );
+        assert_eq!(lines[PATHS_MAX + 1], "  ... and 31 more");
+        assert_eq!(lines.len(), PATHS_MAX + 2);
+    }
+
+    #[test]
+    fn maps_iterate_in_key_order_as_the_side_by_side_walk_needs() {
+        // serde_json's `preserve_order` feature would keep insertion order instead.
+        let map = map(json!({"b": 1, "a": 2, "c": 3}));
+        assert!(map.keys().is_sorted());
     }
 
     #[test]
