@@ -15,7 +15,8 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
 .PHONY: all build run cluster cluster-stop fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
-	package package-tools package-deps test-package wasm-example k8s-deps
+	package package-tools package-files package-deps package-checks check-packages-of test-package \
+	wasm-example k8s-deps
 
 all: build
 
@@ -89,11 +90,11 @@ nats-deps:
 bench-graph: nats-deps
 	$(CARGO) test --release --test tests graph_nats::bench -- --ignored --nocapture --test-threads 1
 
-## Everything CI checks: formatting, lints with warnings denied, all tests, the packages.
-test: fmt-check lint browser-deps prometheus-deps package-deps nats-deps k8s-deps
-	$(CARGO) test --all
-	$(MAKE) sim-fleet-short
-	$(MAKE) test-package
+## Everything CI checks: formatting, lints with warnings denied, all tests, the packages, in
+## timed stages (tests/stages.sh; the stage times are printed at the end).
+test:
+	CARGO="$(CARGO)" MAKE="$(MAKE)" PACKAGE_CFLAGS="$(PACKAGE_CFLAGS)" \
+	    DEB_NAME=$(notdir $(DEB)) RPM_NAME=$(notdir $(RPM)) tests/stages.sh
 
 ci: test
 
@@ -114,9 +115,10 @@ sim:
 	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib election::sim
 
 ## The election simulation at fleet size (1,000 nodes: chaos, then leader crashes), `#[ignore]`d
-## in the unit tests: 5 seeds of each (make test), or 1,000 seeds of each with figures.
+## in the unit tests: 5 seeds of each (make test, in the debug build), or 1,000 seeds of each
+## with figures.
 sim-fleet-short:
-	ELECTION_SIM_SCALE=0 $(CARGO) test --release -p verwalter-controllers --lib -- election::sim::tests::fleet --ignored
+	ELECTION_SIM_SCALE=0 $(CARGO) test -p verwalter-controllers --lib -- election::sim::tests::fleet --ignored
 
 sim-fleet:
 	ELECTION_SIM_SCALE=4 $(CARGO) test --release -p verwalter-controllers --lib -- election::sim::tests::fleet --ignored --nocapture
@@ -179,21 +181,28 @@ package-tools:
 	@command -v cargo-generate-rpm >/dev/null || \
 	    $(CARGO) install --locked cargo-generate-rpm --version $(CARGO_GENERATE_RPM_VERSION)
 
-## The .deb and the .rpm under target/ (docs/packaging.md). target/pkg/ holds what both take:
-## the stripped binary, the man pages and the completions made from it.
+## The .deb and the .rpm under target/ (docs/packaging.md), of the shipped build.
 package: package-tools
 	CFLAGS="$(PACKAGE_CFLAGS)" $(CARGO) build --profile dist --locked --bin verwalter
+	$(MAKE) package-files PKG_BIN=target/dist/verwalter
+
+## The .deb and the .rpm (DEB, RPM) of the binary PKG_BIN (`make test` packages the tests'
+## debug build, with PKG_FAST=1 for quicker compression). target/pkg/ holds what both take: the
+## stripped binary, the man pages and the completions made from it.
+PKG_BIN ?= target/dist/verwalter
+PKG_FAST ?=
+package-files:
 	rm -rf target/pkg
-	mkdir -p target/pkg/man target/pkg/completions
+	mkdir -p target/pkg/man target/pkg/completions $(dir $(DEB)) $(dir $(RPM))
 	strip --strip-all --remove-section=.comment --remove-section=.note \
-	    -o target/pkg/verwalter target/dist/verwalter
+	    -o target/pkg/verwalter $(PKG_BIN)
 	target/pkg/verwalter generate man target/pkg/man
 	gzip -9n target/pkg/man/*.1
 	target/pkg/verwalter generate completions bash > target/pkg/completions/verwalter
 	target/pkg/verwalter generate completions zsh > target/pkg/completions/_verwalter
 	target/pkg/verwalter generate completions fish > target/pkg/completions/verwalter.fish
-	$(CARGO) deb --no-build --locked -p verwalter -o $(DEB)
-	$(CARGO) generate-rpm -p . -o $(RPM)
+	$(CARGO) deb --no-build --locked -p verwalter -o $(DEB) $(if $(PKG_FAST),--fast)
+	$(CARGO) generate-rpm -p . -o $(RPM) $(if $(PKG_FAST),--payload-compress gzip)
 	@ls -l $(DEB) $(RPM) target/pkg/verwalter
 
 ## What the package checks use (lintian, rpmlint, rpm, dpkg-shlibdeps, systemd-analyze, man):
@@ -216,5 +225,16 @@ package-deps:
 ## Builds both packages, then checks them (tests/package.rs): lintian, rpmlint, their contents,
 ## and, as root on Debian, installs the .deb, runs it and purges it.
 test-package: package
-	VERWALTER_DEB=$(DEB) VERWALTER_RPM=$(RPM) \
-	    $(CARGO) test --test tests package:: -- --ignored --test-threads=1
+	$(MAKE) package-checks
+
+## The package checks on DEB and RPM as they are (LINTIAN_SUPPRESS: tags lintian may not fail on).
+LINTIAN_SUPPRESS ?=
+package-checks:
+	VERWALTER_DEB=$(DEB) VERWALTER_RPM=$(RPM) VERWALTER_LINTIAN_SUPPRESS=$(LINTIAN_SUPPRESS) \
+	    $(CARGO) test --locked --test tests package:: -- --ignored --test-threads=1
+
+## Packages of PKG_BIN, then their checks (the package stage of `make test`).
+check-packages-of:
+	$(MAKE) package-tools
+	$(MAKE) package-files
+	$(MAKE) package-checks

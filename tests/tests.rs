@@ -104,8 +104,8 @@
 //!   not one, an action journal that is a FIFO or a link.
 //! - `package`: the packaged settings file loads, shows the real defaults, agrees with the unit,
 //!   and is no input at the top of the config dir (an edit changes nothing); the rest runs on
-//!   the packages `make test-package` builds: lintian and rpmlint clean, metadata and contents
-//!   (`dpkg-deb`, `rpm -qp`), the .rpm in a scratch root (`rpm -V`), the .deb installed as root
+//!   the packages `make test-package` (and `make test`'s package stage) builds: lintian and
+//!   rpmlint clean, metadata and contents (`dpkg-deb`, `rpm -qp`), the .rpm in a scratch root (`rpm -V`), the .deb installed as root
 //!   (`--version`, `check`, `man -w`, the dirs it makes, `systemd-analyze verify` with empty
 //!   stderr) and purged.
 //! - `partition`: five nodes behind forwarding proxies the test cuts (the wiring; the rules are

@@ -1089,14 +1089,10 @@ fn c_functions_that_could_spin_stop_at_the_time_budget() {
         // A loop that moves nils allocates nothing, so only the clock stops it.
         "table.move({}, 1, 1e12, 2)".into(),
     ] {
-        let started = std::time::Instant::now();
+        // Stopped by the budget (the failure's kind says so; no wall-clock bound, which a loaded
+        // machine stretches).
         let e = err(&body);
         assert_eq!(e.kind, SchedulerFailure::Timeout, "{body}: {}", e.message);
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{body}: {:?}",
-            started.elapsed()
-        );
     }
     // Nothing to copy, so nothing to wait for.
     let out = run_body("return {r = string.rep('', 1e15), s = ('x'):rep(3, ',')}").unwrap();

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use verwalter_controllers::ports::SchedulerFailure;
@@ -137,15 +137,11 @@ fn the_input_arrives_as_0_13_json_with_string_action_keys() {
 #[test]
 fn a_runaway_loop_is_stopped_at_the_time_budget() {
     let bytes = module("", "", "(loop $forever (br $forever)) (i32.const 0)");
-    let started = Instant::now();
+    // Stopped by the budget, not by an end of the loop it never reaches: the failure's kind
+    // says so (no wall-clock bound here: a loaded machine stretches the time to the stop).
     let error = failure(&bytes);
     assert_eq!(error.kind, SchedulerFailure::Timeout, "{error:?}");
     assert!(error.message.contains("time budget"), "{}", error.message);
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "stopped after {:?}",
-        started.elapsed()
-    );
 }
 
 #[test]
