@@ -8,12 +8,12 @@
 #             denied on the workspace's crates (clippy-driver as the workspace's rustc wrapper:
 #             what `cargo clippy -- -D warnings` checks, without a second pass over every
 #             dependency in check mode)
-#   soak      tests/soak.rs, started in the background right after the build: a paced load of
+#   soak      tests/soak.rs, in the background from the end of the build: a paced load of
 #             SOAK_SECS (180 s) that runs beside the stages below
+#   sim       the election simulation at fleet size, 5 seeds of each scenario (`make sim-fleet`
+#             runs 1,000 in release), in the background as well: one long single-threaded test
 #   tests     unit, integration and browser tests (TEST_THREADS at once, 6 by default: most of
 #             them wait on daemons, not on the CPU)
-#   sim       the election simulation at fleet size, 5 seeds of each scenario (`make sim-fleet`
-#             runs 1,000 in release)
 #   package   the .deb and the .rpm made from the tests' binary (stripped), then checked by
 #             tests/package.rs: lintian, rpmlint, contents, installed, run and purged (`make
 #             package` builds the shipped binary, fat LTO, and `make test-package` checks that).
@@ -21,8 +21,8 @@
 #             suppressed here, and only here
 #
 # A failing stage does not stop the later ones (but a failed build stops all); the exit status
-# is non-zero when any failed. The build goes to target/make-test/ (CARGO_TARGET_DIR), the background soak's log to
-# target/test-stages/soak.log.
+# is non-zero when any failed. The build goes to target/make-test/ (CARGO_TARGET_DIR), the
+# background stages' logs to target/test-stages/.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -98,25 +98,50 @@ if ! stage build "$CARGO" test --workspace --all-targets --locked --no-run; then
     exit 1
 fi
 
-echo "==> stage soak (background, ${SOAK_SECS} s): log in $logs/soak.log"
-soak_start=$(date +%s%N)
-SOAK_SECS=$SOAK_SECS "$CARGO" test --locked --test tests soak:: -- --nocapture >"$logs/soak.log" 2>&1 &
-soak_pid=$!
+# Two stages in the background beside the tests: the soak, a paced load that mostly waits, and
+# the fleet simulation, one long single-threaded test. Each writes its log, its exit status and
+# its end time under $logs.
+background() { # name, command...
+    local name=$1
+    shift
+    echo "==> stage $name (background): $* > $logs/$name.log"
+    rm -f "$logs/$name.end"
+    (
+        start=$(date +%s%N)
+        "$@" >"$logs/$name.log" 2>&1
+        echo "$? $start $(date +%s%N)" >"$logs/$name.end"
+    ) &
+}
+
+join() { # name: waits for the background stage, records it, shows its result lines
+    local name=$1 rc start end
+    wait
+    read -r rc start end <"$logs/$name.end"
+    names+=("$name")
+    secs+=("$(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 ))")
+    if [ "$rc" = 0 ]; then
+        states+=(ok)
+        grep -E '^(test |test result:)' "$logs/$name.log"
+    else
+        states+=(FAILED)
+        failed=1
+        cat "$logs/$name.log"
+    fi
+}
+
+background soak env SOAK_SECS="$SOAK_SECS" "$CARGO" test --locked --test tests soak:: -- --nocapture
+background sim env ELECTION_SIM_SCALE=0 "$CARGO" test --workspace --locked --lib -- \
+    election::sim::tests::fleet --ignored
 
 stage tests "$CARGO" test --workspace --locked --no-fail-fast -- --skip soak:: \
     --test-threads "$THREADS"
-stage sim env ELECTION_SIM_SCALE=0 "$CARGO" test --workspace --locked --lib -- \
-    election::sim::tests::fleet --ignored
 stage package "$MAKE" -s check-packages-of PKG_BIN="$CARGO_TARGET_DIR/debug/verwalter" \
     DEB="$CARGO_TARGET_DIR/pkg/$deb" RPM="$CARGO_TARGET_DIR/pkg/$rpm" PKG_FAST=1 \
     LINTIAN_SUPPRESS=hardening-no-fortify-functions
 
-echo "==> waiting for the soak"
-wait "$soak_pid"
-soak_rc=$?
-record soak "$soak_start" "$soak_rc"
-# Its result line (and, when it failed, the whole log) for the reader and for .ci/run's count.
-if [ "$soak_rc" = 0 ]; then grep -E '^(test |test result:)' "$logs/soak.log"; else cat "$logs/soak.log"; fi
+echo "==> waiting for the background stages"
+join soak
+join sim
 
 summary
 exit "$failed"
