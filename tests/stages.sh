@@ -36,6 +36,9 @@ mkdir -p "$logs"
 # Its own target dir, so that `make test` and a contributor's `cargo test` (built without the
 # wrapper and C flags below) do not rebuild each other's artifacts.
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/make-test}
+# Line tables are what the tests' panics and backtraces use; full debug info made the build
+# slower (docs/benchmarks.md, "The test command").
+export CARGO_PROFILE_DEV_DEBUG=${CARGO_PROFILE_DEV_DEBUG:-line-tables-only}
 # The C code (the vendored Lua) hardened as in the packages, which lintian checks.
 export CFLAGS=${PACKAGE_CFLAGS:?run by make test, which sets PACKAGE_CFLAGS}
 # What the package stage names its files (the Makefile's DEB and RPM).
