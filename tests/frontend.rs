@@ -1153,8 +1153,8 @@ fn the_logs_page_shows_one_row_per_deployment_with_its_result_and_its_events_whe
     let browser = Browser::start();
     browser.goto(&format!("http://127.0.0.1:{}/logs", daemon.port));
     let row = format!("#log-rows tr.deployment[data-deployment='{deployment}']");
-    let shown = browser.wait_for_text(&row, "ok", SOON);
-    let text = browser.text(&shown);
+    // The texts as the waits read them: the page re-renders the rows as the log grows.
+    let (_, text) = browser.wait_for_text_read(&row, "ok", SOON);
     assert!(text.contains(&hash[..8]), "{text}");
     assert!(text.contains("web") && text.contains("cache"), "{text}");
     let rows = browser.execute(
@@ -1204,15 +1204,14 @@ fn the_logs_page_shows_one_row_per_deployment_with_its_result_and_its_events_whe
     failed_roles.sort();
     assert_eq!(failed_roles, ["cache", "web"], "{failed}");
     let second = failed["id"].as_str().unwrap();
-    let result = browser.wait_for_text(
+    let (_, text) = browser.wait_for_text_read(
         &format!("#log-rows tr.deployment[data-deployment='{second}'] td.result"),
         "failed: ",
         SOON,
     );
-    let text = browser.text(&result);
     assert!(text.contains("cache") && text.contains("web"), "{text}");
-    let first = browser.wait_for(&format!("{row} td.result"), SOON);
-    assert_eq!(browser.text(&first), "ok");
+    let (_, first) = browser.wait_for_text_read(&format!("{row} td.result"), "ok", SOON);
+    assert_eq!(first, "ok");
     shot(&browser, "logs-deployments");
     // The role page: the failed attempt and the one before it, each with its result (a failing
     // role is tried again, so more failed attempts may follow).

@@ -184,6 +184,17 @@ impl Browser {
     /// Polls until an element matching `css` has a text containing `needle`; panics after
     /// `timeout` with the texts it saw last.
     pub fn wait_for_text(&self, css: &str, needle: &str, timeout: Duration) -> Element {
+        self.wait_for_text_read(css, needle, timeout).0
+    }
+
+    /// As [`Browser::wait_for_text`], with the text that matched: on a page that re-renders, the
+    /// element may be gone by the next read (a stale element), the text read here is not.
+    pub fn wait_for_text_read(
+        &self,
+        css: &str,
+        needle: &str,
+        timeout: Duration,
+    ) -> (Element, String) {
         let deadline = Instant::now() + timeout;
         loop {
             let mut seen = Vec::new();
@@ -194,7 +205,7 @@ impl Browser {
                     Ok(text) => {
                         let text = text.as_str().unwrap_or_default().to_string();
                         if text.contains(needle) {
-                            return candidate;
+                            return (candidate, text);
                         }
                         seen.push(text);
                     }
