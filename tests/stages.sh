@@ -2,7 +2,8 @@
 # `make test`: every check CI makes, in timed stages, with a table of the stage times at the end
 # (docs/benchmarks.md, "The test command"). Run from the Makefile (`make test`); the stages:
 #
-#   tools     what the tests use, installed when missing (the Makefile's *-deps targets)
+#   tools     what the tests use, installed when missing (the Makefile's *-deps targets; the
+#             packaging tools in the background beside the tests, as `package-tools`)
 #   fmt       cargo fmt --check
 #   build     every target of the workspace built once for the tests, with clippy's lints
 #             denied on the workspace's crates (clippy-driver as the workspace's rustc wrapper:
@@ -89,19 +90,20 @@ summary() {
     echo "stage times (s):"
     local i
     for i in "${!names[@]}"; do
-        printf '  %-8s %6s  %s\n' "${names[$i]}" "${secs[$i]}" "${states[$i]}"
+        printf '  %-13s %6s  %s\n' "${names[$i]}" "${secs[$i]}" "${states[$i]}"
     done
-    printf '  %-8s %6s\n' total "$(tenths "$began")"
+    printf '  %-13s %6s\n' total "$(tenths "$began")"
 }
 
-stage tools "$MAKE" -s browser-deps prometheus-deps package-deps nats-deps k8s-deps package-tools
+stage tools "$MAKE" -s browser-deps prometheus-deps package-deps nats-deps k8s-deps
 stage fmt "$CARGO" fmt --all -- --check
 if ! stage build "$CARGO" test --workspace --all-targets --locked --no-run; then
     summary
     exit 1
 fi
 
-# Two stages in the background beside the tests: the soak, a paced load that mostly waits, and
+declare -A pids
+# Stages in the background beside the tests: the soak, a paced load that mostly waits, and
 # the fleet simulation, one long single-threaded test. Each writes its log, its exit status and
 # its end time under $logs.
 background() { # name, command...
@@ -114,11 +116,12 @@ background() { # name, command...
         "$@" >"$logs/$name.log" 2>&1
         echo "$? $start $(date +%s%N)" >"$logs/$name.end"
     ) &
+    pids[$name]=$!
 }
 
 join() { # name: waits for the background stage, records it, shows its result lines
     local name=$1 rc start end
-    wait
+    wait "${pids[$name]}"
     read -r rc start end <"$logs/$name.end"
     names+=("$name")
     secs+=("$(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 ))")
@@ -132,12 +135,17 @@ join() { # name: waits for the background stage, records it, shows its result li
     fi
 }
 
+# The packaging tools (`cargo install`, about 3.5 minutes of compiling when missing) are built
+# beside the tests too: only the package stage needs them.
+background package-tools "$MAKE" -s package-tools
 background soak env SOAK_SECS="$SOAK_SECS" "$CARGO" test --locked --test tests soak:: -- --nocapture
 background sim env ELECTION_SIM_SCALE=0 "$CARGO" test --workspace --locked --lib -- \
     election::sim::tests::fleet --ignored
 
 stage tests "$CARGO" test --workspace --locked --no-fail-fast -- --skip soak:: \
     --test-threads "$THREADS"
+echo "==> waiting for the packaging tools"
+join package-tools
 stage package "$MAKE" -s check-packages-of PKG_BIN="$CARGO_TARGET_DIR/debug/verwalter" \
     DEB="$CARGO_TARGET_DIR/pkg/$deb" RPM="$CARGO_TARGET_DIR/pkg/$rpm" PKG_FAST=1 \
     LINTIAN_SUPPRESS=hardening-no-fortify-functions
