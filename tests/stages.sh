@@ -12,7 +12,7 @@
 #   soak      tests/soak.rs, in the background from the end of the build: a paced load of
 #             SOAK_SECS (180 s) that runs beside the stages below
 #   sim       the election simulation at fleet size, 5 seeds of each scenario (`make sim-fleet`
-#             runs 1,000 in release), in the background as well: one long single-threaded test
+#             runs 1,000 in release), in the background as well
 #   tests     unit, integration and browser tests (TEST_THREADS at once, 6 by default: most of
 #             them wait on daemons, not on the CPU)
 #   package   the .deb and the .rpm made from the tests' binary (stripped), then checked by
@@ -104,8 +104,8 @@ fi
 
 declare -A pids
 # Stages in the background beside the tests: the soak, a paced load that mostly waits, and
-# the fleet simulation, one long single-threaded test. Each writes its log, its exit status and
-# its end time under $logs.
+# the fleet simulation (its seeds on both cores). Each writes its log, its exit status and its
+# end time under $logs.
 background() { # name, command...
     local name=$1
     shift
