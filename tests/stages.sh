@@ -63,8 +63,8 @@ states=()
 failed=0
 began=$(date +%s%N)
 
-tenths() { # nanoseconds since $1, as seconds with one decimal
-    local t=$(( ($(date +%s%N) - $1) / 100000000 ))
+tenths() { # the time from $1 to $2 (default: now), nanoseconds, as seconds with one decimal
+    local t=$(( (${2:-$(date +%s%N)} - $1) / 100000000 ))
     echo "$(( t / 10 )).$(( t % 10 ))"
 }
 
@@ -124,7 +124,7 @@ join() { # name: waits for the background stage, records it, shows its result li
     wait "${pids[$name]}"
     read -r rc start end <"$logs/$name.end"
     names+=("$name")
-    secs+=("$(( (end - start) / 1000000000 )).$(( (end - start) / 100000000 % 10 ))")
+    secs+=("$(tenths "$start" "$end")")
     if [ "$rc" = 0 ]; then
         states+=(ok)
         grep -E '^(test |test result:)' "$logs/$name.log"

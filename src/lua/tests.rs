@@ -689,6 +689,18 @@ fn converting_a_result_stops_at_the_deadline() {
     );
 }
 
+/// `body`'s table `x` is refused for two keys that become the same JSON key.
+fn assert_key_clash(body: &str) {
+    let e = err(body);
+    assert_eq!(e.kind, SchedulerFailure::BadOutput, "{body}");
+    assert!(
+        e.message
+            .starts_with("cannot convert the returned table: x has two keys that both become"),
+        "{body}: {}",
+        e.message
+    );
+}
+
 #[test]
 fn a_table_with_keys_1_and_string_1_is_an_error() {
     for body in [
@@ -696,14 +708,7 @@ fn a_table_with_keys_1_and_string_1_is_an_error() {
         "return {x = {[true] = 'a', ['true'] = 'b'}}",
         "return {x = {[2] = 'a', ['2'] = 'b', [5] = 'c'}}",
     ] {
-        let e = err(body);
-        assert_eq!(e.kind, SchedulerFailure::BadOutput, "{body}");
-        assert!(
-            e.message
-                .starts_with("cannot convert the returned table: x has two keys that both become"),
-            "{body}: {}",
-            e.message
-        );
+        assert_key_clash(body);
     }
 }
 
@@ -725,14 +730,7 @@ fn a_large_table_converts_whole_and_its_clashing_keys_are_caught() {
         "local t = {} for i = 1, 100 do t['k' .. i] = i end t[7000] = 1 t['7000'] = 2 return {x = t}",
         "local t = {['5'] = 0} for i = 1, 100 do t[i] = 'v' .. i; t['k' .. i] = i end return {x = t}",
     ] {
-        let e = err(body);
-        assert_eq!(e.kind, SchedulerFailure::BadOutput, "{body}");
-        assert!(
-            e.message
-                .starts_with("cannot convert the returned table: x has two keys that both become"),
-            "{body}: {}",
-            e.message
-        );
+        assert_key_clash(body);
     }
 }
 
