@@ -58,8 +58,8 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
     browser.goto(&format!("{base}/"));
     browser.wait_for_text("#leader", "alpha.test", SOON);
     browser.wait_for_text("#schedule-hash", &first_hash[..8], SOON);
-    let roles = browser.wait_for_text("#roles-table", "web", SOON);
-    assert!(browser.text(&roles).contains("cache"));
+    let (_, roles_text) = browser.wait_for_text_read("#roles-table", "web", SOON);
+    assert!(roles_text.contains("cache"));
     shot(&browser, "overview");
 
     // Live: a new version uploaded shows up without reloading the page.
@@ -141,8 +141,7 @@ fn operators_see_live_status_press_buttons_and_read_the_deployment_log() {
         json!(true),
         "no RoleStart row of web for {deployment}"
     );
-    let tail = browser.wait_for_text("#tail", "web: RoleStart", SOON);
-    let text = browser.text(&tail);
+    let (_, text) = browser.wait_for_text_read("#tail", "web: RoleStart", SOON);
     assert!(text.contains(&deployment), "{text}");
     assert!(
         text.contains("instances: 2"),
@@ -207,8 +206,7 @@ fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
 
     // The nodes page lists all three, the leader marked.
     browser.goto(&format!("http://{}:{}/nodes", follower.host, follower.port));
-    let nodes = browser.wait_for_text("#nodes", "gamma", SOON);
-    let text = browser.text(&nodes);
+    let (nodes, text) = browser.wait_for_text_read("#nodes", "gamma", SOON);
     for name in crate::cluster::NAMES {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
@@ -294,13 +292,12 @@ fn buttons_send_what_the_schedule_declares() {
     let browser = Browser::start();
     browser.goto(&format!("http://127.0.0.1:{}/roles/app", daemon.port));
     browser.wait_for_text("#role", "The app (app)", SOON);
-    let processes = browser.wait_for_text("#role", "app.v7", SOON);
-    assert!(browser.text(&processes).contains("two workers"));
+    let (_, processes_text) = browser.wait_for_text_read("#role", "app.v7", SOON);
+    assert!(processes_text.contains("two workers"));
 
     // A process row's button: the action, the node and process it is on, its data, the role.
     browser.click_on("#role table button[data-action='incr']", None, SOON);
-    let results = browser.wait_for_text("#action-results", "echo", SOON);
-    let text = browser.text(&results);
+    let (_, text) = browser.wait_for_text_read("#action-results", "echo", SOON);
     let answer: Value = serde_json::from_str(text.split_once(": ").unwrap().1).unwrap();
     assert_eq!(
         answer,
@@ -392,13 +389,13 @@ fn a_role_page_says_it_is_loading_until_the_status_comes_and_why_and_retries_a_f
         let live = browser.wait_for("#live", SOON);
         assert_ne!(browser.text(&live), "live", "{path}");
     }
-    let content = browser.wait_for_text("#role-loading", "Loading the schedule", SOON);
-    assert!(!browser.text(&content).contains("No role"));
+    let (_, content_text) =
+        browser.wait_for_text_read("#role-loading", "Loading the schedule", SOON);
+    assert!(!content_text.contains("No role"));
     let page = browser.execute("return document.body.innerText", vec![]);
     assert!(!page.as_str().unwrap().contains("No role"), "{page}");
     // Why: the node's answer to the stream, in a notice.
-    let notice = browser.wait_for_text("#notices", "Could not load /v1/events: 503", SOON);
-    let text = browser.text(&notice);
+    let (_, text) = browser.wait_for_text_read("#notices", "Could not load /v1/events: 503", SOON);
     assert!(text.contains("event streams are open"), "{text}");
     shot(&browser, "role-loading");
 
@@ -674,11 +671,11 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
          document.head.append(script); return null",
         vec![],
     );
-    let notice = browser.wait_for_text("#notices", "Script error", SOON);
+    let (_, notice_text) = browser.wait_for_text_read("#notices", "Script error", SOON);
     assert!(
-        browser.text(&notice).contains("thrown by the test"),
+        notice_text.contains("thrown by the test"),
         "{}",
-        browser.text(&notice)
+        notice_text
     );
     let errors = browser.console_errors();
     assert!(
@@ -761,8 +758,7 @@ fn operators_see_why_a_press_or_a_page_failed() {
     // A press the leader refuses: the line under the buttons says so, with the node's reason.
     browser.goto(&format!("{base}/roles/app"));
     browser.click_on("#global-actions button", Some("Upload"), SOON);
-    let refused = browser.wait_for_text("#action-results .result.bad", "503", SOON);
-    let text = browser.text(&refused);
+    let (_, text) = browser.wait_for_text_read("#action-results .result.bad", "503", SOON);
     assert!(
         text.contains("POST /v1/wait_action") && text.contains("at most 1024 may be pending"),
         "{text}"
@@ -775,12 +771,8 @@ fn operators_see_why_a_press_or_a_page_failed() {
 
     // A log that does not exist: a notice names the request and the answer.
     browser.goto(&format!("{base}/tail/role/nope/latest"));
-    let notice = browser.wait_for_text("#notices", "/v1/log/role/nope/latest", SOON);
-    assert!(
-        browser.text(&notice).contains("404"),
-        "{}",
-        browser.text(&notice)
-    );
+    let (_, notice_text) = browser.wait_for_text_read("#notices", "/v1/log/role/nope/latest", SOON);
+    assert!(notice_text.contains("404"), "{}", notice_text);
     browser.wait_for_text("#tail", "There is no log role/nope/latest", SOON);
     shot(&browser, "missing-log");
     // It belongs to that page: leaving it takes the notice away.
@@ -913,21 +905,13 @@ fn with_an_api_token_writes_need_it_and_the_page_asks_for_it_once() {
     browser
         .accept_alert_if_any()
         .expect("the version switch asks first");
-    let form = browser.wait_for_text("#token-form", "401", SOON);
-    assert!(
-        browser.text(&form).contains("POST /v1/wait_action"),
-        "{}",
-        browser.text(&form)
-    );
+    let (_, form_text) = browser.wait_for_text_read("#token-form", "401", SOON);
+    assert!(form_text.contains("POST /v1/wait_action"), "{}", form_text);
     shot(&browser, "token-form");
     // A wrong token: the 401 is shown and the form asks again.
     enter_token(&browser, "not-the-token-of-this-node");
-    let notice = browser.wait_for_text("#notices", "401", SOON);
-    assert!(
-        browser.text(&notice).contains("not this node's"),
-        "{}",
-        browser.text(&notice)
-    );
+    let (_, notice_text) = browser.wait_for_text_read("#notices", "401", SOON);
+    assert!(notice_text.contains("not this node's"), "{}", notice_text);
     // The right one: the press goes through, and the notice of the wrong one goes.
     enter_token(&browser, API_TOKEN);
     browser.wait_for_text("#action-results", "web pinned to v1", SOON);
@@ -1352,12 +1336,8 @@ fn the_graphql_page_has_the_header_a_schema_explorer_and_completion_and_runs_a_q
     // The explorer lists Query's fields, with their types, and opens a field's type.
     browser.click_on("#gql-roots a", Some("Query"), SOON);
     browser.wait_for_text("#gql-type-name", "Query", SOON);
-    let fields = browser.wait_for_text("#gql-type-fields", "status", SOON);
-    assert!(
-        browser.text(&fields).contains("status: Status"),
-        "{}",
-        browser.text(&fields)
-    );
+    let (_, fields_text) = browser.wait_for_text_read("#gql-type-fields", "status", SOON);
+    assert!(fields_text.contains("status: Status"), "{}", fields_text);
     browser.click_on("#gql-type-fields a", Some("Status!"), SOON);
     browser.wait_for_text("#gql-type-name", "Status", SOON);
     browser.wait_for_text("#gql-type-fields", "hostname: String!", SOON);
