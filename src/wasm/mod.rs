@@ -16,7 +16,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use verwalter_controllers::ports::{Scheduler, SchedulerError, SchedulerFailure};
-use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
+use verwalter_controllers::state::{SchedulerInput, SchedulerOutput, json_kind};
 use verwalter_controllers::watchdog::Progress;
 
 use crate::inputs::SCHEDULER_DIR;
@@ -120,7 +120,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
     let Value::Object(mut result) = result else {
         return Err(bad(format!(
             "scheduler returned {}, not an object {{\"schedule\": {{..}}, \"log\": \"..\", \"actions\": {{..}}}}",
-            kind_of(&result)
+            json_kind(&result)
         )));
     };
     let log = match result.remove("log") {
@@ -129,7 +129,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         Some(other) => {
             return Err(bad(format!(
                 "the result's `log` is {}, not a string",
-                kind_of(&other)
+                json_kind(&other)
             )));
         }
     };
@@ -142,7 +142,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         Some(other) => {
             return Err(with_log(bad(format!(
                 "the result's `schedule` is {}, not an object",
-                kind_of(&other)
+                json_kind(&other)
             ))));
         }
         None => {
@@ -161,7 +161,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         Some(other) => {
             return Err(with_log(bad(format!(
                 "the result's `actions` is {}, not an object of answers by action id",
-                kind_of(&other)
+                json_kind(&other)
             ))));
         }
     }
@@ -169,17 +169,6 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         data: Value::Object(data),
         log,
     })
-}
-
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 /// The scheduler port backed by a wasm module on its own thread.
