@@ -717,8 +717,23 @@ impl<'v> Read<'v> {
         }
     }
 
+    /// A value inside this one, at `path`.
+    fn child(&self, value: &'v Value, path: String, by_names: usize) -> Read<'v> {
+        Read {
+            value,
+            path,
+            parent: self.path.len(),
+            by_names,
+        }
+    }
+
     fn done<T>(&self, result: Result<T, String>) -> Result<T, ReadError> {
         result.map_err(ReadError::Done)
+    }
+
+    /// An error of this value's visitor, with this value's path.
+    fn locate<T>(&self, result: Result<T, ReadError>) -> Result<T, ReadError> {
+        result.map_err(|e| e.at(&self.path))
     }
 }
 
@@ -726,7 +741,7 @@ macro_rules! numbers {
     ($($method:ident => $visit:ident($read:ident)),* $(,)?) => {$(
         fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
             let n = self.done($read(&self.path, self.value))?;
-            visitor.$visit(n).map_err(|e: ReadError| e.at(&self.path))
+            self.locate(visitor.$visit(n))
         }
     )*};
 }
@@ -747,7 +762,7 @@ impl<'de> de::Deserializer<'de> for Read<'_> {
             Value::Array(_) => return self.deserialize_seq(visitor),
             Value::Object(_) => return self.deserialize_map(visitor),
         };
-        result.map_err(|e: ReadError| e.at(&self.path))
+        self.locate(result)
     }
 
     numbers! {
@@ -758,18 +773,14 @@ impl<'de> de::Deserializer<'de> for Read<'_> {
 
     fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
         match self.value {
-            Value::Bool(b) => visitor
-                .visit_bool(*b)
-                .map_err(|e: ReadError| e.at(&self.path)),
+            Value::Bool(b) => self.locate(visitor.visit_bool(*b)),
             other => Err(ReadError::Done(expected(&self.path, "a boolean", other))),
         }
     }
 
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
         let s = self.done(string(&self.path, self.value))?;
-        visitor
-            .visit_str(s)
-            .map_err(|e: ReadError| e.at(&self.path))
+        self.locate(visitor.visit_str(s))
     }
 
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
@@ -783,24 +794,20 @@ impl<'de> de::Deserializer<'de> for Read<'_> {
 
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
         let items = self.done(list(&self.path, self.value))?;
-        let path = self.path.clone();
-        visitor
-            .visit_seq(SeqRead {
-                items: items.iter(),
-                at: 0,
-                of: &self,
-            })
-            .map_err(|e: ReadError| e.at(&path))
+        self.locate(visitor.visit_seq(SeqRead {
+            items: items.iter(),
+            at: 0,
+            of: &self,
+        }))
     }
 
     fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
-        let path = self.path.clone();
         let result = match self.value {
             Value::Object(map) => visitor.visit_map(MapRead::new(&self, map.iter().collect())),
             // What the table should be keyed by, the map's key type tells: ask it.
             _ => visitor.visit_map(NotKeyed { of: &self }),
         };
-        result.map_err(|e: ReadError| e.at(&path))
+        self.locate(result)
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -817,10 +824,7 @@ impl<'de> de::Deserializer<'de> for Read<'_> {
             .iter()
             .filter_map(|f| map.get_key_value(*f))
             .collect();
-        let path = self.path.clone();
-        visitor
-            .visit_map(MapRead::new(&self, entries))
-            .map_err(|e: ReadError| e.at(&path))
+        self.locate(visitor.visit_map(MapRead::new(&self, entries)))
     }
 
     fn deserialize_enum<V: Visitor<'de>>(
@@ -829,7 +833,6 @@ impl<'de> de::Deserializer<'de> for Read<'_> {
         _: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, ReadError> {
-        let path = self.path.clone();
         let result = match self.value {
             Value::String(name) => visitor.visit_enum(
                 IntoDeserializer::<ReadError>::into_deserializer(name.as_str()),
@@ -848,9 +851,9 @@ impl<'de> de::Deserializer<'de> for Read<'_> {
                     },
                 })
             }
-            other => Err(ReadError::Done(expected(&path, "a string", other))),
+            other => Err(ReadError::Done(expected(&self.path, "a string", other))),
         };
-        result.map_err(|e: ReadError| e.at(&path))
+        self.locate(result)
     }
 
     serde::forward_to_deserialize_any! {
@@ -878,16 +881,9 @@ impl<'de> de::SeqAccess<'de> for SeqRead<'_, '_> {
         };
         self.at += 1;
         let path = format!("{}[{}]", self.of.path, self.at);
-        let read = Read {
-            value: item,
-            parent: self.of.path.len(),
-            path,
-            by_names: self.of.by_names,
-        };
-        let path = read.path.clone();
-        seed.deserialize(read)
+        // Each value locates its own errors.
+        seed.deserialize(self.of.child(item, path, self.of.by_names))
             .map(Some)
-            .map_err(|e: ReadError| e.at(&path))
     }
 }
 
@@ -959,14 +955,7 @@ impl<'de> de::MapAccess<'de> for MapRead<'_, '_> {
             }
             KeyRead::Name => (format!("{}{}", of.path, key(self.key)), of.by_names + 1),
         };
-        let read = Read {
-            value,
-            parent: of.path.len(),
-            path,
-            by_names,
-        };
-        let path = read.path.clone();
-        seed.deserialize(read).map_err(|e: ReadError| e.at(&path))
+        seed.deserialize(of.child(value, path, by_names))
     }
 }
 
