@@ -37,9 +37,10 @@ use crate::logs::LogDir;
 use crate::lua::LuaScheduler;
 use crate::metrics::Metrics;
 use crate::render::{self, Applier, ApplierConfig};
+use crate::schedule::ConfigDirScheduler;
 use crate::state_dir::StateDir;
 use crate::systemd::{self, Notify};
-use crate::wasm::{ConfigDirScheduler, WasmScheduler};
+use crate::wasm::WasmScheduler;
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -491,7 +492,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         shutdown: &shutdown,
     };
     // A run ends within its budget and the scheduler's grace, then the schedule is written.
-    let step = config.limits.time + crate::lua::WATCHDOG_GRACE + watchdog::LOCAL_WORK;
+    let step = config.limits.time + crate::schedule::thread::GRACE + watchdog::LOCAL_WORK;
     drivers.spawn(Task::Schedule, driver, step);
 
     // Render and apply the roles of this node; clean up after them.

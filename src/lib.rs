@@ -18,6 +18,7 @@
 //! - [`http`]: the HTTP API, `/metrics` and the web frontend (`frontend/`, embedded).
 //! - [`paths`]: path containment (symlinks must not lead out of a dir).
 //! - [`placement`]: placement data refreshed in the background, for the extender and Lua.
+//! - [`schedule`]: the daemon's scheduler (wasm or Lua) and the scheduler thread both run on.
 //! - [`metrics`]: the Prometheus families.
 //! - [`daemon`]: wires it all together under one shutdown signal.
 //! - [`graph`]: the ernest-style graph executor over NATS (`verwalter graph`, `graph:` settings).
@@ -40,6 +41,7 @@ pub mod metrics;
 pub mod paths;
 pub mod placement;
 pub mod render;
+pub mod schedule;
 pub mod state_dir;
 pub mod systemd;
 pub mod upgrade;

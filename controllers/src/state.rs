@@ -534,6 +534,18 @@ pub struct Prefetched {
     pub awaiting: Option<ScheduleStamp>,
 }
 
+/// What kind of JSON value `value` is, for messages: `"a boolean"`, `"an array"`, `"null"`...
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -571,5 +583,31 @@ mod tests {
         assert_eq!(summary.files, 1);
         assert!(summary.mentions_full_schedule);
         assert_eq!(templates(&[]).hash_dir("web", &mut hasher).files, 0);
+    }
+
+    #[test]
+    fn json_kinds_read_as_in_a_sentence() {
+        let kinds: Vec<&str> = [
+            serde_json::json!(null),
+            serde_json::json!(true),
+            serde_json::json!(1.5),
+            serde_json::json!("x"),
+            serde_json::json!([]),
+            serde_json::json!({}),
+        ]
+        .iter()
+        .map(json_kind)
+        .collect();
+        assert_eq!(
+            kinds,
+            [
+                "null",
+                "a boolean",
+                "a number",
+                "a string",
+                "an array",
+                "an object"
+            ]
+        );
     }
 }

@@ -12,6 +12,8 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
+use crate::state::json_kind;
+
 pub mod logged;
 
 /// Version string templates see as `verwalter_version`.
@@ -193,7 +195,7 @@ pub fn sources<'a>(
                     format!(
                         "schedule field `{}` must be an object, got {}",
                         path.join("."),
-                        type_name(other)
+                        json_kind(other)
                     ),
                 ));
             }
@@ -220,7 +222,7 @@ pub fn role_template(
         },
         Some(other) => Err(VarsError::new(
             role,
-            format!("`template` must be a string, got {}", type_name(other)),
+            format!("`template` must be a string, got {}", json_kind(other)),
         )),
         None => Err(VarsError::new(
             role,
@@ -310,17 +312,6 @@ fn merge_into(merged: &mut Map<String, Value>, source: &Map<String, Value>) {
                 merged.insert(key.clone(), value.clone());
             }
         }
-    }
-}
-
-fn type_name(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -121,6 +121,142 @@ pub enum Kind {
     },
 }
 
+/// What the code around an algorithm needs to know about it, written once per algorithm in
+/// [`Kind::spec`]: adding a [`Kind`] variant makes the compiler point there.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spec {
+    /// The wca config tag it is written with (`!BAR`), also its name in Lua's `placement.*`.
+    pub tag: &'static str,
+    /// Pass 1 and the score read only the node's capacity and used amounts, so the placer may
+    /// evaluate nodes of the same load once.
+    pub by_load: bool,
+    /// It has a pass 2 over pass 1's survivors together ([`Algorithm::app_fit_nodes`]).
+    pub two_pass: bool,
+    /// It refuses an app that has no entry in `apps_spec`.
+    pub needs_spec: bool,
+    /// Its `cpu_scale_factor`, for those that have one.
+    pub cpu_scale_factor: Option<f64>,
+    /// The best priority it gives a node (before `× max_node_score`); 0 for those that score
+    /// every node 0.
+    pub best_priority: f64,
+    /// It has a reschedule hook ([`crate::reschedule`]): which running instances should move.
+    pub reschedules: bool,
+}
+
+impl Kind {
+    /// The algorithm's [`Spec`]: every field written for every algorithm.
+    pub fn spec(&self) -> Spec {
+        match self {
+            Kind::Nop => Spec {
+                tag: "NOPAlgorithm",
+                by_load: true,
+                two_pass: false,
+                needs_spec: false,
+                cpu_scale_factor: None,
+                best_priority: 0.0,
+                reschedules: false,
+            },
+            Kind::Fit { cpu_scale_factor } => Spec {
+                tag: "Fit",
+                by_load: true,
+                two_pass: false,
+                needs_spec: true,
+                cpu_scale_factor: Some(*cpu_scale_factor),
+                best_priority: 0.0,
+                reschedules: false,
+            },
+            Kind::Bar {
+                cpu_scale_factor, ..
+            } => Spec {
+                tag: "BAR",
+                by_load: true,
+                two_pass: false,
+                needs_spec: true,
+                cpu_scale_factor: Some(*cpu_scale_factor),
+                best_priority: 1.0,
+                reschedules: false,
+            },
+            Kind::LeastUsed {
+                cpu_scale_factor, ..
+            } => Spec {
+                tag: "LeastUsed",
+                by_load: true,
+                two_pass: false,
+                needs_spec: true,
+                cpu_scale_factor: Some(*cpu_scale_factor),
+                best_priority: 1.0,
+                reschedules: false,
+            },
+            Kind::LeastUsedBar {
+                cpu_scale_factor,
+                least_used_weight,
+                ..
+            } => Spec {
+                tag: "LeastUsedBAR",
+                by_load: true,
+                two_pass: false,
+                needs_spec: true,
+                cpu_scale_factor: Some(*cpu_scale_factor),
+                best_priority: least_used_weight.max(0.0) + 1.0,
+                reschedules: false,
+            },
+            Kind::HierBar {
+                cpu_scale_factor,
+                least_used_weight,
+                ..
+            } => Spec {
+                tag: "HierBAR",
+                by_load: false,
+                two_pass: true,
+                needs_spec: true,
+                cpu_scale_factor: Some(*cpu_scale_factor),
+                best_priority: least_used_weight.max(0.0) + 1.0,
+                reschedules: false,
+            },
+            Kind::StaticAssigner { .. } => Spec {
+                tag: "StaticAssigner",
+                by_load: false,
+                two_pass: false,
+                needs_spec: false,
+                cpu_scale_factor: None,
+                best_priority: 0.0,
+                reschedules: false,
+            },
+            Kind::DramHitRatioProvision { .. } => Spec {
+                tag: "DramHitRatioProvision",
+                by_load: false,
+                two_pass: false,
+                needs_spec: false,
+                cpu_scale_factor: None,
+                best_priority: 0.0,
+                reschedules: false,
+            },
+            Kind::Score {
+                cpu_scale_factor, ..
+            } => Spec {
+                tag: "Score",
+                by_load: false,
+                two_pass: true,
+                needs_spec: true,
+                cpu_scale_factor: Some(*cpu_scale_factor),
+                best_priority: 0.0,
+                reschedules: true,
+            },
+        }
+    }
+
+    /// The best raw score the algorithm can give: its best priority × `max_node_score`.
+    pub fn score_ceiling(&self, max_node_score: f64) -> f64 {
+        self.spec().best_priority * max_node_score
+    }
+
+    /// The names of `variant`'s own parameters, from its serde definition (none for an unknown
+    /// variant).
+    pub fn parameters(variant: &str) -> &'static [&'static str] {
+        crate::probe::variant_fields::<Kind>(variant).unwrap_or(&[])
+    }
+}
+
 /// The outcome of filtering: the nodes kept (sorted) and why each other node was dropped.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FilterResult {
@@ -148,34 +284,20 @@ impl Algorithm {
         self
     }
 
+    /// The parameters every algorithm takes besides its [`Kind`]'s own, from the serde
+    /// definition (`dimensions`, `max_node_score`).
+    pub fn common_parameters() -> Vec<&'static str> {
+        let fields = crate::probe::fields::<Algorithm>().unwrap_or(&[]);
+        fields.iter().copied().filter(|f| *f != "kind").collect()
+    }
+
     /// The algorithm's `cpu_scale_factor` (1.0 for those without one).
     pub fn cpu_scale_factor(&self) -> f64 {
-        match &self.kind {
-            Kind::Fit { cpu_scale_factor }
-            | Kind::Bar {
-                cpu_scale_factor, ..
-            }
-            | Kind::LeastUsed {
-                cpu_scale_factor, ..
-            }
-            | Kind::LeastUsedBar {
-                cpu_scale_factor, ..
-            }
-            | Kind::HierBar {
-                cpu_scale_factor, ..
-            }
-            | Kind::Score {
-                cpu_scale_factor, ..
-            } => *cpu_scale_factor,
-            _ => 1.0,
-        }
+        self.kind.spec().cpu_scale_factor.unwrap_or(1.0)
     }
 
     fn needs_spec(&self) -> bool {
-        !matches!(
-            self.kind,
-            Kind::Nop | Kind::StaticAssigner { .. } | Kind::DramHitRatioProvision { .. }
-        )
+        self.kind.spec().needs_spec
     }
 
     /// Both filter passes over `nodes` for one instance of `app`.
@@ -310,7 +432,13 @@ impl Algorithm {
                 strict_mode_placement,
                 ..
             } => score_node_type(snap, nodes, app, *score_target, *strict_mode_placement),
-            _ => BTreeMap::new(),
+            Kind::Nop
+            | Kind::Fit { .. }
+            | Kind::Bar { .. }
+            | Kind::LeastUsed { .. }
+            | Kind::LeastUsedBar { .. }
+            | Kind::StaticAssigner { .. }
+            | Kind::DramHitRatioProvision { .. } => BTreeMap::new(),
         }
     }
 
@@ -356,7 +484,11 @@ impl Algorithm {
                 least_used_weight,
                 ..
             } => least_used(f, least_used_weights) * least_used_weight + bar(f, bar_weights),
-            _ => 0.0,
+            Kind::Nop
+            | Kind::Fit { .. }
+            | Kind::StaticAssigner { .. }
+            | Kind::DramHitRatioProvision { .. }
+            | Kind::Score { .. } => 0.0,
         };
         match &self.kind {
             Kind::Bar { .. }
@@ -366,7 +498,11 @@ impl Algorithm {
                 let (cap, demand) = load();
                 snapshot::with_fractions(&cap, &demand, &self.dimensions, score)
             }
-            _ => 0.0,
+            Kind::Nop
+            | Kind::Fit { .. }
+            | Kind::StaticAssigner { .. }
+            | Kind::DramHitRatioProvision { .. }
+            | Kind::Score { .. } => 0.0,
         }
     }
 

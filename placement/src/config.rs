@@ -25,11 +25,11 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde::de::value::StrDeserializer;
 use serde::de::{
     self, DeserializeSeed, Deserializer, EnumAccess, MapAccess, VariantAccess, Visitor,
 };
+use serde::{Deserialize, Serialize};
 
 use crate::algorithms::{Algorithm, Kind};
 use crate::snapshot::Dim;
@@ -407,7 +407,7 @@ impl<'de, T: Deserialize<'de>> Deserialize<'de> for Tagged<T> {
 /// The algorithm tags, spelled as in wca's config. The last four are wca classes verwalter does
 /// not implement: they are refused by name. `!FitGeneric` and `!BARGeneric` are older wca
 /// releases' names of `!Fit` and `!BAR`.
-#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 enum AlgorithmTag {
     #[serde(rename = "NOPAlgorithm")]
     Nop,
@@ -451,19 +451,38 @@ impl AlgorithmTag {
     }
 }
 
-/// The wca tag a [`Kind`] is written with.
+/// The wca tag a [`Kind`] is written with (its [`Kind::spec`]).
 pub fn tag_of(kind: &Kind) -> &'static str {
-    match kind {
-        Kind::Nop => "NOPAlgorithm",
-        Kind::Fit { .. } => "Fit",
-        Kind::Bar { .. } => "BAR",
-        Kind::LeastUsed { .. } => "LeastUsed",
-        Kind::LeastUsedBar { .. } => "LeastUsedBAR",
-        Kind::HierBar { .. } => "HierBAR",
-        Kind::StaticAssigner { .. } => "StaticAssigner",
-        Kind::DramHitRatioProvision { .. } => "DramHitRatioProvision",
-        Kind::Score { .. } => "Score",
+    kind.spec().tag
+}
+
+/// The algorithm tags verwalter implements, in [`AlgorithmTag`]'s order, read from its serde
+/// definition: without the refused wca tags and without the older names (`FitGeneric`), which
+/// only the YAML config accepts.
+pub fn algorithm_tags() -> Vec<&'static str> {
+    let names = crate::probe::variants::<AlgorithmTag>().unwrap_or(&[]);
+    names
+        .iter()
+        .copied()
+        .filter(|name| {
+            let Ok(tag) = AlgorithmTag::deserialize(StrDeserializer::<de::value::Error>::new(name))
+            else {
+                return false;
+            };
+            // An alias deserializes to its tag, which serializes to the tag's own name.
+            let own = serde_json::to_value(tag).ok();
+            tag.kind_variant().is_ok() && own.as_ref().and_then(|v| v.as_str()) == Some(*name)
+        })
+        .collect()
+}
+
+/// The [`Kind`] variant an algorithm tag of [`algorithm_tags`] names (`"BAR"` → `"Bar"`).
+pub fn kind_variant_of(tag: &str) -> Option<&'static str> {
+    if !algorithm_tags().contains(&tag) {
+        return None;
     }
+    let tag = AlgorithmTag::deserialize(StrDeserializer::<de::value::Error>::new(tag)).ok()?;
+    tag.kind_variant().ok()
 }
 
 fn unsupported<E: de::Error>(tag: &str) -> E {
@@ -1376,7 +1395,7 @@ pub fn describe(config: &Config) -> String {
     let score = config
         .algorithms
         .values()
-        .any(|a| matches!(a.algorithm.kind, Kind::Score { .. }));
+        .any(|a| a.algorithm.kind.spec().reschedules);
     lines.push(match (config.reschedule_interval, score) {
         (Some(every), true) => format!(
             "reschedule_interval: {} s (Score's moves, shown in /status; nothing is deleted)",
@@ -2005,5 +2024,53 @@ algorithm: !Fit {data_provider: *dp}
         }
         let e = load_config("loggers: {}\n", env).unwrap_err();
         assert!(e.message().contains("no algorithm"), "{e}");
+    }
+
+    #[test]
+    fn algorithm_tags_are_the_implemented_tags_and_name_their_kinds() {
+        let tags = algorithm_tags();
+        assert_eq!(
+            tags,
+            [
+                "NOPAlgorithm",
+                "Fit",
+                "BAR",
+                "LeastUsed",
+                "LeastUsedBAR",
+                "HierBAR",
+                "StaticAssigner",
+                "DramHitRatioProvision",
+                "Score"
+            ]
+        );
+        for tag in tags {
+            let params = if tag == "StaticAssigner" {
+                "{targeted_assigned_apps_counts: {}}"
+            } else {
+                ""
+            };
+            let loaded = load(
+                &format!("algorithms:\n  a: !{tag} {params}\n"),
+                |_: &str| None,
+            )
+            .unwrap();
+            let kind = &loaded["a"].algorithm.kind;
+            // The spec's tag is the tag the kind was loaded from ...
+            assert_eq!(tag_of(kind), tag);
+            // ... and the tag names the kind's serde variant.
+            let variant = kind_variant_of(tag).unwrap();
+            let value = serde_json::to_value(kind).unwrap();
+            let serialized = value.as_str().or_else(|| {
+                value
+                    .as_object()
+                    .and_then(|o| o.keys().next().map(|k| k.as_str()))
+            });
+            assert_eq!(serialized, Some(variant), "{tag}");
+        }
+        // The older names and the refused tags are not among them.
+        assert_eq!(kind_variant_of("FitGeneric"), None);
+        assert_eq!(kind_variant_of("BARGeneric"), None);
+        assert_eq!(kind_variant_of("Score2"), None);
+        assert_eq!(kind_variant_of("Bar"), None);
     }
 }

@@ -27,7 +27,7 @@ use serde::de::{self, Deserializer, IgnoredAny, MapAccess, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::algorithms::{Algorithm, Kind, PlacementError};
+use crate::algorithms::{Algorithm, PlacementError};
 use crate::snapshot::{Snapshot, Usage};
 
 /// kube-scheduler's `MaxExtenderPriority`: an extender's scores go from 0 to this.
@@ -407,20 +407,11 @@ pub fn prioritize(
 }
 
 /// The best raw score the algorithm can give (`priority × max_node_score` at its best
-/// priority): `max_node_score` for BAR and LeastUsed, `(least_used_weight + 1) ×
-/// max_node_score` for LeastUsedBAR and HierBAR, 0 for the algorithms that score everything 0.
+/// priority, [`crate::Kind::score_ceiling`]): `max_node_score` for BAR and LeastUsed,
+/// `(least_used_weight + 1) × max_node_score` for LeastUsedBAR and HierBAR, 0 for the algorithms
+/// that score everything 0.
 pub fn score_ceiling(algorithm: &Algorithm) -> f64 {
-    let best_priority = match &algorithm.kind {
-        Kind::Bar { .. } | Kind::LeastUsed { .. } => 1.0,
-        Kind::LeastUsedBar {
-            least_used_weight, ..
-        }
-        | Kind::HierBar {
-            least_used_weight, ..
-        } => least_used_weight.max(0.0) + 1.0,
-        _ => 0.0,
-    };
-    best_priority * algorithm.max_node_score
+    algorithm.kind.score_ceiling(algorithm.max_node_score)
 }
 
 /// An algorithm's raw score in kube-scheduler's range: `floor(raw × 10 / ceiling)`, clamped to

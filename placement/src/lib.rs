@@ -14,6 +14,8 @@
 //! - [`reschedule`]: Score's reschedule hook, the running instances that should move.
 //! - [`experiment`]: the simulator's node and task files, read into a snapshot and a task list.
 //! - [`report`]: the simulator's reports for several algorithms as a text table or JSON.
+//! - `probe`: the names serde's derive knows (an enum's variants, a struct's fields), so that
+//!   lists shown to users are read from the serde definitions.
 //!
 //! The formulas and the choices made where wca has a quirk are in `docs/placement.md`.
 
@@ -23,6 +25,7 @@ pub mod experiment;
 pub mod extender;
 pub mod loggers;
 pub mod placer;
+mod probe;
 pub mod report;
 pub mod reschedule;
 pub mod simulate;

@@ -23,7 +23,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::algorithms::{Algorithm, FilterResult, Kind, PlacementError};
+use crate::algorithms::{Algorithm, FilterResult, PlacementError};
 use crate::snapshot::{Assigned, PerDim, Snapshot};
 
 /// Units of work between two calls of the `check` function.
@@ -213,14 +213,8 @@ impl<'a> Placer<'a> {
             }
         }
         // Pass 1 and the score of these read the node's capacity and used amounts only.
-        let by_load = matches!(
-            alg.kind,
-            Kind::Nop
-                | Kind::Fit { .. }
-                | Kind::Bar { .. }
-                | Kind::LeastUsed { .. }
-                | Kind::LeastUsedBar { .. }
-        );
+        let spec = alg.kind.spec();
+        let by_load = spec.by_load;
         let classes = by_load.then(|| Classes::new(&cap, &used));
         Placer {
             alg,
@@ -229,7 +223,7 @@ impl<'a> Placer<'a> {
             cap,
             used,
             counts,
-            two_pass: matches!(alg.kind, Kind::HierBar { .. } | Kind::Score { .. }),
+            two_pass: spec.two_pass,
             classes,
             placed: 0,
         }

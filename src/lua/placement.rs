@@ -20,8 +20,11 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use mlua::{Lua, MultiValue, Table, Value as LuaValue};
+use serde::Deserialize;
+use serde::de::{self, IntoDeserializer, Visitor};
 use serde_json::{Map, Value};
 use verwalter_placement::algorithms::Kind;
+use verwalter_placement::config;
 use verwalter_placement::placer::{PlaceError, Progress};
 use verwalter_placement::snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
 use verwalter_placement::{Algorithm, PlacementError, Placer};
@@ -187,7 +190,7 @@ fn call(
         PlaceError::Placement(PlacementError::UnknownApp { app }) => Fail::Error(format!(
             "apps{} is missing: {} needs the app's request",
             key(&app),
-            verwalter_placement::config::tag_of(&algorithm.kind)
+            config::tag_of(&algorithm.kind)
         )),
         PlaceError::Stopped => stopped.take().unwrap_or(Fail::Timeout),
     };
@@ -374,16 +377,6 @@ fn dim_names() -> String {
     DIMS.map(|d| d.name()).join(", ")
 }
 
-fn dim_of(path: &str, value: &Value) -> Result<Dim, String> {
-    let name = string(path, value)?;
-    dim(name).ok_or_else(|| {
-        format!(
-            "{path}: unknown dimension {name:?} (dimensions: {})",
-            dim_names()
-        )
-    })
-}
-
 /// `{dim = number}`.
 fn dim_map(path: &str, value: &Value) -> Result<BTreeMap<Dim, f64>, String> {
     let mut out = BTreeMap::new();
@@ -559,59 +552,15 @@ fn read_args(function: Function, value: &Value) -> Result<Args, String> {
     })
 }
 
-/// The algorithm names, as wca's config tags spell them.
-const ALGORITHMS: [&str; 9] = [
-    "NOPAlgorithm",
-    "Fit",
-    "BAR",
-    "LeastUsed",
-    "LeastUsedBAR",
-    "HierBAR",
-    "StaticAssigner",
-    "DramHitRatioProvision",
-    "Score",
-];
-
-/// The name `algorithm` takes for `kind`.
-/// The parameters each algorithm takes besides `dimensions` and `max_node_score`.
-fn parameters(kind: &str) -> &'static [&'static str] {
-    match kind {
-        "Fit" => &["cpu_scale_factor"],
-        "BAR" => &["cpu_scale_factor", "bar_weights"],
-        "LeastUsed" => &["cpu_scale_factor", "least_used_weights"],
-        "LeastUsedBAR" => &[
-            "cpu_scale_factor",
-            "bar_weights",
-            "least_used_weights",
-            "least_used_weight",
-        ],
-        "HierBAR" => &[
-            "cpu_scale_factor",
-            "bar_weights",
-            "least_used_weights",
-            "least_used_weight",
-            "merge_threshold",
-        ],
-        "StaticAssigner" => &["targeted_assigned_apps_counts"],
-        "DramHitRatioProvision" => &["threshold"],
-        "Score" => &[
-            "cpu_scale_factor",
-            "threshold",
-            "score_target",
-            "strict_mode_placement",
-        ],
-        _ => &[],
-    }
-}
-
-/// `algorithm = "Fit"` or `algorithm = {kind = "Fit", ...}`, with wca's parameter names and the
-/// config loader's defaults.
+/// `algorithm = "Fit"` or `algorithm = {kind = "Fit", ...}`, with wca's tags and parameter names,
+/// read through [`Algorithm`]'s serde definition (its names, defaults and required fields); the
+/// errors name the bad field's path (`algorithm.bar_weights.disk`) in Lua's words.
 fn read_algorithm(value: &Value) -> Result<Algorithm, String> {
     let empty = Map::new();
-    let (kind, params, path) = match value {
-        Value::String(kind) => (kind.as_str(), &empty, "algorithm"),
+    let (tag, params) = match value {
+        Value::String(tag) => (tag.as_str(), &empty),
         Value::Object(map) => match map.get("kind") {
-            Some(kind) => (string("algorithm.kind", kind)?, map, "algorithm"),
+            Some(tag) => (string("algorithm.kind", tag)?, map),
             None => return Err("algorithm.kind is missing".into()),
         },
         other => {
@@ -622,117 +571,535 @@ fn read_algorithm(value: &Value) -> Result<Algorithm, String> {
             ));
         }
     };
-    if !ALGORITHMS.contains(&kind) {
+    // Only the tags themselves: the YAML config's older names (`FitGeneric`) are not taken here.
+    let Some(variant) = config::kind_variant_of(tag) else {
         let at = if value.is_string() {
-            path.to_string()
+            "algorithm"
         } else {
-            format!("{path}.kind")
+            "algorithm.kind"
         };
         return Err(format!(
-            "{at}: unknown algorithm {kind:?} (algorithms: {})",
-            ALGORITHMS.join(", ")
+            "{at}: unknown algorithm {tag:?} (algorithms: {})",
+            config::algorithm_tags().join(", ")
         ));
-    }
-    let own = parameters(kind);
+    };
+    let common = Algorithm::common_parameters();
+    let own = Kind::parameters(variant);
     for name in params.keys() {
-        if name != "kind"
-            && name != "dimensions"
-            && name != "max_node_score"
-            && !own.contains(&name.as_str())
-        {
-            let mut all = vec!["dimensions", "max_node_score"];
-            all.extend(own);
+        if name != "kind" && !common.contains(&name.as_str()) && !own.contains(&name.as_str()) {
+            let all: Vec<&str> = common.iter().chain(own).copied().collect();
             return Err(format!(
-                "algorithm.{name}: {kind} has no such parameter (parameters: {})",
+                "algorithm.{name}: {tag} has no such parameter (parameters: {})",
                 all.join(", ")
             ));
         }
     }
-    let get = |name: &str| params.get(name);
-    let at = |name: &str| format!("algorithm.{name}");
-    let float_or = |name: &str, default: f64| -> Result<f64, String> {
-        get(name).map_or(Ok(default), |v| number(&at(name), v))
-    };
-    let weights = |name: &str| -> Result<BTreeMap<Dim, f64>, String> {
-        get(name).map_or(Ok(BTreeMap::new()), |v| dim_map(&at(name), v))
-    };
-    let optional = |name: &str| -> Result<Option<f64>, String> {
-        get(name).map(|v| number(&at(name), v)).transpose()
-    };
-    let cpu_scale_factor = float_or("cpu_scale_factor", 1.0)?;
-    let threshold = float_or("threshold", 0.97)?;
-    let least_used_weight = float_or("least_used_weight", 1.0)?;
-    let kind = match kind {
-        "NOPAlgorithm" => Kind::Nop,
-        "Fit" => Kind::Fit { cpu_scale_factor },
-        "BAR" => Kind::Bar {
-            cpu_scale_factor,
-            bar_weights: weights("bar_weights")?,
-        },
-        "LeastUsed" => Kind::LeastUsed {
-            cpu_scale_factor,
-            least_used_weights: weights("least_used_weights")?,
-        },
-        "LeastUsedBAR" => Kind::LeastUsedBar {
-            cpu_scale_factor,
-            bar_weights: weights("bar_weights")?,
-            least_used_weights: weights("least_used_weights")?,
-            least_used_weight,
-        },
-        "HierBAR" => Kind::HierBar {
-            cpu_scale_factor,
-            bar_weights: weights("bar_weights")?,
-            least_used_weights: weights("least_used_weights")?,
-            least_used_weight,
-            merge_threshold: optional("merge_threshold")?,
-        },
-        "StaticAssigner" => {
-            let name = "targeted_assigned_apps_counts";
-            let Some(targets) = get(name) else {
-                return Err(format!(
-                    "algorithm.{name} is missing (StaticAssigner needs it)"
-                ));
-            };
-            let mut out = BTreeMap::new();
-            for (node, apps) in keyed(&at(name), targets, "node names")? {
-                let path = format!("{}{}", at(name), key(node));
-                let mut counts = BTreeMap::new();
-                for (app, n) in keyed(&path, apps, "app names")? {
-                    counts.insert(app.clone(), count(&format!("{path}{}", key(app)), n)?);
-                }
-                out.insert(node.clone(), counts);
-            }
-            Kind::StaticAssigner {
-                targeted_assigned_apps_counts: out,
-            }
+    // The shape serde reads: the common parameters beside `kind`, the algorithm's own inside it
+    // under its variant's name (`{dimensions = ..., kind = {Bar = {bar_weights = ...}}}`).
+    let mut outer = Map::new();
+    let mut inner = Map::new();
+    for (name, v) in params {
+        if common.contains(&name.as_str()) {
+            outer.insert(name.clone(), v.clone());
+        } else if name != "kind" {
+            inner.insert(name.clone(), v.clone());
         }
-        "DramHitRatioProvision" => Kind::DramHitRatioProvision { threshold },
-        "Score" => Kind::Score {
-            cpu_scale_factor,
-            threshold,
-            score_target: optional("score_target")?,
-            strict_mode_placement: match get("strict_mode_placement") {
-                None => false,
-                Some(Value::Bool(b)) => *b,
-                Some(other) => {
-                    return Err(expected(&at("strict_mode_placement"), "a boolean", other));
-                }
+    }
+    outer.insert(
+        "kind".into(),
+        Value::Object(Map::from_iter([(
+            variant.to_string(),
+            Value::Object(inner),
+        )])),
+    );
+    let outer = Value::Object(outer);
+    Algorithm::deserialize(Read::new(&outer, "algorithm")).map_err(|e| match e {
+        ReadError::Missing { at } => format!("{at} is missing ({tag} needs it)"),
+        other => other.located("algorithm"),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// A Lua table (as JSON) read by serde's derived code, with Lua's words in the errors.
+
+/// Why a table could not be read.
+#[derive(Debug)]
+enum ReadError {
+    /// The whole message, its path included.
+    Done(String),
+    /// A required field is absent: its path.
+    Missing { at: String },
+    /// Raised by derived code for a required field; the table being read adds its path.
+    MissingField(&'static str),
+    /// Raised by derived code for a name that is not one of `names` (a dimension).
+    UnknownName {
+        name: String,
+        names: &'static [&'static str],
+    },
+    /// A key type told what a table is keyed by (see [`NotKeyed`]).
+    KeyedBy(&'static str),
+    /// Raised by derived code otherwise; the value being read adds its path.
+    Other(String),
+}
+
+impl ReadError {
+    /// The message, with `path` where the error does not have one yet.
+    fn located(self, path: &str) -> String {
+        match self {
+            ReadError::Done(message) => message,
+            ReadError::Missing { at } => format!("{at} is missing"),
+            ReadError::MissingField(field) => format!("{path}.{field} is missing"),
+            ReadError::UnknownName { name, names } => {
+                format!(
+                    "{path}: unknown dimension {name:?} (dimensions: {})",
+                    names.join(", ")
+                )
+            }
+            ReadError::KeyedBy(what) => format!("{path}: expected a table keyed by {what}"),
+            ReadError::Other(message) => format!("{path}: {message}"),
+        }
+    }
+
+    /// The error with `path` fixed in it (a missing field stays apart for its caller's words).
+    fn at(self, path: &str) -> ReadError {
+        match self {
+            ReadError::Missing { .. } => self,
+            ReadError::MissingField(field) => ReadError::Missing {
+                at: format!("{path}.{field}"),
             },
-        },
-        _ => unreachable!("checked against ALGORITHMS"),
-    };
-    let mut algorithm = Algorithm::new(kind);
-    if let Some(dims) = get("dimensions") {
-        algorithm.dimensions = list(&at("dimensions"), dims)?
+            other => ReadError::Done(other.located(path)),
+        }
+    }
+}
+
+impl std::fmt::Display for ReadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+impl de::Error for ReadError {
+    fn custom<T: std::fmt::Display>(message: T) -> ReadError {
+        ReadError::Other(message.to_string())
+    }
+    fn missing_field(field: &'static str) -> ReadError {
+        ReadError::MissingField(field)
+    }
+    fn unknown_variant(name: &str, names: &'static [&'static str]) -> ReadError {
+        ReadError::UnknownName {
+            name: name.to_string(),
+            names,
+        }
+    }
+}
+
+/// One value of the table at `path`.
+struct Read<'v> {
+    value: &'v Value,
+    path: String,
+    /// Where `path` ended before its last segment: a tagged table's parameters sit beside its
+    /// tag in Lua (`{kind = "Fit", cpu_scale_factor = 2}`), so they are named from there.
+    parent: usize,
+    /// How many tables keyed by names (not dimensions) are around it: node names, then app
+    /// names (`targeted_assigned_apps_counts`).
+    by_names: usize,
+}
+
+impl<'v> Read<'v> {
+    fn new(value: &'v Value, path: &str) -> Read<'v> {
+        Read {
+            value,
+            path: path.to_string(),
+            parent: path.len(),
+            by_names: 0,
+        }
+    }
+
+    /// A value inside this one, at `path`.
+    fn child(&self, value: &'v Value, path: String, by_names: usize) -> Read<'v> {
+        Read {
+            value,
+            path,
+            parent: self.path.len(),
+            by_names,
+        }
+    }
+
+    fn done<T>(&self, result: Result<T, String>) -> Result<T, ReadError> {
+        result.map_err(ReadError::Done)
+    }
+
+    /// An error of this value's visitor, with this value's path.
+    fn locate<T>(&self, result: Result<T, ReadError>) -> Result<T, ReadError> {
+        result.map_err(|e| e.at(&self.path))
+    }
+}
+
+macro_rules! numbers {
+    ($($method:ident => $visit:ident($read:ident)),* $(,)?) => {$(
+        fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+            let n = self.done($read(&self.path, self.value))?;
+            self.locate(visitor.$visit(n))
+        }
+    )*};
+}
+
+impl<'de> de::Deserializer<'de> for Read<'_> {
+    type Error = ReadError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        let result = match self.value {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(*b),
+            Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => visitor.visit_u64(u),
+                (None, Some(i)) => visitor.visit_i64(i),
+                (None, None) => visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => visitor.visit_str(s),
+            Value::Array(_) => return self.deserialize_seq(visitor),
+            Value::Object(_) => return self.deserialize_map(visitor),
+        };
+        self.locate(result)
+    }
+
+    numbers! {
+        deserialize_f64 => visit_f64(number),
+        deserialize_f32 => visit_f64(number),
+        deserialize_u64 => visit_u64(count),
+    }
+
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        match self.value {
+            Value::Bool(b) => self.locate(visitor.visit_bool(*b)),
+            other => Err(ReadError::Done(expected(&self.path, "a boolean", other))),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        let s = self.done(string(&self.path, self.value))?;
+        self.locate(visitor.visit_str(s))
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        self.deserialize_str(visitor)
+    }
+
+    // A Lua table holds no nil: a value that is there is `Some`.
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        visitor.visit_some(self)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        let items = self.done(list(&self.path, self.value))?;
+        self.locate(visitor.visit_seq(SeqRead {
+            items: items.iter(),
+            at: 0,
+            of: &self,
+        }))
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        let result = match self.value {
+            Value::Object(map) => visitor.visit_map(MapRead::new(&self, map.iter().collect())),
+            // What the table should be keyed by, the map's key type tells: ask it.
+            _ => visitor.visit_map(NotKeyed { of: &self }),
+        };
+        self.locate(result)
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, ReadError> {
+        let Value::Object(map) = self.value else {
+            return Err(ReadError::Done(expected(&self.path, "a table", self.value)));
+        };
+        // In the order the fields are declared: the first bad one is named.
+        let entries = fields
             .iter()
-            .enumerate()
-            .map(|(i, d)| dim_of(&format!("algorithm.dimensions[{}]", i + 1), d))
-            .collect::<Result<_, _>>()?;
+            .filter_map(|f| map.get_key_value(*f))
+            .collect();
+        self.locate(visitor.visit_map(MapRead::new(&self, entries)))
     }
-    if let Some(score) = get("max_node_score") {
-        algorithm.max_node_score = number(&at("max_node_score"), score)?;
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, ReadError> {
+        let result = match self.value {
+            Value::String(name) => visitor.visit_enum(
+                IntoDeserializer::<ReadError>::into_deserializer(name.as_str()),
+            ),
+            // `{Variant = {parameters}}`, built by `read_algorithm`.
+            Value::Object(map) if map.len() == 1 => {
+                let (variant, params) = map.iter().next().expect("one entry");
+                let parent = &self.path[..self.parent];
+                visitor.visit_enum(VariantRead {
+                    variant,
+                    params: Read {
+                        value: params,
+                        path: parent.to_string(),
+                        parent: parent.len(),
+                        by_names: self.by_names,
+                    },
+                })
+            }
+            other => Err(ReadError::Done(expected(&self.path, "a string", other))),
+        };
+        self.locate(result)
     }
-    Ok(algorithm)
+
+    serde::forward_to_deserialize_any! {
+        i8 i16 i32 i64 i128 u8 u16 u32 u128 char bytes byte_buf unit unit_struct
+        newtype_struct tuple tuple_struct identifier ignored_any
+    }
+}
+
+/// The items of a list: `path[1]`, `path[2]`, ...
+struct SeqRead<'v, 'o> {
+    items: std::slice::Iter<'v, Value>,
+    at: usize,
+    of: &'o Read<'v>,
+}
+
+impl<'de> de::SeqAccess<'de> for SeqRead<'_, '_> {
+    type Error = ReadError;
+
+    fn next_element_seed<S: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, ReadError> {
+        let Some(item) = self.items.next() else {
+            return Ok(None);
+        };
+        self.at += 1;
+        let path = format!("{}[{}]", self.of.path, self.at);
+        // Each value locates its own errors.
+        seed.deserialize(self.of.child(item, path, self.of.by_names))
+            .map(Some)
+    }
+}
+
+/// How a key reads: a field or a dimension (`path.key`), or a name (`path["key"]`).
+#[derive(Clone, Copy, PartialEq)]
+enum KeyRead {
+    Field,
+    Dimension,
+    Name,
+}
+
+/// The entries of a table, keys read through [`Key`].
+struct MapRead<'v, 'o> {
+    entries: std::vec::IntoIter<(&'v String, &'v Value)>,
+    value: Option<&'v Value>,
+    key: &'v str,
+    read: KeyRead,
+    of: &'o Read<'v>,
+}
+
+impl<'v, 'o> MapRead<'v, 'o> {
+    fn new(of: &'o Read<'v>, entries: Vec<(&'v String, &'v Value)>) -> MapRead<'v, 'o> {
+        MapRead {
+            entries: entries.into_iter(),
+            value: None,
+            key: "",
+            read: KeyRead::Field,
+            of,
+        }
+    }
+}
+
+impl<'de> de::MapAccess<'de> for MapRead<'_, '_> {
+    type Error = ReadError;
+
+    fn next_key_seed<S: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, ReadError> {
+        let Some((key, value)) = self.entries.next() else {
+            return Ok(None);
+        };
+        self.value = Some(value);
+        self.key = key;
+        let read = std::cell::Cell::new(KeyRead::Field);
+        let k = seed
+            .deserialize(Key { key, read: &read })
+            .map_err(|e| match e {
+                ReadError::UnknownName { names, .. } => ReadError::Done(format!(
+                    "{}.{key}: unknown dimension (dimensions: {})",
+                    self.of.path,
+                    names.join(", ")
+                )),
+                other => other,
+            })?;
+        self.read = read.get();
+        Ok(Some(k))
+    }
+
+    fn next_value_seed<S: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<S::Value, ReadError> {
+        let value = self.value.take().expect("a key before its value");
+        let of = self.of;
+        let (path, by_names) = match self.read {
+            KeyRead::Field | KeyRead::Dimension => {
+                (format!("{}.{}", of.path, self.key), of.by_names)
+            }
+            KeyRead::Name => (format!("{}{}", of.path, key(self.key)), of.by_names + 1),
+        };
+        seed.deserialize(of.child(value, path, by_names))
+    }
+}
+
+/// A key of a table: tells [`MapRead`] how the key type read it.
+struct Key<'k> {
+    key: &'k str,
+    read: &'k std::cell::Cell<KeyRead>,
+}
+
+impl<'de> de::Deserializer<'de> for Key<'_> {
+    type Error = ReadError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        self.read.set(KeyRead::Name);
+        visitor.visit_str(self.key)
+    }
+
+    fn deserialize_identifier<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ReadError> {
+        self.read.set(KeyRead::Field);
+        visitor.visit_str(self.key)
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, ReadError> {
+        self.read.set(KeyRead::Dimension);
+        visitor.visit_enum(IntoDeserializer::<ReadError>::into_deserializer(self.key))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct ignored_any
+    }
+}
+
+/// A value read as a table keyed by names that is not one: its key type is asked what the names
+/// are, for the message (dimension names; node names, then app names).
+struct NotKeyed<'o, 'v> {
+    of: &'o Read<'v>,
+}
+
+impl<'de> de::MapAccess<'de> for NotKeyed<'_, '_> {
+    type Error = ReadError;
+
+    fn next_key_seed<S: de::DeserializeSeed<'de>>(
+        &mut self,
+        seed: S,
+    ) -> Result<Option<S::Value>, ReadError> {
+        let names = ["node names", "app names"];
+        let what = match seed.deserialize(KeyType) {
+            Err(ReadError::KeyedBy(what)) if !what.is_empty() => what,
+            _ => names[self.of.by_names.min(names.len() - 1)],
+        };
+        // Only a value that is not a table keyed by names comes here: `keyed` refuses it.
+        let message = keyed(&self.of.path, self.of.value, what)
+            .err()
+            .unwrap_or_else(|| format!("{}: expected a table keyed by {what}", self.of.path));
+        Err(ReadError::Done(message))
+    }
+
+    fn next_value_seed<S: de::DeserializeSeed<'de>>(
+        &mut self,
+        _: S,
+    ) -> Result<S::Value, ReadError> {
+        Err(ReadError::Other("no value".into()))
+    }
+}
+
+/// Tells what a key type reads: a dimension, or (`""`) a name.
+struct KeyType;
+
+impl<'de> de::Deserializer<'de> for KeyType {
+    type Error = ReadError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, ReadError> {
+        Err(ReadError::KeyedBy(""))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        _: V,
+    ) -> Result<V::Value, ReadError> {
+        Err(ReadError::KeyedBy("dimension names"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map struct identifier
+        ignored_any
+    }
+}
+
+/// A variant with its parameters: `{Variant = {parameters}}`.
+struct VariantRead<'v> {
+    variant: &'v str,
+    params: Read<'v>,
+}
+
+impl<'de, 'v> de::EnumAccess<'de> for VariantRead<'v> {
+    type Error = ReadError;
+    type Variant = Read<'v>;
+
+    fn variant_seed<S: de::DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<(S::Value, Read<'v>), ReadError> {
+        let variant = seed.deserialize(IntoDeserializer::<ReadError>::into_deserializer(
+            self.variant,
+        ))?;
+        Ok((variant, self.params))
+    }
+}
+
+impl<'de> de::VariantAccess<'de> for Read<'_> {
+    type Error = ReadError;
+
+    fn unit_variant(self) -> Result<(), ReadError> {
+        // `read_algorithm` refused every parameter a unit variant does not take.
+        Ok(())
+    }
+
+    fn newtype_variant_seed<S: de::DeserializeSeed<'de>>(
+        self,
+        seed: S,
+    ) -> Result<S::Value, ReadError> {
+        seed.deserialize(self)
+    }
+
+    fn tuple_variant<V: Visitor<'de>>(self, _: usize, visitor: V) -> Result<V::Value, ReadError> {
+        de::Deserializer::deserialize_seq(self, visitor)
+    }
+
+    fn struct_variant<V: Visitor<'de>>(
+        self,
+        fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, ReadError> {
+        de::Deserializer::deserialize_struct(self, "", fields, visitor)
+    }
 }
 
 #[cfg(test)]

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue};
 use verwalter_controllers::defaults;
 use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
-use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
+use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput, json_kind};
 
 use crate::paths::{Boundary, Escape};
 
@@ -417,7 +417,7 @@ impl Sandbox {
             return Err(bad(
                 format!(
                     "the schedule must be a JSON object, got {}",
-                    json_type(&data)
+                    json_kind(&data)
                 ),
                 &log,
             ));
@@ -434,17 +434,6 @@ impl Sandbox {
 
     pub fn used_memory(&self) -> usize {
         self.lua.used_memory()
-    }
-}
-
-fn json_type(value: &serde_json::Value) -> &'static str {
-    match value {
-        serde_json::Value::Null => "null",
-        serde_json::Value::Bool(_) => "a boolean",
-        serde_json::Value::Number(_) => "a number",
-        serde_json::Value::String(_) => "a string",
-        serde_json::Value::Array(_) => "an array",
-        serde_json::Value::Object(_) => "an object",
     }
 }
 

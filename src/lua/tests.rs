@@ -4,10 +4,12 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 use verwalter_controllers::state::{Peer, ScheduleStamp};
+use verwalter_controllers::watchdog as progress;
 
 use super::*;
 

@@ -622,13 +622,11 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
                 )
             })
             .collect(),
-        reschedule: match (&state.algorithm.kind, snapshot) {
-            (verwalter_placement::Kind::Score { .. }, Some(snap)) => {
-                Some(verwalter_placement::reschedule(&state.algorithm, snap))
-            }
-            (verwalter_placement::Kind::Score { .. }, None) => Some(Vec::new()),
-            _ => None,
-        },
+        reschedule: state.algorithm.kind.spec().reschedules.then(|| {
+            snapshot.map_or_else(Vec::new, |snap| {
+                verwalter_placement::reschedule(&state.algorithm, snap)
+            })
+        }),
     };
     json_response(&status)
 }

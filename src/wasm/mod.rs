@@ -1,27 +1,26 @@
 //! WebAssembly schedulers (`scheduler/v1/scheduler.wasm`), as verwalter 0.13 ran them, in the
 //! wasmi interpreter ([`runtime`]), behind the controllers' [`Scheduler`] port.
 //!
-//! [`WasmScheduler`] keeps the module on its own thread (`wasm-scheduler`), so a run never
-//! blocks the async runtime; it reloads the module when the content hash of `scheduler/v1`
-//! changes and instantiates it anew after a failed call. [`ConfigDirScheduler`] is what the
-//! daemon runs: the wasm module when `scheduler.wasm` exists, else the Lua scheduler.
+//! [`WasmScheduler`] keeps the module on its own thread (`wasm-scheduler`, a
+//! [`SchedulerThread`]), so a run never blocks the async runtime; it reloads the module when the
+//! content hash of `scheduler/v1` changes and instantiates it anew after a failed call. The
+//! daemon runs it through [`crate::schedule::ConfigDirScheduler`].
 
 pub mod query;
 pub mod runtime;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
-use tokio::sync::oneshot;
 use verwalter_controllers::ports::{Scheduler, SchedulerError, SchedulerFailure};
-use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
-use verwalter_controllers::watchdog::{self as progress, DriverBeat, PassMark, Progress};
+use verwalter_controllers::state::{SchedulerInput, SchedulerOutput, json_kind};
+use verwalter_controllers::watchdog::Progress;
 
 use crate::inputs::SCHEDULER_DIR;
-use crate::lua::LuaScheduler;
+use crate::schedule::thread::{BeforeRun, Engine, GRACE, Names, SchedulerThread};
 pub use runtime::{CallError, WasmLimits, WasmModule};
 
 /// The scheduler module's file name inside `scheduler/v1`.
@@ -121,7 +120,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
     let Value::Object(mut result) = result else {
         return Err(bad(format!(
             "scheduler returned {}, not an object {{\"schedule\": {{..}}, \"log\": \"..\", \"actions\": {{..}}}}",
-            kind_of(&result)
+            json_kind(&result)
         )));
     };
     let log = match result.remove("log") {
@@ -130,7 +129,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         Some(other) => {
             return Err(bad(format!(
                 "the result's `log` is {}, not a string",
-                kind_of(&other)
+                json_kind(&other)
             )));
         }
     };
@@ -143,7 +142,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         Some(other) => {
             return Err(with_log(bad(format!(
                 "the result's `schedule` is {}, not an object",
-                kind_of(&other)
+                json_kind(&other)
             ))));
         }
         None => {
@@ -162,7 +161,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
         Some(other) => {
             return Err(with_log(bad(format!(
                 "the result's `actions` is {}, not an object of answers by action id",
-                kind_of(&other)
+                json_kind(&other)
             ))));
         }
     }
@@ -172,40 +171,17 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
     })
 }
 
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-type Reply = oneshot::Sender<Result<SchedulerOutput, SchedulerError>>;
-
-struct Job {
-    code_version: String,
-    input: Arc<SchedulerInput>,
-    reply: Reply,
-    /// The run in the watchdog's records, until the thread is done with it.
-    mark: Option<PassMark>,
-}
-
 /// The scheduler port backed by a wasm module on its own thread.
 pub struct WasmScheduler {
-    jobs: Mutex<mpsc::Sender<Job>>,
-    limits: WasmLimits,
-    /// How long past the budget a run may take before the port gives up on it.
-    grace: Duration,
-    /// Where each run is recorded for the watchdog.
-    beat: Option<DriverBeat>,
+    thread: SchedulerThread,
 }
 
-/// Runs on the thread before each run; tests use it to hold the thread the way a host call the
-/// fuel slices cannot stop would.
-type BeforeRun = Arc<dyn Fn() + Send + Sync>;
+const NAMES: Names = Names {
+    thread: "wasm-scheduler",
+    noun: "wasm scheduler",
+    subject: "the wasm scheduler",
+    watched: "wasm scheduler thread",
+};
 
 impl std::fmt::Debug for WasmScheduler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -216,7 +192,7 @@ impl std::fmt::Debug for WasmScheduler {
 impl WasmScheduler {
     /// Starts the module's thread for the config dir `config_dir`.
     pub fn start(config_dir: PathBuf, limits: WasmLimits) -> std::io::Result<WasmScheduler> {
-        Self::start_with(config_dir, limits, WASM_GRACE, None)
+        Self::start_with(config_dir, limits, GRACE, None)
     }
 
     fn start_with(
@@ -225,62 +201,57 @@ impl WasmScheduler {
         grace: Duration,
         before_run: Option<BeforeRun>,
     ) -> std::io::Result<WasmScheduler> {
-        let (jobs, rx) = mpsc::channel::<Job>();
-        std::thread::Builder::new()
-            .name("wasm-scheduler".into())
-            .spawn(move || worker(config_dir, limits, rx, before_run))?;
-        Ok(WasmScheduler {
-            jobs: Mutex::new(jobs),
+        let engine = move || WasmEngine {
+            config_dir,
             limits,
-            grace,
-            beat: None,
-        })
+            loaded: None,
+        };
+        let thread = SchedulerThread::start(NAMES, limits.time, grace, engine, before_run)?;
+        Ok(WasmScheduler { thread })
     }
 
     /// Records every run in `progress` until the thread is done with it, as the Lua
-    /// scheduler's are: a run held past its budget, grace and [`progress::MARGIN`] (a host call
-    /// or a copy the fuel slices do not cover) is then a stall of the watchdog, and systemd
-    /// restarts the daemon.
-    pub fn watched(mut self, progress: &Progress) -> WasmScheduler {
-        let limit = self.limits.time + self.grace + progress::MARGIN;
-        self.beat = Some(progress.worker("wasm scheduler thread", limit));
-        self
+    /// scheduler's are: a run held past its budget, grace and the watchdog's margin (a host
+    /// call or a copy the fuel slices do not cover) is then a stall of the watchdog, and
+    /// systemd restarts the daemon.
+    pub fn watched(self, progress: &Progress) -> WasmScheduler {
+        WasmScheduler {
+            thread: self.thread.watched(progress),
+        }
     }
 }
 
-fn worker(
+/// The module on the scheduler thread, with the code version it was loaded for.
+struct WasmEngine {
     config_dir: PathBuf,
     limits: WasmLimits,
-    jobs: mpsc::Receiver<Job>,
-    before_run: Option<BeforeRun>,
-) {
-    let mut loaded: Option<(String, WasmRun)> = None;
-    while let Ok(job) = jobs.recv() {
-        if let Some(hook) = &before_run {
-            hook();
-        }
+    loaded: Option<(String, WasmRun)>,
+}
+
+impl Engine for WasmEngine {
+    fn run(
+        &mut self,
+        code_version: &str,
+        input: &SchedulerInput,
+    ) -> Result<SchedulerOutput, SchedulerError> {
         // A panic in the runtime (a bug of the interpreter, not of the module) fails this run
         // and drops the module; the thread goes on serving runs.
         let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             run_job(
-                &config_dir,
-                limits,
-                &mut loaded,
-                &job.code_version,
-                &job.input,
+                &self.config_dir,
+                self.limits,
+                &mut self.loaded,
+                code_version,
+                input,
             )
         }));
-        let result = run.unwrap_or_else(|_| {
-            loaded = None;
+        run.unwrap_or_else(|_| {
+            self.loaded = None;
             Err(error(
                 SchedulerFailure::Internal,
                 "the wasm runtime panicked running the scheduler (see the daemon's log)".into(),
             ))
-        });
-        // The run is over before its result is out: whoever gets the result finds no record
-        // of it left.
-        drop(job.mark);
-        let _ = job.reply.send(result);
+        })
     }
 }
 
@@ -305,88 +276,13 @@ fn run_job(
     run.run(input)
 }
 
-/// How long past the budget the port waits for the thread before it reports the run lost: the
-/// Lua scheduler's grace, which the daemon's step limit for a scheduler run counts on. The fuel
-/// slices stop the module within a slice of its budget; compiling the module and the JSON
-/// copies are what can add to it.
-pub const WASM_GRACE: Duration = crate::lua::WATCHDOG_GRACE;
-
 impl Scheduler for WasmScheduler {
     fn run(
         &self,
         code_version: &str,
         input: Arc<SchedulerInput>,
     ) -> BoxFuture<'static, Result<SchedulerOutput, SchedulerError>> {
-        let (reply, result) = oneshot::channel();
-        let job = Job {
-            code_version: code_version.to_string(),
-            input,
-            reply,
-            mark: self
-                .beat
-                .as_ref()
-                .map(|beat| beat.pass("run".into(), tokio::time::Instant::now())),
-        };
-        let sent = self.jobs.lock().expect("wasm scheduler lock").send(job);
-        let wait = self.limits.time + self.grace;
-        Box::pin(async move {
-            if sent.is_err() {
-                return Err(error(
-                    SchedulerFailure::Internal,
-                    "the wasm scheduler thread is gone".into(),
-                ));
-            }
-            match tokio::time::timeout(wait, result).await {
-                Ok(reply) => reply.unwrap_or_else(|_| {
-                    Err(error(
-                        SchedulerFailure::Internal,
-                        "the wasm scheduler thread dropped the run".into(),
-                    ))
-                }),
-                Err(_) => Err(error(
-                    SchedulerFailure::Timeout,
-                    format!("the wasm scheduler did not return within {wait:?}"),
-                )),
-            }
-        })
-    }
-}
-
-/// The daemon's scheduler: `scheduler/v1/scheduler.wasm` when it exists, else `main.lua`. The
-/// choice is made per run, so replacing one by the other takes effect like any code change.
-pub struct ConfigDirScheduler {
-    config_dir: PathBuf,
-    lua: LuaScheduler,
-    wasm: WasmScheduler,
-}
-
-impl std::fmt::Debug for ConfigDirScheduler {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ConfigDirScheduler")
-    }
-}
-
-impl ConfigDirScheduler {
-    pub fn new(config_dir: PathBuf, lua: LuaScheduler, wasm: WasmScheduler) -> ConfigDirScheduler {
-        ConfigDirScheduler {
-            config_dir,
-            lua,
-            wasm,
-        }
-    }
-}
-
-impl Scheduler for ConfigDirScheduler {
-    fn run(
-        &self,
-        code_version: &str,
-        input: Arc<SchedulerInput>,
-    ) -> BoxFuture<'static, Result<SchedulerOutput, SchedulerError>> {
-        if has_wasm_scheduler(&self.config_dir) {
-            self.wasm.run(code_version, input)
-        } else {
-            self.lua.run(code_version, input)
-        }
+        self.thread.run(code_version, input)
     }
 }
 

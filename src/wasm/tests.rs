@@ -12,6 +12,9 @@ use verwalter_controllers::state::{Peer, Schedule, SchedulerInput};
 
 use super::query::{QueryModule, unwrap_envelope};
 use super::*;
+use crate::lua::LuaScheduler;
+use crate::schedule::ConfigDirScheduler;
+use verwalter_controllers::watchdog as progress;
 
 fn limits() -> WasmLimits {
     WasmLimits {
@@ -687,14 +690,34 @@ async fn a_held_run_stops_the_watchdog_pings_until_the_thread_is_free() {
     );
     assert_eq!(stall.limit, Duration::from_millis(100) + progress::MARGIN);
 
-    // Released, the thread takes the next run; by the time its result is out, neither run is
-    // on the records.
+    // While it is held, the next runs are refused at once, as the Lua scheduler's are: no run
+    // reaches the thread.
+    let e = scheduler.run("v1", input.clone()).await.unwrap_err();
+    assert_eq!(e.kind, SchedulerFailure::Timeout);
+    assert!(
+        e.message.starts_with("the wasm scheduler is stuck"),
+        "{}",
+        e.message
+    );
+    assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 1);
+
+    // Released, the thread takes the next run once it is free; by the time its result is out,
+    // neither run is on the records.
     release.send(()).unwrap();
     let scheduler = WasmScheduler {
-        grace: Duration::from_secs(30),
-        ..scheduler
+        thread: scheduler.thread.with_grace(Duration::from_secs(30)),
     };
-    let out = scheduler.run("v1", input).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let out = loop {
+        match scheduler.run("v1", input.clone()).await {
+            Ok(out) => break out,
+            Err(e) if e.message.starts_with("the wasm scheduler is stuck") => {
+                assert!(std::time::Instant::now() < deadline, "never freed");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            Err(e) => panic!("{}", e.message),
+        }
+    };
     assert_eq!(out.log, "hello");
     assert_eq!(runs.load(std::sync::atomic::Ordering::SeqCst), 2);
     assert_eq!(

@@ -634,3 +634,102 @@ fn score_pass_one_joins_both_texts_when_both_checks_fail() {
         "Could not fit node for dimensions: missing (cpu: 2.0)."
     );
 }
+
+/// One algorithm of each kind, with the defaults.
+fn one_of_each() -> Vec<Kind> {
+    let kinds: Vec<Kind> = [
+        "Nop",
+        "Fit",
+        "Bar",
+        "LeastUsed",
+        "LeastUsedBar",
+        "HierBar",
+        "StaticAssigner",
+        "DramHitRatioProvision",
+        "Score",
+    ]
+    .iter()
+    .map(|variant| {
+        let params = match *variant {
+            "Nop" => return Kind::Nop,
+            "StaticAssigner" => serde_json::json!({"targeted_assigned_apps_counts": {}}),
+            _ => serde_json::json!({}),
+        };
+        serde_json::from_value(serde_json::json!({ *variant: params })).unwrap()
+    })
+    .collect();
+    kinds
+}
+
+#[test]
+fn every_kind_has_a_spec_and_reaches_its_score_ceiling_on_an_empty_node() {
+    let mut seen = Vec::new();
+    for kind in one_of_each() {
+        let spec = kind.spec();
+        seen.push((
+            spec.tag,
+            spec.by_load,
+            spec.two_pass,
+            spec.needs_spec,
+            spec.cpu_scale_factor,
+            kind.score_ceiling(10.0),
+        ));
+        // An app that asks for nothing on an empty node gets the best score there is.
+        let alg = Algorithm::new(kind.clone());
+        let snap = one(
+            &[(Dim::Cpu, 10.0), (Dim::Mem, 10.0)],
+            &[(Dim::Cpu, 0.0), (Dim::Mem, 0.0)],
+        );
+        assert_eq!(
+            score(&alg, &snap) as f64,
+            kind.score_ceiling(10.0),
+            "{kind:?}"
+        );
+    }
+    assert_eq!(
+        seen,
+        [
+            ("NOPAlgorithm", true, false, false, None, 0.0),
+            ("Fit", true, false, true, Some(1.0), 0.0),
+            ("BAR", true, false, true, Some(1.0), 10.0),
+            ("LeastUsed", true, false, true, Some(1.0), 10.0),
+            ("LeastUsedBAR", true, false, true, Some(1.0), 20.0),
+            ("HierBAR", false, true, true, Some(1.0), 20.0),
+            ("StaticAssigner", false, false, false, None, 0.0),
+            ("DramHitRatioProvision", false, false, false, None, 0.0),
+            ("Score", false, true, true, Some(1.0), 0.0),
+        ]
+    ); // Only Score has a reschedule hook.
+    let rescheduling: Vec<&str> = one_of_each()
+        .iter()
+        .filter(|k| k.spec().reschedules)
+        .map(|k| k.spec().tag)
+        .collect();
+    assert_eq!(rescheduling, ["Score"]);
+}
+
+#[test]
+fn parameter_names_are_read_from_the_serde_definition() {
+    assert_eq!(
+        Algorithm::common_parameters(),
+        ["dimensions", "max_node_score"]
+    );
+    assert!(Kind::parameters("Nop").is_empty());
+    assert_eq!(Kind::parameters("Fit"), ["cpu_scale_factor"]);
+    assert_eq!(
+        Kind::parameters("HierBar"),
+        [
+            "cpu_scale_factor",
+            "bar_weights",
+            "least_used_weights",
+            "least_used_weight",
+            "merge_threshold"
+        ]
+    );
+    assert_eq!(
+        Kind::parameters("StaticAssigner"),
+        ["targeted_assigned_apps_counts"]
+    );
+    // The Kind variant's name, not the wca tag.
+    assert!(Kind::parameters("HierBAR").is_empty());
+}

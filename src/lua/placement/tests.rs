@@ -362,6 +362,88 @@ fn lua_algorithms_take_the_config_loaders_names_and_defaults() {
 }
 
 #[test]
+fn the_algorithm_and_parameter_lists_the_errors_print_are_serdes() {
+    // The lists are read from the serde definitions (`AlgorithmTag`, `Algorithm`, `Kind`):
+    // these are the names a script may use, as they were written by hand before.
+    let unknown = read_algorithm(&json!("Nope")).unwrap_err();
+    assert_eq!(
+        unknown,
+        format!(
+            "algorithm: unknown algorithm \"Nope\" (algorithms: {})",
+            config::algorithm_tags().join(", ")
+        )
+    );
+    for (tag, parameters) in [
+        ("NOPAlgorithm", ""),
+        ("Fit", ", cpu_scale_factor"),
+        ("BAR", ", cpu_scale_factor, bar_weights"),
+        ("LeastUsed", ", cpu_scale_factor, least_used_weights"),
+        (
+            "LeastUsedBAR",
+            ", cpu_scale_factor, bar_weights, least_used_weights, least_used_weight",
+        ),
+        (
+            "HierBAR",
+            ", cpu_scale_factor, bar_weights, least_used_weights, least_used_weight, merge_threshold",
+        ),
+        ("StaticAssigner", ", targeted_assigned_apps_counts"),
+        ("DramHitRatioProvision", ", threshold"),
+        (
+            "Score",
+            ", cpu_scale_factor, threshold, score_target, strict_mode_placement",
+        ),
+    ] {
+        assert_eq!(
+            read_algorithm(&json!({"kind": tag, "nope": 1})).unwrap_err(),
+            format!(
+                "algorithm.nope: {tag} has no such parameter (parameters: dimensions, max_node_score{parameters})"
+            )
+        );
+    }
+    // The YAML config's older names are refused here, as the refused wca tags are.
+    for tag in ["FitGeneric", "BARGeneric", "Score2", "Bar"] {
+        let e = read_algorithm(&json!({"kind": tag})).unwrap_err();
+        assert!(e.starts_with("algorithm.kind: unknown algorithm"), "{e}");
+    }
+}
+
+#[test]
+fn a_bad_parameter_is_named_by_its_path_in_luas_words() {
+    let dims = "cpu, mem, membw_read, membw_write, membw_flat, wss";
+    let counts = |v: Value| json!({"kind": "StaticAssigner", "targeted_assigned_apps_counts": v});
+    for (lua, expected) in [
+        (json!(5), "algorithm: expected an algorithm name or a table with `kind`, got number".to_string()),
+        (json!({"kind": 5}), "algorithm.kind: expected a string, got number".into()),
+        (json!({"cpu_scale_factor": 1}), "algorithm.kind is missing".into()),
+        (json!({"kind": "Fit", "cpu_scale_factor": "x"}), "algorithm.cpu_scale_factor: expected a number, got string".into()),
+        (json!({"kind": "BAR", "bar_weights": [1]}), "algorithm.bar_weights: expected a table keyed by dimension names, got a list".into()),
+        (json!({"kind": "BAR", "bar_weights": 5}), "algorithm.bar_weights: expected a table keyed by dimension names, got number".into()),
+        (json!({"kind": "BAR", "bar_weights": {"disk": 1}}), format!("algorithm.bar_weights.disk: unknown dimension (dimensions: {dims})")),
+        (json!({"kind": "LeastUsed", "least_used_weights": {"wss": []}}), "algorithm.least_used_weights.wss: expected a number, got table".into()),
+        (json!({"kind": "HierBAR", "merge_threshold": "x"}), "algorithm.merge_threshold: expected a number, got string".into()),
+        (json!("StaticAssigner"), "algorithm.targeted_assigned_apps_counts is missing (StaticAssigner needs it)".into()),
+        (counts(json!([1])), "algorithm.targeted_assigned_apps_counts: expected a table keyed by node names, got a list".into()),
+        (counts(json!({"n1": 5})), r#"algorithm.targeted_assigned_apps_counts["n1"]: expected a table keyed by app names, got number"#.into()),
+        (counts(json!({"n1": {"web": -1}})), r#"algorithm.targeted_assigned_apps_counts["n1"]["web"]: expected a whole number of 0 or more, got -1"#.into()),
+        (counts(json!({"n1": {"web": 2.5}})), r#"algorithm.targeted_assigned_apps_counts["n1"]["web"]: expected a whole number of 0 or more, got 2.5"#.into()),
+        (counts(json!({"cpu": {"web": "x"}})), r#"algorithm.targeted_assigned_apps_counts["cpu"]["web"]: expected a whole number, got string"#.into()),
+        (json!({"kind": "Score", "strict_mode_placement": 1}), "algorithm.strict_mode_placement: expected a boolean, got number".into()),
+        (json!({"kind": "Fit", "dimensions": 5}), "algorithm.dimensions: expected a list, got number".into()),
+        (json!({"kind": "Fit", "dimensions": {"a": 1}}), "algorithm.dimensions: expected a list, got a table with other keys than 1..n".into()),
+        (json!({"kind": "Fit", "dimensions": ["cpu", 5]}), "algorithm.dimensions[2]: expected a string, got number".into()),
+        (json!({"kind": "Fit", "dimensions": ["disk"]}), format!("algorithm.dimensions[1]: unknown dimension \"disk\" (dimensions: {dims})")),
+        (json!({"kind": "NOPAlgorithm", "max_node_score": []}), "algorithm.max_node_score: expected a number, got table".into()),
+    ] {
+        assert_eq!(read_algorithm(&lua).unwrap_err(), expected, "{lua}");
+    }
+    // A whole number may come as a Lua float (`2.0`, `4 / 2`), as Lua's own functions take it.
+    assert_eq!(
+        read_algorithm(&counts(json!({"n1": {"web": 2.0}}))).unwrap(),
+        from_config("!StaticAssigner {targeted_assigned_apps_counts: {n1: {web: 2}}}")
+    );
+}
+
+#[test]
 fn the_example_in_the_docs_gives_what_the_docs_say() {
     // docs/placement.md, "Lua API".
     let out = run(r#"
