@@ -21,6 +21,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::machinery::backoff::Backoff;
 use verwalter_placement::Dim;
 use verwalter_placement::config::{DataProvider, Kubeapi, SERVICE_CA_PATH, SERVICE_TOKEN_PATH};
 use verwalter_placement::sources::{
@@ -259,7 +260,8 @@ async fn watch_namespace(
     shared: &Shared,
 ) {
     // Doubles after each failure in a row (a proxy that cannot watch is not asked every second).
-    let mut retry = shared.settings.watch_retry;
+    let backoff = Backoff::doubling(shared.settings.watch_retry, shared.settings.interval);
+    let mut failures = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let apply = |events: Vec<WatchEvent>| {
@@ -290,7 +292,7 @@ async fn watch_namespace(
             .await
         {
             Ok(WatchEnd::Closed(rv)) => {
-                retry = shared.settings.watch_retry;
+                failures = 0;
                 if rv.is_some() {
                     version = rv;
                 }
@@ -301,8 +303,8 @@ async fn watch_namespace(
             }
             Err(e) => {
                 shared.failed(KUBERNETES, &e, started.elapsed());
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(shared.settings.interval);
+                failures += 1;
+                tokio::time::sleep(backoff.nominal(failures)).await;
             }
         }
     }
