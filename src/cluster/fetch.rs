@@ -384,7 +384,7 @@ async fn get_compressed(
             .ok_or_else(|| format!("{url}: a Content-Encoding this node cannot read"))
     };
     let (coding, body) = client
-        .get_checked(url, token, &headers, MAX_SCHEDULE, FETCH_TIMEOUT, coding_of)
+        .get(url, token, &headers, MAX_SCHEDULE, FETCH_TIMEOUT, coding_of)
         .await?;
     Ok(Fetched { body, coding })
 }

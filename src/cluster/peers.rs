@@ -180,9 +180,9 @@ pub async fn run_cantal(
             _ = tick.tick() => {}
         }
         let result = client
-            .get(&endpoint, None, &[HOST], CANTAL_LIMIT, REFRESH)
+            .get(&endpoint, None, &[HOST], CANTAL_LIMIT, REFRESH, |_| Ok(()))
             .await
-            .and_then(|body| parse_cantal(&body, port, &own_id));
+            .and_then(|((), body)| parse_cantal(&body, port, &own_id));
         match result {
             Ok(parsed) => {
                 metrics.peer_refresh(true);

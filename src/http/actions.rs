@@ -29,13 +29,11 @@ pub struct ActionBody;
 
 impl JsonRoute for ActionBody {
     type Body = Value;
-    const RULES: BodyRules = BodyRules {
-        limit: BODY_LIMIT,
-        wrong_type: "send the action as Content-Type: application/json",
-        too_large: |limit| format!("an action body is at most {limit} bytes"),
-        not_parsed: "the body is not JSON",
-        graphql: false,
-    };
+    const RULES: BodyRules = BodyRules::json(
+        BODY_LIMIT,
+        "send the action as Content-Type: application/json",
+        |limit| format!("an action body is at most {limit} bytes"),
+    );
 }
 
 /// Where a request came from, for the audit line.

@@ -27,12 +27,29 @@ pub struct BodyRules {
     pub limit: usize,
     /// The 415's message.
     pub wrong_type: &'static str,
-    /// The 413's message, the limit written at `{}` .
+    /// The 413's message, given the limit.
     pub too_large: fn(usize) -> String,
     /// What the 400's message says the body is not (`": <serde's message>"` follows).
     pub not_parsed: &'static str,
     /// Whether refusals are in GraphQL's shape (`{"errors": [{"message"}]}`).
     pub graphql: bool,
+}
+
+impl BodyRules {
+    /// Rules for any JSON (`"the body is not JSON: ..."`), refused in the plain shape.
+    pub const fn json(
+        limit: usize,
+        wrong_type: &'static str,
+        too_large: fn(usize) -> String,
+    ) -> BodyRules {
+        BodyRules {
+            limit,
+            wrong_type,
+            too_large,
+            not_parsed: "the body is not JSON",
+            graphql: false,
+        }
+    }
 }
 
 /// The message of a body that stalled.
@@ -134,13 +151,9 @@ mod tests {
 
     use super::*;
 
-    const RULES: BodyRules = BodyRules {
-        limit: 16,
-        wrong_type: "send it as JSON",
-        too_large: |limit| format!("at most {limit} bytes"),
-        not_parsed: "not JSON",
-        graphql: false,
-    };
+    const RULES: BodyRules = BodyRules::json(16, "send it as JSON", |limit| {
+        format!("at most {limit} bytes")
+    });
 
     fn request(content_type: &str, length: Option<&str>, body: Body) -> Request {
         let mut builder = axum::http::Request::post("/").header("content-type", content_type);
@@ -230,7 +243,7 @@ mod tests {
         assert_eq!(status, StatusCode::BAD_REQUEST);
         assert_eq!(
             body,
-            json!({"error": "not JSON: EOF while parsing an object at line 1 column 1"})
+            json!({"error": "the body is not JSON: EOF while parsing an object at line 1 column 1"})
         );
     }
 
@@ -247,7 +260,7 @@ mod tests {
             body["errors"][0]["message"]
                 .as_str()
                 .unwrap()
-                .starts_with("not JSON: "),
+                .starts_with("the body is not JSON: "),
             "{body}"
         );
     }

@@ -92,10 +92,6 @@ impl ApiError {
         self.status
     }
 
-    pub fn message(&self) -> &str {
-        &self.message
-    }
-
     /// The JSON body of the answer.
     pub fn body(&self) -> Value {
         match self.shape {

@@ -741,11 +741,13 @@ pub struct GraphqlBody;
 impl JsonRoute for GraphqlBody {
     type Body = async_graphql::Request;
     const RULES: BodyRules = BodyRules {
-        limit: BODY_LIMIT,
-        wrong_type: "send the query as Content-Type: application/json",
-        too_large: |limit| format!("a GraphQL request body is at most {limit} bytes"),
         not_parsed: "the body is not a GraphQL request ({query, operationName?, variables?})",
         graphql: true,
+        ..BodyRules::json(
+            BODY_LIMIT,
+            "send the query as Content-Type: application/json",
+            |limit| format!("a GraphQL request body is at most {limit} bytes"),
+        )
     };
 }
 

@@ -17,13 +17,11 @@ pub struct QueryBody;
 
 impl JsonRoute for QueryBody {
     type Body = Value;
-    const RULES: BodyRules = BodyRules {
-        limit: BODY_LIMIT,
-        wrong_type: "send the query as Content-Type: application/json",
-        too_large: |limit| format!("a query body is at most {limit} bytes of JSON"),
-        not_parsed: "the body is not JSON",
-        graphql: false,
-    };
+    const RULES: BodyRules = BodyRules::json(
+        BODY_LIMIT,
+        "send the query as Content-Type: application/json",
+        |limit| format!("a query body is at most {limit} bytes of JSON"),
+    );
 }
 
 pub async fn query(

@@ -898,8 +898,9 @@ async fn a_query_body_announced_too_large_gets_413_at_once_and_a_stalled_one_408
     let writer = StoreWriter::new(None);
     let app = app(&writer);
     // A body that never sends a byte; `stall` wraps it as the server's
-    // `RequestBodyTimeoutLayer` does every body (with a shorter idle timeout).
-    let ask = |length: u64, stall: Option<Duration>| {
+    // `RequestBodyTimeoutLayer` does every body (with a shorter idle timeout). The answer's
+    // status and body.
+    let ask = async |length: u64, stall: Option<Duration>| {
         let pending = futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
         let body = Body::from_stream(pending);
         let body = match stall {
@@ -911,29 +912,26 @@ async fn a_query_body_announced_too_large_gets_413_at_once_and_a_stalled_one_408
             .header("content-length", length.to_string())
             .body(body)
             .unwrap();
-        tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(request))
+        let answer = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(request));
+        let response = answer.await.expect("answered").unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await;
+        (status, String::from_utf8(body.unwrap().to_vec()).unwrap())
     };
-    let response = ask(1 << 20, None).await.expect("answered").unwrap();
-    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
-    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-        .await
-        .unwrap();
     assert_eq!(
-        body,
-        r#"{"error":"a query body is at most 65536 bytes of JSON"}"#.as_bytes()
+        ask(1 << 20, None).await,
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            r#"{"error":"a query body is at most 65536 bytes of JSON"}"#.into()
+        )
     );
-    let response = ask(100, Some(Duration::from_millis(50)))
-        .await
-        .expect("answered")
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::REQUEST_TIMEOUT);
-    let body = axum::body::to_bytes(response.into_body(), 1 << 16)
-        .await
-        .unwrap();
     assert_eq!(
-        body,
-        r#"{"error":"the request body stalled for the idle timeout (http.idle-timeout-ms)"}"#
-            .as_bytes()
+        ask(100, Some(Duration::from_millis(50))).await,
+        (
+            StatusCode::REQUEST_TIMEOUT,
+            r#"{"error":"the request body stalled for the idle timeout (http.idle-timeout-ms)"}"#
+                .into()
+        )
     );
 }
 

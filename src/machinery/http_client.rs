@@ -164,25 +164,10 @@ impl HttpClient {
         sent.map_err(|e| SendError::Connect(error_chain(&e)))
     }
 
-    /// GETs `url`: the body of a 200 answer, at most `limit` bytes, all within `timeout`.
-    /// Errors name the URL.
-    pub async fn get(
-        &self,
-        url: &str,
-        token: Option<&[u8]>,
-        headers: &[(HeaderName, &'static str)],
-        limit: usize,
-        timeout: Duration,
-    ) -> Result<Bytes, String> {
-        let ((), body) = self
-            .get_checked(url, token, headers, limit, timeout, |_| Ok(()))
-            .await?;
-        Ok(body)
-    }
-
-    /// [`get`](Self::get) that reads the answer's head with `check` before its body: a head
-    /// it refuses is the error, and the body is not read.
-    pub async fn get_checked<T>(
+    /// GETs `url`: the body of a 200 answer, at most `limit` bytes, all within `timeout`, and
+    /// what `check` makes of the answer's head, read before the body (a head it refuses is the
+    /// error, and the body is not read). Errors name the URL.
+    pub async fn get<T>(
         &self,
         url: &str,
         token: Option<&[u8]>,
