@@ -17,6 +17,7 @@
 //! - [`upgrade`]: the first start on what verwalter 0.13 left in the storage and log dirs.
 //! - [`http`]: the HTTP API, `/metrics` and the web frontend (`frontend/`, embedded).
 //! - [`paths`]: path containment (symlinks must not lead out of a dir).
+//! - [`machinery`]: what the subsystems share: the one HTTP client.
 //! - [`placement`]: placement data refreshed in the background, for the extender and Lua.
 //! - [`schedule`]: the daemon's scheduler (wasm or Lua) and the scheduler thread both run on.
 //! - [`metrics`]: the Prometheus families.
@@ -37,6 +38,7 @@ pub mod identity;
 pub mod inputs;
 pub mod logs;
 pub mod lua;
+pub mod machinery;
 pub mod metrics;
 pub mod paths;
 pub mod placement;

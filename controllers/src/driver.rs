@@ -19,13 +19,14 @@ use std::time::Duration;
 use std::panic::AssertUnwindSafe;
 
 use futures::future::{self, FutureExt};
+use rand::SeedableRng;
 use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use crate::machinery::backoff::Backoff;
 use crate::store::Trigger;
 use crate::watchdog::{self, DriverBeat, Progress};
 
@@ -51,44 +52,6 @@ pub trait Reconciler: Send + Sync + 'static {
 
     /// A bounded metric label for an error.
     fn error_reason(&self, error: &Self::Error) -> &'static str;
-}
-
-/// Exponential backoff with jitter: `initial * factor^(failures-1)`, capped at `max`, then
-/// shortened by up to `jitter` (a fraction) so that many failing keys do not retry in lockstep.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-    pub factor: f64,
-    pub jitter: f64,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Backoff {
-            // A first retry within a second keeps a transient failure short.
-            initial: Duration::from_secs(1),
-            // Five minutes bounds the wait for a fix that needs no new event to be seen.
-            max: Duration::from_secs(300),
-            factor: 2.0,
-            jitter: 0.25,
-        }
-    }
-}
-
-impl Backoff {
-    /// The delay before retry number `failures` (1 for the first retry).
-    pub fn delay(&self, failures: u32, rng: &mut impl Rng) -> Duration {
-        let exp = self.factor.powi(failures.saturating_sub(1).min(64) as i32);
-        let base = self.initial.as_secs_f64() * exp;
-        let capped = base.min(self.max.as_secs_f64());
-        let cut = if self.jitter > 0.0 {
-            rng.random::<f64>() * self.jitter
-        } else {
-            0.0
-        };
-        Duration::from_secs_f64(capped * (1.0 - cut))
-    }
 }
 
 /// How a driver runs its reconciler.

@@ -35,6 +35,8 @@
 //! - [`sources`]: what the sources of the store decide before writing (when a burst of config
 //!   changes is read, what stays after a failed read, when a peer list changed).
 //! - [`hash`]: the schedule hash, byte-compatible with verwalter 0.13.
+//! - [`machinery`]: what the controllers run on: the one backoff (the driver's per-key retries,
+//!   replication's, the pod watch's, the graph executor's).
 //! - [`vars`]: role variables from the schedule (the merge rule, roles of a node).
 //! - [`upgrade`]: the first start on what verwalter 0.13 left: which layout a storage dir shows,
 //!   what to move, copy or remove.
@@ -53,6 +55,7 @@ pub mod ernest;
 pub mod graph;
 pub mod graphql_cost;
 pub mod hash;
+pub mod machinery;
 pub mod persist;
 pub mod ports;
 pub mod refs;

@@ -42,6 +42,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::election::ElectionState;
+use crate::machinery::backoff::Backoff;
 use crate::state::{NodeId, Prefetched, Reports, Schedule, ScheduleStamp};
 
 #[cfg(test)]
@@ -55,6 +56,9 @@ pub const REPLACED_KEPT: usize = 4;
 /// a moment before TCP works, and one failure should not lose a side's decisions.
 pub const PARENT_TRIES: u32 = 4;
 pub const PARENT_RETRY: Duration = Duration::from_millis(500);
+/// The waits between a late parent's tries: doubling from [`PARENT_RETRY`], at most 256 times
+/// it (reached only if [`PARENT_TRIES`] allowed nine tries or more).
+const PARENT_BACKOFF: Backoff = Backoff::doubling(PARENT_RETRY, PARENT_RETRY.saturating_mul(256));
 /// The longest the scheduler waits for late parents in a row: a heal's other side answers
 /// within a fetch or a few tries, and peers that report schedule after schedule that cannot be
 /// fetched (broken or hostile) must not stop this leader's scheduling.
@@ -68,6 +72,8 @@ pub const FOLLOW_RETRY_FIRST: Duration = Duration::from_millis(100);
 /// The retries double up to this: a follower behind a broken link still catches up within
 /// seconds of its repair, without hammering a leader that cannot serve.
 pub const FOLLOW_RETRY_MAX: Duration = Duration::from_secs(5);
+/// A follower's waits between failed fetches of the leader's schedule.
+const FOLLOW_BACKOFF: Backoff = Backoff::doubling(FOLLOW_RETRY_FIRST, FOLLOW_RETRY_MAX);
 
 /// The fan-out of the relay tree unless set: a leader of 100 followers serves 8 of them, a
 /// schedule crosses three hops at most.
@@ -388,7 +394,7 @@ impl Replication {
             }
             (Purpose::Follow { .. }, Err(error)) => {
                 self.failures += 1;
-                let at = now + follow_retry(self.failures);
+                let at = now + FOLLOW_BACKOFF.nominal(self.failures);
                 self.retry_at = Some(at);
                 out.push(Action::Failed {
                     fetch,
@@ -427,7 +433,7 @@ impl Replication {
                     .entry(fetch.stamp.hash.clone())
                     .or_insert((0, now));
                 *tries += 1;
-                *next = now + PARENT_RETRY * (1 << (*tries - 1).min(8));
+                *next = now + PARENT_BACKOFF.nominal(*tries);
                 let retry_at = (*tries < PARENT_TRIES).then_some(*next);
                 out.push(Action::Failed {
                     fetch,
@@ -723,11 +729,6 @@ fn moot(fetch: &Fetch, world: &World) -> bool {
             !election.is_leader || election.epoch != *epoch
         }
     }
-}
-
-/// The wait before a follower's next try after `failures` failures in a row.
-fn follow_retry(failures: u32) -> Duration {
-    (FOLLOW_RETRY_FIRST * (1 << (failures.clamp(1, 7) - 1))).min(FOLLOW_RETRY_MAX)
 }
 
 /// Peers whose last election packet came at or after this (wall-clock ms) count as heard from

@@ -24,14 +24,15 @@ use verwalter_controllers::replication::{
 use verwalter_controllers::state::{Prefetched, Schedule};
 use verwalter_controllers::store::{Field, Store};
 
-use super::client::HttpClient;
-use super::peers::Liveness;
+use super::coding::{self, Coding};
+use super::peers::{self, Liveness};
 use super::vouch::Announced;
+use crate::machinery::http_client::HttpClient;
 use crate::metrics::Metrics;
 
 /// Schedules larger than this are refused (a transport limit: the body is read into memory).
 pub const MAX_SCHEDULE: usize = 64 << 20;
-/// One request may take this long (a fetch is one or two requests, see [`get_schedule`]).
+/// One request may take this long (a fetch is one or two requests, see [`Ask`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The schedules of other nodes that peers reported, noted by the election transport as packets
@@ -100,7 +101,7 @@ impl Fetcher {
         Fetcher {
             machine: Replication::new(config),
             io: parts,
-            client: HttpClient::default(),
+            client: peers::client(),
             token: None,
             host: Arc::from(""),
         }
@@ -195,11 +196,8 @@ impl Fetcher {
                                 let hash = &fetch.stamp.hash;
                                 let relay = relay.as_deref();
                                 let token = token.as_ref();
-                                if fetch.relayed() {
-                                    get_relayed(&client, token, &addr, hash, relay, &reading).await
-                                } else {
-                                    get_schedule(&client, token, &addr, hash, relay, &reading).await
-                                }
+                                let ask = Ask::new(&addr, hash, fetch.relayed());
+                                fetch_schedule(&client, token, ask, hash, relay, &reading).await
                             }
                             None => Err(format!("no address known for {}", fetch.peer)),
                         };
@@ -298,10 +296,63 @@ impl FetcherParts {
     }
 }
 
-/// Fetches schedule `hash` from the peer at `addr` and checks that its data matches its hash
-/// (whether it is the schedule wanted is the machine's call). `/v1/schedule/<hash>` also finds
-/// a schedule the peer replaced a moment ago; a peer without that route (verwalter 0.13) gets
-/// the plain `/v1/schedule`.
+/// The URLs a fetch of a schedule asks, in order, and the one it is known by.
+struct Ask {
+    /// Asked in order until one answers.
+    urls: Vec<String>,
+    /// Named in errors, and deciding whether the body is passed on (see [`pass_on`]).
+    named: String,
+}
+
+impl Ask {
+    /// Schedule `hash` from the peer at `addr`. From the leader (or another peer),
+    /// `/v1/schedule/<hash>`, which also finds a schedule the peer replaced a moment ago; a peer
+    /// without that route (verwalter 0.13) gets the plain `/v1/schedule`. From this node's
+    /// relay (`relayed`), a follower that may be about to take that schedule itself, the
+    /// request waits for it (`/v1/schedule/<hash>?wait_ms=`, see
+    /// `http::api::schedule_by_hash`); no fallback to the plain `/v1/schedule` there: a relay
+    /// without the hash (or of verwalter 0.13, without the route) fails the fetch, and the
+    /// machine asks the leader.
+    fn new(addr: &str, hash: &str, relayed: bool) -> Ask {
+        if relayed {
+            let wait = crate::http::RELAY_WAIT_MAX.as_millis();
+            let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
+            Ask {
+                urls: vec![url.clone()],
+                named: url,
+            }
+        } else {
+            let plain = format!("http://{addr}/v1/schedule");
+            Ask {
+                urls: vec![format!("http://{addr}/v1/schedule/{hash}"), plain.clone()],
+                named: plain,
+            }
+        }
+    }
+}
+
+/// Fetches schedule `hash` as `ask` says and checks that its data matches its hash (whether it
+/// is the schedule wanted is the machine's call).
+async fn fetch_schedule(
+    client: &HttpClient,
+    token: Option<&verwalter_controllers::access::Token>,
+    ask: Ask,
+    hash: &str,
+    relay: Option<&crate::http::RelayBody>,
+    reading: &Reading,
+) -> Result<Schedule, String> {
+    let mut failed = None;
+    for url in &ask.urls {
+        match get_compressed(client, url, token).await {
+            Ok(fetched) => return pass_on(&ask.named, hash, fetched, relay, reading).await,
+            Err(e) => failed = Some(e),
+        }
+    }
+    Err(failed.expect("a fetch asks at least one URL"))
+}
+
+/// [`fetch_schedule`] from the leader (or another peer) at `addr`.
+#[cfg(test)]
 async fn get_schedule(
     client: &HttpClient,
     token: Option<&verwalter_controllers::access::Token>,
@@ -310,14 +361,47 @@ async fn get_schedule(
     relay: Option<&crate::http::RelayBody>,
     reading: &Reading,
 ) -> Result<Schedule, String> {
-    let by_hash = format!("http://{addr}/v1/schedule/{hash}");
-    let url = format!("http://{addr}/v1/schedule");
-    let get = |url| client.get_compressed(url, token, MAX_SCHEDULE, FETCH_TIMEOUT);
-    let fetched = match get(&by_hash).await {
-        Ok(fetched) => fetched,
-        Err(_) => get(&url).await?,
+    let ask = Ask::new(addr, hash, false);
+    fetch_schedule(client, token, ask, hash, relay, reading).await
+}
+
+/// GETs `url` asking for a compressed answer (see [`coding`]), at most [`MAX_SCHEDULE`] bytes
+/// as it came, within [`FETCH_TIMEOUT`]; [`Fetched::plain`] inflates it (at most
+/// [`MAX_SCHEDULE`] bytes again). Schedules travel so between nodes of this version; a server
+/// that ignores the header (verwalter 0.13) answers plain JSON, taken as it is.
+async fn get_compressed(
+    client: &HttpClient,
+    url: &str,
+    token: Option<&verwalter_controllers::access::Token>,
+) -> Result<Fetched, String> {
+    let headers = [
+        peers::HOST,
+        (hyper::header::ACCEPT_ENCODING, coding::ACCEPTED),
+    ];
+    let token = token.map(|t| t.as_bytes());
+    let coding_of = |head: &hyper::HeaderMap| {
+        Coding::of_response(head)
+            .ok_or_else(|| format!("{url}: a Content-Encoding this node cannot read"))
     };
-    pass_on(&url, hash, fetched, relay, reading).await
+    let (coding, body) = client
+        .get(url, token, &headers, MAX_SCHEDULE, FETCH_TIMEOUT, coding_of)
+        .await?;
+    Ok(Fetched { body, coding })
+}
+
+/// A body fetched, as it came, in `coding`.
+#[derive(Debug)]
+pub struct Fetched {
+    pub body: hyper::body::Bytes,
+    pub coding: Coding,
+}
+
+impl Fetched {
+    /// The body decoded, refused past `limit` bytes: the caller runs this off the async
+    /// runtime (a megabyte's schedule takes a fraction of a millisecond).
+    pub fn plain(self, limit: usize) -> Result<Vec<u8>, String> {
+        self.coding.decode(self.body, limit)
+    }
 }
 
 /// Offers the compressed body of `hash` to `relay` at once (see `RelayBody`), then decodes it; a body
@@ -326,11 +410,11 @@ async fn get_schedule(
 async fn pass_on(
     url: &str,
     hash: &str,
-    fetched: crate::cluster::client::Fetched,
+    fetched: Fetched,
     relay: Option<&crate::http::RelayBody>,
     reading: &Reading,
 ) -> Result<Schedule, String> {
-    let compressed = fetched.coding != crate::cluster::client::Coding::Identity;
+    let compressed = fetched.coding != Coding::Identity;
     let relay = relay.filter(|_| compressed && !url.ends_with("/v1/schedule"));
     if let Some(relay) = relay {
         relay.offer(hash, fetched.coding, fetched.body.clone());
@@ -344,27 +428,6 @@ async fn pass_on(
     decoded
 }
 
-/// Fetches the leader's schedule `hash` from the follower at `addr`, this node's relay: it may
-/// be about to take that schedule itself, so the request waits for it
-/// (`/v1/schedule/<hash>?wait_ms=`, see `http::api::schedule_by_hash`). No fallback to the
-/// plain `/v1/schedule` here: a relay without the hash (or of verwalter 0.13, without the
-/// route) fails the fetch, and the machine asks the leader.
-async fn get_relayed(
-    client: &HttpClient,
-    token: Option<&verwalter_controllers::access::Token>,
-    addr: &str,
-    hash: &str,
-    relay: Option<&crate::http::RelayBody>,
-    reading: &Reading,
-) -> Result<Schedule, String> {
-    let wait = crate::http::RELAY_WAIT_MAX.as_millis();
-    let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
-    let fetched = client
-        .get_compressed(&url, token, MAX_SCHEDULE, FETCH_TIMEOUT)
-        .await?;
-    pass_on(&url, hash, fetched, relay, reading).await
-}
-
 /// A schedule from the body `fetched`, inflated and checked (its data against its hash, or
 /// the body against the one the leader announced for `hash`, see [`crate::cluster::vouch`]), on
 /// a blocking thread (a megabyte takes a millisecond or two that the runtime's other tasks must
@@ -373,7 +436,7 @@ async fn get_relayed(
 async fn decode(
     url: &str,
     hash: &str,
-    fetched: crate::cluster::client::Fetched,
+    fetched: Fetched,
     reading: &Reading,
 ) -> Result<Schedule, String> {
     let (url, hash, reading) = (url.to_string(), hash.to_string(), reading.clone());
@@ -740,7 +803,7 @@ mod tests {
         let schedule = Schedule::test().with_role("web", "v1").build();
         let (port, heads) = serve_with_token(schedule.clone(), TOKEN).await;
         let addr = format!("127.0.0.1:{port}");
-        let client = HttpClient::default();
+        let client = peers::client();
         let err = get_schedule(
             &client,
             None,
@@ -790,9 +853,9 @@ mod tests {
         let schedule = Schedule::test().with_role("web", "v1").build();
         let json = serde_json::to_vec(&schedule).unwrap();
         let by_hash = format!("http://127.0.0.2:1/v1/schedule/{}", schedule.hash);
-        let arrived = crate::cluster::client::Fetched {
+        let arrived = Fetched {
             body: gzip(&json),
-            coding: crate::cluster::client::Coding::Gzip,
+            coding: Coding::Gzip,
         };
         let mut changes = relay.subscribe();
         let reading = Reading::plain("");
@@ -804,12 +867,12 @@ mod tests {
         assert_eq!(passed.0.unwrap().hash, schedule.hash);
         assert_eq!(
             passed.1,
-            Some((crate::cluster::client::Coding::Gzip, gzip(&json))),
+            Some((Coding::Gzip, gzip(&json))),
             "offered before the check ended"
         );
         assert_eq!(
             relay.get(&schedule.hash),
-            Some((crate::cluster::client::Coding::Gzip, gzip(&json))),
+            Some((Coding::Gzip, gzip(&json))),
             "and kept"
         );
         assert_eq!(relay.get("0000"), None);
@@ -818,9 +881,9 @@ mod tests {
         let mut forged: serde_json::Value = serde_json::to_value(&schedule).unwrap();
         forged["data"]["roles"]["web"]["version"] = "v666".into();
         let forged = serde_json::to_vec(&forged).unwrap();
-        let arrived = crate::cluster::client::Fetched {
+        let arrived = Fetched {
             body: gzip(&forged),
-            coding: crate::cluster::client::Coding::Gzip,
+            coding: Coding::Gzip,
         };
         let err = pass_on(
             &by_hash,
@@ -835,9 +898,9 @@ mod tests {
         assert_eq!(relay.get(&schedule.hash), None);
 
         // A 0.13 peer's plain `/v1/schedule` might hold another schedule: not passed on.
-        let arrived = crate::cluster::client::Fetched {
+        let arrived = Fetched {
             body: gzip(&json),
-            coding: crate::cluster::client::Coding::Gzip,
+            coding: Coding::Gzip,
         };
         pass_on(
             "http://127.0.0.2:1/v1/schedule",
@@ -855,7 +918,7 @@ mod tests {
     /// body (another hash, another coding) is checked against the schedule hash.
     #[tokio::test]
     async fn an_lz4_body_the_leader_announced_is_taken_on_its_hash() {
-        use crate::cluster::client::{Coding, Fetched};
+        use super::{Coding, Fetched};
         use crate::cluster::vouch::body_sha1;
         let schedule = Schedule::test().with_role("web", "v1").build();
         let json = serde_json::to_vec(&schedule).unwrap();

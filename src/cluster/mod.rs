@@ -1,6 +1,5 @@
 //! The cluster: peer sources, the election over UDP, schedule distribution.
 
-pub mod client;
 pub mod coding;
 pub mod election;
 pub mod fetch;

@@ -15,13 +15,25 @@ use verwalter_controllers::sources;
 use verwalter_controllers::state::{Peer, Peers};
 use verwalter_controllers::store::Field;
 
-use super::client::HttpClient;
+use crate::machinery::http_client::{Connections, HttpClient};
 use crate::metrics::Metrics;
 
 /// How often cantal is asked (as 0.13 did).
 pub const REFRESH: Duration = Duration::from_secs(1);
 /// cantal's answer is capped at this size.
 const CANTAL_LIMIT: usize = 10 << 20;
+
+/// The client of cantal and of the schedule fetches between nodes: plain HTTP, keep-alive
+/// connections kept 5 minutes, a second to connect.
+pub fn client() -> HttpClient {
+    HttpClient::http(Connections {
+        connect_timeout: Duration::from_secs(1),
+        idle_timeout: Duration::from_secs(300),
+    })
+}
+
+/// What every request to cantal or a peer names as its `Host`.
+pub const HOST: (hyper::header::HeaderName, &str) = (hyper::header::HOST, "verwalter");
 
 /// What the election needs to know about peers beyond the list, updated more often than the
 /// list changes (so kept out of the store, whose writes wake readers): when the list was last
@@ -156,7 +168,7 @@ pub async fn run_cantal(
     metrics: Arc<Metrics>,
     shutdown: CancellationToken,
 ) {
-    let client = HttpClient::default();
+    let client = client();
     let Cantal { url, port, own_id } = cantal;
     let endpoint = format!("{url}/all_peers.json");
     let mut last_problem = String::new();
@@ -168,9 +180,9 @@ pub async fn run_cantal(
             _ = tick.tick() => {}
         }
         let result = client
-            .get(&endpoint, CANTAL_LIMIT, REFRESH)
+            .get(&endpoint, None, &[HOST], CANTAL_LIMIT, REFRESH, |_| Ok(()))
             .await
-            .and_then(|body| parse_cantal(&body, port, &own_id));
+            .and_then(|((), body)| parse_cantal(&body, port, &own_id));
         match result {
             Ok(parsed) => {
                 metrics.peer_refresh(true);

@@ -20,13 +20,14 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::machinery::backoff::Backoff;
 use verwalter_controllers::ports::{DeploymentLog, RoleOutcome};
 use verwalter_controllers::wallclock::rfc3339;
 
 /// Events waiting for the publisher at most (a deployment has a handful per role).
 const QUEUE: usize = 4096;
 /// Between two attempts of the first connection.
-const CONNECT_RETRY: Duration = Duration::from_secs(1);
+const CONNECT_RETRY: Backoff = Backoff::fixed(Duration::from_secs(1));
 
 /// `deployment-events:` in the settings. Its `Debug` shows the NATS URL without its password.
 #[derive(Clone, PartialEq)]
@@ -160,6 +161,7 @@ async fn publish(
     shutdown: CancellationToken,
 ) {
     let mut warned = false;
+    let mut failures = 0;
     let client = loop {
         tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -175,9 +177,10 @@ async fn publish(
                 },
             },
         }
+        failures += 1;
         tokio::select! {
             _ = shutdown.cancelled() => return,
-            _ = tokio::time::sleep(CONNECT_RETRY) => {}
+            _ = tokio::time::sleep(CONNECT_RETRY.nominal(failures)) => {}
         }
     };
     tracing::info!(url = %super::redact_url(&url), "Deployment events go to NATS.");

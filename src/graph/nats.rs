@@ -15,12 +15,13 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ernest::BUILD_ACTIONS;
 use verwalter_controllers::ernest::executor_loop::Input;
+use verwalter_controllers::machinery::backoff::Backoff;
 use verwalter_controllers::ports::{BusError, GraphBus};
 
 use super::metrics::GraphMetrics;
 
 /// Between two attempts of the first connection.
-const CONNECT_RETRY: Duration = Duration::from_secs(1);
+const CONNECT_RETRY: Backoff = Backoff::fixed(Duration::from_secs(1));
 /// The longest wait between reconnect attempts: a restarted server is found within this.
 const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 
@@ -151,6 +152,7 @@ pub async fn connect(
 ) -> Option<Connection> {
     let connects = Arc::new(AtomicUsize::new(0));
     let mut warned = false;
+    let mut failures = 0;
     let client = loop {
         let events = inbox.clone();
         let counted = connects.clone();
@@ -197,9 +199,10 @@ pub async fn connect(
                 }
             },
         }
+        failures += 1;
         tokio::select! {
             _ = shutdown.cancelled() => return None,
-            _ = tokio::time::sleep(CONNECT_RETRY) => {}
+            _ = tokio::time::sleep(CONNECT_RETRY.nominal(failures)) => {}
         }
     };
     let mut streams = Vec::new();

@@ -11,86 +11,42 @@
 use std::net::SocketAddr;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, Path, Request, State};
-use axum::http::{StatusCode, header};
+use axum::extract::{ConnectInfo, Extension, Path, State};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use verwalter_controllers::actions::{Outcome, RegisterError, Registered, WAIT_LIMIT};
 
-use super::AppState;
 use super::api::build_status;
+use super::body::{BodyRules, JsonBody, JsonRoute};
+use super::{ApiError, AppState};
 
 /// Largest action body accepted.
 pub const BODY_LIMIT: usize = 64 << 10;
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"error": message.into()}))).into_response()
+/// The body of `POST /v1/action` and `/v1/wait_action`: any JSON.
+pub struct ActionBody;
+
+impl JsonRoute for ActionBody {
+    type Body = Value;
+    const RULES: BodyRules = BodyRules::json(
+        BODY_LIMIT,
+        "send the action as Content-Type: application/json",
+        |limit| format!("an action body is at most {limit} bytes"),
+    );
 }
 
-/// Whether reading a body failed because the client stopped sending it (the server's
-/// `RequestBodyTimeoutLayer`, see `serve.rs`); the error is wrapped by the body adapters.
-pub(super) fn body_timed_out(error: &axum::Error) -> bool {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
-    while let Some(e) = source {
-        if e.is::<tower_http::timeout::TimeoutError>() {
-            return true;
-        }
-        source = e.source();
-    }
-    false
-}
+/// Where a request came from, for the audit line.
+type Source = Option<Extension<ConnectInfo<SocketAddr>>>;
 
-/// Reads the action of `request` and registers it; with `wait`, also a waiter for its outcome.
-async fn read_action(
+/// Registers `action`, from `source`; with `wait`, also a waiter for its outcome.
+async fn register(
     state: &AppState,
-    request: Request,
+    source: Source,
+    action: Value,
     wait: bool,
-) -> Result<Registered, Response> {
-    let json_type = super::sends_json(request.headers());
-    if !json_type {
-        return Err(error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "send the action as Content-Type: application/json",
-        ));
-    }
-    // A body announced over the limit is refused at once, not after reading up to the limit
-    // (or waiting out the idle timeout for bytes that may never come).
-    let announced = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if announced.is_some_and(|length| length > BODY_LIMIT as u64) {
-        return Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("an action body is at most {BODY_LIMIT} bytes"),
-        ));
-    }
-    let source = request
-        .extensions()
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or_else(|| "unknown".to_string(), |c| c.0.to_string());
-    let bytes = axum::body::to_bytes(request.into_body(), BODY_LIMIT)
-        .await
-        .map_err(|e| {
-            if body_timed_out(&e) {
-                error(
-                    StatusCode::REQUEST_TIMEOUT,
-                    "the request body stalled for the idle timeout (http.idle-timeout-ms)",
-                )
-            } else {
-                error(
-                    StatusCode::PAYLOAD_TOO_LARGE,
-                    format!("an action body is at most {BODY_LIMIT} bytes"),
-                )
-            }
-        })?;
-    let action: Value = serde_json::from_slice(&bytes).map_err(|e| {
-        error(
-            StatusCode::BAD_REQUEST,
-            format!("the body is not JSON: {e}"),
-        )
-    })?;
+) -> Result<Registered, ApiError> {
+    let source = source.map_or_else(|| "unknown".to_string(), |c| c.0.0.to_string());
     // A client hanging up while the action is written cannot leave it on disk but not
     // pending: the queue's writer makes it pending, whether this call is still there or not.
     let logged = action.clone();
@@ -101,17 +57,16 @@ async fn read_action(
         .map_err(|e| match e {
             RegisterError::NotLeader => {
                 let status = build_status(state);
-                (
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    Json(json!({"error": e.to_string(), "leader": status.leader})),
-                )
-                    .into_response()
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+                    .with("leader", status.leader)
             }
-            RegisterError::TooMany => error(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
+            RegisterError::TooMany => ApiError::new(StatusCode::TOO_MANY_REQUESTS, e.to_string()),
             RegisterError::TooManyPending { .. }
             | RegisterError::PendingTooLarge { .. }
             | RegisterError::Store(_)
-            | RegisterError::Stopped => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+            | RegisterError::Stopped => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
+            }
         })?;
     let id = registered.id;
     if let Some(logs) = &state.logs {
@@ -121,32 +76,36 @@ async fn read_action(
     Ok(registered)
 }
 
-pub async fn action(State(state): State<AppState>, request: Request) -> Response {
-    match read_action(&state, request, false).await {
-        Ok(registered) => Json(json!({"registered": registered.id})).into_response(),
-        Err(response) => response,
-    }
+pub async fn action(
+    State(state): State<AppState>,
+    source: Source,
+    body: JsonBody<ActionBody>,
+) -> Result<Json<Value>, ApiError> {
+    let registered = register(&state, source, body.into_inner(), false).await?;
+    Ok(Json(json!({"registered": registered.id})))
 }
 
-pub async fn wait_action(State(state): State<AppState>, request: Request) -> Response {
-    let (id, answer) = match read_action(&state, request, true).await {
-        Ok(Registered { id, answer }) => (id, answer.expect("registered with a waiter")),
-        Err(response) => return response,
-    };
+pub async fn wait_action(
+    State(state): State<AppState>,
+    source: Source,
+    body: JsonBody<ActionBody>,
+) -> Result<Response, ApiError> {
+    let Registered { id, answer } = register(&state, source, body.into_inner(), true).await?;
+    let answer = answer.expect("registered with a waiter");
     match answer.wait().await {
-        Outcome::Reply(value) => Json(value).into_response(),
-        Outcome::NoReply => StatusCode::NO_CONTENT.into_response(),
-        Outcome::LeadershipLost => error(
+        Outcome::Reply(value) => Ok(Json(value).into_response()),
+        Outcome::NoReply => Ok(StatusCode::NO_CONTENT.into_response()),
+        Outcome::LeadershipLost => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             format!("action {id}: this node stopped leading before a schedule took it"),
-        ),
-        Outcome::TimedOut => error(
+        )),
+        Outcome::TimedOut => Err(ApiError::new(
             StatusCode::GATEWAY_TIMEOUT,
             format!(
                 "action {id}: no schedule took it within {} s (it stays pending)",
                 WAIT_LIMIT.as_secs()
             ),
-        ),
+        )),
     }
 }
 
@@ -165,9 +124,6 @@ pub async fn action_is_pending(State(state): State<AppState>, Path(id): Path<Str
         Ok(id) => {
             Json(json!({"pending": state.store.actions.peek().contains_key(&id)})).into_response()
         }
-        Err(_) => error(
-            StatusCode::BAD_REQUEST,
-            format!("{id:?} is not an action id"),
-        ),
+        Err(_) => ApiError::bad_request(format!("{id:?} is not an action id")).into_response(),
     }
 }

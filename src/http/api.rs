@@ -39,7 +39,7 @@ pub async fn schedule(
 ) -> Result<Response, ApiError> {
     let schedule = state.store.schedule.peek();
     if schedule.is_none() {
-        return Err(ApiError::NotFound("no schedule yet".into()));
+        return Err(ApiError::not_found("no schedule yet"));
     }
     Ok(schedule_body(&state, schedule, &headers).await)
 }
@@ -59,7 +59,7 @@ async fn schedule_body(
     let http = state.http.clone();
     let made = tokio::task::spawn_blocking(move || http.schedule_json.encoded(&schedule, coding));
     let Ok(body) = made.await else {
-        return ApiError::Internal("the schedule body could not be made".into()).into_response();
+        return ApiError::internal("the schedule body could not be made").into_response();
     };
     coded_schedule(state, coding, body)
 }
@@ -113,7 +113,7 @@ pub async fn schedule_by_hash(
     if let Some(found) = held_schedule(&state, &hash, &headers).await {
         return Ok(found);
     }
-    let missing = || ApiError::NotFound(format!("no schedule {hash} here"));
+    let missing = || ApiError::not_found(format!("no schedule {hash} here"));
     let Some(wait_ms) = wait.wait_ms.filter(|w| *w > 0) else {
         return Err(missing());
     };
@@ -195,8 +195,8 @@ pub async fn scheduler_input(State(state): State<AppState>) -> Result<Response, 
     let status = state.store.scheduler.peek();
     match &status.last_input {
         Some(input) => Ok(Json(&**input).into_response()),
-        None => Err(ApiError::NotFound(
-            "the scheduler has not run on this node".into(),
+        None => Err(ApiError::not_found(
+            "the scheduler has not run on this node",
         )),
     }
 }
@@ -209,8 +209,8 @@ pub async fn scheduler_debug_info(State(state): State<AppState>) -> Result<Respo
             text.clone(),
         )
             .into_response()),
-        None => Err(ApiError::NotFound(
-            "the scheduler has not run on this node".into(),
+        None => Err(ApiError::not_found(
+            "the scheduler has not run on this node",
         )),
     }
 }
@@ -259,7 +259,7 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
 }
 
 pub async fn unknown_api(uri: Uri) -> ApiError {
-    ApiError::NotFound(format!("no API route {}", uri.path()))
+    ApiError::not_found(format!("no API route {}", uri.path()))
 }
 
 /// `{to_render: {role: vars}, all_roles: [...]}`: what this node would render now, each role's
@@ -268,7 +268,7 @@ pub async fn unknown_api(uri: Uri) -> ApiError {
 pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let schedule = state.store.schedule.peek();
     let Some(schedule) = schedule.as_ref() else {
-        return Err(ApiError::Internal("no schedule yet".into()));
+        return Err(ApiError::internal("no schedule yet"));
     };
     let id = deployment_id();
     let now = rfc3339(
@@ -289,8 +289,8 @@ pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, Ap
             })
         })
         .await
-        .map_err(|e| ApiError::Internal(format!("the query.wasm call did not finish: {e}")))?;
-        let roles = answer.map_err(|e| ApiError::Internal(e.message))?;
+        .map_err(|e| ApiError::internal(format!("the query.wasm call did not finish: {e}")))?;
+        let roles = answer.map_err(|e| ApiError::internal(e.message))?;
         vars::roles_view(&schedule.data.node_view(host), host, roles)
     } else {
         schedule.data.node_view(host)
@@ -351,13 +351,14 @@ async fn redirect_to_leader(state: AppState, tail: String) -> Response {
             let location = format!("http://{}:{port}/{tail}", leader.name);
             // A leader name from the peer list is not checked to be a valid header value.
             let Ok(location) = HeaderValue::try_from(location) else {
-                return (
+                return ApiError::new(
                     StatusCode::BAD_GATEWAY,
-                    Json(json!({"error": format!(
-                        "the leader's name {:?} cannot be used in a redirect", leader.name
-                    )})),
+                    format!(
+                        "the leader's name {:?} cannot be used in a redirect",
+                        leader.name
+                    ),
                 )
-                    .into_response();
+                .into_response();
             };
             return (
                 StatusCode::PERMANENT_REDIRECT,
@@ -372,7 +373,7 @@ async fn redirect_to_leader(state: AppState, tail: String) -> Response {
             _ = election.changed() => {}
             _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
             _ = tokio::time::sleep_until(deadline) => {
-                return ApiError::NotFound("No leader found in 65 seconds".into()).into_response();
+                return ApiError::not_found("No leader found in 65 seconds").into_response();
             }
         }
     }

@@ -13,9 +13,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
@@ -78,18 +76,15 @@ pub async fn events(
     connection: Option<axum::Extension<ConnectionHandle>>,
 ) -> Response {
     let Ok(permit) = state.http.streams.clone().try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "5")],
-            Json(serde_json::json!({
-                "error": format!(
-                    "{} event streams are open, the most this node serves \
-                     (http.max-event-streams, at most a quarter of the connection cap)",
-                    state.http.max_streams
-                )
-            })),
+        return super::ApiError::unavailable(
+            format!(
+                "{} event streams are open, the most this node serves \
+                 (http.max-event-streams, at most a quarter of the connection cap)",
+                state.http.max_streams
+            ),
+            "5",
         )
-            .into_response();
+        .into_response();
     };
     state.metrics.event_stream_opened();
     let slot = Slot {

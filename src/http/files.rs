@@ -31,23 +31,23 @@ use crate::paths::{Boundary, Escape};
 /// `rel` joined to `base`, checked: plain components, and inside `base` after symlinks.
 pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
     let boundary = Boundary::new(base)
-        .map_err(|_| ApiError::NotFound(format!("{} does not exist", base.display())))?;
+        .map_err(|_| ApiError::not_found(format!("{} does not exist", base.display())))?;
     let real = match boundary.join_plain(rel) {
         None => {
-            return Err(ApiError::NotFound(format!(
+            return Err(ApiError::not_found(format!(
                 "{rel:?} is not a plain relative path"
             )));
         }
         Some(Err(Escape::Unresolved(_))) => {
-            return Err(ApiError::NotFound(format!("no file {rel}")));
+            return Err(ApiError::not_found(format!("no file {rel}")));
         }
         Some(Err(Escape::Outside(_))) => {
-            return Err(ApiError::Forbidden(format!("{rel} leads out of its dir")));
+            return Err(ApiError::forbidden(format!("{rel} leads out of its dir")));
         }
         Some(Ok(real)) => real,
     };
     if !real.is_file() {
-        return Err(ApiError::NotFound(format!("{rel} is not a file")));
+        return Err(ApiError::not_found(format!("{rel} is not a file")));
     }
     Ok(real)
 }
@@ -62,7 +62,7 @@ async fn serve(path: PathBuf, mut request: Request, content_type: &'static str) 
     }
     let mut response = match ServeFile::new(path).oneshot(request).await {
         Ok(response) => response.into_response(),
-        Err(e) => return ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => return ApiError::internal(e.to_string()).into_response(),
     };
     inert(&mut response, content_type);
     response
@@ -80,13 +80,10 @@ fn inert(response: &mut Response, content_type: &'static str) {
     if success {
         headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     }
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    headers.insert(
-        header::CONTENT_SECURITY_POLICY,
-        HeaderValue::from_static("sandbox; default-src 'none'; frame-ancestors 'none'"),
+    // The responses served here come from `ServeFile`, which sets no policy of its own.
+    super::no_sniffing(
+        headers,
+        "sandbox; default-src 'none'; frame-ancestors 'none'",
     );
 }
 
@@ -157,7 +154,7 @@ fn log_dir(state: &AppState) -> Result<&Path, ApiError> {
         .logs
         .as_ref()
         .map(|l| l.path())
-        .ok_or_else(|| ApiError::NotFound("no deployment log here".into()))
+        .ok_or_else(|| ApiError::not_found("no deployment log here"))
 }
 
 /// `/v1/log/{index|global|changes}/<file>`.
@@ -170,7 +167,7 @@ pub async fn log_stream(
         "index" => ".index",
         "global" => ".global",
         "changes" => ".changes",
-        other => return ApiError::NotFound(format!("no log {other:?}")).into_response(),
+        other => return ApiError::not_found(format!("no log {other:?}")).into_response(),
     };
     let root = match log_dir(&state) {
         Ok(root) => root,
@@ -195,7 +192,7 @@ pub async fn log_role(
     request: Request,
 ) -> Response {
     if let Some(why) = verwalter_controllers::vars::unsafe_role_name(&role) {
-        return ApiError::NotFound(format!("role {role:?}: {why}")).into_response();
+        return ApiError::not_found(format!("role {role:?}: {why}")).into_response();
     }
     match log_dir(&state).and_then(|root| inside(&root.join(&role), &file)) {
         Ok(path) => serve(path, request, LOG_TYPE).await,
@@ -210,7 +207,7 @@ pub async fn log_external(
     request: Request,
 ) -> Response {
     let Some(base) = state.log_dirs.get(&name) else {
-        return ApiError::Forbidden(format!("no log dir {name:?} in sandbox/*.yaml"))
+        return ApiError::forbidden(format!("no log dir {name:?} in sandbox/*.yaml"))
             .into_response();
     };
     match inside(base, &rel) {
@@ -223,7 +220,7 @@ pub async fn log_external(
 pub async fn backups(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
     crate::backups::list(&state.backups_dir)
         .map(Json)
-        .map_err(|e| ApiError::Internal(e.to_string()))
+        .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// `/v1/backup/<name>`.
@@ -233,7 +230,7 @@ pub async fn backup(
     request: Request,
 ) -> Response {
     if name.is_empty() || !name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
-        return ApiError::NotFound(format!("{name:?} is not a backup name")).into_response();
+        return ApiError::not_found(format!("{name:?} is not a backup name")).into_response();
     }
     match inside(&state.backups_dir, &name) {
         Ok(path) => {
@@ -254,7 +251,7 @@ pub async fn wasm_module(
     request: Request,
 ) -> Response {
     if name != crate::wasm::SCHEDULER_WASM && name != crate::wasm::QUERY_WASM {
-        return ApiError::NotFound(format!(
+        return ApiError::not_found(format!(
             "no module {name:?}: only {} and {} are served",
             crate::wasm::SCHEDULER_WASM,
             crate::wasm::QUERY_WASM
@@ -267,8 +264,9 @@ pub async fn wasm_module(
             response.headers_mut().remove(header::CONTENT_ENCODING);
             response
         }
-        Err(ApiError::NotFound(_)) => {
-            ApiError::NotFound(format!("the config dir has no scheduler/v1/{name}")).into_response()
+        Err(e) if e.status() == axum::http::StatusCode::NOT_FOUND => {
+            ApiError::not_found(format!("the config dir has no scheduler/v1/{name}"))
+                .into_response()
         }
         Err(e) => e.into_response(),
     }

@@ -227,7 +227,7 @@ async fn page(state: &AppState, name: &str, request: Request) -> Response {
     let dir = state.frontend_dir.join(name);
     match inside(&dir, "index.html") {
         Ok(file) => serve_file(&dir, file, request).await,
-        Err(_) => ApiError::NotFound(format!(
+        Err(_) => ApiError::not_found(format!(
             "no frontend {name:?}: {} is missing",
             state.frontend_dir.join(name).join("index.html").display()
         ))
@@ -260,7 +260,7 @@ async fn serve_file(dir: &Path, file: PathBuf, mut request: Request) -> Response
             );
             response
         }
-        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => ApiError::internal(e.to_string()).into_response(),
     }
 }
 

@@ -32,8 +32,8 @@ use async_graphql::http::{WebSocket as GraphqlSocket, WebSocketProtocols, WsMess
 use async_graphql::parser::types::{ExecutableDocument, OperationType, Selection, SelectionSet};
 use async_graphql::{Executor, Name, ServerError, Value as GqlValue};
 use axum::Json;
+use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, Stream, StreamExt};
@@ -46,7 +46,8 @@ use verwalter_controllers::store::Store;
 use verwalter_controllers::subscriptions::LastSent;
 use verwalter_controllers::vars;
 
-use super::AppState;
+use super::body::{BodyRules, JsonBody, JsonRoute};
+use super::{ApiError, AppState};
 use crate::logs::LogDir;
 use crate::metrics::Metrics;
 
@@ -734,58 +735,28 @@ fn tree(node: &NodeInfo, snap: &Snapshot, status: &status::Status) -> Value {
 
 // ---- HTTP -------------------------------------------------------------------------------------
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (
-        status,
-        Json(json!({"errors": [{"message": message.into()}]})),
-    )
-        .into_response()
+/// The body of `POST /v1/graphql`: a GraphQL request.
+pub struct GraphqlBody;
+
+impl JsonRoute for GraphqlBody {
+    type Body = async_graphql::Request;
+    const RULES: BodyRules = BodyRules {
+        not_parsed: "the body is not a GraphQL request ({query, operationName?, variables?})",
+        graphql: true,
+        ..BodyRules::json(
+            BODY_LIMIT,
+            "send the query as Content-Type: application/json",
+            |limit| format!("a GraphQL request body is at most {limit} bytes"),
+        )
+    };
 }
 
 /// `POST /v1/graphql`.
-pub async fn post(State(state): State<AppState>, request: Request) -> Response {
-    let json_type = super::sends_json(request.headers());
-    if !json_type {
-        return error(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "send the query as Content-Type: application/json",
-        );
-    }
-    let too_large = || {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("a GraphQL request body is at most {BODY_LIMIT} bytes"),
-        )
-    };
-    let announced = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if announced.is_some_and(|length| length > BODY_LIMIT as u64) {
-        return too_large();
-    }
-    let bytes = match axum::body::to_bytes(request.into_body(), BODY_LIMIT).await {
-        Ok(bytes) => bytes,
-        Err(e) if super::actions::body_timed_out(&e) => {
-            return error(
-                StatusCode::REQUEST_TIMEOUT,
-                "the request body stalled for the idle timeout (http.idle-timeout-ms)",
-            );
-        }
-        Err(_) => return too_large(),
-    };
-    let request: async_graphql::Request = match serde_json::from_slice(&bytes) {
-        Ok(request) => request,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "the body is not a GraphQL request ({{query, operationName?, variables?}}): {e}"
-                ),
-            );
-        }
-    };
+pub async fn post(
+    State(state): State<AppState>,
+    body: JsonBody<GraphqlBody>,
+) -> Result<Response, ApiError> {
+    let request = body.into_inner();
     let schema = schema(&state);
     let work = off_runtime(async move {
         let mut request = request;
@@ -797,19 +768,21 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Response {
     let response = match tokio::time::timeout(TIME_BUDGET, work).await {
         Ok(Ok(response)) => response,
         Ok(Err(e)) => {
-            return error(
+            return Err(ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 format!("the query failed: {e}"),
-            );
+            )
+            .graphql());
         }
         Err(_) => {
-            return error(
+            return Err(ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
                     "the query ran past its time budget of {} s and was stopped",
                     TIME_BUDGET.as_secs()
                 ),
-            );
+            )
+            .graphql());
         }
     };
     let code = if response.data == async_graphql::Value::Null {
@@ -817,7 +790,7 @@ pub async fn post(State(state): State<AppState>, request: Request) -> Response {
     } else {
         StatusCode::OK
     };
-    (code, Json(response)).into_response()
+    Ok((code, Json(response)).into_response())
 }
 
 /// `GET /v1/graphql`: a WebSocket for subscriptions (queries and mutations work there too).
@@ -831,36 +804,35 @@ pub async fn socket(
     let upgrade = match upgrade {
         Ok(upgrade) => upgrade,
         Err(_) => {
-            return error(
+            return ApiError::new(
                 StatusCode::BAD_REQUEST,
                 "GET /v1/graphql is a WebSocket (subprotocol graphql-ws or graphql-transport-ws); \
                  send queries with POST",
-            );
+            )
+            .graphql()
+            .into_response();
         }
     };
     // Browsers apply no same-origin rule to WebSockets: a page of another site could read the
     // status over one. Its `Origin` must be this node's, as for requests that change state.
     let text = |name| headers.get(name).and_then(|v| v.to_str().ok());
     if !access::websocket_allowed(text(header::HOST), text(header::ORIGIN)) {
-        return super::ApiError::Forbidden(format!(
+        return ApiError::forbidden(format!(
             "cross-site WebSocket from {:?} refused: open it from a page of this node",
             text(header::ORIGIN).unwrap_or("")
         ))
         .into_response();
     }
     let Ok(permit) = state.http.streams.clone().try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "5")],
-            Json(json!({
-                "error": format!(
-                    "{} event streams and GraphQL sockets are open, the most this node serves \
-                     (http.max-event-streams, at most a quarter of the connection cap)",
-                    state.http.max_streams
-                )
-            })),
+        return ApiError::unavailable(
+            format!(
+                "{} event streams and GraphQL sockets are open, the most this node serves \
+                 (http.max-event-streams, at most a quarter of the connection cap)",
+                state.http.max_streams
+            ),
+            "5",
         )
-            .into_response();
+        .into_response();
     };
     // The write buffer takes one whole message: tungstenite refuses a message larger than
     // `max_write_buffer_size` with an error (a result holding a schedule of a few hundred KiB

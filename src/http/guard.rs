@@ -104,11 +104,8 @@ fn unauthorized(state: &AppState, request: &Request) -> TokenGate {
         ),
     };
     TokenGate::Refused(
-        (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, challenge)],
-            axum::Json(serde_json::json!({ "error": error })),
-        )
+        ApiError::new(StatusCode::UNAUTHORIZED, error)
+            .header(header::WWW_AUTHENTICATE, challenge)
             .into_response(),
     )
 }
@@ -130,23 +127,22 @@ fn refusal(state: &AppState, method: &Method, headers: &HeaderMap) -> Option<Res
             .and_then(|v| v.to_str().ok()),
     };
     let response = match access::judge(names, asked)? {
-        Refusal::UnknownHost(host) => ApiError::Forbidden(format!(
+        Refusal::UnknownHost(host) => ApiError::forbidden(format!(
             "Host {host:?} is not a name of this node; add it to http.allowed-hosts in the \
              settings file to use it"
         ))
         .into_response(),
-        Refusal::CrossSite(source) => ApiError::Forbidden(format!(
+        Refusal::CrossSite(source) => ApiError::forbidden(format!(
             "cross-site request from {source:?} refused: {method} must come from a page of \
              this node"
         ))
         .into_response(),
-        Refusal::FormBody => (
+        Refusal::FormBody => ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            axum::Json(serde_json::json!({
-                "error": "send application/json (or no body): a form's body type is refused on requests that change state"
-            })),
+            "send application/json (or no body): a form's body type is refused on requests \
+             that change state",
         )
-            .into_response(),
+        .into_response(),
     };
     Some(response)
 }

@@ -7,6 +7,7 @@
 mod actions;
 mod api;
 pub use api::RELAY_WAIT_MAX;
+mod body;
 mod error;
 mod events;
 mod files;
@@ -308,18 +309,15 @@ async fn long_poll_slot(
     next: Next,
 ) -> Response {
     let Ok(_slot) = state.http.long_polls.clone().try_acquire_owned() else {
-        return (
-            axum::http::StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "5")],
-            axum::Json(serde_json::json!({
-                "error": format!(
-                    "{} requests that wait (wait_action, leader redirects) are in progress, \
-                     the most this node serves; retry later",
-                    state.http.max_long_polls
-                )
-            })),
+        return ApiError::unavailable(
+            format!(
+                "{} requests that wait (wait_action, leader redirects) are in progress, the \
+                 most this node serves; retry later",
+                state.http.max_long_polls
+            ),
+            "5",
         )
-            .into_response();
+        .into_response();
     };
     next.run(request).await
 }
@@ -497,22 +495,30 @@ pub(crate) const FRAME_POLICY: &str = "frame-ancestors 'none'";
 async fn security_headers(request: Request, next: Next) -> Response {
     let mut response = next.run(request).await;
     let headers = response.headers_mut();
-    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
-        headers.insert(
-            header::CONTENT_SECURITY_POLICY,
-            HeaderValue::from_static(PAGE_POLICY),
-        );
-    }
+    no_sniffing(headers, PAGE_POLICY);
     headers.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
     headers.insert(
         header::REFERRER_POLICY,
         HeaderValue::from_static("same-origin"),
     );
     response
+}
+
+/// `X-Content-Type-Options: nosniff` (no guessing another type from the bytes), and `policy` as
+/// the `Content-Security-Policy` unless the response has one of its own: every response gets
+/// these (`security_headers`), and a served file its own, stricter policy first
+/// (`files::inert`).
+pub(super) fn no_sniffing(headers: &mut axum::http::HeaderMap, policy: &'static str) {
+    if !headers.contains_key(header::CONTENT_SECURITY_POLICY) {
+        headers.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(policy),
+        );
+    }
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
 }
 
 fn with_formats(
@@ -538,7 +544,7 @@ async fn pretty(request: Request, next: Next) -> Response {
     }
     let (mut parts, body) = response.into_parts();
     let Ok(bytes) = axum::body::to_bytes(body, PRETTY_LIMIT).await else {
-        return ApiError::Internal("response too large to indent".into()).into_response();
+        return ApiError::internal("response too large to indent").into_response();
     };
     let body = match serde_json::from_slice::<serde_json::Value>(&bytes) {
         Ok(value) => {

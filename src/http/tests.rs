@@ -889,6 +889,52 @@ async fn an_action_body_that_stalls_gets_408_and_frees_its_connection() {
     server.await.unwrap();
 }
 
+/// `/v1/query` reads its body as the other JSON routes do (it used to read up to the limit
+/// whatever the head announced, and answer a stalled body 413): a `Content-Length` over the
+/// limit is refused 413 before any byte comes, and a body that stalls is 408.
+#[tokio::test]
+async fn a_query_body_announced_too_large_gets_413_at_once_and_a_stalled_one_408() {
+    use std::time::Duration;
+    let writer = StoreWriter::new(None);
+    let app = app(&writer);
+    // A body that never sends a byte; `stall` wraps it as the server's
+    // `RequestBodyTimeoutLayer` does every body (with a shorter idle timeout). The answer's
+    // status and body.
+    let ask = async |length: u64, stall: Option<Duration>| {
+        let pending = futures::stream::pending::<Result<axum::body::Bytes, std::io::Error>>();
+        let body = Body::from_stream(pending);
+        let body = match stall {
+            Some(stall) => Body::new(tower_http::timeout::TimeoutBody::new(stall, body)),
+            None => body,
+        };
+        let request = Request::post("/v1/query/anything")
+            .header("content-type", "application/json")
+            .header("content-length", length.to_string())
+            .body(body)
+            .unwrap();
+        let answer = tokio::time::timeout(Duration::from_secs(10), app.clone().oneshot(request));
+        let response = answer.await.expect("answered").unwrap();
+        let status = response.status();
+        let body = axum::body::to_bytes(response.into_body(), 1 << 16).await;
+        (status, String::from_utf8(body.unwrap().to_vec()).unwrap())
+    };
+    assert_eq!(
+        ask(1 << 20, None).await,
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            r#"{"error":"a query body is at most 65536 bytes of JSON"}"#.into()
+        )
+    );
+    assert_eq!(
+        ask(100, Some(Duration::from_millis(50))).await,
+        (
+            StatusCode::REQUEST_TIMEOUT,
+            r#"{"error":"the request body stalled for the idle timeout (http.idle-timeout-ms)"}"#
+                .into()
+        )
+    );
+}
+
 #[tokio::test]
 async fn event_streams_take_at_most_a_quarter_of_the_connections() {
     let settings = |max_connections, max_event_streams| HttpSettings {

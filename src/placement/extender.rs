@@ -35,7 +35,7 @@ use super::refresh::RefreshSettings;
 use super::source_metrics::SourceMetrics;
 use super::start::{SourcePlan, SourcesError, start_sources};
 use super::store::{SnapshotStore, View};
-use crate::http::ServeLimits;
+use crate::http::{ApiError, ServeLimits};
 use crate::metrics::{ConnectionMetrics, HttpClose};
 
 /// The port wca-scheduler listens on (its policy's `URLPrefix` is `https://…:30180`).
@@ -401,15 +401,10 @@ async fn index(State(state): State<Arc<Extender>>) -> Response {
     }))
 }
 
-/// The one error answer: 400 with `{"error": "...", "field": "..."}`.
-#[derive(Debug)]
-struct BadRequest(wire::WireError);
-
-impl IntoResponse for BadRequest {
-    fn into_response(self) -> Response {
-        let body = serde_json::json!({"error": self.0.to_string(), "field": self.0.path});
-        (StatusCode::BAD_REQUEST, axum::Json(body)).into_response()
-    }
+/// The answer to a request that is not an extender request: 400 with
+/// `{"error": "...", "field": "..."}`.
+fn bad_request(error: wire::WireError) -> ApiError {
+    ApiError::bad_request(error.to_string()).with("field", error.path)
 }
 
 fn json_response<T: Serialize>(value: &T) -> Response {
@@ -473,7 +468,7 @@ fn handle(
         }
         Err(error) => {
             tracing::info!(verb = verb.label(), %error, "Bad extender request.");
-            (BadRequest(error).into_response(), "bad_request")
+            (bad_request(error).into_response(), "bad_request")
         }
     };
     state.metrics.request(verb, result, started.elapsed());

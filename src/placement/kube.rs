@@ -15,7 +15,8 @@ use verwalter_placement::sources::{
     Nodes, Pod, SourceError, WatchEvent, parse_node_list, parse_pod_list, parse_watch_line,
 };
 
-use super::client::{SourceClient, encode_param, status_error};
+use super::request::{self, encode_param, status_error};
+use crate::machinery::http_client::HttpClient;
 
 /// Lists larger than this are refused.
 pub const BODY_LIMIT: usize = 256 << 20;
@@ -25,7 +26,7 @@ const LINE_LIMIT: usize = 4 << 20;
 /// A client for one API server.
 #[derive(Debug, Clone)]
 pub struct KubeApi {
-    client: SourceClient,
+    client: HttpClient,
     base: String,
     token_path: PathBuf,
     https: bool,
@@ -87,9 +88,9 @@ impl KubeApi {
                     cfg.server_cert_ca_path
                 ))
             })?;
-            SourceClient::with_ca(&pem)?
+            request::client_with_ca(&pem)?
         } else {
-            SourceClient::plain()
+            request::plain_client()
         };
         Ok(KubeApi {
             client,
@@ -118,9 +119,14 @@ impl KubeApi {
     async fn get(&self, path: &str) -> Result<hyper::body::Bytes, SourceError> {
         let token = self.token()?;
         let url = format!("{}{path}", self.base);
-        self.client
-            .get_ok(&url, token.as_deref(), BODY_LIMIT, self.timeout)
-            .await
+        request::get_ok(
+            &self.client,
+            &url,
+            token.as_deref(),
+            BODY_LIMIT,
+            self.timeout,
+        )
+        .await
     }
 
     /// `GET /api/v1/nodes`.
@@ -159,10 +165,7 @@ impl KubeApi {
             url.push_str(&encode_param(rv));
         }
         let what = format!("pod watch of namespace {namespace}");
-        let response = self
-            .client
-            .open(&url, token.as_deref(), self.timeout)
-            .await?;
+        let response = request::open(&self.client, &url, token.as_deref(), self.timeout).await?;
         let status = response.status();
         if status == hyper::StatusCode::GONE {
             return Err(SourceError::Gone {

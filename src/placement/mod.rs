@@ -19,12 +19,12 @@
 
 pub mod chart;
 pub mod check;
-pub mod client;
 pub mod extender;
 pub mod input;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;
+pub mod request;
 pub mod scheduler_metrics;
 pub mod simulate;
 pub mod snapshot_file;

@@ -5,7 +5,8 @@ use std::time::Duration;
 use verwalter_placement::config::Prometheus;
 use verwalter_placement::sources::{Sample, SourceError, parse_query_reply};
 
-use super::client::{SourceClient, encode_param, status_error};
+use super::request::{self, encode_param, status_error};
+use crate::machinery::http_client::HttpClient;
 
 /// Replies larger than this are refused (a query gone wrong, not a placement input).
 pub const BODY_LIMIT: usize = 16 << 20;
@@ -39,14 +40,14 @@ pub fn query_url(base_url: &str, query: &str, time: Option<&str>) -> String {
 /// timeout on its side) arrive with a 4xx/5xx status and a JSON body: they come back as
 /// [`SourceError::Prometheus`]; other failures as connect, timeout, status or bad-reply errors.
 pub async fn instant_query(
-    client: &SourceClient,
+    client: &HttpClient,
     base_url: &str,
     query: &str,
     time: Option<&str>,
     timeout: Duration,
 ) -> Result<Vec<Sample>, SourceError> {
     let url = query_url(base_url, query, time);
-    let (status, body) = client.get(&url, None, BODY_LIMIT, timeout).await?;
+    let (status, body) = request::get(client, &url, None, BODY_LIMIT, timeout).await?;
     if status == hyper::StatusCode::OK {
         return parse_query_reply(&body);
     }

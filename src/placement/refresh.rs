@@ -21,17 +21,19 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::machinery::backoff::Backoff;
 use verwalter_placement::Dim;
 use verwalter_placement::config::{DataProvider, Kubeapi, SERVICE_CA_PATH, SERVICE_TOKEN_PATH};
 use verwalter_placement::sources::{
     KubeData, PlannedQuery, PodIndex, PromData, SourceError, WatchEvent, combine, plan_queries,
 };
 
-use super::client::SourceClient;
 use super::kube::{KubeApi, WatchEnd};
 use super::prometheus::{base_url, instant_query};
+use super::request;
 use super::source_metrics::SourceMetrics;
 use super::store::SnapshotStore;
+use crate::machinery::http_client::HttpClient;
 
 /// The source name of the Kubernetes API part in the store and in metrics.
 pub const KUBERNETES: &str = "kubernetes";
@@ -258,7 +260,8 @@ async fn watch_namespace(
     shared: &Shared,
 ) {
     // Doubles after each failure in a row (a proxy that cannot watch is not asked every second).
-    let mut retry = shared.settings.watch_retry;
+    let backoff = Backoff::doubling(shared.settings.watch_retry, shared.settings.interval);
+    let mut failures = 0;
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         let apply = |events: Vec<WatchEvent>| {
@@ -289,7 +292,7 @@ async fn watch_namespace(
             .await
         {
             Ok(WatchEnd::Closed(rv)) => {
-                retry = shared.settings.watch_retry;
+                failures = 0;
                 if rv.is_some() {
                     version = rv;
                 }
@@ -300,8 +303,8 @@ async fn watch_namespace(
             }
             Err(e) => {
                 shared.failed(KUBERNETES, &e, started.elapsed());
-                tokio::time::sleep(retry).await;
-                retry = (retry * 2).min(shared.settings.interval);
+                failures += 1;
+                tokio::time::sleep(backoff.nominal(failures)).await;
             }
         }
     }
@@ -312,10 +315,10 @@ async fn watch_namespace(
 /// clear error rather than half-honoured.
 fn prometheus_client(
     cfg: &verwalter_placement::config::Prometheus,
-) -> Result<SourceClient, SourceError> {
+) -> Result<HttpClient, SourceError> {
     use verwalter_placement::config::ServerVerify;
     let Some(ssl) = &cfg.ssl else {
-        return Ok(SourceClient::plain());
+        return Ok(request::plain_client());
     };
     if ssl.client_cert_path.is_some() || ssl.client_key_path.is_some() {
         return Err(SourceError::Setup(
@@ -327,7 +330,7 @@ fn prometheus_client(
             let pem = std::fs::read(path).map_err(|e| {
                 SourceError::Setup(format!("prometheus: !SSL server_verify {path}: {e}"))
             })?;
-            SourceClient::with_ca(&pem)
+            request::client_with_ca(&pem)
         }
         ServerVerify::System => Err(SourceError::Setup(
             "prometheus: !SSL needs server_verify: /path/to/ca.pem (the system CA store is not read)"
@@ -347,7 +350,7 @@ async fn run_prometheus(
 ) {
     let (client, plan) = match prometheus_client(&cfg) {
         Ok(client) => (client, plan),
-        Err(e) => (SourceClient::plain(), Err(e)),
+        Err(e) => (request::plain_client(), Err(e)),
     };
     let base = base_url(&cfg);
     let timeout = Duration::from_secs_f64(cfg.timeout.max(0.001));
@@ -382,7 +385,7 @@ async fn run_prometheus(
 
 /// Runs the planned queries side by side; the first failure fails the round.
 async fn query_all(
-    client: &SourceClient,
+    client: &HttpClient,
     base: &str,
     time: Option<&str>,
     timeout: Duration,

@@ -22,8 +22,9 @@ use verwalter_controllers::state::Inputs;
 use verwalter_controllers::store::{Field, Reader};
 use verwalter_placement::sources::SourceError;
 
-use super::client::SourceClient;
 use super::prometheus::instant_query;
+use super::request;
+use crate::machinery::http_client::HttpClient;
 use crate::metrics::Metrics;
 
 /// What the refresh reads and writes.
@@ -39,19 +40,19 @@ pub struct MetricsRefresh {
 type Answer = Result<Vec<MetricSample>, (String, &'static str)>;
 
 /// The client for a declaration: plain, or trusting its CA file for HTTPS.
-fn client_for(decl: &MetricsDeclaration) -> Result<SourceClient, String> {
+fn client_for(decl: &MetricsDeclaration) -> Result<HttpClient, String> {
     match &decl.ca_file {
-        None => Ok(SourceClient::plain()),
+        None => Ok(request::plain_client()),
         Some(path) => {
             let pem = std::fs::read(path).map_err(|e| format!("CA file {path}: {e}"))?;
-            SourceClient::with_ca(&pem).map_err(|e| e.to_string())
+            request::client_with_ca(&pem).map_err(|e| e.to_string())
         }
     }
 }
 
 /// One round: every query of `decl`, side by side, each answer or error by name.
 async fn round(
-    client: &Result<SourceClient, String>,
+    client: &Result<HttpClient, String>,
     decl: &MetricsDeclaration,
 ) -> Vec<(String, Answer)> {
     let client = match client {
@@ -131,7 +132,7 @@ impl MetricsRefresh {
     /// Refreshes until shutdown.
     pub async fn run(mut self, shutdown: CancellationToken) {
         let mut current: Option<Arc<MetricsDeclaration>> = None;
-        let mut client: Result<SourceClient, String> = Err(String::new());
+        let mut client: Result<HttpClient, String> = Err(String::new());
         // When the next round is due (`None`: now).
         let mut next: Option<Instant> = None;
         let mut was_leading = false;

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{BuildRun, Executor, ResultKind, Step};
+use crate::machinery::backoff::Backoff;
 use crate::ports::{BuildStore, Clock, GraphBus};
 
 /// Messages taken into one step at most: one file write per build and step, whatever the
@@ -33,6 +34,7 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 /// A build file that cannot be written is tried again this often; nothing about that build is
 /// published meanwhile.
 const STORE_RETRY: Duration = Duration::from_secs(1);
+const STORE_BACKOFF: Backoff = Backoff::fixed(STORE_RETRY);
 /// A journal may grow to the size of its snapshot before the next write is a snapshot (so
 /// replay never reads more than about twice the build), but at least to this: a small build's
 /// snapshot is cheap, yet rewriting it every few steps would cost the fsyncs of a whole file.
@@ -275,6 +277,7 @@ impl ExecutorLoop {
         let mut seen = HashSet::new();
         for id in ids.iter().filter(|id| seen.insert(id.as_str())) {
             // Until written: a run forgotten meanwhile has nothing left to write.
+            let mut failures = 0;
             while let Some(run) = self.executor.run_mut(id) {
                 let finished = run.finished();
                 let written = if needs_snapshot(self.journals.get(id), finished) {
@@ -319,9 +322,10 @@ impl ExecutorLoop {
                     Err(problem) => {
                         tracing::error!(build = %id, %problem,
                             "Cannot write the build's file; nothing of it is published until it is written.");
+                        failures += 1;
                         tokio::select! {
                             _ = shutdown.cancelled() => return false,
-                            _ = tokio::time::sleep(STORE_RETRY) => {}
+                            _ = tokio::time::sleep(STORE_BACKOFF.nominal(failures)) => {}
                         }
                     }
                 }

@@ -6,8 +6,9 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::driver::{Backoff, DriverConfig};
+use crate::driver::DriverConfig;
 use crate::election::ElectionState;
+use crate::machinery::backoff::Backoff;
 use crate::persist::{PERSIST_RETRY, Persister};
 use crate::store::StoreWriter;
 use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};

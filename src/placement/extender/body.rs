@@ -17,6 +17,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use verwalter_controllers::access::{self, BodyRefusal};
 
+use crate::http::ApiError;
+
 /// How long a request waits for its share of the budget before it is answered 503: long
 /// enough for a request in flight to finish and give its share back, short against
 /// kube-scheduler's 5 s per call.
@@ -147,17 +149,12 @@ pub async fn charge_reply(
 /// after it (the rest of the body is never read).
 pub fn refusal_response(refusal: BodyRefusal, max_body: u64) -> Response {
     let status = StatusCode::from_u16(refusal.status()).expect("a valid status");
-    let body = serde_json::json!({"error": refusal.message(max_body)});
-    let mut response = (status, axum::Json(body)).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONNECTION,
-        header::HeaderValue::from_static("close"),
-    );
+    let mut error =
+        ApiError::new(status, refusal.message(max_body)).header(header::CONNECTION, "close");
     if refusal == BodyRefusal::NoBudget {
-        headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+        error = error.header(header::RETRY_AFTER, "1");
     }
-    response
+    error.into_response()
 }
 
 #[cfg(test)]
