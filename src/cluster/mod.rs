@@ -4,5 +4,6 @@ pub mod client;
 pub mod coding;
 pub mod election;
 pub mod fetch;
+pub mod metrics;
 pub mod peers;
 pub mod vouch;
