@@ -1,7 +1,7 @@
 //! Wiring of the daemon: build the ports, spawn the controllers and the HTTP server under one
 //! shutdown signal.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,8 +12,10 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::{self, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::actions::ActionQueue;
 use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
 use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
+use verwalter_controllers::election::ElectionState;
 use verwalter_controllers::election::{self, machine::Machine};
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::ports::{AppliedStore, Clock, StorageError, SystemClock};
@@ -22,8 +24,10 @@ use verwalter_controllers::replication::ReplicationConfig;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };
+use verwalter_controllers::scheduler_metrics::SchedulerMetrics;
+use verwalter_controllers::state::{Actions, Peers, Prefetched, Reports, RolesStatus, Schedule};
 use verwalter_controllers::status::Sources;
-use verwalter_controllers::store::StoreWriter;
+use verwalter_controllers::store::{Field, Store, StoreWriter};
 use verwalter_controllers::watchdog::{self, Progress};
 
 use crate::backups;
@@ -41,6 +45,7 @@ use crate::schedule::ConfigDirScheduler;
 use crate::state_dir::StateDir;
 use crate::systemd::{self, Notify};
 use crate::wasm::WasmScheduler;
+use crate::wasm::query::QueryHook;
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -222,10 +227,18 @@ impl DriverWiring<'_> {
     }
 }
 
-/// Runs the daemon until `shutdown` is cancelled (or a part of it dies).
-pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
-    let notify = Notify::from_env();
-    let progress = notify.progress();
+/// The HTTP listener, bound before anything else starts.
+struct Bound {
+    listener: TcpListener,
+    /// The address bound (with port 0, the port the system picked).
+    addr: String,
+    port: u16,
+    /// The file descriptors the daemon may open, when known.
+    nofile: Option<u64>,
+}
+
+/// Raises the open-files limit and binds the HTTP port.
+async fn bind_http(config: &Config) -> Result<Bound, StartError> {
     let nofile = http::raise_nofile_limit();
     let addr = format!("{}:{}", config.host, config.port);
     let listener = TcpListener::bind(&addr)
@@ -239,7 +252,16 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         Ok(bound) => (bound.to_string(), bound.port()),
         Err(_) => (addr, config.port),
     };
+    Ok(Bound {
+        listener,
+        addr,
+        port,
+        nofile,
+    })
+}
 
+/// Checks and upgrades the storage dir, and loads the schedule stored there.
+fn open_storage(config: &Config) -> Result<(StateDir, Option<Schedule>), StartError> {
     check_storage_dir(&config.storage_dir)?;
     let state_dir = StateDir::new(&config.storage_dir);
     // Before anything reads or writes them: what verwalter 0.13 left joins our layout.
@@ -261,13 +283,64 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     if let Some(s) = &schedule {
         tracing::info!(hash = %s.hash, "Loaded the stored schedule.");
     }
+    Ok((state_dir, schedule))
+}
+
+/// The store's writers the cluster part owns (a node without peers keeps them unused).
+struct ClusterFields {
+    peers: Field<Peers>,
+    election: Field<ElectionState>,
+    reports: Field<Reports>,
+    prefetched: Field<Prefetched>,
+    replaced: Field<Vec<Schedule>>,
+}
+
+/// What the schedule's parts share with the cluster and the HTTP API.
+struct Shared {
+    schedule: Arc<Field<Option<Schedule>>>,
+    /// Both roles save the schedule in force through this one; it retries failed writes.
+    persister: Arc<Persister>,
+    /// What a follower passes on to the followers that fetch through it (its HTTP serves it).
+    relay: Arc<http::RelayBody>,
+    /// `/v1/schedule`'s bodies, shared with the election, whose pings announce the LZ4 body's
+    /// hash.
+    schedule_json: Arc<http::SharedJson<Option<Schedule>>>,
+    /// Shared with the HTTP API, which shows it on `/v1/peers`.
+    live: Liveness,
+}
+
+/// What the render part shares with the HTTP API.
+struct Rendered {
+    logs: Arc<LogDir>,
+    log_dirs: BTreeMap<String, PathBuf>,
+    query_hook: QueryHook,
+}
+
+/// What every part of the daemon is wired to: the settings, the store, the metrics, the clock,
+/// and the tasks that run under one shutdown.
+struct Wiring<'a> {
+    config: &'a Config,
+    store: Store,
+    metrics: Arc<Metrics>,
+    clock: Arc<dyn Clock>,
+    tasks: Tasks,
+    progress: Progress,
+    shutdown: CancellationToken,
+}
+
+/// Runs the daemon until `shutdown` is cancelled (or a part of it dies).
+pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunError> {
+    let notify = Notify::from_env();
+    let progress = notify.progress();
+    let bound = bind_http(&config).await?;
+    let (state_dir, schedule) = open_storage(&config)?;
     let writer = StoreWriter::new(schedule);
     let store = writer.store();
     let mut keep_unused: Vec<Box<dyn std::any::Any + Send>> = Vec::new();
     let StoreWriter {
         inputs,
-        peers: peers_out,
-        election: election_out,
+        peers,
+        election,
         actions,
         parents,
         schedule,
@@ -281,86 +354,128 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         persist_error,
         scheduler_metrics,
     } = writer;
-    let metrics = Arc::new(Metrics::new());
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let mut tasks = Tasks {
-        set: JoinSet::new(),
-        names: HashMap::new(),
+    let mut wiring = Wiring {
+        config: &config,
+        store,
+        metrics: Arc::new(Metrics::new()),
+        clock: Arc::new(SystemClock),
+        tasks: Tasks {
+            set: JoinSet::new(),
+            names: HashMap::new(),
+        },
+        progress,
+        shutdown: shutdown.clone(),
     };
-
-    let watch = WatchConfig {
-        debounce: config.debounce,
-        ..WatchConfig::default()
+    wiring
+        .spawn_inputs(watcher::Outputs { inputs, templates })
+        .await;
+    let shared = Shared {
+        schedule: Arc::new(schedule),
+        persister: wiring.spawn_persister(&state_dir, persist_error),
+        relay: Arc::new(http::RelayBody::default()),
+        schedule_json: Arc::new(http::SharedJson::schedule()),
+        live: Liveness::default(),
     };
-    let mut input_watcher = watcher::InputsWatcher::start(
-        config.config_dir.clone(),
-        watcher::Outputs { inputs, templates },
-        metrics.clone(),
-        watch,
-    );
-    // Read the config dir before any controller starts: the render controller, given a stored
-    // schedule and no templates read yet, would fail every role as having no template dir.
-    input_watcher.refresh().await;
-    tasks.spawn(Task::Inputs, input_watcher.run(shutdown.clone()));
-
-    let schedule = Arc::new(schedule);
-    // Both roles save the schedule in force through this one; it retries failed writes.
-    let persister = Arc::new(Persister::new(Arc::new(state_dir.clone()), persist_error));
-    let driver = persister.clone().driver(DriverConfig::default());
-    DriverWiring {
-        tasks: &mut tasks,
-        metrics: &metrics,
-        progress: &progress,
-        shutdown: &shutdown,
-    }
-    .spawn(Task::Persister, driver, watchdog::LOCAL_WORK);
-    // What a follower passes on to the followers that fetch through it (its HTTP serves it).
-    let relay = Arc::new(http::RelayBody::default());
-    // `/v1/schedule`'s bodies, shared with the election, whose pings announce the LZ4 body's hash.
-    let schedule_json = Arc::new(http::SharedJson::schedule());
+    let cluster = ClusterFields {
+        peers,
+        election,
+        reports,
+        prefetched,
+        replaced,
+    };
     let clustered = config.peer_source != PeerSource::None;
-    // Shared with the HTTP API, which shows it on `/v1/peers`.
-    let live = Liveness::default();
     if clustered {
+        wiring.spawn_cluster(&bound, cluster, &shared).await?;
+    } else {
+        wiring.spawn_local_election(cluster, &mut keep_unused);
+    }
+    wiring.spawn_scheduler_metrics(scheduler_metrics);
+    let outputs = ScheduleOutputs {
+        schedule: shared.schedule.clone(),
+        status,
+        parents,
+    };
+    wiring.spawn_schedule(outputs, shared.persister.clone(), clustered)?;
+    let rendered = wiring.spawn_render(&state_dir, roles)?;
+    let action_queue = wiring.spawn_actions(actions, &state_dir)?;
+    wiring.spawn_extender(bound.nofile).await?;
+    wiring.spawn_ernest()?;
+    let (sources, node) = wiring.spawn_http(
+        bound,
+        &state_dir,
+        force_render,
+        action_queue,
+        rendered,
+        shared,
+    );
+    wiring.spawn_notify(notify, sources, node);
+
+    // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.
+    let _keep = keep_unused;
+    wiring.tasks.join(&shutdown).await
+}
+
+impl Wiring<'_> {
+    /// Where controllers' drivers report.
+    fn drivers(&mut self) -> DriverWiring<'_> {
+        DriverWiring {
+            tasks: &mut self.tasks,
+            metrics: &self.metrics,
+            progress: &self.progress,
+            shutdown: &self.shutdown,
+        }
+    }
+
+    /// Reads the config dir, then watches it.
+    async fn spawn_inputs(&mut self, outputs: watcher::Outputs) {
+        let watch = WatchConfig {
+            debounce: self.config.debounce,
+            ..WatchConfig::default()
+        };
+        let mut input_watcher = watcher::InputsWatcher::start(
+            self.config.config_dir.clone(),
+            outputs,
+            self.metrics.clone(),
+            watch,
+        );
+        // Read the config dir before any controller starts: the render controller, given a
+        // stored schedule and no templates read yet, would fail every role as having no
+        // template dir.
+        input_watcher.refresh().await;
+        self.tasks
+            .spawn(Task::Inputs, input_watcher.run(self.shutdown.clone()));
+    }
+
+    /// The persister, which writes the schedule in force to the storage dir.
+    fn spawn_persister(
+        &mut self,
+        state_dir: &StateDir,
+        error: Field<Option<String>>,
+    ) -> Arc<Persister> {
+        let persister = Arc::new(Persister::new(Arc::new(state_dir.clone()), error));
+        let driver = persister.clone().driver(DriverConfig::default());
+        self.drivers()
+            .spawn(Task::Persister, driver, watchdog::LOCAL_WORK);
+        persister
+    }
+
+    /// The peer source, the election over UDP and the schedule fetcher.
+    async fn spawn_cluster(
+        &mut self,
+        bound: &Bound,
+        fields: ClusterFields,
+        shared: &Shared,
+    ) -> Result<(), StartError> {
+        let config = self.config;
+        let addr = &bound.addr;
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
-        let udp = UdpSocket::bind(&addr)
+        let udp = UdpSocket::bind(addr)
             .await
             .map_err(|source| StartError::Bind {
                 addr: format!("udp {addr}"),
                 source,
             })?;
-        match &config.peer_source {
-            PeerSource::Cantal(url) => {
-                tasks.spawn(
-                    Task::Peers,
-                    peers::run_cantal(
-                        peers::Cantal {
-                            url: url.clone(),
-                            port,
-                            own_id: config.machine_id.clone(),
-                        },
-                        peers_out,
-                        live.clone(),
-                        clock.clone(),
-                        metrics.clone(),
-                        shutdown.clone(),
-                    ),
-                );
-            }
-            PeerSource::Static(list) => {
-                tasks.spawn(
-                    Task::Peers,
-                    peers::run_static(
-                        list.clone(),
-                        peers_out,
-                        live.clone(),
-                        clock.clone(),
-                        shutdown.clone(),
-                    ),
-                );
-            }
-            PeerSource::None => unreachable!("clustered"),
-        }
+        self.spawn_peers(bound.port, fields.peers, &shared.live);
         let machine = Machine::new(
             config.machine_id.clone(),
             Instant::now(),
@@ -372,15 +487,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         let announced = Arc::new(crate::cluster::vouch::Announced::default());
         let wiring = ElectionWiring {
             socket: Arc::new(udp),
-            store: store.clone(),
-            out: election_out,
-            reports,
-            live: live.clone(),
-            clock: clock.clone(),
-            metrics: metrics.clone(),
+            store: self.store.clone(),
+            out: fields.election,
+            reports: fields.reports,
+            live: shared.live.clone(),
+            clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
             sightings: sightings.clone(),
             announced: announced.clone(),
-            schedule_json: schedule_json.clone(),
+            schedule_json: shared.schedule_json.clone(),
         };
         let task = ElectionTask::new(
             machine,
@@ -390,7 +505,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 .then_some(config.minority_window),
             config.election_key.clone(),
         );
-        tasks.spawn(Task::Election, task.run(shutdown.clone()));
+        self.tasks
+            .spawn(Task::Election, task.run(self.shutdown.clone()));
         let fetcher = Fetcher::new(
             ReplicationConfig {
                 relay_fanout: config.relay_fanout,
@@ -401,189 +517,277 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 )
             },
             FetcherParts {
-                store: store.clone(),
-                schedule: schedule.clone(),
-                prefetched,
-                replaced,
-                persister: persister.clone(),
-                metrics: metrics.clone(),
-                live: live.clone(),
-                clock: clock.clone(),
+                store: self.store.clone(),
+                schedule: shared.schedule.clone(),
+                prefetched: fields.prefetched,
+                replaced: fields.replaced,
+                persister: shared.persister.clone(),
+                metrics: self.metrics.clone(),
+                live: shared.live.clone(),
+                clock: self.clock.clone(),
                 sightings,
-                relay: relay.clone(),
+                relay: shared.relay.clone(),
                 announced,
             },
         )
         .with_token(config.http.token_for_peers())
         .with_host(&config.hostname);
-        tasks.spawn(Task::Fetcher, fetcher.run(shutdown.clone()));
-    } else {
-        // No peer source: the node cannot have peers, so it leads itself at once.
+        self.tasks
+            .spawn(Task::Fetcher, fetcher.run(self.shutdown.clone()));
+        Ok(())
+    }
+
+    /// The peer source the settings name: cantal or a static list.
+    fn spawn_peers(&mut self, port: u16, out: Field<Peers>, live: &Liveness) {
+        let shutdown = self.shutdown.clone();
+        match &self.config.peer_source {
+            PeerSource::Cantal(url) => {
+                let cantal = peers::Cantal {
+                    url: url.clone(),
+                    port,
+                    own_id: self.config.machine_id.clone(),
+                };
+                let task = peers::run_cantal(
+                    cantal,
+                    out,
+                    live.clone(),
+                    self.clock.clone(),
+                    self.metrics.clone(),
+                    shutdown,
+                );
+                self.tasks.spawn(Task::Peers, task);
+            }
+            PeerSource::Static(list) => {
+                let task = peers::run_static(
+                    list.clone(),
+                    out,
+                    live.clone(),
+                    self.clock.clone(),
+                    shutdown,
+                );
+                self.tasks.spawn(Task::Peers, task);
+            }
+            PeerSource::None => unreachable!("clustered"),
+        }
+    }
+
+    /// No peer source: the node cannot have peers, so it leads itself at once.
+    fn spawn_local_election(
+        &mut self,
+        fields: ClusterFields,
+        keep_unused: &mut Vec<Box<dyn std::any::Any + Send>>,
+    ) {
         let now = Instant::now();
         let machine = Machine::new(
-            config.machine_id.clone(),
+            self.config.machine_id.clone(),
             now,
-            config.timings.clone(),
+            self.config.timings.clone(),
             rand::random(),
         )
         .start_now(now);
-        tasks.spawn(
+        self.tasks.spawn(
             Task::Election,
             election::run_local(
                 machine,
-                store.peers.clone(),
-                election_out,
-                clock.clone(),
+                self.store.peers.clone(),
+                fields.election,
+                self.clock.clone(),
                 false,
-                shutdown.clone(),
+                self.shutdown.clone(),
             ),
         );
-        keep_unused.push(Box::new((peers_out, reports, prefetched, replaced)));
+        keep_unused.push(Box::new((
+            fields.peers,
+            fields.reports,
+            fields.prefetched,
+            fields.replaced,
+        )));
     }
 
-    // The scheduler's `state.metrics`: the queries of `scheduler/v1/metrics.yaml`, refreshed
-    // while this node leads.
-    let refresh = crate::placement::scheduler_metrics::MetricsRefresh {
-        inputs: store.inputs.clone(),
-        election: store.election.clone(),
-        out: scheduler_metrics,
-        clock: clock.clone(),
-        metrics: metrics.clone(),
-    };
-    tasks.spawn(Task::SchedulerMetrics, refresh.run(shutdown.clone()));
+    /// The scheduler's `state.metrics`: the queries of `scheduler/v1/metrics.yaml`, refreshed
+    /// while this node leads.
+    fn spawn_scheduler_metrics(&mut self, out: Field<SchedulerMetrics>) {
+        let refresh = crate::placement::scheduler_metrics::MetricsRefresh {
+            inputs: self.store.inputs.clone(),
+            election: self.store.election.clone(),
+            out,
+            clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
+        };
+        self.tasks
+            .spawn(Task::SchedulerMetrics, refresh.run(self.shutdown.clone()));
+    }
 
-    let lua = LuaScheduler::start(config.config_dir.clone(), config.limits)
-        .map_err(StartError::SchedulerThread)?
-        .watched(&progress);
-    // `scheduler/v1/scheduler.wasm`, when it exists, runs instead of `main.lua`.
-    let wasm = WasmScheduler::start(config.config_dir.clone(), config.limits.into())
-        .map_err(StartError::SchedulerThread)?
-        .watched(&progress);
-    let scheduler = ConfigDirScheduler::new(config.config_dir.clone(), lua, wasm);
-    let controller = ScheduleController::new(
-        store.clone(),
-        ScheduleOutputs {
-            schedule,
-            status,
-            parents,
-        },
-        ScheduleDeps {
-            scheduler: Arc::new(scheduler),
-            persist: persister,
-            clock: clock.clone(),
-            observer: metrics.clone(),
-            identity: Identity {
-                id: config.machine_id.clone(),
-                hostname: config.hostname.clone(),
+    /// The schedulers (Lua, and wasm when the config dir has one) and the schedule controller.
+    fn spawn_schedule(
+        &mut self,
+        outputs: ScheduleOutputs,
+        persist: Arc<Persister>,
+        clustered: bool,
+    ) -> Result<(), StartError> {
+        let config = self.config;
+        let lua = LuaScheduler::start(config.config_dir.clone(), config.limits)
+            .map_err(StartError::SchedulerThread)?
+            .watched(&self.progress);
+        // `scheduler/v1/scheduler.wasm`, when it exists, runs instead of `main.lua`.
+        let wasm = WasmScheduler::start(config.config_dir.clone(), config.limits.into())
+            .map_err(StartError::SchedulerThread)?
+            .watched(&self.progress);
+        let scheduler = ConfigDirScheduler::new(config.config_dir.clone(), lua, wasm);
+        let controller = ScheduleController::new(
+            self.store.clone(),
+            outputs,
+            ScheduleDeps {
+                scheduler: Arc::new(scheduler),
+                persist,
+                clock: self.clock.clone(),
+                observer: self.metrics.clone(),
+                identity: Identity {
+                    id: config.machine_id.clone(),
+                    hostname: config.hostname.clone(),
+                },
+                period: config.scheduler_period,
             },
-            period: config.scheduler_period,
-        },
-    );
-    let controller = Arc::new(if clustered {
-        controller.with_prefetch()
-    } else {
-        controller
-    });
-    let driver = controller.driver(DriverConfig::default());
-    let mut drivers = DriverWiring {
-        tasks: &mut tasks,
-        metrics: &metrics,
-        progress: &progress,
-        shutdown: &shutdown,
-    };
-    // A run ends within its budget and the scheduler's grace, then the schedule is written.
-    let step = config.limits.time + crate::schedule::thread::GRACE + watchdog::LOCAL_WORK;
-    drivers.spawn(Task::Schedule, driver, step);
-
-    // Render and apply the roles of this node; clean up after them.
-    let logs = LogDir::open(&config.log_dir, config.log_limits);
-    logs.count_write_errors(metrics.deployment_log_write_errors());
-    let log_dirs = render::read_log_dirs(&config.config_dir).map_err(StartError::Sandbox)?;
-    let log_dirs_for_http = log_dirs.clone();
-    let applier = Applier::new(
-        ApplierConfig {
-            config_dir: config.config_dir.clone(),
-            staging_dir: state_dir.staging_dir(),
-            command_timeout: config.command_timeout,
-            dry_run: config.dry_run,
-            log_dirs,
-        },
-        logs.clone(),
-        store.templates.clone(),
-    );
-    if let Err(error) = applier.clean_staging() {
-        tracing::warn!(%error, "Cannot remove old staging files.");
+        );
+        let controller = Arc::new(if clustered {
+            controller.with_prefetch()
+        } else {
+            controller
+        });
+        let driver = controller.driver(DriverConfig::default());
+        // A run ends within its budget and the scheduler's grace, then the schedule is written.
+        let step = config.limits.time + crate::schedule::thread::GRACE + watchdog::LOCAL_WORK;
+        self.drivers().spawn(Task::Schedule, driver, step);
+        Ok(())
     }
-    // A dry run applies nothing, so it must not record anything as applied either.
-    let applied: Arc<dyn AppliedStore> = if config.dry_run {
-        Arc::new(Forgetful)
-    } else {
-        Arc::new(state_dir.clone())
-    };
-    // With `deployment-events:`, what the render controller reports also goes to NATS.
-    let render_log: Arc<dyn verwalter_controllers::ports::DeploymentLog> =
-        match &config.deployment_events {
+
+    /// Renders and applies the roles of this node (the render controller), and cleans up after
+    /// them (the cleanup controller).
+    fn spawn_render(
+        &mut self,
+        state_dir: &StateDir,
+        roles: Field<RolesStatus>,
+    ) -> Result<Rendered, StartError> {
+        let config = self.config;
+        let logs = LogDir::open(&config.log_dir, config.log_limits);
+        logs.count_write_errors(self.metrics.deployment_log_write_errors());
+        let log_dirs = render::read_log_dirs(&config.config_dir).map_err(StartError::Sandbox)?;
+        let applier = Applier::new(
+            ApplierConfig {
+                config_dir: config.config_dir.clone(),
+                staging_dir: state_dir.staging_dir(),
+                command_timeout: config.command_timeout,
+                dry_run: config.dry_run,
+                log_dirs: log_dirs.clone(),
+            },
+            logs.clone(),
+            self.store.templates.clone(),
+        );
+        if let Err(error) = applier.clean_staging() {
+            tracing::warn!(%error, "Cannot remove old staging files.");
+        }
+        // A dry run applies nothing, so it must not record anything as applied either.
+        let applied: Arc<dyn AppliedStore> = if config.dry_run {
+            Arc::new(Forgetful)
+        } else {
+            Arc::new(state_dir.clone())
+        };
+        let render_log = self.deployment_log(&logs);
+        // `scheduler/v1/query.wasm`, when it exists, derives the roles (shared with `/v1/query`).
+        let query_hook = QueryHook::new(
+            crate::inputs::scheduler_dir(&config.config_dir),
+            config.limits.into(),
+        );
+        let render = Arc::new(
+            RenderController::new(
+                self.store.clone(),
+                config.hostname.clone(),
+                roles,
+                Arc::new(applier.clone()),
+                applied,
+                render_log,
+                self.clock.clone(),
+            )
+            .error_policy(config.dependency_failure)
+            .role_source(Arc::new(query_hook.clone())),
+        );
+        // On shutdown a running pass may finish its apply command (bounded by the command's own
+        // timeout and the kill of its group) rather than leave a role half applied; the unit's
+        // TimeoutStopSec allows for it (docs/packaging.md).
+        let driver = render.clone().driver(DriverConfig {
+            shutdown_grace: config.command_timeout + crate::apply::KILL_GRACE,
+            max_concurrent: config.render_parallel,
+            ..DriverConfig::default()
+        });
+        // A step of a render pass is one apply command: its timeout, then the kill of its group.
+        let step = config.command_timeout + crate::apply::KILL_GRACE + watchdog::MARGIN;
+        self.drivers().spawn(Task::Render, driver, step);
+        let cleanup = Arc::new(CleanupController::new(
+            self.store.clone(),
+            render,
+            Arc::new(Sweep {
+                logs: logs.clone(),
+                state_dir: state_dir.clone(),
+                applier,
+            }),
+            self.clock.clone(),
+        ));
+        let driver = cleanup.driver(DriverConfig::default(), Duration::from_secs(3600));
+        self.drivers()
+            .spawn(Task::Cleanup, driver, watchdog::LOCAL_WORK);
+        Ok(Rendered {
+            logs,
+            log_dirs,
+            query_hook,
+        })
+    }
+
+    /// Where the render controller reports: the deployment log, and with `deployment-events:`
+    /// NATS too.
+    fn deployment_log(
+        &mut self,
+        logs: &Arc<LogDir>,
+    ) -> Arc<dyn verwalter_controllers::ports::DeploymentLog> {
+        match &self.config.deployment_events {
             Some(settings) => {
                 let (tee, task) = crate::graph::events::NatsEvents::start(
                     settings,
-                    &config.hostname,
+                    &self.config.hostname,
                     logs.clone(),
-                    shutdown.clone(),
+                    self.shutdown.clone(),
                 );
-                drivers.tasks.spawn(Task::Events, task);
+                self.tasks.spawn(Task::Events, task);
                 Arc::new(tee)
             }
             None => logs.clone(),
-        };
-    // `scheduler/v1/query.wasm`, when it exists, derives the roles (shared with `/v1/query`).
-    let query_hook = crate::wasm::query::QueryHook::new(
-        crate::inputs::scheduler_dir(&config.config_dir),
-        config.limits.into(),
-    );
-    let render = Arc::new(
-        RenderController::new(
-            store.clone(),
-            config.hostname.clone(),
-            roles,
-            Arc::new(applier.clone()),
-            applied,
-            render_log,
-            clock.clone(),
-        )
-        .error_policy(config.dependency_failure)
-        .role_source(Arc::new(query_hook.clone())),
-    );
-    // On shutdown a running pass may finish its apply command (bounded by the command's own
-    // timeout and the kill of its group) rather than leave a role half applied; the unit's
-    // TimeoutStopSec allows for it (docs/packaging.md).
-    let driver = render.clone().driver(DriverConfig {
-        shutdown_grace: config.command_timeout + crate::apply::KILL_GRACE,
-        max_concurrent: config.render_parallel,
-        ..DriverConfig::default()
-    });
-    // A step of a render pass is one apply command: its timeout, then the kill of its group.
-    let step = config.command_timeout + crate::apply::KILL_GRACE + watchdog::MARGIN;
-    drivers.spawn(Task::Render, driver, step);
-    let audit_log = logs.clone();
-    let cleanup = Arc::new(CleanupController::new(
-        store.clone(),
-        render,
-        Arc::new(Sweep {
-            logs: logs.clone(),
-            state_dir: state_dir.clone(),
-            applier,
-        }),
-        clock.clone(),
-    ));
-    let driver = cleanup.driver(DriverConfig::default(), Duration::from_secs(3600));
-    drivers.spawn(Task::Cleanup, driver, watchdog::LOCAL_WORK);
+        }
+    }
 
-    let action_queue =
-        crate::actions::open(actions, store.clone(), &state_dir, config.action_limits)
-            .map_err(StartError::Actions)?;
-    tasks.spawn(Task::Actions, action_queue.clone().run(shutdown.clone()));
-    // The Kubernetes scheduler extender, on its own address, when the settings ask for it.
-    if let Some(setup) = &config.placement_extender {
+    /// The queue of operator actions, journaled in the storage dir.
+    fn spawn_actions(
+        &mut self,
+        out: Field<Actions>,
+        state_dir: &StateDir,
+    ) -> Result<Arc<ActionQueue>, StartError> {
+        let action_queue = crate::actions::open(
+            out,
+            self.store.clone(),
+            state_dir,
+            self.config.action_limits,
+        )
+        .map_err(StartError::Actions)?;
+        self.tasks.spawn(
+            Task::Actions,
+            action_queue.clone().run(self.shutdown.clone()),
+        );
+        Ok(action_queue)
+    }
+
+    /// The Kubernetes scheduler extender, on its own address, when the settings ask for it.
+    async fn spawn_extender(&mut self, nofile: Option<u64>) -> Result<(), StartError> {
+        let Some(setup) = &self.config.placement_extender else {
+            return Ok(());
+        };
         if !setup.loggers.is_empty() {
             tracing::warn!(
                 config = %setup.config.display(),
@@ -599,84 +803,114 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         setup.limits.max_connections =
             http::connection_cap(setup.limits.max_connections, nofile.map(|n| n / 2));
         let (_, extender_tasks) =
-            crate::placement::extender::start(&setup, store, shutdown.clone())
+            crate::placement::extender::start(&setup, store, self.shutdown.clone())
                 .await
                 .map_err(StartError::Extender)?;
         for task in extender_tasks {
-            tasks.spawn(Task::Extender, task);
+            self.tasks.spawn(Task::Extender, task);
         }
+        Ok(())
     }
-    // The ernest-style graph executor over NATS, when the settings ask for it; its metrics are
-    // served on this daemon's /metrics.
-    if let Some(settings) = &config.graph {
-        let task = crate::graph::start(settings, metrics.registry(), shutdown.clone())
-            .map_err(StartError::Graph)?;
-        tasks.spawn(Task::Graph, task);
-    }
-    let server_metrics = metrics.clone();
-    let mut limits = config.http.clone();
-    limits.max_connections = http::connection_cap(limits.max_connections, nofile);
-    let node = Arc::new(NodeInfo {
-        id: config.machine_id.clone(),
-        name: config.name.clone(),
-        hostname: config.hostname.clone(),
-        addr: addr.clone(),
-        port,
-        debug_force_leader: config.debug_force_leader,
-        default_frontend: config.default_frontend.clone(),
-        version: http::version(),
-    });
-    let sources = Sources::new(&store);
-    let app = http::router(AppState {
-        store,
-        actions: action_queue,
-        logs: Some(audit_log),
-        log_dirs: Arc::new(log_dirs_for_http),
-        backups_dir: state_dir.backups_dir(),
-        force_render: Arc::new(force_render),
-        metrics: metrics.clone(),
-        node: node.clone(),
-        frontend_dir: config.config_dir.join("frontend"),
-        scheduler_dir: crate::inputs::scheduler_dir(&config.config_dir),
-        query: query_hook,
-        http: Arc::new(
-            http::HttpState::new(limits.clone())
-                .with_relay(relay)
-                .with_schedule_json(schedule_json),
-        ),
-        liveness: live.clone(),
-        alive_window: config.minority_window,
-    });
-    // Tests and scripts started with `--port 0` read the port from this line.
-    tracing::info!(
-        %addr,
-        config_dir = %config.config_dir.display(),
-        id = %config.machine_id,
-        max_connections = limits.max_connections,
-        idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
-        "Listening."
-    );
-    let server_shutdown = shutdown.clone();
-    tasks.spawn(Task::Http, async move {
-        http::serve(listener, app, &limits, server_metrics, server_shutdown).await;
-    });
-    // The listener is bound, the inputs read and every part started.
-    let line = systemd::status_line(&sources, &node, None);
-    notify.ready(&line);
-    if let Some(interval) = notify.watchdog() {
-        tracing::info!(
-            interval_ms = interval.as_millis() as u64,
-            "Pinging the systemd watchdog while the controllers make progress."
-        );
-    }
-    tasks.spawn(
-        Task::Notify,
-        notify.run(sources, node, progress, line, shutdown.clone()),
-    );
 
-    // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.
-    let _keep = keep_unused;
-    tasks.join(&shutdown).await
+    /// The ernest-style graph executor over NATS, when the settings ask for it; its metrics are
+    /// served on this daemon's /metrics.
+    fn spawn_ernest(&mut self) -> Result<(), StartError> {
+        if let Some(settings) = &self.config.graph {
+            let task =
+                crate::graph::start(settings, self.metrics.registry(), self.shutdown.clone())
+                    .map_err(StartError::Graph)?;
+            self.tasks.spawn(Task::Graph, task);
+        }
+        Ok(())
+    }
+
+    /// The HTTP API on the bound listener; returns what the systemd notifier reports.
+    fn spawn_http(
+        &mut self,
+        bound: Bound,
+        state_dir: &StateDir,
+        force_render: Field<u64>,
+        actions: Arc<ActionQueue>,
+        rendered: Rendered,
+        shared: Shared,
+    ) -> (Sources, Arc<NodeInfo>) {
+        let config = self.config;
+        let Bound {
+            listener,
+            addr,
+            port,
+            nofile,
+        } = bound;
+        let server_metrics = self.metrics.clone();
+        let mut limits = config.http.clone();
+        limits.max_connections = http::connection_cap(limits.max_connections, nofile);
+        let node = Arc::new(NodeInfo {
+            id: config.machine_id.clone(),
+            name: config.name.clone(),
+            hostname: config.hostname.clone(),
+            addr: addr.clone(),
+            port,
+            debug_force_leader: config.debug_force_leader,
+            default_frontend: config.default_frontend.clone(),
+            version: http::version(),
+        });
+        let sources = Sources::new(&self.store);
+        let app = http::router(AppState {
+            store: self.store.clone(),
+            actions,
+            logs: Some(rendered.logs),
+            log_dirs: Arc::new(rendered.log_dirs),
+            backups_dir: state_dir.backups_dir(),
+            force_render: Arc::new(force_render),
+            metrics: self.metrics.clone(),
+            node: node.clone(),
+            frontend_dir: config.config_dir.join("frontend"),
+            scheduler_dir: crate::inputs::scheduler_dir(&config.config_dir),
+            query: rendered.query_hook,
+            http: Arc::new(
+                http::HttpState::new(limits.clone())
+                    .with_relay(shared.relay)
+                    .with_schedule_json(shared.schedule_json),
+            ),
+            liveness: shared.live,
+            alive_window: config.minority_window,
+        });
+        // Tests and scripts started with `--port 0` read the port from this line.
+        tracing::info!(
+            %addr,
+            config_dir = %config.config_dir.display(),
+            id = %config.machine_id,
+            max_connections = limits.max_connections,
+            idle_timeout_ms = limits.idle_timeout.as_millis() as u64,
+            "Listening."
+        );
+        let server_shutdown = self.shutdown.clone();
+        self.tasks.spawn(Task::Http, async move {
+            http::serve(listener, app, &limits, server_metrics, server_shutdown).await;
+        });
+        (sources, node)
+    }
+
+    /// Tells systemd the daemon is ready (the listener is bound, the inputs read and every part
+    /// started), then keeps its status and watchdog up to date.
+    fn spawn_notify(&mut self, notify: Notify, sources: Sources, node: Arc<NodeInfo>) {
+        let line = systemd::status_line(&sources, &node, None);
+        notify.ready(&line);
+        if let Some(interval) = notify.watchdog() {
+            tracing::info!(
+                interval_ms = interval.as_millis() as u64,
+                "Pinging the systemd watchdog while the controllers make progress."
+            );
+        }
+        let task = notify.run(
+            sources,
+            node,
+            self.progress.clone(),
+            line,
+            self.shutdown.clone(),
+        );
+        self.tasks.spawn(Task::Notify, task);
+    }
 }
 
 /// Stores no applied hash (`--dry-run`): the render controller still remembers them in memory

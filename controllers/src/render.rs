@@ -1205,65 +1205,14 @@ impl RenderController {
         if schedule.is_none() {
             return Ok(Requeue::None);
         }
-        let (desired, id, deps, refs_doc) = {
-            let mut st = self.state.lock().unwrap();
-            let deps = self.deps_cached(&mut st, &schedule);
-            let desired = match self.desired_cached(&mut st, &schedule, &templates, &role) {
-                Ok(d) => d,
-                Err(e) => {
-                    drop(st);
-                    if self.record_failure(&role, e.to_string(), None) {
-                        self.wake_after(&role, &deps);
-                    }
-                    return Err(e);
-                }
-            };
-            if let Some(problem) = deps.problems.get(&role) {
-                let e = RenderError::Dependencies(problem.clone());
-                // Another role's pass took it in (it needs work): it leaves that pass failed,
-                // or the pass would never end.
-                let pending = st
-                    .passes
-                    .iter()
-                    .find(|p| p.pending.contains(&role))
-                    .map(|p| p.id.clone());
-                if let Some(id) = pending {
-                    self.leave_pass(&mut st, &id, &role, RoleOutcome::Failed);
-                }
-                drop(st);
-                if self.record_failure(&role, e.to_string(), None) {
-                    self.wake_after(&role, &deps);
-                }
-                return Err(e);
-            }
-            if !Self::needs_work(&st, &role, &desired, force) {
-                drop(st);
-                if self.clear_failure(&role) {
-                    self.wake_after(&role, &deps);
-                }
-                return Ok(Requeue::None);
-            }
-            let id = self.join_pass(&mut st, &schedule, &templates, &role, force);
-            if let Gate::Hold {
-                state,
-                on,
-                root_cause,
-                reason,
-            } = self.gate(&mut st, &schedule, &templates, &deps, &role, force)
-            {
-                if state == BlockedState::Blocked {
-                    self.leave_pass(&mut st, &id, &role, RoleOutcome::Blocked(reason.clone()));
-                }
-                drop(st);
-                if self.record_blocked(&role, state, on, root_cause, reason, &id) {
-                    self.wake_after(&role, &deps);
-                }
-                return Ok(Requeue::None);
-            }
-            let refs_doc = desired
-                .has_refs
-                .then(|| self.refs_doc(&mut st.refs_doc, &schedule));
-            (desired, id, deps, refs_doc)
+        let Ready {
+            desired,
+            id,
+            deps,
+            refs_doc,
+        } = match self.ready(&schedule, &templates, &role, force) {
+            Ok(ready) => ready,
+            Err(done) => return done,
         };
         if self.out.get().blocked.contains_key(&role) {
             self.out.update(|s| {
@@ -1311,36 +1260,135 @@ impl RenderController {
                 .map_err(RenderError::Store),
             Err(e) => Err(RenderError::Apply(e)),
         };
+        self.settle(&role, &desired, id, &deps, force, result)
+    }
+
+    /// Whether `role` goes ahead to apply now: what it applies and in which pass; else the
+    /// attempt's result (its desired state or dependencies fail, it needs no work, or it is
+    /// held), recorded already.
+    fn ready(
+        &self,
+        schedule: &Arc<Option<Schedule>>,
+        templates: &Arc<Templates>,
+        role: &str,
+        force: u64,
+    ) -> Result<Ready, Result<Requeue, RenderError>> {
+        let mut st = self.state.lock().unwrap();
+        let deps = self.deps_cached(&mut st, schedule);
+        let desired = match self.desired_cached(&mut st, schedule, templates, role) {
+            Ok(d) => d,
+            Err(e) => {
+                drop(st);
+                if self.record_failure(role, e.to_string(), None) {
+                    self.wake_after(role, &deps);
+                }
+                return Err(Err(e));
+            }
+        };
+        if let Some(problem) = deps.problems.get(role) {
+            let e = RenderError::Dependencies(problem.clone());
+            // Another role's pass took it in (it needs work): it leaves that pass failed,
+            // or the pass would never end.
+            let pending = st
+                .passes
+                .iter()
+                .find(|p| p.pending.contains(role))
+                .map(|p| p.id.clone());
+            if let Some(id) = pending {
+                self.leave_pass(&mut st, &id, role, RoleOutcome::Failed);
+            }
+            drop(st);
+            if self.record_failure(role, e.to_string(), None) {
+                self.wake_after(role, &deps);
+            }
+            return Err(Err(e));
+        }
+        if !Self::needs_work(&st, role, &desired, force) {
+            drop(st);
+            if self.clear_failure(role) {
+                self.wake_after(role, &deps);
+            }
+            return Err(Ok(Requeue::None));
+        }
+        let id = self.join_pass(&mut st, schedule, templates, role, force);
+        if let Gate::Hold {
+            state,
+            on,
+            root_cause,
+            reason,
+        } = self.gate(&mut st, schedule, templates, &deps, role, force)
+        {
+            if state == BlockedState::Blocked {
+                self.leave_pass(&mut st, &id, role, RoleOutcome::Blocked(reason.clone()));
+            }
+            drop(st);
+            if self.record_blocked(role, state, on, root_cause, reason, &id) {
+                self.wake_after(role, &deps);
+            }
+            return Err(Ok(Requeue::None));
+        }
+        let refs_doc = desired
+            .has_refs
+            .then(|| self.refs_doc(&mut st.refs_doc, schedule));
+        Ok(Ready {
+            desired,
+            id,
+            deps,
+            refs_doc,
+        })
+    }
+
+    /// After `role`'s apply in pass `id`: it leaves the pass, and is recorded as applied or
+    /// failed.
+    fn settle(
+        &self,
+        role: &str,
+        desired: &Desired,
+        id: String,
+        deps: &Deps,
+        force: u64,
+        result: Result<(), RenderError>,
+    ) -> Result<Requeue, RenderError> {
         let mut st = self.state.lock().unwrap();
         let outcome = if result.is_ok() {
             RoleOutcome::Applied
         } else {
             RoleOutcome::Failed
         };
-        self.leave_pass(&mut st, &id, &role, outcome);
+        self.leave_pass(&mut st, &id, role, outcome);
         match result {
             Ok(()) => {
                 st.applied.insert(
-                    role.clone(),
+                    role.to_owned(),
                     Applied {
                         hash: desired.hash.clone(),
                         forced: force,
                     },
                 );
                 drop(st);
-                self.clear_failure(&role);
-                self.wake_after(&role, &deps);
+                self.clear_failure(role);
+                self.wake_after(role, deps);
                 Ok(Requeue::None)
             }
             Err(e) => {
                 drop(st);
-                if self.record_failure(&role, e.to_string(), Some(id)) {
-                    self.wake_after(&role, &deps);
+                if self.record_failure(role, e.to_string(), Some(id)) {
+                    self.wake_after(role, deps);
                 }
                 Err(e)
             }
         }
     }
+}
+
+/// What a role's attempt applies once it may go ahead ([`RenderController::ready`]).
+struct Ready {
+    desired: Arc<Desired>,
+    /// The pass (deployment id) the role is in.
+    id: String,
+    deps: Arc<Deps>,
+    /// The schedule with its `$(...)` references resolved, when the role's vars have some.
+    refs_doc: Option<Arc<Value>>,
 }
 
 impl Reconciler for RenderController {

@@ -3,5 +3,6 @@
 pub mod coding;
 pub mod election;
 pub mod fetch;
+pub mod metrics;
 pub mod peers;
 pub mod vouch;

@@ -14,6 +14,7 @@ mod files;
 mod frontend;
 mod graphql;
 mod guard;
+pub mod metrics;
 mod query;
 mod serve;
 

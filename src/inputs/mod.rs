@@ -3,6 +3,7 @@
 //! [`metrics_file`]), and a watcher that re-reads them after changes. A read that cannot see
 //! everything (a file or dir that exists but cannot be read) never stands for the config dir.
 
+pub mod metrics;
 pub mod metrics_file;
 pub mod nesting;
 pub mod runtime;

@@ -14,8 +14,7 @@ pub const MAX_NESTING: usize = 128;
 /// estimate is at least half the real depth: enough to stop the costly cases.
 pub fn yaml_too_deep(text: &str, max: usize) -> Option<u64> {
     let mut indents: Vec<usize> = Vec::new();
-    let mut flow = 0usize;
-    let mut quote: Option<u8> = None;
+    let mut open = Open::default();
     // Lines indented more than this belong to a block scalar (`|`, `>`).
     let mut block_scalar: Option<usize> = None;
     for (n, line) in text.lines().enumerate() {
@@ -32,7 +31,7 @@ pub fn yaml_too_deep(text: &str, max: usize) -> Option<u64> {
         let mut at = indent;
         // Columns of the last `-`/`?` opening a node on this line, and where its content starts.
         let mut dash: Option<usize> = None;
-        if quote.is_none() && flow == 0 {
+        if open.quote.is_none() && open.flow == 0 {
             let rest = &bytes[indent..];
             if blank || rest[0] == b'#' {
                 continue;
@@ -41,114 +40,153 @@ pub fn yaml_too_deep(text: &str, max: usize) -> Option<u64> {
                 indents.clear();
                 continue;
             }
-            while indents.last().is_some_and(|&i| i >= indent) {
-                indents.pop();
-            }
-            indents.push(indent);
-            while at < bytes.len()
-                && matches!(bytes[at], b'-' | b'?')
-                && bytes.get(at + 1).is_none_or(|&b| b == b' ')
-            {
-                dash = Some(at);
-                at += 1;
-                while bytes.get(at) == Some(&b' ') {
-                    at += 1;
-                }
-                if at < bytes.len() {
-                    indents.push(at);
-                }
-            }
+            (at, dash) = open_block_nodes(bytes, indent, &mut indents);
             if indents.len() > max {
                 return Some(line_no);
             }
         }
         let content_start = at;
-        let mut end = bytes.len();
-        // In block context a collection or quoted scalar can only open where a node starts (at
-        // the content or after `key: `); elsewhere `[`, `{` and quotes are part of plain text.
-        let mut node_start = Some(at);
-        let mut i = at;
-        while i < bytes.len() {
-            let b = bytes[i];
-            let after_space = i == 0 || matches!(bytes[i - 1], b' ' | b'\t');
-            match quote {
-                Some(b'"') => match b {
-                    b'\\' => i += 1,
-                    b'"' => quote = None,
-                    _ => {}
-                },
-                Some(_) => {
-                    if b == b'\'' {
-                        if bytes.get(i + 1) == Some(&b'\'') {
-                            i += 1;
-                        } else {
-                            quote = None;
-                        }
-                    }
-                }
-                None if b == b'#' && after_space => {
-                    end = i;
-                    break;
-                }
-                None if flow > 0 => match b {
-                    b'[' | b'{' => {
-                        flow += 1;
-                        if indents.len() + flow > max {
-                            return Some(line_no);
-                        }
-                    }
-                    b']' | b'}' => {
-                        flow -= 1;
-                        node_start = None;
-                    }
-                    b'"' | b'\''
-                        if after_space
-                            || i == content_start
-                            || matches!(bytes[i - 1], b'[' | b'{' | b',' | b':') =>
-                    {
-                        quote = Some(b)
-                    }
-                    _ => {}
-                },
-                None => {
-                    let at_node = node_start == Some(i);
-                    match b {
-                        b'[' | b'{' if at_node => {
-                            flow += 1;
-                            if indents.len() + flow > max {
-                                return Some(line_no);
-                            }
-                        }
-                        b'"' | b'\'' if at_node => quote = Some(b),
-                        // A tag or anchor comes before the node it belongs to.
-                        b'!' | b'&' if at_node => {
-                            while i < bytes.len() && bytes[i] != b' ' {
-                                i += 1;
-                            }
-                            while bytes.get(i) == Some(&b' ') {
-                                i += 1;
-                            }
-                            node_start = Some(i);
-                            continue;
-                        }
-                        b':' if bytes.get(i + 1).is_none_or(|&b| b == b' ') => {
-                            let mut next = i + 1;
-                            while bytes.get(next) == Some(&b' ') {
-                                next += 1;
-                            }
-                            node_start = Some(next);
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            i += 1;
-        }
-        if quote.is_none() && flow == 0 {
+        let Ok(end) = scan_line(&mut open, bytes, at, indents.len(), max) else {
+            return Some(line_no);
+        };
+        if open.quote.is_none() && open.flow == 0 {
             block_scalar = block_scalar_parent(&bytes[content_start..end], content_start, dash);
         }
     }
     None
+}
+
+/// What a YAML line leaves open for the next: a quoted scalar or flow collections.
+#[derive(Default)]
+struct Open {
+    /// Flow collections (`[`, `{`) open.
+    flow: usize,
+    /// The quote (`"`, `'`) of the scalar open.
+    quote: Option<u8>,
+}
+
+/// The nesting went past the limit.
+struct TooDeep;
+
+/// In block context, at the start of a line indented `indent`: pops the block levels it closes
+/// and pushes its own, one more per `- ` or `? ` opening a node on it. Returns where its content
+/// starts and the column of the last such `-`/`?`.
+fn open_block_nodes(
+    bytes: &[u8],
+    indent: usize,
+    indents: &mut Vec<usize>,
+) -> (usize, Option<usize>) {
+    while indents.last().is_some_and(|&i| i >= indent) {
+        indents.pop();
+    }
+    indents.push(indent);
+    let mut at = indent;
+    let mut dash = None;
+    while at < bytes.len()
+        && matches!(bytes[at], b'-' | b'?')
+        && bytes.get(at + 1).is_none_or(|&b| b == b' ')
+    {
+        dash = Some(at);
+        at += 1;
+        while bytes.get(at) == Some(&b' ') {
+            at += 1;
+        }
+        if at < bytes.len() {
+            indents.push(at);
+        }
+    }
+    (at, dash)
+}
+
+/// Scans a line's bytes from its content (`at`) for flow collections and quotes, `depth` block
+/// levels in. Returns where the content ends (a comment cut off).
+fn scan_line(
+    open: &mut Open,
+    bytes: &[u8],
+    at: usize,
+    depth: usize,
+    max: usize,
+) -> Result<usize, TooDeep> {
+    // In block context a collection or quoted scalar can only open where a node starts (at the
+    // content or after `key: `); elsewhere `[`, `{` and quotes are part of plain text.
+    let mut node_start = Some(at);
+    let mut i = at;
+    while i < bytes.len() {
+        let b = bytes[i];
+        let after_space = i == 0 || matches!(bytes[i - 1], b' ' | b'\t');
+        match open.quote {
+            Some(b'"') => match b {
+                b'\\' => i += 1,
+                b'"' => open.quote = None,
+                _ => {}
+            },
+            Some(_) => {
+                if b == b'\'' {
+                    if bytes.get(i + 1) == Some(&b'\'') {
+                        i += 1;
+                    } else {
+                        open.quote = None;
+                    }
+                }
+            }
+            None if b == b'#' && after_space => {
+                return Ok(i);
+            }
+            None if open.flow > 0 => match b {
+                b'[' | b'{' => {
+                    open.flow += 1;
+                    if depth + open.flow > max {
+                        return Err(TooDeep);
+                    }
+                }
+                b']' | b'}' => {
+                    open.flow -= 1;
+                    node_start = None;
+                }
+                b'"' | b'\''
+                    if after_space
+                        || i == at
+                        || matches!(bytes[i - 1], b'[' | b'{' | b',' | b':') =>
+                {
+                    open.quote = Some(b)
+                }
+                _ => {}
+            },
+            None => {
+                let at_node = node_start == Some(i);
+                match b {
+                    b'[' | b'{' if at_node => {
+                        open.flow += 1;
+                        if depth + open.flow > max {
+                            return Err(TooDeep);
+                        }
+                    }
+                    b'"' | b'\'' if at_node => open.quote = Some(b),
+                    // A tag or anchor comes before the node it belongs to.
+                    b'!' | b'&' if at_node => {
+                        while i < bytes.len() && bytes[i] != b' ' {
+                            i += 1;
+                        }
+                        while bytes.get(i) == Some(&b' ') {
+                            i += 1;
+                        }
+                        node_start = Some(i);
+                        continue;
+                    }
+                    b':' if bytes.get(i + 1).is_none_or(|&b| b == b' ') => {
+                        let mut next = i + 1;
+                        while bytes.get(next) == Some(&b' ') {
+                            next += 1;
+                        }
+                        node_start = Some(next);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        i += 1;
+    }
+    Ok(bytes.len())
 }
 
 /// When a line's content (from column `start`, comment cut off) ends in a block scalar header

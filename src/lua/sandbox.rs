@@ -552,47 +552,10 @@ fn setup(
     string.raw_set("dump", LuaValue::Nil)?;
 
     // debug.traceback only.
-    let debug = lua.create_table()?;
-    debug.raw_set(
-        "traceback",
-        lua.create_function(|lua, (msg, level): (LuaValue, Option<usize>)| {
-            let level = level.unwrap_or(1);
-            match msg {
-                LuaValue::Nil => Ok(LuaValue::String(lua.traceback(None, level)?)),
-                LuaValue::String(s) => {
-                    let text = s.to_string_lossy();
-                    Ok(LuaValue::String(lua.traceback(Some(&text), level)?))
-                }
-                other => Ok(other),
-            }
-        })?,
-    )?;
-    globals.raw_set("debug", debug)?;
+    globals.raw_set("debug", debug_table(lua)?)?;
 
     // print goes to the scheduler log, up to PRINT_LIMIT.
-    let sink = log.clone();
-    globals.raw_set(
-        "print",
-        lua.create_function(move |lua, args: MultiValue| {
-            if sink.borrow().len() >= PRINT_LIMIT {
-                return Ok(());
-            }
-            let tostring: Function = lua.globals().get("tostring")?;
-            let mut line = String::new();
-            for (i, arg) in args.into_iter().enumerate() {
-                if i > 0 {
-                    line.push('\t');
-                }
-                line.push_str(&tostring.call::<mlua::String>(arg)?.to_string_lossy());
-                if line.len() >= PRINT_LIMIT {
-                    break;
-                }
-            }
-            line.push('\n');
-            append_capped(&mut sink.borrow_mut(), &line);
-            Ok(())
-        })?,
-    )?;
+    globals.raw_set("print", print_to(lua, log)?)?;
 
     // require: modules from the scheduler dir only, called with their name as `...`. As with
     // Lua's own `require` (which 0.13 kept), the libraries the state has are already loaded:
@@ -606,55 +569,7 @@ fn setup(
     // 0.13 scheduler with its own `placement.lua` module must still get it from `require`.
     let placement = super::placement::register(lua, deadline, memory_limit)?;
     globals.raw_set("placement", placement)?;
-    let place = place.clone();
-    globals.raw_set(
-        "require",
-        lua.create_function(move |lua, name: String| {
-            match loaded.raw_get::<LuaValue>(name.as_str())? {
-                LuaValue::Nil => {}
-                LuaValue::LightUserData(_) => {
-                    return Err(mlua::Error::runtime(format!(
-                        "circular require of module {name:?}"
-                    )));
-                }
-                value => return Ok(value),
-            }
-            let at = caller(lua);
-            let path = module_path(&place.dir, &name)
-                .map_err(|e| mlua::Error::runtime(format!("{at}{e}")))?;
-            let shown = place.show(&path);
-            let not_found = |message: String| {
-                mlua::Error::runtime(format!("{at}module {name:?} not found: {message}"))
-            };
-            let real = place.contained(&path).map_err(|refused| match refused {
-                Refused::Unreadable(message) => not_found(message),
-                Refused::Outside(message) => {
-                    mlua::Error::runtime(format!("{at}module {name:?} refused: {message}"))
-                }
-            })?;
-            let source = std::fs::read(&real).map_err(|e| not_found(format!("{shown}: {e}")))?;
-            loaded.raw_set(
-                name.as_str(),
-                LuaValue::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
-            )?;
-            let chunk = lua
-                .load(source)
-                .set_name(format!("@{shown}"))
-                .set_mode(ChunkMode::Text)
-                .into_function();
-            let result = chunk.and_then(|f| f.call::<LuaValue>(name.as_str()));
-            let value = match result {
-                Ok(LuaValue::Nil) => LuaValue::Boolean(true),
-                Ok(value) => value,
-                Err(e) => {
-                    loaded.raw_set(name.as_str(), LuaValue::Nil)?;
-                    return Err(e);
-                }
-            };
-            loaded.raw_set(name.as_str(), value.clone())?;
-            Ok(value)
-        })?,
-    )?;
+    globals.raw_set("require", require_from(lua, place, loaded)?)?;
 
     // C functions run no Lua instructions, so the time budget cannot stop them: the pattern
     // functions, `string.rep` and `table.move` are replaced by ones that watch the deadline or
@@ -701,6 +616,101 @@ fn setup(
     .set_name("=sandbox")
     .exec()?;
     Ok(())
+}
+
+/// `debug` with `traceback` only.
+fn debug_table(lua: &Lua) -> mlua::Result<Table> {
+    let debug = lua.create_table()?;
+    debug.raw_set(
+        "traceback",
+        lua.create_function(|lua, (msg, level): (LuaValue, Option<usize>)| {
+            let level = level.unwrap_or(1);
+            match msg {
+                LuaValue::Nil => Ok(LuaValue::String(lua.traceback(None, level)?)),
+                LuaValue::String(s) => {
+                    let text = s.to_string_lossy();
+                    Ok(LuaValue::String(lua.traceback(Some(&text), level)?))
+                }
+                other => Ok(other),
+            }
+        })?,
+    )?;
+    Ok(debug)
+}
+
+/// `print`: to the scheduler log, up to [`PRINT_LIMIT`].
+fn print_to(lua: &Lua, log: &Rc<RefCell<String>>) -> mlua::Result<Function> {
+    let sink = log.clone();
+    lua.create_function(move |lua, args: MultiValue| {
+        if sink.borrow().len() >= PRINT_LIMIT {
+            return Ok(());
+        }
+        let tostring: Function = lua.globals().get("tostring")?;
+        let mut line = String::new();
+        for (i, arg) in args.into_iter().enumerate() {
+            if i > 0 {
+                line.push('\t');
+            }
+            line.push_str(&tostring.call::<mlua::String>(arg)?.to_string_lossy());
+            if line.len() >= PRINT_LIMIT {
+                break;
+            }
+        }
+        line.push('\n');
+        append_capped(&mut sink.borrow_mut(), &line);
+        Ok(())
+    })
+}
+
+/// `require`: modules of the scheduler dir (`place`) only, each called with its name as `...`;
+/// `loaded` has the modules loaded (and the ones loading, to refuse a circular require).
+fn require_from(lua: &Lua, place: &Place, loaded: Table) -> mlua::Result<Function> {
+    let place = place.clone();
+    lua.create_function(move |lua, name: String| {
+        match loaded.raw_get::<LuaValue>(name.as_str())? {
+            LuaValue::Nil => {}
+            LuaValue::LightUserData(_) => {
+                return Err(mlua::Error::runtime(format!(
+                    "circular require of module {name:?}"
+                )));
+            }
+            value => return Ok(value),
+        }
+        let at = caller(lua);
+        let path =
+            module_path(&place.dir, &name).map_err(|e| mlua::Error::runtime(format!("{at}{e}")))?;
+        let shown = place.show(&path);
+        let not_found = |message: String| {
+            mlua::Error::runtime(format!("{at}module {name:?} not found: {message}"))
+        };
+        let real = place.contained(&path).map_err(|refused| match refused {
+            Refused::Unreadable(message) => not_found(message),
+            Refused::Outside(message) => {
+                mlua::Error::runtime(format!("{at}module {name:?} refused: {message}"))
+            }
+        })?;
+        let source = std::fs::read(&real).map_err(|e| not_found(format!("{shown}: {e}")))?;
+        loaded.raw_set(
+            name.as_str(),
+            LuaValue::LightUserData(mlua::LightUserData(std::ptr::null_mut())),
+        )?;
+        let chunk = lua
+            .load(source)
+            .set_name(format!("@{shown}"))
+            .set_mode(ChunkMode::Text)
+            .into_function();
+        let result = chunk.and_then(|f| f.call::<LuaValue>(name.as_str()));
+        let value = match result {
+            Ok(LuaValue::Nil) => LuaValue::Boolean(true),
+            Ok(value) => value,
+            Err(e) => {
+                loaded.raw_set(name.as_str(), LuaValue::Nil)?;
+                return Err(e);
+            }
+        };
+        loaded.raw_set(name.as_str(), value.clone())?;
+        Ok(value)
+    })
 }
 
 /// Appends `text` to the print log while it is under [`PRINT_LIMIT`]; the text that does not fit

@@ -223,3 +223,29 @@ impl MetricsRefresh {
         });
     }
 }
+
+/// The refresh's metric families: the queries run and the queries failing (docs/metrics.md).
+pub struct RefreshMetrics {
+    pub(crate) queries: prometheus::IntCounterVec,
+    pub(crate) failing: prometheus::IntGauge,
+}
+
+impl RefreshMetrics {
+    /// Creates the families, with the `ok` series, and registers them on `registry`.
+    pub fn register(registry: &prometheus::Registry) -> RefreshMetrics {
+        let f = crate::metrics::Families(registry);
+        let m = RefreshMetrics {
+            queries: f.counter_vec(
+                "verwalter_scheduler_metrics_queries_total",
+                "Prometheus queries of the scheduler's metrics.yaml run on this node (the leader), by result (ok or the error kind).",
+                &["result"],
+            ),
+            failing: f.gauge(
+                "verwalter_scheduler_metrics_failing",
+                "Queries of the scheduler's metrics.yaml whose last refresh failed (their last answer is kept).",
+            ),
+        };
+        m.queries.with_label_values(&["ok"]);
+        m
+    }
+}

@@ -4,6 +4,7 @@
 
 pub mod cli;
 pub mod engines;
+pub mod metrics;
 pub mod template_set;
 #[cfg(test)]
 mod tests;
