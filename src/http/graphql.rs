@@ -19,6 +19,7 @@
 //! result only when the client is ready for it (a slow reader gets the latest status, never a
 //! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
 
+use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -36,6 +37,7 @@ use axum::extract::State;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use verwalter_controllers::access;
@@ -916,24 +918,8 @@ async fn run(
     let may_write = executor.may_write.clone();
     let stall = timers.stall;
     let (mut sink, incoming) = socket.split();
-    let incoming = incoming
-        .take_while(|message| {
-            futures::future::ready(!matches!(message, Err(_) | Ok(Message::Close(_))))
-        })
-        .filter_map(|message| {
-            futures::future::ready(match message {
-                Ok(Message::Text(text)) => Some(axum::body::Bytes::from(text)),
-                Ok(Message::Binary(_)) => {
-                    tracing::debug!("Ignored a binary message on a GraphQL WebSocket.");
-                    None
-                }
-                _ => None,
-            })
-        });
-    let protocol_name = match protocol {
-        WebSocketProtocols::SubscriptionsTransportWS => access::GraphqlProtocol::GraphqlWs,
-        WebSocketProtocols::GraphQLWS => access::GraphqlProtocol::GraphqlTransportWs,
-    };
+    let incoming = text_frames(incoming);
+    let protocol_name = protocol_name(protocol);
     // Set when `connection_init` was refused, so that the close the crate then makes is ours.
     let refused = Arc::new(OnceLock::new());
     let init_refused = refused.clone();
@@ -978,16 +964,7 @@ async fn run(
                     if initialised.load(Ordering::Relaxed) {
                         continue;
                     }
-                    let (code, reason) = access::INIT_TIMEOUT_CLOSE;
-                    tracing::info!(
-                        idle_timeout_ms = timers.init.as_millis() as u64,
-                        "Closed a GraphQL WebSocket that sent no connection_init."
-                    );
-                    let close = Message::Close(Some(CloseFrame {
-                        code,
-                        reason: reason.into(),
-                    }));
-                    let _ = tokio::time::timeout(stall, sink.send(close)).await;
+                    close_uninitialised(&mut sink, timers).await;
                     return;
                 }
             }
@@ -1003,44 +980,108 @@ async fn run(
                 Message::Text(text.into())
             }
             WsMessage::Close(code, reason) => {
-                let (code, reason) = match refused
-                    .get()
-                    .map(|refusal| access::refuse_init(protocol_name, *refusal))
-                {
-                    Some(access::InitRefused::Close { code, reason }) => (code, reason.into()),
-                    _ => (code, reason),
-                };
-                Message::Close(Some(CloseFrame {
-                    code,
-                    reason: reason.into(),
-                }))
+                close_frame(code, reason, refused.get().copied(), protocol_name)
             }
         };
-        let closing = matches!(message, Message::Close(_));
-        let dropped = || {
-            tracing::info!(
-                stall_ms = stall.as_millis() as u64,
-                "Dropped a GraphQL WebSocket client that stopped reading."
-            );
-        };
-        match tokio::time::timeout(stall, sink.send(message)).await {
-            Ok(Ok(())) if !closing => {}
-            Ok(Ok(())) => return,
-            // The connection's socket fails a write waiting as long (`serve.rs`); whichever
-            // of the two timers is polled first ends the socket.
-            Ok(Err(e)) => {
-                if stalled_write(&e) {
-                    dropped();
-                }
-                return;
-            }
-            Err(_) => {
-                dropped();
-                return;
-            }
+        if send_within(&mut sink, message, stall).await.is_break() {
+            return;
         }
     }
     let _ = tokio::time::timeout(stall, sink.close()).await;
+}
+
+/// A GraphQL WebSocket's incoming text frames, up to the first close or error; binary frames
+/// are ignored.
+fn text_frames(
+    incoming: SplitStream<WebSocket>,
+) -> impl Stream<Item = axum::body::Bytes> + Send + Unpin + 'static {
+    incoming
+        .take_while(|message| {
+            futures::future::ready(!matches!(message, Err(_) | Ok(Message::Close(_))))
+        })
+        .filter_map(|message| {
+            futures::future::ready(match message {
+                Ok(Message::Text(text)) => Some(axum::body::Bytes::from(text)),
+                Ok(Message::Binary(_)) => {
+                    tracing::debug!("Ignored a binary message on a GraphQL WebSocket.");
+                    None
+                }
+                _ => None,
+            })
+        })
+}
+
+/// The protocol a `connection_init` refusal is answered in.
+fn protocol_name(protocol: WebSocketProtocols) -> access::GraphqlProtocol {
+    match protocol {
+        WebSocketProtocols::SubscriptionsTransportWS => access::GraphqlProtocol::GraphqlWs,
+        WebSocketProtocols::GraphQLWS => access::GraphqlProtocol::GraphqlTransportWs,
+    }
+}
+
+/// Closes a GraphQL WebSocket that sent no `connection_init` in time, as
+/// `access::INIT_TIMEOUT_CLOSE` says.
+async fn close_uninitialised(sink: &mut SplitSink<WebSocket, Message>, timers: Timers) {
+    let (code, reason) = access::INIT_TIMEOUT_CLOSE;
+    tracing::info!(
+        idle_timeout_ms = timers.init.as_millis() as u64,
+        "Closed a GraphQL WebSocket that sent no connection_init."
+    );
+    let close = Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }));
+    let _ = tokio::time::timeout(timers.stall, sink.send(close)).await;
+}
+
+/// The close frame for the crate's close `(code, reason)`: ours when `connection_init` was
+/// `refused` with a close.
+fn close_frame(
+    code: u16,
+    reason: String,
+    refused: Option<access::TokenRefusal>,
+    protocol_name: access::GraphqlProtocol,
+) -> Message {
+    let (code, reason) = match refused.map(|refusal| access::refuse_init(protocol_name, refusal)) {
+        Some(access::InitRefused::Close { code, reason }) => (code, reason.into()),
+        _ => (code, reason),
+    };
+    Message::Close(Some(CloseFrame {
+        code,
+        reason: reason.into(),
+    }))
+}
+
+/// Writes one message within `stall`; breaks when the socket is done: the message was a close,
+/// or the client stopped reading, or the write failed.
+async fn send_within(
+    sink: &mut SplitSink<WebSocket, Message>,
+    message: Message,
+    stall: Duration,
+) -> ControlFlow<()> {
+    let closing = matches!(message, Message::Close(_));
+    let dropped = || {
+        tracing::info!(
+            stall_ms = stall.as_millis() as u64,
+            "Dropped a GraphQL WebSocket client that stopped reading."
+        );
+    };
+    match tokio::time::timeout(stall, sink.send(message)).await {
+        Ok(Ok(())) if !closing => ControlFlow::Continue(()),
+        Ok(Ok(())) => ControlFlow::Break(()),
+        // The connection's socket fails a write waiting as long (`serve.rs`); whichever
+        // of the two timers is polled first ends the socket.
+        Ok(Err(e)) => {
+            if stalled_write(&e) {
+                dropped();
+            }
+            ControlFlow::Break(())
+        }
+        Err(_) => {
+            dropped();
+            ControlFlow::Break(())
+        }
+    }
 }
 
 /// Whether a failed send is the connection's stall timeout (`serve.rs` fails a write waiting

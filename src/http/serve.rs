@@ -593,16 +593,7 @@ pub async fn serve_on(
         let (stream, peer) = match accepted {
             Ok(accepted) => accepted,
             Err(error) => {
-                if warned_at.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
-                    tracing::warn!(%error, open = registry.len(), "Cannot accept a connection.");
-                    warned_at = Some(tokio::time::Instant::now());
-                }
-                // Out of descriptors, an idle connection gives one back; other errors (a
-                // client that reset before the accept, ...) are no reason to close one.
-                if out_of_descriptors(&error) && registry.close_oldest_idle() {
-                    metrics.closed(HttpClose::Evicted).inc();
-                }
-                tokio::time::sleep(ACCEPT_RETRY).await;
+                accept_failed(&error, &registry, &metrics, &mut warned_at).await;
                 continue;
             }
         };
@@ -611,14 +602,7 @@ pub async fn serve_on(
                 metrics.closed(HttpClose::Evicted).inc();
             } else {
                 metrics.closed(HttpClose::Refused).inc();
-                if tls.is_some() {
-                    // A plain-text 503 means nothing to a TLS client: closed at once.
-                    drop(stream);
-                } else if draining.len() < MAX_DRAINING {
-                    draining.spawn(refuse(stream));
-                } else {
-                    let _ = stream.try_write(busy_response().as_bytes());
-                }
+                turn_away(stream, tls.is_some(), &mut draining);
                 continue;
             }
         }
@@ -680,21 +664,15 @@ pub async fn serve_on(
                     connection(&builder, io, service, &close, &shutdown).await
                 }
                 Some(acceptor) => {
-                    let handshake = tokio::select! {
-                        handshake = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)) => handshake,
-                        _ = close.cancelled() => return,
-                        _ = shutdown.cancelled() => return,
-                    };
-                    match handshake {
-                        Ok(Ok(stream)) => {
+                    let handshake =
+                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream));
+                    match handshake_until(handshake, &close, &shutdown, peer).await {
+                        None => return,
+                        Some(Ok(stream)) => {
                             let io = watched.over(stream);
                             connection(&builder, io, service, &close, &shutdown).await
                         }
-                        Ok(Err(error)) => {
-                            log_failed_handshake(&error, peer);
-                            return;
-                        }
-                        Err(_) => Err("TLS handshake timed out".into()),
+                        Some(Err(error)) => Err(error),
                     }
                 }
             };
@@ -708,6 +686,66 @@ pub async fn serve_on(
         while tasks.join_next().await.is_some() {}
     })
     .await;
+}
+
+/// After a failed accept: says so (at most every 10 s), closes an idle connection when out of
+/// descriptors, and waits [`ACCEPT_RETRY`] before the next accept.
+async fn accept_failed(
+    error: &io::Error,
+    registry: &Registry,
+    metrics: &ConnectionMetrics,
+    warned_at: &mut Option<tokio::time::Instant>,
+) {
+    if warned_at.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+        tracing::warn!(%error, open = registry.len(), "Cannot accept a connection.");
+        *warned_at = Some(tokio::time::Instant::now());
+    }
+    // Out of descriptors, an idle connection gives one back; other errors (a
+    // client that reset before the accept, ...) are no reason to close one.
+    if out_of_descriptors(error) && registry.close_oldest_idle() {
+        metrics.closed(HttpClose::Evicted).inc();
+    }
+    tokio::time::sleep(ACCEPT_RETRY).await;
+}
+
+/// Turns away a connection over the cap: a 503 answered and the request drained in `draining`
+/// while it has room, written without waiting when it has none, nothing over TLS.
+fn turn_away(stream: TcpStream, tls: bool, draining: &mut JoinSet<()>) {
+    if tls {
+        // A plain-text 503 means nothing to a TLS client: closed at once.
+        drop(stream);
+    } else if draining.len() < MAX_DRAINING {
+        draining.spawn(refuse(stream));
+    } else {
+        let _ = stream.try_write(busy_response().as_bytes());
+    }
+}
+
+/// Waits for a TLS `handshake` (already bounded by its timeout): `None` when the connection is
+/// to end without a word (closed to make room, the server shutting down, or a failed handshake,
+/// which is logged), the stream, or why it ended (the timeout).
+async fn handshake_until<IO>(
+    handshake: tokio::time::Timeout<tokio_rustls::Accept<IO>>,
+    close: &CancellationToken,
+    shutdown: &CancellationToken,
+    peer: std::net::SocketAddr,
+) -> Option<Result<tokio_rustls::server::TlsStream<IO>, String>>
+where
+    IO: AsyncRead + AsyncWrite + Unpin,
+{
+    let handshake = tokio::select! {
+        handshake = handshake => handshake,
+        _ = close.cancelled() => return None,
+        _ = shutdown.cancelled() => return None,
+    };
+    match handshake {
+        Ok(Ok(stream)) => Some(Ok(stream)),
+        Ok(Err(error)) => {
+            log_failed_handshake(&error, peer);
+            None
+        }
+        Err(_) => Some(Err("TLS handshake timed out".into())),
+    }
 }
 
 /// Says why a TLS handshake failed, so that a client set up wrongly is seen: plain HTTP sent to
