@@ -140,16 +140,7 @@ fn call(
     deadline: Instant,
     memory_limit: usize,
 ) -> Result<Table, Fail> {
-    let arg = match args.into_iter().next() {
-        Some(LuaValue::Table(t)) => t,
-        other => {
-            let got = other.as_ref().map_or("no value", |v| v.type_name());
-            return Err(Fail::Error(format!(
-                "expected a table argument (placement.{}{{...}}), got {got}",
-                function.name().trim_start_matches("placement.")
-            )));
-        }
-    };
+    let arg = table_arg(function, args)?;
     let budget = Budget {
         bytes: memory_limit,
         deadline,
@@ -244,31 +235,56 @@ fn call(
                     return Err(stopped.take().unwrap_or(Fail::Timeout));
                 }
             }
-            let nodes = placer.nodes();
-            let mut placed: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
-            for (app, on) in &chosen {
-                for i in on {
-                    *placed
-                        .entry(nodes[*i].as_str())
-                        .or_default()
-                        .entry(app.as_str())
-                        .or_default() += 1;
-                }
-            }
-            let chosen: BTreeMap<&String, Vec<&str>> = chosen
-                .iter()
-                .map(|(app, on)| (app, on.iter().map(|i| nodes[*i].as_str()).collect()))
-                .collect();
-            failed.retain(|_, reasons| !reasons.is_empty());
-            serde_json::json!({
-                "placed": placed,
-                "chosen": chosen,
-                "unplaced": unplaced,
-                "failed": failed,
-            })
+            place_result(placer.nodes(), &chosen, &unplaced, failed)
         }
     };
     json_to_lua(lua, &result).map_err(Fail::Lua)
+}
+
+/// A `placement.*` call's one argument, which is a table.
+fn table_arg(function: Function, args: MultiValue) -> Result<Table, Fail> {
+    match args.into_iter().next() {
+        Some(LuaValue::Table(t)) => Ok(t),
+        other => {
+            let got = other.as_ref().map_or("no value", |v| v.type_name());
+            Err(Fail::Error(format!(
+                "expected a table argument (placement.{}{{...}}), got {got}",
+                function.name().trim_start_matches("placement.")
+            )))
+        }
+    }
+}
+
+/// `placement.place`'s result: the instances `chosen` per app (indexes into `nodes`), counted
+/// per node as `placed`, with what stayed `unplaced` and the apps' last reasons (`failed`, the
+/// empty ones left out).
+fn place_result(
+    nodes: &[String],
+    chosen: &BTreeMap<String, Vec<usize>>,
+    unplaced: &BTreeMap<String, u64>,
+    mut failed: BTreeMap<String, BTreeMap<String, String>>,
+) -> Value {
+    let mut placed: BTreeMap<&str, BTreeMap<&str, u64>> = BTreeMap::new();
+    for (app, on) in chosen {
+        for i in on {
+            *placed
+                .entry(nodes[*i].as_str())
+                .or_default()
+                .entry(app.as_str())
+                .or_default() += 1;
+        }
+    }
+    let chosen: BTreeMap<&String, Vec<&str>> = chosen
+        .iter()
+        .map(|(app, on)| (app, on.iter().map(|i| nodes[*i].as_str()).collect()))
+        .collect();
+    failed.retain(|_, reasons| !reasons.is_empty());
+    serde_json::json!({
+        "placed": placed,
+        "chosen": chosen,
+        "unplaced": unplaced,
+        "failed": failed,
+    })
 }
 
 /// A `placement.*` call's argument, read.
@@ -411,34 +427,7 @@ fn read_args(function: Function, value: &Value) -> Result<Args, String> {
     };
     for (node, spec) in keyed("nodes", nodes, "node names")? {
         let path = format!("nodes{}", key(node));
-        let mut capacity = BTreeMap::new();
-        let mut facts = NodeFacts::default();
-        for (name, v) in keyed(&path, spec, "dimension names")? {
-            let at = format!("{path}.{name}");
-            match name.as_str() {
-                "platform_dram_hit_ratio" => facts.platform_dram_hit_ratio = Some(number(&at, v)?),
-                "node_type" => {
-                    facts.node_type = Some(match string(&at, v)? {
-                        "pmem" => NodeType::Pmem,
-                        "dram" => NodeType::Dram,
-                        other => {
-                            return Err(format!(
-                                "{at}: expected \"pmem\" or \"dram\", got {other:?}"
-                            ));
-                        }
-                    })
-                }
-                _ => {
-                    let d = dim(name).ok_or_else(|| {
-                        format!(
-                            "{at}: unknown key (dimensions: {}; facts: node_type, platform_dram_hit_ratio)",
-                            dim_names()
-                        )
-                    })?;
-                    capacity.insert(d, number(&at, v)?);
-                }
-            }
-        }
+        let (capacity, facts) = read_node(&path, spec)?;
         snapshot.node_capacities.insert(node.clone(), capacity);
         if facts != NodeFacts::default() {
             snapshot.nodes.insert(node.clone(), facts);
@@ -455,25 +444,7 @@ fn read_args(function: Function, value: &Value) -> Result<Args, String> {
     if let Some(running) = field("running") {
         for (node, apps) in keyed("running", running, "node names")? {
             let path = format!("running{}", key(node));
-            let mut on = BTreeMap::new();
-            for (app, n) in keyed(&path, apps, "app names")? {
-                let at = format!("{path}{}", key(app));
-                let assigned = match n {
-                    Value::Array(_) | Value::Object(_) => {
-                        let tasks = list(&at, n)?
-                            .iter()
-                            .enumerate()
-                            .map(|(i, t)| string(&format!("{at}[{}]", i + 1), t).map(String::from))
-                            .collect::<Result<_, _>>()?;
-                        Assigned::Tasks(tasks)
-                    }
-                    _ => Assigned::Count(
-                        count(&at, n)
-                            .map_err(|_| expected(&at, "a count or a list of task names", n))?,
-                    ),
-                };
-                on.insert(app.clone(), assigned);
-            }
+            let on = read_running_on(&path, apps)?;
             snapshot.assigned_apps.insert(node.clone(), on);
         }
     }
@@ -511,26 +482,7 @@ fn read_args(function: Function, value: &Value) -> Result<Args, String> {
                         "`count` goes with `app`; with `instances`, each entry has its own".into(),
                     );
                 }
-                for (i, entry) in list("instances", list_value)?.iter().enumerate() {
-                    let path = format!("instances[{}]", i + 1);
-                    let entry = keyed(&path, entry, "`app` and `count`")?;
-                    for name in entry.keys() {
-                        if name != "app" && name != "count" {
-                            return Err(format!(
-                                "{path}.{name}: unknown key (an entry has `app` and `count`)"
-                            ));
-                        }
-                    }
-                    let app = match entry.get("app") {
-                        Some(v) => string(&format!("{path}.app"), v)?.to_string(),
-                        None => return Err(format!("{path}.app is missing")),
-                    };
-                    let n = entry
-                        .get("count")
-                        .map(|v| count(&format!("{path}.count"), v))
-                        .transpose()?;
-                    instances.push((app, n.unwrap_or(1)));
-                }
+                instances = read_instances(list_value)?;
             }
             (None, None) => {
                 return Err("give `app` (with `count`) or `instances`".into());
@@ -550,6 +502,90 @@ fn read_args(function: Function, value: &Value) -> Result<Args, String> {
         instances,
         max_per_node,
     })
+}
+
+/// `nodes[name] = {dim = number, ..., node_type = "pmem" | "dram", platform_dram_hit_ratio =
+/// number}` at `path`: the node's capacity and its facts.
+fn read_node(path: &str, spec: &Value) -> Result<(BTreeMap<Dim, f64>, NodeFacts), String> {
+    let mut capacity = BTreeMap::new();
+    let mut facts = NodeFacts::default();
+    for (name, v) in keyed(path, spec, "dimension names")? {
+        let at = format!("{path}.{name}");
+        match name.as_str() {
+            "platform_dram_hit_ratio" => facts.platform_dram_hit_ratio = Some(number(&at, v)?),
+            "node_type" => {
+                facts.node_type = Some(match string(&at, v)? {
+                    "pmem" => NodeType::Pmem,
+                    "dram" => NodeType::Dram,
+                    other => {
+                        return Err(format!(
+                            "{at}: expected \"pmem\" or \"dram\", got {other:?}"
+                        ));
+                    }
+                })
+            }
+            _ => {
+                let d = dim(name).ok_or_else(|| {
+                    format!(
+                        "{at}: unknown key (dimensions: {}; facts: node_type, platform_dram_hit_ratio)",
+                        dim_names()
+                    )
+                })?;
+                capacity.insert(d, number(&at, v)?);
+            }
+        }
+    }
+    Ok((capacity, facts))
+}
+
+/// `running[node] = {app = count or {task name, ...}}` at `path`: what runs on one node.
+fn read_running_on(path: &str, apps: &Value) -> Result<BTreeMap<String, Assigned>, String> {
+    let mut on = BTreeMap::new();
+    for (app, n) in keyed(path, apps, "app names")? {
+        let at = format!("{path}{}", key(app));
+        let assigned = match n {
+            Value::Array(_) | Value::Object(_) => {
+                let tasks = list(&at, n)?
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| string(&format!("{at}[{}]", i + 1), t).map(String::from))
+                    .collect::<Result<_, _>>()?;
+                Assigned::Tasks(tasks)
+            }
+            _ => Assigned::Count(
+                count(&at, n).map_err(|_| expected(&at, "a count or a list of task names", n))?,
+            ),
+        };
+        on.insert(app.clone(), assigned);
+    }
+    Ok(on)
+}
+
+/// place's `instances = {{app = "a", count = n}, ...}`: the apps with their counts (1 when
+/// left out), in order.
+fn read_instances(list_value: &Value) -> Result<Vec<(String, u64)>, String> {
+    let mut instances = Vec::new();
+    for (i, entry) in list("instances", list_value)?.iter().enumerate() {
+        let path = format!("instances[{}]", i + 1);
+        let entry = keyed(&path, entry, "`app` and `count`")?;
+        for name in entry.keys() {
+            if name != "app" && name != "count" {
+                return Err(format!(
+                    "{path}.{name}: unknown key (an entry has `app` and `count`)"
+                ));
+            }
+        }
+        let app = match entry.get("app") {
+            Some(v) => string(&format!("{path}.app"), v)?.to_string(),
+            None => return Err(format!("{path}.app is missing")),
+        };
+        let n = entry
+            .get("count")
+            .map(|v| count(&format!("{path}.count"), v))
+            .transpose()?;
+        instances.push((app, n.unwrap_or(1)));
+    }
+    Ok(instances)
 }
 
 /// `algorithm = "Fit"` or `algorithm = {kind = "Fit", ...}`, with wca's tags and parameter names,
