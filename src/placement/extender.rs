@@ -626,6 +626,17 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
     json_response(&status)
 }
 
+/// Registers `collector` in `registry` and gives it back.
+fn register<C: prometheus::core::Collector + Clone + 'static>(
+    registry: &Registry,
+    collector: C,
+) -> C {
+    registry
+        .register(Box::new(collector.clone()))
+        .expect("metric names are unique");
+    collector
+}
+
 /// The extender's metric families, in a registry of their own (served on the extender's
 /// `/metrics`).
 pub struct ExtenderMetrics {
@@ -656,153 +667,207 @@ impl ExtenderMetrics {
 
     pub fn new() -> ExtenderMetrics {
         let registry = Registry::new();
-        fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
-            r.register(Box::new(c.clone()))
-                .expect("metric names are unique");
-            c
-        }
-        let resource_gauge = |name: &str, help: &str, key: &str| {
-            reg(
-                &registry,
-                GaugeVec::new(Opts::new(name, help), &[key, "resource"]).expect("valid metric"),
-            )
-        };
         let results: Vec<&str> = Verdict::ALL
             .iter()
             .map(|v| v.label())
             .chain(["bad_request"])
             .collect();
+        let (requests, duration) = Self::request_families(&registry, &results);
+        let (loaded, generation, age, source_failing) = Self::snapshot_families(&registry);
+        let [node_capacity, node_used, node_free, app_requested] =
+            Self::resource_families(&registry);
+        let (connections, connections_closed, bodies_refused, body_bytes) =
+            Self::connection_families(&registry);
         let metrics = ExtenderMetrics {
-            requests: reg(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "verwalter_extender_requests_total",
-                        format!(
-                            "Extender requests by verb (filter, prioritize) and result ({}).",
-                            results.join(", ")
-                        ),
+            requests,
+            duration,
+            loaded,
+            generation,
+            age,
+            source_failing,
+            node_capacity,
+            node_used,
+            node_free,
+            app_requested,
+            connections,
+            connections_closed,
+            bodies_refused,
+            body_bytes,
+            shown: Mutex::new(None),
+            registry,
+        };
+        metrics.show_labels(&results);
+        metrics
+    }
+
+    /// The requests by verb and `results`, and how long they took.
+    fn request_families(registry: &Registry, results: &[&str]) -> (IntCounterVec, HistogramVec) {
+        let requests = register(
+            registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "verwalter_extender_requests_total",
+                    format!(
+                        "Extender requests by verb (filter, prioritize) and result ({}).",
+                        results.join(", ")
                     ),
-                    &["verb", "result"],
+                ),
+                &["verb", "result"],
+            )
+            .expect("valid metric"),
+        );
+        let duration = register(
+            registry,
+            HistogramVec::new(
+                HistogramOpts::new(
+                    "verwalter_extender_request_duration_seconds",
+                    "Time from a parsed-or-not request body to its reply, by verb.",
                 )
-                .expect("valid metric"),
-            ),
-            duration: reg(
-                &registry,
-                HistogramVec::new(
-                    HistogramOpts::new(
-                        "verwalter_extender_request_duration_seconds",
-                        "Time from a parsed-or-not request body to its reply, by verb.",
-                    )
-                    .buckets(LATENCY_BUCKETS.to_vec()),
-                    &["verb"],
-                )
-                .expect("valid metric"),
-            ),
-            loaded: reg(
-                &registry,
-                prometheus::IntGauge::new(
-                    "verwalter_placement_snapshot_loaded",
-                    "1 once a placement snapshot is loaded, 0 before.",
-                )
-                .expect("valid metric"),
-            ),
-            generation: reg(
-                &registry,
-                prometheus::IntGauge::new(
-                    "verwalter_placement_snapshot_generation",
-                    "Changes of the placement snapshot since the start.",
-                )
-                .expect("valid metric"),
-            ),
-            age: reg(
-                &registry,
-                prometheus::Gauge::new(
-                    "verwalter_placement_snapshot_age_seconds",
-                    "Seconds since the placement snapshot last changed (-1: none loaded).",
-                )
-                .expect("valid metric"),
-            ),
-            source_failing: reg(
-                &registry,
-                prometheus::IntGaugeVec::new(
-                    Opts::new(
-                        "verwalter_placement_source_failing",
-                        "1 while a data source's latest attempt failed (the last good snapshot stays).",
-                    ),
-                    &["source"],
-                )
-                .expect("valid metric"),
-            ),
-            node_capacity: resource_gauge(
+                .buckets(LATENCY_BUCKETS.to_vec()),
+                &["verb"],
+            )
+            .expect("valid metric"),
+        );
+        (requests, duration)
+    }
+
+    /// The snapshot: loaded, its generation and age, and the sources failing.
+    fn snapshot_families(
+        registry: &Registry,
+    ) -> (
+        prometheus::IntGauge,
+        prometheus::IntGauge,
+        prometheus::Gauge,
+        prometheus::IntGaugeVec,
+    ) {
+        let loaded = register(
+            registry,
+            prometheus::IntGauge::new(
+                "verwalter_placement_snapshot_loaded",
+                "1 once a placement snapshot is loaded, 0 before.",
+            )
+            .expect("valid metric"),
+        );
+        let generation = register(
+            registry,
+            prometheus::IntGauge::new(
+                "verwalter_placement_snapshot_generation",
+                "Changes of the placement snapshot since the start.",
+            )
+            .expect("valid metric"),
+        );
+        let age = register(
+            registry,
+            prometheus::Gauge::new(
+                "verwalter_placement_snapshot_age_seconds",
+                "Seconds since the placement snapshot last changed (-1: none loaded).",
+            )
+            .expect("valid metric"),
+        );
+        let source_failing = register(
+            registry,
+            prometheus::IntGaugeVec::new(
+                Opts::new(
+                    "verwalter_placement_source_failing",
+                    "1 while a data source's latest attempt failed (the last good snapshot stays).",
+                ),
+                &["source"],
+            )
+            .expect("valid metric"),
+        );
+        (loaded, generation, age, source_failing)
+    }
+
+    /// The snapshot's per-resource gauges: node capacity, used and free, app requested.
+    fn resource_families(registry: &Registry) -> [GaugeVec; 4] {
+        let resource_gauge = |name: &str, help: &str, key: &str| {
+            register(
+                registry,
+                GaugeVec::new(Opts::new(name, help), &[key, "resource"]).expect("valid metric"),
+            )
+        };
+        [
+            resource_gauge(
                 "verwalter_placement_node_capacity",
                 "Capacity of each node per resource, from the snapshot.",
                 "node",
             ),
-            node_used: resource_gauge(
+            resource_gauge(
                 "verwalter_placement_node_used",
                 "What the apps on each node request together, per resource.",
                 "node",
             ),
-            node_free: resource_gauge(
+            resource_gauge(
                 "verwalter_placement_node_free",
                 "Capacity minus used per node and resource (read and write bandwidth share one bus).",
                 "node",
             ),
-            app_requested: resource_gauge(
+            resource_gauge(
                 "verwalter_placement_app_requested",
                 "One instance's request of each app per resource.",
                 "app",
             ),
-            connections: reg(
-                &registry,
-                prometheus::IntGauge::new(
-                    "verwalter_extender_connections",
-                    "Connections to the extender open now.",
-                )
-                .expect("valid metric"),
-            ),
-            connections_closed: reg(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "verwalter_extender_connections_closed_total",
-                        "Connections the extender closed to stay within its limits, by reason (evicted: idle or holding its request up, to make room; refused: over the cap with none to close; stalled_write: a client that took no reply data).",
-                    ),
-                    &["reason"],
-                )
-                .expect("valid metric"),
-            ),
-            bodies_refused: reg(
-                &registry,
-                IntCounterVec::new(
-                    Opts::new(
-                        "verwalter_extender_bodies_refused_total",
-                        "Request bodies refused before a decision, by reason (too_large: 413; timeout: not all in within the body timeout, 408; budget: no share of the body budget, 503; broken: the connection failed).",
-                    ),
-                    &["reason"],
-                )
-                .expect("valid metric"),
-            ),
-            body_bytes: reg(
-                &registry,
-                prometheus::IntGauge::new(
-                    "verwalter_extender_body_bytes",
-                    "Bytes of request bodies and replies held now, of the body budget.",
-                )
-                .expect("valid metric"),
-            ),
-            shown: Mutex::new(None),
+        ]
+    }
+
+    /// The server's limits: connections open and closed, bodies refused and held.
+    fn connection_families(
+        registry: &Registry,
+    ) -> (
+        prometheus::IntGauge,
+        IntCounterVec,
+        IntCounterVec,
+        prometheus::IntGauge,
+    ) {
+        let connections = register(
             registry,
-        };
+            prometheus::IntGauge::new(
+                "verwalter_extender_connections",
+                "Connections to the extender open now.",
+            )
+            .expect("valid metric"),
+        );
+        let connections_closed = register(
+            registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "verwalter_extender_connections_closed_total",
+                    "Connections the extender closed to stay within its limits, by reason (evicted: idle or holding its request up, to make room; refused: over the cap with none to close; stalled_write: a client that took no reply data).",
+                ),
+                &["reason"],
+            )
+            .expect("valid metric"),
+        );
+        let bodies_refused = register(
+            registry,
+            IntCounterVec::new(
+                Opts::new(
+                    "verwalter_extender_bodies_refused_total",
+                    "Request bodies refused before a decision, by reason (too_large: 413; timeout: not all in within the body timeout, 408; budget: no share of the body budget, 503; broken: the connection failed).",
+                ),
+                &["reason"],
+            )
+            .expect("valid metric"),
+        );
+        let body_bytes = register(
+            registry,
+            prometheus::IntGauge::new(
+                "verwalter_extender_body_bytes",
+                "Bytes of request bodies and replies held now, of the body budget.",
+            )
+            .expect("valid metric"),
+        );
+        (connections, connections_closed, bodies_refused, body_bytes)
+    }
+
+    /// Every labelled series that is known up front, shown at 0 from the start.
+    fn show_labels(&self, results: &[&str]) {
         for reason in [
             HttpClose::Evicted,
             HttpClose::Refused,
             HttpClose::StalledWrite,
         ] {
-            metrics
-                .connections_closed
-                .with_label_values(&[reason.label()]);
+            self.connections_closed.with_label_values(&[reason.label()]);
         }
         for refusal in [
             BodyRefusal::TooLarge,
@@ -810,15 +875,14 @@ impl ExtenderMetrics {
             BodyRefusal::NoBudget,
             BodyRefusal::Broken,
         ] {
-            metrics.bodies_refused.with_label_values(&[refusal.label()]);
+            self.bodies_refused.with_label_values(&[refusal.label()]);
         }
         for verb in [Verb::Filter, Verb::Prioritize] {
-            for result in &results {
-                metrics.requests.with_label_values(&[verb.label(), result]);
+            for result in results {
+                self.requests.with_label_values(&[verb.label(), result]);
             }
-            metrics.duration.with_label_values(&[verb.label()]);
+            self.duration.with_label_values(&[verb.label()]);
         }
-        metrics
     }
 
     /// What the server counts its connections in.
