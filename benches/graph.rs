@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::driver::DriverConfig;
 use verwalter_controllers::graph::{ErrorPolicy, Graph, Progress};
-use verwalter_controllers::ports::{ApplyError, RoleApplier, RoleJob, SystemClock};
+use verwalter_controllers::machinery::clock::SystemClock;
+use verwalter_controllers::machinery::driver::DriverConfig;
+use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob};
+use verwalter_controllers::machinery::store::StoreWriter;
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::state::Schedule;
-use verwalter_controllers::store::StoreWriter;
 use verwalter_controllers::testing::{
     MemoryAppliedStore, RecordingDeploymentLog, layered_graph, templates,
 };

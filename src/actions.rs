@@ -6,9 +6,10 @@ pub mod journal;
 use std::sync::Arc;
 
 use verwalter_controllers::actions::{ActionLimits, ActionQueue};
-use verwalter_controllers::ports::{JournalError, SystemClock};
+use verwalter_controllers::machinery::clock::SystemClock;
+use verwalter_controllers::machinery::ports::JournalError;
+use verwalter_controllers::machinery::store::{Field, Store};
 use verwalter_controllers::state::Actions;
-use verwalter_controllers::store::{Field, Store};
 
 use self::journal::FileJournal;
 use crate::state_dir::StateDir;
@@ -33,7 +34,7 @@ mod tests {
     use serde_json::json;
     use tokio_util::sync::CancellationToken;
     use verwalter_controllers::election::ElectionState;
-    use verwalter_controllers::store::StoreWriter;
+    use verwalter_controllers::machinery::store::StoreWriter;
 
     use super::*;
 

@@ -13,18 +13,19 @@ use tokio::task::{self, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
-use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
 use verwalter_controllers::election::{self, machine::Machine};
+use verwalter_controllers::machinery::clock::{Clock, SystemClock};
+use verwalter_controllers::machinery::driver::{Driver, DriverConfig, Reconciler};
+use verwalter_controllers::machinery::ports::{AppliedStore, StorageError};
+use verwalter_controllers::machinery::store::StoreWriter;
+use verwalter_controllers::machinery::watchdog::{self, Progress};
 use verwalter_controllers::persist::Persister;
-use verwalter_controllers::ports::{AppliedStore, Clock, StorageError, SystemClock};
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::replication::ReplicationConfig;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };
 use verwalter_controllers::status::Sources;
-use verwalter_controllers::store::StoreWriter;
-use verwalter_controllers::watchdog::{self, Progress};
 
 use crate::backups;
 use crate::cluster::election::{ElectionTask, ElectionWiring};
@@ -55,7 +56,7 @@ pub enum StartError {
     #[error("{0}")]
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
-    Actions(#[source] verwalter_controllers::ports::JournalError),
+    Actions(#[source] verwalter_controllers::machinery::ports::JournalError),
     #[error("storage dir: {0}")]
     Upgrade(#[source] crate::upgrade::UpgradeError),
     #[error("cannot use the storage dir {}: {source}", path.display())]
@@ -520,7 +521,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         Arc::new(state_dir.clone())
     };
     // With `deployment-events:`, what the render controller reports also goes to NATS.
-    let render_log: Arc<dyn verwalter_controllers::ports::DeploymentLog> =
+    let render_log: Arc<dyn verwalter_controllers::machinery::ports::DeploymentLog> =
         match &config.deployment_events {
             Some(settings) => {
                 let (tee, task) = crate::graph::events::NatsEvents::start(

@@ -12,7 +12,7 @@ use verwalter::identity;
 use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
 use verwalter::lua::Limits;
 use verwalter_controllers::defaults;
-use verwalter_controllers::ports::{Clock, SystemClock};
+use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 use verwalter_controllers::state::{Inputs, Schedule, SchedulerInput};
 use verwalter_controllers::vars;
 
@@ -690,7 +690,7 @@ fn run_scheduler_once(
     input: SchedulerInput,
 ) -> Result<
     verwalter_controllers::state::SchedulerOutput,
-    verwalter_controllers::ports::SchedulerError,
+    verwalter_controllers::machinery::ports::SchedulerError,
 > {
     if verwalter::wasm::has_wasm_scheduler(dir) {
         verwalter::wasm::WasmRun::load(dir, Limits::default().into())

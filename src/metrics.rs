@@ -9,8 +9,8 @@ use prometheus::{
     Encoder, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
     Registry, TextEncoder,
 };
-use verwalter_controllers::driver::DriverObserver;
-use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::machinery::driver::DriverObserver;
+use verwalter_controllers::machinery::ports::SchedulerFailure;
 use verwalter_controllers::schedule::ScheduleObserver;
 use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{SCHEDULE_PERSIST, SchedulerRuns, Snapshot, Status};

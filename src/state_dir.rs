@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::collections::HashMap;
 
-use verwalter_controllers::ports::{AppliedStore, ScheduleStore, StorageError};
+use verwalter_controllers::machinery::ports::{AppliedStore, ScheduleStore, StorageError};
 use verwalter_controllers::state::Schedule;
 
 #[derive(Debug, thiserror::Error)]

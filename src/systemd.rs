@@ -1,6 +1,6 @@
 //! systemd's notify protocol over `$NOTIFY_SOCKET` (the `sd-notify` crate, no libsystemd):
 //! `READY=1` once the daemon serves, `STATUS=` kept to the status view's one line, `WATCHDOG=1`
-//! while the controllers make progress (the rule: `controllers/src/watchdog.rs`), `STOPPING=1`
+//! while the controllers make progress (the rule: `controllers/src/machinery/watchdog.rs`), `STOPPING=1`
 //! at shutdown. Without `NOTIFY_SOCKET` every call does nothing.
 //!
 //! The variables stay in the daemon's environment (removing them is not safe once threads
@@ -13,8 +13,8 @@ use futures::future;
 use sd_notify::NotifyState;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::machinery::watchdog::{Progress, Stall, Verdict};
 use verwalter_controllers::status::{self, NodeInfo, SchedulerRuns, Sources};
-use verwalter_controllers::watchdog::{Progress, Stall, Verdict};
 
 /// The service manager, as the environment describes it.
 #[derive(Debug, Clone)]
@@ -33,7 +33,7 @@ impl Notify {
         let watchdog = enabled
             .then(|| {
                 let (usec, pid) = (var("WATCHDOG_USEC"), var("WATCHDOG_PID"));
-                verwalter_controllers::watchdog::enabled(
+                verwalter_controllers::machinery::watchdog::enabled(
                     usec.as_deref(),
                     pid.as_deref(),
                     std::process::id(),

@@ -25,9 +25,10 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::{ActionJournal, Clock, JournalError};
+use crate::machinery::clock::Clock;
+use crate::machinery::ports::{ActionJournal, JournalError};
+use crate::machinery::store::{Field, Store};
 use crate::state::Actions;
-use crate::store::{Field, Store};
 
 /// How long a waiter waits for a schedule that consumes its action: a healthy scheduler runs
 /// within seconds of an input change, so a minute means it is failing, and the client learns

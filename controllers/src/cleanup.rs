@@ -12,10 +12,11 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::ports::{Clock, StorageError};
+use crate::machinery::clock::Clock;
+use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::machinery::ports::StorageError;
+use crate::machinery::store::Store;
 use crate::render::RenderController;
-use crate::store::Store;
 
 /// Housekeeping with IO: log retention, schedule backups, stale staging files.
 pub trait Sweeper: Send + Sync + 'static {
@@ -133,8 +134,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::machinery::store::StoreWriter;
     use crate::state::Schedule;
-    use crate::store::StoreWriter;
     use crate::testing::{
         FakeApplier, FakeClock, MemoryAppliedStore, RecordingDeploymentLog, templates,
     };

@@ -13,10 +13,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::ports::{ScheduleStore, StorageError};
+use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::machinery::ports::{ScheduleStore, StorageError};
+use crate::machinery::store::Field;
 use crate::state::Schedule;
-use crate::store::Field;
 
 /// How soon a schedule that could not be written is written again. A full or read-only disk is
 /// fixed by an operator in minutes, so a few seconds lose nothing, and a failing write of a large

@@ -44,18 +44,19 @@ use rand::Rng;
 use serde_json::Value;
 use sha1::{Digest, Sha1};
 
-use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::graph::{ErrorPolicy, Graph, GraphError};
-use crate::ports::{
-    AppliedStore, ApplyError, Clock, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleOutcome,
+use crate::machinery::clock::Clock;
+use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::machinery::ports::{
+    AppliedStore, ApplyError, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleOutcome,
     RoleSource, RolesRequest, StorageError,
 };
+use crate::machinery::store::{Field, Store};
 use crate::refs;
 use crate::state::{
     BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, ScheduleData,
     Templates,
 };
-use crate::store::{Field, Store};
 use crate::vars;
 
 /// Length of a deployment id (as in verwalter 0.13).
@@ -1289,7 +1290,7 @@ impl RenderController {
         let full = vars::with_pass(
             merged,
             &id,
-            &crate::wallclock::rfc3339(now),
+            &crate::machinery::clock::rfc3339(now),
             // The whole tree is parsed only for templates that read it (a follower keeps the
             // schedule as text otherwise, see `ScheduleData`).
             mentions_full_schedule.then(|| {

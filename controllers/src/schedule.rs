@@ -20,14 +20,15 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::machinery::clock::Clock;
+use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
+use crate::machinery::store::{Field, Store};
 use crate::persist::Persister;
-use crate::ports::{Clock, Scheduler, SchedulerError, SchedulerFailure};
 use crate::scheduler_metrics::SchedulerMetrics;
 use crate::state::{
     Actions, Inputs, NodeId, Peers, Reports, Schedule, SchedulerInput, SchedulerStatus,
 };
-use crate::store::{Field, Store};
 
 /// What a successful scheduler run does with the schedule it made.
 #[derive(Debug, Clone, PartialEq)]

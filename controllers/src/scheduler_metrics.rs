@@ -166,7 +166,7 @@ impl SchedulerMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ports::Clock;
+    use crate::machinery::clock::Clock;
     use crate::testing::FakeClock;
 
     fn decl(queries: &[(&str, &str)]) -> MetricsDeclaration {

@@ -372,7 +372,7 @@ pub struct SchedulerStatus {
     /// The error of the last run; `None` after a success.
     pub error: Option<String>,
     /// What kind of failure `error` is.
-    pub failure: Option<crate::ports::SchedulerFailure>,
+    pub failure: Option<crate::machinery::ports::SchedulerFailure>,
     /// Wall-clock ms of the last successful run.
     pub last_success: Option<u64>,
     /// The input of the last successful run (kept after failed runs): the actions it consumed.

@@ -13,12 +13,12 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::election::ElectionState;
-use crate::ports::SchedulerFailure;
+use crate::machinery::ports::SchedulerFailure;
+use crate::machinery::store::{Reader, Store, Trigger};
 use crate::state::{
     Deployment, Inputs, Peers, Prefetched, Reports, RoleBlocked, RolesStatus, Schedule,
     SchedulerStatus,
 };
-use crate::store::{Reader, Store, Trigger};
 
 /// The `errors` key of a schedule that could not be written to the storage dir.
 pub const SCHEDULE_PERSIST: &str = "schedule_persist";

@@ -8,9 +8,10 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::ports::{
-    ActionJournal, AppliedStore, ApplyError, Clock, DeploymentLog, JournalError, RoleApplier,
-    RoleJob, RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
+use crate::machinery::clock::Clock;
+use crate::machinery::ports::{
+    ActionJournal, AppliedStore, ApplyError, DeploymentLog, JournalError, RoleApplier, RoleJob,
+    RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
     StorageError,
 };
 use crate::schedule::ScheduleObserver;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use verwalter_controllers::ports::{ActionJournal, JournalError, SavedJournal};
+use verwalter_controllers::machinery::ports::{ActionJournal, JournalError, SavedJournal};
 
 use crate::state_dir::{FILE_MODE, not_regular, read_regular, sync_dir, write_atomic};
 

@@ -37,7 +37,7 @@ pub(crate) async fn run(
     let started = std::time::Instant::now();
     // The watchdog's step limit of the pass counts from here: this command is bounded by
     // `limit` and the kill after it.
-    verwalter_controllers::watchdog::mark_step();
+    verwalter_controllers::machinery::watchdog::mark_step();
     let mut command = tokio::process::Command::new(&argv[0]);
     for name in SERVICE_MANAGER_VARS {
         command.env_remove(name);

@@ -14,9 +14,9 @@ use verwalter_controllers::election::machine::{Action, Machine, State};
 use verwalter_controllers::election::transport::{self, Cause, To};
 use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
-use verwalter_controllers::ports::Clock;
+use verwalter_controllers::machinery::clock::Clock;
+use verwalter_controllers::machinery::store::{Field, Store};
 use verwalter_controllers::state::{Reports, Schedule, ScheduleStamp};
-use verwalter_controllers::store::{Field, Store};
 
 use super::coding::Coding;
 use super::fetch::SharedSightings;

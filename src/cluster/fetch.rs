@@ -16,13 +16,13 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::machinery::clock::Clock;
+use verwalter_controllers::machinery::store::{Field, Store};
 use verwalter_controllers::persist::Persister;
-use verwalter_controllers::ports::Clock;
 use verwalter_controllers::replication::{
     Action, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
 };
 use verwalter_controllers::state::{Prefetched, Schedule};
-use verwalter_controllers::store::{Field, Store};
 
 use super::client::HttpClient;
 use super::peers::Liveness;
@@ -406,10 +406,10 @@ mod tests {
     use serde_json::json;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use verwalter_controllers::election::ElectionState;
-    use verwalter_controllers::ports::ScheduleStore;
-    use verwalter_controllers::ports::SystemClock;
+    use verwalter_controllers::machinery::clock::SystemClock;
+    use verwalter_controllers::machinery::ports::ScheduleStore;
+    use verwalter_controllers::machinery::store::{Reader, StoreWriter};
     use verwalter_controllers::state::{Peer, Peers, Report};
-    use verwalter_controllers::store::{Reader, StoreWriter};
     use verwalter_controllers::testing::{MemoryScheduleStore, disk_full};
 
     use super::*;
@@ -662,7 +662,7 @@ mod tests {
             spawn_fetcher(writer, disk.clone(), Default::default(), &stop);
         let retries = tokio::spawn(
             persister
-                .driver(verwalter_controllers::driver::DriverConfig::default())
+                .driver(verwalter_controllers::machinery::driver::DriverConfig::default())
                 .run(stop.clone()),
         );
         let taken = within(Duration::from_secs(10), store.schedule.clone(), |held| {

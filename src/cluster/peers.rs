@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::ports::Clock;
+use verwalter_controllers::machinery::clock::Clock;
+use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::sources;
 use verwalter_controllers::state::{Peer, Peers};
-use verwalter_controllers::store::Field;
 
 use super::client::HttpClient;
 use crate::metrics::Metrics;

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::build_retention::{self, BuildSummary};
-use verwalter_controllers::ports::{Clock, SystemClock};
-use verwalter_controllers::wallclock::rfc3339;
+use verwalter_controllers::machinery::clock::rfc3339;
+use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 
 use super::store::BuildFiles;
 

@@ -20,8 +20,8 @@ use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::ports::{DeploymentLog, RoleOutcome};
-use verwalter_controllers::wallclock::rfc3339;
+use verwalter_controllers::machinery::clock::rfc3339;
+use verwalter_controllers::machinery::ports::{DeploymentLog, RoleOutcome};
 
 /// Events waiting for the publisher at most (a deployment has a handful per role).
 const QUEUE: usize = 4096;

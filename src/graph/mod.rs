@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ernest::executor_loop::ExecutorLoop;
 use verwalter_controllers::ernest::{Executor, RunSettings, Templating};
 use verwalter_controllers::graph::ErrorPolicy;
-use verwalter_controllers::ports::SystemClock;
+use verwalter_controllers::machinery::clock::SystemClock;
 
 /// ernest's default NATS address.
 pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ernest::BUILD_ACTIONS;
 use verwalter_controllers::ernest::executor_loop::Input;
-use verwalter_controllers::ports::{BusError, GraphBus};
+use verwalter_controllers::machinery::ports::{BusError, GraphBus};
 
 use super::metrics::GraphMetrics;
 

@@ -20,8 +20,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, watch};
+use verwalter_controllers::machinery::store::Trigger;
 use verwalter_controllers::status::Sources;
-use verwalter_controllers::store::Trigger;
 
 use super::AppState;
 use super::api::build_status;

@@ -28,7 +28,7 @@ use axum::routing::{MethodRouter, get, post};
 use verwalter_controllers::access;
 
 use crate::cluster::coding::Coding;
-use verwalter_controllers::store::{Field, Store};
+use verwalter_controllers::machinery::store::{Field, Store};
 
 pub use api::version;
 pub use error::ApiError;

@@ -5,9 +5,9 @@ use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use verwalter_controllers::election::ElectionState;
-use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::machinery::ports::SchedulerFailure;
+use verwalter_controllers::machinery::store::StoreWriter;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};
-use verwalter_controllers::store::StoreWriter;
 use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 
 use super::*;
@@ -39,13 +39,13 @@ pub(super) fn app_state(
 ) -> AppState {
     AppState {
         store: writer.store(),
-        force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
+        force_render: Arc::new(verwalter_controllers::machinery::store::Field::new(0)),
         // Not run: these tests register no action (no node leads).
         actions: verwalter_controllers::actions::ActionQueue::open(
-            verwalter_controllers::store::Field::new(Default::default()),
+            verwalter_controllers::machinery::store::Field::new(Default::default()),
             writer.store(),
             Arc::new(verwalter_controllers::testing::MemoryJournal::default()),
-            Arc::new(verwalter_controllers::ports::SystemClock),
+            Arc::new(verwalter_controllers::machinery::clock::SystemClock),
             Default::default(),
         )
         .unwrap(),
@@ -439,7 +439,7 @@ fn every_route_is_in_the_openapi_description_and_nothing_else() {
 /// window the node judges peers by.
 #[tokio::test]
 async fn peers_are_alive_while_heard_within_the_window() {
-    use verwalter_controllers::ports::{Clock, SystemClock};
+    use verwalter_controllers::machinery::clock::{Clock, SystemClock};
     use verwalter_controllers::state::{Peer, Peers};
     let writer = StoreWriter::new(None);
     let peer = |n: u32| Peer {

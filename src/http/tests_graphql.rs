@@ -9,12 +9,12 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use verwalter_controllers::ports::DeploymentLog;
+use verwalter_controllers::machinery::ports::DeploymentLog;
+use verwalter_controllers::machinery::store::StoreWriter;
 use verwalter_controllers::state::{
     BlockedState, Deployment, Peer, Peers, Report, RoleBlocked, RoleFailure, RolesStatus, Schedule,
     ScheduleData, ScheduleStamp,
 };
-use verwalter_controllers::store::StoreWriter;
 
 use super::graphql::*;
 use super::tests::{app_state, body_text, get, get_json, leading, post_json};

@@ -24,9 +24,9 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::sources::{self, Touch};
 use verwalter_controllers::state::{InputError, Inputs, Templates};
-use verwalter_controllers::store::Field;
 
 use super::Problems;
 use super::walk::{FileSystem, RealFs};

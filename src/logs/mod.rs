@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
-use verwalter_controllers::ports::DeploymentLog;
+use verwalter_controllers::machinery::ports::DeploymentLog;
 use verwalter_controllers::retention::{self, LogFile};
 
 mod role;
@@ -589,10 +589,10 @@ fn format_utc(t: SystemTime, format: &[time::format_description::FormatItem<'sta
         .unwrap_or_default()
 }
 
-/// `2026-11-22T04:55:49Z` (see [`verwalter_controllers::wallclock::rfc3339`]).
+/// `2026-11-22T04:55:49Z` (see [`verwalter_controllers::machinery::clock::rfc3339`]).
 pub fn rfc3339(t: SystemTime) -> String {
     let ms = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    verwalter_controllers::wallclock::rfc3339(ms)
+    verwalter_controllers::machinery::clock::rfc3339(ms)
 }

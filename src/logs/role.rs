@@ -63,7 +63,10 @@ impl RoleLog {
     }
 
     /// Writes the result and the `RoleFinish` marker.
-    pub fn finish(mut self, result: &Result<(), verwalter_controllers::ports::ApplyError>) {
+    pub fn finish(
+        mut self,
+        result: &Result<(), verwalter_controllers::machinery::ports::ApplyError>,
+    ) {
         let text = match result {
             Ok(()) => "result: ok\n".to_string(),
             Err(e) => format!("result: error: {e}\n"),

@@ -98,9 +98,9 @@ fn a_full_segment_rotates_and_latest_follows() {
     let log = LogDir::open(tmp.path(), limits);
     for i in 0..5 {
         let role = log.role("web", &format!("dep{i}"));
-        role.finish(&Err(verwalter_controllers::ports::ApplyError::Command(
-            "x".repeat(150),
-        )));
+        role.finish(&Err(
+            verwalter_controllers::machinery::ports::ApplyError::Command("x".repeat(150)),
+        ));
     }
     let segments: Vec<_> = fs::read_dir(tmp.path().join("web"))
         .unwrap()

@@ -601,7 +601,7 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
         generation: view.generation,
         updated: view
             .updated
-            .map(|t| verwalter_controllers::wallclock::rfc3339(unix_ms(t))),
+            .map(|t| verwalter_controllers::machinery::clock::rfc3339(unix_ms(t))),
         age_seconds: view
             .updated
             .map(|t| t.elapsed().map_or(0.0, |d| d.as_secs_f64())),
@@ -617,7 +617,7 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
                     source.as_str(),
                     SourceErrorView {
                         message: e.message.clone(),
-                        at: verwalter_controllers::wallclock::rfc3339(unix_ms(e.at)),
+                        at: verwalter_controllers::machinery::clock::rfc3339(unix_ms(e.at)),
                     },
                 )
             })

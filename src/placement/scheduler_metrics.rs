@@ -14,12 +14,12 @@ use std::sync::Arc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::election::ElectionState;
-use verwalter_controllers::ports::Clock;
+use verwalter_controllers::machinery::clock::Clock;
+use verwalter_controllers::machinery::store::{Field, Reader};
 use verwalter_controllers::scheduler_metrics::{
     MetricSample, MetricsDeclaration, SchedulerMetrics,
 };
 use verwalter_controllers::state::Inputs;
-use verwalter_controllers::store::{Field, Reader};
 use verwalter_placement::sources::SourceError;
 
 use super::client::SourceClient;

@@ -60,7 +60,7 @@ fn read_object(path: &Path) -> Result<Map<String, Value>, String> {
 /// The variables `role` gets, as the daemon would compute them.
 pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
     let id = verwalter_controllers::render::deployment_id();
-    let now = verwalter_controllers::wallclock::rfc3339(
+    let now = verwalter_controllers::machinery::clock::rfc3339(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),

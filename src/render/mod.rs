@@ -17,9 +17,9 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sha1::{Digest, Sha1};
-use verwalter_controllers::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
+use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
+use verwalter_controllers::machinery::store::Reader;
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
-use verwalter_controllers::store::Reader;
 use verwalter_controllers::vars::logged::Logged;
 
 use crate::apply;

@@ -16,9 +16,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::oneshot;
-use verwalter_controllers::ports::{Scheduler, SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::watchdog::{
+    self as progress, DriverBeat, PassMark, Progress,
+};
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
-use verwalter_controllers::watchdog::{self as progress, DriverBeat, PassMark, Progress};
 
 use crate::inputs::SCHEDULER_DIR;
 use crate::lua::LuaScheduler;

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use verwalter_controllers::ports::{NodeRoles, RoleSource, RolesError, RolesRequest};
+use verwalter_controllers::machinery::ports::{NodeRoles, RoleSource, RolesError, RolesRequest};
 use verwalter_controllers::state::Schedule;
 
 use super::runtime::{WasmLimits, WasmModule};

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value, json};
-use verwalter_controllers::ports::{NodeRoles, RoleSource, RolesRequest};
+use verwalter_controllers::machinery::ports::{NodeRoles, RoleSource, RolesRequest};
 use verwalter_controllers::state::Schedule;
 use verwalter_controllers::vars;
 

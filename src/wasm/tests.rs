@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::machinery::ports::SchedulerFailure;
 use verwalter_controllers::state::{Peer, Schedule, SchedulerInput};
 
 use super::query::{QueryModule, unwrap_envelope};
@@ -645,7 +645,7 @@ fn wasm_dir(bytes: &[u8]) -> tempfile::TempDir {
 
 #[tokio::test]
 async fn a_held_run_stops_the_watchdog_pings_until_the_thread_is_free() {
-    use verwalter_controllers::watchdog::Verdict;
+    use verwalter_controllers::machinery::watchdog::Verdict;
     let dir = wasm_dir(&module("", OK_RESULT, "(i32.const 16)"));
     let (release, held) = std::sync::mpsc::channel::<()>();
     let held = std::sync::Mutex::new(held);
@@ -705,7 +705,7 @@ async fn a_held_run_stops_the_watchdog_pings_until_the_thread_is_free() {
 
 #[tokio::test]
 async fn a_looping_module_stopped_by_its_budget_leaves_no_stall() {
-    use verwalter_controllers::watchdog::Verdict;
+    use verwalter_controllers::machinery::watchdog::Verdict;
     let dir = wasm_dir(&module(
         "",
         "",
@@ -873,7 +873,7 @@ fn envelopes_unwrap() {
 
 #[test]
 fn the_query_hook_derives_roles_off_the_runtime_and_reloads_a_changed_module() {
-    use verwalter_controllers::ports::{RoleSource, RolesRequest};
+    use verwalter_controllers::machinery::ports::{RoleSource, RolesRequest};
     let dir = tempfile::tempdir().unwrap();
     let hook = super::query::QueryHook::new(dir.path().to_path_buf(), limits());
     let request = RolesRequest {

@@ -962,12 +962,12 @@ fn schedule_data(bytes: &[u8]) -> String {
 fn action_journal(bytes: &[u8]) -> String {
     use verwalter_controllers::actions::ActionQueue;
     use verwalter_controllers::testing::MemoryJournal;
-    let writer = verwalter_controllers::store::StoreWriter::new(None);
+    let writer = verwalter_controllers::machinery::store::StoreWriter::new(None);
     let queue = ActionQueue::open(
-        verwalter_controllers::store::Field::new(Default::default()),
+        verwalter_controllers::machinery::store::Field::new(Default::default()),
         writer.store(),
         MemoryJournal::holding(bytes),
-        Arc::new(verwalter_controllers::ports::SystemClock),
+        Arc::new(verwalter_controllers::machinery::clock::SystemClock),
         Default::default(),
     );
     match queue {
@@ -988,7 +988,7 @@ thread_local! {
 
 fn http_app() -> HttpApp {
     use verwalter_controllers::election::ElectionState;
-    let writer = verwalter_controllers::store::StoreWriter::new(Some(
+    let writer = verwalter_controllers::machinery::store::StoreWriter::new(Some(
         verwalter_controllers::state::Schedule::new(
             json!({"nodes": {"alpha": {"roles": {"web": {"template": "web"}}}}}),
             1_764_000_000_000,
@@ -1008,10 +1008,10 @@ fn http_app() -> HttpApp {
     let actions = {
         let _guard = runtime.enter();
         verwalter_controllers::actions::ActionQueue::open(
-            verwalter_controllers::store::Field::new(Default::default()),
+            verwalter_controllers::machinery::store::Field::new(Default::default()),
             writer.store(),
             Arc::new(verwalter_controllers::testing::MemoryJournal::default()),
-            Arc::new(verwalter_controllers::ports::SystemClock),
+            Arc::new(verwalter_controllers::machinery::clock::SystemClock),
             Default::default(),
         )
         .unwrap()
@@ -1024,7 +1024,7 @@ fn http_app() -> HttpApp {
     );
     let state = verwalter::http::AppState {
         store: writer.store(),
-        force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
+        force_render: Arc::new(verwalter_controllers::machinery::store::Field::new(0)),
         actions,
         logs: None,
         log_dirs: Default::default(),

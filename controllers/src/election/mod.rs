@@ -18,9 +18,9 @@ use serde::Serialize;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::Clock;
+use crate::machinery::clock::Clock;
+use crate::machinery::store::{Field, Reader};
 use crate::state::{NodeId, Peers};
-use crate::store::{Field, Reader};
 #[cfg(test)]
 use machine::Timings;
 use machine::{Machine, State};

@@ -22,7 +22,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{BuildRun, Executor, ResultKind, Step};
-use crate::ports::{BuildStore, Clock, GraphBus};
+use crate::machinery::clock::Clock;
+use crate::machinery::ports::{BuildStore, GraphBus};
 
 /// Messages taken into one step at most: one file write per build and step, whatever the
 /// number of answers, keeps a wide build's per-component cost low.
@@ -360,7 +361,7 @@ mod tests {
     use super::*;
     use crate::ernest::RunSettings;
     use crate::graph::ErrorPolicy;
-    use crate::ports::{BusError, StorageError, StoredBuild};
+    use crate::machinery::ports::{BusError, StorageError, StoredBuild};
 
     /// Records what is published, with the files as they were at that moment.
     #[derive(Default)]

@@ -6,7 +6,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::store::Reader;
+use crate::machinery::store::Reader;
 use crate::testing::{MemoryScheduleStore, disk_full};
 
 struct Rig {

@@ -6,10 +6,10 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::driver::{Backoff, DriverConfig};
 use crate::election::ElectionState;
+use crate::machinery::driver::{Backoff, DriverConfig};
+use crate::machinery::store::StoreWriter;
 use crate::persist::{PERSIST_RETRY, Persister};
-use crate::store::StoreWriter;
 use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};
 
 struct Rig {

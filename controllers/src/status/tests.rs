@@ -5,8 +5,8 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::*;
+use crate::machinery::store::StoreWriter;
 use crate::state::{BlockedState, InputError, Peer, Report, RoleFailure, ScheduleStamp};
-use crate::store::StoreWriter;
 use crate::testing::{STATUS_KEYS, inputs};
 
 const ME: &str = "77985419c732412ea38b94db00000001";

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::{SchedulerError, SchedulerFailure};
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 use verwalter_placement::config;
 

@@ -26,8 +26,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::store::Trigger;
-use crate::watchdog::{self, DriverBeat, Progress};
+use crate::machinery::store::Trigger;
+use crate::machinery::watchdog::{self, DriverBeat, Progress};
 
 /// When to look at a key again after a successful pass.
 pub type Requeue = Option<Duration>;
@@ -218,7 +218,7 @@ impl<R: Reconciler> Driver<R> {
     }
 
     /// Records the loop's turns and the running passes in `progress` (the watchdog's rule:
-    /// `controllers/src/watchdog.rs`); a pass may go `step_limit` without a step.
+    /// `controllers/src/machinery/watchdog.rs`); a pass may go `step_limit` without a step.
     pub fn progress(mut self, progress: &Progress, step_limit: Duration) -> Self {
         self.beat = Some(progress.driver(self.reconciler.name(), step_limit, Instant::now()));
         self

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::driver::{Driver, DriverConfig, Reconciler, Requeue};
+use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
 
 const CHECK: Duration = Duration::from_secs(1);
 const STEP_LIMIT: Duration = Duration::from_secs(60);

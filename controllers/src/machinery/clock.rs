@@ -1,4 +1,23 @@
-//! Wall-clock time as the deployment log, the API and the role logs write it.
+//! Wall-clock time: the [`Clock`] port every controller reads, and the one timestamp format
+//! people read (RFC 3339, UTC) as the deployment log, the API and the role logs write it.
+
+/// Wall-clock time, as milliseconds since the Unix epoch.
+pub trait Clock: Send + Sync + 'static {
+    fn now_ms(&self) -> u64;
+}
+
+/// The system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0)
+    }
+}
 
 /// `2026-11-22T04:55:49Z` for wall-clock milliseconds since the Unix epoch (whole seconds, UTC).
 /// Every timestamp the daemon writes for people goes through here.

@@ -104,7 +104,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
         }
     }
 
-    /// A boxed wake source for the controller [`Driver`](crate::driver::Driver).
+    /// A boxed wake source for the controller [`Driver`](crate::machinery::driver::Driver).
     pub fn trigger(&self) -> Box<dyn Trigger> {
         Box::new(self.clone())
     }

@@ -96,24 +96,6 @@ pub trait ScheduleStore: Send + Sync + 'static {
     fn save(&self, schedule: &Schedule) -> Result<(), StorageError>;
 }
 
-/// Wall-clock time, as milliseconds since the Unix epoch.
-pub trait Clock: Send + Sync + 'static {
-    fn now_ms(&self) -> u64;
-}
-
-/// The system clock.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0)
-    }
-}
-
 /// One role to render and apply: what the render controller hands to the [`RoleApplier`].
 #[derive(Debug, Clone)]
 pub struct RoleJob {

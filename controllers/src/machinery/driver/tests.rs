@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::store::Field;
+use crate::machinery::store::Field;
 
 /// Records every pass; fails while `failures_left > 0`; waits for a permit when `gate` is set.
 struct Probe {
