@@ -19,7 +19,7 @@ use verwalter_controllers::graph::{ErrorPolicy, Graph, Progress};
 use verwalter_controllers::machinery::clock::SystemClock;
 use verwalter_controllers::machinery::driver::DriverConfig;
 use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob};
-use verwalter_controllers::machinery::store::StoreWriter;
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::state::Schedule;
 use verwalter_controllers::testing::{

@@ -27,7 +27,7 @@ use verwalter::state_dir::StateDir;
 use verwalter_controllers::machinery::clock::SystemClock;
 use verwalter_controllers::machinery::driver::Reconciler;
 use verwalter_controllers::machinery::ports::{RoleApplier, RoleJob};
-use verwalter_controllers::machinery::store::StoreWriter;
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::state::Schedule;
 

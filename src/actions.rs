@@ -8,7 +8,8 @@ use std::sync::Arc;
 use verwalter_controllers::actions::{ActionLimits, ActionQueue};
 use verwalter_controllers::machinery::clock::SystemClock;
 use verwalter_controllers::machinery::ports::JournalError;
-use verwalter_controllers::machinery::store::{Field, Store};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 use verwalter_controllers::state::Actions;
 
 use self::journal::FileJournal;
@@ -34,7 +35,7 @@ mod tests {
     use serde_json::json;
     use tokio_util::sync::CancellationToken;
     use verwalter_controllers::election::ElectionState;
-    use verwalter_controllers::machinery::store::StoreWriter;
+    use verwalter_controllers::node::StoreWriter;
 
     use super::*;
 

@@ -27,7 +27,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::machinery::clock::Clock;
 use crate::machinery::ports::{ActionJournal, JournalError};
-use crate::machinery::store::{Field, Store};
+use crate::machinery::store::Field;
+use crate::node::Store;
 use crate::state::Actions;
 
 /// How long a waiter waits for a schedule that consumes its action: a healthy scheduler runs

@@ -15,7 +15,7 @@ use futures::future::BoxFuture;
 use crate::machinery::clock::Clock;
 use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::machinery::ports::StorageError;
-use crate::machinery::store::Store;
+use crate::node::Store;
 use crate::render::RenderController;
 
 /// Housekeeping with IO: log retention, schedule backups, stale staging files.
@@ -134,7 +134,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::machinery::store::StoreWriter;
+    use crate::node::StoreWriter;
     use crate::state::Schedule;
     use crate::testing::{
         FakeApplier, FakeClock, MemoryAppliedStore, RecordingDeploymentLog, templates,

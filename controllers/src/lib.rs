@@ -53,6 +53,7 @@ pub mod graph;
 pub mod graphql_cost;
 pub mod hash;
 pub mod machinery;
+pub mod node;
 pub mod persist;
 pub mod refs;
 pub mod render;

@@ -51,7 +51,8 @@ use crate::machinery::ports::{
     AppliedStore, ApplyError, CompatRoles, DeploymentLog, RoleApplier, RoleJob, RoleOutcome,
     RoleSource, RolesRequest, StorageError,
 };
-use crate::machinery::store::{Field, Store};
+use crate::machinery::store::Field;
+use crate::node::Store;
 use crate::refs;
 use crate::state::{
     BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, ScheduleData,

@@ -23,7 +23,8 @@ use tokio::time::Instant;
 use crate::machinery::clock::Clock;
 use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
-use crate::machinery::store::{Field, Store};
+use crate::machinery::store::Field;
+use crate::node::Store;
 use crate::persist::Persister;
 use crate::scheduler_metrics::SchedulerMetrics;
 use crate::state::{

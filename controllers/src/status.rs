@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 
 use crate::election::ElectionState;
 use crate::machinery::ports::SchedulerFailure;
-use crate::machinery::store::{Reader, Store, Trigger};
+use crate::machinery::store::{Reader, Trigger};
+use crate::node::Store;
 use crate::state::{
     Deployment, Inputs, Peers, Prefetched, Reports, RoleBlocked, RolesStatus, Schedule,
     SchedulerStatus,
@@ -135,6 +136,14 @@ impl Snapshot {
             + self.roles.failed.len()
             + usize::from(self.roles.deployment_log.is_some())
     }
+}
+
+/// How many problems this node has: one per input error, a failed scheduler run (while
+/// leading), a schedule not written to the storage dir, a failing role, a deployment log that
+/// cannot be written. The `num_errors` of `/v1/status` (counted by [`Snapshot::error_count`]),
+/// and what a follower reports to its leader in pongs.
+pub fn error_count(store: &Store) -> usize {
+    Snapshot::take(store).error_count()
 }
 
 /// `/v1/status`, verwalter 0.13's shape.

@@ -15,7 +15,8 @@ use verwalter_controllers::election::transport::{self, Cause, To};
 use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
 use verwalter_controllers::election::{self, ElectionState, StableWall};
 use verwalter_controllers::machinery::clock::Clock;
-use verwalter_controllers::machinery::store::{Field, Store};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 use verwalter_controllers::state::{Reports, Schedule, ScheduleStamp};
 
 use super::coding::Coding;
@@ -336,6 +337,6 @@ impl ElectionTask {
 
     /// What a follower reports in its pongs: the `num_errors` of its `/v1/status`.
     fn errors(&self) -> u64 {
-        self.io.store.error_count() as u64
+        verwalter_controllers::status::error_count(&self.io.store) as u64
     }
 }

@@ -17,7 +17,8 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::machinery::clock::Clock;
-use verwalter_controllers::machinery::store::{Field, Store};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::replication::{
     Action, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
@@ -408,7 +409,8 @@ mod tests {
     use verwalter_controllers::election::ElectionState;
     use verwalter_controllers::machinery::clock::SystemClock;
     use verwalter_controllers::machinery::ports::ScheduleStore;
-    use verwalter_controllers::machinery::store::{Reader, StoreWriter};
+    use verwalter_controllers::machinery::store::Reader;
+    use verwalter_controllers::node::StoreWriter;
     use verwalter_controllers::state::{Peer, Peers, Report};
     use verwalter_controllers::testing::{MemoryScheduleStore, disk_full};
 

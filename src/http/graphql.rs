@@ -40,7 +40,7 @@ use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
 use verwalter_controllers::access;
 use verwalter_controllers::graphql_cost;
-use verwalter_controllers::machinery::store::Store;
+use verwalter_controllers::node::Store;
 use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
 use verwalter_controllers::subscriptions::LastSent;

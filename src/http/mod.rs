@@ -28,7 +28,8 @@ use axum::routing::{MethodRouter, get, post};
 use verwalter_controllers::access;
 
 use crate::cluster::coding::Coding;
-use verwalter_controllers::machinery::store::{Field, Store};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 
 pub use api::version;
 pub use error::ApiError;

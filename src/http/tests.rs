@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use tower::ServiceExt;
 use verwalter_controllers::election::ElectionState;
 use verwalter_controllers::machinery::ports::SchedulerFailure;
-use verwalter_controllers::machinery::store::StoreWriter;
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};
 use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 

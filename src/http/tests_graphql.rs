@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use verwalter_controllers::machinery::ports::DeploymentLog;
-use verwalter_controllers::machinery::store::StoreWriter;
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::state::{
     BlockedState, Deployment, Peer, Peers, Report, RoleBlocked, RoleFailure, RolesStatus, Schedule,
     ScheduleData, ScheduleStamp,

@@ -380,7 +380,7 @@ fn a_template_linked_out_of_templates_is_refused_by_name() {
 #[tokio::test]
 async fn a_role_applies_when_its_log_cannot_be_written() {
     use verwalter_controllers::machinery::ports::{RoleApplier, RoleJob};
-    use verwalter_controllers::machinery::store::StoreWriter;
+    use verwalter_controllers::node::StoreWriter;
 
     let out = tempfile::tempdir().unwrap();
     let marker = out.path().join("applied");

@@ -962,7 +962,7 @@ fn schedule_data(bytes: &[u8]) -> String {
 fn action_journal(bytes: &[u8]) -> String {
     use verwalter_controllers::actions::ActionQueue;
     use verwalter_controllers::testing::MemoryJournal;
-    let writer = verwalter_controllers::machinery::store::StoreWriter::new(None);
+    let writer = verwalter_controllers::node::StoreWriter::new(None);
     let queue = ActionQueue::open(
         verwalter_controllers::machinery::store::Field::new(Default::default()),
         writer.store(),
@@ -988,7 +988,7 @@ thread_local! {
 
 fn http_app() -> HttpApp {
     use verwalter_controllers::election::ElectionState;
-    let writer = verwalter_controllers::machinery::store::StoreWriter::new(Some(
+    let writer = verwalter_controllers::node::StoreWriter::new(Some(
         verwalter_controllers::state::Schedule::new(
             json!({"nodes": {"alpha": {"roles": {"web": {"template": "web"}}}}}),
             1_764_000_000_000,

@@ -6,7 +6,8 @@ use serde_json::json;
 
 use super::*;
 use crate::election::ElectionState;
-use crate::machinery::store::{Reader, StoreWriter};
+use crate::machinery::store::Reader;
+use crate::node::StoreWriter;
 use crate::state::{Schedule, SchedulerInput, SchedulerStatus};
 use crate::testing::{FakeClock, JournalCall, MemoryJournal};
 

@@ -5,7 +5,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::machinery::store::StoreWriter;
+use crate::node::StoreWriter;
 use crate::state::{BlockedState, RoleBlocked};
 use crate::testing::{
     FakeApplier, FakeClock, MemoryAppliedStore, RecordingDeploymentLog, templates,

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::*;
 use crate::election::ElectionState;
 use crate::machinery::driver::{Backoff, DriverConfig};
-use crate::machinery::store::StoreWriter;
+use crate::node::StoreWriter;
 use crate::persist::{PERSIST_RETRY, Persister};
 use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};
 

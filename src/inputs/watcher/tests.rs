@@ -5,7 +5,7 @@ use std::io;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use verwalter_controllers::machinery::store::StoreWriter;
+use verwalter_controllers::node::StoreWriter;
 
 use super::*;
 use crate::inputs::walk::FailingFs;
