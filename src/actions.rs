@@ -34,7 +34,7 @@ pub fn open(
 mod tests {
     use serde_json::json;
     use tokio_util::sync::CancellationToken;
-    use verwalter_controllers::election::ElectionState;
+    use verwalter_controllers::cluster::election::ElectionState;
     use verwalter_controllers::node::StoreWriter;
 
     use super::*;

@@ -366,7 +366,7 @@ pub struct Config {
     pub debug_force_leader: bool,
     /// `common` (the built-in frontend) or a dir under `<config-dir>/frontend/`.
     pub default_frontend: String,
-    pub timings: verwalter_controllers::election::machine::Timings,
+    pub timings: verwalter_controllers::cluster::election::machine::Timings,
     pub prefetch: Duration,
     pub minority_window: Duration,
     /// `election.relay-fanout`.
@@ -378,7 +378,7 @@ pub struct Config {
     pub graph: Option<crate::graph::GraphSettings>,
     /// Where to publish deployment events, if the settings ask for it.
     pub deployment_events: Option<crate::graph::events::EventSettings>,
-    pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
+    pub election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
     /// What the operator should change, though the daemon can start: a settings file or a
     /// secret inside the config dir, the settings read from their old place. Logged at start.
@@ -590,9 +590,9 @@ impl Config {
             (None, true) => PeerSource::None,
         };
         let el = &file.election;
-        let defaults = verwalter_controllers::election::machine::Timings::default();
+        let defaults = verwalter_controllers::cluster::election::machine::Timings::default();
         let or = |v: Option<u64>, default: Duration| v.map_or(default, Duration::from_millis);
-        let timings = verwalter_controllers::election::machine::Timings {
+        let timings = verwalter_controllers::cluster::election::machine::Timings {
             start_timeout: or(el.start_timeout_ms, defaults.start_timeout),
             message_timeout_min: or(el.leader_timeout_min_ms, defaults.message_timeout_min),
             message_timeout_max: or(el.leader_timeout_max_ms, defaults.message_timeout_max),
@@ -875,12 +875,10 @@ impl Config {
             timings,
             prefetch: or(file.election.prefetch_ms, defaults::PREFETCH),
             minority_window: or(file.election.minority_window_ms, defaults::MINORITY_WINDOW),
-            relay_fanout: file
-                .election
-                .relay_fanout
-                .map_or(verwalter_controllers::replication::RELAY_FANOUT, |n| {
-                    n.min(usize::MAX as u64) as usize
-                }),
+            relay_fanout: file.election.relay_fanout.map_or(
+                verwalter_controllers::cluster::replication::RELAY_FANOUT,
+                |n| n.min(usize::MAX as u64) as usize,
+            ),
             election_key,
             warnings,
         })
@@ -982,8 +980,10 @@ fn open(path: &Path) -> Result<std::fs::File, String> {
     std::fs::File::open(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))
 }
 
-fn read_key(path: &Path) -> Result<verwalter_controllers::election::wire::AuthKey, String> {
-    use verwalter_controllers::election::wire::{AuthKey, MIN_KEY_LEN};
+fn read_key(
+    path: &Path,
+) -> Result<verwalter_controllers::cluster::election::wire::AuthKey, String> {
+    use verwalter_controllers::cluster::election::wire::{AuthKey, MIN_KEY_LEN};
     let bytes = read_bounded(path, open(path)?, SECRET_FILE_LIMIT)?;
     let key = bytes.trim_ascii();
     AuthKey::new(key).ok_or_else(|| {

@@ -13,7 +13,8 @@ use tokio::task::{self, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
-use verwalter_controllers::election::{self, machine::Machine};
+use verwalter_controllers::cluster::election::{self, machine::Machine};
+use verwalter_controllers::cluster::replication::ReplicationConfig;
 use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 use verwalter_controllers::machinery::driver::{Driver, DriverConfig, Reconciler};
 use verwalter_controllers::machinery::ports::{AppliedStore, StorageError};
@@ -21,7 +22,6 @@ use verwalter_controllers::machinery::watchdog::{self, Progress};
 use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::persist::Persister;
 use verwalter_controllers::render::RenderController;
-use verwalter_controllers::replication::ReplicationConfig;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };

@@ -142,7 +142,7 @@ pub fn shown() -> Vec<Shown> {
         entry(
             "election.relay-fanout",
             None,
-            crate::replication::RELAY_FANOUT.to_string(),
+            crate::cluster::replication::RELAY_FANOUT.to_string(),
         ),
         entry(
             "default-frontend",

@@ -2,7 +2,7 @@
 //! [`Field`] each. The one place naming every subsystem's field; the daemon's wiring hands each
 //! writer to the one task that owns it.
 
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
 use crate::machinery::store::{Field, Reader};
 use crate::scheduler_metrics::SchedulerMetrics;
 use crate::state::{

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
 use crate::machinery::ports::SchedulerFailure;
 use crate::machinery::store::{Reader, Trigger};
 use crate::node::Store;

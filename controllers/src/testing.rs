@@ -429,7 +429,7 @@ impl ActionJournal for MemoryJournal {
     }
 }
 
-/// What a node running a [`crate::replication::Replication`] machine holds and hears, kept the
+/// What a node running a [`crate::cluster::replication::Replication`] machine holds and hears, kept the
 /// way the daemon keeps it (the election transport notes packets, `src/cluster/fetch.rs` carries
 /// out the actions): the world of the replication tests and of the election simulation.
 #[derive(Debug, Default)]
@@ -438,7 +438,7 @@ pub struct ReplicaWorld {
     pub replaced: Vec<Schedule>,
     pub prefetched: crate::state::Prefetched,
     pub reports: crate::state::Reports,
-    pub sightings: crate::replication::Sightings,
+    pub sightings: crate::cluster::replication::Sightings,
     pub packets: std::collections::BTreeMap<crate::state::NodeId, u64>,
     /// The nodes known (the relay tree's members); empty: every follower asks its leader.
     pub nodes: Vec<crate::state::NodeId>,
@@ -473,10 +473,10 @@ impl ReplicaWorld {
     /// The snapshot the machine looks at.
     pub fn view<'a>(
         &'a self,
-        election: &'a crate::election::ElectionState,
+        election: &'a crate::cluster::election::ElectionState,
         now_ms: u64,
-    ) -> crate::replication::World<'a> {
-        crate::replication::World {
+    ) -> crate::cluster::replication::World<'a> {
+        crate::cluster::replication::World {
             election,
             reports: &self.reports,
             held: self.held.as_ref(),
@@ -488,8 +488,8 @@ impl ReplicaWorld {
     }
 
     /// Carries out the store writes `action` asks for (a fetch is the caller's).
-    pub fn keep(&mut self, action: &crate::replication::Action) {
-        use crate::replication::Action;
+    pub fn keep(&mut self, action: &crate::cluster::replication::Action) {
+        use crate::cluster::replication::Action;
         match action {
             Action::Accept(schedule) => self.held = Some(schedule.clone()),
             Action::Replaced(list) => self.replaced = list.clone(),

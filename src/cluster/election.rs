@@ -1,6 +1,6 @@
 //! The election over UDP: the sans-IO machine fed with packets from peers and with time, its
 //! actions sent as verwalter 0.13's CBOR packets on the HTTP port. What is taken, counted and
-//! sent where is decided in [`verwalter_controllers::election::transport`].
+//! sent where is decided in [`verwalter_controllers::cluster::election::transport`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,10 +10,12 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::election::machine::{Action, Machine, State};
-use verwalter_controllers::election::transport::{self, Cause, To};
-use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
-use verwalter_controllers::election::{self, ElectionState, StableWall};
+use verwalter_controllers::cluster::election::machine::{Action, Machine, State};
+use verwalter_controllers::cluster::election::transport::{self, Cause, To};
+use verwalter_controllers::cluster::election::wire::{
+    AuthKey, Kind, MAX_PACKET, Packet, WireError,
+};
+use verwalter_controllers::cluster::election::{self, ElectionState, StableWall};
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::node::Store;

@@ -1,5 +1,5 @@
 //! Schedule distribution over HTTP (`GET /v1/schedule`, as verwalter 0.13): the adapter around
-//! the replication machine (`verwalter_controllers::replication`), which decides what to fetch,
+//! the replication machine (`verwalter_controllers::cluster::replication`), which decides what to fetch,
 //! from whom and when, and what to do with it. This task feeds it the store's election state,
 //! the peers' reports, the schedule held and the schedules peers reported; runs the fetches it
 //! asks for (within [`FETCH_TIMEOUT`] and [`MAX_SCHEDULE`], checking that the data matches the
@@ -16,13 +16,13 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::cluster::replication::{
+    Action, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
+};
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::node::Store;
 use verwalter_controllers::persist::Persister;
-use verwalter_controllers::replication::{
-    Action, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
-};
 use verwalter_controllers::state::{Prefetched, Schedule};
 
 use super::client::HttpClient;
@@ -148,7 +148,7 @@ impl Fetcher {
                 _ = peers.changed() => {}
                 Some((fetch, result)) = running.next(), if !running.is_empty() => {
                     let ok = result.as_ref().is_ok_and(|s| {
-                        verwalter_controllers::replication::refusal(&fetch, s).is_none()
+                        verwalter_controllers::cluster::replication::refusal(&fetch, s).is_none()
                     });
                     self.io.metrics.schedule_fetch(ok);
                     let now = Instant::now();
@@ -406,7 +406,7 @@ mod tests {
 
     use serde_json::json;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use verwalter_controllers::election::ElectionState;
+    use verwalter_controllers::cluster::election::ElectionState;
     use verwalter_controllers::machinery::clock::SystemClock;
     use verwalter_controllers::machinery::ports::ScheduleStore;
     use verwalter_controllers::machinery::store::Reader;
@@ -428,7 +428,7 @@ mod tests {
             id: ME.into(),
             window: Duration::from_secs(2),
             recent: Duration::from_secs(60),
-            relay_fanout: verwalter_controllers::replication::RELAY_FANOUT,
+            relay_fanout: verwalter_controllers::cluster::replication::RELAY_FANOUT,
         }
     }
 

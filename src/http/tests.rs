@@ -4,7 +4,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use verwalter_controllers::election::ElectionState;
+use verwalter_controllers::cluster::election::ElectionState;
 use verwalter_controllers::machinery::ports::SchedulerFailure;
 use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::election::ElectionState;
+use verwalter_controllers::cluster::election::ElectionState;
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::{Field, Reader};
 use verwalter_controllers::scheduler_metrics::{

@@ -872,7 +872,7 @@ fn graph(bytes: &[u8]) -> String {
 /// An election packet off the UDP socket (CBOR, verwalter 0.13's shape), without and with a
 /// shared key; what decodes encodes back to the same packet.
 fn election_packet(bytes: &[u8]) -> String {
-    use verwalter_controllers::election::wire::{AuthKey, Packet};
+    use verwalter_controllers::cluster::election::wire::{AuthKey, Packet};
     let key = AuthKey::new(b"fuzz-key-0123456789abcdef".to_vec()).unwrap();
     let plain = Packet::decode(bytes);
     if let Ok(packet) = &plain {
@@ -987,7 +987,7 @@ thread_local! {
 }
 
 fn http_app() -> HttpApp {
-    use verwalter_controllers::election::ElectionState;
+    use verwalter_controllers::cluster::election::ElectionState;
     let writer = verwalter_controllers::node::StoreWriter::new(Some(
         verwalter_controllers::state::Schedule::new(
             json!({"nodes": {"alpha": {"roles": {"web": {"template": "web"}}}}}),

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use super::*;
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
 use crate::machinery::store::Reader;
 use crate::node::StoreWriter;
 use crate::state::{Schedule, SchedulerInput, SchedulerStatus};

@@ -6,7 +6,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
 use crate::machinery::driver::{Backoff, DriverConfig};
 use crate::node::StoreWriter;
 use crate::persist::{PERSIST_RETRY, Persister};

@@ -20,7 +20,7 @@ use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
 use super::machine::{Action, Machine, Message, State, Timings};
-use crate::replication::{self, Fetch, Replication, ReplicationConfig, World};
+use crate::cluster::replication::{self, Fetch, Replication, ReplicationConfig, World};
 use crate::state::{NodeId, Prefetched, Schedule, ScheduleStamp};
 use crate::testing::ReplicaWorld;
 
@@ -867,7 +867,7 @@ mod tests {
     use rand::seq::SliceRandom;
 
     use super::*;
-    use crate::election::machine::minimum_votes;
+    use crate::cluster::election::machine::minimum_votes;
 
     /// Election rounds (one heartbeat each) allowed for competing candidates to settle once
     /// every timer that can start an election has fired.
@@ -1732,11 +1732,11 @@ mod tests {
         let (now, now_ms) = (sim.now, sim.wall_ms());
         for i in 0..n {
             if sim.nodes[i].summary.role == Role::Leader {
-                let election = crate::election::view(
+                let election = crate::cluster::election::view(
                     &sim.nodes[i].machine,
                     now,
                     now_ms,
-                    &mut crate::election::StableWall::default(),
+                    &mut crate::cluster::election::StableWall::default(),
                 );
                 sim.make_schedule(i, &election, true);
             }

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
 use crate::state::{NodeId, Prefetched, Reports, Schedule, ScheduleStamp};
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use ciborium::Value;
 use serde::Serialize;
 use serde_bytes::ByteArray;
 
-use crate::election::machine::Message;
+use crate::cluster::election::machine::Message;
 use crate::state::{NodeId, ScheduleStamp};
 
 /// 0.13 receives into a buffer of this size: anything longer would arrive truncated, so
