@@ -20,8 +20,8 @@ use verwalter_controllers::machinery::driver::{Driver, DriverConfig, Reconciler}
 use verwalter_controllers::machinery::ports::{AppliedStore, StorageError};
 use verwalter_controllers::machinery::watchdog::{self, Progress};
 use verwalter_controllers::node::StoreWriter;
-use verwalter_controllers::persist::Persister;
 use verwalter_controllers::render::RenderController;
+use verwalter_controllers::schedule::persist::Persister;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };

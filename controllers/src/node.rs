@@ -4,7 +4,7 @@
 
 use crate::cluster::election::ElectionState;
 use crate::machinery::store::{Field, Reader};
-use crate::scheduler_metrics::SchedulerMetrics;
+use crate::schedule::scheduler_metrics::SchedulerMetrics;
 use crate::state::{
     Actions, Inputs, Peers, Prefetched, Reports, RolesStatus, Schedule, SchedulerStatus, Templates,
 };
@@ -40,7 +40,7 @@ pub struct Store {
     /// (newest first, a few), still served so that a leader can gather them as parents.
     pub replaced: Reader<Vec<Schedule>>,
     /// Observed: why the schedule in force is not in the storage dir yet (`None` once written);
-    /// written by the [`Persister`](crate::persist::Persister) for both roles.
+    /// written by the [`Persister`](crate::schedule::persist::Persister) for both roles.
     pub persist_error: Reader<Option<String>>,
     /// Observed: the Lua scheduler's declared Prometheus queries and their last answers
     /// (`state.metrics`), written by the metrics refresh on the leader.

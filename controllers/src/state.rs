@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use serde_json::value::RawValue;
 
-pub use crate::schedule_data::ScheduleData;
+pub use crate::schedule::data::ScheduleData;
 
 /// A machine id: 32 lowercase hex characters (16 bytes on the wire).
 pub type NodeId = String;
@@ -24,7 +24,7 @@ pub type NodeId = String;
 pub struct Schedule {
     /// Wall-clock milliseconds when the leader produced it.
     pub timestamp: u64,
-    /// [`crate::hash::schedule_hash`] of `data`.
+    /// [`crate::schedule::hash::schedule_hash`] of `data`.
     pub hash: String,
     /// The scheduler's output: a JSON object, as canonical text parsed on demand.
     pub data: ScheduleData,
@@ -302,9 +302,9 @@ pub struct Inputs {
     /// Unreadable or invalid files, sorted by path.
     pub errors: Vec<InputError>,
     /// `scheduler/v1/metrics.yaml` as last loaded (`None`: no such file). A bad file keeps the
-    /// last good declaration ([`crate::sources::keep_metrics_declaration`]).
+    /// last good declaration ([`crate::schedule::scheduler_metrics::keep_metrics_declaration`]).
     #[serde(skip)]
-    pub metrics: Option<Arc<crate::scheduler_metrics::MetricsDeclaration>>,
+    pub metrics: Option<Arc<crate::schedule::scheduler_metrics::MetricsDeclaration>>,
 }
 
 /// A peer as the scheduler and `/v1/peers` see it (verwalter 0.13 shape).
@@ -348,7 +348,7 @@ pub struct SchedulerInput {
     /// Other nodes (never this one), keyed by id.
     pub peers: BTreeMap<NodeId, Peer>,
     /// The queries of `scheduler/v1/metrics.yaml` with their last good answers and age
-    /// ([`crate::scheduler_metrics::SchedulerMetrics::view`]); an empty object without the file
+    /// ([`crate::schedule::scheduler_metrics::SchedulerMetrics::view`]); an empty object without the file
     /// (as verwalter 0.13 always gave).
     pub metrics: Value,
 }

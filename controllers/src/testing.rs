@@ -171,7 +171,7 @@ impl ScheduleBuilder {
 
 /// Inputs with a runtime tree and hashes derived from it.
 pub fn inputs(runtime: Value) -> Inputs {
-    let hash = crate::hash::schedule_hash(&runtime);
+    let hash = crate::schedule::hash::schedule_hash(&runtime);
     Inputs {
         runtime: Arc::new(runtime),
         scheduler_hash: "code-1".into(),

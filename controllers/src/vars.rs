@@ -233,7 +233,7 @@ pub fn role_template(
 pub fn write_hashed_source(source: Option<&Map<String, Value>>, out: &mut Vec<u8>) {
     match source {
         None => out.extend_from_slice(b"null"),
-        Some(map) => crate::hash::write_canonical_object(
+        Some(map) => crate::schedule::hash::write_canonical_object(
             map.iter()
                 .filter(|(k, _)| !UNHASHED_VARS.contains(&k.as_str())),
             out,

@@ -22,7 +22,7 @@ use verwalter_controllers::cluster::replication::{
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::node::Store;
-use verwalter_controllers::persist::Persister;
+use verwalter_controllers::schedule::persist::Persister;
 use verwalter_controllers::state::{Prefetched, Schedule};
 
 use super::client::HttpClient;

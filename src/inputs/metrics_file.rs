@@ -3,12 +3,12 @@
 //! `verwalter_placement::config::metrics_file`; this turns it into the
 //! [`MetricsDeclaration`] the refresh uses, and its problems into [`InputError`]s naming the
 //! file and line. What stays after a bad file is decided in
-//! `verwalter_controllers::sources::keep_metrics_declaration`.
+//! `verwalter_controllers::schedule::scheduler_metrics::keep_metrics_declaration`.
 
 use std::path::Path;
 use std::sync::Arc;
 
-use verwalter_controllers::scheduler_metrics::{METRICS_FILE, MetricsDeclaration};
+use verwalter_controllers::schedule::scheduler_metrics::{METRICS_FILE, MetricsDeclaration};
 use verwalter_controllers::state::InputError;
 use verwalter_placement::config::ServerVerify;
 use verwalter_placement::config::metrics_file::{

@@ -6,7 +6,7 @@
 //! leads, then queries at once. A round runs every declared query side by side, each within the
 //! declared timeout, every `interval`; a new declaration (an edit of `metrics.yaml`) starts a
 //! round at once. What is kept when a query fails, and what a run sees, is decided in
-//! `verwalter_controllers::scheduler_metrics`. [`query_once`] is the offline commands' single
+//! `verwalter_controllers::schedule::scheduler_metrics`. [`query_once`] is the offline commands' single
 //! round (`verwalter schedule`, `verwalter check`).
 
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cluster::election::ElectionState;
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::{Field, Reader};
-use verwalter_controllers::scheduler_metrics::{
+use verwalter_controllers::schedule::scheduler_metrics::{
     MetricSample, MetricsDeclaration, SchedulerMetrics,
 };
 use verwalter_controllers::state::Inputs;
@@ -198,9 +198,9 @@ impl MetricsRefresh {
             match answer {
                 Ok(_) => {
                     self.metrics.scheduler_metrics_query("ok");
-                    if old_error
-                        .is_some_and(|e| e != verwalter_controllers::scheduler_metrics::NOT_YET)
-                    {
+                    if old_error.is_some_and(|e| {
+                        e != verwalter_controllers::schedule::scheduler_metrics::NOT_YET
+                    }) {
                         tracing::info!(query = %name, "Scheduler metrics query answers again.");
                     }
                 }

@@ -932,7 +932,7 @@ fn schedule_data(bytes: &[u8]) -> String {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return "not UTF-8".into();
     };
-    let hash = verwalter_controllers::hash::hash_canonical(bytes);
+    let hash = verwalter_controllers::schedule::hash::hash_canonical(bytes);
     let body = format!("{{\"timestamp\":1,\"hash\":\"{hash}\",\"data\":{text},\"origin\":\"x\"}}");
     let taken = Schedule::from_peer(body.into_bytes(), "alpha");
     let tree = match serde_json::from_str::<Value>(text) {

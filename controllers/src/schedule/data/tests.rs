@@ -1,7 +1,7 @@
 use serde_json::json;
 
 use super::*;
-use crate::hash::schedule_hash;
+use crate::schedule::hash::schedule_hash;
 use crate::state::Schedule;
 
 /// Data received as `text` claiming `hash`, as a follower takes it: in one pass when it can
@@ -163,7 +163,7 @@ fn all_roles_scanned_from_text_are_those_of_the_tree() {
 #[test]
 fn a_key_given_twice_keeps_its_last_value_as_the_tree_does() {
     let text = r#"{"vars":{"a":1},"nodes":{"alpha":{"x":1},"alpha":{"x":2}},"vars":{"a":2}}"#;
-    let hash = crate::hash::hash_canonical(text.as_bytes());
+    let hash = crate::schedule::hash::hash_canonical(text.as_bytes());
     let data = received(text, &hash);
     let view = data.node_view("alpha");
     assert_eq!(
@@ -276,7 +276,7 @@ fn a_forged_or_broken_envelope_is_refused_with_the_reason() {
     );
     // Text that hashes to the hash but is not JSON: refused, not taken unread.
     let broken = "{\"a\":}";
-    let hash = crate::hash::hash_canonical(broken.as_bytes());
+    let hash = crate::schedule::hash::hash_canonical(broken.as_bytes());
     let body =
         format!("{{\"timestamp\":5,\"hash\":\"{hash}\",\"data\":{broken},\"origin\":\"x\"}}");
     let err = Schedule::from_peer(body.into_bytes(), "alpha").unwrap_err();
@@ -358,7 +358,7 @@ fn text_that_would_not_parse_is_refused_however_it_comes() {
         format!(r#"{{"a":{deep},"nodes":{{"alpha":{{"x":1}}}}}}"#),
         format!(r#"{{"nodes":{{"beta":{deep},"alpha":{{"x":1}}}}}}"#),
     ] {
-        let hash = crate::hash::hash_canonical(bad.as_bytes());
+        let hash = crate::schedule::hash::hash_canonical(bad.as_bytes());
         assert!(
             serde_json::from_str::<Box<RawValue>>(&bad).is_ok(),
             "serde skips it"
@@ -373,7 +373,7 @@ fn text_that_would_not_parse_is_refused_however_it_comes() {
     }
     // A surrogate pair is a character; text that hashes as it came is kept as it came.
     let pair = r#"{"a":"\ud83d\ude00"}"#;
-    let hash = crate::hash::hash_canonical(pair.as_bytes());
+    let hash = crate::schedule::hash::hash_canonical(pair.as_bytes());
     let data = ScheduleData::received(pair.to_string(), 0..pair.len(), &hash, "alpha").unwrap();
     assert_eq!(data.canonical(), pair);
     assert_eq!(data.tree()["a"], "\u{1f600}");

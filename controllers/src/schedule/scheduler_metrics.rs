@@ -15,6 +15,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
+use crate::state::Inputs;
+
 /// The file in the scheduler dir that declares the queries.
 pub const METRICS_FILE: &str = "scheduler/v1/metrics.yaml";
 
@@ -163,6 +165,16 @@ impl SchedulerMetrics {
     }
 }
 
+/// A read whose `metrics.yaml` is bad (an error names [`METRICS_FILE`]) keeps the metrics
+/// declaration of the inputs in force (`last`): the scheduler goes on getting the queries it
+/// had, and the error shows with the other input errors until the file is fixed. A read
+/// without the file (no error, no declaration) drops the declaration.
+pub fn keep_metrics_declaration(last: &Inputs, new: &mut Inputs) {
+    if new.metrics.is_none() && new.errors.iter().any(|e| e.path == METRICS_FILE) {
+        new.metrics = last.metrics.clone();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,5 +282,51 @@ mod tests {
         let e = d.declared(Some(&decl(&[("q", "up"), ("r", "x")])));
         assert!(!d.same_data(&e), "a query added");
         assert_eq!(a.view(100)["q"]["samples"][0]["value"], Value::Null, "NaN");
+    }
+
+    fn input_error(path: &str) -> crate::state::InputError {
+        crate::state::InputError {
+            path: path.to_string(),
+            line: None,
+            message: format!("bad {path}"),
+        }
+    }
+
+    #[test]
+    fn a_bad_metrics_file_keeps_the_last_good_declaration() {
+        let decl = Arc::new(MetricsDeclaration {
+            url: "http://prom:9090".into(),
+            ca_file: None,
+            time: None,
+            interval: Duration::from_secs(15),
+            timeout: Duration::from_secs(5),
+            queries: [("up".to_string(), "up".to_string())].into(),
+        });
+        let last = Inputs {
+            metrics: Some(decl.clone()),
+            ..Inputs::default()
+        };
+        let mut bad = Inputs {
+            errors: vec![input_error("runtime/x.yaml"), input_error(METRICS_FILE)],
+            ..Inputs::default()
+        };
+        keep_metrics_declaration(&last, &mut bad);
+        assert_eq!(bad.metrics, Some(decl.clone()));
+        let mut other_error = Inputs {
+            errors: vec![input_error("runtime/x.yaml")],
+            ..Inputs::default()
+        };
+        keep_metrics_declaration(&last, &mut other_error);
+        assert_eq!(other_error.metrics, None, "the file was removed");
+        let newer = Arc::new(MetricsDeclaration {
+            interval: Duration::from_secs(1),
+            ..(*decl).clone()
+        });
+        let mut good = Inputs {
+            metrics: Some(newer.clone()),
+            ..Inputs::default()
+        };
+        keep_metrics_declaration(&last, &mut good);
+        assert_eq!(good.metrics, Some(newer), "a good file is taken");
     }
 }

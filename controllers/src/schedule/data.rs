@@ -24,7 +24,7 @@ use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
-use crate::hash::{canonical_json, hash_canonical};
+use crate::schedule::hash::{canonical_json, hash_canonical};
 
 /// The keys of a schedule that a node's own view keeps besides its entry in `nodes`: what role
 /// variables are made of ([`crate::vars`]) and the changes log the render controller reports.
@@ -37,7 +37,7 @@ pub struct ScheduleData(Arc<Inner>);
 
 struct Inner {
     /// Holds at `range` compact JSON with object keys sorted
-    /// ([`crate::hash::write_canonical`]), or the exact text a schedule's hash was taken over:
+    /// ([`crate::schedule::hash::write_canonical`]), or the exact text a schedule's hash was taken over:
     /// always one JSON value. (Text received in an envelope keeps the envelope around it rather
     /// than move a megabyte.)
     text: String,

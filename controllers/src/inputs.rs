@@ -1,5 +1,5 @@
-//! What the sources that feed the store decide before they write: when a burst of changes in the
-//! config dir is read, what stays after a read that could not see everything.
+//! What the config dir's watcher decides before it writes the inputs: when a burst of changes in
+//! the config dir is read, what stays after a read that could not see everything.
 //! `src/inputs/watcher.rs` reads the outside world and writes what this says.
 
 use std::collections::BTreeSet;
@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::scheduler_metrics::METRICS_FILE;
 use crate::state::{InputError, Inputs};
 
 /// When the watcher reads after a burst of events that started at `first` and whose latest
@@ -87,16 +86,6 @@ pub fn kept_inputs(last: &Inputs, good_errors: &[InputError], failures: &[InputE
     kept.errors.extend(failures.iter().cloned());
     kept.errors.sort_by(|a, b| a.path.cmp(&b.path));
     kept
-}
-
-/// A read whose `metrics.yaml` is bad (an error names [`METRICS_FILE`]) keeps the metrics
-/// declaration of the inputs in force (`last`): the scheduler goes on getting the queries it
-/// had, and the error shows with the other input errors until the file is fixed. A read
-/// without the file (no error, no declaration) drops the declaration.
-pub fn keep_metrics_declaration(last: &Inputs, new: &mut Inputs) {
-    if new.metrics.is_none() && new.errors.iter().any(|e| e.path == METRICS_FILE) {
-        new.metrics = last.metrics.clone();
-    }
 }
 
 #[cfg(test)]
@@ -195,44 +184,5 @@ mod tests {
         assert_eq!((kept.hash.as_str(), &kept.runtime), ("h", &good.runtime));
         let paths: Vec<&str> = kept.errors.iter().map(|e| e.path.as_str()).collect();
         assert_eq!(paths, ["runtime/a", "runtime/b.yaml", "scheduler/v1"]);
-    }
-
-    #[test]
-    fn a_bad_metrics_file_keeps_the_last_good_declaration() {
-        use crate::scheduler_metrics::MetricsDeclaration;
-        let decl = Arc::new(MetricsDeclaration {
-            url: "http://prom:9090".into(),
-            ca_file: None,
-            time: None,
-            interval: Duration::from_secs(15),
-            timeout: Duration::from_secs(5),
-            queries: [("up".to_string(), "up".to_string())].into(),
-        });
-        let last = Inputs {
-            metrics: Some(decl.clone()),
-            ..Inputs::default()
-        };
-        let mut bad = Inputs {
-            errors: vec![error("runtime/x.yaml"), error(METRICS_FILE)],
-            ..Inputs::default()
-        };
-        keep_metrics_declaration(&last, &mut bad);
-        assert_eq!(bad.metrics, Some(decl.clone()));
-        let mut other_error = Inputs {
-            errors: vec![error("runtime/x.yaml")],
-            ..Inputs::default()
-        };
-        keep_metrics_declaration(&last, &mut other_error);
-        assert_eq!(other_error.metrics, None, "the file was removed");
-        let newer = Arc::new(MetricsDeclaration {
-            interval: Duration::from_secs(1),
-            ..(*decl).clone()
-        });
-        let mut good = Inputs {
-            metrics: Some(newer.clone()),
-            ..Inputs::default()
-        };
-        keep_metrics_declaration(&last, &mut good);
-        assert_eq!(good.metrics, Some(newer), "a good file is taken");
     }
 }

@@ -1,19 +1,24 @@
 //! The leader's schedule controller: when the inputs, peers, actions or parents change (or the
 //! period passes), run the scheduler and make its output the schedule in force.
 //!
-//! A metrics refresh (`state.metrics`, [`crate::scheduler_metrics`]) wakes it too, but re-runs
+//! A metrics refresh (`state.metrics`, [`crate::schedule::scheduler_metrics`]) wakes it too, but re-runs
 //! the scheduler only when a sample or an error changed: a refresh that confirms the same
 //! values waits for the period, whose run sees the new age.
 //!
 //! A failed run keeps the last good schedule and records the error; the driver retries with
 //! backoff, and any input change retries at once. A new schedule is saved through the
 //! [`Persister`] before it is put in force; one that could not be written is still in force, and
-//! the persister writes it again until it is (see [`crate::persist`]).
+//! the persister writes it again until it is (see [`crate::schedule::persist`]).
 //!
 //! A run whose data is what this node made before keeps the schedule in force, except on the
 //! first run of a leadership and while a follower lags behind, when the same data goes in force
 //! again under a fresh timestamp ([`decide`]): a verwalter 0.13 follower fetches only when the
 //! stamp changes.
+
+pub mod data;
+pub mod hash;
+pub mod persist;
+pub mod scheduler_metrics;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,8 +30,8 @@ use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
 use crate::machinery::store::Field;
 use crate::node::Store;
-use crate::persist::Persister;
-use crate::scheduler_metrics::SchedulerMetrics;
+use crate::schedule::persist::Persister;
+use crate::schedule::scheduler_metrics::SchedulerMetrics;
 use crate::state::{
     Actions, Inputs, NodeId, Peers, Reports, Schedule, SchedulerInput, SchedulerStatus,
 };
