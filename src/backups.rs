@@ -1,13 +1,13 @@
 //! Backups of the schedule in force, as verwalter 0.13 keeps them: gzipped copies of
 //! `schedule.json`. Which to take and which to delete is decided by
-//! [`verwalter_controllers::retention::plan_backups`]; this file reads, writes and deletes them.
+//! [`verwalter_controllers::storage::retention::plan_backups`]; this file reads, writes and deletes them.
 
 use std::fs;
 use std::io::{self, Write};
 use std::path::Path;
 
 use time::OffsetDateTime;
-use verwalter_controllers::retention;
+use verwalter_controllers::storage::retention;
 
 use crate::state_dir::{MAX_STORED_SCHEDULE, create_temp, read_regular, temp_path};
 

@@ -1006,7 +1006,7 @@ fn relative_to_settings(settings: Option<&Path>, path: &Path) -> PathBuf {
 /// The bearer token of `http.token-file`: a file only its owner may read or write (mode 0600 or
 /// 0400: anyone who reads it can change what every node runs), holding at least 16 visible
 /// ASCII characters.
-fn read_token(path: &Path) -> Result<verwalter_controllers::access::Token, String> {
+fn read_token(path: &Path) -> Result<verwalter_controllers::http::access::Token, String> {
     use std::os::unix::fs::PermissionsExt;
     let file = open(path)?;
     let mode = file
@@ -1024,7 +1024,7 @@ fn read_token(path: &Path) -> Result<verwalter_controllers::access::Token, Strin
         ));
     }
     let bytes = read_bounded(path, file, SECRET_FILE_LIMIT)?;
-    verwalter_controllers::access::Token::from_file_bytes(&bytes)
+    verwalter_controllers::http::access::Token::from_file_bytes(&bytes)
         .map_err(|problem| format!("{}: {problem}", path.display()))
 }
 

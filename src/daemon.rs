@@ -12,7 +12,6 @@ use tokio::net::{TcpListener, UdpSocket};
 use tokio::task::{self, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
 use verwalter_controllers::cluster::election::{self, machine::Machine};
 use verwalter_controllers::cluster::replication::ReplicationConfig;
 use verwalter_controllers::machinery::clock::{Clock, SystemClock};
@@ -26,6 +25,7 @@ use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };
 use verwalter_controllers::status::Sources;
+use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
 use crate::backups;
 use crate::cluster::election::{ElectionTask, ElectionWiring};

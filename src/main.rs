@@ -13,8 +13,8 @@ use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
 use verwalter::lua::Limits;
 use verwalter_controllers::defaults;
 use verwalter_controllers::machinery::clock::{Clock, SystemClock};
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::{Inputs, Schedule, SchedulerInput};
-use verwalter_controllers::vars;
 
 #[derive(Debug, Parser)]
 #[command(

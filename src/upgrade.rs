@@ -1,5 +1,5 @@
 //! The first start on what verwalter 0.13 left: lists the storage and log dirs, carries out what
-//! [`verwalter_controllers::upgrade`] plans (a gzipped copy of the schedule, renames within the
+//! [`verwalter_controllers::storage::upgrade`] plans (a gzipped copy of the schedule, renames within the
 //! storage dir, removals of 0.13's temp files) and logs what it did. A second start finds
 //! nothing to do.
 
@@ -8,7 +8,7 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
-use verwalter_controllers::upgrade::{
+use verwalter_controllers::storage::upgrade::{
     self, LogListing, OWN_SCHEDULE_PREFIX, StorageListing, StoragePlan, StoredSchedule,
 };
 
@@ -262,7 +262,7 @@ fn list_log(log_dir: &Path) -> LogListing {
 mod tests {
     use std::io::Read;
 
-    use verwalter_controllers::upgrade::Layout;
+    use verwalter_controllers::storage::upgrade::Layout;
 
     use super::*;
 

@@ -42,26 +42,20 @@
 //! - [`watchdog`]: whether the drivers make progress (systemd's watchdog pings only then).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
-pub mod access;
 pub mod actions;
-pub mod build_retention;
-pub mod cleanup;
 pub mod cluster;
 pub mod defaults;
 pub mod ernest;
 pub mod graph;
-pub mod graphql_cost;
+pub mod http;
 pub mod inputs;
 pub mod machinery;
 pub mod node;
 pub mod refs;
 pub mod render;
-pub mod retention;
 pub mod schedule;
 pub mod state;
 pub mod status;
-pub mod subscriptions;
+pub mod storage;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
-pub mod upgrade;
-pub mod vars;

@@ -47,7 +47,7 @@ impl HttpClient {
     pub async fn get_with_token(
         &self,
         url: &str,
-        token: Option<&verwalter_controllers::access::Token>,
+        token: Option<&verwalter_controllers::http::access::Token>,
         limit: usize,
         timeout: Duration,
     ) -> Result<Bytes, String> {
@@ -62,7 +62,7 @@ impl HttpClient {
     pub async fn get_compressed(
         &self,
         url: &str,
-        token: Option<&verwalter_controllers::access::Token>,
+        token: Option<&verwalter_controllers::http::access::Token>,
         limit: usize,
         timeout: Duration,
     ) -> Result<Fetched, String> {
@@ -72,7 +72,7 @@ impl HttpClient {
     async fn request(
         &self,
         url: &str,
-        token: Option<&verwalter_controllers::access::Token>,
+        token: Option<&verwalter_controllers::http::access::Token>,
         limit: usize,
         timeout: Duration,
         compressed: bool,

@@ -88,7 +88,7 @@ pub struct Fetcher {
     io: FetcherParts,
     client: HttpClient,
     /// Sent on schedule fetches ([`crate::http::HttpSettings::token_for_peers`]).
-    token: Option<verwalter_controllers::access::Token>,
+    token: Option<verwalter_controllers::http::access::Token>,
     /// This node's hostname: its part of a schedule is read as the schedule arrives.
     host: Arc<str>,
 }
@@ -108,7 +108,10 @@ impl Fetcher {
     }
 
     /// Fetches send `token` (peers whose reads need it: `http.token-for-reads`).
-    pub fn with_token(mut self, token: Option<verwalter_controllers::access::Token>) -> Fetcher {
+    pub fn with_token(
+        mut self,
+        token: Option<verwalter_controllers::http::access::Token>,
+    ) -> Fetcher {
         self.token = token;
         self
     }
@@ -305,7 +308,7 @@ impl FetcherParts {
 /// the plain `/v1/schedule`.
 async fn get_schedule(
     client: &HttpClient,
-    token: Option<&verwalter_controllers::access::Token>,
+    token: Option<&verwalter_controllers::http::access::Token>,
     addr: &str,
     hash: &str,
     relay: Option<&crate::http::RelayBody>,
@@ -352,7 +355,7 @@ async fn pass_on(
 /// route) fails the fetch, and the machine asks the leader.
 async fn get_relayed(
     client: &HttpClient,
-    token: Option<&verwalter_controllers::access::Token>,
+    token: Option<&verwalter_controllers::http::access::Token>,
     addr: &str,
     hash: &str,
     relay: Option<&crate::http::RelayBody>,
@@ -763,7 +766,7 @@ mod tests {
             "no token given, none sent"
         );
         let token =
-            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap();
+            verwalter_controllers::http::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap();
         let got = get_schedule(
             &client,
             Some(&token),

@@ -1,13 +1,13 @@
 //! `verwalter graph builds list|show ID|prune --older-than AGE`: the executor's build files,
 //! read (and pruned) offline; and the running executor's retention sweep. What a build is and
-//! which go is decided in `verwalter_controllers::build_retention`.
+//! which go is decided in `verwalter_controllers::ernest::build_retention`.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::build_retention::{self, BuildSummary};
+use verwalter_controllers::ernest::build_retention::{self, BuildSummary};
 use verwalter_controllers::machinery::clock::rfc3339;
 use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 

@@ -78,7 +78,7 @@ pub struct GraphFlags {
 
 /// `7d`, `12h`, `30m`, `90s`, `0s` (or seconds alone).
 pub fn parse_age(text: &str) -> Result<Duration, String> {
-    verwalter_controllers::build_retention::parse_age(text)
+    verwalter_controllers::ernest::build_retention::parse_age(text)
 }
 
 /// `halt` or `block-dependents`.

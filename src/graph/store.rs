@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use futures::future::{BoxFuture, FutureExt};
 use sha2::{Digest, Sha256};
-use verwalter_controllers::build_retention::{self, BuildSummary};
 use verwalter_controllers::ernest::BuildRun;
+use verwalter_controllers::ernest::build_retention::{self, BuildSummary};
 use verwalter_controllers::machinery::ports::{BuildStore, StorageError, StoredBuild};
 
 use crate::state_dir::{FILE_MODE, sync_dir, write_atomic};

@@ -12,8 +12,8 @@ use verwalter_controllers::cluster::election::transport;
 use verwalter_controllers::machinery::clock::rfc3339;
 use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 use verwalter_controllers::render::deployment_id;
+use verwalter_controllers::render::vars;
 use verwalter_controllers::status::{self, Snapshot, Status};
-use verwalter_controllers::vars;
 
 use super::{ApiError, AppState};
 use crate::cluster::coding::Coding;

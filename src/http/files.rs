@@ -194,7 +194,7 @@ pub async fn log_role(
     UrlPath((role, file)): UrlPath<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Some(why) = verwalter_controllers::vars::unsafe_role_name(&role) {
+    if let Some(why) = verwalter_controllers::render::vars::unsafe_role_name(&role) {
         return ApiError::NotFound(format!("role {role:?}: {why}")).into_response();
     }
     match log_dir(&state).and_then(|root| inside(&root.join(&role), &file)) {

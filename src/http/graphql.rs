@@ -38,13 +38,13 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
-use verwalter_controllers::access;
-use verwalter_controllers::graphql_cost;
+use verwalter_controllers::http::access;
+use verwalter_controllers::http::graphql_cost;
+use verwalter_controllers::http::subscriptions::LastSent;
 use verwalter_controllers::node::Store;
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
-use verwalter_controllers::subscriptions::LastSent;
-use verwalter_controllers::vars;
 
 use super::AppState;
 use crate::logs::LogDir;

@@ -25,7 +25,7 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
-use verwalter_controllers::access;
+use verwalter_controllers::http::access;
 
 use crate::cluster::coding::Coding;
 use verwalter_controllers::machinery::store::Field;

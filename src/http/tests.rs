@@ -1124,7 +1124,7 @@ fn with_token(writer: &StoreWriter, reads: bool) -> (Router, Arc<Field<u64>>) {
     let force_render = state.force_render.clone();
     state.http = Arc::new(HttpState::new(HttpSettings {
         token: Some(
-            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
+            verwalter_controllers::http::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
         ),
         token_for_reads: reads,
         ..HttpSettings::default()

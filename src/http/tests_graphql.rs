@@ -658,7 +658,7 @@ async fn sockets_share_the_event_stream_cap_and_refuse_other_sites() {
 
 #[test]
 fn an_unchanged_result_is_not_sent_again_in_either_protocol() {
-    let mut last = verwalter_controllers::subscriptions::LastSent::default();
+    let mut last = verwalter_controllers::http::subscriptions::LastSent::default();
     let data = |id: &str, epoch: u64| {
         json!({"type": "data", "id": id, "payload": {"data": {"epoch": epoch}}}).to_string()
     };
@@ -799,7 +799,7 @@ async fn serving_with_token(
     let mut state = app_state(&writer, no_frontends, "common");
     state.http = Arc::new(HttpState::new(HttpSettings {
         token: Some(
-            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
+            verwalter_controllers::http::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
         ),
         token_for_reads: reads,
         ..HttpSettings::default()
@@ -1244,7 +1244,7 @@ async fn over_the_socket_costly_documents_and_unauthorised_mutations_are_refused
                 assert_eq!(answer["payload"]["data"], Value::Null, "{answer}");
                 assert_eq!(
                     answer["payload"]["errors"][0]["message"],
-                    verwalter_controllers::access::SOCKET_MUTATION_REFUSED,
+                    verwalter_controllers::http::access::SOCKET_MUTATION_REFUSED,
                     "{protocol} {payload}: {answer}"
                 );
                 // Reads still work on that socket.

@@ -32,7 +32,7 @@ use std::time::SystemTime;
 
 use serde_json::{Value, json};
 use verwalter_controllers::machinery::ports::DeploymentLog;
-use verwalter_controllers::retention::{self, LogFile};
+use verwalter_controllers::storage::retention::{self, LogFile};
 
 mod role;
 #[cfg(test)]
@@ -41,8 +41,8 @@ mod tests;
 pub use role::RoleLog;
 
 /// Limits of the deployment log (rotation and retention are decided in
-/// [`verwalter_controllers::retention`]).
-pub use verwalter_controllers::retention::LogLimits;
+/// [`verwalter_controllers::storage::retention`]).
+pub use verwalter_controllers::storage::retention::LogLimits;
 
 /// The deployment log directory. Cheap to share; every write is one `write(2)` of whole lines
 /// under a lock, so readers never see half a line.

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::{Map, Value};
-use verwalter_controllers::vars::logged::{self, Logged};
+use verwalter_controllers::render::vars::logged::{self, Logged};
 
 use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
 use crate::apply::ApplyLog;
@@ -43,7 +43,7 @@ impl RoleLog {
 
     /// The variables the templates see, secrets masked, `full_schedule` summarised: whole (or by
     /// key with digests when big) when `last` is `None`, else what changed since `last`
-    /// (`verwalter_controllers::vars::logged`).
+    /// (`verwalter_controllers::render::vars::logged`).
     pub fn vars(&mut self, last: Option<Logged<'_>>, vars: &Map<String, Value>) {
         let text = logged::entry(&self.role, last, vars);
         self.write(text.as_bytes());

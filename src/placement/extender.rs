@@ -24,7 +24,7 @@ use prometheus::{
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::access::BodyRefusal;
+use verwalter_controllers::http::access::BodyRefusal;
 use verwalter_placement::Algorithm;
 use verwalter_placement::config::{DataProvider, LoadedAlgorithm};
 use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::{Schedule, ScheduleData};
-use verwalter_controllers::vars;
 
 use super::{TemplateSet, Vars, read_log_dirs};
 use crate::apply::{self, ApplyLog};

@@ -19,8 +19,8 @@ use futures::future::BoxFuture;
 use sha1::{Digest, Sha1};
 use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
 use verwalter_controllers::machinery::store::Reader;
+use verwalter_controllers::render::vars::logged::Logged;
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
-use verwalter_controllers::vars::logged::Logged;
 
 use crate::apply;
 use crate::logs::LogDir;

@@ -10,8 +10,8 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{Map, Value, json};
 use verwalter_controllers::machinery::ports::{NodeRoles, RoleSource, RolesRequest};
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::Schedule;
-use verwalter_controllers::vars;
 
 use super::query::{QueryHook, QueryModule};
 use super::runtime::WasmLimits;
@@ -43,7 +43,7 @@ fn rendered(data: &Value, host: &str) -> Rendered {
 }
 
 /// What the render controller makes of a role source's answer: the schedule
-/// `{"nodes": {host: {"roles": <answer>}}}` (controllers/src/render.rs, `derive_roles`).
+/// `{"nodes": {host: {"roles": <answer>}}}` (controllers/src/render/mod.rs, `derive_roles`).
 fn rendered_from_source(roles: &NodeRoles, host: &str) -> Rendered {
     let mut nodes = Map::new();
     nodes.insert(host.to_string(), json!({"roles": roles}));

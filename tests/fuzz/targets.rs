@@ -1145,13 +1145,13 @@ fn paths(bytes: &[u8]) -> String {
     if let Some(Ok(path)) = &joined {
         assert!(path.starts_with(boundary.real()), "{rel:?} led to {path:?}");
     }
-    if verwalter_controllers::vars::unsafe_template_name(rel).is_none() {
+    if verwalter_controllers::render::vars::unsafe_template_name(rel).is_none() {
         assert!(
             plain,
             "template {rel:?} accepted but not a plain relative path"
         );
     }
-    if verwalter_controllers::vars::unsafe_role_name(rel).is_none() {
+    if verwalter_controllers::render::vars::unsafe_role_name(rel).is_none() {
         assert!(
             !rel.contains('/') && rel != "." && rel != "..",
             "role {rel:?}"

@@ -314,7 +314,7 @@ pub type NodeRoles = serde_json::Map<String, serde_json::Value>;
 pub struct RolesError(pub String);
 
 /// How a node's roles and their variables are derived from the schedule: the compat merge
-/// ([`CompatRoles`], [`crate::vars`]) by default, or a hook such as `scheduler/v1/query.wasm`
+/// ([`CompatRoles`], [`crate::render::vars`]) by default, or a hook such as `scheduler/v1/query.wasm`
 /// (`src/wasm/query.rs`).
 pub trait RoleSource: Send + Sync + 'static {
     /// Where the roles come from as status and metrics name it (`scheduler/v1/query.wasm`): it
@@ -336,7 +336,7 @@ pub trait RoleSource: Send + Sync + 'static {
 }
 
 /// The default [`RoleSource`]: the roles of `nodes[host].roles`, their variables merged from
-/// the schedule as [`crate::vars`] says.
+/// the schedule as [`crate::render::vars`] says.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CompatRoles;
 

@@ -27,7 +27,7 @@ use serde_json::{Map, Value};
 use crate::schedule::hash::{canonical_json, hash_canonical};
 
 /// The keys of a schedule that a node's own view keeps besides its entry in `nodes`: what role
-/// variables are made of ([`crate::vars`]) and the changes log the render controller reports.
+/// variables are made of ([`crate::render::vars`]) and the changes log the render controller reports.
 pub const VIEW_KEYS: &[&str] = &["changes", "roles", "vars"];
 
 /// A schedule's data: canonical JSON text, with its parsed tree made on first use. Cheap to
@@ -217,12 +217,12 @@ impl ScheduleData {
         self.0.tree.get().is_some()
     }
 
-    /// Every role the schedule mentions ([`crate::vars::all_roles`]), found once per schedule,
+    /// Every role the schedule mentions ([`crate::render::vars::all_roles`]), found once per schedule,
     /// by scanning the text when the tree is not made.
     pub fn all_roles(&self) -> &BTreeSet<String> {
         self.0.all_roles.get_or_init(|| {
             if let Some(tree) = self.0.tree.get() {
-                return crate::vars::all_roles(tree);
+                return crate::render::vars::all_roles(tree);
             }
             let mut de = serde_json::Deserializer::from_str(self.canonical());
             // The text is JSON; not an object at the top: no roles.

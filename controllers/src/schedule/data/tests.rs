@@ -127,11 +127,11 @@ fn role_variables_from_the_node_view_are_those_from_the_whole_schedule() {
                        "nodes": {"alpha": {"vars": {"b": 3}, "roles": {"web": {"c": 4}}},
                                  "beta": {"roles": {"db": {}}}}});
     let view = as_follower(&value).node_view("alpha");
-    assert_eq!(crate::vars::node_roles(&view, "alpha"), ["web"]);
-    let vars = crate::vars::role_vars(&view, "alpha", "web").unwrap();
+    assert_eq!(crate::render::vars::node_roles(&view, "alpha"), ["web"]);
+    let vars = crate::render::vars::role_vars(&view, "alpha", "web").unwrap();
     assert_eq!(
         vars,
-        crate::vars::role_vars(&value, "alpha", "web").unwrap()
+        crate::render::vars::role_vars(&value, "alpha", "web").unwrap()
     );
     assert_eq!(
         (
@@ -148,11 +148,15 @@ fn role_variables_from_the_node_view_are_those_from_the_whole_schedule() {
 fn all_roles_scanned_from_text_are_those_of_the_tree() {
     for value in samples() {
         let text = as_follower(&value);
-        assert_eq!(*text.all_roles(), crate::vars::all_roles(&value), "{value}");
+        assert_eq!(
+            *text.all_roles(),
+            crate::render::vars::all_roles(&value),
+            "{value}"
+        );
         assert_eq!(text.is_parsed(), !value.is_object());
         assert_eq!(
             *ScheduleData::from_value(value.clone()).all_roles(),
-            crate::vars::all_roles(&value)
+            crate::render::vars::all_roles(&value)
         );
     }
     let value = samples()[1].clone();

@@ -1276,6 +1276,7 @@ impl Executor {
     }
 }
 
+pub mod build_retention;
 pub mod executor_loop;
 pub mod template;
 

@@ -14,7 +14,7 @@
 //! 0.13 kept nothing else on disk: which roles failed and what it applied lived in memory (after a
 //! restart it rendered every role again), so a node coming from 0.13 renders its roles once.
 
-use crate::retention::UPGRADE_KIND;
+use crate::storage::retention::UPGRADE_KIND;
 
 /// The schedule file, in `<storage>/schedule/` for both versions.
 pub const SCHEDULE_FILE: &str = "schedule.json";
@@ -169,9 +169,9 @@ pub fn backup_013(file: &str) -> Option<&str> {
 }
 
 /// Whether `name` is exactly a periodic backup name of a period that exists (see
-/// [`crate::retention::is_period_backup`]).
+/// [`crate::storage::retention::is_period_backup`]).
 pub fn is_period_backup(name: &str) -> bool {
-    crate::retention::is_period_backup(name)
+    crate::storage::retention::is_period_backup(name)
 }
 
 /// Whether `name` has the shape of a periodic backup name, whatever its digits say

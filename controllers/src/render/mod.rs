@@ -37,6 +37,8 @@
 //! fails, that key fails (status, metric, log), no role of the schedule is rendered, and what was
 //! applied stays.
 
+pub mod vars;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -58,7 +60,6 @@ use crate::state::{
     BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, ScheduleData,
     Templates,
 };
-use crate::vars;
 
 /// Length of a deployment id (as in verwalter 0.13).
 pub const DEPLOYMENT_ID_LEN: usize = 24;

@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 pub const BACKUPS_KEPT: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
 
 /// Backups of this kind are never pruned: `upgrade-YYYYmmddTHHMMSS`, the schedule verwalter 0.13
-/// left, copied at the upgrade ([`crate::upgrade`]).
+/// left, copied at the upgrade ([`crate::storage::upgrade`]).
 pub const UPGRADE_KIND: &str = "upgrade";
 
 /// The names of the backups of the periods containing `now` (UTC): `hourly-YYYYmmddTHH`,
