@@ -875,10 +875,12 @@ impl Config {
             timings,
             prefetch: or(file.election.prefetch_ms, defaults::PREFETCH),
             minority_window: or(file.election.minority_window_ms, defaults::MINORITY_WINDOW),
-            relay_fanout: file.election.relay_fanout.map_or(
-                verwalter_controllers::cluster::replication::RELAY_FANOUT,
-                |n| n.min(usize::MAX as u64) as usize,
-            ),
+            relay_fanout: file
+                .election
+                .relay_fanout
+                .map_or(verwalter_controllers::defaults::RELAY_FANOUT, |n| {
+                    n.min(usize::MAX as u64) as usize
+                }),
             election_key,
             warnings,
         })

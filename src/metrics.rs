@@ -10,9 +10,9 @@ use prometheus::{
     Registry, TextEncoder,
 };
 use verwalter_controllers::machinery::driver::DriverObserver;
-use verwalter_controllers::machinery::ports::SchedulerFailure;
 use verwalter_controllers::schedule::ScheduleObserver;
 use verwalter_controllers::state::BlockedState;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::status::{SCHEDULE_PERSIST, SchedulerRuns, Snapshot, Status};
 
 /// Buckets for pass and scheduler durations: 1 ms to 10 s.

@@ -70,6 +70,9 @@ pub const PREFETCH: Duration = Duration::from_millis(2000);
 /// With allow-minority-cluster, peers not heard from directly for this long do not count for
 /// the vote (as verwalter 0.13).
 pub const MINORITY_WINDOW: Duration = Duration::from_millis(75_000);
+/// The fan-out of the relay tree unless set: a leader of 100 followers serves 8 of them, a
+/// schedule crosses three hops at most.
+pub const RELAY_FANOUT: usize = 8;
 
 /// Open HTTP connections at most (and at most half the descriptor limit).
 pub const HTTP_MAX_CONNECTIONS: usize = 512;
@@ -139,11 +142,7 @@ pub fn shown() -> Vec<Shown> {
         entry("election.start-timeout-ms", None, ms(START_TIMEOUT)),
         entry("election.prefetch-ms", None, ms(PREFETCH)),
         entry("election.minority-window-ms", None, ms(MINORITY_WINDOW)),
-        entry(
-            "election.relay-fanout",
-            None,
-            crate::cluster::replication::RELAY_FANOUT.to_string(),
-        ),
+        entry("election.relay-fanout", None, RELAY_FANOUT.to_string()),
         entry(
             "default-frontend",
             Some("default-frontend"),

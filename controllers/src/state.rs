@@ -362,6 +362,45 @@ pub struct SchedulerOutput {
     pub log: String,
 }
 
+/// Why a scheduler run failed; each kind is a bounded metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerFailure {
+    /// `main.lua` or a module failed to load.
+    Load,
+    /// The script raised an error.
+    Runtime,
+    /// The script ran past its time budget.
+    Timeout,
+    /// The script used more memory than its cap.
+    Memory,
+    /// The script returned something that is not a schedule.
+    BadOutput,
+    /// The scheduler host itself failed (thread gone).
+    Internal,
+}
+
+impl SchedulerFailure {
+    pub const ALL: [SchedulerFailure; 6] = [
+        SchedulerFailure::Load,
+        SchedulerFailure::Runtime,
+        SchedulerFailure::Timeout,
+        SchedulerFailure::Memory,
+        SchedulerFailure::BadOutput,
+        SchedulerFailure::Internal,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SchedulerFailure::Load => "load",
+            SchedulerFailure::Runtime => "runtime",
+            SchedulerFailure::Timeout => "timeout",
+            SchedulerFailure::Memory => "memory",
+            SchedulerFailure::BadOutput => "bad_output",
+            SchedulerFailure::Internal => "internal",
+        }
+    }
+}
+
 /// The scheduler as the API and metrics see it: last input, log, error.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SchedulerStatus {
@@ -372,7 +411,7 @@ pub struct SchedulerStatus {
     /// The error of the last run; `None` after a success.
     pub error: Option<String>,
     /// What kind of failure `error` is.
-    pub failure: Option<crate::machinery::ports::SchedulerFailure>,
+    pub failure: Option<SchedulerFailure>,
     /// Wall-clock ms of the last successful run.
     pub last_success: Option<u64>,
     /// The input of the last successful run (kept after failed runs): the actions it consumed.

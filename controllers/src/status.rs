@@ -13,9 +13,9 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::cluster::election::ElectionState;
-use crate::machinery::ports::SchedulerFailure;
 use crate::machinery::store::{Reader, Trigger};
 use crate::node::Store;
+use crate::state::SchedulerFailure;
 use crate::state::{
     Deployment, Inputs, Peers, Prefetched, Reports, RoleBlocked, RolesStatus, Schedule,
     SchedulerStatus,

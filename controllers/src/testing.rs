@@ -11,10 +11,10 @@ use serde_json::{Value, json};
 use crate::machinery::clock::Clock;
 use crate::machinery::ports::{
     ActionJournal, AppliedStore, ApplyError, DeploymentLog, JournalError, RoleApplier, RoleJob,
-    RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
-    StorageError,
+    RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, StorageError,
 };
 use crate::schedule::ScheduleObserver;
+use crate::state::SchedulerFailure;
 use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
 
 /// A scheduler that returns queued results (or echoes `runtime` as the schedule) and records

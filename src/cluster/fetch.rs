@@ -431,7 +431,7 @@ mod tests {
             id: ME.into(),
             window: Duration::from_secs(2),
             recent: Duration::from_secs(60),
-            relay_fanout: verwalter_controllers::cluster::replication::RELAY_FANOUT,
+            relay_fanout: verwalter_controllers::defaults::RELAY_FANOUT,
         }
     }
 

@@ -79,7 +79,7 @@ impl GraphBus for NatsBus {
     /// What the server announced (NATS's default when it announced nothing).
     fn max_payload(&self) -> usize {
         match self.0.server_info().max_payload {
-            0 => verwalter_controllers::ernest::DEFAULT_MAX_PAYLOAD,
+            0 => verwalter_controllers::machinery::ports::DEFAULT_MAX_PAYLOAD,
             announced => announced,
         }
     }

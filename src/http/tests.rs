@@ -5,8 +5,8 @@ use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use verwalter_controllers::cluster::election::ElectionState;
-use verwalter_controllers::machinery::ports::SchedulerFailure;
 use verwalter_controllers::node::StoreWriter;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};
 use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 

@@ -19,10 +19,11 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
-use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError};
 use verwalter_controllers::machinery::watchdog::{
     self as progress, DriverBeat, PassMark, Progress,
 };
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 
 pub use sandbox::{Limits, Sandbox};

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value as LuaValue};
 use verwalter_controllers::defaults;
-use verwalter_controllers::machinery::ports::{SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::SchedulerError;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
 use crate::paths::{Boundary, Escape};

@@ -16,10 +16,11 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::sync::oneshot;
-use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError};
 use verwalter_controllers::machinery::watchdog::{
     self as progress, DriverBeat, PassMark, Progress,
 };
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 
 use crate::inputs::SCHEDULER_DIR;

@@ -18,7 +18,7 @@
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use verwalter_controllers::machinery::ports::SchedulerFailure;
+use verwalter_controllers::state::SchedulerFailure;
 use wasmi::errors::{MemoryError, TableError};
 use wasmi::{
     Caller, CompilationMode, Config, CustomFuelCosts, Engine, Extern, Instance, Linker, Memory,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use verwalter_controllers::machinery::ports::SchedulerFailure;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{Peer, Schedule, SchedulerInput};
 
 use super::query::{QueryModule, unwrap_envelope};

@@ -42,6 +42,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::cluster::election::ElectionState;
+use crate::defaults::RELAY_FANOUT;
 use crate::state::{NodeId, Prefetched, Reports, Schedule, ScheduleStamp};
 
 #[cfg(test)]
@@ -69,9 +70,6 @@ pub const FOLLOW_RETRY_FIRST: Duration = Duration::from_millis(100);
 /// seconds of its repair, without hammering a leader that cannot serve.
 pub const FOLLOW_RETRY_MAX: Duration = Duration::from_secs(5);
 
-/// The fan-out of the relay tree unless set: a leader of 100 followers serves 8 of them, a
-/// schedule crosses three hops at most.
-pub const RELAY_FANOUT: usize = 8;
 /// A relay that failed is not asked again for this long.
 pub const RELAY_PAUSE: Duration = Duration::from_secs(30);
 

@@ -453,7 +453,7 @@ mod tests {
                 .max_payload
                 .lock()
                 .unwrap()
-                .unwrap_or(crate::ernest::DEFAULT_MAX_PAYLOAD)
+                .unwrap_or(crate::machinery::ports::DEFAULT_MAX_PAYLOAD)
         }
     }
 

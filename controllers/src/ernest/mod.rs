@@ -45,9 +45,6 @@ pub const RUNNING: &str = "running";
 pub const COMPLETED: &str = "completed";
 pub const ERRORED: &str = "errored";
 
-/// NATS's default `max_payload` (1 MiB), for a server that did not announce one.
-pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
-
 /// The key of a summarised result's note.
 pub const SUMMARY_KEY: &str = "result_summary";
 

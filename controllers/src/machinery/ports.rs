@@ -4,46 +4,7 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
-use crate::state::{Schedule, SchedulerInput, SchedulerOutput};
-
-/// Why a scheduler run failed; each kind is a bounded metric label.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SchedulerFailure {
-    /// `main.lua` or a module failed to load.
-    Load,
-    /// The script raised an error.
-    Runtime,
-    /// The script ran past its time budget.
-    Timeout,
-    /// The script used more memory than its cap.
-    Memory,
-    /// The script returned something that is not a schedule.
-    BadOutput,
-    /// The scheduler host itself failed (thread gone).
-    Internal,
-}
-
-impl SchedulerFailure {
-    pub const ALL: [SchedulerFailure; 6] = [
-        SchedulerFailure::Load,
-        SchedulerFailure::Runtime,
-        SchedulerFailure::Timeout,
-        SchedulerFailure::Memory,
-        SchedulerFailure::BadOutput,
-        SchedulerFailure::Internal,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            SchedulerFailure::Load => "load",
-            SchedulerFailure::Runtime => "runtime",
-            SchedulerFailure::Timeout => "timeout",
-            SchedulerFailure::Memory => "memory",
-            SchedulerFailure::BadOutput => "bad_output",
-            SchedulerFailure::Internal => "internal",
-        }
-    }
-}
+use crate::state::{Schedule, SchedulerFailure, SchedulerInput, SchedulerOutput};
 
 /// A failed scheduler run: the kind, a message with file and line where known, and the log the
 /// script wrote before failing.
@@ -237,6 +198,9 @@ pub trait ActionJournal: Send + Sync + 'static {
     fn remove_legacy(&self) -> BoxFuture<'static, Result<(), JournalError>>;
 }
 
+/// NATS's default `max_payload` (1 MiB), for a server that did not announce one.
+pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
+
 /// A message bus could not take a message (the graph executor's NATS connection).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
@@ -263,7 +227,7 @@ pub trait GraphBus: Send + Sync + 'static {
     fn flush(&self) -> BoxFuture<'static, Result<(), BusError>>;
     /// The largest payload the server takes (NATS's `max_payload`, announced when it connects).
     fn max_payload(&self) -> usize {
-        crate::ernest::DEFAULT_MAX_PAYLOAD
+        DEFAULT_MAX_PAYLOAD
     }
 }
 

@@ -27,11 +27,12 @@ use tokio::time::Instant;
 
 use crate::machinery::clock::Clock;
 use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
-use crate::machinery::ports::{Scheduler, SchedulerError, SchedulerFailure};
+use crate::machinery::ports::{Scheduler, SchedulerError};
 use crate::machinery::store::Field;
 use crate::node::Store;
 use crate::schedule::persist::Persister;
 use crate::schedule::scheduler_metrics::SchedulerMetrics;
+use crate::state::SchedulerFailure;
 use crate::state::{
     Actions, Inputs, NodeId, Peers, Reports, Schedule, SchedulerInput, SchedulerStatus,
 };

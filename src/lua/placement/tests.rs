@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use verwalter_controllers::machinery::ports::{SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::SchedulerError;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 use verwalter_placement::config;
 

@@ -47,7 +47,7 @@ impl Node {
                 id: ME.into(),
                 window: WINDOW,
                 recent: RECENT,
-                relay_fanout: crate::cluster::replication::RELAY_FANOUT,
+                relay_fanout: crate::defaults::RELAY_FANOUT,
             }),
             now: Instant::now(),
             now_ms: 1_700_000_000_000,
