@@ -21,9 +21,9 @@ use futures::future::BoxFuture;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, json};
-use verwalter::logs::{LogDir, LogLimits};
 use verwalter::render::{Applier, ApplierConfig, read_templates};
-use verwalter::state_dir::StateDir;
+use verwalter::storage::logs::{LogDir, LogLimits};
+use verwalter::storage::state_dir::StateDir;
 use verwalter_controllers::machinery::clock::SystemClock;
 use verwalter_controllers::machinery::driver::Reconciler;
 use verwalter_controllers::machinery::ports::{RoleApplier, RoleJob};

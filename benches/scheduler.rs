@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use criterion::{Criterion, criterion_group};
 use serde_json::{Value, json};
 use verwalter::lua::{Limits, Sandbox};
-use verwalter::state_dir::StateDir;
+use verwalter::storage::state_dir::StateDir;
 use verwalter_controllers::state::{Peer, Schedule, ScheduleStamp, SchedulerInput};
 
 const PEERS: usize = 1000;

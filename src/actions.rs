@@ -13,7 +13,7 @@ use verwalter_controllers::node::Store;
 use verwalter_controllers::state::Actions;
 
 use self::journal::FileJournal;
-use crate::state_dir::StateDir;
+use crate::storage::state_dir::StateDir;
 
 /// The queue over `<storage>/actions.journal`, with the actions an earlier run left there (and
 /// in the `actions.json` of older versions). Err: the journal exists but cannot be read.

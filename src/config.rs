@@ -10,8 +10,8 @@ use serde::Deserialize;
 use verwalter_controllers::defaults;
 use verwalter_controllers::ernest::Templating;
 
-use crate::identity::{self, parse_machine_id};
 use crate::lua::Limits;
+use crate::machinery::identity::{self, parse_machine_id};
 
 /// Flags of `verwalter run` (also accepted without the subcommand, as verwalter 0.13 took them).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -359,7 +359,7 @@ pub struct Config {
     pub render_parallel: usize,
     /// What a failing role holds back (`render.dependency-failure`).
     pub dependency_failure: verwalter_controllers::graph::ErrorPolicy,
-    pub log_limits: crate::logs::LogLimits,
+    pub log_limits: crate::storage::logs::LogLimits,
     pub action_limits: verwalter_controllers::actions::ActionLimits,
     pub peer_source: PeerSource,
     pub allow_minority_cluster: bool,
@@ -843,7 +843,7 @@ impl Config {
                 .parallel
                 .map_or(defaults::RENDER_PARALLEL, |n| n as usize),
             dependency_failure: file.render.dependency_failure.unwrap_or_default(),
-            log_limits: crate::logs::LogLimits {
+            log_limits: crate::storage::logs::LogLimits {
                 segment_size: file.logs.segment_mib.unwrap_or(defaults::LOG_SEGMENT_MIB) << 20,
                 max_age: Duration::from_secs(
                     file.logs.max_age_days.unwrap_or(defaults::LOG_MAX_AGE_DAYS) * 86_400,

@@ -27,19 +27,19 @@ use verwalter_controllers::schedule::{
 use verwalter_controllers::status::Sources;
 use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
-use crate::backups;
 use crate::cluster::election::{ElectionTask, ElectionWiring};
 use crate::cluster::fetch::{Fetcher, FetcherParts};
 use crate::cluster::peers::{self, Liveness};
 use crate::config::{Config, PeerSource};
 use crate::http::{self, AppState, NodeInfo};
 use crate::inputs::watcher::{self, WatchConfig};
-use crate::logs::LogDir;
 use crate::lua::LuaScheduler;
+use crate::machinery::systemd::{self, Notify};
 use crate::metrics::Metrics;
 use crate::render::{self, Applier, ApplierConfig};
-use crate::state_dir::StateDir;
-use crate::systemd::{self, Notify};
+use crate::storage::backups;
+use crate::storage::logs::LogDir;
+use crate::storage::state_dir::StateDir;
 use crate::wasm::{ConfigDirScheduler, WasmScheduler};
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
@@ -58,7 +58,7 @@ pub enum StartError {
     #[error("cannot start the action journal: {0}")]
     Actions(#[source] verwalter_controllers::machinery::ports::JournalError),
     #[error("storage dir: {0}")]
-    Upgrade(#[source] crate::upgrade::UpgradeError),
+    Upgrade(#[source] crate::storage::upgrade::UpgradeError),
     #[error("cannot use the storage dir {}: {source}", path.display())]
     Storage {
         path: PathBuf,
@@ -243,7 +243,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     check_storage_dir(&config.storage_dir)?;
     let state_dir = StateDir::new(&config.storage_dir);
     // Before anything reads or writes them: what verwalter 0.13 left joins our layout.
-    crate::upgrade::migrate(&state_dir, &config.log_dir).map_err(StartError::Upgrade)?;
+    crate::storage::upgrade::migrate(&state_dir, &config.log_dir).map_err(StartError::Upgrade)?;
     let removed = state_dir.clean_temp_files();
     if removed > 0 {
         tracing::info!(

@@ -418,7 +418,7 @@ mod tests {
     use verwalter_controllers::testing::{MemoryScheduleStore, disk_full};
 
     use super::*;
-    use crate::state_dir::StateDir;
+    use crate::storage::state_dir::StateDir;
 
     const ME: &str = "77985419c732412ea38b94db00000001";
     const PEER: &str = "77985419c732412ea38b94db00000002";

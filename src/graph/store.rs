@@ -1,7 +1,7 @@
 //! The executor's builds on disk: per build a snapshot `<storage-dir>/<build id>.json`,
 //! replaced atomically, and a journal `<build id>.journal` of records appended since.
 //!
-//! A snapshot goes through [`crate::state_dir::write_atomic`] (temp file, fsync, rename, fsync
+//! A snapshot goes through [`crate::storage::state_dir::write_atomic`] (temp file, fsync, rename, fsync
 //! of the dir), so a kill leaves the old or the new snapshot, never a part; then the journal is
 //! emptied (or made, and the dir synced so that it exists after a crash) and synced. An append
 //! writes one record (a JSON line) at the journal's end through a handle kept open per build,
@@ -40,7 +40,7 @@ use verwalter_controllers::ernest::BuildRun;
 use verwalter_controllers::ernest::build_retention::{self, BuildSummary};
 use verwalter_controllers::machinery::ports::{BuildStore, StorageError, StoredBuild};
 
-use crate::state_dir::{FILE_MODE, sync_dir, write_atomic};
+use crate::storage::state_dir::{FILE_MODE, sync_dir, write_atomic};
 
 pub struct BuildFiles {
     dir: PathBuf,

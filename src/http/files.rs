@@ -26,7 +26,7 @@ use tower::ServiceExt;
 use tower_http::services::ServeFile;
 
 use super::{ApiError, AppState};
-use crate::paths::{Boundary, Escape};
+use crate::machinery::paths::{Boundary, Escape};
 
 /// `rel` joined to `base`, checked: plain components, and inside `base` after symlinks.
 pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
@@ -221,7 +221,7 @@ pub async fn log_external(
 
 /// `/v1/backups`: backup names, oldest first.
 pub async fn backups(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
-    crate::backups::list(&state.backups_dir)
+    crate::storage::backups::list(&state.backups_dir)
         .map(Json)
         .map_err(|e| ApiError::Internal(e.to_string()))
 }

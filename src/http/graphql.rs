@@ -47,8 +47,8 @@ use verwalter_controllers::state::BlockedState;
 use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
 
 use super::AppState;
-use crate::logs::LogDir;
 use crate::metrics::Metrics;
+use crate::storage::logs::LogDir;
 
 /// Largest `POST /v1/graphql` body and WebSocket message accepted (as `/v1/action`).
 pub const BODY_LIMIT: usize = super::actions::BODY_LIMIT;

@@ -52,7 +52,7 @@ pub struct AppState {
     pub actions: Arc<verwalter_controllers::actions::ActionQueue>,
     /// The deployment log: served under `/v1/log/`, and the audit line of each action (absent in
     /// some tests).
-    pub logs: Option<Arc<crate::logs::LogDir>>,
+    pub logs: Option<Arc<crate::storage::logs::LogDir>>,
     /// `sandbox/*.yaml` `log-dirs`, served under `/v1/log/external/`.
     pub log_dirs: Arc<std::collections::BTreeMap<String, std::path::PathBuf>>,
     /// `<storage>/backups`.

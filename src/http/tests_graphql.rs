@@ -168,7 +168,7 @@ async fn every_documented_field_resolves_and_agrees_with_v1_status() {
     let (writer, logs_dir, schedule) = busy_node();
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     let mut state = app_state(&writer, no_frontends, "common");
-    let logs = crate::logs::LogDir::open(logs_dir.path(), Default::default());
+    let logs = crate::storage::logs::LogDir::open(logs_dir.path(), Default::default());
     logs.deployment_start("dep-2", &schedule.hash, &["db".into()], &[]);
     let mut role = logs.role("db", "dep-2");
     role.action_start("db.render.yaml");

@@ -19,7 +19,7 @@ use verwalter_controllers::machinery::ports::SchedulerError;
 use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput, SchedulerOutput};
 
-use crate::paths::{Boundary, Escape};
+use crate::machinery::paths::{Boundary, Escape};
 
 use super::convert::{
     Budget, ConvertError, ParseError, input_to_lua, json_to_lua, lua_to_json, parse_json_text,

@@ -23,7 +23,7 @@ use verwalter_controllers::render::vars::logged::Logged;
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
 
 use crate::apply;
-use crate::logs::LogDir;
+use crate::storage::logs::LogDir;
 pub use engines::Vars;
 pub use template_set::TemplateSet;
 
@@ -195,7 +195,7 @@ impl Inner {
         self: Arc<Self>,
         job: &RoleJob,
         vars: &Vars,
-        log: &mut crate::logs::RoleLog,
+        log: &mut crate::storage::logs::RoleLog,
     ) -> Result<(), ApplyError> {
         let this = self.clone();
         let template = job.template.clone();
@@ -243,7 +243,7 @@ impl Inner {
         vars: &Vars,
         staging: &Path,
         job: &RoleJob,
-        log: &mut crate::logs::RoleLog,
+        log: &mut crate::storage::logs::RoleLog,
         written: &mut Vec<String>,
     ) -> Result<(), ApplyError> {
         let mut files = BTreeMap::new();

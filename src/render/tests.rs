@@ -403,7 +403,7 @@ async fn a_role_applies_when_its_log_cannot_be_written() {
         "a file where the role's log dir should be",
     )
     .unwrap();
-    let logs = LogDir::open(&log_dir, crate::logs::LogLimits::default());
+    let logs = LogDir::open(&log_dir, crate::storage::logs::LogLimits::default());
     let applier = Applier::new(
         ApplierConfig {
             config_dir: config.path().to_path_buf(),

@@ -1138,8 +1138,8 @@ fn paths(bytes: &[u8]) -> String {
         std::os::unix::fs::symlink("/tmp", dir.join("out")).unwrap();
         std::os::unix::fs::symlink("sub", dir.join("in/link")).unwrap();
     }
-    let boundary = verwalter::paths::Boundary::new(&dir).unwrap();
-    let plain = verwalter::paths::is_plain_relative(rel);
+    let boundary = verwalter::machinery::paths::Boundary::new(&dir).unwrap();
+    let plain = verwalter::machinery::paths::is_plain_relative(rel);
     let joined = boundary.join_plain(rel);
     assert_eq!(joined.is_some(), plain);
     if let Some(Ok(path)) = &joined {
@@ -1167,8 +1167,8 @@ fn paths(bytes: &[u8]) -> String {
     match joined {
         None => "not plain".into(),
         Some(Ok(_)) => "inside".into(),
-        Some(Err(verwalter::paths::Escape::Outside(_))) => "outside".into(),
-        Some(Err(verwalter::paths::Escape::Unresolved(e))) => format!("{:?}", e.kind()),
+        Some(Err(verwalter::machinery::paths::Escape::Outside(_))) => "outside".into(),
+        Some(Err(verwalter::machinery::paths::Escape::Unresolved(e))) => format!("{:?}", e.kind()),
     }
 }
 

@@ -9,7 +9,7 @@ use std::path::Path;
 use time::OffsetDateTime;
 use verwalter_controllers::storage::retention;
 
-use crate::state_dir::{MAX_STORED_SCHEDULE, create_temp, read_regular, temp_path};
+use crate::storage::state_dir::{MAX_STORED_SCHEDULE, create_temp, read_regular, temp_path};
 
 /// Takes the backups of the current periods that do not exist yet from `schedule` (the stored
 /// schedule file), then deletes those past retention. Returns the names created. The schedule
@@ -41,7 +41,7 @@ pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<
 pub fn keep(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     write_gzip(dir, data, &[name.to_string()])?;
-    crate::state_dir::sync_dir(dir)
+    crate::storage::state_dir::sync_dir(dir)
 }
 
 /// Gzips `data` (best compression, as 0.13) into a private temp file in `dir` and hard-links it

@@ -12,8 +12,10 @@ use verwalter_controllers::storage::upgrade::{
     self, LogListing, OWN_SCHEDULE_PREFIX, StorageListing, StoragePlan, StoredSchedule,
 };
 
-use crate::backups;
-use crate::state_dir::{MAX_STORED_SCHEDULE, StateDir, open_regular, read_regular, sync_dir};
+use crate::storage::backups;
+use crate::storage::state_dir::{
+    MAX_STORED_SCHEDULE, StateDir, open_regular, read_regular, sync_dir,
+};
 
 /// A step of the storage dir's upgrade that failed; the daemon does not start (status 3) rather
 /// than go on and replace a schedule it could not keep a copy of. Every step is retried at the
@@ -91,7 +93,12 @@ pub fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, Upgrade
         let path = log_dir.join(stream).join(name);
         match fs::remove_file(&path) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => {
-                tracing::warn!(path = %path.display(), error = %e, "Cannot remove a temp link verwalter 0.13 left; it stays.");
+                tracing::warn!(
+                    target: "verwalter::upgrade",
+                    path = %path.display(),
+                    error = %e,
+                    "Cannot remove a temp link verwalter 0.13 left; it stays."
+                );
                 false
             }
             _ => true,
@@ -109,6 +116,7 @@ fn report(state_dir: &StateDir, log_dir: &Path, done: &Upgraded) {
     if !storage.is_empty() {
         let moved: Vec<&str> = storage.moves.iter().map(|(_, to)| to.as_str()).collect();
         tracing::info!(
+            target: "verwalter::upgrade",
             dir = %state_dir.root().display(),
             layout = ?storage.layout,
             schedule_copy = storage.keep_schedule.as_deref().unwrap_or("-"),
@@ -118,16 +126,22 @@ fn report(state_dir: &StateDir, log_dir: &Path, done: &Upgraded) {
         );
         if !storage.left.is_empty() {
             tracing::info!(
+                target: "verwalter::upgrade",
                 dir = %schedule_dir(state_dir).display(),
                 files = %storage.left.join(","),
                 "Left 0.13 backups of periods backups/ has already; delete them when not needed."
             );
         }
     } else if !storage.left.is_empty() {
-        tracing::debug!(files = %storage.left.join(","), "0.13 backups left in schedule/.");
+        tracing::debug!(
+            target: "verwalter::upgrade",
+            files = %storage.left.join(","),
+            "0.13 backups left in schedule/."
+        );
     }
     if !storage.impossible.is_empty() {
         tracing::warn!(
+            target: "verwalter::upgrade",
             dir = %schedule_dir(state_dir).display(),
             files = %storage.impossible.join(","),
             "Left 0.13 backups named for periods that do not exist where they are (retention could never prune them); delete them when not needed."
@@ -135,6 +149,7 @@ fn report(state_dir: &StateDir, log_dir: &Path, done: &Upgraded) {
     }
     if !done.log_links.is_empty() {
         tracing::info!(
+            target: "verwalter::upgrade",
             dir = %log_dir.display(),
             removed = done.log_links.len(),
             "Removed temp links verwalter 0.13 left in the deployment log; the log goes on as it was."
