@@ -186,7 +186,7 @@ pub struct GraphFileSettings {
 macro_rules! nats_flags {
     ($section:expr, $settings:expr) => {{
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| relative_to_settings($settings, p));
-        crate::graph::nats_options::NatsFlags {
+        crate::ernest::nats_options::NatsFlags {
             tls_ca: path(&$section.nats_tls_ca),
             tls_cert: path(&$section.nats_tls_cert),
             tls_key: path(&$section.nats_tls_key),
@@ -375,9 +375,9 @@ pub struct Config {
     /// The Kubernetes scheduler extender to serve, if the settings ask for it.
     pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
     /// The graph executor to run, if the settings ask for it.
-    pub graph: Option<crate::graph::GraphSettings>,
+    pub graph: Option<crate::ernest::GraphSettings>,
     /// Where to publish deployment events, if the settings ask for it.
-    pub deployment_events: Option<crate::graph::events::EventSettings>,
+    pub deployment_events: Option<crate::ernest::events::EventSettings>,
     pub election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
     /// What the operator should change, though the daemon can start: a settings file or a
@@ -728,11 +728,11 @@ impl Config {
                 .unwrap_or_else(|| defaults::STORAGE_DIR.into()),
         );
         let graph = file.graph.as_ref().and_then(|g| {
-            let flags = crate::graph::GraphFlags {
+            let flags = crate::ernest::GraphFlags {
                 nats_url: g
                     .nats_url
                     .clone()
-                    .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
+                    .unwrap_or_else(|| crate::ernest::DEFAULT_NATS_URL.into()),
                 command: None,
                 storage_dir: Some(g.storage_dir.as_ref().map_or_else(
                     || storage_dir.join("graph"),
@@ -740,8 +740,8 @@ impl Config {
                 )),
                 component_timeout: g
                     .component_timeout
-                    .unwrap_or(crate::graph::DEFAULT_COMPONENT_TIMEOUT.as_secs_f64()),
-                error_policy: match g.error_policy.as_deref().map(crate::graph::parse_policy) {
+                    .unwrap_or(crate::ernest::DEFAULT_COMPONENT_TIMEOUT.as_secs_f64()),
+                error_policy: match g.error_policy.as_deref().map(crate::ernest::parse_policy) {
                     None => verwalter_controllers::graph::ErrorPolicy::Halt,
                     Some(Ok(policy)) => policy,
                     Some(Err(problem)) => {
@@ -758,7 +758,7 @@ impl Config {
                     }
                 },
                 metrics_listen: None,
-                retention: match g.retention.as_deref().map(crate::graph::parse_age) {
+                retention: match g.retention.as_deref().map(crate::ernest::parse_age) {
                     None => None,
                     Some(Ok(age)) => Some(age),
                     Some(Err(problem)) => {
@@ -768,7 +768,7 @@ impl Config {
                 },
                 nats: nats_flags!(g, settings.as_deref()),
             };
-            crate::graph::GraphSettings::from_flags(&flags, "graph.nats-")
+            crate::ernest::GraphSettings::from_flags(&flags, "graph.nats-")
                 .map_err(|problem| {
                     problems.push(match problem.strip_prefix("--component-timeout ") {
                         Some(rest) => format!("graph.component-timeout: {rest}"),
@@ -792,12 +792,12 @@ impl Config {
             let nats_url = e
                 .nats_url
                 .clone()
-                .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into());
+                .unwrap_or_else(|| crate::ernest::DEFAULT_NATS_URL.into());
             let nats_auth = nats_flags!(e, settings.as_deref())
                 .resolve("deployment-events.nats-", &nats_url)
                 .map_err(|problem| problems.push(problem))
                 .ok()?;
-            Some(crate::graph::events::EventSettings {
+            Some(crate::ernest::events::EventSettings {
                 nats_url,
                 nats_auth,
                 prefix,

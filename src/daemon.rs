@@ -68,7 +68,7 @@ pub enum StartError {
     #[error("placement-{0}")]
     Extender(#[source] crate::placement::extender::ExtenderError),
     #[error("{0}")]
-    Graph(#[source] crate::graph::GraphError),
+    Graph(#[source] crate::ernest::ExecutorError),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -524,7 +524,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     let render_log: Arc<dyn verwalter_controllers::machinery::ports::DeploymentLog> =
         match &config.deployment_events {
             Some(settings) => {
-                let (tee, task) = crate::graph::events::NatsEvents::start(
+                let (tee, task) = crate::ernest::events::NatsEvents::start(
                     settings,
                     &config.hostname,
                     logs.clone(),
@@ -609,7 +609,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // The ernest-style graph executor over NATS, when the settings ask for it; its metrics are
     // served on this daemon's /metrics.
     if let Some(settings) = &config.graph {
-        let task = crate::graph::start(settings, metrics.registry(), shutdown.clone())
+        let task = crate::ernest::start(settings, metrics.registry(), shutdown.clone())
             .map_err(StartError::Graph)?;
         tasks.spawn(Task::Graph, task);
     }

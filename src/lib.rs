@@ -29,7 +29,7 @@ pub mod apply;
 pub mod cluster;
 pub mod config;
 pub mod daemon;
-pub mod graph;
+pub mod ernest;
 pub mod http;
 pub mod inputs;
 pub mod lua;

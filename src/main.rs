@@ -48,7 +48,7 @@ enum Command {
     /// Serve the Kubernetes scheduler extender (a drop-in for wca-scheduler) on its own address.
     Extender(verwalter::placement::extender::ExtenderFlags),
     /// Run ernest-style dependency-graph builds received over NATS (build.create, ...).
-    Graph(verwalter::graph::GraphFlags),
+    Graph(verwalter::ernest::GraphFlags),
 }
 
 #[derive(Debug, clap::Args)]
@@ -227,9 +227,9 @@ fn main() -> ExitCode {
             extender(setup)
         }
         Some(Command::Graph(args)) => match &args.command {
-            Some(verwalter::graph::builds::GraphSubcommand::Builds(command)) => {
+            Some(verwalter::ernest::builds::GraphSubcommand::Builds(command)) => {
                 init_logs("warn");
-                match verwalter::graph::builds::run(command) {
+                match verwalter::ernest::builds::run(command) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(error) => {
                         eprintln!("verwalter graph builds: {error}");
@@ -555,10 +555,10 @@ fn extender(setup: Result<verwalter::placement::extender::ExtenderSetup, String>
 }
 
 /// `verwalter graph`: exit status 3 when it cannot start (as the daemon), 0 after a signal.
-fn graph(args: &verwalter::graph::GraphFlags) -> ExitCode {
+fn graph(args: &verwalter::ernest::GraphFlags) -> ExitCode {
     // Two workers: one loop and its NATS connection; file writes go to the blocking pool.
     run_until_signal("verwalter graph", Some(2), |shutdown| async move {
-        match verwalter::graph::run(args, shutdown).await {
+        match verwalter::ernest::run(args, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("verwalter graph: {error}");

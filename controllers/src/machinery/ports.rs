@@ -206,7 +206,7 @@ pub const DEFAULT_MAX_PAYLOAD: usize = 1 << 20;
 #[error("{0}")]
 pub struct BusError(pub String);
 
-/// Where the graph executor publishes (NATS in `src/graph/`; a recorder in tests).
+/// Where the graph executor publishes (NATS in `src/ernest/`; a recorder in tests).
 pub trait GraphBus: Send + Sync + 'static {
     /// Queues a message for the server; while disconnected it waits in the client.
     fn publish(

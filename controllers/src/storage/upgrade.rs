@@ -1,6 +1,6 @@
 //! Upgrading from verwalter 0.13: which layout a storage dir shows, and what the first start
 //! moves, copies or removes so that nothing 0.13 kept is lost and nothing is done twice. The
-//! daemon lists the dirs and carries the plans out (`src/upgrade.rs`).
+//! daemon lists the dirs and carries the plans out (`src/storage/upgrade.rs`).
 //!
 //! What 0.13 left, and what becomes of it:
 //!

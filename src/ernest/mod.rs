@@ -227,7 +227,7 @@ impl GraphSettings {
 
 /// Why the executor could not start.
 #[derive(Debug, thiserror::Error)]
-pub enum GraphError {
+pub enum ExecutorError {
     #[error("graph executor: cannot use the storage dir {}: {source}", path.display())]
     Storage {
         path: PathBuf,
@@ -249,12 +249,13 @@ pub fn start(
     settings: &GraphSettings,
     registry: &Registry,
     shutdown: CancellationToken,
-) -> Result<BoxFuture<'static, ()>, GraphError> {
-    let files =
-        store::BuildFiles::open(&settings.storage_dir).map_err(|source| GraphError::Storage {
+) -> Result<BoxFuture<'static, ()>, ExecutorError> {
+    let files = store::BuildFiles::open(&settings.storage_dir).map_err(|source| {
+        ExecutorError::Storage {
             path: settings.storage_dir.clone(),
             source,
-        })?;
+        }
+    })?;
     let metrics = Arc::new(metrics::GraphMetrics::register(registry));
     let settings = settings.clone();
     let files = Arc::new(files);

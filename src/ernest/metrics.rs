@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 use verwalter_controllers::ernest::ResultKind;
 use verwalter_controllers::ernest::executor_loop::GraphObserver;
 
-use super::GraphError;
+use super::ExecutorError;
 
 /// Dispatch-to-answer buckets: 1 ms (an instant worker) to 10 minutes (twice the default
 /// component timeout).
@@ -115,10 +115,10 @@ pub async fn serve(
     addr: SocketAddr,
     registry: Registry,
     shutdown: CancellationToken,
-) -> Result<BoxFuture<'static, ()>, GraphError> {
+) -> Result<BoxFuture<'static, ()>, ExecutorError> {
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|source| GraphError::Bind { addr, source })?;
+        .map_err(|source| ExecutorError::Bind { addr, source })?;
     let bound = listener.local_addr().unwrap_or(addr);
     tracing::info!(addr = %bound, "Graph executor metrics at http://{bound}/metrics");
     let app = Router::new().route(
