@@ -10,8 +10,8 @@ use serde::Deserialize;
 use verwalter_controllers::defaults;
 use verwalter_controllers::ernest::Templating;
 
-use crate::lua::Limits;
 use crate::machinery::identity::{self, parse_machine_id};
+use crate::schedule::lua::Limits;
 
 /// Flags of `verwalter run` (also accepted without the subcommand, as verwalter 0.13 took them).
 #[derive(Debug, Clone, Default, clap::Args)]

@@ -33,14 +33,14 @@ use crate::cluster::peers::{self, Liveness};
 use crate::config::{Config, PeerSource};
 use crate::http::{self, AppState, NodeInfo};
 use crate::inputs::watcher::{self, WatchConfig};
-use crate::lua::LuaScheduler;
 use crate::machinery::systemd::{self, Notify};
 use crate::metrics::Metrics;
 use crate::render::{self, Applier, ApplierConfig};
+use crate::schedule::lua::LuaScheduler;
+use crate::schedule::wasm::{ConfigDirScheduler, WasmScheduler};
 use crate::storage::backups;
 use crate::storage::logs::LogDir;
 use crate::storage::state_dir::StateDir;
-use crate::wasm::{ConfigDirScheduler, WasmScheduler};
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -443,7 +443,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
 
     // The scheduler's `state.metrics`: the queries of `scheduler/v1/metrics.yaml`, refreshed
     // while this node leads.
-    let refresh = crate::placement::scheduler_metrics::MetricsRefresh {
+    let refresh = crate::schedule::scheduler_metrics::MetricsRefresh {
         inputs: store.inputs.clone(),
         election: store.election.clone(),
         out: scheduler_metrics,
@@ -492,7 +492,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         shutdown: &shutdown,
     };
     // A run ends within its budget and the scheduler's grace, then the schedule is written.
-    let step = config.limits.time + crate::lua::WATCHDOG_GRACE + watchdog::LOCAL_WORK;
+    let step = config.limits.time + crate::schedule::lua::WATCHDOG_GRACE + watchdog::LOCAL_WORK;
     drivers.spawn(Task::Schedule, driver, step);
 
     // Render and apply the roles of this node; clean up after them.
@@ -536,7 +536,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             None => logs.clone(),
         };
     // `scheduler/v1/query.wasm`, when it exists, derives the roles (shared with `/v1/query`).
-    let query_hook = crate::wasm::query::QueryHook::new(
+    let query_hook = crate::schedule::wasm::query::QueryHook::new(
         crate::inputs::scheduler_dir(&config.config_dir),
         config.limits.into(),
     );

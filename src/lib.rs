@@ -24,7 +24,6 @@
 //! - [`systemd`]: readiness, status line, watchdog pings and stopping, for systemd.
 
 pub mod actions;
-pub mod allocator;
 pub mod apply;
 pub mod cluster;
 pub mod config;
@@ -32,10 +31,9 @@ pub mod daemon;
 pub mod ernest;
 pub mod http;
 pub mod inputs;
-pub mod lua;
 pub mod machinery;
 pub mod metrics;
 pub mod placement;
 pub mod render;
+pub mod schedule;
 pub mod storage;
-pub mod wasm;

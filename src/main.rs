@@ -9,8 +9,8 @@ use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 use verwalter::config::{Config, RunArgs};
 use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
-use verwalter::lua::Limits;
 use verwalter::machinery::identity;
+use verwalter::schedule::lua::Limits;
 use verwalter_controllers::defaults;
 use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 use verwalter_controllers::render::vars;
@@ -157,7 +157,7 @@ struct ScheduleArgs {
 }
 
 fn main() -> ExitCode {
-    verwalter::allocator::tune();
+    verwalter::schedule::lua::allocator::tune();
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "generate") {
         return generate(GenerateCli::parse_from(&args[1..]).what);
@@ -594,7 +594,7 @@ fn offline_input(args: &OfflineArgs, inputs: &Inputs) -> Result<SchedulerInput, 
     let current_host = identity::hostname(args.hostname.as_deref(), None)?;
     let now = SystemClock.now_ms();
     let declared = inputs.metrics.as_deref().filter(|_| !args.no_metrics);
-    let (metrics, warnings) = verwalter::placement::scheduler_metrics::offline_view(declared, now);
+    let (metrics, warnings) = verwalter::schedule::scheduler_metrics::offline_view(declared, now);
     for warning in warnings {
         eprintln!("warning: {}: {warning}", args.config_dir.display());
     }
@@ -627,15 +627,15 @@ fn check(args: &OfflineArgs) -> ExitCode {
             .into_iter()
             .map(|p| format!("{}: {p}", dir.display())),
     );
-    let has_scheduler =
-        scheduler_dir(dir).join("main.lua").is_file() || verwalter::wasm::has_wasm_scheduler(dir);
+    let has_scheduler = scheduler_dir(dir).join("main.lua").is_file()
+        || verwalter::schedule::wasm::has_wasm_scheduler(dir);
     if let (Ok(input), true) = (input, has_scheduler) {
         match run_scheduler_once(dir, input.clone()) {
             Ok(output) => {
                 let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
                 let host = &input.current_host;
                 // The roles this node would render: `query.wasm`'s, if there is one.
-                let derived = verwalter::wasm::query::derive_offline(
+                let derived = verwalter::schedule::wasm::query::derive_offline(
                     dir,
                     &schedule,
                     host,
@@ -692,11 +692,11 @@ fn run_scheduler_once(
     verwalter_controllers::state::SchedulerOutput,
     verwalter_controllers::machinery::ports::SchedulerError,
 > {
-    if verwalter::wasm::has_wasm_scheduler(dir) {
-        verwalter::wasm::WasmRun::load(dir, Limits::default().into())
+    if verwalter::schedule::wasm::has_wasm_scheduler(dir) {
+        verwalter::schedule::wasm::WasmRun::load(dir, Limits::default().into())
             .and_then(|mut run| run.run(&input))
     } else {
-        verwalter::lua::run_once(
+        verwalter::schedule::lua::run_once(
             &scheduler_dir(dir),
             SCHEDULER_DIR,
             dir,

@@ -253,11 +253,11 @@ pub async fn wasm_module(
     UrlPath(name): UrlPath<String>,
     request: Request,
 ) -> Response {
-    if name != crate::wasm::SCHEDULER_WASM && name != crate::wasm::QUERY_WASM {
+    if name != crate::schedule::wasm::SCHEDULER_WASM && name != crate::schedule::wasm::QUERY_WASM {
         return ApiError::NotFound(format!(
             "no module {name:?}: only {} and {} are served",
-            crate::wasm::SCHEDULER_WASM,
-            crate::wasm::QUERY_WASM
+            crate::schedule::wasm::SCHEDULER_WASM,
+            crate::schedule::wasm::QUERY_WASM
         ))
         .into_response();
     }

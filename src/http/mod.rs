@@ -67,7 +67,7 @@ pub struct AppState {
     /// `/v1/wasm/`.
     pub scheduler_dir: std::path::PathBuf,
     /// `scheduler/v1/query.wasm`, shared with the render controller (`/v1/query`).
-    pub query: crate::wasm::query::QueryHook,
+    pub query: crate::schedule::wasm::query::QueryHook,
     pub http: Arc<HttpState>,
     /// When each peer was last heard from directly (empty without peers), and how recently it
     /// must have been for `/v1/peers` to call it `alive` (`election.minority-window-ms`).

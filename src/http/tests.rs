@@ -65,9 +65,9 @@ pub(super) fn app_state(
         }),
         frontend_dir,
         scheduler_dir: std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
-        query: crate::wasm::query::QueryHook::new(
+        query: crate::schedule::wasm::query::QueryHook::new(
             std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
-            crate::lua::Limits::default().into(),
+            crate::schedule::lua::Limits::default().into(),
         ),
         http: Default::default(),
         liveness: Default::default(),

@@ -10,8 +10,6 @@
 //!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
 //! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
 //!   [`chart`] draws its SVG with plotters.
-//! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
-//!   `scheduler/v1/metrics.yaml` refreshed on the leader into the store.
 //! - [`start`]: [`start::start_sources`], the one place the data sources are started.
 //! - [`snapshot_file`]: the snapshot file source (JSON or YAML, re-read when it changes).
 //! - [`extender`]: the Kubernetes scheduler extender's HTTP server (`verwalter extender`).
@@ -25,7 +23,6 @@ pub mod input;
 pub mod kube;
 pub mod prometheus;
 pub mod refresh;
-pub mod scheduler_metrics;
 pub mod simulate;
 pub mod snapshot_file;
 pub mod source_metrics;

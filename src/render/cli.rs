@@ -89,9 +89,13 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
             };
             let data = schedule.data.tree().as_ref();
             // With a `query.wasm` the node's roles are its answer, as in the daemon.
-            let derived =
-                crate::wasm::query::derive_offline(&args.config_dir, &schedule, hostname, &id)
-                    .map_err(|e| e.message)?;
+            let derived = crate::schedule::wasm::query::derive_offline(
+                &args.config_dir,
+                &schedule,
+                hostname,
+                &id,
+            )
+            .map_err(|e| e.message)?;
             let view = match derived {
                 Some(roles) => std::borrow::Cow::Owned(vars::roles_view(data, hostname, roles)),
                 None => std::borrow::Cow::Borrowed(data),

@@ -1042,9 +1042,9 @@ fn http_app() -> HttpApp {
         }),
         frontend_dir: scratch().join("frontend"),
         scheduler_dir: scratch().join("scheduler/v1"),
-        query: verwalter::wasm::query::QueryHook::new(
+        query: verwalter::schedule::wasm::query::QueryHook::new(
             scratch().join("scheduler/v1"),
-            verwalter::wasm::WasmLimits {
+            verwalter::schedule::wasm::WasmLimits {
                 memory: 64 << 20,
                 time: std::time::Duration::from_secs(1),
             },
@@ -1242,14 +1242,14 @@ fn prometheus_reply(bytes: &[u8]) -> String {
     }
 }
 
-/// The scheduler's `metrics.yaml` (`src/inputs/metrics_file.rs`), with `!Env` lookups.
+/// The scheduler's `metrics.yaml` (`src/schedule/scheduler_metrics/file.rs`), with `!Env` lookups.
 fn metrics_yaml(bytes: &[u8]) -> String {
     let env = |name: &str| match name {
         "FUZZ_URL" => Some("http://127.0.0.1:9090".to_string()),
         "FUZZ_PORT" => Some("9090".to_string()),
         _ => None,
     };
-    match verwalter::inputs::metrics_file::parse(bytes, env) {
+    match verwalter::schedule::scheduler_metrics::file::parse(bytes, env) {
         Ok(_) => "ok".into(),
         Err((_, message)) => message,
     }

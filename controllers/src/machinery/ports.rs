@@ -279,7 +279,7 @@ pub struct RolesError(pub String);
 
 /// How a node's roles and their variables are derived from the schedule: the compat merge
 /// ([`CompatRoles`], [`crate::render::vars`]) by default, or a hook such as `scheduler/v1/query.wasm`
-/// (`src/wasm/query.rs`).
+/// (`src/schedule/wasm/query.rs`).
 pub trait RoleSource: Send + Sync + 'static {
     /// Where the roles come from as status and metrics name it (`scheduler/v1/query.wasm`): it
     /// contains `/`, so it never names a role.

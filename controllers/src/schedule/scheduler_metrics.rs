@@ -1,7 +1,7 @@
 //! `state.metrics` of the Lua scheduler: the named Prometheus queries declared in
 //! `scheduler/v1/metrics.yaml`, their last good answers, and what a scheduler run sees of them.
 //!
-//! The daemon refreshes the queries in the background (`src/placement/scheduler_metrics.rs`,
+//! The daemon refreshes the queries in the background (`src/schedule/scheduler_metrics/mod.rs`,
 //! on the leader only) and writes a [`SchedulerMetrics`] into the store after each round; this
 //! module decides what is kept ([`SchedulerMetrics::record`]: a failure keeps the last good
 //! samples and sets the error), what survives a new declaration ([`SchedulerMetrics::declared`]),

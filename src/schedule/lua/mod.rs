@@ -6,6 +6,7 @@
 //! `scheduler/v1` changes, and after a run that hit the time or memory limit (its state may be
 //! half-built).
 
+pub mod allocator;
 pub mod convert;
 mod pattern;
 mod placement;

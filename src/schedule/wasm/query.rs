@@ -162,7 +162,7 @@ pub fn derive_offline(
     if !has_query_wasm(&dir) {
         return Ok(None);
     }
-    let mut module = QueryModule::load(&dir, crate::lua::Limits::default().into())?;
+    let mut module = QueryModule::load(&dir, crate::schedule::lua::Limits::default().into())?;
     module.init(schedule, hostname)?;
     module.render_roles(deployment_id, None).map(Some)
 }

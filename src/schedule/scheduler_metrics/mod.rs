@@ -9,6 +9,8 @@
 //! `verwalter_controllers::schedule::scheduler_metrics`. [`query_once`] is the offline commands' single
 //! round (`verwalter schedule`, `verwalter check`).
 
+pub mod file;
+
 use std::sync::Arc;
 
 use tokio::time::Instant;
@@ -22,9 +24,9 @@ use verwalter_controllers::schedule::scheduler_metrics::{
 use verwalter_controllers::state::Inputs;
 use verwalter_placement::sources::SourceError;
 
-use super::client::SourceClient;
-use super::prometheus::instant_query;
 use crate::metrics::Metrics;
+use crate::placement::client::SourceClient;
+use crate::placement::prometheus::instant_query;
 
 /// What the refresh reads and writes.
 pub struct MetricsRefresh {

@@ -15,9 +15,9 @@ use verwalter_placement::config::metrics_file::{
     MetricsFile, PrometheusAddress, load_metrics_file,
 };
 
-use super::nesting::{MAX_NESTING, yaml_too_deep};
-use super::runtime::{MAX_FILE_BYTES, Problems};
-use super::walk::{self, FileSystem};
+use crate::inputs::nesting::{MAX_NESTING, yaml_too_deep};
+use crate::inputs::runtime::{MAX_FILE_BYTES, Problems};
+use crate::inputs::walk::{self, FileSystem};
 
 /// The declaration in `config_dir`, `None` without the file (or when it is bad: the problem
 /// goes to `problems`, as errors, or as failures when the file could not be read).

@@ -24,7 +24,7 @@ use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 
 use crate::inputs::SCHEDULER_DIR;
-use crate::lua::LuaScheduler;
+use crate::schedule::lua::LuaScheduler;
 pub use runtime::{CallError, WasmLimits, WasmModule};
 
 /// The scheduler module's file name inside `scheduler/v1`.
@@ -312,7 +312,7 @@ fn run_job(
 /// Lua scheduler's grace, which the daemon's step limit for a scheduler run counts on. The fuel
 /// slices stop the module within a slice of its budget; compiling the module and the JSON
 /// copies are what can add to it.
-pub const WASM_GRACE: Duration = crate::lua::WATCHDOG_GRACE;
+pub const WASM_GRACE: Duration = crate::schedule::lua::WATCHDOG_GRACE;
 
 impl Scheduler for WasmScheduler {
     fn run(

@@ -72,8 +72,8 @@ pub struct WasmLimits {
     pub time: Duration,
 }
 
-impl From<crate::lua::Limits> for WasmLimits {
-    fn from(limits: crate::lua::Limits) -> WasmLimits {
+impl From<crate::schedule::lua::Limits> for WasmLimits {
+    fn from(limits: crate::schedule::lua::Limits) -> WasmLimits {
         WasmLimits {
             memory: limits.memory,
             time: limits.time,

@@ -548,10 +548,10 @@ fn repo(path: &str) -> std::path::PathBuf {
 #[test]
 fn the_example_module_schedules_as_its_lua_twin() {
     let wasm = std::fs::read(repo("examples/wasm-scheduler/scheduler/v1/scheduler.wasm")).unwrap();
-    let lua = crate::lua::Sandbox::load(
+    let lua = crate::schedule::lua::Sandbox::load(
         &repo("benches/placement/scheduler/v1"),
         "scheduler/v1",
-        crate::lua::Limits::default(),
+        crate::schedule::lua::Limits::default(),
     )
     .unwrap();
     // A debug build interprets some 50 times slower than a release one.
@@ -590,7 +590,8 @@ fn a_config_dir_with_scheduler_wasm_runs_it_instead_of_main_lua() {
         r#"return {scheduler = function() return '{"from": "lua"}', "" end}"#,
     )
     .unwrap();
-    let lua = LuaScheduler::start(dir.path().into(), crate::lua::Limits::default()).unwrap();
+    let lua =
+        LuaScheduler::start(dir.path().into(), crate::schedule::lua::Limits::default()).unwrap();
     let wasm = WasmScheduler::start(dir.path().into(), limits()).unwrap();
     let scheduler = ConfigDirScheduler::new(dir.path().into(), lua, wasm);
     let runtime = tokio::runtime::Builder::new_current_thread()
