@@ -28,8 +28,8 @@ use verwalter_controllers::status::Sources;
 use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
 use crate::cluster::election::{ElectionTask, ElectionWiring};
-use crate::cluster::fetch::{Fetcher, FetcherParts};
 use crate::cluster::peers::{self, Liveness};
+use crate::cluster::replication::{Fetcher, FetcherParts};
 use crate::config::{Config, PeerSource};
 use crate::http::{self, AppState, NodeInfo};
 use crate::inputs::watcher::{self, WatchConfig};
@@ -368,7 +368,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             rand::random(),
         )
         .force_leader(config.debug_force_leader);
-        let sightings = crate::cluster::fetch::SharedSightings::default();
+        let sightings = crate::cluster::replication::SharedSightings::default();
         let announced = Arc::new(crate::cluster::vouch::Announced::default());
         let wiring = ElectionWiring {
             socket: Arc::new(udp),
@@ -557,12 +557,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // timeout and the kill of its group) rather than leave a role half applied; the unit's
     // TimeoutStopSec allows for it (docs/packaging.md).
     let driver = render.clone().driver(DriverConfig {
-        shutdown_grace: config.command_timeout + crate::apply::KILL_GRACE,
+        shutdown_grace: config.command_timeout + crate::render::apply::KILL_GRACE,
         max_concurrent: config.render_parallel,
         ..DriverConfig::default()
     });
     // A step of a render pass is one apply command: its timeout, then the kill of its group.
-    let step = config.command_timeout + crate::apply::KILL_GRACE + watchdog::MARGIN;
+    let step = config.command_timeout + crate::render::apply::KILL_GRACE + watchdog::MARGIN;
     drivers.spawn(Task::Render, driver, step);
     let audit_log = logs.clone();
     let cleanup = Arc::new(CleanupController::new(

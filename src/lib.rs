@@ -24,7 +24,6 @@
 //! - [`systemd`]: readiness, status line, watchdog pings and stopping, for systemd.
 
 pub mod actions;
-pub mod apply;
 pub mod cluster;
 pub mod config;
 pub mod daemon;

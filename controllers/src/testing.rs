@@ -430,7 +430,7 @@ impl ActionJournal for MemoryJournal {
 }
 
 /// What a node running a [`crate::cluster::replication::Replication`] machine holds and hears, kept the
-/// way the daemon keeps it (the election transport notes packets, `src/cluster/fetch.rs` carries
+/// way the daemon keeps it (the election transport notes packets, `src/cluster/replication.rs` carries
 /// out the actions): the world of the replication tests and of the election simulation.
 #[derive(Debug, Default)]
 pub struct ReplicaWorld {

@@ -35,7 +35,7 @@ use crate::algorithms::{Algorithm, Kind};
 use crate::snapshot::Dim;
 
 /// The Lua scheduler's `metrics.yaml` (same tags and `!Env` as this file's config).
-pub mod metrics_file;
+pub mod scheduler_metrics;
 
 /// A config that failed to load.
 #[derive(Debug, thiserror::Error)]

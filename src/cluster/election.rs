@@ -22,8 +22,8 @@ use verwalter_controllers::node::Store;
 use verwalter_controllers::state::{Reports, Schedule, ScheduleStamp};
 
 use super::coding::Coding;
-use super::fetch::SharedSightings;
 use super::peers::Liveness;
+use super::replication::SharedSightings;
 use super::vouch::{self, Announced};
 use crate::http::SharedJson;
 use crate::metrics::Metrics;

@@ -3,6 +3,6 @@
 pub mod client;
 pub mod coding;
 pub mod election;
-pub mod fetch;
 pub mod peers;
+pub mod replication;
 pub mod vouch;

@@ -4,7 +4,7 @@
 //! at shutdown. Without `NOTIFY_SOCKET` every call does nothing.
 //!
 //! The variables stay in the daemon's environment (removing them is not safe once threads
-//! run); the apply commands do not get them (`src/apply/exec.rs`).
+//! run); the apply commands do not get them (`src/render/apply/exec.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;

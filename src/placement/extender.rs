@@ -31,8 +31,8 @@ use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};
 use verwalter_placement::loggers::DECISIONS_TARGET;
 use verwalter_placement::snapshot;
 
+use super::metrics::SourceMetrics;
 use super::refresh::RefreshSettings;
-use super::source_metrics::SourceMetrics;
 use super::start::{SourcePlan, SourcesError, start_sources};
 use super::store::{SnapshotStore, View};
 use crate::http::ServeLimits;

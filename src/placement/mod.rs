@@ -7,7 +7,7 @@
 //! - [`refresh`]: [`refresh::spawn_sources`], the background refresh of a data provider's
 //!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
 //!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
-//!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
+//!   (HTTP and HTTPS with a CA and a bearer token); [`metrics`] counts refreshes.
 //! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
 //!   [`chart`] draws its SVG with plotters.
 //! - [`start`]: [`start::start_sources`], the one place the data sources are started.
@@ -21,10 +21,10 @@ pub mod client;
 pub mod extender;
 pub mod input;
 pub mod kube;
+pub mod metrics;
 pub mod prometheus;
 pub mod refresh;
 pub mod simulate;
 pub mod snapshot_file;
-pub mod source_metrics;
 pub mod start;
 pub mod store;

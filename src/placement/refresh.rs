@@ -29,8 +29,8 @@ use verwalter_placement::sources::{
 
 use super::client::SourceClient;
 use super::kube::{KubeApi, WatchEnd};
+use super::metrics::SourceMetrics;
 use super::prometheus::{base_url, instant_query};
-use super::source_metrics::SourceMetrics;
 use super::store::SnapshotStore;
 
 /// The source name of the Kubernetes API part in the store and in metrics.

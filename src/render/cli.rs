@@ -9,7 +9,7 @@ use verwalter_controllers::render::vars;
 use verwalter_controllers::state::{Schedule, ScheduleData};
 
 use super::{TemplateSet, Vars, read_log_dirs};
-use crate::apply::{self, ApplyLog};
+use crate::render::apply::{self, ApplyLog};
 
 /// Where the variables come from.
 #[derive(Debug, Clone)]

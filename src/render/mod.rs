@@ -1,7 +1,8 @@
 //! Rendering a role: its template dir loaded and parsed, each `*.render.yaml`'s templates rendered
-//! into the role's staging dir, then its commands run (`crate::apply`), everything written to the
+//! into the role's staging dir, then its commands run (`crate::render::apply`), everything written to the
 //! role's deployment log.
 
+pub mod apply;
 pub mod cli;
 pub mod engines;
 pub mod template_set;
@@ -22,7 +23,6 @@ use verwalter_controllers::machinery::store::Reader;
 use verwalter_controllers::render::vars::logged::Logged;
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
 
-use crate::apply;
 use crate::storage::logs::LogDir;
 pub use engines::Vars;
 pub use template_set::TemplateSet;

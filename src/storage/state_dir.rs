@@ -286,7 +286,7 @@ pub fn create_temp(tmp: &Path) -> io::Result<fs::File> {
 
 /// The largest stored schedule read: the fetch limit of a schedule (`cluster::fetch`), which
 /// no schedule in force can pass. A file over it is refused, not read.
-pub const MAX_STORED_SCHEDULE: u64 = crate::cluster::fetch::MAX_SCHEDULE as u64;
+pub const MAX_STORED_SCHEDULE: u64 = crate::cluster::replication::MAX_SCHEDULE as u64;
 
 /// The largest `roles/<role>.applied` read (it holds one hash).
 const MAX_APPLIED: u64 = 4 << 10;

@@ -681,7 +681,7 @@ fn render_yaml(bytes: &[u8]) -> String {
     match verwalter::render::template_set::parse_render_file(text) {
         Ok(file) => {
             let names: BTreeSet<String> = file.templates.keys().cloned().collect();
-            class(&verwalter::apply::validate(&file.commands, &names))
+            class(&verwalter::render::apply::validate(&file.commands, &names))
         }
         Err(e) => e,
     }

@@ -6,7 +6,7 @@
 //! The [`Replication`] machine is fed a snapshot of what the node sees ([`World`]: election
 //! state, the peers' reported stamps, the schedule held, the schedules of other nodes that peers
 //! reported, when each peer was last heard) and the results of the fetches it asked for, with
-//! the time; it answers with [`Action`]s. `src/cluster/fetch.rs` runs the HTTP fetches and
+//! the time; it answers with [`Action`]s. `src/cluster/replication.rs` runs the HTTP fetches and
 //! writes the store; the rules are all here:
 //!
 //! - a follower of a stable leader fetches the leader's schedule whenever the stamp in the

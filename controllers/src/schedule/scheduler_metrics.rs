@@ -20,7 +20,7 @@ use crate::state::Inputs;
 /// The file in the scheduler dir that declares the queries.
 pub const METRICS_FILE: &str = "scheduler/v1/metrics.yaml";
 
-/// A loaded `metrics.yaml` (the parsing is `verwalter_placement::config::metrics_file`).
+/// A loaded `metrics.yaml` (the parsing is `verwalter_placement::config::scheduler_metrics`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetricsDeclaration {
     /// Prometheus' base URL (`http://host:port`); queries go to `{url}/api/v1/query`.

@@ -1,6 +1,6 @@
 //! Reads `scheduler/v1/metrics.yaml`, the Lua scheduler's metrics declaration, with the config
 //! dir (so an edit is picked up by the watcher like any other input). The format is parsed by
-//! `verwalter_placement::config::metrics_file`; this turns it into the
+//! `verwalter_placement::config::scheduler_metrics`; this turns it into the
 //! [`MetricsDeclaration`] the refresh uses, and its problems into [`InputError`]s naming the
 //! file and line. What stays after a bad file is decided in
 //! `verwalter_controllers::schedule::scheduler_metrics::keep_metrics_declaration`.
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use verwalter_controllers::schedule::scheduler_metrics::{METRICS_FILE, MetricsDeclaration};
 use verwalter_controllers::state::InputError;
 use verwalter_placement::config::ServerVerify;
-use verwalter_placement::config::metrics_file::{
+use verwalter_placement::config::scheduler_metrics::{
     MetricsFile, PrometheusAddress, load_metrics_file,
 };
 

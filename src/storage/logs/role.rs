@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use verwalter_controllers::render::vars::logged::{self, Logged};
 
 use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
-use crate::apply::ApplyLog;
+use crate::render::apply::ApplyLog;
 
 /// Writer of one role's entries; every entry is indexed under the deployment id.
 #[derive(Debug)]

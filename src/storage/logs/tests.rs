@@ -4,7 +4,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::apply::ApplyLog;
+use crate::render::apply::ApplyLog;
 
 fn index_lines(dir: &Path) -> Vec<Value> {
     fs::read_to_string(dir.join(".index/latest"))

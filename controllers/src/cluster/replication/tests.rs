@@ -1,6 +1,6 @@
 //! Every replication decision, with a fake clock: the machine is fed a world the test edits and
 //! the results of the fetches it asked for; its actions are carried out on that world the way
-//! `src/cluster/fetch.rs` carries them out on the store.
+//! `src/cluster/replication.rs` carries them out on the store.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
