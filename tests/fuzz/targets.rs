@@ -791,9 +791,9 @@ fn refs(bytes: &[u8]) -> String {
 }
 
 /// `depends_on` lists (`role: dep dep`, one role a line) into `Graph::from_depends_on`, the
-/// order and waves, the cycles named, and one execution with `Progress` to its end.
+/// order and waves, the cycles named, and one execution with `Execution` to its end.
 fn graph(bytes: &[u8]) -> String {
-    use verwalter_controllers::graph::{ErrorPolicy, Graph, Progress};
+    use verwalter_controllers::graph::{ErrorPolicy, Graph, Execution};
     let Some(text) = text(bytes) else {
         return "not UTF-8".into();
     };
@@ -837,7 +837,7 @@ fn graph(bytes: &[u8]) -> String {
     } else {
         ErrorPolicy::Halt
     };
-    let mut progress = Progress::new(&graph, policy);
+    let mut progress = Execution::new(&graph, policy);
     let mut steps = 0;
     loop {
         let ready = progress.take_ready();

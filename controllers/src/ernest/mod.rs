@@ -2,9 +2,9 @@
 //!
 //! A build is ernest's mapping (`id`, `edges`, `components` = current state, `changes` = the
 //! work list). A [`BuildRun`] follows one build on a [`Graph`] of its changes plus the synthetic
-//! `start` and `end` vertices, with the graph module's [`Progress`] deciding what is ready: a
+//! `start` and `end` vertices, with the graph module's [`Execution`] deciding what is ready: a
 //! completion costs O(out-degree), a cycle or an edge to a missing component fails the build at
-//! once with one error naming it, and [`Progress::outcome`] says when nothing more can happen.
+//! once with one error naming it, and [`Execution::outcome`] says when nothing more can happen.
 //!
 //! Edges are execution order, as in ernest's mappings: `source` runs before `destination`.
 //! ernest's builder writes the edges of stateful deletes already reversed (an instance is
@@ -27,7 +27,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::graph::{ErrorPolicy, Graph, GraphError, Outcome, Progress, VertexState};
+use crate::graph::{ErrorPolicy, Execution, Graph, GraphError, Outcome, VertexState};
 use crate::refs::{Resolver, has_refs};
 
 /// One component (or change): user-defined JSON with ernest's `_`-fields; every field is kept.
@@ -405,7 +405,7 @@ pub struct RunSettings {
 #[derive(Debug, Clone)]
 struct Live {
     graph: Graph,
-    progress: Progress,
+    progress: Execution,
     /// Per vertex: its position in `changes` (`None` for `start` and `end`).
     change_of: Vec<Option<usize>>,
 }
@@ -712,7 +712,7 @@ impl BuildRun {
         let change_of: Vec<Option<usize>> = (0..graph.len())
             .map(|v| positions.get(graph.name(v)).copied())
             .collect();
-        let mut progress = Progress::new(&graph, self.policy);
+        let mut progress = Execution::new(&graph, self.policy);
         let state_of = |v: usize| change_of[v].map(|i| field(&changes[i], "_state"));
         // Completions first, in dependency order, then what ran, then what failed: a halt must
         // not keep a running component from being marked running.
