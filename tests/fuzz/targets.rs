@@ -793,7 +793,7 @@ fn refs(bytes: &[u8]) -> String {
 /// `depends_on` lists (`role: dep dep`, one role a line) into `Graph::from_depends_on`, the
 /// order and waves, the cycles named, and one execution with `Execution` to its end.
 fn graph(bytes: &[u8]) -> String {
-    use verwalter_controllers::graph::{ErrorPolicy, Graph, Execution};
+    use verwalter_controllers::graph::{ErrorPolicy, Execution, Graph};
     let Some(text) = text(bytes) else {
         return "not UTF-8".into();
     };

@@ -22,7 +22,7 @@ use std::time::Instant;
 use mlua::{Lua, MultiValue, Table, Value as LuaValue};
 use serde_json::{Map, Value};
 use verwalter_placement::algorithms::Kind;
-use verwalter_placement::placer::{PlaceError, Progress};
+use verwalter_placement::placer::{PlaceError, Placed};
 use verwalter_placement::snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
 use verwalter_placement::{Algorithm, PlacementError, Placer};
 
@@ -161,7 +161,7 @@ fn call(
     let room = memory_limit.saturating_sub(lua.used_memory());
     let stopped = Cell::new(None);
     let held = Cell::new(0usize);
-    let mut check = |progress: Progress| {
+    let mut check = |progress: Placed| {
         if Instant::now() > deadline {
             stopped.set(Some(Fail::Timeout));
             return false;
@@ -235,7 +235,7 @@ fn call(
                     .insert(app.clone(), placement.failed)
                     .map_or(0, |r| size(&r));
                 held.set(held.get() + new - old);
-                if !check(Progress {
+                if !check(Placed {
                     placed: chosen.values().map(|c| c.len() as u64).sum(),
                 }) {
                     return Err(stopped.take().unwrap_or(Fail::Timeout));
