@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::files::io_error;
 use super::pattern::Pattern;
-use super::{ApplyError, At};
+use super::{At, CommandError};
 
 pub(crate) fn run(
     pattern: &Pattern,
@@ -16,11 +16,11 @@ pub(crate) fn run(
     at: At,
     dry_run: bool,
     lines: &mut Vec<String>,
-) -> Result<(), ApplyError> {
+) -> Result<(), CommandError> {
     let text = match fs::read_to_string(keep_list) {
         Ok(text) => text,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(ApplyError::MissingFile {
+            return Err(CommandError::MissingFile {
                 at,
                 what: "keep list",
                 path: keep_list.to_owned(),

@@ -12,7 +12,7 @@ use serde::de::{self, Visitor};
 
 use super::expand::{Vars, show_argv};
 use super::pattern::Pattern;
-use super::{ApplyError, ApplyLog, At, Command, Context};
+use super::{ApplyLog, At, Command, CommandError, Context};
 
 /// Used when `!Copy` or `!SplitText` gives no `mode`: readable by all, as config files are.
 pub(crate) const DEFAULT_MODE: u32 = 0o644;
@@ -47,8 +47,8 @@ pub(crate) enum Plan {
 
 impl Plan {
     /// Checks and expands `cmd`. A `!Condition` here is one nested in another: rejected.
-    pub fn new(cmd: &Command, at: At, vars: &Vars<'_>) -> Result<Plan, ApplyError> {
-        let invalid = |message: String| ApplyError::Invalid { at, message };
+    pub fn new(cmd: &Command, at: At, vars: &Vars<'_>) -> Result<Plan, CommandError> {
+        let invalid = |message: String| CommandError::Invalid { at, message };
         Ok(match cmd {
             Command::Cmd(argv) => {
                 let (program, args) = argv
@@ -123,7 +123,7 @@ impl Plan {
         ctx: &Context<'_>,
         log: &mut dyn ApplyLog,
         dirty: &mut std::collections::BTreeSet<PathBuf>,
-    ) -> Result<(), ApplyError> {
+    ) -> Result<(), CommandError> {
         match self {
             Plan::Exec { argv } => {
                 if ctx.dry_run {
@@ -183,9 +183,9 @@ pub(crate) fn root_argv(argv: Vec<String>, is_root: bool) -> Vec<String> {
     out
 }
 
-fn check_program(program: &str, at: At) -> Result<(), ApplyError> {
+fn check_program(program: &str, at: At) -> Result<(), CommandError> {
     if program.is_empty() {
-        return Err(ApplyError::Invalid {
+        return Err(CommandError::Invalid {
             at,
             message: "the program name is empty".into(),
         });
@@ -229,8 +229,8 @@ fn check_peek_path(path: &str) -> Result<(), &'static str> {
 }
 
 /// `regex` compiled, or an error naming the pattern.
-pub(crate) fn compile(regex: &str, at: At) -> Result<Regex, ApplyError> {
-    Regex::new(regex).map_err(|source| ApplyError::Regex {
+pub(crate) fn compile(regex: &str, at: At) -> Result<Regex, CommandError> {
+    Regex::new(regex).map_err(|source| CommandError::Regex {
         at,
         pattern: regex.to_owned(),
         source,

@@ -10,7 +10,7 @@ use tokio::io::AsyncReadExt;
 use tokio::time::{Instant, sleep_until, timeout};
 
 use super::expand::show_argv;
-use super::{ApplyError, ApplyLog, At};
+use super::{ApplyLog, At, CommandError};
 
 /// After the process exits, how long its output pipes may stay open before we stop reading. A
 /// background process it started (a daemon that kept our stdout) must not hold the deployment
@@ -31,7 +31,7 @@ pub(crate) async fn run(
     at: At,
     limit: Duration,
     log: &mut dyn ApplyLog,
-) -> Result<(), ApplyError> {
+) -> Result<(), CommandError> {
     let program = argv[0].clone();
     log.line(&format!("running: {}", show_argv(argv)));
     let started = std::time::Instant::now();
@@ -52,7 +52,7 @@ pub(crate) async fn run(
         // Should the deployment be dropped midway, the process does not outlive it.
         .kill_on_drop(true)
         .spawn()
-        .map_err(|source| ApplyError::Spawn {
+        .map_err(|source| CommandError::Spawn {
             at,
             program: program.clone(),
             source,
@@ -87,7 +87,7 @@ pub(crate) async fn run(
                 }
             },
             exit = child.wait(), if status.is_none() => {
-                let exit = exit.map_err(|source| ApplyError::Io {
+                let exit = exit.map_err(|source| CommandError::Io {
                     at,
                     path: program.clone().into(),
                     action: "wait for the process",
@@ -102,7 +102,7 @@ pub(crate) async fn run(
     let Some(status) = status else {
         end_group(pid, &mut child).await;
         log.line(&format!("killed after timeout of {limit:?}"));
-        return Err(ApplyError::Timeout {
+        return Err(CommandError::Timeout {
             at,
             program,
             timeout: limit,
@@ -124,7 +124,7 @@ pub(crate) async fn run(
         } else {
             &out_tail
         });
-        Err(ApplyError::Failed {
+        Err(CommandError::Failed {
             at,
             program,
             status,

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use regex::{Captures, Regex};
 
-use super::{ApplyError, At};
+use super::{At, CommandError};
 
 static PLACEHOLDER: LazyLock<Regex> =
     LazyLock::new(|| Regex::new(r"\{\{\s*([\w.-]+)\s*\}\}").expect("a valid regex"));
@@ -25,20 +25,20 @@ pub(crate) struct Vars<'a> {
 
 impl Vars<'_> {
     /// `text` with every placeholder replaced by its value.
-    pub fn expand(&self, text: &str, at: At) -> Result<String, ApplyError> {
+    pub fn expand(&self, text: &str, at: At) -> Result<String, CommandError> {
         self.replace(text, at, |value| Cow::Borrowed(value))
     }
 
     /// Like [`Vars::expand`], with each value quoted for `sh`, so that whatever a value holds
     /// (`$(...)`, backquotes, `;`, quotes) stays one literal word.
-    pub fn expand_for_shell(&self, text: &str, at: At) -> Result<String, ApplyError> {
+    pub fn expand_for_shell(&self, text: &str, at: At) -> Result<String, CommandError> {
         self.replace(text, at, |value| Cow::Owned(always_quote(value)))
     }
 
     /// Like [`Vars::expand`] for a path pattern (`!CleanFiles` `pattern`, `!SplitText` `dest`):
     /// each value is escaped so that it matches only itself, whatever wildcard or parenthesis
     /// a role name holds.
-    pub fn expand_for_pattern(&self, text: &str, at: At) -> Result<String, ApplyError> {
+    pub fn expand_for_pattern(&self, text: &str, at: At) -> Result<String, CommandError> {
         self.replace(text, at, |value| Cow::Owned(super::pattern::escape(value)))
     }
 
@@ -47,7 +47,7 @@ impl Vars<'_> {
         text: &str,
         at: At,
         wrap: impl Fn(&str) -> Cow<'_, str>,
-    ) -> Result<String, ApplyError> {
+    ) -> Result<String, CommandError> {
         let mut failure = None;
         let out = PLACEHOLDER.replace_all(text, |caps: &Captures<'_>| {
             let name = &caps[1];
@@ -65,18 +65,18 @@ impl Vars<'_> {
         }
     }
 
-    fn value(&self, name: &str, at: At) -> Result<&str, ApplyError> {
+    fn value(&self, name: &str, at: At) -> Result<&str, CommandError> {
         if name == "role" {
             return Ok(self.role);
         }
         let path = name
             .strip_prefix("files.")
             .and_then(|template| self.files.get(template))
-            .ok_or_else(|| ApplyError::UnknownVariable {
+            .ok_or_else(|| CommandError::UnknownVariable {
                 at,
                 name: name.to_owned(),
             })?;
-        path.to_str().ok_or_else(|| ApplyError::Invalid {
+        path.to_str().ok_or_else(|| CommandError::Invalid {
             at,
             message: format!("{{{{ {name} }}}}: path {} is not UTF-8", path.display()),
         })

@@ -6,15 +6,15 @@ use std::io;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use super::{ApplyError, ApplyLog, At};
+use super::{ApplyLog, At, CommandError};
 
 /// Runs `work` on the blocking pool (it reads, writes and fsyncs files, which can take a while
 /// on a busy disk) and then passes the lines it logged on to `log`.
 pub(crate) async fn blocking<T: Send + 'static>(
     at: At,
     log: &mut dyn ApplyLog,
-    work: impl FnOnce(&mut Vec<String>) -> Result<T, ApplyError> + Send + 'static,
-) -> Result<T, ApplyError> {
+    work: impl FnOnce(&mut Vec<String>) -> Result<T, CommandError> + Send + 'static,
+) -> Result<T, CommandError> {
     let joined = tokio::task::spawn_blocking(move || {
         let mut lines = Vec::new();
         let result = work(&mut lines);
@@ -27,7 +27,7 @@ pub(crate) async fn blocking<T: Send + 'static>(
             Ok(panic) => std::panic::resume_unwind(panic),
             // Only when the runtime shuts down before the work started.
             Err(e) => {
-                return Err(ApplyError::Io {
+                return Err(CommandError::Io {
                     at,
                     path: PathBuf::new(),
                     action: "run file work",
@@ -50,11 +50,11 @@ pub(crate) fn copy(
     mode: u32,
     at: At,
     lines: &mut Vec<String>,
-) -> Result<PathBuf, ApplyError> {
+) -> Result<PathBuf, CommandError> {
     let mut input = match File::open(src) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return Err(ApplyError::MissingFile {
+            return Err(CommandError::MissingFile {
                 at,
                 what: "source file",
                 path: src.to_owned(),
@@ -83,25 +83,25 @@ pub(crate) fn write_atomic(
     mode: u32,
     at: At,
     fill: impl FnOnce(&mut File) -> io::Result<()>,
-) -> Result<PathBuf, ApplyError> {
+) -> Result<PathBuf, CommandError> {
     let (dir, name) = match (dest.parent(), dest.file_name()) {
         (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => (dir, name),
         _ => {
-            return Err(ApplyError::Invalid {
+            return Err(CommandError::Invalid {
                 at,
                 message: format!("{} does not name a file", dest.display()),
             });
         }
     };
     if !dir.is_dir() {
-        return Err(ApplyError::MissingFile {
+        return Err(CommandError::MissingFile {
             at,
             what: "destination directory",
             path: dir.to_owned(),
         });
     }
     if fs::symlink_metadata(dest).is_ok_and(|m| m.is_dir()) {
-        return Err(ApplyError::Invalid {
+        return Err(CommandError::Invalid {
             at,
             message: format!("{} is a directory, not a file", dest.display()),
         });
@@ -145,7 +145,7 @@ pub(crate) fn write_atomic(
 pub(crate) fn sync_dirs(
     dirs: &std::collections::BTreeSet<PathBuf>,
     at: At,
-) -> Result<(), ApplyError> {
+) -> Result<(), CommandError> {
     for dir in dirs {
         File::open(dir)
             .and_then(|d| d.sync_all())
@@ -154,8 +154,13 @@ pub(crate) fn sync_dirs(
     Ok(())
 }
 
-pub(crate) fn io_error(at: At, path: &Path, action: &'static str, source: io::Error) -> ApplyError {
-    ApplyError::Io {
+pub(crate) fn io_error(
+    at: At,
+    path: &Path,
+    action: &'static str,
+    source: io::Error,
+) -> CommandError {
+    CommandError::Io {
         at,
         path: PathBuf::from(path),
         action,

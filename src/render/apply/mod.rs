@@ -172,7 +172,7 @@ impl fmt::Display for At {
 
 /// A failed apply command. Each variant names the command (see [`At`]).
 #[derive(Debug, thiserror::Error)]
-pub enum ApplyError {
+pub enum CommandError {
     /// A `{{ name }}` other than `role` and `files.<template>`.
     #[error("{at}: unknown variable {{{{ {name} }}}} (known: role, files.<template name>)")]
     UnknownVariable { at: At, name: String },
@@ -232,33 +232,33 @@ pub enum ApplyError {
     },
 }
 
-impl ApplyError {
+impl CommandError {
     /// The command the error is about.
     pub fn at(&self) -> At {
         match self {
-            ApplyError::UnknownVariable { at, .. }
-            | ApplyError::Invalid { at, .. }
-            | ApplyError::Regex { at, .. }
-            | ApplyError::MissingFile { at, .. }
-            | ApplyError::BadInput { at, .. }
-            | ApplyError::Spawn { at, .. }
-            | ApplyError::Failed { at, .. }
-            | ApplyError::Timeout { at, .. }
-            | ApplyError::Io { at, .. } => *at,
+            CommandError::UnknownVariable { at, .. }
+            | CommandError::Invalid { at, .. }
+            | CommandError::Regex { at, .. }
+            | CommandError::MissingFile { at, .. }
+            | CommandError::BadInput { at, .. }
+            | CommandError::Spawn { at, .. }
+            | CommandError::Failed { at, .. }
+            | CommandError::Timeout { at, .. }
+            | CommandError::Io { at, .. } => *at,
         }
     }
 
     /// A bounded label for metrics.
     pub fn label(&self) -> &'static str {
         match self {
-            ApplyError::UnknownVariable { .. } | ApplyError::Invalid { .. } => "invalid",
-            ApplyError::Regex { .. } => "invalid",
-            ApplyError::MissingFile { .. } => "missing_file",
-            ApplyError::BadInput { .. } => "bad_input",
-            ApplyError::Spawn { .. } => "spawn",
-            ApplyError::Failed { .. } => "failed",
-            ApplyError::Timeout { .. } => "timeout",
-            ApplyError::Io { .. } => "io",
+            CommandError::UnknownVariable { .. } | CommandError::Invalid { .. } => "invalid",
+            CommandError::Regex { .. } => "invalid",
+            CommandError::MissingFile { .. } => "missing_file",
+            CommandError::BadInput { .. } => "bad_input",
+            CommandError::Spawn { .. } => "spawn",
+            CommandError::Failed { .. } => "failed",
+            CommandError::Timeout { .. } => "timeout",
+            CommandError::Io { .. } => "io",
         }
     }
 }
@@ -267,7 +267,10 @@ impl ApplyError {
 /// `{{ files.NAME }}` with NAME in `template_names`), the regexes compile, patterns are well
 /// formed, no `!Condition` is nested, `!PeekLog` paths are relative, programs are not empty.
 /// Used when the template dir is loaded, so that a bad render.yaml fails before anything runs.
-pub fn validate(commands: &[Command], template_names: &BTreeSet<String>) -> Result<(), ApplyError> {
+pub fn validate(
+    commands: &[Command],
+    template_names: &BTreeSet<String>,
+) -> Result<(), CommandError> {
     // Stand-in values: validation checks the shape of the expanded text, not real paths.
     let files: BTreeMap<String, PathBuf> = template_names
         .iter()
@@ -302,7 +305,7 @@ pub async fn run_commands(
     commands: &[Command],
     ctx: &Context<'_>,
     log: &mut (dyn ApplyLog + Send),
-) -> Result<(), ApplyError> {
+) -> Result<(), CommandError> {
     let names: BTreeSet<String> = ctx.files.keys().cloned().collect();
     validate(commands, &names)?;
     let vars = Vars {
@@ -334,7 +337,7 @@ async fn run_list(
     vars: &Vars<'_>,
     before: &condition::Signatures,
     dirty: &mut BTreeSet<PathBuf>,
-) -> Result<(), ApplyError> {
+) -> Result<(), CommandError> {
     for (i, cmd) in commands.iter().enumerate() {
         let at = at(i, None, cmd);
         let Command::Condition(cond) = cmd else {

@@ -14,7 +14,7 @@ use super::command::{DEFAULT_MODE, compile};
 use super::expand::Vars;
 use super::files::{io_error, write_atomic};
 use super::pattern::Pattern;
-use super::{ApplyError, At, SplitText};
+use super::{At, CommandError, SplitText};
 
 #[derive(Debug)]
 pub(crate) struct SplitPlan {
@@ -33,10 +33,10 @@ struct Section<'a> {
 }
 
 impl SplitPlan {
-    pub fn new(split: &SplitText, at: At, vars: &Vars<'_>) -> Result<SplitPlan, ApplyError> {
+    pub fn new(split: &SplitText, at: At, vars: &Vars<'_>) -> Result<SplitPlan, CommandError> {
         let section = compile(&split.section, at)?;
         if section.captures_len() < 2 {
-            return Err(ApplyError::Invalid {
+            return Err(CommandError::Invalid {
                 at,
                 message: format!(
                     "section regex {:?} needs a capture group for the name",
@@ -51,7 +51,7 @@ impl SplitPlan {
         let dest = Pattern::parse(&dest_text)
             .ok()
             .filter(Pattern::has_slot)
-            .ok_or_else(|| ApplyError::Invalid {
+            .ok_or_else(|| CommandError::Invalid {
                 at,
                 message: format!(
                     "dest {dest_text:?} must be an absolute path with exactly one `(*)`, in the \
@@ -74,7 +74,7 @@ impl SplitPlan {
         at: At,
         dry_run: bool,
         lines: &mut Vec<String>,
-    ) -> Result<BTreeSet<PathBuf>, ApplyError> {
+    ) -> Result<BTreeSet<PathBuf>, CommandError> {
         let mut dirty = BTreeSet::new();
         let text = match fs::read_to_string(&self.src) {
             Ok(text) => text,
@@ -87,7 +87,7 @@ impl SplitPlan {
                 return Ok(dirty);
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                return Err(ApplyError::MissingFile {
+                return Err(CommandError::MissingFile {
                     at,
                     what: "source file",
                     path: self.src,
@@ -149,7 +149,7 @@ impl SplitPlan {
     }
 
     /// All sections of `text`, every name checked; nothing is written yet.
-    fn sections<'t>(&self, text: &'t str, at: At) -> Result<Vec<Section<'t>>, ApplyError> {
+    fn sections<'t>(&self, text: &'t str, at: At) -> Result<Vec<Section<'t>>, CommandError> {
         let mut sections: Vec<Section<'t>> = Vec::new();
         let mut first_line: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, line) in text.split_inclusive('\n').enumerate() {
@@ -193,8 +193,8 @@ impl SplitPlan {
         Ok(sections)
     }
 
-    fn bad_input(&self, at: At, message: String) -> ApplyError {
-        ApplyError::BadInput {
+    fn bad_input(&self, at: At, message: String) -> CommandError {
+        CommandError::BadInput {
             at,
             path: self.src.clone(),
             message,

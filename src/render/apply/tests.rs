@@ -95,12 +95,12 @@ impl Env {
         serde_norway::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"))
     }
 
-    async fn run(&self, yaml: &str) -> (Result<(), ApplyError>, Collect) {
+    async fn run(&self, yaml: &str) -> (Result<(), CommandError>, Collect) {
         let commands = self.commands(yaml);
         self.run_list(&commands).await
     }
 
-    async fn run_list(&self, commands: &[Command]) -> (Result<(), ApplyError>, Collect) {
+    async fn run_list(&self, commands: &[Command]) -> (Result<(), CommandError>, Collect) {
         let ctx = Context {
             role: &self.role,
             files: &self.files,
@@ -297,7 +297,10 @@ async fn unknown_variable_fails_before_anything_runs() {
         )
         .await;
     let err = result.unwrap_err();
-    assert!(matches!(err, ApplyError::UnknownVariable { .. }), "{err:?}");
+    assert!(
+        matches!(err, CommandError::UnknownVariable { .. }),
+        "{err:?}"
+    );
     let text = err.to_string();
     assert!(
         text.starts_with("command 2 (!Cmd): unknown variable {{ files.mian }}"),
@@ -382,7 +385,7 @@ async fn non_zero_exit_fails_and_stops_the_rest() {
         )
         .await;
     let err = result.unwrap_err();
-    assert!(matches!(err, ApplyError::Failed { .. }), "{err:?}");
+    assert!(matches!(err, CommandError::Failed { .. }), "{err:?}");
     assert_eq!(err.to_string(), "command 2 (!Cmd): sh exited with status 3");
     assert_eq!(err.at().index, 2);
     assert_eq!(err.label(), "failed");
@@ -417,7 +420,7 @@ async fn a_missing_program_is_a_spawn_error() {
     let env = Env::new();
     let (result, _) = env.run("- !Cmd [no-such-program-here, x]").await;
     let err = result.unwrap_err();
-    assert!(matches!(err, ApplyError::Spawn { .. }), "{err:?}");
+    assert!(matches!(err, CommandError::Spawn { .. }), "{err:?}");
     assert!(
         err.to_string()
             .starts_with("command 1 (!Cmd): cannot start no-such-program-here: "),
@@ -435,7 +438,7 @@ async fn timeout_kills_the_process_and_its_group() {
     let pid_file = env.render("pid", "");
     let (result, log) = env.run(r#"- !Cmd [sleep, "30"]"#).await;
     let err = result.unwrap_err();
-    assert!(matches!(err, ApplyError::Timeout { .. }), "{err:?}");
+    assert!(matches!(err, CommandError::Timeout { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
         "command 1 (!Cmd): sleep killed after timeout of 300ms"
@@ -446,7 +449,7 @@ async fn timeout_kills_the_process_and_its_group() {
     let (result, _) = env
         .run(r#"- !Sh "sleep 30 & echo $! > {{ files.pid }}; wait""#)
         .await;
-    assert!(matches!(result, Err(ApplyError::Timeout { .. })));
+    assert!(matches!(result, Err(CommandError::Timeout { .. })));
     let grandchild = read_pid(&pid_file);
     assert!(wait_gone(grandchild).await, "grandchild {grandchild} alive");
 }
@@ -584,7 +587,7 @@ async fn copy_reports_missing_source_and_destination_dir() {
         .run(r#"- !Copy {src: "{{ files.gone }}", dest: "$T/a.conf"}"#)
         .await;
     let err = result.unwrap_err();
-    assert!(matches!(err, ApplyError::MissingFile { .. }), "{err:?}");
+    assert!(matches!(err, CommandError::MissingFile { .. }), "{err:?}");
     assert_eq!(
         err.to_string(),
         format!(
@@ -656,7 +659,7 @@ async fn split_text_rejects_unsafe_names_before_writing_anything() {
         env.write("out/old.conf", "stale");
         let (result, _) = env.run(&SPLIT.replace("[a-z]+", ".*")).await;
         let err = result.unwrap_err();
-        assert!(matches!(err, ApplyError::BadInput { .. }), "{err:?}");
+        assert!(matches!(err, CommandError::BadInput { .. }), "{err:?}");
         let text = err.to_string();
         assert!(text.contains("line 3") && text.contains(why), "{text}");
         assert_eq!(env.names_in("out"), names(&["old.conf"]), "for {name:?}");
@@ -702,7 +705,7 @@ async fn split_text_sets_mode_and_needs_its_source() {
     fs::remove_file(env.p("staging/sites")).unwrap();
     let (result, _) = env.run(SPLIT).await;
     let err = result.unwrap_err();
-    assert!(matches!(err, ApplyError::MissingFile { .. }), "{err:?}");
+    assert!(matches!(err, CommandError::MissingFile { .. }), "{err:?}");
     assert_eq!(env.read("out/a.conf"), "x\n", "left as it was");
 }
 
@@ -776,7 +779,7 @@ async fn clean_files_needs_its_keep_list() {
 
 /// `!CleanFiles` with `{{ role }}` in the pattern, keeping `keep`: a role's files are in
 /// `clean/<role>/`, another's in `clean/victim/`.
-async fn clean_role_dir(env: &mut Env, role: &str) -> Result<(), ApplyError> {
+async fn clean_role_dir(env: &mut Env, role: &str) -> Result<(), CommandError> {
     env.role = role.into();
     env.render("keep", "keep\n");
     env.write("clean/victim/important.conf", "precious");
