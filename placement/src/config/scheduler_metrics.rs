@@ -21,8 +21,8 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, EnumAccess, Visitor};
 
 use super::{
-    CheckedSsl, ConfigError, EnvScope, Prometheus, RawPrometheus, RawSslTag, ServerVerify, Ssl,
-    TextVisitor, text,
+    CheckedSsl, EnvScope, PlacementConfigError, Prometheus, RawPrometheus, RawSslTag, ServerVerify,
+    Ssl, TextVisitor, text,
 };
 
 /// Seconds between two rounds of queries when `interval` is not given.
@@ -208,7 +208,7 @@ fn prometheus(p: RawPrometheus) -> Result<PrometheusAddress, String> {
 pub fn load_metrics_file(
     yaml: &str,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<MetricsFile, ConfigError> {
+) -> Result<MetricsFile, PlacementConfigError> {
     let raw: RawMetricsFile = {
         let _env = EnvScope::enter(yaml, &env);
         serde_norway::from_str(yaml)?
@@ -231,7 +231,7 @@ pub fn load_metrics_file(
 mod tests {
     use super::*;
 
-    fn load(yaml: &str) -> Result<MetricsFile, ConfigError> {
+    fn load(yaml: &str) -> Result<MetricsFile, PlacementConfigError> {
         load_metrics_file(yaml, |n| {
             (n == "PROM").then(|| "http://p.example:9090".into())
         })
