@@ -488,15 +488,15 @@ impl ReplicaWorld {
     }
 
     /// Carries out the store writes `action` asks for (a fetch is the caller's).
-    pub fn keep(&mut self, action: &crate::cluster::replication::Action) {
-        use crate::cluster::replication::Action;
+    pub fn keep(&mut self, action: &crate::cluster::replication::Effect) {
+        use crate::cluster::replication::Effect;
         match action {
-            Action::Accept(schedule) => self.held = Some(schedule.clone()),
-            Action::Replaced(list) => self.replaced = list.clone(),
-            Action::Gathered { parents, .. }
-            | Action::AddedParent { parents, .. }
-            | Action::Awaiting { parents } => self.prefetched = parents.clone(),
-            Action::Fetch(_) | Action::Failed { .. } => {}
+            Effect::Accept(schedule) => self.held = Some(schedule.clone()),
+            Effect::Replaced(list) => self.replaced = list.clone(),
+            Effect::Gathered { parents, .. }
+            | Effect::AddedParent { parents, .. }
+            | Effect::Awaiting { parents } => self.prefetched = parents.clone(),
+            Effect::Fetch(_) | Effect::Failed { .. } => {}
         }
     }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::cluster::election::machine::{Action, Machine, State};
+use verwalter_controllers::cluster::election::machine::{Effect, Machine, State};
 use verwalter_controllers::cluster::election::transport::{self, Cause, To};
 use verwalter_controllers::cluster::election::wire::{
     AuthKey, Kind, MAX_PACKET, Packet, WireError,
@@ -112,7 +112,7 @@ impl ElectionTask {
                 // heartbeat: that is what starts their fetch.
                 _ = schedule.changed(), if is_leader => {
                     schedule.get();
-                    self.act(vec![Action::PingAll]).await;
+                    self.act(vec![Effect::PingAll]).await;
                 }
             }
             let view = election::view(
@@ -262,7 +262,7 @@ impl ElectionTask {
         }
     }
 
-    async fn act(&mut self, actions: Vec<Action>) {
+    async fn act(&mut self, actions: Vec<Effect>) {
         if actions.is_empty() {
             return;
         }
@@ -280,7 +280,7 @@ impl ElectionTask {
                 hash: s.hash.clone(),
                 origin: s.origin.clone(),
             });
-        if actions.contains(&Action::PingAll) {
+        if actions.contains(&Effect::PingAll) {
             self.make_lz4_sha1(stamp.as_ref(), &id).await;
         }
         // Only the body of the very stamp announced (an older one's body differs).
@@ -299,7 +299,7 @@ impl ElectionTask {
             .filter_map(|(pid, p)| Some((pid.clone(), p.addr.as_ref()?.parse().ok()?)))
             .collect();
         // Only a follower's pong reports the error count.
-        let errors = if actions.iter().any(|a| matches!(a, Action::Pong(_))) {
+        let errors = if actions.iter().any(|a| matches!(a, Effect::Pong(_))) {
             self.errors()
         } else {
             0

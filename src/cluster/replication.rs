@@ -17,7 +17,7 @@ use futures::stream::FuturesUnordered;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cluster::replication::{
-    Action, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
+    Effect, Fetch, Purpose, Replication, ReplicationConfig, Sightings, World,
 };
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::Field;
@@ -168,13 +168,13 @@ impl Fetcher {
     /// Carries out `actions`; `from`: the peer whose fetch they answer.
     fn act(
         &mut self,
-        actions: Vec<Action>,
+        actions: Vec<Effect>,
         running: &mut FuturesUnordered<Running>,
         from: Option<&str>,
     ) {
         for action in actions {
             match action {
-                Action::Fetch(fetch) => {
+                Effect::Fetch(fetch) => {
                     let addr = self
                         .io
                         .store
@@ -210,10 +210,10 @@ impl Fetcher {
                         (fetch, result)
                     }));
                 }
-                Action::Replaced(list) => {
+                Effect::Replaced(list) => {
                     self.io.replaced.set(list);
                 }
-                Action::Accept(schedule) => {
+                Effect::Accept(schedule) => {
                     // A failure is reported and retried by the persister; the schedule is in
                     // force anyway.
                     // The write (a file and its fsync) must not hold up the runtime's other
@@ -229,7 +229,7 @@ impl Fetcher {
                         from = %from.unwrap_or("-"), "Took the leader's schedule.");
                     self.io.schedule.set(Some(schedule));
                 }
-                Action::Gathered { parents, took } => {
+                Effect::Gathered { parents, took } => {
                     tracing::info!(
                         epoch = parents.epoch,
                         parents = parents.schedules.len(),
@@ -238,7 +238,7 @@ impl Fetcher {
                     );
                     self.io.prefetched.set(parents);
                 }
-                Action::Awaiting { parents } => {
+                Effect::Awaiting { parents } => {
                     match &parents.awaiting {
                         Some(stamp) => {
                             tracing::info!(hash = %stamp.hash, origin = %stamp.origin, "A peer holds another leader's schedule; scheduling waits until it is fetched.")
@@ -247,11 +247,11 @@ impl Fetcher {
                     }
                     self.io.prefetched.set(parents);
                 }
-                Action::AddedParent { parents, added } => {
+                Effect::AddedParent { parents, added } => {
                     tracing::info!(hash = %added.hash, origin = %added.origin, "A peer holds another leader's schedule; adding it to the parents.");
                     self.io.prefetched.set(parents);
                 }
-                Action::Failed {
+                Effect::Failed {
                     fetch,
                     error,
                     retry_at,

@@ -6,7 +6,7 @@
 //! The [`Replication`] machine is fed a snapshot of what the node sees ([`World`]: election
 //! state, the peers' reported stamps, the schedule held, the schedules of other nodes that peers
 //! reported, when each peer was last heard) and the results of the fetches it asked for, with
-//! the time; it answers with [`Action`]s. `src/cluster/replication.rs` runs the HTTP fetches and
+//! the time; it answers with [`Effect`]s. `src/cluster/replication.rs` runs the HTTP fetches and
 //! writes the store; the rules are all here:
 //!
 //! - a follower of a stable leader fetches the leader's schedule whenever the stamp in the
@@ -223,13 +223,13 @@ pub fn relay(me: &NodeId, leader: &NodeId, nodes: &[NodeId], fanout: usize) -> O
 
 /// What the machine asks the node to do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Action {
+pub enum Effect {
     /// Fetch this schedule and hand the result to [`Replication::fetched`].
     Fetch(Fetch),
     /// Save this schedule and put it in force (a follower, its leader's).
     Accept(Schedule),
     /// The schedules of other leaders this follower replaced, newest first (comes before the
-    /// [`Action::Accept`] that replaces one, so it is always served by one list or the other).
+    /// [`Effect::Accept`] that replaces one, so it is always served by one list or the other).
     Replaced(Vec<Schedule>),
     /// The new leader's gathering ended: these are the parents of its first run.
     Gathered { parents: Prefetched, took: Duration },
@@ -320,7 +320,7 @@ impl Replication {
     /// Looks at the world and decides. Call it whenever the world changed, at
     /// [`Replication::wake_at`], and after carrying out the actions of
     /// [`Replication::fetched`] (so that the world shows a schedule just accepted).
-    pub fn step(&mut self, now: Instant, world: &World) -> Vec<Action> {
+    pub fn step(&mut self, now: Instant, world: &World) -> Vec<Effect> {
         let mut out = Vec::new();
         if self.in_flight.as_ref().is_some_and(|f| moot(f, world)) {
             self.in_flight = None;
@@ -341,7 +341,7 @@ impl Replication {
         out
     }
 
-    /// A fetch asked for by [`Action::Fetch`] ended. A result for a fetch that no longer
+    /// A fetch asked for by [`Effect::Fetch`] ended. A result for a fetch that no longer
     /// matters is ignored. Carry out the actions, then call [`Replication::step`].
     pub fn fetched(
         &mut self,
@@ -349,7 +349,7 @@ impl Replication {
         world: &World,
         fetch: Fetch,
         result: Result<Schedule, String>,
-    ) -> Vec<Action> {
+    ) -> Vec<Effect> {
         if self.in_flight.as_ref() != Some(&fetch) || moot(&fetch, world) {
             return Vec::new();
         }
@@ -371,14 +371,14 @@ impl Replication {
                     self.replaced.retain(|s| s.hash != old.hash);
                     self.replaced.insert(0, old.clone());
                     self.replaced.truncate(REPLACED_KEPT);
-                    out.push(Action::Replaced(self.replaced.clone()));
+                    out.push(Effect::Replaced(self.replaced.clone()));
                 }
-                out.push(Action::Accept(schedule));
+                out.push(Effect::Accept(schedule));
             }
             (Purpose::Follow { .. }, Err(error)) if fetch.relayed() => {
                 // The leader is asked at once (the next step); this relay waits its turn.
                 self.relay_failed = Some((fetch.peer.clone(), now + RELAY_PAUSE));
-                out.push(Action::Failed {
+                out.push(Effect::Failed {
                     fetch,
                     error,
                     retry_at: Some(now),
@@ -388,7 +388,7 @@ impl Replication {
                 self.failures += 1;
                 let at = now + follow_retry(self.failures);
                 self.retry_at = Some(at);
-                out.push(Action::Failed {
+                out.push(Effect::Failed {
                     fetch,
                     error,
                     retry_at: Some(at),
@@ -399,7 +399,7 @@ impl Replication {
                     gathering.found.insert(schedule.hash.clone(), schedule);
                 }
             }
-            (Purpose::Gather { .. }, Err(error)) => out.push(Action::Failed {
+            (Purpose::Gather { .. }, Err(error)) => out.push(Effect::Failed {
                 fetch,
                 error,
                 retry_at: None,
@@ -413,7 +413,7 @@ impl Replication {
                     // at the next step): no run between the two.
                     let next = self.next_late_parent(now, world).map(|f| f.stamp);
                     self.parents.awaiting = self.awaited(now, next);
-                    out.push(Action::AddedParent {
+                    out.push(Effect::AddedParent {
                         parents: self.parents.clone(),
                         added,
                     });
@@ -427,7 +427,7 @@ impl Replication {
                 *tries += 1;
                 *next = now + PARENT_RETRY * (1 << (*tries - 1).min(8));
                 let retry_at = (*tries < PARENT_TRIES).then_some(*next);
-                out.push(Action::Failed {
+                out.push(Effect::Failed {
                     fetch,
                     error,
                     retry_at,
@@ -438,7 +438,7 @@ impl Replication {
                     let next = self.awaited(now, next);
                     if self.parents.awaiting != next {
                         self.parents.awaiting = next;
-                        out.push(Action::Awaiting {
+                        out.push(Effect::Awaiting {
                             parents: self.parents.clone(),
                         });
                     }
@@ -478,7 +478,7 @@ impl Replication {
             .min()
     }
 
-    fn follow(&mut self, now: Instant, world: &World, leader: &NodeId, out: &mut Vec<Action>) {
+    fn follow(&mut self, now: Instant, world: &World, leader: &NodeId, out: &mut Vec<Effect>) {
         if self.in_flight.is_some() || self.retry_at.is_some_and(|at| now < at) {
             return;
         }
@@ -512,7 +512,7 @@ impl Replication {
         );
     }
 
-    fn lead(&mut self, now: Instant, world: &World, out: &mut Vec<Action>) {
+    fn lead(&mut self, now: Instant, world: &World, out: &mut Vec<Effect>) {
         let epoch = world.election.epoch;
         if self.parents.epoch == epoch {
             self.late_parent(now, world, out);
@@ -574,7 +574,7 @@ impl Replication {
         self.awaiting_since = None;
         let next = self.next_late_parent(now, world).map(|f| f.stamp);
         self.parents.awaiting = self.awaited(now, next);
-        out.push(Action::Gathered {
+        out.push(Effect::Gathered {
             parents: self.parents.clone(),
             took,
         });
@@ -589,7 +589,7 @@ impl Replication {
     /// The scheduler waits while a late parent is being fetched or tried again from a peer heard
     /// lately (see [`Prefetched::awaiting`]); one only silent peers report (a partition that
     /// lasts) does not hold it up.
-    fn late_parent(&mut self, now: Instant, world: &World, out: &mut Vec<Action>) {
+    fn late_parent(&mut self, now: Instant, world: &World, out: &mut Vec<Effect>) {
         let fetch = if self.in_flight.is_some() {
             None
         } else {
@@ -606,7 +606,7 @@ impl Replication {
         let awaiting = self.awaited(now, awaiting);
         if self.parents.awaiting != awaiting {
             self.parents.awaiting = awaiting;
-            out.push(Action::Awaiting {
+            out.push(Effect::Awaiting {
                 parents: self.parents.clone(),
             });
         }
@@ -685,9 +685,9 @@ impl Replication {
         None
     }
 
-    fn ask(&mut self, fetch: Fetch, out: &mut Vec<Action>) {
+    fn ask(&mut self, fetch: Fetch, out: &mut Vec<Effect>) {
         self.in_flight = Some(fetch.clone());
-        out.push(Action::Fetch(fetch));
+        out.push(Effect::Fetch(fetch));
     }
 }
 

@@ -124,7 +124,7 @@ pub enum Message {
 
 /// What the machine asks its transport to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Action {
+pub enum Effect {
     /// Ping every peer (leader heartbeat).
     PingAll,
     /// Broadcast a vote for this node.
@@ -265,7 +265,7 @@ impl Machine {
 
     /// Time moved on. `peers` is how many other nodes count for the vote; `hosts_fresh` is false
     /// when the peer list is stale, which sends the node back to `Starting` (reference §4.3).
-    pub fn time_passed(&mut self, now: Instant, peers: usize, hosts_fresh: bool) -> Vec<Action> {
+    pub fn time_passed(&mut self, now: Instant, peers: usize, hosts_fresh: bool) -> Vec<Effect> {
         if now < self.deadline() {
             return Vec::new();
         }
@@ -302,7 +302,7 @@ impl Machine {
                     epoch,
                     next_ping: now + self.timings.heartbeat,
                 };
-                vec![Action::PingAll]
+                vec![Effect::PingAll]
             }
         }
     }
@@ -335,7 +335,7 @@ impl Machine {
         epoch: u64,
         message: Message,
         peers: usize,
-    ) -> Vec<Action> {
+    ) -> Vec<Effect> {
         if from == &self.id {
             return Vec::new();
         }
@@ -357,7 +357,7 @@ impl Machine {
                     return self.start_election(now, next_epoch(own), peers);
                 }
                 self.become_follower(now, from.clone(), epoch);
-                vec![Action::Pong(from.clone())]
+                vec![Effect::Pong(from.clone())]
             }
             Message::Pong => {
                 if !newer && matches!(self.state, State::Leader { .. }) {
@@ -384,7 +384,7 @@ impl Machine {
                         peer: candidate.clone(),
                         deadline,
                     };
-                    return vec![Action::ConfirmVote(candidate)];
+                    return vec![Effect::ConfirmVote(candidate)];
                 }
                 let State::Electing { votes, needed, .. } = &mut self.state else {
                     return Vec::new(); // a late vote
@@ -412,7 +412,7 @@ impl Machine {
 
     /// A timer says it is time to elect, at `epoch` now: a pre-vote, or (pre-votes off) the
     /// election at the next epoch.
-    fn time_to_elect(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Action> {
+    fn time_to_elect(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Effect> {
         if !self.pre_vote || minimum_votes(peers) <= 1 || next_epoch(epoch) == epoch {
             // Alone (nothing to ask), or at the epoch limit (nothing to protect).
             return self.start_election(now, next_epoch(epoch).max(1), peers);
@@ -426,7 +426,7 @@ impl Machine {
             needed: minimum_votes(peers),
             deadline: self.round_deadline(now),
         };
-        vec![Action::PreVote {
+        vec![Effect::PreVote {
             epoch: next_epoch(epoch),
         }]
     }
@@ -440,7 +440,7 @@ impl Machine {
         epoch: u64,
         candidate: NodeId,
         peers: usize,
-    ) -> Vec<Action> {
+    ) -> Vec<Effect> {
         if epoch > MAX_EPOCH {
             return Vec::new();
         }
@@ -457,7 +457,7 @@ impl Machine {
                 _ => false,
             };
             if epoch > self.epoch() && !live_leader {
-                return vec![Action::GrantPreVote { candidate, epoch }];
+                return vec![Effect::GrantPreVote { candidate, epoch }];
             }
             if let State::Leader { epoch: own, .. } = self.state
                 && epoch > next_epoch(own)
@@ -483,7 +483,7 @@ impl Machine {
 
     /// `from` said yes to this node's pre-vote (`vote`: with a real vote, see
     /// [`State::PreVoting`]). With enough yeses the real election starts.
-    fn granted(&mut self, now: Instant, from: &NodeId, vote: bool, peers: usize) -> Vec<Action> {
+    fn granted(&mut self, now: Instant, from: &NodeId, vote: bool, peers: usize) -> Vec<Effect> {
         let State::PreVoting {
             epoch,
             grants,
@@ -534,7 +534,7 @@ impl Machine {
         now + self.timings.heartbeat + jitter
     }
 
-    fn start_election(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Action> {
+    fn start_election(&mut self, now: Instant, epoch: u64, peers: usize) -> Vec<Effect> {
         let votes = BTreeSet::from([self.id.clone()]);
         let needed = minimum_votes(peers);
         self.stable_since = None;
@@ -549,10 +549,10 @@ impl Machine {
             needed,
             deadline,
         };
-        vec![Action::Vote]
+        vec![Effect::Vote]
     }
 
-    fn become_leader(&mut self, now: Instant, epoch: u64) -> Vec<Action> {
+    fn become_leader(&mut self, now: Instant, epoch: u64) -> Vec<Effect> {
         self.state = State::Leader {
             epoch,
             next_ping: now + self.timings.heartbeat,
@@ -561,7 +561,7 @@ impl Machine {
         self.answered.clear();
         self.leading_since = Some(now);
         self.leader_heard = None;
-        vec![Action::PingAll]
+        vec![Effect::PingAll]
     }
 
     fn become_follower(&mut self, now: Instant, leader: NodeId, epoch: u64) {

@@ -34,7 +34,7 @@ fn test_alone() {
     assert!(matches!(m.state(), State::Starting { .. }));
     assert_eq!(
         m.time_passed(t0 + ms(10_000), 0, true),
-        vec![Action::PingAll]
+        vec![Effect::PingAll]
     );
     assert!(matches!(m.state(), State::Leader { epoch: 1, .. }));
 }
@@ -42,7 +42,7 @@ fn test_alone() {
 #[test]
 fn test_start_vote() {
     let (mut m, t0) = fresh();
-    assert_eq!(m.time_passed(t0 + ms(10_000), 1, true), vec![Action::Vote]);
+    assert_eq!(m.time_passed(t0 + ms(10_000), 1, true), vec![Effect::Vote]);
     assert!(matches!(
         m.state(),
         State::Electing {
@@ -64,7 +64,7 @@ fn test_vote_approved() {
         Message::Vote(ME.into()),
         1,
     );
-    assert_eq!(actions, vec![Action::PingAll]);
+    assert_eq!(actions, vec![Effect::PingAll]);
     assert!(matches!(m.state(), State::Leader { epoch: 1, .. }));
 }
 
@@ -72,7 +72,7 @@ fn test_vote_approved() {
 fn test_election_expired() {
     let (mut m, t0) = fresh();
     m.time_passed(t0 + ms(10_000), 1, true);
-    assert_eq!(m.time_passed(t0 + ms(13_000), 1, true), vec![Action::Vote]);
+    assert_eq!(m.time_passed(t0 + ms(13_000), 1, true), vec![Effect::Vote]);
     assert!(matches!(m.state(), State::Electing { epoch: 2, .. }));
 }
 
@@ -80,9 +80,9 @@ fn test_election_expired() {
 fn test_voted_timeout() {
     let (mut m, t0) = fresh();
     let actions = m.message(t0 + ms(100), &PEER.into(), 1, Message::Vote(PEER.into()), 1);
-    assert_eq!(actions, vec![Action::ConfirmVote(PEER.into())]);
+    assert_eq!(actions, vec![Effect::ConfirmVote(PEER.into())]);
     assert!(matches!(m.state(), State::Voted { epoch: 1, .. }));
-    assert_eq!(m.time_passed(t0 + ms(4_100), 1, true), vec![Action::Vote]);
+    assert_eq!(m.time_passed(t0 + ms(4_100), 1, true), vec![Effect::Vote]);
     assert!(matches!(m.state(), State::Electing { epoch: 2, .. }));
 }
 
@@ -92,7 +92,7 @@ fn test_leader_timeout() {
     m.time_passed(t0 + ms(10_000), 0, true);
     assert_eq!(
         m.time_passed(t0 + ms(13_000), 0, true),
-        vec![Action::PingAll]
+        vec![Effect::PingAll]
     );
     assert!(matches!(m.state(), State::Leader { epoch: 1, .. }));
 }
@@ -101,9 +101,9 @@ fn test_leader_timeout() {
 fn test_follower_timeout() {
     let (mut m, t0) = fresh();
     let actions = m.message(t0 + ms(100), &PEER.into(), 1, Message::Ping, 1);
-    assert_eq!(actions, vec![Action::Pong(PEER.into())]);
+    assert_eq!(actions, vec![Effect::Pong(PEER.into())]);
     assert!(matches!(m.state(), State::Follower { epoch: 1, .. }));
-    assert_eq!(m.time_passed(t0 + ms(4_100), 1, true), vec![Action::Vote]);
+    assert_eq!(m.time_passed(t0 + ms(4_100), 1, true), vec![Effect::Vote]);
     assert!(matches!(m.state(), State::Electing { epoch: 2, .. }));
 }
 
@@ -112,7 +112,7 @@ fn test_voted_ping() {
     let (mut m, t0) = fresh();
     m.message(t0 + ms(100), &PEER.into(), 1, Message::Vote(PEER.into()), 1);
     let actions = m.message(t0 + ms(200), &PEER.into(), 1, Message::Ping, 1);
-    assert_eq!(actions, vec![Action::Pong(PEER.into())]);
+    assert_eq!(actions, vec![Effect::Pong(PEER.into())]);
     assert!(matches!(m.state(), State::Follower { epoch: 1, .. }));
 }
 
@@ -205,7 +205,7 @@ fn a_leader_cut_off_into_a_minority_steps_down_within_a_leader_timeout() {
         if now >= m.deadline() {
             let actions = m.time_passed(now, 4, true);
             if !matches!(m.state(), State::Leader { .. }) {
-                assert_eq!(actions, vec![Action::PreVote { epoch: 2 }]);
+                assert_eq!(actions, vec![Effect::PreVote { epoch: 2 }]);
                 stepped_down = Some(at);
                 break;
             }
@@ -289,11 +289,11 @@ fn an_epoch_beyond_the_limit_is_ignored_and_epochs_never_wrap() {
     let mut m = leader_of_five(t0, false);
     assert_eq!(
         m.message(t0 + ms(10_002), &D.into(), MAX_EPOCH, Message::Ping, 4),
-        vec![Action::Pong(D.into())]
+        vec![Effect::Pong(D.into())]
     );
     assert_eq!(m.epoch(), MAX_EPOCH);
     let deadline = m.deadline();
-    assert_eq!(m.time_passed(deadline, 4, true), vec![Action::Vote]);
+    assert_eq!(m.time_passed(deadline, 4, true), vec![Effect::Vote]);
     assert_eq!(m.epoch(), MAX_EPOCH);
     // A pong of the limit to a non-leader starts an election at the limit, not at 0.
     let mut m = leader_of_five(t0, false);
@@ -308,7 +308,7 @@ fn follower_of_five(t0: Instant) -> Machine {
     let mut m = Machine::new(ME.into(), t0, Timings::default(), 1);
     assert_eq!(
         m.message(t0, &PEER.into(), 3, Message::Ping, 4),
-        vec![Action::Pong(PEER.into())]
+        vec![Effect::Pong(PEER.into())]
     );
     m
 }
@@ -320,7 +320,7 @@ fn a_timeout_asks_first_and_a_round_without_enough_yeses_keeps_the_epoch() {
     let mut now = m.deadline();
     assert_eq!(
         m.time_passed(now, 4, true),
-        vec![Action::PreVote { epoch: 4 }]
+        vec![Effect::PreVote { epoch: 4 }]
     );
     assert!(
         matches!(m.state(), State::PreVoting { epoch: 3, .. }),
@@ -336,7 +336,7 @@ fn a_timeout_asks_first_and_a_round_without_enough_yeses_keeps_the_epoch() {
         now = m.deadline();
         assert_eq!(
             m.time_passed(now, 4, true),
-            vec![Action::PreVote { epoch: 4 }]
+            vec![Effect::PreVote { epoch: 4 }]
         );
         assert_eq!(m.epoch(), 3);
     }
@@ -357,14 +357,14 @@ fn a_timeout_asks_first_and_a_round_without_enough_yeses_keeps_the_epoch() {
     );
     assert_eq!(
         m.message(now, &D.into(), 4, Message::PreVote(ME.into()), 4),
-        vec![Action::Vote]
+        vec![Effect::Vote]
     );
     assert!(matches!(m.state(), State::Electing { epoch: 4, .. }));
     // Its real votes elect it.
     m.message(now, &C.into(), 4, Message::Vote(ME.into()), 4);
     assert_eq!(
         m.message(now, &D.into(), 4, Message::Vote(ME.into()), 4),
-        vec![Action::PingAll]
+        vec![Effect::PingAll]
     );
     assert!(matches!(m.state(), State::Leader { epoch: 4, .. }));
 }
@@ -383,14 +383,14 @@ fn a_node_with_a_live_leader_says_no_and_nobody_changes_state_by_answering() {
     // (750 ms): yes, and it still follows its leader at its epoch. Not for its own epoch.
     assert_eq!(
         m.message(t0 + ms(700), &PEER.into(), 3, Message::Ping, 4),
-        vec![Action::Pong(PEER.into())]
+        vec![Effect::Pong(PEER.into())]
     );
     assert!(ask(&mut m, 1449, 4).is_empty());
     assert!(ask(&mut m, 1500, 3).is_empty());
     let before = m.state().clone();
     assert_eq!(
         ask(&mut m, 1500, 4),
-        vec![Action::GrantPreVote {
+        vec![Effect::GrantPreVote {
             candidate: C.into(),
             epoch: 4
         }]
@@ -401,7 +401,7 @@ fn a_node_with_a_live_leader_says_no_and_nobody_changes_state_by_answering() {
     let mut starting = Machine::new(ME.into(), t0, Timings::default(), 1);
     assert_eq!(
         starting.message(t0, &C.into(), 1, Message::PreVote(C.into()), 4),
-        vec![Action::GrantPreVote {
+        vec![Effect::GrantPreVote {
             candidate: C.into(),
             epoch: 1
         }]
@@ -426,7 +426,7 @@ fn a_pre_voting_node_follows_the_leader_of_its_epoch_when_it_hears_it_again() {
     // The heal: the leader's ping at the epoch the node kept.
     assert_eq!(
         m.message(now + ms(10), &PEER.into(), 3, Message::Ping, 4),
-        vec![Action::Pong(PEER.into())]
+        vec![Effect::Pong(PEER.into())]
     );
     assert!(matches!(m.state(), State::Follower { epoch: 3, .. }));
 }
@@ -445,7 +445,7 @@ fn a_0_13_node_that_votes_for_a_pre_vote_counts_as_a_yes_and_a_vote() {
     );
     assert_eq!(
         m.message(now, &D.into(), 4, Message::Vote(ME.into()), 4),
-        vec![Action::PingAll]
+        vec![Effect::PingAll]
     );
     assert!(matches!(m.state(), State::Leader { epoch: 4, .. }));
 }
@@ -457,7 +457,7 @@ fn a_leader_behind_a_pre_voting_node_elects_anew_at_its_epoch() {
     // C asks at 3: it is at 2, ahead of this leader of 1, and ignores its pings.
     assert_eq!(
         m.message(t0 + ms(10_002), &C.into(), 3, Message::PreVote(C.into()), 4),
-        vec![Action::Vote]
+        vec![Effect::Vote]
     );
     assert!(matches!(m.state(), State::Electing { epoch: 3, .. }));
 }
@@ -467,6 +467,6 @@ fn without_pre_votes_a_timeout_elects_at_the_next_epoch_as_0_13_did() {
     let t0 = Instant::now();
     let mut m = follower_of_five(t0).pre_vote(false);
     let now = m.deadline();
-    assert_eq!(m.time_passed(now, 4, true), vec![Action::Vote]);
+    assert_eq!(m.time_passed(now, 4, true), vec![Effect::Vote]);
     assert!(matches!(m.state(), State::Electing { epoch: 4, .. }));
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::machine::{Action, MAX_EPOCH, Machine, Message, State, Timings, minimum_votes};
+use super::machine::{Effect, MAX_EPOCH, Machine, Message, State, Timings, minimum_votes};
 use crate::state::NodeId;
 
 /// Other nodes in the cluster the rows run in: five nodes, so a candidate needs three votes
@@ -106,12 +106,12 @@ enum Act {
     Pong(Node),
 }
 
-fn action(act: Act) -> Action {
+fn action(act: Act) -> Effect {
     match act {
-        Act::PingAll => Action::PingAll,
-        Act::Vote => Action::Vote,
-        Act::Confirm(node) => Action::ConfirmVote(id(node)),
-        Act::Pong(node) => Action::Pong(id(node)),
+        Act::PingAll => Effect::PingAll,
+        Act::Vote => Effect::Vote,
+        Act::Confirm(node) => Effect::ConfirmVote(id(node)),
+        Act::Pong(node) => Effect::Pong(id(node)),
     }
 }
 
@@ -157,7 +157,7 @@ fn build(start: Start) -> (Machine, Instant) {
     fn elect(m: &mut Machine, now: &mut Instant) {
         while m.epoch() < E {
             *now = m.deadline();
-            assert_eq!(m.time_passed(*now, PEERS, true), vec![Action::Vote]);
+            assert_eq!(m.time_passed(*now, PEERS, true), vec![Effect::Vote]);
         }
         assert!(matches!(m.state(), State::Electing { epoch: E, .. }));
     }
@@ -176,7 +176,7 @@ fn build(start: Start) -> (Machine, Instant) {
                 now += ms(5);
                 assert_eq!(
                     m.message(now, &id(B), E, Message::Vote(id(Me)), PEERS),
-                    vec![Action::PingAll]
+                    vec![Effect::PingAll]
                 );
                 assert!(matches!(m.state(), State::Leader { epoch: E, .. }));
             }
@@ -185,14 +185,14 @@ fn build(start: Start) -> (Machine, Instant) {
             now += ms(100);
             assert_eq!(
                 m.message(now, &id(C), E, Message::Vote(id(C)), PEERS),
-                vec![Action::ConfirmVote(id(C))]
+                vec![Effect::ConfirmVote(id(C))]
             );
         }
         Start::Follower => {
             now += ms(100);
             assert_eq!(
                 m.message(now, &id(B), E, Message::Ping, PEERS),
-                vec![Action::Pong(id(B))]
+                vec![Effect::Pong(id(B))]
             );
         }
     }
@@ -389,7 +389,7 @@ fn check(row: &Row) -> Result<(), String> {
             row.peers,
         ),
     };
-    let want: Vec<Action> = row.actions.iter().copied().map(action).collect();
+    let want: Vec<Effect> = row.actions.iter().copied().map(action).collect();
     if actions != want {
         return Err(format!("actions {actions:?}, want {want:?}"));
     }
@@ -611,9 +611,9 @@ fn stale_peer_info_demotes_every_state_to_starting() {
         // Fresh info again: the node starts over at epoch 1.
         let actions = m.time_passed(next, PEERS, true);
         let restarted = if start == Start::StartingForced {
-            actions == [Action::PingAll] && matches!(m.state(), State::Leader { epoch: 1, .. })
+            actions == [Effect::PingAll] && matches!(m.state(), State::Leader { epoch: 1, .. })
         } else {
-            actions == [Action::Vote] && matches!(m.state(), State::Electing { epoch: 1, .. })
+            actions == [Effect::Vote] && matches!(m.state(), State::Electing { epoch: 1, .. })
         };
         assert!(restarted, "{start:?}: {actions:?}, {:?}", m.state());
     }
@@ -626,7 +626,7 @@ fn stale_peer_info_does_not_stop_messages() {
     assert!(m.time_passed(now + ms(1), PEERS, false).is_empty());
     assert_eq!(
         m.message(now + ms(2), &id(B), 1, Message::Ping, PEERS),
-        vec![Action::Pong(id(B))]
+        vec![Effect::Pong(id(B))]
     );
     assert!(matches!(m.state(), State::Follower { epoch: 1, .. }));
 }
@@ -673,13 +673,13 @@ fn a_leader_steps_down_at_the_first_heartbeat_past_a_leader_timeout_without_a_ma
             let actions = m.time_passed(now, PEERS, true);
             match m.state() {
                 State::Leader { epoch: E, .. } => {
-                    assert_eq!(actions, vec![Action::PingAll]);
+                    assert_eq!(actions, vec![Effect::PingAll]);
                     for node in answering {
                         m.message(now + ms(1), &id(*node), E, Message::Pong, PEERS);
                     }
                 }
                 State::Electing { epoch, .. } if *epoch == E + 1 => {
-                    assert_eq!(actions, vec![Action::Vote]);
+                    assert_eq!(actions, vec![Effect::Vote]);
                     stepped = Some(now - elected);
                 }
                 other => panic!("{answering:?}: {other:?}"),

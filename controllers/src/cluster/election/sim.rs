@@ -19,7 +19,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tokio::time::Instant;
 
-use super::machine::{Action, Machine, Message, State, Timings};
+use super::machine::{Effect, Machine, Message, State, Timings};
 use crate::cluster::replication::{self, Fetch, Replication, ReplicationConfig, World};
 use crate::state::{NodeId, Prefetched, Schedule, ScheduleStamp};
 use crate::testing::ReplicaWorld;
@@ -472,28 +472,28 @@ impl Sim {
         }
     }
 
-    fn after_input(&mut self, node: usize, actions: Vec<Action>) {
+    fn after_input(&mut self, node: usize, actions: Vec<Effect>) {
         let epoch = self.nodes[node].machine.epoch();
         for action in actions {
             match action {
-                Action::PingAll => self.broadcast(node, epoch, Message::Ping),
-                Action::Vote => {
+                Effect::PingAll => self.broadcast(node, epoch, Message::Ping),
+                Effect::Vote => {
                     self.voted_in[node].push(epoch);
                     self.broadcast(node, epoch, Message::Vote(self.ids[node].clone()))
                 }
-                Action::ConfirmVote(candidate) => {
+                Effect::ConfirmVote(candidate) => {
                     self.voted_in[node].push(epoch);
                     let to = self.index[&candidate];
                     self.send(node, to, epoch, Message::Vote(candidate));
                 }
-                Action::Pong(leader) => {
+                Effect::Pong(leader) => {
                     let to = self.index[&leader];
                     self.send(node, to, epoch, Message::Pong);
                 }
-                Action::PreVote { epoch } => {
+                Effect::PreVote { epoch } => {
                     self.broadcast(node, epoch, Message::PreVote(self.ids[node].clone()))
                 }
-                Action::GrantPreVote { candidate, epoch } => {
+                Effect::GrantPreVote { candidate, epoch } => {
                     let to = self.index[&candidate];
                     self.send(node, to, epoch, Message::PreVote(candidate));
                 }
@@ -714,10 +714,10 @@ impl Sim {
         decide(machine, &world.view(election, now_ms))
     }
 
-    fn carry_out(&mut self, node: usize, actions: Vec<replication::Action>) {
+    fn carry_out(&mut self, node: usize, actions: Vec<replication::Effect>) {
         for action in actions {
             match action {
-                replication::Action::Fetch(fetch) => {
+                replication::Effect::Fetch(fetch) => {
                     let peer = self.index[&fetch.peer];
                     let cut = !self.connected(node, peer);
                     let delay = if cut {
@@ -740,12 +740,12 @@ impl Sim {
                         },
                     );
                 }
-                replication::Action::Replaced(_)
-                | replication::Action::Accept(_)
-                | replication::Action::Gathered { .. }
-                | replication::Action::AddedParent { .. }
-                | replication::Action::Awaiting { .. } => self.replicas[node].world.keep(&action),
-                replication::Action::Failed { fetch, error, .. } => {
+                replication::Effect::Replaced(_)
+                | replication::Effect::Accept(_)
+                | replication::Effect::Gathered { .. }
+                | replication::Effect::AddedParent { .. }
+                | replication::Effect::Awaiting { .. } => self.replicas[node].world.keep(&action),
+                replication::Effect::Failed { fetch, error, .. } => {
                     if self.trace {
                         let t = self.t(self.now);
                         eprintln!("{t:?} node {node}: fetch {fetch:?} failed: {error}");
@@ -809,7 +809,7 @@ impl Sim {
         let data = serde_json::json!({ "lineage": lineage });
         replica.world.held = Some(Schedule::new(data, now_ms, self.ids[node].clone()));
         replica.made_from = Some(prefetched.clone());
-        self.after_input(node, vec![Action::PingAll]);
+        self.after_input(node, vec![Effect::PingAll]);
     }
 
     /// A short picture of the cluster for failure messages.

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::machine::{Action, MAX_EPOCH, Message, State};
+use super::machine::{Effect, MAX_EPOCH, Message, State};
 use super::wire::{Kind, Packet};
 use crate::state::{NodeId, Peers, Report, ScheduleStamp};
 
@@ -136,7 +136,7 @@ pub enum To {
 /// schedule is not theirs to take). `lz4_sha1`: a schedule hash and the SHA-1 of that
 /// schedule's `x-verwalter-lz4` body, which a ping carrying that schedule announces.
 pub fn outgoing(
-    action: Action,
+    action: Effect,
     own: &NodeId,
     epoch: u64,
     errors: u64,
@@ -144,31 +144,31 @@ pub fn outgoing(
     lz4_sha1: Option<(&str, [u8; 20])>,
 ) -> (Packet, To) {
     let action_epoch = match &action {
-        Action::PreVote { epoch } | Action::GrantPreVote { epoch, .. } => Some(*epoch),
+        Effect::PreVote { epoch } | Effect::GrantPreVote { epoch, .. } => Some(*epoch),
         _ => None,
     };
     let (kind, to) = match action {
-        Action::PingAll => (Kind::Ping, To::All),
-        Action::Vote => (
+        Effect::PingAll => (Kind::Ping, To::All),
+        Effect::Vote => (
             Kind::Vote {
                 target: own.clone(),
             },
             To::All,
         ),
-        Action::ConfirmVote(candidate) => (
+        Effect::ConfirmVote(candidate) => (
             Kind::Vote {
                 target: candidate.clone(),
             },
             To::Peer(candidate),
         ),
-        Action::Pong(leader) => (Kind::Pong { errors }, To::Peer(leader)),
-        Action::PreVote { .. } => (
+        Effect::Pong(leader) => (Kind::Pong { errors }, To::Peer(leader)),
+        Effect::PreVote { .. } => (
             Kind::PreVote {
                 target: own.clone(),
             },
             To::All,
         ),
-        Action::GrantPreVote { candidate, .. } => (
+        Effect::GrantPreVote { candidate, .. } => (
             Kind::PreVote {
                 target: candidate.clone(),
             },

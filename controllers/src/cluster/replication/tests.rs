@@ -37,7 +37,7 @@ struct Node {
     election: ElectionState,
     replica: ReplicaWorld,
     /// Every action so far.
-    log: Vec<Action>,
+    log: Vec<Effect>,
 }
 
 impl Node {
@@ -95,13 +95,13 @@ impl Node {
             .note_packet(ME, &peer.into(), epoch, stamp, self.now_ms);
     }
 
-    fn apply(&mut self, actions: &[Action]) {
+    fn apply(&mut self, actions: &[Effect]) {
         actions.iter().for_each(|action| self.replica.keep(action));
         self.log.extend_from_slice(actions);
     }
 
     /// The machine looks at the world (and its actions are carried out).
-    fn step(&mut self) -> Vec<Action> {
+    fn step(&mut self) -> Vec<Effect> {
         let world = self.replica.view(&self.election, self.now_ms);
         let actions = self.machine.step(self.now, &world);
         self.apply(&actions);
@@ -110,12 +110,12 @@ impl Node {
 
     /// The fetch in flight ends with `result`; then the machine looks again, as the adapter
     /// does. Returns every action of both.
-    fn answer(&mut self, result: Result<Schedule, String>) -> Vec<Action> {
+    fn answer(&mut self, result: Result<Schedule, String>) -> Vec<Effect> {
         let fetch = self.in_flight();
         self.answer_to(fetch, result)
     }
 
-    fn answer_to(&mut self, fetch: Fetch, result: Result<Schedule, String>) -> Vec<Action> {
+    fn answer_to(&mut self, fetch: Fetch, result: Result<Schedule, String>) -> Vec<Effect> {
         let world = self.replica.view(&self.election, self.now_ms);
         let mut actions = self.machine.fetched(self.now, &world, fetch, result);
         self.apply(&actions);
@@ -147,9 +147,9 @@ impl Node {
     }
 
     /// How long after now the first action, a failure, has the fetch tried again.
-    fn retry_wait(&self, actions: &[Action]) -> Option<Duration> {
+    fn retry_wait(&self, actions: &[Effect]) -> Option<Duration> {
         match actions.first() {
-            Some(Action::Failed { retry_at, .. }) => retry_at.map(|at| at - self.now),
+            Some(Effect::Failed { retry_at, .. }) => retry_at.map(|at| at - self.now),
             _ => None,
         }
     }
@@ -165,18 +165,18 @@ impl Node {
     }
 
     /// Runs the clock to the machine's next wake-up and steps there.
-    fn wake(&mut self) -> Vec<Action> {
+    fn wake(&mut self) -> Vec<Effect> {
         let at = self.wake_at().expect("a wake-up is due");
         self.advance(at - self.now);
         self.step()
     }
 }
 
-fn fetches(actions: &[Action]) -> Vec<&Fetch> {
+fn fetches(actions: &[Effect]) -> Vec<&Fetch> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::Fetch(f) => Some(f),
+            Effect::Fetch(f) => Some(f),
             _ => None,
         })
         .collect()
@@ -212,7 +212,7 @@ fn a_follower_fetches_the_leaders_schedule_when_its_stamp_changes() {
     let asked = node.step();
     assert_eq!(
         asked,
-        vec![Action::Fetch(Fetch {
+        vec![Effect::Fetch(Fetch {
             peer: A.into(),
             stamp: first.stamp(),
             purpose: Purpose::Follow { leader: A.into() },
@@ -284,7 +284,7 @@ fn a_follower_backs_off_after_failures_and_resets_on_success() {
     let mut waits = Vec::new();
     for _ in 0..8 {
         let actions = node.answer(Err("connection refused".into()));
-        let Some(Action::Failed {
+        let Some(Effect::Failed {
             retry_at: Some(at), ..
         }) = actions.first()
         else {
@@ -344,7 +344,7 @@ fn a_follower_refuses_a_schedule_not_made_by_its_leader() {
     forged.origin = B.into();
     let actions = node.answer(Ok(forged));
     assert!(
-        matches!(&actions[0], Action::Failed { error, retry_at: Some(_), .. } if error.contains(B)),
+        matches!(&actions[0], Effect::Failed { error, retry_at: Some(_), .. } if error.contains(B)),
         "{actions:?}"
     );
     assert_eq!(node.replica.held, None, "nothing put in force");
@@ -356,7 +356,7 @@ fn a_follower_refuses_a_schedule_other_than_the_one_asked_for() {
     let mut node = fetching_from_a(&asked);
     let actions = node.answer(Ok(made_by(A, 2)));
     assert!(
-        matches!(&actions[0], Action::Failed { error, .. } if error.contains("wanted")),
+        matches!(&actions[0], Effect::Failed { error, .. } if error.contains("wanted")),
         "{actions:?}"
     );
     assert_eq!(node.replica.held, None);
@@ -400,7 +400,7 @@ fn a_replaced_schedule_is_kept_before_the_new_one_is_put_in_force() {
     let actions = node.answer(Ok(theirs.clone()));
     assert_eq!(
         &actions[..2],
-        &[Action::Replaced(vec![old]), Action::Accept(theirs)],
+        &[Effect::Replaced(vec![old]), Effect::Accept(theirs)],
         "never served by neither list"
     );
 }
@@ -467,7 +467,7 @@ fn a_new_leader_waits_for_its_live_peers_and_ends_once_all_answered() {
     assert_eq!(node.replica.prefetched.epoch, 2);
     node.assert_parents(&[&own, &a_holds, &b_holds]);
     let took = node.log.iter().find_map(|a| match a {
-        Action::Gathered { took, .. } => Some(*took),
+        Effect::Gathered { took, .. } => Some(*took),
         _ => None,
     });
     assert_eq!(
@@ -520,7 +520,7 @@ fn a_parent_that_cannot_be_fetched_is_left_out_of_the_gathering() {
         .filter(|f| f.purpose == Purpose::Gather { epoch: 2 })
         .collect();
     assert_eq!(gathered.len(), 2, "each tried once in the gathering");
-    assert!(node.log.iter().any(|a| matches!(a, Action::Failed { fetch, retry_at: None, .. } if fetch.stamp.hash == gone.hash)));
+    assert!(node.log.iter().any(|a| matches!(a, Effect::Failed { fetch, retry_at: None, .. } if fetch.stamp.hash == gone.hash)));
     assert_eq!(
         node.replica.prefetched.epoch, 2,
         "the gathering ended anyway"
@@ -646,7 +646,7 @@ fn two_leaders_schedules_after_a_heal_both_become_parents() {
     node.serve_all(&[&other_side]);
     node.assert_parents(&[&own, &other_side]);
     assert!(
-        matches!(node.log.last(), Some(Action::AddedParent { added, .. }) if *added == other_side.stamp())
+        matches!(node.log.last(), Some(Effect::AddedParent { added, .. }) if *added == other_side.stamp())
     );
     // Fetched once, however often it is reported.
     node.packet(C, 5, Some(&other_side));
@@ -673,7 +673,7 @@ fn a_late_parent_is_tried_up_to_four_times_then_given_up() {
     let mut retries = Vec::new();
     loop {
         let actions = node.answer(Err("connection refused".into()));
-        let Some(Action::Failed { retry_at, .. }) = actions.first() else {
+        let Some(Effect::Failed { retry_at, .. }) = actions.first() else {
             panic!("{actions:?}");
         };
         retries.push(*retry_at);
@@ -791,7 +791,7 @@ fn old_sightings_from_before_the_leadership_do_not_count() {
     node.packet(A, 2, None);
     assert_eq!(
         node.step(),
-        vec![Action::Gathered {
+        vec![Effect::Gathered {
             parents: Prefetched {
                 epoch: 2,
                 schedules: vec![],
@@ -982,7 +982,7 @@ fn the_parents_await_a_late_parent_until_it_is_added() {
     let asked = node.step();
     // Published before the fetch is asked for: no run in between.
     assert!(
-        matches!(&asked[..], [Action::Awaiting { parents }, Action::Fetch(_)]
+        matches!(&asked[..], [Effect::Awaiting { parents }, Effect::Fetch(_)]
             if parents.awaiting == Some(other_side.stamp())),
         "{asked:?}"
     );
@@ -1006,7 +1006,7 @@ fn two_late_parents_are_awaited_one_after_the_other_without_a_gap() {
         c.clone()
     }));
     // The parents published with the first one already await the second.
-    let Some(Action::AddedParent { parents, .. }) = actions.first() else {
+    let Some(Effect::AddedParent { parents, .. }) = actions.first() else {
         panic!("{actions:?}");
     };
     assert!(
@@ -1024,7 +1024,7 @@ fn a_late_parent_is_awaited_through_its_retries_and_no_longer_once_given_up() {
     assert_eq!(node.replica.prefetched.awaiting, Some(other_side.stamp()));
     loop {
         let actions = node.answer(Err("connection refused".into()));
-        let Some(Action::Failed { retry_at, .. }) = actions.first() else {
+        let Some(Effect::Failed { retry_at, .. }) = actions.first() else {
             panic!("{actions:?}");
         };
         let Some(at) = *retry_at else { break };
@@ -1063,7 +1063,7 @@ fn a_new_leaders_first_run_awaits_what_was_reported_after_its_gathering() {
     node.packet(B, 5, Some(&other_side));
     let actions = node.step();
     let gathered = actions.iter().find_map(|a| match a {
-        Action::Gathered { parents, .. } => Some(parents),
+        Effect::Gathered { parents, .. } => Some(parents),
         _ => None,
     });
     // Whether it was gathered or comes as a late parent, the first run waits for it.

@@ -212,7 +212,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
 
     let body = [7u8; 20];
     let (ping, to) = outgoing(
-        Action::PingAll,
+        Effect::PingAll,
         &own,
         9,
         2,
@@ -223,7 +223,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
     assert_eq!(ping.schedule, Some(mine.clone()));
     assert_eq!(ping.lz4_sha1, Some(body), "the ping vouches for its body");
     let (ping, _) = outgoing(
-        Action::PingAll,
+        Effect::PingAll,
         &own,
         9,
         2,
@@ -235,7 +235,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
         "a body hash of another schedule is not announced with this one"
     );
     let (ping, _) = outgoing(
-        Action::PingAll,
+        Effect::PingAll,
         &own,
         9,
         2,
@@ -249,7 +249,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
     );
 
     let (vote, to) = outgoing(
-        Action::Vote,
+        Effect::Vote,
         &own,
         9,
         2,
@@ -270,7 +270,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
         "votes carry what it has"
     );
 
-    let (confirm, to) = outgoing(Action::ConfirmVote(BETA.into()), &own, 9, 2, None, None);
+    let (confirm, to) = outgoing(Effect::ConfirmVote(BETA.into()), &own, 9, 2, None, None);
     assert_eq!(to, To::Peer(BETA.into()));
     assert_eq!(
         confirm.kind,
@@ -279,7 +279,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
         }
     );
 
-    let (pong, to) = outgoing(Action::Pong(BETA.into()), &own, 9, 2, Some(&older), None);
+    let (pong, to) = outgoing(Effect::Pong(BETA.into()), &own, 9, 2, Some(&older), None);
     assert_eq!(to, To::Peer(BETA.into()));
     assert_eq!(pong.kind, Kind::Pong { errors: 2 });
     assert_eq!(pong.schedule, Some(older.clone()));
@@ -287,7 +287,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
 
     // Pre-votes go out at the epoch the election would have, not the node's own.
     let (pre, to) = outgoing(
-        Action::PreVote { epoch: 10 },
+        Effect::PreVote { epoch: 10 },
         &own,
         9,
         2,
@@ -302,7 +302,7 @@ fn actions_become_packets_for_everyone_or_one_peer() {
         }
     );
     assert_eq!(pre.schedule, Some(older), "pre-votes carry what it has");
-    let grant = Action::GrantPreVote {
+    let grant = Effect::GrantPreVote {
         candidate: BETA.into(),
         epoch: 12,
     };
