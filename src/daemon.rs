@@ -24,7 +24,7 @@ use verwalter_controllers::schedule::persist::Persister;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };
-use verwalter_controllers::status::Sources;
+use verwalter_controllers::status::Fields;
 use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
 use crate::cluster::election::{ElectionTask, ElectionWiring};
@@ -626,7 +626,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         default_frontend: config.default_frontend.clone(),
         version: http::version(),
     });
-    let sources = Sources::new(&store);
+    let sources = Fields::new(&store);
     let app = http::router(AppState {
         store,
         actions: action_queue,

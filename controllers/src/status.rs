@@ -1,8 +1,8 @@
 //! The status view: what `/v1/status` and `/v1/events` show and the metrics mirror, derived by
 //! one pure function from one snapshot of the store.
 //!
-//! [`Sources`] lists the store fields the status depends on, once (one macro declares it, the
-//! [`Snapshot`] and the methods): [`Sources::snapshot`] reads them and [`Sources::triggers`]
+//! [`Fields`] lists the store fields the status depends on, once (one macro declares it, the
+//! [`Snapshot`] and the methods): [`Fields::snapshot`] reads them and [`Fields::triggers`]
 //! wakes on them, so a field added to the view cannot be forgotten by the event stream. [`view`] then sees only the
 //! [`Snapshot`], the node's fixed facts and the scheduler run counts.
 
@@ -57,30 +57,30 @@ impl SchedulerRuns {
     }
 }
 
-/// Declares [`Sources`] and [`Snapshot`] from one list of store fields, with the methods that go
+/// Declares [`Fields`] and [`Snapshot`] from one list of store fields, with the methods that go
 /// through every field: reading them all and waking on them all cannot list different fields.
-macro_rules! sources {
+macro_rules! fields {
     ($($field:ident: $ty:ty,)*) => {
         /// Readers of every store field the status depends on, and nothing else.
         #[derive(Debug, Clone)]
-        pub struct Sources {
+        pub struct Fields {
             $(pub $field: Reader<$ty>,)*
         }
 
-        /// One snapshot of the [`Sources`].
+        /// One snapshot of the [`Fields`].
         #[derive(Debug, Clone, Default)]
         pub struct Snapshot {
             $(pub $field: Arc<$ty>,)*
         }
 
-        impl Sources {
-            pub fn new(store: &Store) -> Sources {
-                Sources {
+        impl Fields {
+            pub fn new(store: &Store) -> Fields {
+                Fields {
                     $($field: store.$field.clone(),)*
                 }
             }
 
-            /// The current value of every source.
+            /// The current value of every field.
             pub fn snapshot(&self) -> Snapshot {
                 Snapshot {
                     $($field: self.$field.peek(),)*
@@ -100,7 +100,7 @@ macro_rules! sources {
     };
 }
 
-sources! {
+fields! {
     inputs: Inputs,
     election: ElectionState,
     peers: Peers,
@@ -114,7 +114,7 @@ sources! {
 
 impl Snapshot {
     pub fn take(store: &Store) -> Snapshot {
-        Sources::new(store).snapshot()
+        Fields::new(store).snapshot()
     }
 
     /// The last scheduler run's error and kind, while this node leads: only a leader runs the

@@ -14,7 +14,7 @@
 //! Every field is read from one snapshot of the store made into the `/v1/status` view
 //! ([`status::view`]) and from that into one JSON tree ([`tree`]), so a query and `/v1/status`
 //! agree. Subscriptions wake on the same store
-//! fields as `/v1/events` ([`Sources::triggers`]) and share its limits: a socket takes one of the
+//! fields as `/v1/events` ([`Fields::triggers`]) and share its limits: a socket takes one of the
 //! `http.max-event-streams` slots, holds at most [`MAX_SUBSCRIPTIONS`] subscriptions, makes a
 //! result only when the client is ready for it (a slow reader gets the latest status, never a
 //! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
@@ -44,7 +44,7 @@ use verwalter_controllers::http::subscriptions::LastSent;
 use verwalter_controllers::node::Store;
 use verwalter_controllers::render::vars;
 use verwalter_controllers::state::BlockedState;
-use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
+use verwalter_controllers::status::{self, Fields, NodeInfo, Snapshot};
 
 use super::AppState;
 use crate::metrics::Metrics;
@@ -545,7 +545,7 @@ pub struct RequestView(OnceLock<Arc<View>>);
 
 /// A status made when the consumer asks for the next one: the stream holds no queue.
 fn status_changes(source: Source) -> impl Stream<Item = Arc<View>> {
-    let triggers = Sources::new(&source.store).triggers();
+    let triggers = Fields::new(&source.store).triggers();
     futures::stream::unfold(
         (source, triggers, true),
         |(source, mut triggers, first)| async move {

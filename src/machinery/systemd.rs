@@ -14,7 +14,7 @@ use sd_notify::NotifyState;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::machinery::watchdog::{Progress, Stall, Verdict};
-use verwalter_controllers::status::{self, NodeInfo, SchedulerRuns, Sources};
+use verwalter_controllers::status::{self, Fields, NodeInfo, SchedulerRuns};
 
 /// The service manager, as the environment describes it.
 #[derive(Debug, Clone)]
@@ -75,7 +75,7 @@ impl Notify {
     /// move, until `shutdown`; then sends `STOPPING=1`. `first` is the line sent with `READY=1`.
     pub async fn run(
         self,
-        sources: Sources,
+        sources: Fields,
         node: Arc<NodeInfo>,
         progress: Progress,
         first: String,
@@ -141,7 +141,7 @@ impl Notify {
 }
 
 /// The status view's line, and the stall while there is one.
-pub fn status_line(sources: &Sources, node: &NodeInfo, stall: Option<&Stall>) -> String {
+pub fn status_line(sources: &Fields, node: &NodeInfo, stall: Option<&Stall>) -> String {
     // The line shows no run counts.
     let view = status::view(node, &sources.snapshot(), SchedulerRuns::default());
     match stall {

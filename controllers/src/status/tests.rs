@@ -541,7 +541,7 @@ fn woke(triggers: &mut [Box<dyn Trigger>]) -> bool {
 fn every_field_the_status_shows_wakes_its_triggers_and_no_other_does() {
     let writer = StoreWriter::new(None);
     let store = writer.store();
-    let sources = Sources::new(&store);
+    let sources = Fields::new(&store);
     let mut triggers = sources.triggers();
     assert!(!woke(&mut triggers), "changes before are seen");
     let json = || {
