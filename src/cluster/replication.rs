@@ -3,7 +3,7 @@
 //! from whom and when, and what to do with it. This task feeds it the store's election state,
 //! the peers' reports, the schedule held and the schedules peers reported; runs the fetches it
 //! asks for (within [`FETCH_TIMEOUT`] and [`MAX_SCHEDULE`], checking that the data matches the
-//! envelope's hash); and carries out its actions: a follower's schedule saved through the
+//! envelope's hash); and carries out its effects: a follower's schedule saved through the
 //! [`Persister`] (which writes it again until it is written, and reports a failure) and put in
 //! force (and rendered), `replaced`, and a leader's `prefetched` parents.
 
