@@ -37,11 +37,11 @@ use crate::state::Actions;
 pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Ids a second: ids are `unix_seconds * 1000 + n`, as in verwalter 0.13.
-pub const IDS_PER_SECOND: u64 = 1000;
+pub(crate) const IDS_PER_SECOND: u64 = 1000;
 
 /// Below this size the journal is never rewritten to shrink it: rewriting a small file saves
 /// nothing.
-pub const REWRITE_MIN_BYTES: u64 = 256 << 10;
+pub(crate) const REWRITE_MIN_BYTES: u64 = 256 << 10;
 
 /// How an action ended, for its waiters.
 #[derive(Debug, Clone, PartialEq)]

@@ -44,7 +44,7 @@ impl Graph {
     }
 
     /// Adds a vertex; a name given twice is an error.
-    pub fn add_vertex(&mut self, name: &str) -> Result<usize, GraphError> {
+    pub(crate) fn add_vertex(&mut self, name: &str) -> Result<usize, GraphError> {
         if self.index.contains_key(name) {
             return Err(GraphError::Duplicate(name.to_string()));
         }
@@ -57,7 +57,7 @@ impl Graph {
     }
 
     /// `after` depends on `before`. An edge given twice counts once.
-    pub fn add_edge(&mut self, before: usize, after: usize) {
+    pub(crate) fn add_edge(&mut self, before: usize, after: usize) {
         if self.dependents[before].contains(&after) {
             return;
         }
@@ -144,7 +144,7 @@ impl Graph {
     }
 
     /// The vertices `id` depends on directly.
-    pub fn dependencies(&self, id: usize) -> &[usize] {
+    pub(crate) fn dependencies(&self, id: usize) -> &[usize] {
         &self.dependencies[id]
     }
 
@@ -215,7 +215,7 @@ impl Graph {
     }
 
     /// Every vertex that depends on `id`, directly or not.
-    pub fn downstream(&self, id: usize) -> Vec<usize> {
+    pub(crate) fn downstream(&self, id: usize) -> Vec<usize> {
         let mut seen = vec![false; self.len()];
         let mut stack = vec![id];
         let mut out = Vec::new();

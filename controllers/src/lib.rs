@@ -60,6 +60,8 @@
 //!   shows, which finished builds are pruned, how often the executor looks).
 //! - `testing`: fakes and fixtures for tests (with `cfg(test)` or the `testing` feature only).
 
+#![warn(unreachable_pub)]
+
 pub mod actions;
 pub mod cluster;
 pub mod defaults;

@@ -128,8 +128,8 @@ pub struct ScheduleStamp {
 #[derive(Debug, thiserror::Error)]
 #[error("schedule hash mismatch: envelope says {claimed}, data hashes to {actual}")]
 pub struct HashMismatch {
-    pub claimed: String,
-    pub actual: String,
+    pub(crate) claimed: String,
+    pub(crate) actual: String,
 }
 
 impl Schedule {
@@ -446,7 +446,7 @@ impl Templates {
     /// Feeds what template dir `dir` is made of (each file's path and content hash, in path
     /// order) to `hasher`. This is the one fingerprint of a template dir: the render
     /// controller's desired hash and the applier's cache of parsed dirs both key on it.
-    pub fn hash_dir(&self, dir: &str, hasher: &mut sha1::Sha1) -> TemplateDirSummary {
+    pub(crate) fn hash_dir(&self, dir: &str, hasher: &mut sha1::Sha1) -> TemplateDirSummary {
         use sha1::Digest;
         let mut summary = TemplateDirSummary::default();
         for (path, file) in self.dir(dir) {
@@ -470,7 +470,7 @@ impl Templates {
 
 /// What [`Templates::hash_dir`] saw of a template dir.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TemplateDirSummary {
+pub(crate) struct TemplateDirSummary {
     pub files: usize,
     /// A file mentions `full_schedule`.
     pub mentions_full_schedule: bool,

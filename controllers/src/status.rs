@@ -43,7 +43,7 @@ pub struct NodeInfo {
 /// Scheduler runs since start: all of them, and those that failed (of any kind).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SchedulerRuns {
-    pub total: u64,
+    pub(crate) total: u64,
     pub failed: u64,
 }
 
@@ -120,7 +120,7 @@ impl Snapshot {
     /// The last scheduler run's error and kind, while this node leads: only a leader runs the
     /// scheduler, so a node that stepped down does not keep reporting its last failure (as in
     /// verwalter 0.13; the run stays readable in `/v1/scheduler_debug_info`).
-    pub fn scheduler_error(&self) -> Option<(&str, Option<SchedulerFailure>)> {
+    pub(crate) fn scheduler_error(&self) -> Option<(&str, Option<SchedulerFailure>)> {
         let error = self.scheduler.error.as_deref()?;
         self.election
             .is_leader
@@ -167,7 +167,7 @@ pub struct Status {
     pub metrics: BTreeMap<&'static str, u64>,
     pub fetch_state: Value,
     pub election_state: ElectionState,
-    pub schedule_id: Option<String>,
+    pub(crate) schedule_id: Option<String>,
     pub schedule_status: &'static str,
     pub default_frontend: String,
     /// Peers whose last report counted errors (new; 0.13's GraphQL had `peers.errorneous`).

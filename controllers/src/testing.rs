@@ -22,7 +22,7 @@ use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
 #[derive(Default)]
 pub struct FakeScheduler {
     pub inputs: Mutex<Vec<Arc<SchedulerInput>>>,
-    pub results: Mutex<VecDeque<Result<Value, SchedulerError>>>,
+    pub(crate) results: Mutex<VecDeque<Result<Value, SchedulerError>>>,
 }
 
 impl FakeScheduler {
@@ -65,7 +65,7 @@ impl Scheduler for FakeScheduler {
 /// counted in `failed`.
 #[derive(Default)]
 pub struct MemoryScheduleStore {
-    pub saved: Mutex<Vec<Schedule>>,
+    pub(crate) saved: Mutex<Vec<Schedule>>,
     pub fail: Mutex<Option<StorageError>>,
     pub failed: AtomicU64,
 }
@@ -121,7 +121,7 @@ impl Clock for FakeClock {
 #[derive(Debug, Default)]
 pub struct CountingObserver {
     pub runs: AtomicU64,
-    pub failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
 }
 
 impl ScheduleObserver for CountingObserver {
@@ -184,9 +184,9 @@ pub fn inputs(runtime: Value) -> Inputs {
 /// A role applier that records every job and fails the roles told to.
 #[derive(Default)]
 pub struct FakeApplier {
-    pub jobs: Mutex<Vec<RoleJob>>,
+    pub(crate) jobs: Mutex<Vec<RoleJob>>,
     /// Role -> error message for its next attempts.
-    pub failing: Mutex<std::collections::HashMap<String, String>>,
+    pub(crate) failing: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl FakeApplier {
@@ -237,7 +237,7 @@ impl AppliedStore for MemoryAppliedStore {
 }
 
 /// A role held back in a deployment, and why.
-pub type BlockedRole = (String, String);
+pub(crate) type BlockedRole = (String, String);
 
 /// A deployment log that records starts `(id, roles)` and finishes `(id, failed)`.
 #[derive(Default)]
@@ -248,10 +248,10 @@ pub struct RecordingDeploymentLog {
     /// The blocked roles of each finished deployment, with why.
     pub blocked: Mutex<Vec<(String, Vec<BlockedRole>)>>,
     /// What [`DeploymentLog::problem`] answers.
-    pub problem: Mutex<Option<String>>,
+    pub(crate) problem: Mutex<Option<String>>,
     /// Every entry in the order given: `start <id>`, `<outcome> <role> <id> at <ms>`,
     /// `finish <id>`.
-    pub entries: Mutex<Vec<String>>,
+    pub(crate) entries: Mutex<Vec<String>>,
 }
 
 impl DeploymentLog for RecordingDeploymentLog {
@@ -324,18 +324,18 @@ pub enum JournalCall {
 #[derive(Debug, Default)]
 pub struct MemoryJournal {
     /// The journal file; `None` while there is none.
-    pub file: Mutex<Option<Vec<u8>>>,
+    pub(crate) file: Mutex<Option<Vec<u8>>>,
     /// The older versions' `actions.json`.
     pub legacy: Mutex<Option<Vec<u8>>>,
     pub calls: Mutex<Vec<JournalCall>>,
     /// `load` fails (the file exists but cannot be read).
-    pub unreadable: std::sync::atomic::AtomicBool,
+    pub(crate) unreadable: std::sync::atomic::AtomicBool,
     /// Appends fail after half of their bytes landed (what a failed sync may leave).
-    pub fail_appends: std::sync::atomic::AtomicBool,
+    pub(crate) fail_appends: std::sync::atomic::AtomicBool,
     /// Rewrites fail and leave the file as it was.
-    pub fail_rewrites: std::sync::atomic::AtomicBool,
+    pub(crate) fail_rewrites: std::sync::atomic::AtomicBool,
     /// While set, an append lands at once but is acknowledged only for a permit of this.
-    pub gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    pub(crate) gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 impl MemoryJournal {

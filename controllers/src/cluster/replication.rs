@@ -50,28 +50,28 @@ mod tests;
 
 /// Schedules of other leaders a follower keeps after replacing them, for a new leader that has
 /// not gathered them yet (`/v1/schedule/<hash>`). A heal brings two sides together, rarely more.
-pub const REPLACED_KEPT: usize = 4;
+pub(crate) const REPLACED_KEPT: usize = 4;
 /// A schedule of another leader that could not be fetched for the parents is tried this often
 /// in all, the waits between tries doubling from [`PARENT_RETRY`]: a heal often brings UDP back
 /// a moment before TCP works, and one failure should not lose a side's decisions.
-pub const PARENT_TRIES: u32 = 4;
-pub const PARENT_RETRY: Duration = Duration::from_millis(500);
+pub(crate) const PARENT_TRIES: u32 = 4;
+pub(crate) const PARENT_RETRY: Duration = Duration::from_millis(500);
 /// The longest the scheduler waits for late parents in a row: a heal's other side answers
 /// within a fetch or a few tries, and peers that report schedule after schedule that cannot be
 /// fetched (broken or hostile) must not stop this leader's scheduling.
-pub const AWAIT_LIMIT: Duration = Duration::from_secs(10);
+pub(crate) const AWAIT_LIMIT: Duration = Duration::from_secs(10);
 /// Sightings kept at most: far more than the sides a heal brings together; only a flood of
 /// schedules from misbehaving peers gets near it, and then the oldest go first.
-pub const SIGHTINGS_KEPT: usize = 64;
+pub(crate) const SIGHTINGS_KEPT: usize = 64;
 /// A follower's first retry after a failed fetch of the leader's schedule: short, the leader
 /// may have answered during a moment of overload.
-pub const FOLLOW_RETRY_FIRST: Duration = Duration::from_millis(100);
+pub(crate) const FOLLOW_RETRY_FIRST: Duration = Duration::from_millis(100);
 /// The retries double up to this: a follower behind a broken link still catches up within
 /// seconds of its repair, without hammering a leader that cannot serve.
-pub const FOLLOW_RETRY_MAX: Duration = Duration::from_secs(5);
+pub(crate) const FOLLOW_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// A relay that failed is not asked again for this long.
-pub const RELAY_PAUSE: Duration = Duration::from_secs(30);
+pub(crate) const RELAY_PAUSE: Duration = Duration::from_secs(30);
 
 /// Settings of the machine.
 #[derive(Debug, Clone)]
@@ -105,12 +105,12 @@ impl ReplicationConfig {
 
 /// A schedule made by another node that a peer reported in an election packet.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Sighting {
+pub(crate) struct Sighting {
     /// The last peer that reported it.
     pub peer: NodeId,
     pub stamp: ScheduleStamp,
     /// Wall-clock ms of the last report.
-    pub at_ms: u64,
+    pub(crate) at_ms: u64,
 }
 
 /// Every schedule made by another node that a peer reported, by hash, with the last peer that
@@ -148,7 +148,7 @@ impl Sightings {
     }
 
     /// Sightings reported at `since_ms` or later, by hash.
-    pub fn since(&self, since_ms: u64) -> impl Iterator<Item = &Sighting> {
+    pub(crate) fn since(&self, since_ms: u64) -> impl Iterator<Item = &Sighting> {
         self.by_hash.values().filter(move |s| s.at_ms >= since_ms)
     }
 
@@ -208,7 +208,12 @@ impl Fetch {
 /// with `me`) sorted by id are the nodes 1, 2, ... of a tree of fan-out `fanout` whose root
 /// is the leader; node `p`'s parent is `(p - 1) / fanout`. `None`: `me` fetches from the
 /// leader itself.
-pub fn relay(me: &NodeId, leader: &NodeId, nodes: &[NodeId], fanout: usize) -> Option<NodeId> {
+pub(crate) fn relay(
+    me: &NodeId,
+    leader: &NodeId,
+    nodes: &[NodeId],
+    fanout: usize,
+) -> Option<NodeId> {
     if fanout == 0 || me == leader {
         return None;
     }

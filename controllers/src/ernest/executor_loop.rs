@@ -27,7 +27,7 @@ use crate::machinery::ports::{BuildStore, GraphBus};
 
 /// Messages taken into one step at most: one file write per build and step, whatever the
 /// number of answers, keeps a wide build's per-component cost low.
-pub const BATCH: usize = 1024;
+pub(crate) const BATCH: usize = 1024;
 /// A flush (a round trip to the server) that takes longer is given up for now; the client still
 /// sends what it holds once it is connected again.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -37,11 +37,11 @@ const STORE_RETRY: Duration = Duration::from_secs(1);
 /// A journal may grow to the size of its snapshot before the next write is a snapshot (so
 /// replay never reads more than about twice the build), but at least to this: a small build's
 /// snapshot is cheap, yet rewriting it every few steps would cost the fsyncs of a whole file.
-pub const JOURNAL_MIN: usize = 64 * 1024;
+pub(crate) const JOURNAL_MIN: usize = 64 * 1024;
 
 /// The `Nats-Msg-Id` of build `id`'s result: the same each time it is published, so a JetStream
 /// stream's duplicate window keeps one copy and a core-NATS client can drop a repeat.
-pub fn result_msg_id(id: &str) -> String {
+pub(crate) fn result_msg_id(id: &str) -> String {
     format!("{id}.result")
 }
 

@@ -31,29 +31,29 @@ use crate::graph::{ErrorPolicy, Execution, Graph, GraphError, Outcome, VertexSta
 use crate::refs::{Resolver, has_refs};
 
 /// One component (or change): user-defined JSON with ernest's `_`-fields; every field is kept.
-pub type Component = Map<String, Value>;
+pub(crate) type Component = Map<String, Value>;
 
 /// The actions a build message may carry: `build.<action>`.
 pub const BUILD_ACTIONS: &[&str] = &["create", "delete", "patch", "import", "sync"];
 /// ernest's synthetic first and last vertices; `start` counts as completed when a build starts.
-pub const START: &str = "start";
-pub const END: &str = "end";
+pub(crate) const START: &str = "start";
+pub(crate) const END: &str = "end";
 
 /// ernest's `_state` values.
-pub const WAITING: &str = "waiting";
-pub const RUNNING: &str = "running";
-pub const COMPLETED: &str = "completed";
-pub const ERRORED: &str = "errored";
+pub(crate) const WAITING: &str = "waiting";
+pub(crate) const RUNNING: &str = "running";
+pub(crate) const COMPLETED: &str = "completed";
+pub(crate) const ERRORED: &str = "errored";
 
 /// The key of a summarised result's note.
-pub const SUMMARY_KEY: &str = "result_summary";
+pub(crate) const SUMMARY_KEY: &str = "result_summary";
 
 /// A terminal message's payload that fits in `max` bytes: `payload` itself when it fits. Else a
 /// summary: the build's fields without its `components`, `changes` and `edges` (counted
 /// instead), the largest other fields dropped and `error` shortened as needed, and under
 /// [`SUMMARY_KEY`] why (the whole size, `max`) and where the whole build is (`stored_at`, the
 /// build's file). The summary is valid JSON within `max` for any `max` of at least 512 bytes.
-pub fn fit_result(payload: Vec<u8>, max: usize, stored_at: Option<&str>) -> Vec<u8> {
+pub(crate) fn fit_result(payload: Vec<u8>, max: usize, stored_at: Option<&str>) -> Vec<u8> {
     if payload.len() <= max {
         return payload;
     }
@@ -159,39 +159,39 @@ pub struct Build {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub user_id: Option<Value>,
+    pub(crate) user_id: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub username: Option<Value>,
+    pub(crate) username: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub action: Option<Value>,
+    pub(crate) action: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub options: Option<Value>,
+    pub(crate) options: Option<Value>,
     #[serde(default)]
-    pub edges: Vec<Edge>,
+    pub(crate) edges: Vec<Edge>,
     /// The current state: what exists.
     #[serde(default)]
-    pub components: Vec<Component>,
+    pub(crate) components: Vec<Component>,
     /// The desired changes: the work list.
     #[serde(default)]
     pub changes: Vec<Component>,
     /// Fields this executor does not know (`datacenters`, ...), kept and returned.
     #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub(crate) extra: Map<String, Value>,
 }
 
 /// `source` runs before `destination`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Edge {
+pub(crate) struct Edge {
     pub source: String,
-    pub destination: String,
+    pub(crate) destination: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub length: Option<Value>,
+    pub(crate) length: Option<Value>,
     #[serde(flatten)]
-    pub extra: Map<String, Value>,
+    pub(crate) extra: Map<String, Value>,
 }
 
 /// A component's `_component_id` (`type::name`).
-pub fn component_id(c: &Component) -> Option<&str> {
+pub(crate) fn component_id(c: &Component) -> Option<&str> {
     c.get("_component_id").and_then(Value::as_str)
 }
 
@@ -254,7 +254,7 @@ fn bad_subject_token(payload: &Value) -> Option<String> {
 }
 
 /// The subject a change is dispatched on: `<_component>.<_action>.<_provider>`.
-pub fn dispatch_subject(c: &Component) -> String {
+pub(crate) fn dispatch_subject(c: &Component) -> String {
     format!(
         "{}.{}.{}",
         field(c, "_component"),
@@ -265,7 +265,7 @@ pub fn dispatch_subject(c: &Component) -> String {
 
 /// What a NATS message is to the executor, by its subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subject<'a> {
+pub(crate) enum Subject<'a> {
     /// `build.<action>`: a build to start (the subject without `build.` is the action).
     Build(&'a str),
     /// `<type>.<action>.<provider>.done|error`: a component's answer (`true`: an error).
@@ -276,7 +276,7 @@ pub enum Subject<'a> {
 }
 
 impl<'a> Subject<'a> {
-    pub fn parse(subject: &'a str) -> Subject<'a> {
+    pub(crate) fn parse(subject: &'a str) -> Subject<'a> {
         if let Some(action) = subject.strip_prefix("build.")
             && BUILD_ACTIONS.contains(&action)
         {
@@ -295,9 +295,9 @@ impl<'a> Subject<'a> {
 
 /// When a running component must have answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Deadline {
-    pub dispatched_ms: u64,
-    pub deadline_ms: u64,
+pub(crate) struct Deadline {
+    pub(crate) dispatched_ms: u64,
+    pub(crate) deadline_ms: u64,
 }
 
 /// How a build ended.
@@ -321,7 +321,7 @@ impl ResultKind {
 /// Whether the one terminal message was handed out for publishing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Sent {
+pub(crate) enum Sent {
     /// Stored before publishing; a restart that finds this publishes it again (it may not have
     /// reached the server), with the same message id.
     Sending,
@@ -331,7 +331,7 @@ pub enum Sent {
 
 /// A finished build's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BuildResult {
+pub(crate) struct BuildResult {
     pub kind: ResultKind,
     /// `build.create.done`, ...
     pub subject: String,
@@ -347,7 +347,7 @@ pub struct Outgoing {
     pub subject: String,
     pub payload: Vec<u8>,
     /// The build's terminal message (after publishing and a flush, [`BuildRun::mark_sent`]).
-    pub terminal: bool,
+    pub(crate) terminal: bool,
 }
 
 /// What an answer did.
@@ -413,7 +413,7 @@ struct Live {
 /// A change to `components` by ernest's completion rules, in the order it was made.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum ComponentOp {
+pub(crate) enum ComponentOp {
     /// Replaces the component with the same `_component_id`, or adds it at the end.
     Put(Component),
     /// Removes the components with this `_component_id`.
@@ -425,7 +425,7 @@ pub enum ComponentOp {
 pub struct Delta {
     /// The run's [`BuildRun::seq`] once this record is applied; replay takes a record only
     /// when it follows the run's seq directly.
-    pub seq: u64,
+    pub(crate) seq: u64,
     /// The run's `received_ms`: a record of an earlier build with the same id (left behind by
     /// a stop between the new build's first snapshot and the emptying of the journal) does
     /// not match and is skipped.
@@ -435,13 +435,13 @@ pub struct Delta {
     pub changes: Vec<(usize, Component)>,
     /// Changes to `build.components`, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub components: Vec<ComponentOp>,
+    pub(crate) components: Vec<ComponentOp>,
     /// Running components added (with their deadline) or removed, in order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub running: Vec<(String, Option<Deadline>)>,
+    pub(crate) running: Vec<(String, Option<Deadline>)>,
     /// The result, when it was set or changed (a result is never taken back).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<BuildResult>,
+    pub(crate) result: Option<BuildResult>,
 }
 
 /// What changed in a run since the last snapshot or delta (not stored).
@@ -468,22 +468,22 @@ pub struct BuildRun {
     /// The subject the build came on: `build.create`, ...; its result is `<subject>.done|error`.
     pub subject: String,
     pub policy: ErrorPolicy,
-    pub component_timeout_ms: u64,
+    pub(crate) component_timeout_ms: u64,
     /// How references are filled. A file written before the setting existed was started with
     /// what is now `extended`, and goes on with it.
     #[serde(default = "Templating::before_the_setting")]
     pub templating: Templating,
     pub received_ms: u64,
-    pub build: Build,
+    pub(crate) build: Build,
     /// The running components and when they must answer.
     #[serde(default)]
-    pub running: BTreeMap<String, Deadline>,
+    pub(crate) running: BTreeMap<String, Deadline>,
     #[serde(default)]
-    pub result: Option<BuildResult>,
+    pub(crate) result: Option<BuildResult>,
     /// The number of the last snapshot or journal record this state is (0 in files written
     /// before the journal).
     #[serde(default)]
-    pub seq: u64,
+    pub(crate) seq: u64,
     #[serde(skip)]
     live: Option<Live>,
     #[serde(skip)]
@@ -885,7 +885,7 @@ impl BuildRun {
     /// The terminal message of a finished build: the whole build, plus `error` for an error.
     /// As in ernest's, `name`, `username` (`""` when the build has none) and `options` (`null`)
     /// are always there.
-    pub fn terminal_message(&self) -> Option<Outgoing> {
+    pub(crate) fn terminal_message(&self) -> Option<Outgoing> {
         let result = self.result.as_ref()?;
         let mut payload = serde_json::to_value(&self.build).unwrap_or(Value::Null);
         if let Value::Object(map) = &mut payload {
@@ -908,7 +908,7 @@ impl BuildRun {
     }
 
     /// The terminal message was published and flushed.
-    pub fn mark_sent(&mut self) {
+    pub(crate) fn mark_sent(&mut self) {
         if let Some(result) = &mut self.result {
             result.sent = Sent::Sent;
             self.dirty.result = true;
@@ -961,7 +961,7 @@ impl BuildRun {
 
     /// Running components whose deadline passed become errored, with a message saying they
     /// timed out. Returns their ids.
-    pub fn expire(&mut self, now_ms: u64) -> Vec<String> {
+    pub(crate) fn expire(&mut self, now_ms: u64) -> Vec<String> {
         let expired: Vec<String> = self
             .running
             .iter()
@@ -996,7 +996,7 @@ impl BuildRun {
     }
 
     /// The earliest deadline of a running component.
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.running.values().map(|d| d.deadline_ms).min()
     }
 
@@ -1064,10 +1064,10 @@ fn apply_op(components: &mut Vec<Component>, op: &ComponentOp) {
 #[derive(Debug, Default)]
 pub struct Step {
     /// Builds whose stored state changed: write them before publishing anything.
-    pub save: Vec<String>,
-    pub publish: Vec<(String, Outgoing)>,
+    pub(crate) save: Vec<String>,
+    pub(crate) publish: Vec<(String, Outgoing)>,
     /// Answers applied: (errored, dispatch-to-answer ms), for the latency histogram.
-    pub answered: Vec<(bool, u64)>,
+    pub(crate) answered: Vec<(bool, u64)>,
     /// Builds that got their result in this step.
     pub finished: Vec<(String, ResultKind)>,
 }
@@ -1108,7 +1108,7 @@ impl Executor {
     /// became ready before the stop, or the result of a finished build that was stored as
     /// `Sending` (it may or may not have reached the server, so it goes out again: a client may
     /// see it twice, never zero times). A result stored as `Sent` is not published again.
-    pub fn resume(&mut self, run: BuildRun, now_ms: u64) -> Step {
+    pub(crate) fn resume(&mut self, run: BuildRun, now_ms: u64) -> Step {
         let mut step = Step::default();
         let mut run = run;
         if let Some(result) = &run.result {
@@ -1200,7 +1200,7 @@ impl Executor {
     }
 
     /// Times out the components whose deadline passed.
-    pub fn tick(&mut self, now_ms: u64) -> Step {
+    pub(crate) fn tick(&mut self, now_ms: u64) -> Step {
         let mut step = Step::default();
         for run in self.runs.values_mut() {
             if run.next_deadline().is_none_or(|d| d > now_ms) {
@@ -1218,7 +1218,7 @@ impl Executor {
     }
 
     /// The earliest deadline of any running component.
-    pub fn next_deadline(&self) -> Option<u64> {
+    pub(crate) fn next_deadline(&self) -> Option<u64> {
         self.runs.values().filter_map(BuildRun::next_deadline).min()
     }
 
@@ -1227,12 +1227,12 @@ impl Executor {
     }
 
     /// For writing a run: [`BuildRun::take_delta`] and [`BuildRun::clear_delta`].
-    pub fn run_mut(&mut self, id: &str) -> Option<&mut BuildRun> {
+    pub(crate) fn run_mut(&mut self, id: &str) -> Option<&mut BuildRun> {
         self.runs.get_mut(id)
     }
 
     /// The terminal message of `id` was published and flushed.
-    pub fn mark_sent(&mut self, id: &str) {
+    pub(crate) fn mark_sent(&mut self, id: &str) {
         if let Some(run) = self.runs.get_mut(id) {
             run.mark_sent();
         }
@@ -1245,7 +1245,7 @@ impl Executor {
     }
 
     /// Builds whose result was handed out for publishing and not flushed yet.
-    pub fn sending(&self) -> Vec<String> {
+    pub(crate) fn sending(&self) -> Vec<String> {
         self.runs
             .values()
             .filter(|r| {
@@ -1258,7 +1258,7 @@ impl Executor {
     }
 
     /// Drops finished runs whose result was sent (after their file was written).
-    pub fn forget_finished(&mut self) {
+    pub(crate) fn forget_finished(&mut self) {
         self.forget_sent();
     }
 

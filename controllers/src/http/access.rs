@@ -101,7 +101,7 @@ pub struct InUse {
 impl InUse {
     /// The client holds the request up: it does not take its response, or has not sent all of
     /// its body.
-    pub fn held_by_client(&self) -> bool {
+    pub(crate) fn held_by_client(&self) -> bool {
         self.blocked || self.receiving
     }
 }
@@ -285,7 +285,7 @@ fn origin_authority(url: &str) -> Option<String> {
 }
 
 /// The shortest token accepted: 16 bytes, as the election key.
-pub const MIN_TOKEN_LEN: usize = 16;
+pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
 /// The bearer token of `http.token-file`. Its `Debug` never shows it, so no settings dump or
 /// log line can.
@@ -355,7 +355,7 @@ pub struct TokenScope {
 /// any other path) stay open, so the page can load and ask for the token; so does the GraphQL
 /// query page (`/v1/graphiql`: a page from the binary, no data), while `/v1/graphql` is closed
 /// like the rest of the API.
-pub fn needs_token(scope: TokenScope, method: &str, path: &str) -> bool {
+pub(crate) fn needs_token(scope: TokenScope, method: &str, path: &str) -> bool {
     if !matches!(method, "GET" | "HEAD" | "OPTIONS") {
         return true;
     }

@@ -30,7 +30,7 @@ use crate::machinery::store::Trigger;
 use crate::machinery::watchdog::{self, DriverBeat, Progress};
 
 /// When to look at a key again after a successful pass.
-pub type Requeue = Option<Duration>;
+pub(crate) type Requeue = Option<Duration>;
 
 /// One controller: a set of keys and a reconcile step per key.
 pub trait Reconciler: Send + Sync + 'static {
@@ -57,10 +57,10 @@ pub trait Reconciler: Send + Sync + 'static {
 /// shortened by up to `jitter` (a fraction) so that many failing keys do not retry in lockstep.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Backoff {
-    pub initial: Duration,
-    pub max: Duration,
-    pub factor: f64,
-    pub jitter: f64,
+    pub(crate) initial: Duration,
+    pub(crate) max: Duration,
+    pub(crate) factor: f64,
+    pub(crate) jitter: f64,
 }
 
 impl Default for Backoff {
@@ -78,7 +78,7 @@ impl Default for Backoff {
 
 impl Backoff {
     /// The delay before retry number `failures` (1 for the first retry).
-    pub fn delay(&self, failures: u32, rng: &mut impl Rng) -> Duration {
+    pub(crate) fn delay(&self, failures: u32, rng: &mut impl Rng) -> Duration {
         let exp = self.factor.powi(failures.saturating_sub(1).min(64) as i32);
         let base = self.initial.as_secs_f64() * exp;
         let capped = base.min(self.max.as_secs_f64());
@@ -129,7 +129,7 @@ pub trait DriverObserver: Send + Sync + 'static {
 
 /// An observer that ignores everything.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct NoObserver;
+pub(crate) struct NoObserver;
 
 impl DriverObserver for NoObserver {
     fn pass(&self, _: &'static str, _: Option<&'static str>, _: Duration) {}
@@ -201,13 +201,13 @@ impl<R: Reconciler> Driver<R> {
     /// Runs a pass of each key received here, as a change would (a key not among the current
     /// keys rescans them when the reconciler lists it now, and is ignored otherwise): the reconciler asks for the keys its own progress unblocked, without
     /// waking every key.
-    pub fn wake_keys(mut self, wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>) -> Self {
+    pub(crate) fn wake_keys(mut self, wakes: tokio::sync::mpsc::UnboundedReceiver<R::Key>) -> Self {
         self.wakes = Some(wakes);
         self
     }
 
     /// Wake on changes of this store field.
-    pub fn trigger(mut self, trigger: Box<dyn Trigger>) -> Self {
+    pub(crate) fn trigger(mut self, trigger: Box<dyn Trigger>) -> Self {
         self.triggers.push(trigger);
         self
     }

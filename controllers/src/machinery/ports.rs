@@ -302,7 +302,7 @@ pub trait RoleSource: Send + Sync + 'static {
 /// The default [`RoleSource`]: the roles of `nodes[host].roles`, their variables merged from
 /// the schedule as [`crate::render::vars`] says.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct CompatRoles;
+pub(crate) struct CompatRoles;
 
 impl RoleSource for CompatRoles {
     fn name(&self) -> &str {

@@ -73,7 +73,7 @@ impl<T: PartialEq + Send + Sync + 'static> Field<T> {
         self.tx.borrow().clone()
     }
 
-    pub fn reader(&self) -> Reader<T> {
+    pub(crate) fn reader(&self) -> Reader<T> {
         Reader {
             rx: self.tx.subscribe(),
         }
@@ -100,7 +100,7 @@ impl<T: Send + Sync + 'static> Reader<T> {
     }
 
     /// A boxed wake source for the controller [`Driver`](crate::machinery::driver::Driver).
-    pub fn trigger(&self) -> Box<dyn Trigger> {
+    pub(crate) fn trigger(&self) -> Box<dyn Trigger> {
         Box::new(self.clone())
     }
 }

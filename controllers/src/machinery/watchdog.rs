@@ -67,7 +67,7 @@ impl Progress {
     }
 
     /// How long a driver's loop may go without turning: two of its idle turns.
-    pub fn turn_limit(&self) -> Option<Duration> {
+    pub(crate) fn turn_limit(&self) -> Option<Duration> {
         self.turn_every.map(|every| every * 2)
     }
 
@@ -138,12 +138,12 @@ pub struct DriverBeat {
 
 impl DriverBeat {
     /// How often the driver must turn its loop even when nothing happens.
-    pub fn turn_every(&self) -> Option<Duration> {
+    pub(crate) fn turn_every(&self) -> Option<Duration> {
         self.turn_every
     }
 
     /// The loop turned at `now`.
-    pub fn turned(&self, now: Instant) {
+    pub(crate) fn turned(&self, now: Instant) {
         lock(&self.records).drivers[self.index].turned = now;
     }
 
@@ -172,7 +172,7 @@ pub struct PassMark {
 
 impl PassMark {
     /// The pass took a step at `now`.
-    pub fn moved(&self, now: Instant) {
+    pub(crate) fn moved(&self, now: Instant) {
         if let Some(pass) = lock(&self.records).drivers[self.index]
             .passes
             .get_mut(&self.id)
@@ -240,7 +240,7 @@ pub struct Stall {
     /// The key of the pass that is stuck; `None` when the driver's loop itself stopped turning.
     pub key: Option<String>,
     /// How long since the loop turned or the pass moved.
-    pub idle: Duration,
+    pub(crate) idle: Duration,
     /// The limit it went past.
     pub limit: Duration,
 }

@@ -62,7 +62,7 @@ use crate::state::{
 };
 
 /// Length of a deployment id (as in verwalter 0.13).
-pub const DEPLOYMENT_ID_LEN: usize = 24;
+pub(crate) const DEPLOYMENT_ID_LEN: usize = 24;
 
 /// A new random deployment id: 24 ASCII letters and digits.
 pub fn deployment_id() -> String {
@@ -97,7 +97,7 @@ pub enum RenderError {
 }
 
 impl RenderError {
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             RenderError::Vars(_) => "vars",
             RenderError::Templates(_) => "templates",
@@ -241,12 +241,12 @@ impl Deps {
 #[derive(Debug)]
 pub struct ScheduleCheck {
     pub roles: Vec<(String, RoleVars)>,
-    pub dependency_problems: HashMap<String, String>,
+    pub(crate) dependency_problems: HashMap<String, String>,
     pub waves: Option<Vec<Vec<String>>>,
 }
 
 /// A role's resolved variables, or why they cannot be had.
-pub type RoleVars = Result<serde_json::Map<String, Value>, String>;
+pub(crate) type RoleVars = Result<serde_json::Map<String, Value>, String>;
 
 impl ScheduleCheck {
     /// What a render pass makes of `role` before reading its template: its resolved variables,
@@ -597,7 +597,7 @@ impl RenderController {
 
     /// Drops what is kept about roles not in `keep`: failures, applied hashes (memory and
     /// storage), cached desired state. The cleanup controller calls it.
-    pub fn retain_roles(&self, keep: &BTreeSet<String>) -> Vec<String> {
+    pub(crate) fn retain_roles(&self, keep: &BTreeSet<String>) -> Vec<String> {
         let gone: Vec<String> = {
             let mut st = self.state.lock().unwrap();
             st.cache.retain(|role, _| keep.contains(role));

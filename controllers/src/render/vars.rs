@@ -15,11 +15,11 @@ use serde_json::{Map, Value};
 pub mod logged;
 
 /// Version string templates see as `verwalter_version`.
-pub const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
+pub(crate) const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
 
 /// Variables that change on every pass or with any part of the schedule; they are left out of a
 /// role's desired hash (see [`write_hashed_source`]).
-pub const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedule"];
+pub(crate) const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedule"];
 
 /// Words that mark a key as holding a secret (matched case-insensitively within the key).
 const SECRET_WORDS: &[&str] = &["password", "secret", "token", "key"];
@@ -37,10 +37,10 @@ fn is_secret(key: &str) -> bool {
 /// the value of every key that looks like a secret (contains `password`, `secret`, `token` or
 /// `key`, any case) is `"***"`, at any depth, and `full_schedule` is a pointer to
 /// `/v1/schedule`.
-pub struct MaskedVars<'a>(pub &'a Map<String, Value>);
+pub(crate) struct MaskedVars<'a>(pub &'a Map<String, Value>);
 
 /// What [`MaskedVars`] shows for `full_schedule`.
-pub const FULL_SCHEDULE_SHOWN: &str = "(the whole schedule; see /v1/schedule)";
+pub(crate) const FULL_SCHEDULE_SHOWN: &str = "(the whole schedule; see /v1/schedule)";
 
 /// A value inside [`MaskedVars`], secrets masked at any depth; `None`: a secret's, `"***"`.
 struct Masked<'a>(Option<&'a Value>);
@@ -167,7 +167,7 @@ pub fn unsafe_role_name(role: &str) -> Option<&'static str> {
 /// ones, and empty arrays, as `None`), after checking the role name and that each source is an
 /// object. An empty array is an empty object: a scheduler's empty table may come out as either
 /// (Lua cannot tell them apart).
-pub fn sources<'a>(
+pub(crate) fn sources<'a>(
     data: &'a Value,
     host: &str,
     role: &str,
@@ -203,7 +203,7 @@ pub fn sources<'a>(
 }
 
 /// The template dir of `role` (the `template` variable as merged), checked to be a safe path.
-pub fn role_template(
+pub(crate) fn role_template(
     role: &str,
     sources: &[Option<&Map<String, Value>>; 4],
 ) -> Result<String, VarsError> {
@@ -230,7 +230,7 @@ pub fn role_template(
 }
 
 /// Canonical JSON of a source as a role's desired hash covers it: without [`UNHASHED_VARS`].
-pub fn write_hashed_source(source: Option<&Map<String, Value>>, out: &mut Vec<u8>) {
+pub(crate) fn write_hashed_source(source: Option<&Map<String, Value>>, out: &mut Vec<u8>) {
     match source {
         None => out.extend_from_slice(b"null"),
         Some(map) => crate::schedule::hash::write_canonical_object(

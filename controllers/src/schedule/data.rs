@@ -28,7 +28,7 @@ use crate::schedule::hash::{canonical_json, hash_canonical};
 
 /// The keys of a schedule that a node's own view keeps besides its entry in `nodes`: what role
 /// variables are made of ([`crate::render::vars`]) and the changes log the render controller reports.
-pub const VIEW_KEYS: &[&str] = &["changes", "roles", "vars"];
+pub(crate) const VIEW_KEYS: &[&str] = &["changes", "roles", "vars"];
 
 /// A schedule's data: canonical JSON text, with its parsed tree made on first use. Cheap to
 /// clone (shared).
@@ -81,7 +81,7 @@ impl ScheduleData {
     /// ([`ScheduleData::received_vouched`]), which is canonical as the whole was; `None` for
     /// other data. The render controller hashes
     /// a role's own variables from it instead of writing a big shared role out again.
-    pub fn role_text(&self, role: &str) -> Option<&str> {
+    pub(crate) fn role_text(&self, role: &str) -> Option<&str> {
         let range = self.0.roles.get(role)?;
         self.0.text.get(range.clone())
     }
@@ -92,7 +92,7 @@ impl ScheduleData {
     }
 
     /// Like [`ScheduleData::from_value`], sharing a tree the caller holds.
-    pub fn from_tree(tree: Arc<Value>) -> ScheduleData {
+    pub(crate) fn from_tree(tree: Arc<Value>) -> ScheduleData {
         let text = String::from_utf8(canonical_json(&tree)).expect("serde_json writes UTF-8");
         ScheduleData::with(text, OnceLock::from(tree), None)
     }
@@ -102,7 +102,10 @@ impl ScheduleData {
     /// which checks it the way every schedule was checked before; text whose SHA-1 is `claimed`
     /// is then kept as it is, other text written canonically (its hash is then checked by the
     /// caller).
-    pub fn from_raw(raw: Box<RawValue>, claimed: &str) -> Result<ScheduleData, serde_json::Error> {
+    pub(crate) fn from_raw(
+        raw: Box<RawValue>,
+        claimed: &str,
+    ) -> Result<ScheduleData, serde_json::Error> {
         let tree: Value = serde_json::from_str(raw.get())?;
         if hash_canonical(raw.get().as_bytes()) == claimed {
             return Ok(ScheduleData::with(
@@ -118,7 +121,7 @@ impl ScheduleData {
     /// [`ScheduleData::from_raw`] reads it, but hashed as it came, whitespace around the value
     /// included: text whose exact bytes hash to `claimed` is kept as it is, whatever the value
     /// (the one-pass reading takes only objects; this is the rest of that reading).
-    pub fn from_text(data: &str, claimed: &str) -> Result<ScheduleData, serde_json::Error> {
+    pub(crate) fn from_text(data: &str, claimed: &str) -> Result<ScheduleData, serde_json::Error> {
         let tree: Value = serde_json::from_str(data)?;
         if hash_canonical(data.as_bytes()) == claimed {
             return Ok(ScheduleData::with(
@@ -138,7 +141,7 @@ impl ScheduleData {
     /// of a megabyte is read once, no tree built. Otherwise the text comes back, for the caller
     /// to read the slow way, which explains what is wrong ([`ScheduleData::from_raw`],
     /// [`crate::state::Schedule::verify`]).
-    pub fn received(
+    pub(crate) fn received(
         text: String,
         range: std::ops::Range<usize>,
         claimed: &str,
@@ -151,7 +154,7 @@ impl ScheduleData {
     /// not hashed: the caller checked the hash of the very bytes it came in against one the
     /// schedule's maker announced (the `lz4_sha1` of its ping). It is still checked to be a JSON
     /// object serde_json would parse, in the pass that finds `host`'s view.
-    pub fn received_vouched(
+    pub(crate) fn received_vouched(
         text: String,
         range: std::ops::Range<usize>,
         host: &str,
@@ -200,7 +203,7 @@ impl ScheduleData {
     }
 
     /// SHA-1 hex of the canonical text: the schedule hash.
-    pub fn hash(&self) -> String {
+    pub(crate) fn hash(&self) -> String {
         hash_canonical(self.canonical().as_bytes())
     }
 
@@ -235,7 +238,7 @@ impl ScheduleData {
 
     /// [`ScheduleData::node_view`] as data of its own: the one cut when the text was received,
     /// shared, when it was cut for `host` (no copy of the tree, no second canonical writing).
-    pub fn node_view_data(&self, host: &str) -> ScheduleData {
+    pub(crate) fn node_view_data(&self, host: &str) -> ScheduleData {
         match &self.0.view {
             Some((cut_for, view)) if cut_for == host => view.clone(),
             _ => ScheduleData::from_value(self.node_view(host)),

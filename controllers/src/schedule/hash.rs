@@ -16,7 +16,7 @@ pub fn schedule_hash(data: &Value) -> String {
 
 /// The canonical form of `data` (compact, keys sorted): what the hash covers, and what the
 /// storage dir writes, so a schedule is serialised once.
-pub fn canonical_json(data: &Value) -> Vec<u8> {
+pub(crate) fn canonical_json(data: &Value) -> Vec<u8> {
     let mut buf = Vec::with_capacity(4096);
     write_canonical(data, &mut buf);
     buf
@@ -28,7 +28,7 @@ pub fn hash_canonical(canonical: &[u8]) -> String {
 }
 
 /// Compact JSON with object keys in byte order, as serde_json wrote it for verwalter 0.13.
-pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
+pub(crate) fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             out.push(b'{');
@@ -59,7 +59,7 @@ pub fn write_canonical(value: &Value, out: &mut Vec<u8>) {
 
 /// A JSON object of `entries` (which must come in key order, as a serde_json map iterates), in
 /// the form of [`write_canonical`].
-pub fn write_canonical_object<'a>(
+pub(crate) fn write_canonical_object<'a>(
     entries: impl Iterator<Item = (&'a String, &'a Value)>,
     out: &mut Vec<u8>,
 ) {

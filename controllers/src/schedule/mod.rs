@@ -39,7 +39,7 @@ use crate::state::{
 
 /// What a successful scheduler run does with the schedule it made.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Take {
+pub(crate) enum Take {
     /// Other data, or the same data made by another leader: the run's schedule goes in force.
     New(Schedule),
     /// The same data this node made before, under a new timestamp (hash, data and origin
@@ -70,7 +70,7 @@ pub enum Take {
 /// Otherwise an unchanged run keeps the schedule, so that the schedule, its file, backups,
 /// caches and streams do not churn every period as 0.13's did. A restamp's timestamp is later
 /// than the current one even if the clock went back.
-pub fn decide(
+pub(crate) fn decide(
     current: Option<&Schedule>,
     made: Schedule,
     fresh_leadership: bool,
@@ -94,7 +94,7 @@ pub fn decide(
 /// Whether a peer whose last election packet was of `epoch` (this leadership) reports a schedule
 /// other than `hash`, or none: a follower that has not taken this leader's schedule. Nodes of
 /// this version catch up by themselves within a fetch; a 0.13 follower may wait for a new stamp.
-pub fn follower_lags(reports: &Reports, epoch: u64, hash: &str) -> bool {
+pub(crate) fn follower_lags(reports: &Reports, epoch: u64, hash: &str) -> bool {
     reports
         .values()
         .filter(|r| r.epoch == epoch)

@@ -21,7 +21,7 @@ use crate::state::Schedule;
 /// How soon a schedule that could not be written is written again. A full or read-only disk is
 /// fixed by an operator in minutes, so a few seconds lose nothing, and a failing write of a large
 /// schedule is not repeated in a tight loop.
-pub const PERSIST_RETRY: Duration = Duration::from_secs(5);
+pub(crate) const PERSIST_RETRY: Duration = Duration::from_secs(5);
 
 /// The schedule in force that the storage dir has not taken yet.
 struct Unsaved {

@@ -54,11 +54,11 @@ impl MetricSample {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct QueryResult {
     /// The PromQL the samples answer (a changed query starts afresh).
-    pub query: String,
+    pub(crate) query: String,
     /// The last good answer; empty before the first.
-    pub samples: Arc<Vec<MetricSample>>,
+    pub(crate) samples: Arc<Vec<MetricSample>>,
     /// Wall-clock ms of the last successful refresh; `None` before the first.
-    pub updated: Option<u64>,
+    pub(crate) updated: Option<u64>,
     /// The last refresh's error; `None` after a success.
     pub error: Option<String>,
 }
@@ -118,7 +118,7 @@ impl SchedulerMetrics {
     /// Whether `other` holds the same samples and errors for the same queries: a refresh that
     /// only confirmed the values (a newer `updated`) does not re-run the scheduler; the next
     /// periodic run sees the new age.
-    pub fn same_data(&self, other: &SchedulerMetrics) -> bool {
+    pub(crate) fn same_data(&self, other: &SchedulerMetrics) -> bool {
         self.queries.len() == other.queries.len()
             && self
                 .queries

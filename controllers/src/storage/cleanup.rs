@@ -39,7 +39,7 @@ pub enum SweepError {
 }
 
 /// Sweeps with the same roles for this node are at least this far apart.
-pub const SWEEP_GAP: Duration = Duration::from_secs(10);
+pub(crate) const SWEEP_GAP: Duration = Duration::from_secs(10);
 
 pub struct CleanupController {
     store: Store,

@@ -6,15 +6,15 @@ use std::time::{Duration, SystemTime};
 use time::OffsetDateTime;
 
 /// How many backups of each kind are kept, as verwalter 0.13 kept them.
-pub const BACKUPS_KEPT: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
+pub(crate) const BACKUPS_KEPT: [(&str, usize); 3] = [("hourly", 36), ("daily", 14), ("weekly", 12)];
 
 /// Backups of this kind are never pruned: `upgrade-YYYYmmddTHHMMSS`, the schedule verwalter 0.13
 /// left, copied at the upgrade ([`crate::storage::upgrade`]).
-pub const UPGRADE_KIND: &str = "upgrade";
+pub(crate) const UPGRADE_KIND: &str = "upgrade";
 
 /// The names of the backups of the periods containing `now` (UTC): `hourly-YYYYmmddTHH`,
 /// `daily-YYYYmmdd`, `weekly-YYYYwWW` (the week of the year starting on Monday).
-pub fn backup_names(now: OffsetDateTime) -> [String; 3] {
+pub(crate) fn backup_names(now: OffsetDateTime) -> [String; 3] {
     let now = now.to_offset(time::UtcOffset::UTC);
     let (year, month, day, hour) = (now.year(), now.month() as u8, now.day(), now.hour());
     [
@@ -43,7 +43,7 @@ fn kind_of(name: &str) -> Option<&str> {
 /// the first Monday, up to the week of 31 December). `daily-99999999`, `hourly-20250101T99` or
 /// `weekly-2025w99` are not: such names sort after every real backup of their kind, so counted
 /// with them they would never be pruned and would keep real ones from being kept.
-pub fn is_period_backup(name: &str) -> bool {
+pub(crate) fn is_period_backup(name: &str) -> bool {
     let Some((kind, period)) = name.split_once('-') else {
         return false;
     };

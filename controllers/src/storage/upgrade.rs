@@ -163,14 +163,14 @@ pub fn plan_storage(listing: &StorageListing) -> StoragePlan {
 
 /// The backup name (`<kind>-<period>`) of a 0.13 backup file in `schedule/`: named
 /// `<kind>-<period>.json.gz`, or without the suffix; `None` for any other file.
-pub fn backup_013(file: &str) -> Option<&str> {
+pub(crate) fn backup_013(file: &str) -> Option<&str> {
     let bare = file.strip_suffix(".json.gz").unwrap_or(file);
     is_period_backup(bare).then_some(bare)
 }
 
 /// Whether `name` is exactly a periodic backup name of a period that exists (see
 /// [`crate::storage::retention::is_period_backup`]).
-pub fn is_period_backup(name: &str) -> bool {
+pub(crate) fn is_period_backup(name: &str) -> bool {
     crate::storage::retention::is_period_backup(name)
 }
 
@@ -201,7 +201,7 @@ fn looks_like_period_backup(name: &str) -> bool {
 
 /// `upgrade-YYYYmmddTHHMMSS` (UTC): the name of the copy of a schedule file this daemon did not
 /// write, after when the schedule was made.
-pub fn upgrade_backup_name(made_ms: u64) -> String {
+pub(crate) fn upgrade_backup_name(made_ms: u64) -> String {
     let secs = i64::try_from(made_ms / 1000).unwrap_or(i64::MAX);
     let t =
         time::OffsetDateTime::from_unix_timestamp(secs).unwrap_or(time::OffsetDateTime::UNIX_EPOCH);

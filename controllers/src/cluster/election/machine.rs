@@ -64,7 +64,7 @@ impl Timings {
 /// 28 million years), so such an epoch is garbage or an attack; it keeps `epoch + 1` from ever
 /// wrapping to 0, and epochs stay exact for JSON readers (`/v1/election`), which read numbers
 /// as doubles.
-pub const MAX_EPOCH: u64 = (1 << 53) - 1;
+pub(crate) const MAX_EPOCH: u64 = (1 << 53) - 1;
 
 /// The epoch after `epoch`, never above [`MAX_EPOCH`] (reached only by a cluster that was sent
 /// `MAX_EPOCH` itself; it then elects within that epoch).
@@ -164,7 +164,7 @@ pub struct Machine {
 
 /// Votes needed to lead when `peers` other nodes count (reference §4.3): everyone for one or
 /// two nodes, a strict majority from three on.
-pub fn minimum_votes(peers: usize) -> usize {
+pub(crate) fn minimum_votes(peers: usize) -> usize {
     match peers + 1 {
         0 | 1 => 1,
         2 => 2,
@@ -226,7 +226,7 @@ impl Machine {
         &self.state
     }
 
-    pub fn stable_since(&self) -> Option<Instant> {
+    pub(crate) fn stable_since(&self) -> Option<Instant> {
         self.stable_since
     }
 

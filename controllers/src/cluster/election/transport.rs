@@ -13,7 +13,7 @@ use crate::state::{NodeId, Peers, Report, ScheduleStamp};
 
 /// Peer info older than this makes the node stop trusting its view of the cluster
 /// (verwalter 0.13: 1.5 × the 1 s peer refresh).
-pub const HOSTS_FRESH: Duration = Duration::from_millis(1500);
+pub(crate) const HOSTS_FRESH: Duration = Duration::from_millis(1500);
 
 /// Whether the peer list, last refreshed at `last_refresh_ms` (`None`: never), is fresh enough
 /// to elect on at `now_ms`.
@@ -88,7 +88,7 @@ pub fn admit(own: &str, packet: &Packet, from: SocketAddr, peers: &Peers) -> Res
 /// Whether `id` is in the peer list with an address of the IP a packet came from (the port is
 /// not compared: it is the peer's, but a NAT may change it). A peer without an address cannot
 /// be checked, so it is not trusted either.
-pub fn is_peer(peers: &Peers, id: &str, from: SocketAddr) -> bool {
+pub(crate) fn is_peer(peers: &Peers, id: &str, from: SocketAddr) -> bool {
     peers
         .peers
         .get(id)

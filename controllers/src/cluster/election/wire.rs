@@ -177,7 +177,7 @@ fn id_bytes(field: &str, id: &str) -> Result<ByteArray<16>, WireError> {
 pub struct AuthKey(Vec<u8>);
 
 /// Bytes of the tag after the CBOR of an authenticated packet.
-pub const TAG_LEN: usize = 32;
+pub(crate) const TAG_LEN: usize = 32;
 /// The shortest key taken: 128 bits.
 pub const MIN_KEY_LEN: usize = 16;
 /// Goes into every tag, so that a tag made with the same key for something else does not fit.

@@ -14,11 +14,11 @@ use sha2::{Digest, Sha256};
 use super::{FULL_SCHEDULE_SHOWN, Masked, UNHASHED_VARS, is_secret};
 
 /// Variables whose compact JSON is at most this long are logged whole on a role's first attempt.
-pub const WHOLE_MAX: usize = 64 * 1024;
+pub(crate) const WHOLE_MAX: usize = 64 * 1024;
 /// A value whose compact JSON is longer is shown as its kind, size and digest.
-pub const VALUE_MAX: usize = 1024;
+pub(crate) const VALUE_MAX: usize = 1024;
 /// At most this many changed paths are listed; the rest are counted.
-pub const PATHS_MAX: usize = 50;
+pub(crate) const PATHS_MAX: usize = 50;
 
 /// The variables last logged for a role: the deployment that logged them, and the values.
 pub struct Logged<'a> {

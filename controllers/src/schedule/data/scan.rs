@@ -12,15 +12,15 @@ use std::ops::Range;
 
 /// How deep serde_json nests containers before it refuses the text (its recursion limit, 128,
 /// counted the way it counts).
-pub const MAX_DEPTH: usize = 127;
+pub(crate) const MAX_DEPTH: usize = 127;
 
 /// Where the parts of a node's view are in a schedule's data: the value of each of
 /// [`super::VIEW_KEYS`] at the top (the last one when a key is given twice, as a parse keeps),
 /// and of the node's entry in the last `nodes` when that is an object holding it.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Cut {
-    pub keys: [Option<Range<usize>>; 3],
-    pub node: Option<Range<usize>>,
+pub(crate) struct Cut {
+    pub(crate) keys: [Option<Range<usize>>; 3],
+    pub(crate) node: Option<Range<usize>>,
     /// When `roles` (the one in `keys`) is an object: each of its entries, the range of the key
     /// string (quotes included) and of the value.
     pub roles: Vec<(Range<usize>, Range<usize>)>,
@@ -28,7 +28,7 @@ pub struct Cut {
 
 /// Checks `text` and cuts `host`'s view from it; `None` when serde_json would refuse the text
 /// or it is not an object at the top.
-pub fn cut(text: &str, host: &str) -> Option<Cut> {
+pub(crate) fn cut(text: &str, host: &str) -> Option<Cut> {
     let mut scan = Scan {
         text,
         b: text.as_bytes(),
