@@ -1,6 +1,6 @@
 //! Dependency-graph benchmark (issue 14):
 //! - build, check and order a graph of 10,000 vertices and 50,000 edges (`Graph::from_edges` +
-//!   `waves`), and run it through `Progress` with instant completions;
+//!   `waves`), and run it through `Execution` with instant completions;
 //! - the render controller under its driver (the daemon's wiring, 4 roles at once) applying 100
 //!   roles that form one `depends_on` chain versus 100 independent roles, each apply running
 //!   the command `true`: the time beyond the commands themselves, per role. The chain runs its
@@ -15,12 +15,13 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use serde_json::{Map, json};
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::driver::DriverConfig;
-use verwalter_controllers::graph::{ErrorPolicy, Graph, Progress};
-use verwalter_controllers::ports::{ApplyError, RoleApplier, RoleJob, SystemClock};
+use verwalter_controllers::graph::{ErrorPolicy, Execution, Graph};
+use verwalter_controllers::machinery::clock::SystemClock;
+use verwalter_controllers::machinery::driver::DriverConfig;
+use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob};
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::state::Schedule;
-use verwalter_controllers::store::StoreWriter;
 use verwalter_controllers::testing::{
     MemoryAppliedStore, RecordingDeploymentLog, layered_graph, templates,
 };
@@ -164,7 +165,7 @@ fn graph_figures() {
         assert_eq!(waves.iter().map(Vec::len).sum::<usize>(), vertices.len());
 
         let started = Instant::now();
-        let mut progress = Progress::new(&graph, ErrorPolicy::Halt);
+        let mut progress = Execution::new(&graph, ErrorPolicy::Halt);
         loop {
             let ready = progress.take_ready();
             if ready.is_empty() {

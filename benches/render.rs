@@ -21,14 +21,15 @@ use futures::future::BoxFuture;
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, json};
-use verwalter::logs::{LogDir, LogLimits};
 use verwalter::render::{Applier, ApplierConfig, read_templates};
-use verwalter::state_dir::StateDir;
-use verwalter_controllers::driver::Reconciler;
-use verwalter_controllers::ports::{RoleApplier, RoleJob, SystemClock};
+use verwalter::storage::logs::{LogDir, LogLimits};
+use verwalter::storage::state_dir::StateDir;
+use verwalter_controllers::machinery::clock::SystemClock;
+use verwalter_controllers::machinery::driver::Reconciler;
+use verwalter_controllers::machinery::ports::{RoleApplier, RoleJob};
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::render::RenderController;
 use verwalter_controllers::state::Schedule;
-use verwalter_controllers::store::StoreWriter;
 
 const ROLES: usize = 500;
 const ROUNDS: usize = 31;
@@ -274,7 +275,7 @@ impl RoleApplier for Timed {
     fn apply(
         &self,
         job: RoleJob,
-    ) -> BoxFuture<'static, Result<(), verwalter_controllers::ports::ApplyError>> {
+    ) -> BoxFuture<'static, Result<(), verwalter_controllers::machinery::ports::ApplyError>> {
         let role = job.role.clone();
         let inner = self.inner.apply(job);
         let last = self.last.clone();

@@ -17,8 +17,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group};
 use serde_json::{Value, json};
-use verwalter::lua::{Limits, Sandbox};
-use verwalter::state_dir::StateDir;
+use verwalter::schedule::lua::{Limits, Sandbox};
+use verwalter::storage::state_dir::StateDir;
 use verwalter_controllers::state::{Peer, Schedule, ScheduleStamp, SchedulerInput};
 
 const PEERS: usize = 1000;
@@ -101,7 +101,7 @@ fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Sc
 
 fn bench(c: &mut Criterion) {
     // As the daemon does at start.
-    verwalter::allocator::tune();
+    verwalter::schedule::lua::allocator::tune();
     let sandbox = sandbox();
     let input = input();
     let tmp = tempfile::tempdir().unwrap();
@@ -248,7 +248,7 @@ fn instances(schedule: &Schedule) -> usize {
 
 /// The round with `placement.place` doing the bin packing, next to the hand-written scheduler.
 fn bench_library(c: &mut Criterion) {
-    verwalter::allocator::tune();
+    verwalter::schedule::lua::allocator::tune();
     let library = sandbox_in("benches/placement/library/scheduler/v1");
     let by_hand = sandbox();
     let input = input();

@@ -108,7 +108,7 @@ fn bench(c: &mut Criterion) {
         )
     });
     group.bench_function("sha1_data", |b| {
-        b.iter(|| verwalter_controllers::hash::hash_canonical(data.as_bytes()))
+        b.iter(|| verwalter_controllers::schedule::hash::hash_canonical(data.as_bytes()))
     });
     group.bench_function("scan_only", |b| {
         b.iter_batched(

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use verwalter::lua::{Limits, Sandbox};
-use verwalter::wasm::WasmRun;
+use verwalter::schedule::lua::{Limits, Sandbox};
+use verwalter::schedule::wasm::WasmRun;
 use verwalter_controllers::state::{Peer, SchedulerInput};
 
 const PEERS: usize = 1000;
@@ -69,7 +69,7 @@ fn ms(d: Duration) -> f64 {
 fn main() {
     // `cargo bench` passes `--bench`; `cargo test --benches` runs this once as a smoke test.
     let quick = !std::env::args().any(|a| a == "--bench");
-    verwalter::allocator::tune();
+    verwalter::schedule::lua::allocator::tune();
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let lua = Sandbox::load(
         &root.join("benches/placement/scheduler/v1"),
@@ -81,7 +81,7 @@ fn main() {
         .expect("the shipped module");
     let load_started = Instant::now();
     // The daemon's memory cap, and time enough to measure a slow run instead of stopping it.
-    let limits = verwalter::wasm::WasmLimits {
+    let limits = verwalter::schedule::wasm::WasmLimits {
         memory: Limits::default().memory,
         time: Duration::from_secs(60),
     };

@@ -6,12 +6,14 @@ pub mod journal;
 use std::sync::Arc;
 
 use verwalter_controllers::actions::{ActionLimits, ActionQueue};
-use verwalter_controllers::ports::{JournalError, SystemClock};
+use verwalter_controllers::machinery::clock::SystemClock;
+use verwalter_controllers::machinery::ports::JournalError;
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 use verwalter_controllers::state::Actions;
-use verwalter_controllers::store::{Field, Store};
 
 use self::journal::FileJournal;
-use crate::state_dir::StateDir;
+use crate::storage::state_dir::StateDir;
 
 /// The queue over `<storage>/actions.journal`, with the actions an earlier run left there (and
 /// in the `actions.json` of older versions). Err: the journal exists but cannot be read.
@@ -32,8 +34,8 @@ pub fn open(
 mod tests {
     use serde_json::json;
     use tokio_util::sync::CancellationToken;
-    use verwalter_controllers::election::ElectionState;
-    use verwalter_controllers::store::StoreWriter;
+    use verwalter_controllers::cluster::election::ElectionState;
+    use verwalter_controllers::node::StoreWriter;
 
     use super::*;
 

@@ -13,39 +13,41 @@ use tokio::task::{self, JoinSet};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::actions::ActionQueue;
-use verwalter_controllers::cleanup::{CleanupController, SweepError, Sweeper};
-use verwalter_controllers::driver::{Driver, DriverConfig, Reconciler};
-use verwalter_controllers::election::ElectionState;
-use verwalter_controllers::election::{self, machine::Machine};
-use verwalter_controllers::persist::Persister;
-use verwalter_controllers::ports::{AppliedStore, Clock, StorageError, SystemClock};
+use verwalter_controllers::cluster::election::ElectionState;
+use verwalter_controllers::cluster::election::{self, machine::Machine};
+use verwalter_controllers::cluster::replication::ReplicationConfig;
+use verwalter_controllers::machinery::clock::{Clock, SystemClock};
+use verwalter_controllers::machinery::driver::{Driver, DriverConfig, Reconciler};
+use verwalter_controllers::machinery::ports::{AppliedStore, StorageError};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::machinery::watchdog::{self, Progress};
+use verwalter_controllers::node::{Store, StoreWriter};
 use verwalter_controllers::render::RenderController;
-use verwalter_controllers::replication::ReplicationConfig;
+use verwalter_controllers::schedule::persist::Persister;
+use verwalter_controllers::schedule::scheduler_metrics::SchedulerMetrics;
 use verwalter_controllers::schedule::{
     Identity, ScheduleController, ScheduleDeps, ScheduleOutputs,
 };
-use verwalter_controllers::scheduler_metrics::SchedulerMetrics;
 use verwalter_controllers::state::{Actions, Peers, Prefetched, Reports, RolesStatus, Schedule};
-use verwalter_controllers::status::Sources;
-use verwalter_controllers::store::{Field, Store, StoreWriter};
-use verwalter_controllers::watchdog::{self, Progress};
+use verwalter_controllers::status::Fields;
+use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
-use crate::backups;
 use crate::cluster::election::{ElectionTask, ElectionWiring};
-use crate::cluster::fetch::{Fetcher, FetcherParts};
 use crate::cluster::peers::{self, Liveness};
+use crate::cluster::replication::{Fetcher, FetcherParts};
 use crate::config::{Config, PeerSource};
 use crate::http::{self, AppState, NodeInfo};
 use crate::inputs::watcher::{self, WatchConfig};
-use crate::logs::LogDir;
-use crate::lua::LuaScheduler;
+use crate::machinery::systemd::{self, Notify};
 use crate::metrics::Metrics;
 use crate::render::{self, Applier, ApplierConfig};
 use crate::schedule::ConfigDirScheduler;
-use crate::state_dir::StateDir;
-use crate::systemd::{self, Notify};
-use crate::wasm::WasmScheduler;
-use crate::wasm::query::QueryHook;
+use crate::schedule::lua::LuaScheduler;
+use crate::schedule::wasm::WasmScheduler;
+use crate::schedule::wasm::query::QueryHook;
+use crate::storage::backups;
+use crate::storage::logs::LogDir;
+use crate::storage::state_dir::StateDir;
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -61,9 +63,9 @@ pub enum StartError {
     #[error("{0}")]
     Sandbox(String),
     #[error("cannot start the action journal: {0}")]
-    Actions(#[source] verwalter_controllers::ports::JournalError),
+    Actions(#[source] verwalter_controllers::machinery::ports::JournalError),
     #[error("storage dir: {0}")]
-    Upgrade(#[source] crate::upgrade::UpgradeError),
+    Upgrade(#[source] crate::storage::upgrade::UpgradeError),
     #[error("cannot use the storage dir {}: {source}", path.display())]
     Storage {
         path: PathBuf,
@@ -73,7 +75,7 @@ pub enum StartError {
     #[error("placement-{0}")]
     Extender(#[source] crate::placement::extender::ExtenderError),
     #[error("{0}")]
-    Graph(#[source] crate::graph::GraphError),
+    Graph(#[source] crate::ernest::ExecutorError),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -265,7 +267,7 @@ fn open_storage(config: &Config) -> Result<(StateDir, Option<Schedule>), StartEr
     check_storage_dir(&config.storage_dir)?;
     let state_dir = StateDir::new(&config.storage_dir);
     // Before anything reads or writes them: what verwalter 0.13 left joins our layout.
-    crate::upgrade::migrate(&state_dir, &config.log_dir).map_err(StartError::Upgrade)?;
+    crate::storage::upgrade::migrate(&state_dir, &config.log_dir).map_err(StartError::Upgrade)?;
     let removed = state_dir.clean_temp_files();
     if removed > 0 {
         tracing::info!(
@@ -483,7 +485,7 @@ impl Wiring<'_> {
             rand::random(),
         )
         .force_leader(config.debug_force_leader);
-        let sightings = crate::cluster::fetch::SharedSightings::default();
+        let sightings = crate::cluster::replication::SharedSightings::default();
         let announced = Arc::new(crate::cluster::vouch::Announced::default());
         let wiring = ElectionWiring {
             socket: Arc::new(udp),
@@ -607,7 +609,7 @@ impl Wiring<'_> {
     /// The scheduler's `state.metrics`: the queries of `scheduler/v1/metrics.yaml`, refreshed
     /// while this node leads.
     fn spawn_scheduler_metrics(&mut self, out: Field<SchedulerMetrics>) {
-        let refresh = crate::placement::scheduler_metrics::MetricsRefresh {
+        let refresh = crate::schedule::scheduler_metrics::MetricsRefresh {
             inputs: self.store.inputs.clone(),
             election: self.store.election.clone(),
             out,
@@ -715,12 +717,12 @@ impl Wiring<'_> {
         // timeout and the kill of its group) rather than leave a role half applied; the unit's
         // TimeoutStopSec allows for it (docs/packaging.md).
         let driver = render.clone().driver(DriverConfig {
-            shutdown_grace: config.command_timeout + crate::apply::KILL_GRACE,
+            shutdown_grace: config.command_timeout + crate::render::apply::KILL_GRACE,
             max_concurrent: config.render_parallel,
             ..DriverConfig::default()
         });
         // A step of a render pass is one apply command: its timeout, then the kill of its group.
-        let step = config.command_timeout + crate::apply::KILL_GRACE + watchdog::MARGIN;
+        let step = config.command_timeout + crate::render::apply::KILL_GRACE + watchdog::MARGIN;
         self.drivers().spawn(Task::Render, driver, step);
         let cleanup = Arc::new(CleanupController::new(
             self.store.clone(),
@@ -747,10 +749,10 @@ impl Wiring<'_> {
     fn deployment_log(
         &mut self,
         logs: &Arc<LogDir>,
-    ) -> Arc<dyn verwalter_controllers::ports::DeploymentLog> {
+    ) -> Arc<dyn verwalter_controllers::machinery::ports::DeploymentLog> {
         match &self.config.deployment_events {
             Some(settings) => {
-                let (tee, task) = crate::graph::events::NatsEvents::start(
+                let (tee, task) = crate::ernest::events::NatsEvents::start(
                     settings,
                     &self.config.hostname,
                     logs.clone(),
@@ -817,7 +819,7 @@ impl Wiring<'_> {
     fn spawn_ernest(&mut self) -> Result<(), StartError> {
         if let Some(settings) = &self.config.graph {
             let task =
-                crate::graph::start(settings, self.metrics.registry(), self.shutdown.clone())
+                crate::ernest::start(settings, self.metrics.registry(), self.shutdown.clone())
                     .map_err(StartError::Graph)?;
             self.tasks.spawn(Task::Graph, task);
         }
@@ -833,7 +835,7 @@ impl Wiring<'_> {
         actions: Arc<ActionQueue>,
         rendered: Rendered,
         shared: Shared,
-    ) -> (Sources, Arc<NodeInfo>) {
+    ) -> (Fields, Arc<NodeInfo>) {
         let config = self.config;
         let Bound {
             listener,
@@ -854,7 +856,7 @@ impl Wiring<'_> {
             default_frontend: config.default_frontend.clone(),
             version: http::version(),
         });
-        let sources = Sources::new(&self.store);
+        let sources = Fields::new(&self.store);
         let app = http::router(AppState {
             store: self.store.clone(),
             actions,
@@ -893,7 +895,7 @@ impl Wiring<'_> {
 
     /// Tells systemd the daemon is ready (the listener is bound, the inputs read and every part
     /// started), then keeps its status and watchdog up to date.
-    fn spawn_notify(&mut self, notify: Notify, sources: Sources, node: Arc<NodeInfo>) {
+    fn spawn_notify(&mut self, notify: Notify, sources: Fields, node: Arc<NodeInfo>) {
         let line = systemd::status_line(&sources, &node, None);
         notify.ready(&line);
         if let Some(interval) = notify.watchdog() {

@@ -13,13 +13,13 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::EnvFilter;
 use verwalter::config::{Config, RunArgs};
-use verwalter::identity;
 use verwalter::inputs::{SCHEDULER_DIR, read_inputs, scheduler_dir};
-use verwalter::lua::Limits;
+use verwalter::machinery::identity;
+use verwalter::schedule::lua::Limits;
 use verwalter_controllers::defaults;
-use verwalter_controllers::ports::{Clock, SystemClock};
+use verwalter_controllers::machinery::clock::{Clock, SystemClock};
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::{Inputs, Schedule, SchedulerInput};
-use verwalter_controllers::vars;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -53,7 +53,7 @@ enum Command {
     /// Serve the Kubernetes scheduler extender (a drop-in for wca-scheduler) on its own address.
     Extender(verwalter::placement::extender::ExtenderFlags),
     /// Run ernest-style dependency-graph builds received over NATS (build.create, ...).
-    Graph(verwalter::graph::GraphFlags),
+    Graph(verwalter::ernest::GraphFlags),
 }
 
 #[derive(Debug, clap::Args)]
@@ -162,7 +162,7 @@ struct ScheduleArgs {
 }
 
 fn main() -> ExitCode {
-    verwalter::allocator::tune();
+    verwalter::schedule::lua::allocator::tune();
     let args: Vec<_> = std::env::args_os().collect();
     if args.get(1).is_some_and(|a| a == "generate") {
         return generate(GenerateCli::parse_from(&args[1..]).what);
@@ -232,9 +232,9 @@ fn main() -> ExitCode {
             extender(setup)
         }
         Some(Command::Graph(args)) => match &args.command {
-            Some(verwalter::graph::builds::GraphSubcommand::Builds(command)) => {
+            Some(verwalter::ernest::builds::GraphSubcommand::Builds(command)) => {
                 init_logs("warn");
-                match verwalter::graph::builds::run(command) {
+                match verwalter::ernest::builds::run(command) {
                     Ok(()) => ExitCode::SUCCESS,
                     Err(error) => {
                         eprintln!("verwalter graph builds: {error}");
@@ -560,10 +560,10 @@ fn extender(setup: Result<verwalter::placement::extender::ExtenderSetup, String>
 }
 
 /// `verwalter graph`: exit status 3 when it cannot start (as the daemon), 0 after a signal.
-fn graph(args: &verwalter::graph::GraphFlags) -> ExitCode {
+fn graph(args: &verwalter::ernest::GraphFlags) -> ExitCode {
     // Two workers: one loop and its NATS connection; file writes go to the blocking pool.
     run_until_signal("verwalter graph", Some(2), |shutdown| async move {
-        match verwalter::graph::run(args, shutdown).await {
+        match verwalter::ernest::run(args, shutdown).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {
                 eprintln!("verwalter graph: {error}");
@@ -599,7 +599,7 @@ fn offline_input(args: &OfflineArgs, inputs: &Inputs) -> Result<SchedulerInput, 
     let current_host = identity::hostname(args.hostname.as_deref(), None)?;
     let now = SystemClock.now_ms();
     let declared = inputs.metrics.as_deref().filter(|_| !args.no_metrics);
-    let (metrics, warnings) = verwalter::placement::scheduler_metrics::offline_view(declared, now);
+    let (metrics, warnings) = verwalter::schedule::scheduler_metrics::offline_view(declared, now);
     for warning in warnings {
         eprintln!("warning: {}: {warning}", args.config_dir.display());
     }
@@ -632,15 +632,15 @@ fn check(args: &OfflineArgs) -> ExitCode {
             .into_iter()
             .map(|p| format!("{}: {p}", dir.display())),
     );
-    let has_scheduler =
-        scheduler_dir(dir).join("main.lua").is_file() || verwalter::wasm::has_wasm_scheduler(dir);
+    let has_scheduler = scheduler_dir(dir).join("main.lua").is_file()
+        || verwalter::schedule::wasm::has_wasm_scheduler(dir);
     if let (Ok(input), true) = (input, has_scheduler) {
         match run_scheduler_once(dir, input.clone()) {
             Ok(output) => {
                 let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
                 let host = &input.current_host;
                 // The roles this node would render: `query.wasm`'s, if there is one.
-                let derived = verwalter::wasm::query::derive_offline(
+                let derived = verwalter::schedule::wasm::query::derive_offline(
                     dir,
                     &schedule,
                     host,
@@ -695,13 +695,13 @@ fn run_scheduler_once(
     input: SchedulerInput,
 ) -> Result<
     verwalter_controllers::state::SchedulerOutput,
-    verwalter_controllers::ports::SchedulerError,
+    verwalter_controllers::machinery::ports::SchedulerError,
 > {
-    if verwalter::wasm::has_wasm_scheduler(dir) {
-        verwalter::wasm::WasmRun::load(dir, Limits::default().into())
+    if verwalter::schedule::wasm::has_wasm_scheduler(dir) {
+        verwalter::schedule::wasm::WasmRun::load(dir, Limits::default().into())
             .and_then(|mut run| run.run(&input))
     } else {
-        verwalter::lua::run_once(
+        verwalter::schedule::lua::run_once(
             &scheduler_dir(dir),
             SCHEDULER_DIR,
             dir,

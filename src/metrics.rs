@@ -13,17 +13,17 @@ use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge,
     IntGaugeVec, Opts, Registry, TextEncoder,
 };
-use verwalter_controllers::driver::DriverObserver;
-use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::machinery::driver::DriverObserver;
 use verwalter_controllers::schedule::ScheduleObserver;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::status::{SCHEDULE_PERSIST, SchedulerRuns, Snapshot, Status};
 
 use crate::cluster::metrics::ClusterMetrics;
 use crate::http::metrics::HttpMetrics;
 pub use crate::http::metrics::{ConnectionMetrics, HttpClose};
 use crate::inputs::metrics::InputMetrics;
-use crate::placement::scheduler_metrics::RefreshMetrics;
 use crate::render::metrics::RenderMetrics;
+use crate::schedule::scheduler_metrics::RefreshMetrics;
 
 /// Buckets for pass and scheduler durations: 1 ms to 10 s.
 const DURATION_BUCKETS: &[f64] = &[

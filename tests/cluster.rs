@@ -302,7 +302,7 @@ fn metric(node: &Node, series: &str) -> f64 {
 
 /// Sends a verwalter 0.13 `Ping` from `id` at `epoch`, from `socket`, to `node`.
 fn spoof_ping(socket: &std::net::UdpSocket, node: &Node, id: &str, epoch: u64) {
-    use verwalter_controllers::election::wire::{Kind, Packet};
+    use verwalter_controllers::cluster::election::wire::{Kind, Packet};
     let packet = Packet {
         from: id.to_string(),
         epoch,

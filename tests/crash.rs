@@ -174,7 +174,7 @@ impl Site {
                 text.len()
             );
         }
-        // An applied hash is rewritten in place without fsync, by design (src/state_dir.rs): a
+        // An applied hash is rewritten in place without fsync, by design (src/storage/state_dir.rs): a
         // kill may leave it empty or torn, which only makes that role render once more (checked
         // by the convergence after the restart). Counted, not refused.
         let cut_hashes = files_under(&self.storage.join("roles"))

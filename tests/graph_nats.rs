@@ -1251,7 +1251,7 @@ async fn each_role_event_is_published_as_the_role_finishes_with_its_time() {
         let ms = event["time_ms"].as_u64().unwrap();
         assert_eq!(
             event["time"],
-            verwalter_controllers::wallclock::rfc3339(ms),
+            verwalter_controllers::machinery::clock::rfc3339(ms),
             "{event}"
         );
     }

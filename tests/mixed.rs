@@ -12,7 +12,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use serde_json::Value;
-use verwalter_controllers::election::wire::{Kind, Packet};
+use verwalter_controllers::cluster::election::wire::{Kind, Packet};
 use verwalter_controllers::state::ScheduleStamp;
 
 use crate::cluster::{Node, start_cantal};

@@ -184,7 +184,7 @@ fn a_stuck_render_pass_stops_the_pings_and_shows_in_the_status() {
     let (tmp, config, storage) = example_site("minimal");
     let mut manager = Manager::bind(tmp.path());
     // The command outlives its timeout of 1 s; the fault switch of debug builds makes the killed
-    // process unreapable, as one in uninterruptible sleep is (see src/apply/exec.rs), so the
+    // process unreapable, as one in uninterruptible sleep is (see src/render/apply/exec.rs), so the
     // render pass hangs. Its step limit: 1 s + 2 s for the kill + 15 s.
     let daemon = start(
         &manager,

@@ -322,7 +322,7 @@ impl Site {
 }
 
 /// The wiring of the election under a real split (the rules themselves are unit-tested and
-/// simulated in `controllers/src/election/`): without minority mode, a leader cut off into a
+/// simulated in `controllers/src/cluster/election/`): without minority mode, a leader cut off into a
 /// minority stops leading once it has not heard from a majority for a leader timeout; its
 /// follower then reports no leader and keeps the schedule it holds, and the minority holds
 /// elections that nobody wins, while the majority elects its own leader. The minority's
@@ -425,7 +425,7 @@ fn a_leader_cut_off_into_a_minority_steps_down() {
 /// lead, each schedules a new version; after the heal the surviving leader's scheduler gets both
 /// sides' last schedules as parents (issue 10: the three-node side's leader survives the heal
 /// and must still get the two-node side's). The other placements and the gathering rules are
-/// simulated in `controllers/src/election/sim.rs` and unit-tested in `replication/tests.rs`.
+/// simulated in `controllers/src/cluster/election/sim.rs` and unit-tested in `replication/tests.rs`.
 #[test]
 fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
     let site = Site::start(true);
@@ -486,7 +486,7 @@ fn with_minority_mode_both_sides_lead_and_the_healed_leader_merges_both() {
 /// With a shared key: a ping without a tag, from the address `follower` has for another
 /// follower and at a newer epoch, is dropped as `bad_auth`; `leader` still leads.
 fn untagged_pings_are_dropped(site: &Site, leader: usize, follower: usize) {
-    use verwalter_controllers::election::wire::{Kind, Packet};
+    use verwalter_controllers::cluster::election::wire::{Kind, Packet};
     let node = &site.nodes[follower - 1];
     let other = (1..=N).find(|&n| n != leader && n != follower).unwrap();
     let epoch = node.json("/v1/election").unwrap()["epoch"]

@@ -25,9 +25,11 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use crate::ports::{ActionJournal, Clock, JournalError};
+use crate::machinery::clock::Clock;
+use crate::machinery::ports::{ActionJournal, JournalError};
+use crate::machinery::store::Field;
+use crate::node::Store;
 use crate::state::Actions;
-use crate::store::{Field, Store};
 
 /// How long a waiter waits for a schedule that consumes its action: a healthy scheduler runs
 /// within seconds of an input change, so a minute means it is failing, and the client learns
@@ -35,11 +37,11 @@ use crate::store::{Field, Store};
 pub const WAIT_LIMIT: Duration = Duration::from_secs(60);
 
 /// Ids a second: ids are `unix_seconds * 1000 + n`, as in verwalter 0.13.
-pub const IDS_PER_SECOND: u64 = 1000;
+pub(crate) const IDS_PER_SECOND: u64 = 1000;
 
 /// Below this size the journal is never rewritten to shrink it: rewriting a small file saves
 /// nothing.
-pub const REWRITE_MIN_BYTES: u64 = 256 << 10;
+pub(crate) const REWRITE_MIN_BYTES: u64 = 256 << 10;
 
 /// How an action ended, for its waiters.
 #[derive(Debug, Clone, PartialEq)]

@@ -51,25 +51,28 @@ pub const LOG_MAX_TOTAL_MIB: u64 = 1024;
 
 /// Actions are button clicks, a few hundred bytes each, consumed by the next scheduler run: a
 /// thousand pending means the scheduler is failing.
-pub const ACTIONS_MAX_PENDING: u64 = 1000;
+pub(crate) const ACTIONS_MAX_PENDING: u64 = 1000;
 /// 4 MiB of actions is a large part of what one Lua run may hold (256 MiB by default, several
 /// copies per run).
-pub const ACTIONS_MAX_PENDING_KIB: u64 = 4096;
+pub(crate) const ACTIONS_MAX_PENDING_KIB: u64 = 4096;
 
 /// Leader ping period and election round.
-pub const HEARTBEAT: Duration = Duration::from_millis(250);
+pub(crate) const HEARTBEAT: Duration = Duration::from_millis(250);
 /// A follower starts an election after hearing nothing from its leader for a random time
 /// between these (at least two heartbeats).
-pub const LEADER_TIMEOUT_MIN: Duration = Duration::from_millis(750);
-pub const LEADER_TIMEOUT_MAX: Duration = Duration::from_millis(1250);
+pub(crate) const LEADER_TIMEOUT_MIN: Duration = Duration::from_millis(750);
+pub(crate) const LEADER_TIMEOUT_MAX: Duration = Duration::from_millis(1250);
 /// A starting node waits this (plus the random part) before nominating itself.
-pub const START_TIMEOUT: Duration = Duration::from_millis(1000);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_millis(1000);
 /// A new leader waits at most this for its peers' schedules before scheduling (0.13 waited
 /// 15–75 s; the window ends early once every live peer answered).
 pub const PREFETCH: Duration = Duration::from_millis(2000);
 /// With allow-minority-cluster, peers not heard from directly for this long do not count for
 /// the vote (as verwalter 0.13).
 pub const MINORITY_WINDOW: Duration = Duration::from_millis(75_000);
+/// The fan-out of the relay tree unless set: a leader of 100 followers serves 8 of them, a
+/// schedule crosses three hops at most.
+pub const RELAY_FANOUT: usize = 8;
 
 /// Open HTTP connections at most (and at most half the descriptor limit).
 pub const HTTP_MAX_CONNECTIONS: usize = 512;
@@ -139,11 +142,7 @@ pub fn shown() -> Vec<Shown> {
         entry("election.start-timeout-ms", None, ms(START_TIMEOUT)),
         entry("election.prefetch-ms", None, ms(PREFETCH)),
         entry("election.minority-window-ms", None, ms(MINORITY_WINDOW)),
-        entry(
-            "election.relay-fanout",
-            None,
-            crate::replication::RELAY_FANOUT.to_string(),
-        ),
+        entry("election.relay-fanout", None, RELAY_FANOUT.to_string()),
         entry(
             "default-frontend",
             Some("default-frontend"),

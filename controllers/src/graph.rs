@@ -5,11 +5,11 @@
 //! reported with the vertices on it, in order, so a user can find it) and ordered in waves: every
 //! vertex of a wave depends only on vertices of earlier waves, so a wave can run in parallel.
 //!
-//! [`Progress`] follows one execution: it keeps, per vertex, the number of dependencies not
+//! [`Execution`] follows one execution: it keeps, per vertex, the number of dependencies not
 //! completed yet, so a completion costs O(out-degree) (not a scan of every edge), and it applies
 //! the error policy: a failure blocks only what depends on it ([`ErrorPolicy::BlockDependents`]),
 //! or halts the execution ([`ErrorPolicy::Halt`]: nothing new starts, what runs finishes). Its
-//! [`Progress::outcome`] is `Some` exactly once nothing runs and nothing more can start.
+//! [`Execution::outcome`] is `Some` exactly once nothing runs and nothing more can start.
 
 use std::collections::HashMap;
 
@@ -44,7 +44,7 @@ impl Graph {
     }
 
     /// Adds a vertex; a name given twice is an error.
-    pub fn add_vertex(&mut self, name: &str) -> Result<usize, GraphError> {
+    pub(crate) fn add_vertex(&mut self, name: &str) -> Result<usize, GraphError> {
         if self.index.contains_key(name) {
             return Err(GraphError::Duplicate(name.to_string()));
         }
@@ -57,7 +57,7 @@ impl Graph {
     }
 
     /// `after` depends on `before`. An edge given twice counts once.
-    pub fn add_edge(&mut self, before: usize, after: usize) {
+    pub(crate) fn add_edge(&mut self, before: usize, after: usize) {
         if self.dependents[before].contains(&after) {
             return;
         }
@@ -144,7 +144,7 @@ impl Graph {
     }
 
     /// The vertices `id` depends on directly.
-    pub fn dependencies(&self, id: usize) -> &[usize] {
+    pub(crate) fn dependencies(&self, id: usize) -> &[usize] {
         &self.dependencies[id]
     }
 
@@ -215,7 +215,7 @@ impl Graph {
     }
 
     /// Every vertex that depends on `id`, directly or not.
-    pub fn downstream(&self, id: usize) -> Vec<usize> {
+    pub(crate) fn downstream(&self, id: usize) -> Vec<usize> {
         let mut seen = vec![false; self.len()];
         let mut stack = vec![id];
         let mut out = Vec::new();
@@ -363,14 +363,14 @@ pub enum Outcome {
 }
 
 /// One execution of a [`Graph`] (see the module docs). The graph is passed to each call that
-/// needs it, so a `Progress` can be kept next to its graph and serialized on its own.
+/// needs it, so a `Execution` can be kept next to its graph and serialized on its own.
 #[derive(Debug, Clone)]
-pub struct Progress {
+pub struct Execution {
     policy: ErrorPolicy,
     state: Vec<VertexState>,
     /// Per vertex: dependencies not completed yet.
     remaining: Vec<usize>,
-    /// Ready vertices not handed out by [`Progress::take_ready`] yet.
+    /// Ready vertices not handed out by [`Execution::take_ready`] yet.
     ready: Vec<usize>,
     running: usize,
     completed: usize,
@@ -378,8 +378,8 @@ pub struct Progress {
     halted: bool,
 }
 
-impl Progress {
-    pub fn new(graph: &Graph, policy: ErrorPolicy) -> Progress {
+impl Execution {
+    pub fn new(graph: &Graph, policy: ErrorPolicy) -> Execution {
         let remaining: Vec<usize> = graph.dependencies.iter().map(Vec::len).collect();
         let mut state = vec![VertexState::Waiting; graph.len()];
         let mut ready = Vec::new();
@@ -390,7 +390,7 @@ impl Progress {
             }
         }
         ready.reverse();
-        Progress {
+        Execution {
             policy,
             state,
             remaining,
@@ -434,7 +434,7 @@ impl Progress {
         out
     }
 
-    /// Marks a ready vertex running without [`Progress::take_ready`] (resuming an execution
+    /// Marks a ready vertex running without [`Execution::take_ready`] (resuming an execution
     /// whose vertex was running when it stopped). `false` when `v` was not ready.
     pub fn start(&mut self, v: usize) -> bool {
         if self.state[v] != VertexState::Ready || self.halted {

@@ -154,7 +154,7 @@ impl<'d> Resolver<'d> {
 /// The value at `path` in `doc` as it is there (references inside it are not resolved); `None`
 /// when `path` is not a valid path or finds nothing. ernest's templating
 /// (`ernest::template`) looks paths up with this.
-pub fn find_path(doc: &Value, path: &str) -> Option<Value> {
+pub(crate) fn find_path(doc: &Value, path: &str) -> Option<Value> {
     select(doc, &parse_path(path).ok()?)
 }
 

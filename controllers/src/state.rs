@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use serde_json::value::RawValue;
 
-pub use crate::schedule_data::ScheduleData;
+pub use crate::schedule::data::ScheduleData;
 
 /// A machine id: 32 lowercase hex characters (16 bytes on the wire).
 pub type NodeId = String;
@@ -24,7 +24,7 @@ pub type NodeId = String;
 pub struct Schedule {
     /// Wall-clock milliseconds when the leader produced it.
     pub timestamp: u64,
-    /// [`crate::hash::schedule_hash`] of `data`.
+    /// [`crate::schedule::hash::schedule_hash`] of `data`.
     pub hash: String,
     /// The scheduler's output: a JSON object, as canonical text parsed on demand.
     pub data: ScheduleData,
@@ -128,8 +128,8 @@ pub struct ScheduleStamp {
 #[derive(Debug, thiserror::Error)]
 #[error("schedule hash mismatch: envelope says {claimed}, data hashes to {actual}")]
 pub struct HashMismatch {
-    pub claimed: String,
-    pub actual: String,
+    pub(crate) claimed: String,
+    pub(crate) actual: String,
 }
 
 impl Schedule {
@@ -302,9 +302,9 @@ pub struct Inputs {
     /// Unreadable or invalid files, sorted by path.
     pub errors: Vec<InputError>,
     /// `scheduler/v1/metrics.yaml` as last loaded (`None`: no such file). A bad file keeps the
-    /// last good declaration ([`crate::sources::keep_metrics_declaration`]).
+    /// last good declaration ([`crate::schedule::scheduler_metrics::keep_metrics_declaration`]).
     #[serde(skip)]
-    pub metrics: Option<Arc<crate::scheduler_metrics::MetricsDeclaration>>,
+    pub metrics: Option<Arc<crate::schedule::scheduler_metrics::MetricsDeclaration>>,
 }
 
 /// A peer as the scheduler and `/v1/peers` see it (verwalter 0.13 shape).
@@ -348,7 +348,7 @@ pub struct SchedulerInput {
     /// Other nodes (never this one), keyed by id.
     pub peers: BTreeMap<NodeId, Peer>,
     /// The queries of `scheduler/v1/metrics.yaml` with their last good answers and age
-    /// ([`crate::scheduler_metrics::SchedulerMetrics::view`]); an empty object without the file
+    /// ([`crate::schedule::scheduler_metrics::SchedulerMetrics::view`]); an empty object without the file
     /// (as verwalter 0.13 always gave).
     pub metrics: Value,
 }
@@ -362,6 +362,45 @@ pub struct SchedulerOutput {
     pub log: String,
 }
 
+/// Why a scheduler run failed; each kind is a bounded metric label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SchedulerFailure {
+    /// `main.lua` or a module failed to load.
+    Load,
+    /// The script raised an error.
+    Runtime,
+    /// The script ran past its time budget.
+    Timeout,
+    /// The script used more memory than its cap.
+    Memory,
+    /// The script returned something that is not a schedule.
+    BadOutput,
+    /// The scheduler host itself failed (thread gone).
+    Internal,
+}
+
+impl SchedulerFailure {
+    pub const ALL: [SchedulerFailure; 6] = [
+        SchedulerFailure::Load,
+        SchedulerFailure::Runtime,
+        SchedulerFailure::Timeout,
+        SchedulerFailure::Memory,
+        SchedulerFailure::BadOutput,
+        SchedulerFailure::Internal,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            SchedulerFailure::Load => "load",
+            SchedulerFailure::Runtime => "runtime",
+            SchedulerFailure::Timeout => "timeout",
+            SchedulerFailure::Memory => "memory",
+            SchedulerFailure::BadOutput => "bad_output",
+            SchedulerFailure::Internal => "internal",
+        }
+    }
+}
+
 /// The scheduler as the API and metrics see it: last input, log, error.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SchedulerStatus {
@@ -372,7 +411,7 @@ pub struct SchedulerStatus {
     /// The error of the last run; `None` after a success.
     pub error: Option<String>,
     /// What kind of failure `error` is.
-    pub failure: Option<crate::ports::SchedulerFailure>,
+    pub failure: Option<SchedulerFailure>,
     /// Wall-clock ms of the last successful run.
     pub last_success: Option<u64>,
     /// The input of the last successful run (kept after failed runs): the actions it consumed.
@@ -407,7 +446,7 @@ impl Templates {
     /// Feeds what template dir `dir` is made of (each file's path and content hash, in path
     /// order) to `hasher`. This is the one fingerprint of a template dir: the render
     /// controller's desired hash and the applier's cache of parsed dirs both key on it.
-    pub fn hash_dir(&self, dir: &str, hasher: &mut sha1::Sha1) -> TemplateDirSummary {
+    pub(crate) fn hash_dir(&self, dir: &str, hasher: &mut sha1::Sha1) -> TemplateDirSummary {
         use sha1::Digest;
         let mut summary = TemplateDirSummary::default();
         for (path, file) in self.dir(dir) {
@@ -431,7 +470,7 @@ impl Templates {
 
 /// What [`Templates::hash_dir`] saw of a template dir.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct TemplateDirSummary {
+pub(crate) struct TemplateDirSummary {
     pub files: usize,
     /// A file mentions `full_schedule`.
     pub mentions_full_schedule: bool,

@@ -1,8 +1,8 @@
 //! The status view: what `/v1/status` and `/v1/events` show and the metrics mirror, derived by
 //! one pure function from one snapshot of the store.
 //!
-//! [`Sources`] lists the store fields the status depends on, once (one macro declares it, the
-//! [`Snapshot`] and the methods): [`Sources::snapshot`] reads them and [`Sources::triggers`]
+//! [`Fields`] lists the store fields the status depends on, once (one macro declares it, the
+//! [`Snapshot`] and the methods): [`Fields::snapshot`] reads them and [`Fields::triggers`]
 //! wakes on them, so a field added to the view cannot be forgotten by the event stream. [`view`] then sees only the
 //! [`Snapshot`], the node's fixed facts and the scheduler run counts.
 
@@ -12,13 +12,14 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::election::ElectionState;
-use crate::ports::SchedulerFailure;
+use crate::cluster::election::ElectionState;
+use crate::machinery::store::{Reader, Trigger};
+use crate::node::Store;
+use crate::state::SchedulerFailure;
 use crate::state::{
     Deployment, Inputs, Peers, Prefetched, Reports, RoleBlocked, RolesStatus, Schedule,
     SchedulerStatus,
 };
-use crate::store::{Reader, Store, Trigger};
 
 /// The `errors` key of a schedule that could not be written to the storage dir.
 pub const SCHEDULE_PERSIST: &str = "schedule_persist";
@@ -42,7 +43,7 @@ pub struct NodeInfo {
 /// Scheduler runs since start: all of them, and those that failed (of any kind).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SchedulerRuns {
-    pub total: u64,
+    pub(crate) total: u64,
     pub failed: u64,
 }
 
@@ -56,30 +57,30 @@ impl SchedulerRuns {
     }
 }
 
-/// Declares [`Sources`] and [`Snapshot`] from one list of store fields, with the methods that go
+/// Declares [`Fields`] and [`Snapshot`] from one list of store fields, with the methods that go
 /// through every field: reading them all and waking on them all cannot list different fields.
-macro_rules! sources {
+macro_rules! fields {
     ($($field:ident: $ty:ty,)*) => {
         /// Readers of every store field the status depends on, and nothing else.
         #[derive(Debug, Clone)]
-        pub struct Sources {
+        pub struct Fields {
             $(pub $field: Reader<$ty>,)*
         }
 
-        /// One snapshot of the [`Sources`].
+        /// One snapshot of the [`Fields`].
         #[derive(Debug, Clone, Default)]
         pub struct Snapshot {
             $(pub $field: Arc<$ty>,)*
         }
 
-        impl Sources {
-            pub fn new(store: &Store) -> Sources {
-                Sources {
+        impl Fields {
+            pub fn new(store: &Store) -> Fields {
+                Fields {
                     $($field: store.$field.clone(),)*
                 }
             }
 
-            /// The current value of every source.
+            /// The current value of every field.
             pub fn snapshot(&self) -> Snapshot {
                 Snapshot {
                     $($field: self.$field.peek(),)*
@@ -99,7 +100,7 @@ macro_rules! sources {
     };
 }
 
-sources! {
+fields! {
     inputs: Inputs,
     election: ElectionState,
     peers: Peers,
@@ -113,13 +114,13 @@ sources! {
 
 impl Snapshot {
     pub fn take(store: &Store) -> Snapshot {
-        Sources::new(store).snapshot()
+        Fields::new(store).snapshot()
     }
 
     /// The last scheduler run's error and kind, while this node leads: only a leader runs the
     /// scheduler, so a node that stepped down does not keep reporting its last failure (as in
     /// verwalter 0.13; the run stays readable in `/v1/scheduler_debug_info`).
-    pub fn scheduler_error(&self) -> Option<(&str, Option<SchedulerFailure>)> {
+    pub(crate) fn scheduler_error(&self) -> Option<(&str, Option<SchedulerFailure>)> {
         let error = self.scheduler.error.as_deref()?;
         self.election
             .is_leader
@@ -135,6 +136,14 @@ impl Snapshot {
             + self.roles.failed.len()
             + usize::from(self.roles.deployment_log.is_some())
     }
+}
+
+/// How many problems this node has: one per input error, a failed scheduler run (while
+/// leading), a schedule not written to the storage dir, a failing role, a deployment log that
+/// cannot be written. The `num_errors` of `/v1/status` (counted by [`Snapshot::error_count`]),
+/// and what a follower reports to its leader in pongs.
+pub fn error_count(store: &Store) -> usize {
+    Snapshot::take(store).error_count()
 }
 
 /// `/v1/status`, verwalter 0.13's shape.
@@ -158,7 +167,7 @@ pub struct Status {
     pub metrics: BTreeMap<&'static str, u64>,
     pub fetch_state: Value,
     pub election_state: ElectionState,
-    pub schedule_id: Option<String>,
+    pub(crate) schedule_id: Option<String>,
     pub schedule_status: &'static str,
     pub default_frontend: String,
     /// Peers whose last report counted errors (new; 0.13's GraphQL had `peers.errorneous`).

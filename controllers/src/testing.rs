@@ -8,12 +8,13 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 
-use crate::ports::{
-    ActionJournal, AppliedStore, ApplyError, Clock, DeploymentLog, JournalError, RoleApplier,
-    RoleJob, RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, SchedulerFailure,
-    StorageError,
+use crate::machinery::clock::Clock;
+use crate::machinery::ports::{
+    ActionJournal, AppliedStore, ApplyError, DeploymentLog, JournalError, RoleApplier, RoleJob,
+    RoleOutcome, SavedJournal, ScheduleStore, Scheduler, SchedulerError, StorageError,
 };
 use crate::schedule::ScheduleObserver;
+use crate::state::SchedulerFailure;
 use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
 
 /// A scheduler that returns queued results (or echoes `runtime` as the schedule) and records
@@ -21,7 +22,7 @@ use crate::state::{Inputs, Schedule, SchedulerInput, SchedulerOutput};
 #[derive(Default)]
 pub struct FakeScheduler {
     pub inputs: Mutex<Vec<Arc<SchedulerInput>>>,
-    pub results: Mutex<VecDeque<Result<Value, SchedulerError>>>,
+    pub(crate) results: Mutex<VecDeque<Result<Value, SchedulerError>>>,
 }
 
 impl FakeScheduler {
@@ -64,7 +65,7 @@ impl Scheduler for FakeScheduler {
 /// counted in `failed`.
 #[derive(Default)]
 pub struct MemoryScheduleStore {
-    pub saved: Mutex<Vec<Schedule>>,
+    pub(crate) saved: Mutex<Vec<Schedule>>,
     pub fail: Mutex<Option<StorageError>>,
     pub failed: AtomicU64,
 }
@@ -120,7 +121,7 @@ impl Clock for FakeClock {
 #[derive(Debug, Default)]
 pub struct CountingObserver {
     pub runs: AtomicU64,
-    pub failures: AtomicU64,
+    pub(crate) failures: AtomicU64,
 }
 
 impl ScheduleObserver for CountingObserver {
@@ -170,7 +171,7 @@ impl ScheduleBuilder {
 
 /// Inputs with a runtime tree and hashes derived from it.
 pub fn inputs(runtime: Value) -> Inputs {
-    let hash = crate::hash::schedule_hash(&runtime);
+    let hash = crate::schedule::hash::schedule_hash(&runtime);
     Inputs {
         runtime: Arc::new(runtime),
         scheduler_hash: "code-1".into(),
@@ -183,9 +184,9 @@ pub fn inputs(runtime: Value) -> Inputs {
 /// A role applier that records every job and fails the roles told to.
 #[derive(Default)]
 pub struct FakeApplier {
-    pub jobs: Mutex<Vec<RoleJob>>,
+    pub(crate) jobs: Mutex<Vec<RoleJob>>,
     /// Role -> error message for its next attempts.
-    pub failing: Mutex<std::collections::HashMap<String, String>>,
+    pub(crate) failing: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl FakeApplier {
@@ -236,7 +237,7 @@ impl AppliedStore for MemoryAppliedStore {
 }
 
 /// A role held back in a deployment, and why.
-pub type BlockedRole = (String, String);
+pub(crate) type BlockedRole = (String, String);
 
 /// A deployment log that records starts `(id, roles)` and finishes `(id, failed)`.
 #[derive(Default)]
@@ -247,10 +248,10 @@ pub struct RecordingDeploymentLog {
     /// The blocked roles of each finished deployment, with why.
     pub blocked: Mutex<Vec<(String, Vec<BlockedRole>)>>,
     /// What [`DeploymentLog::problem`] answers.
-    pub problem: Mutex<Option<String>>,
+    pub(crate) problem: Mutex<Option<String>>,
     /// Every entry in the order given: `start <id>`, `<outcome> <role> <id> at <ms>`,
     /// `finish <id>`.
-    pub entries: Mutex<Vec<String>>,
+    pub(crate) entries: Mutex<Vec<String>>,
 }
 
 impl DeploymentLog for RecordingDeploymentLog {
@@ -323,18 +324,18 @@ pub enum JournalCall {
 #[derive(Debug, Default)]
 pub struct MemoryJournal {
     /// The journal file; `None` while there is none.
-    pub file: Mutex<Option<Vec<u8>>>,
+    pub(crate) file: Mutex<Option<Vec<u8>>>,
     /// The older versions' `actions.json`.
     pub legacy: Mutex<Option<Vec<u8>>>,
     pub calls: Mutex<Vec<JournalCall>>,
     /// `load` fails (the file exists but cannot be read).
-    pub unreadable: std::sync::atomic::AtomicBool,
+    pub(crate) unreadable: std::sync::atomic::AtomicBool,
     /// Appends fail after half of their bytes landed (what a failed sync may leave).
-    pub fail_appends: std::sync::atomic::AtomicBool,
+    pub(crate) fail_appends: std::sync::atomic::AtomicBool,
     /// Rewrites fail and leave the file as it was.
-    pub fail_rewrites: std::sync::atomic::AtomicBool,
+    pub(crate) fail_rewrites: std::sync::atomic::AtomicBool,
     /// While set, an append lands at once but is acknowledged only for a permit of this.
-    pub gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    pub(crate) gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
 }
 
 impl MemoryJournal {
@@ -428,8 +429,8 @@ impl ActionJournal for MemoryJournal {
     }
 }
 
-/// What a node running a [`crate::replication::Replication`] machine holds and hears, kept the
-/// way the daemon keeps it (the election transport notes packets, `src/cluster/fetch.rs` carries
+/// What a node running a [`crate::cluster::replication::Replication`] machine holds and hears, kept the
+/// way the daemon keeps it (the election transport notes packets, `src/cluster/replication.rs` carries
 /// out the actions): the world of the replication tests and of the election simulation.
 #[derive(Debug, Default)]
 pub struct ReplicaWorld {
@@ -437,7 +438,7 @@ pub struct ReplicaWorld {
     pub replaced: Vec<Schedule>,
     pub prefetched: crate::state::Prefetched,
     pub reports: crate::state::Reports,
-    pub sightings: crate::replication::Sightings,
+    pub sightings: crate::cluster::replication::Sightings,
     pub packets: std::collections::BTreeMap<crate::state::NodeId, u64>,
     /// The nodes known (the relay tree's members); empty: every follower asks its leader.
     pub nodes: Vec<crate::state::NodeId>,
@@ -472,10 +473,10 @@ impl ReplicaWorld {
     /// The snapshot the machine looks at.
     pub fn view<'a>(
         &'a self,
-        election: &'a crate::election::ElectionState,
+        election: &'a crate::cluster::election::ElectionState,
         now_ms: u64,
-    ) -> crate::replication::World<'a> {
-        crate::replication::World {
+    ) -> crate::cluster::replication::World<'a> {
+        crate::cluster::replication::World {
             election,
             reports: &self.reports,
             held: self.held.as_ref(),
@@ -487,15 +488,15 @@ impl ReplicaWorld {
     }
 
     /// Carries out the store writes `action` asks for (a fetch is the caller's).
-    pub fn keep(&mut self, action: &crate::replication::Action) {
-        use crate::replication::Action;
+    pub fn keep(&mut self, action: &crate::cluster::replication::Effect) {
+        use crate::cluster::replication::Effect;
         match action {
-            Action::Accept(schedule) => self.held = Some(schedule.clone()),
-            Action::Replaced(list) => self.replaced = list.clone(),
-            Action::Gathered { parents, .. }
-            | Action::AddedParent { parents, .. }
-            | Action::Awaiting { parents } => self.prefetched = parents.clone(),
-            Action::Fetch(_) | Action::Failed { .. } => {}
+            Effect::Accept(schedule) => self.held = Some(schedule.clone()),
+            Effect::Replaced(list) => self.replaced = list.clone(),
+            Effect::Gathered { parents, .. }
+            | Effect::AddedParent { parents, .. }
+            | Effect::Awaiting { parents } => self.prefetched = parents.clone(),
+            Effect::Fetch(_) | Effect::Failed { .. } => {}
         }
     }
 }

@@ -9,7 +9,7 @@
 //! The YAML uses tags for the algorithm (`!Fit {...}`, `!LeastUsedBAR {...}`, …), anchors and
 //! aliases (`&dp` / `*dp`, resolved by `serde_norway`) and `!Env NAME` for string values. An
 //! unknown tag, an unknown field, a value of the wrong type, an unset `!Env` or a bad port is an
-//! error naming the line ([`ConfigError::line`]).
+//! error naming the line ([`PlacementConfigError::line`]).
 //!
 //! Unknown top-level keys: wca builds whatever stands at the top level, and its configs use keys
 //! of their own only to hold an anchor (`common: &dp !ClusterDataProvider {...}`). So a
@@ -35,22 +35,22 @@ use crate::algorithms::{Algorithm, Kind};
 use crate::snapshot::Dim;
 
 /// The Lua scheduler's `metrics.yaml` (same tags and `!Env` as this file's config).
-pub mod metrics_file;
+pub mod scheduler_metrics;
 
 /// A config that failed to load.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub enum PlacementConfigError {
     /// Bad YAML, an unknown tag or field, a wrong type, an unset `!Env`, a bad port; the message
     /// names line and column.
     #[error("config: {0}")]
     Yaml(#[from] serde_norway::Error),
 }
 
-impl ConfigError {
+impl PlacementConfigError {
     /// The line (from 1) the problem is on, when it is known.
     pub fn line(&self) -> Option<usize> {
         match self {
-            ConfigError::Yaml(e) => e.location().map(|l| l.line()),
+            PlacementConfigError::Yaml(e) => e.location().map(|l| l.line()),
         }
     }
 
@@ -58,7 +58,7 @@ impl ConfigError {
     /// `FILE:LINE: message`).
     pub fn message(&self) -> String {
         match self {
-            ConfigError::Yaml(e) => {
+            PlacementConfigError::Yaml(e) => {
                 let text = e.to_string();
                 match e.location() {
                     Some(l) => {
@@ -77,7 +77,7 @@ pub const SINGLE_ALGORITHM: &str = "algorithm";
 
 /// A whole config file.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Config {
+pub struct PlacementConfig {
     /// The algorithms by name; wca's single `algorithm` under [`SINGLE_ALGORITHM`].
     pub algorithms: BTreeMap<String, LoadedAlgorithm>,
     /// wca's `loggers`: logger name → level (`TRACE`, `DEBUG`, `INFO`, `WARNING`, `ERROR`,
@@ -1231,7 +1231,7 @@ impl<'de> Deserialize<'de> for RawConfig {
 pub fn load_config(
     yaml: &str,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<Config, ConfigError> {
+) -> Result<PlacementConfig, PlacementConfigError> {
     let raw: RawConfig = {
         let _env = EnvScope::enter(yaml, &env);
         serde_norway::from_str(yaml)?
@@ -1240,7 +1240,7 @@ pub fn load_config(
         .reschedule_interval
         .filter(|s| *s > 0.0)
         .map(Duration::from_secs_f64);
-    Ok(Config {
+    Ok(PlacementConfig {
         algorithms: raw
             .algorithms
             .into_iter()
@@ -1262,7 +1262,7 @@ pub fn load_config(
 pub fn load(
     yaml: &str,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<BTreeMap<String, LoadedAlgorithm>, ConfigError> {
+) -> Result<BTreeMap<String, LoadedAlgorithm>, PlacementConfigError> {
     load_config(yaml, env).map(|c| c.algorithms)
 }
 
@@ -1355,7 +1355,7 @@ fn describe_provider(dp: &DataProvider, dims: Option<&[Dim]>) -> Vec<String> {
 
 /// What a loaded config holds, one fact a line, as `verwalter check --placement-config` prints
 /// it.
-pub fn describe(config: &Config) -> String {
+pub fn describe(config: &PlacementConfig) -> String {
     let mut lines = Vec::new();
     for (name, loaded) in &config.algorithms {
         let a = &loaded.algorithm;

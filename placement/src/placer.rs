@@ -41,13 +41,13 @@ pub enum PlaceError {
 
 /// What the caller's `check` function is told: the placements made so far by this placer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
+pub struct Placed {
     pub placed: u64,
 }
 
 /// Counts work and asks `check` now and then.
 struct Meter<'c> {
-    check: &'c mut dyn FnMut(Progress) -> bool,
+    check: &'c mut dyn FnMut(Placed) -> bool,
     until_check: u64,
 }
 
@@ -58,7 +58,7 @@ impl Meter<'_> {
             return Ok(());
         }
         self.until_check = CHECK_EVERY;
-        if (self.check)(Progress { placed }) {
+        if (self.check)(Placed { placed }) {
             Ok(())
         } else {
             Err(PlaceError::Stopped)
@@ -345,7 +345,7 @@ impl<'a> Placer<'a> {
     pub fn filter(
         &self,
         app: &str,
-        check: &mut dyn FnMut(Progress) -> bool,
+        check: &mut dyn FnMut(Placed) -> bool,
     ) -> Result<FilterResult, PlaceError> {
         self.known(app)?;
         let mut meter = Meter {
@@ -378,7 +378,7 @@ impl<'a> Placer<'a> {
     pub fn prioritize(
         &self,
         app: &str,
-        check: &mut dyn FnMut(Progress) -> bool,
+        check: &mut dyn FnMut(Placed) -> bool,
     ) -> Result<Vec<(String, i64)>, PlaceError> {
         self.known(app)?;
         let mut meter = Meter {
@@ -406,7 +406,7 @@ impl<'a> Placer<'a> {
         app: &str,
         count: u64,
         max_per_node: Option<u64>,
-        check: &mut dyn FnMut(Progress) -> bool,
+        check: &mut dyn FnMut(Placed) -> bool,
     ) -> Result<Placement, PlaceError> {
         self.known(app)?;
         let mut meter = Meter {

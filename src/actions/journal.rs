@@ -9,9 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use verwalter_controllers::ports::{ActionJournal, JournalError, SavedJournal};
+use verwalter_controllers::machinery::ports::{ActionJournal, JournalError, SavedJournal};
 
-use crate::state_dir::{FILE_MODE, not_regular, read_regular, sync_dir, write_atomic};
+use crate::storage::state_dir::{FILE_MODE, not_regular, read_regular, sync_dir, write_atomic};
 
 /// The most of the journal (and of the `actions.json` of older versions) read at start: far
 /// more than the pending caps let it hold (rewritten once past twice what is pending); a larger

@@ -130,7 +130,7 @@ fn gunzip(body: &[u8], limit: usize) -> Result<Vec<u8>, String> {
         Some(at) => u32::from_le_bytes(body[at..].try_into().expect("4 bytes")) as usize,
         None => 0,
     };
-    let mut out = verwalter_controllers::schedule_data::text_buffer(size.min(limit));
+    let mut out = verwalter_controllers::schedule::data::text_buffer(size.min(limit));
     let read = flate2::read::GzDecoder::new(body)
         .take(limit as u64 + 1)
         .read_to_end(&mut out)
@@ -153,7 +153,7 @@ fn unlz4(body: &[u8], limit: usize) -> Result<Vec<u8>, String> {
             "the {LZ4} body inflates to {size} bytes, past {limit}, the limit"
         ));
     }
-    let mut out = verwalter_controllers::schedule_data::text_buffer(size);
+    let mut out = verwalter_controllers::schedule::data::text_buffer(size);
     out.resize(size, 0);
     match lz4_flex::block::decompress_into(block, &mut out) {
         Ok(n) if n == size => Ok(out),

@@ -1,6 +1,6 @@
 //! The election over UDP: the sans-IO machine fed with packets from peers and with time, its
 //! actions sent as verwalter 0.13's CBOR packets on the HTTP port. What is taken, counted and
-//! sent where is decided in [`verwalter_controllers::election::transport`].
+//! sent where is decided in [`verwalter_controllers::cluster::election::transport`].
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -10,17 +10,20 @@ use std::time::Duration;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::election::machine::{Action, Machine, State};
-use verwalter_controllers::election::transport::{self, Cause, To};
-use verwalter_controllers::election::wire::{AuthKey, Kind, MAX_PACKET, Packet, WireError};
-use verwalter_controllers::election::{self, ElectionState, StableWall};
-use verwalter_controllers::ports::Clock;
+use verwalter_controllers::cluster::election::machine::{Effect, Machine, State};
+use verwalter_controllers::cluster::election::transport::{self, Cause, To};
+use verwalter_controllers::cluster::election::wire::{
+    AuthKey, Kind, MAX_PACKET, Packet, WireError,
+};
+use verwalter_controllers::cluster::election::{self, ElectionState, StableWall};
+use verwalter_controllers::machinery::clock::Clock;
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 use verwalter_controllers::state::{Reports, Schedule, ScheduleStamp};
-use verwalter_controllers::store::{Field, Store};
 
 use super::coding::Coding;
-use super::fetch::SharedSightings;
 use super::peers::Liveness;
+use super::replication::SharedSightings;
 use super::vouch::{self, Announced};
 use crate::http::SharedJson;
 use crate::metrics::Metrics;
@@ -109,7 +112,7 @@ impl ElectionTask {
                 // heartbeat: that is what starts their fetch.
                 _ = schedule.changed(), if is_leader => {
                     schedule.get();
-                    self.act(vec![Action::PingAll]).await;
+                    self.act(vec![Effect::PingAll]).await;
                 }
             }
             let view = election::view(
@@ -259,7 +262,7 @@ impl ElectionTask {
         }
     }
 
-    async fn act(&mut self, actions: Vec<Action>) {
+    async fn act(&mut self, actions: Vec<Effect>) {
         if actions.is_empty() {
             return;
         }
@@ -277,7 +280,7 @@ impl ElectionTask {
                 hash: s.hash.clone(),
                 origin: s.origin.clone(),
             });
-        if actions.contains(&Action::PingAll) {
+        if actions.contains(&Effect::PingAll) {
             self.make_lz4_sha1(stamp.as_ref(), &id).await;
         }
         // Only the body of the very stamp announced (an older one's body differs).
@@ -296,7 +299,7 @@ impl ElectionTask {
             .filter_map(|(pid, p)| Some((pid.clone(), p.addr.as_ref()?.parse().ok()?)))
             .collect();
         // Only a follower's pong reports the error count.
-        let errors = if actions.iter().any(|a| matches!(a, Action::Pong(_))) {
+        let errors = if actions.iter().any(|a| matches!(a, Effect::Pong(_))) {
             self.errors()
         } else {
             0
@@ -336,6 +339,6 @@ impl ElectionTask {
 
     /// What a follower reports in its pongs: the `num_errors` of its `/v1/status`.
     fn errors(&self) -> u64 {
-        self.io.store.error_count() as u64
+        verwalter_controllers::status::error_count(&self.io.store) as u64
     }
 }

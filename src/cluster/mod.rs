@@ -2,7 +2,7 @@
 
 pub mod coding;
 pub mod election;
-pub mod fetch;
 pub mod metrics;
 pub mod peers;
+pub mod replication;
 pub mod vouch;

@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::ports::Clock;
-use verwalter_controllers::sources;
+use verwalter_controllers::cluster::peers::peers_changed;
+use verwalter_controllers::machinery::clock::Clock;
+use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::state::{Peer, Peers};
-use verwalter_controllers::store::Field;
 
 use crate::machinery::http_client::{Connections, HttpClient};
 use crate::metrics::Metrics;
@@ -136,10 +136,10 @@ pub fn parse_cantal(body: &[u8], port: u16, own_id: &str) -> Result<Parsed, Stri
     Ok(parsed)
 }
 
-/// Stores the list if it changed ([`sources::peers_changed`]: `last_report_direct` times move
+/// Stores the list if it changed ([`peers_changed`]: `last_report_direct` times move
 /// every second; the election reads them from [`Liveness`]).
 fn publish(out: &Field<Peers>, peers: BTreeMap<String, Peer>, now_ms: u64) {
-    if sources::peers_changed(&out.get(), &peers) {
+    if peers_changed(&out.get(), &peers) {
         tracing::info!(peers = peers.len(), "Peer list changed.");
         out.set(Peers {
             peers,

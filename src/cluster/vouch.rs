@@ -5,7 +5,7 @@
 //! millisecond, a sixth of what taking a schedule costs it). A leader of this version also
 //! announces, in the pings that carry its schedule's stamp, the SHA-1 of the body it serves
 //! that schedule in under the `x-verwalter-lz4` coding (`lz4_sha1`, see
-//! `verwalter_controllers::election::wire::Packet`): about a fifth of the bytes. A body that
+//! `verwalter_controllers::cluster::election::wire::Packet`): about a fifth of the bytes. A body that
 //! arrives in that coding with that hash, through the leader or a relay (relays pass the bytes on
 //! as they came), is what the leader made for the schedule, so its data is taken without being
 //! hashed ([`Schedule::from_vouched_peer`]); any other body is checked against the schedule hash

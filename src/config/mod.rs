@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use verwalter_controllers::defaults;
 
-use crate::lua::Limits;
+use crate::schedule::lua::Limits;
 
 #[cfg(test)]
 use parse::read_settings;
@@ -45,14 +45,14 @@ pub struct Config {
     pub render_parallel: usize,
     /// What a failing role holds back (`render.dependency-failure`).
     pub dependency_failure: verwalter_controllers::graph::ErrorPolicy,
-    pub log_limits: crate::logs::LogLimits,
+    pub log_limits: crate::storage::logs::LogLimits,
     pub action_limits: verwalter_controllers::actions::ActionLimits,
     pub peer_source: PeerSource,
     pub allow_minority_cluster: bool,
     pub debug_force_leader: bool,
     /// `common` (the built-in frontend) or a dir under `<config-dir>/frontend/`.
     pub default_frontend: String,
-    pub timings: verwalter_controllers::election::machine::Timings,
+    pub timings: verwalter_controllers::cluster::election::machine::Timings,
     pub prefetch: Duration,
     pub minority_window: Duration,
     /// `election.relay-fanout`.
@@ -61,10 +61,10 @@ pub struct Config {
     /// The Kubernetes scheduler extender to serve, if the settings ask for it.
     pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
     /// The graph executor to run, if the settings ask for it.
-    pub graph: Option<crate::graph::GraphSettings>,
+    pub graph: Option<crate::ernest::GraphSettings>,
     /// Where to publish deployment events, if the settings ask for it.
-    pub deployment_events: Option<crate::graph::events::EventSettings>,
-    pub election_key: Option<verwalter_controllers::election::wire::AuthKey>,
+    pub deployment_events: Option<crate::ernest::events::EventSettings>,
+    pub election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
     /// What the operator should change, though the daemon can start: a settings file or a
     /// secret inside the config dir, the settings read from their old place. Logged at start.

@@ -5,20 +5,20 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use verwalter_controllers::cluster::election::machine::Timings;
 use verwalter_controllers::defaults;
-use verwalter_controllers::election::machine::Timings;
 use verwalter_controllers::ernest::Templating;
 
 use super::parse::{Raw, RunArgs, SettingsFile, open, read_bounded};
 use super::{BUILTIN_FRONTEND, Config, ConfigError, PeerSource, absolute, check_frontend};
-use crate::identity::{self, parse_machine_id};
-use crate::lua::Limits;
+use crate::machinery::identity::{self, parse_machine_id};
+use crate::schedule::lua::Limits;
 
 /// The `nats-*` keys of a settings section as `--nats-*` flags, paths relative to `settings`.
 macro_rules! nats_flags {
     ($section:expr, $settings:expr) => {{
         let path = |p: &Option<PathBuf>| p.as_ref().map(|p| relative_to_settings($settings, p));
-        crate::graph::nats_options::NatsFlags {
+        crate::ernest::nats_options::NatsFlags {
             tls_ca: path(&$section.nats_tls_ca),
             tls_cert: path(&$section.nats_tls_cert),
             tls_key: path(&$section.nats_tls_key),
@@ -158,7 +158,7 @@ pub(super) fn resolve(
         minority_window: millis_or(el.minority_window_ms, defaults::MINORITY_WINDOW),
         relay_fanout: el
             .relay_fanout
-            .map_or(verwalter_controllers::replication::RELAY_FANOUT, |n| {
+            .map_or(verwalter_controllers::defaults::RELAY_FANOUT, |n| {
                 n.min(usize::MAX as u64) as usize
             }),
         election_key,
@@ -171,8 +171,8 @@ fn millis_or(value: Option<u64>, default: Duration) -> Duration {
     value.map_or(default, Duration::from_millis)
 }
 
-fn log_limits(file: &SettingsFile) -> crate::logs::LogLimits {
-    crate::logs::LogLimits {
+fn log_limits(file: &SettingsFile) -> crate::storage::logs::LogLimits {
+    crate::storage::logs::LogLimits {
         segment_size: file.logs.segment_mib.unwrap_or(defaults::LOG_SEGMENT_MIB) << 20,
         max_age: Duration::from_secs(
             file.logs.max_age_days.unwrap_or(defaults::LOG_MAX_AGE_DAYS) * 86_400,
@@ -407,7 +407,7 @@ impl Resolver<'_> {
         &mut self,
     ) -> (
         Timings,
-        Option<verwalter_controllers::election::wire::AuthKey>,
+        Option<verwalter_controllers::cluster::election::wire::AuthKey>,
     ) {
         let el = &self.file.election;
         let settings = self.settings;
@@ -556,14 +556,14 @@ impl Resolver<'_> {
     }
 
     /// `graph:`, when given; its storage dir defaults to `<storage-dir>/graph`.
-    fn graph(&mut self, storage_dir: &Path) -> Option<crate::graph::GraphSettings> {
+    fn graph(&mut self, storage_dir: &Path) -> Option<crate::ernest::GraphSettings> {
         let (file, settings) = (self.file, self.settings);
         let g = file.graph.as_ref()?;
-        let flags = crate::graph::GraphFlags {
+        let flags = crate::ernest::GraphFlags {
             nats_url: g
                 .nats_url
                 .clone()
-                .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into()),
+                .unwrap_or_else(|| crate::ernest::DEFAULT_NATS_URL.into()),
             command: None,
             storage_dir: Some(g.storage_dir.as_ref().map_or_else(
                 || storage_dir.join("graph"),
@@ -571,8 +571,8 @@ impl Resolver<'_> {
             )),
             component_timeout: g
                 .component_timeout
-                .unwrap_or(crate::graph::DEFAULT_COMPONENT_TIMEOUT.as_secs_f64()),
-            error_policy: match g.error_policy.as_deref().map(crate::graph::parse_policy) {
+                .unwrap_or(crate::ernest::DEFAULT_COMPONENT_TIMEOUT.as_secs_f64()),
+            error_policy: match g.error_policy.as_deref().map(crate::ernest::parse_policy) {
                 None => verwalter_controllers::graph::ErrorPolicy::Halt,
                 Some(Ok(policy)) => policy,
                 Some(Err(problem)) => {
@@ -589,7 +589,7 @@ impl Resolver<'_> {
                 }
             },
             metrics_listen: None,
-            retention: match g.retention.as_deref().map(crate::graph::parse_age) {
+            retention: match g.retention.as_deref().map(crate::ernest::parse_age) {
                 None => None,
                 Some(Ok(age)) => Some(age),
                 Some(Err(problem)) => {
@@ -599,7 +599,7 @@ impl Resolver<'_> {
             },
             nats: nats_flags!(g, settings),
         };
-        crate::graph::GraphSettings::from_flags(&flags, "graph.nats-")
+        crate::ernest::GraphSettings::from_flags(&flags, "graph.nats-")
             .map_err(|problem| {
                 self.problems
                     .push(match problem.strip_prefix("--component-timeout ") {
@@ -611,7 +611,7 @@ impl Resolver<'_> {
     }
 
     /// `deployment-events:`, when given.
-    fn deployment_events(&mut self) -> Option<crate::graph::events::EventSettings> {
+    fn deployment_events(&mut self) -> Option<crate::ernest::events::EventSettings> {
         let (file, settings) = (self.file, self.settings);
         let e = file.deployment_events.as_ref()?;
         let prefix = e.prefix.clone().unwrap_or_else(|| "verwalter".into());
@@ -628,12 +628,12 @@ impl Resolver<'_> {
         let nats_url = e
             .nats_url
             .clone()
-            .unwrap_or_else(|| crate::graph::DEFAULT_NATS_URL.into());
+            .unwrap_or_else(|| crate::ernest::DEFAULT_NATS_URL.into());
         let nats_auth = nats_flags!(e, settings)
             .resolve("deployment-events.nats-", &nats_url)
             .map_err(|problem| self.problems.push(problem))
             .ok()?;
-        Some(crate::graph::events::EventSettings {
+        Some(crate::ernest::events::EventSettings {
             nats_url,
             nats_auth,
             prefix,
@@ -646,8 +646,8 @@ const SECRET_FILE_LIMIT: u64 = 64 << 10;
 
 pub(super) fn read_key(
     path: &Path,
-) -> Result<verwalter_controllers::election::wire::AuthKey, String> {
-    use verwalter_controllers::election::wire::{AuthKey, MIN_KEY_LEN};
+) -> Result<verwalter_controllers::cluster::election::wire::AuthKey, String> {
+    use verwalter_controllers::cluster::election::wire::{AuthKey, MIN_KEY_LEN};
     let bytes = read_bounded(path, open(path)?, SECRET_FILE_LIMIT)?;
     let key = bytes.trim_ascii();
     AuthKey::new(key).ok_or_else(|| {
@@ -670,7 +670,9 @@ fn relative_to_settings(settings: Option<&Path>, path: &Path) -> PathBuf {
 /// The bearer token of `http.token-file`: a file only its owner may read or write (mode 0600 or
 /// 0400: anyone who reads it can change what every node runs), holding at least 16 visible
 /// ASCII characters.
-pub(super) fn read_token(path: &Path) -> Result<verwalter_controllers::access::Token, String> {
+pub(super) fn read_token(
+    path: &Path,
+) -> Result<verwalter_controllers::http::access::Token, String> {
     use std::os::unix::fs::PermissionsExt;
     let file = open(path)?;
     let mode = file
@@ -688,6 +690,6 @@ pub(super) fn read_token(path: &Path) -> Result<verwalter_controllers::access::T
         ));
     }
     let bytes = read_bounded(path, file, SECRET_FILE_LIMIT)?;
-    verwalter_controllers::access::Token::from_file_bytes(&bytes)
+    verwalter_controllers::http::access::Token::from_file_bytes(&bytes)
         .map_err(|problem| format!("{}: {problem}", path.display()))
 }

@@ -7,13 +7,13 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use verwalter_controllers::election::ElectionState;
-use verwalter_controllers::election::transport;
-use verwalter_controllers::ports::{Clock, SystemClock};
+use verwalter_controllers::cluster::election::ElectionState;
+use verwalter_controllers::cluster::election::transport;
+use verwalter_controllers::machinery::clock::rfc3339;
+use verwalter_controllers::machinery::clock::{Clock, SystemClock};
 use verwalter_controllers::render::deployment_id;
+use verwalter_controllers::render::vars;
 use verwalter_controllers::status::{self, Snapshot, Status};
-use verwalter_controllers::vars;
-use verwalter_controllers::wallclock::rfc3339;
 
 use super::{ApiError, AppState};
 use crate::cluster::coding::Coding;

@@ -1,7 +1,7 @@
 //! `/v1/events`: a server-sent events stream of `/v1/status`, for pages that would otherwise poll.
 //!
 //! The first event is the status now; another follows each time a store field `/v1/status` is
-//! made from changed (the fields of `status::Sources`), at most one per 50 ms so that a burst of
+//! made from changed (the fields of `status::Fields`), at most one per 50 ms so that a burst of
 //! changes costs one event. Each event is `event: status` with the status JSON as data; a
 //! comment every 15 s keeps proxies from closing an idle stream.
 //!
@@ -18,8 +18,8 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, watch};
-use verwalter_controllers::status::Sources;
-use verwalter_controllers::store::Trigger;
+use verwalter_controllers::machinery::store::Trigger;
+use verwalter_controllers::status::Fields;
 
 use super::AppState;
 use super::api::build_status;
@@ -92,7 +92,7 @@ pub async fn events(
         metrics: state.metrics.clone(),
     };
     // Exactly the fields the status is made from.
-    let triggers = Sources::new(&state.store).triggers();
+    let triggers = Fields::new(&state.store).triggers();
     let (progress, watched) = watch::channel((0, 0));
     if let Some(axum::Extension(connection)) = connection {
         tokio::spawn(watchdog(

@@ -26,7 +26,7 @@ use tower::ServiceExt;
 use tower_http::services::ServeFile;
 
 use super::{ApiError, AppState};
-use crate::paths::{Boundary, Escape};
+use crate::machinery::paths::{Boundary, Escape};
 
 /// `rel` joined to `base`, checked: plain components, and inside `base` after symlinks.
 pub(super) fn inside(base: &Path, rel: &str) -> Result<PathBuf, ApiError> {
@@ -191,7 +191,7 @@ pub async fn log_role(
     UrlPath((role, file)): UrlPath<(String, String)>,
     request: Request,
 ) -> Response {
-    if let Some(why) = verwalter_controllers::vars::unsafe_role_name(&role) {
+    if let Some(why) = verwalter_controllers::render::vars::unsafe_role_name(&role) {
         return ApiError::not_found(format!("role {role:?}: {why}")).into_response();
     }
     match log_dir(&state).and_then(|root| inside(&root.join(&role), &file)) {
@@ -218,7 +218,7 @@ pub async fn log_external(
 
 /// `/v1/backups`: backup names, oldest first.
 pub async fn backups(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
-    crate::backups::list(&state.backups_dir)
+    crate::storage::backups::list(&state.backups_dir)
         .map(Json)
         .map_err(|e| ApiError::internal(e.to_string()))
 }
@@ -250,11 +250,11 @@ pub async fn wasm_module(
     UrlPath(name): UrlPath<String>,
     request: Request,
 ) -> Response {
-    if name != crate::wasm::SCHEDULER_WASM && name != crate::wasm::QUERY_WASM {
+    if name != crate::schedule::wasm::SCHEDULER_WASM && name != crate::schedule::wasm::QUERY_WASM {
         return ApiError::not_found(format!(
             "no module {name:?}: only {} and {} are served",
-            crate::wasm::SCHEDULER_WASM,
-            crate::wasm::QUERY_WASM
+            crate::schedule::wasm::SCHEDULER_WASM,
+            crate::schedule::wasm::QUERY_WASM
         ))
         .into_response();
     }

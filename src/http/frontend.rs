@@ -244,8 +244,8 @@ async fn serve_file(dir: &Path, file: PathBuf, mut request: Request) -> Response
     }
     let mut gz = file.clone().into_os_string();
     gz.push(".gz");
-    let gz_inside =
-        crate::paths::Boundary::new(dir).is_ok_and(|b| b.resolve(Path::new(&gz)).is_ok());
+    let gz_inside = crate::machinery::paths::Boundary::new(dir)
+        .is_ok_and(|b| b.resolve(Path::new(&gz)).is_ok());
     let service = if gz_inside {
         ServeFile::new(file).precompressed_gzip()
     } else {

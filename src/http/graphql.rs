@@ -14,7 +14,7 @@
 //! Every field is read from one snapshot of the store made into the `/v1/status` view
 //! ([`status::view`]) and from that into one JSON tree ([`tree`]), so a query and `/v1/status`
 //! agree. Subscriptions wake on the same store
-//! fields as `/v1/events` ([`Sources::triggers`]) and share its limits: a socket takes one of the
+//! fields as `/v1/events` ([`Fields::triggers`]) and share its limits: a socket takes one of the
 //! `http.max-event-streams` slots, holds at most [`MAX_SUBSCRIPTIONS`] subscriptions, makes a
 //! result only when the client is ready for it (a slow reader gets the latest status, never a
 //! backlog), and is closed when a message has waited `http.stream-stall-timeout-ms` to be written.
@@ -40,18 +40,18 @@ use axum::response::{IntoResponse, Response};
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, Stream, StreamExt};
 use serde_json::{Value, json};
-use verwalter_controllers::access;
-use verwalter_controllers::graphql_cost;
+use verwalter_controllers::http::access;
+use verwalter_controllers::http::graphql_cost;
+use verwalter_controllers::http::subscriptions::LastSent;
+use verwalter_controllers::node::Store;
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::BlockedState;
-use verwalter_controllers::status::{self, NodeInfo, Snapshot, Sources};
-use verwalter_controllers::store::Store;
-use verwalter_controllers::subscriptions::LastSent;
-use verwalter_controllers::vars;
+use verwalter_controllers::status::{self, Fields, NodeInfo, Snapshot};
 
 use super::body::{BodyRules, JsonBody, JsonRoute};
 use super::{ApiError, AppState};
-use crate::logs::LogDir;
 use crate::metrics::Metrics;
+use crate::storage::logs::LogDir;
 
 /// Largest `POST /v1/graphql` body and WebSocket message accepted (as `/v1/action`).
 pub const BODY_LIMIT: usize = super::actions::BODY_LIMIT;
@@ -548,7 +548,7 @@ pub struct RequestView(OnceLock<Arc<View>>);
 
 /// A status made when the consumer asks for the next one: the stream holds no queue.
 fn status_changes(source: Source) -> impl Stream<Item = Arc<View>> {
-    let triggers = Sources::new(&source.store).triggers();
+    let triggers = Fields::new(&source.store).triggers();
     futures::stream::unfold(
         (source, triggers, true),
         |(source, mut triggers, first)| async move {

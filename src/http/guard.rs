@@ -1,5 +1,5 @@
 //! The guard in front of every route: reads the headers the policy of
-//! [`verwalter_controllers::access`] looks at and answers a refused request. First the
+//! [`verwalter_controllers::http::access`] looks at and answers a refused request. First the
 //! Host/Origin checks (DNS rebinding, cross-site requests that change state: 403 or 415), then
 //! the bearer token of `http.token-file` when one is set (401 with `WWW-Authenticate: Bearer`).
 //!
@@ -13,7 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use verwalter_controllers::access::{self, Asked, Names, Refusal, TokenRefusal, TokenScope};
+use verwalter_controllers::http::access::{self, Asked, Names, Refusal, TokenRefusal, TokenScope};
 
 use super::{ApiError, AppState};
 

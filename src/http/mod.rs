@@ -27,10 +27,11 @@ use axum::http::{HeaderValue, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
-use verwalter_controllers::access;
+use verwalter_controllers::http::access;
 
 use crate::cluster::coding::Coding;
-use verwalter_controllers::store::{Field, Store};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::node::Store;
 
 pub use api::version;
 pub use error::ApiError;
@@ -53,7 +54,7 @@ pub struct AppState {
     pub actions: Arc<verwalter_controllers::actions::ActionQueue>,
     /// The deployment log: served under `/v1/log/`, and the audit line of each action (absent in
     /// some tests).
-    pub logs: Option<Arc<crate::logs::LogDir>>,
+    pub logs: Option<Arc<crate::storage::logs::LogDir>>,
     /// `sandbox/*.yaml` `log-dirs`, served under `/v1/log/external/`.
     pub log_dirs: Arc<std::collections::BTreeMap<String, std::path::PathBuf>>,
     /// `<storage>/backups`.
@@ -68,7 +69,7 @@ pub struct AppState {
     /// `/v1/wasm/`.
     pub scheduler_dir: std::path::PathBuf,
     /// `scheduler/v1/query.wasm`, shared with the render controller (`/v1/query`).
-    pub query: crate::wasm::query::QueryHook,
+    pub query: crate::schedule::wasm::query::QueryHook,
     pub http: Arc<HttpState>,
     /// When each peer was last heard from directly (empty without peers), and how recently it
     /// must have been for `/v1/peers` to call it `alive` (`election.minority-window-ms`).

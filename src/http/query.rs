@@ -1,5 +1,5 @@
 //! `POST /v1/query/<path>`: answered by `scheduler/v1/query.wasm`'s `query` (verwalter 0.13.0),
-//! on the instance `init`ed with the schedule in force (shared with rendering, [`QueryHook`](crate::wasm::query::QueryHook)). Without a `query.wasm` (the compat derivation) the
+//! on the instance `init`ed with the schedule in force (shared with rendering, [`QueryHook`](crate::schedule::wasm::query::QueryHook)). Without a `query.wasm` (the compat derivation) the
 //! answer is a 500 saying so, as in 0.13.
 
 use axum::extract::{Path as UrlPath, State};

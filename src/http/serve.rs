@@ -46,7 +46,7 @@ use tokio::task::JoinSet;
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt;
-use verwalter_controllers::access;
+use verwalter_controllers::http::access;
 
 use crate::config::HttpFileSettings;
 use crate::metrics::{ConnectionMetrics, HttpClose, Metrics};
@@ -61,7 +61,7 @@ pub struct HttpSettings {
     /// Lowercase host names the API answers to besides the built-in ones; `*` for any.
     pub allowed_hosts: Vec<String>,
     /// `http.token-file`'s bearer token, asked of requests `access::needs_token` names.
-    pub token: Option<verwalter_controllers::access::Token>,
+    pub token: Option<verwalter_controllers::http::access::Token>,
     /// `http.token-for-reads`.
     pub token_for_reads: bool,
 }
@@ -162,7 +162,7 @@ impl HttpSettings {
     /// The token this node sends when it reads from its peers (schedule fetches): its own, when
     /// reads need it (`http.token-for-reads`; every node of the cluster then has the same token
     /// file), else none, so that the token goes over the network only where it must.
-    pub fn token_for_peers(&self) -> Option<verwalter_controllers::access::Token> {
+    pub fn token_for_peers(&self) -> Option<verwalter_controllers::http::access::Token> {
         self.token.clone().filter(|_| self.token_for_reads)
     }
 }
@@ -198,7 +198,7 @@ pub fn raise_nofile_limit() -> Option<u64> {
     }
 }
 
-pub use verwalter_controllers::access::connection_cap;
+pub use verwalter_controllers::http::access::connection_cap;
 
 /// Closes the connection a request came on (an extension of every request served by [`serve`]).
 #[derive(Debug, Clone)]

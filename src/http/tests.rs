@@ -4,10 +4,10 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use verwalter_controllers::election::ElectionState;
-use verwalter_controllers::ports::SchedulerFailure;
+use verwalter_controllers::cluster::election::ElectionState;
+use verwalter_controllers::node::StoreWriter;
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{InputError, Schedule, SchedulerStatus};
-use verwalter_controllers::store::StoreWriter;
 use verwalter_controllers::testing::{STATUS_KEYS, inputs};
 
 use super::*;
@@ -39,13 +39,13 @@ pub(super) fn app_state(
 ) -> AppState {
     AppState {
         store: writer.store(),
-        force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
+        force_render: Arc::new(verwalter_controllers::machinery::store::Field::new(0)),
         // Not run: these tests register no action (no node leads).
         actions: verwalter_controllers::actions::ActionQueue::open(
-            verwalter_controllers::store::Field::new(Default::default()),
+            verwalter_controllers::machinery::store::Field::new(Default::default()),
             writer.store(),
             Arc::new(verwalter_controllers::testing::MemoryJournal::default()),
-            Arc::new(verwalter_controllers::ports::SystemClock),
+            Arc::new(verwalter_controllers::machinery::clock::SystemClock),
             Default::default(),
         )
         .unwrap(),
@@ -65,9 +65,9 @@ pub(super) fn app_state(
         }),
         frontend_dir,
         scheduler_dir: std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
-        query: crate::wasm::query::QueryHook::new(
+        query: crate::schedule::wasm::query::QueryHook::new(
             std::env::temp_dir().join("verwalter-http-tests-no-scheduler"),
-            crate::lua::Limits::default().into(),
+            crate::schedule::lua::Limits::default().into(),
         ),
         http: Default::default(),
         liveness: Default::default(),
@@ -439,7 +439,7 @@ fn every_route_is_in_the_openapi_description_and_nothing_else() {
 /// window the node judges peers by.
 #[tokio::test]
 async fn peers_are_alive_while_heard_within_the_window() {
-    use verwalter_controllers::ports::{Clock, SystemClock};
+    use verwalter_controllers::machinery::clock::{Clock, SystemClock};
     use verwalter_controllers::state::{Peer, Peers};
     let writer = StoreWriter::new(None);
     let peer = |n: u32| Peer {
@@ -1170,7 +1170,7 @@ fn with_token(writer: &StoreWriter, reads: bool) -> (Router, Arc<Field<u64>>) {
     let force_render = state.force_render.clone();
     state.http = Arc::new(HttpState::new(HttpSettings {
         token: Some(
-            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
+            verwalter_controllers::http::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
         ),
         token_for_reads: reads,
         ..HttpSettings::default()

@@ -9,12 +9,12 @@ use futures::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-use verwalter_controllers::ports::DeploymentLog;
+use verwalter_controllers::machinery::ports::DeploymentLog;
+use verwalter_controllers::node::StoreWriter;
 use verwalter_controllers::state::{
     BlockedState, Deployment, Peer, Peers, Report, RoleBlocked, RoleFailure, RolesStatus, Schedule,
     ScheduleData, ScheduleStamp,
 };
-use verwalter_controllers::store::StoreWriter;
 
 use super::graphql::*;
 use super::tests::{app_state, body_text, get, get_json, leading, post_json};
@@ -168,7 +168,7 @@ async fn every_documented_field_resolves_and_agrees_with_v1_status() {
     let (writer, logs_dir, schedule) = busy_node();
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     let mut state = app_state(&writer, no_frontends, "common");
-    let logs = crate::logs::LogDir::open(logs_dir.path(), Default::default());
+    let logs = crate::storage::logs::LogDir::open(logs_dir.path(), Default::default());
     logs.deployment_start("dep-2", &schedule.hash, &["db".into()], &[]);
     let mut role = logs.role("db", "dep-2");
     role.action_start("db.render.yaml");
@@ -658,7 +658,7 @@ async fn sockets_share_the_event_stream_cap_and_refuse_other_sites() {
 
 #[test]
 fn an_unchanged_result_is_not_sent_again_in_either_protocol() {
-    let mut last = verwalter_controllers::subscriptions::LastSent::default();
+    let mut last = verwalter_controllers::http::subscriptions::LastSent::default();
     let data = |id: &str, epoch: u64| {
         json!({"type": "data", "id": id, "payload": {"data": {"epoch": epoch}}}).to_string()
     };
@@ -799,7 +799,7 @@ async fn serving_with_token(
     let mut state = app_state(&writer, no_frontends, "common");
     state.http = Arc::new(HttpState::new(HttpSettings {
         token: Some(
-            verwalter_controllers::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
+            verwalter_controllers::http::access::Token::from_file_bytes(TOKEN.as_bytes()).unwrap(),
         ),
         token_for_reads: reads,
         ..HttpSettings::default()
@@ -1244,7 +1244,7 @@ async fn over_the_socket_costly_documents_and_unauthorised_mutations_are_refused
                 assert_eq!(answer["payload"]["data"], Value::Null, "{answer}");
                 assert_eq!(
                     answer["payload"]["errors"][0]["message"],
-                    verwalter_controllers::access::SOCKET_MUTATION_REFUSED,
+                    verwalter_controllers::http::access::SOCKET_MUTATION_REFUSED,
                     "{protocol} {payload}: {answer}"
                 );
                 // Reads still work on that socket.

@@ -1,10 +1,9 @@
 //! The config dir reader (`/etc/verwalter`): runtime tree and scheduler sources, their content
 //! hashes and errors, the scheduler's metrics declaration (`scheduler/v1/metrics.yaml`,
-//! [`metrics_file`]), and a watcher that re-reads them after changes. A read that cannot see
+//! [`crate::schedule::scheduler_metrics::file`]), and a watcher that re-reads them after changes. A read that cannot see
 //! everything (a file or dir that exists but cannot be read) never stands for the config dir.
 
 pub mod metrics;
-pub mod metrics_file;
 pub mod nesting;
 pub mod runtime;
 pub mod walk;
@@ -56,9 +55,9 @@ pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut P
     let mut code = Sha1::new();
     let sched = scheduler_dir(config_dir);
     let main = format!("{SCHEDULER_DIR}/main.lua");
-    // A wasm module (`scheduler.wasm`) takes the place of `main.lua` (src/wasm/).
+    // A wasm module (`scheduler.wasm`) takes the place of `main.lua` (src/schedule/wasm/).
     let wasm = fs
-        .metadata(&sched.join(crate::wasm::SCHEDULER_WASM))
+        .metadata(&sched.join(crate::schedule::wasm::SCHEDULER_WASM))
         .is_ok_and(|meta| meta.is_file());
     match fs.metadata(&sched.join("main.lua")) {
         _ if wasm => {}
@@ -75,7 +74,8 @@ pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut P
         }),
     }
     hash_dir(fs, &sched, config_dir, SCHEDULER_DIR, &mut code, problems);
-    let metrics = metrics_file::read_declaration(fs, config_dir, problems);
+    let metrics =
+        crate::schedule::scheduler_metrics::file::read_declaration(fs, config_dir, problems);
     let scheduler_hash = hex::encode(code.finalize());
     feed(&mut all, "scheduler", scheduler_hash.as_bytes());
     let mut errors = std::mem::take(&mut problems.errors);

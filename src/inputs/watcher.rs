@@ -4,7 +4,7 @@
 //! started writing is complete (closed after writing, or renamed into place), after taking
 //! every event already queued. While a file is still open for writing, or when events were
 //! lost, it waits until the directory has been quiet for `debounce`, at the latest `max_delay`
-//! after the first event ([`sources::Burst`]). Events that come during a read make another
+//! after the first event ([`Burst`]). Events that come during a read make another
 //! read right after it. A periodic re-read covers lost events (inotify
 //! queue overflow, a watcher that failed to start): level-triggered, a missed event costs at most
 //! one resync period.
@@ -13,7 +13,7 @@
 //! descriptors exhausted, permissions, I/O errors) is not a change: the last good inputs stay in
 //! force, with the failure shown among their errors, logged and counted. A read that finds
 //! `scheduler/v1/metrics.yaml` bad keeps the last good metrics declaration
-//! (`sources::keep_metrics_declaration`).
+//! ([`keep_metrics_declaration`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,9 +24,10 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::sources::{self, Touch};
+use verwalter_controllers::inputs::{Burst, Touch, kept_inputs};
+use verwalter_controllers::machinery::store::Field;
+use verwalter_controllers::schedule::scheduler_metrics::keep_metrics_declaration;
 use verwalter_controllers::state::{InputError, Inputs, Templates};
-use verwalter_controllers::store::Field;
 
 use super::Problems;
 use super::walk::{FileSystem, RealFs};
@@ -139,7 +140,7 @@ impl InputsWatcher {
                         self.config.resync = self.config.resync.min(Duration::from_secs(2));
                         continue;
                     };
-                    let mut burst = sources::Burst::new(Instant::now());
+                    let mut burst = Burst::new(Instant::now());
                     burst.note(Instant::now(), touch, &paths);
                     loop {
                         let WatchConfig { debounce, max_delay, .. } = self.config;
@@ -186,7 +187,7 @@ impl InputsWatcher {
             }
             self.good_errors = inputs.errors.clone();
             let mut inputs = inputs;
-            sources::keep_metrics_declaration(&self.out.inputs.get(), &mut inputs);
+            keep_metrics_declaration(&self.out.inputs.get(), &mut inputs);
             publish(&self.out.inputs, inputs, &self.metrics);
             return;
         }
@@ -197,7 +198,7 @@ impl InputsWatcher {
                     "Cannot read the config dir; keeping the last good inputs.");
             }
         }
-        let kept = sources::kept_inputs(&self.out.inputs.get(), &self.good_errors, &failures);
+        let kept = kept_inputs(&self.out.inputs.get(), &self.good_errors, &failures);
         self.failures = failures;
         self.metrics.input_read(kept.errors.len());
         self.out.inputs.set(kept);

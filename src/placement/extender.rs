@@ -24,15 +24,15 @@ use prometheus::{
 use serde::Serialize;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::access::BodyRefusal;
+use verwalter_controllers::http::access::BodyRefusal;
 use verwalter_placement::Algorithm;
 use verwalter_placement::config::{DataProvider, LoadedAlgorithm};
 use verwalter_placement::extender::{self as wire, ExtenderArgs, Verdict};
 use verwalter_placement::loggers::DECISIONS_TARGET;
 use verwalter_placement::snapshot;
 
+use super::metrics::SourceMetrics;
 use super::refresh::RefreshSettings;
-use super::source_metrics::SourceMetrics;
 use super::start::{SourcePlan, SourcesError, start_sources};
 use super::store::{SnapshotStore, View};
 use crate::http::{ApiError, ServeLimits};
@@ -596,7 +596,7 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
         generation: view.generation,
         updated: view
             .updated
-            .map(|t| verwalter_controllers::wallclock::rfc3339(unix_ms(t))),
+            .map(|t| verwalter_controllers::machinery::clock::rfc3339(unix_ms(t))),
         age_seconds: view
             .updated
             .map(|t| t.elapsed().map_or(0.0, |d| d.as_secs_f64())),
@@ -612,7 +612,7 @@ async fn status(State(state): State<Arc<Extender>>) -> Response {
                     source.as_str(),
                     SourceErrorView {
                         message: e.message.clone(),
-                        at: verwalter_controllers::wallclock::rfc3339(unix_ms(e.at)),
+                        at: verwalter_controllers::machinery::clock::rfc3339(unix_ms(e.at)),
                     },
                 )
             })

@@ -7,11 +7,9 @@
 //! - [`refresh`]: [`refresh::spawn_sources`], the background refresh of a data provider's
 //!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
 //!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
-//!   (HTTP and HTTPS with a CA and a bearer token); [`source_metrics`] counts refreshes.
+//!   (HTTP and HTTPS with a CA and a bearer token); [`metrics`] counts refreshes.
 //! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
 //!   [`chart`] draws its SVG with plotters.
-//! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
-//!   `scheduler/v1/metrics.yaml` refreshed on the leader into the store.
 //! - [`start`]: [`start::start_sources`], the one place the data sources are started.
 //! - [`snapshot_file`]: the snapshot file source (JSON or YAML, re-read when it changes).
 //! - [`extender`]: the Kubernetes scheduler extender's HTTP server (`verwalter extender`).
@@ -22,12 +20,11 @@ pub mod check;
 pub mod extender;
 pub mod input;
 pub mod kube;
+pub mod metrics;
 pub mod prometheus;
 pub mod refresh;
 pub mod request;
-pub mod scheduler_metrics;
 pub mod simulate;
 pub mod snapshot_file;
-pub mod source_metrics;
 pub mod start;
 pub mod store;

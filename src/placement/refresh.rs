@@ -29,9 +29,9 @@ use verwalter_placement::sources::{
 };
 
 use super::kube::{KubeApi, WatchEnd};
+use super::metrics::SourceMetrics;
 use super::prometheus::{base_url, instant_query};
 use super::request;
-use super::source_metrics::SourceMetrics;
 use super::store::SnapshotStore;
 use crate::machinery::http_client::HttpClient;
 

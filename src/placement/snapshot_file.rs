@@ -17,7 +17,7 @@ use notify::{EventKind, RecursiveMode, Watcher};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::sources;
+use verwalter_controllers::inputs;
 use verwalter_placement::Snapshot;
 
 use super::store::SnapshotStore;
@@ -154,7 +154,7 @@ impl SnapshotFile {
                     let first = Instant::now();
                     let mut last = first;
                     loop {
-                        let read_at = sources::read_at(first, last, DEBOUNCE, MAX_DELAY);
+                        let read_at = inputs::read_at(first, last, DEBOUNCE, MAX_DELAY);
                         tokio::select! {
                             _ = shutdown.cancelled() => return,
                             Some(()) = events.recv() => last = Instant::now(),

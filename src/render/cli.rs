@@ -5,11 +5,11 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::{Map, Value};
+use verwalter_controllers::render::vars;
 use verwalter_controllers::state::{Schedule, ScheduleData};
-use verwalter_controllers::vars;
 
 use super::{TemplateSet, Vars, read_log_dirs};
-use crate::apply::{self, ApplyLog};
+use crate::render::apply::{self, ApplyLog};
 
 /// Where the variables come from.
 #[derive(Debug, Clone)]
@@ -60,7 +60,7 @@ fn read_object(path: &Path) -> Result<Map<String, Value>, String> {
 /// The variables `role` gets, as the daemon would compute them.
 pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
     let id = verwalter_controllers::render::deployment_id();
-    let now = verwalter_controllers::wallclock::rfc3339(
+    let now = verwalter_controllers::machinery::clock::rfc3339(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
@@ -89,9 +89,13 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
             };
             let data = schedule.data.tree().as_ref();
             // With a `query.wasm` the node's roles are its answer, as in the daemon.
-            let derived =
-                crate::wasm::query::derive_offline(&args.config_dir, &schedule, hostname, &id)
-                    .map_err(|e| e.message)?;
+            let derived = crate::schedule::wasm::query::derive_offline(
+                &args.config_dir,
+                &schedule,
+                hostname,
+                &id,
+            )
+            .map_err(|e| e.message)?;
             let view = match derived {
                 Some(roles) => std::borrow::Cow::Owned(vars::roles_view(data, hostname, roles)),
                 None => std::borrow::Cow::Borrowed(data),

@@ -1,7 +1,8 @@
 //! Rendering a role: its template dir loaded and parsed, each `*.render.yaml`'s templates rendered
-//! into the role's staging dir, then its commands run (`crate::apply`), everything written to the
+//! into the role's staging dir, then its commands run (`crate::render::apply`), everything written to the
 //! role's deployment log.
 
+pub mod apply;
 pub mod cli;
 pub mod engines;
 pub mod metrics;
@@ -18,13 +19,12 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use sha1::{Digest, Sha1};
-use verwalter_controllers::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
+use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
+use verwalter_controllers::machinery::store::Reader;
+use verwalter_controllers::render::vars::logged::Logged;
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
-use verwalter_controllers::store::Reader;
-use verwalter_controllers::vars::logged::Logged;
 
-use crate::apply;
-use crate::logs::LogDir;
+use crate::storage::logs::LogDir;
 pub use engines::Vars;
 pub use template_set::TemplateSet;
 
@@ -196,7 +196,7 @@ impl Inner {
         self: Arc<Self>,
         job: &RoleJob,
         vars: &Vars,
-        log: &mut crate::logs::RoleLog,
+        log: &mut crate::storage::logs::RoleLog,
     ) -> Result<(), ApplyError> {
         let this = self.clone();
         let template = job.template.clone();
@@ -244,7 +244,7 @@ impl Inner {
         vars: &Vars,
         staging: &Path,
         job: &RoleJob,
-        log: &mut crate::logs::RoleLog,
+        log: &mut crate::storage::logs::RoleLog,
         written: &mut Vec<String>,
     ) -> Result<(), ApplyError> {
         let mut files = BTreeMap::new();

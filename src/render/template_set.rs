@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_norway::Value as Yaml;
 
 use super::engines::{Engine, EngineKind, HandlebarsEngine, TeraEngine, Vars, kind_of};
-use crate::apply::{self, Command};
-use crate::paths::{Boundary, Escape};
+use crate::machinery::paths::{Boundary, Escape};
+use crate::render::apply::{self, Command};
 
 /// One `*.render.yaml`: the templates it renders and the commands that apply them.
 #[derive(Debug, Clone, PartialEq)]

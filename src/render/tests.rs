@@ -379,8 +379,8 @@ fn a_template_linked_out_of_templates_is_refused_by_name() {
 
 #[tokio::test]
 async fn a_role_applies_when_its_log_cannot_be_written() {
-    use verwalter_controllers::ports::{RoleApplier, RoleJob};
-    use verwalter_controllers::store::StoreWriter;
+    use verwalter_controllers::machinery::ports::{RoleApplier, RoleJob};
+    use verwalter_controllers::node::StoreWriter;
 
     let out = tempfile::tempdir().unwrap();
     let marker = out.path().join("applied");
@@ -403,7 +403,7 @@ async fn a_role_applies_when_its_log_cannot_be_written() {
         "a file where the role's log dir should be",
     )
     .unwrap();
-    let logs = LogDir::open(&log_dir, crate::logs::LogLimits::default());
+    let logs = LogDir::open(&log_dir, crate::storage::logs::LogLimits::default());
     let applier = Applier::new(
         ApplierConfig {
             config_dir: config.path().to_path_buf(),

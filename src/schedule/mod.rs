@@ -1,22 +1,32 @@
-//! The scheduler the daemon runs, and what Lua and wasm schedulers share.
+//! The scheduler the leader runs over the config dir, and what feeds it.
 //!
 //! - [`thread`]: the scheduler thread, the one adapter between the `Scheduler` port and a
 //!   scheduler on an OS thread of its own (time budget plus grace, a stuck run refuses the
 //!   next ones, the watchdog's records).
 //! - [`ConfigDirScheduler`]: the wasm module when `scheduler.wasm` exists, else the Lua
 //!   scheduler.
+//! - [`lua`]: the sandboxed Lua scheduler (`scheduler/v1/main.lua`); [`lua::allocator`]: glibc
+//!   malloc tuning for the Lua VM.
+//! - [`wasm`]: WebAssembly schedulers (`scheduler/v1/scheduler.wasm`) in the wasmi interpreter,
+//!   and the query hook.
+//! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
+//!   `scheduler/v1/metrics.yaml` ([`scheduler_metrics::file`]) refreshed on the leader into the
+//!   store.
 
+pub mod lua;
+pub mod scheduler_metrics;
 pub mod thread;
+pub mod wasm;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use verwalter_controllers::ports::{Scheduler, SchedulerError};
+use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError};
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 
-use crate::lua::LuaScheduler;
-use crate::wasm::{WasmScheduler, has_wasm_scheduler};
+use lua::LuaScheduler;
+use wasm::{WasmScheduler, has_wasm_scheduler};
 
 /// The daemon's scheduler: `scheduler/v1/scheduler.wasm` when it exists, else `main.lua`. The
 /// choice is made per run, so replacing one by the other takes effect like any code change.

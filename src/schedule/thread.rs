@@ -15,9 +15,12 @@ use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use tokio::sync::oneshot;
-use verwalter_controllers::ports::{SchedulerError, SchedulerFailure};
+use verwalter_controllers::machinery::ports::SchedulerError;
+use verwalter_controllers::machinery::watchdog::{
+    self as progress, DriverBeat, PassMark, Progress,
+};
+use verwalter_controllers::state::SchedulerFailure;
 use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
-use verwalter_controllers::watchdog::{self as progress, DriverBeat, PassMark, Progress};
 
 /// Extra wait past the time budget before a run is reported stuck. The budget stops every
 /// script we know of (the Lua pattern functions watch the clock themselves, the wasm fuel

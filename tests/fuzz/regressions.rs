@@ -139,7 +139,7 @@ fn an_envelope_is_read_as_serde_json_reads_it_whatever_follows_the_data() {
 fn spaced_data_that_hashes_to_its_hash_is_taken_whatever_the_value() {
     use verwalter_controllers::state::Schedule;
     for data in ["\n2", " [1] ", "\t{\"a\":1}\r\n", "\"x\""] {
-        let hash = verwalter_controllers::hash::hash_canonical(data.as_bytes());
+        let hash = verwalter_controllers::schedule::hash::hash_canonical(data.as_bytes());
         let body =
             format!("{{\"timestamp\":1,\"hash\":\"{hash}\",\"data\":{data},\"origin\":\"x\"}}");
         let taken = Schedule::from_peer(body.into_bytes(), "n").unwrap();

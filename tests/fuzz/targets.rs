@@ -681,7 +681,7 @@ fn render_yaml(bytes: &[u8]) -> String {
     match verwalter::render::template_set::parse_render_file(text) {
         Ok(file) => {
             let names: BTreeSet<String> = file.templates.keys().cloned().collect();
-            class(&verwalter::apply::validate(&file.commands, &names))
+            class(&verwalter::render::apply::validate(&file.commands, &names))
         }
         Err(e) => e,
     }
@@ -791,9 +791,9 @@ fn refs(bytes: &[u8]) -> String {
 }
 
 /// `depends_on` lists (`role: dep dep`, one role a line) into `Graph::from_depends_on`, the
-/// order and waves, the cycles named, and one execution with `Progress` to its end.
+/// order and waves, the cycles named, and one execution with `Execution` to its end.
 fn graph(bytes: &[u8]) -> String {
-    use verwalter_controllers::graph::{ErrorPolicy, Graph, Progress};
+    use verwalter_controllers::graph::{ErrorPolicy, Execution, Graph};
     let Some(text) = text(bytes) else {
         return "not UTF-8".into();
     };
@@ -837,7 +837,7 @@ fn graph(bytes: &[u8]) -> String {
     } else {
         ErrorPolicy::Halt
     };
-    let mut progress = Progress::new(&graph, policy);
+    let mut progress = Execution::new(&graph, policy);
     let mut steps = 0;
     loop {
         let ready = progress.take_ready();
@@ -872,7 +872,7 @@ fn graph(bytes: &[u8]) -> String {
 /// An election packet off the UDP socket (CBOR, verwalter 0.13's shape), without and with a
 /// shared key; what decodes encodes back to the same packet.
 fn election_packet(bytes: &[u8]) -> String {
-    use verwalter_controllers::election::wire::{AuthKey, Packet};
+    use verwalter_controllers::cluster::election::wire::{AuthKey, Packet};
     let key = AuthKey::new(b"fuzz-key-0123456789abcdef".to_vec()).unwrap();
     let plain = Packet::decode(bytes);
     if let Ok(packet) = &plain {
@@ -932,7 +932,7 @@ fn schedule_data(bytes: &[u8]) -> String {
     let Ok(text) = std::str::from_utf8(bytes) else {
         return "not UTF-8".into();
     };
-    let hash = verwalter_controllers::hash::hash_canonical(bytes);
+    let hash = verwalter_controllers::schedule::hash::hash_canonical(bytes);
     let body = format!("{{\"timestamp\":1,\"hash\":\"{hash}\",\"data\":{text},\"origin\":\"x\"}}");
     let taken = Schedule::from_peer(body.into_bytes(), "alpha");
     let tree = match serde_json::from_str::<Value>(text) {
@@ -962,12 +962,12 @@ fn schedule_data(bytes: &[u8]) -> String {
 fn action_journal(bytes: &[u8]) -> String {
     use verwalter_controllers::actions::ActionQueue;
     use verwalter_controllers::testing::MemoryJournal;
-    let writer = verwalter_controllers::store::StoreWriter::new(None);
+    let writer = verwalter_controllers::node::StoreWriter::new(None);
     let queue = ActionQueue::open(
-        verwalter_controllers::store::Field::new(Default::default()),
+        verwalter_controllers::machinery::store::Field::new(Default::default()),
         writer.store(),
         MemoryJournal::holding(bytes),
-        Arc::new(verwalter_controllers::ports::SystemClock),
+        Arc::new(verwalter_controllers::machinery::clock::SystemClock),
         Default::default(),
     );
     match queue {
@@ -987,8 +987,8 @@ thread_local! {
 }
 
 fn http_app() -> HttpApp {
-    use verwalter_controllers::election::ElectionState;
-    let writer = verwalter_controllers::store::StoreWriter::new(Some(
+    use verwalter_controllers::cluster::election::ElectionState;
+    let writer = verwalter_controllers::node::StoreWriter::new(Some(
         verwalter_controllers::state::Schedule::new(
             json!({"nodes": {"alpha": {"roles": {"web": {"template": "web"}}}}}),
             1_764_000_000_000,
@@ -1008,10 +1008,10 @@ fn http_app() -> HttpApp {
     let actions = {
         let _guard = runtime.enter();
         verwalter_controllers::actions::ActionQueue::open(
-            verwalter_controllers::store::Field::new(Default::default()),
+            verwalter_controllers::machinery::store::Field::new(Default::default()),
             writer.store(),
             Arc::new(verwalter_controllers::testing::MemoryJournal::default()),
-            Arc::new(verwalter_controllers::ports::SystemClock),
+            Arc::new(verwalter_controllers::machinery::clock::SystemClock),
             Default::default(),
         )
         .unwrap()
@@ -1024,7 +1024,7 @@ fn http_app() -> HttpApp {
     );
     let state = verwalter::http::AppState {
         store: writer.store(),
-        force_render: Arc::new(verwalter_controllers::store::Field::new(0)),
+        force_render: Arc::new(verwalter_controllers::machinery::store::Field::new(0)),
         actions,
         logs: None,
         log_dirs: Default::default(),
@@ -1042,9 +1042,9 @@ fn http_app() -> HttpApp {
         }),
         frontend_dir: scratch().join("frontend"),
         scheduler_dir: scratch().join("scheduler/v1"),
-        query: verwalter::wasm::query::QueryHook::new(
+        query: verwalter::schedule::wasm::query::QueryHook::new(
             scratch().join("scheduler/v1"),
-            verwalter::wasm::WasmLimits {
+            verwalter::schedule::wasm::WasmLimits {
                 memory: 64 << 20,
                 time: std::time::Duration::from_secs(1),
             },
@@ -1138,20 +1138,20 @@ fn paths(bytes: &[u8]) -> String {
         std::os::unix::fs::symlink("/tmp", dir.join("out")).unwrap();
         std::os::unix::fs::symlink("sub", dir.join("in/link")).unwrap();
     }
-    let boundary = verwalter::paths::Boundary::new(&dir).unwrap();
-    let plain = verwalter::paths::is_plain_relative(rel);
+    let boundary = verwalter::machinery::paths::Boundary::new(&dir).unwrap();
+    let plain = verwalter::machinery::paths::is_plain_relative(rel);
     let joined = boundary.join_plain(rel);
     assert_eq!(joined.is_some(), plain);
     if let Some(Ok(path)) = &joined {
         assert!(path.starts_with(boundary.real()), "{rel:?} led to {path:?}");
     }
-    if verwalter_controllers::vars::unsafe_template_name(rel).is_none() {
+    if verwalter_controllers::render::vars::unsafe_template_name(rel).is_none() {
         assert!(
             plain,
             "template {rel:?} accepted but not a plain relative path"
         );
     }
-    if verwalter_controllers::vars::unsafe_role_name(rel).is_none() {
+    if verwalter_controllers::render::vars::unsafe_role_name(rel).is_none() {
         assert!(
             !rel.contains('/') && rel != "." && rel != "..",
             "role {rel:?}"
@@ -1167,8 +1167,8 @@ fn paths(bytes: &[u8]) -> String {
     match joined {
         None => "not plain".into(),
         Some(Ok(_)) => "inside".into(),
-        Some(Err(verwalter::paths::Escape::Outside(_))) => "outside".into(),
-        Some(Err(verwalter::paths::Escape::Unresolved(e))) => format!("{:?}", e.kind()),
+        Some(Err(verwalter::machinery::paths::Escape::Outside(_))) => "outside".into(),
+        Some(Err(verwalter::machinery::paths::Escape::Unresolved(e))) => format!("{:?}", e.kind()),
     }
 }
 
@@ -1242,14 +1242,14 @@ fn prometheus_reply(bytes: &[u8]) -> String {
     }
 }
 
-/// The scheduler's `metrics.yaml` (`src/inputs/metrics_file.rs`), with `!Env` lookups.
+/// The scheduler's `metrics.yaml` (`src/schedule/scheduler_metrics/file.rs`), with `!Env` lookups.
 fn metrics_yaml(bytes: &[u8]) -> String {
     let env = |name: &str| match name {
         "FUZZ_URL" => Some("http://127.0.0.1:9090".to_string()),
         "FUZZ_PORT" => Some("9090".to_string()),
         _ => None,
     };
-    match verwalter::inputs::metrics_file::parse(bytes, env) {
+    match verwalter::schedule::scheduler_metrics::file::parse(bytes, env) {
         Ok(_) => "ok".into(),
         Err((_, message)) => message,
     }

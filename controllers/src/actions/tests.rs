@@ -5,9 +5,10 @@ use std::sync::atomic::Ordering;
 use serde_json::json;
 
 use super::*;
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
+use crate::machinery::store::Reader;
+use crate::node::StoreWriter;
 use crate::state::{Schedule, SchedulerInput, SchedulerStatus};
-use crate::store::{Reader, StoreWriter};
 use crate::testing::{FakeClock, JournalCall, MemoryJournal};
 
 /// 2001-09-09T01:46:40Z: ids of this second are `1_000_000_000_000 + n`.

@@ -23,11 +23,12 @@ use tokio_util::sync::CancellationToken;
 
 use super::{BuildRun, Executor, ResultKind, Step};
 use crate::machinery::backoff::Backoff;
-use crate::ports::{BuildStore, Clock, GraphBus};
+use crate::machinery::clock::Clock;
+use crate::machinery::ports::{BuildStore, GraphBus};
 
 /// Messages taken into one step at most: one file write per build and step, whatever the
 /// number of answers, keeps a wide build's per-component cost low.
-pub const BATCH: usize = 1024;
+pub(crate) const BATCH: usize = 1024;
 /// A flush (a round trip to the server) that takes longer is given up for now; the client still
 /// sends what it holds once it is connected again.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,11 +39,11 @@ const STORE_BACKOFF: Backoff = Backoff::fixed(STORE_RETRY);
 /// A journal may grow to the size of its snapshot before the next write is a snapshot (so
 /// replay never reads more than about twice the build), but at least to this: a small build's
 /// snapshot is cheap, yet rewriting it every few steps would cost the fsyncs of a whole file.
-pub const JOURNAL_MIN: usize = 64 * 1024;
+pub(crate) const JOURNAL_MIN: usize = 64 * 1024;
 
 /// The `Nats-Msg-Id` of build `id`'s result: the same each time it is published, so a JetStream
 /// stream's duplicate window keeps one copy and a core-NATS client can drop a repeat.
-pub fn result_msg_id(id: &str) -> String {
+pub(crate) fn result_msg_id(id: &str) -> String {
     format!("{id}.result")
 }
 
@@ -364,7 +365,7 @@ mod tests {
     use super::*;
     use crate::ernest::RunSettings;
     use crate::graph::ErrorPolicy;
-    use crate::ports::{BusError, StorageError, StoredBuild};
+    use crate::machinery::ports::{BusError, StorageError, StoredBuild};
 
     /// Records what is published, with the files as they were at that moment.
     #[derive(Default)]
@@ -456,7 +457,7 @@ mod tests {
                 .max_payload
                 .lock()
                 .unwrap()
-                .unwrap_or(crate::ernest::DEFAULT_MAX_PAYLOAD)
+                .unwrap_or(crate::machinery::ports::DEFAULT_MAX_PAYLOAD)
         }
     }
 

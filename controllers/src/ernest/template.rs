@@ -22,7 +22,7 @@ use crate::refs::find_path;
 
 /// `value` with every string that is a whole `$(path)` reference replaced as ernest replaces it,
 /// against `doc` (the whole build).
-pub fn template(doc: &Value, value: &Value) -> Value {
+pub(crate) fn template(doc: &Value, value: &Value) -> Value {
     match value {
         Value::String(text) => Value::String(map_string(doc, text)),
         Value::Array(items) => Value::Array(items.iter().map(|v| template(doc, v)).collect()),
@@ -36,7 +36,7 @@ pub fn template(doc: &Value, value: &Value) -> Value {
 }
 
 /// The path of a string that is a whole reference (`$(path)`, more than three bytes).
-pub fn whole_reference(text: &str) -> Option<&str> {
+pub(crate) fn whole_reference(text: &str) -> Option<&str> {
     if text.len() > 3 && text.starts_with("$(") && text.ends_with(')') {
         Some(&text[2..text.len() - 1])
     } else {
@@ -72,7 +72,7 @@ fn map_string(doc: &Value, text: &str) -> String {
 /// A value as gjson's `Result.String()` gives it: a string as it is, `null` as nothing, a number
 /// in plain decimal notation (through a 64-bit float, as gjson reads numbers), `true` and
 /// `false`, an object or array as its compact JSON text.
-pub fn gjson_text(value: &Value) -> String {
+pub(crate) fn gjson_text(value: &Value) -> String {
     match value {
         Value::Null => String::new(),
         Value::Bool(b) => b.to_string(),

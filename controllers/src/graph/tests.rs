@@ -128,7 +128,7 @@ fn a_missing_dependency_is_named_and_the_rest_of_the_graph_is_kept() {
 #[test]
 fn an_execution_hands_out_each_vertex_once_when_its_dependencies_completed() {
     let g = service();
-    let mut p = Progress::new(&g, ErrorPolicy::Halt);
+    let mut p = Execution::new(&g, ErrorPolicy::Halt);
     let id = |n: &str| g.id(n).unwrap();
     assert_eq!(names(&g, &p.take_ready()), vec!["network", "dns"]);
     assert!(p.take_ready().is_empty(), "nothing is handed out twice");
@@ -155,7 +155,7 @@ fn an_execution_hands_out_each_vertex_once_when_its_dependencies_completed() {
 fn halt_starts_nothing_new_after_a_failure_and_ends_once_in_flight_work_finished() {
     let g = service();
     let id = |n: &str| g.id(n).unwrap();
-    let mut p = Progress::new(&g, ErrorPolicy::Halt);
+    let mut p = Execution::new(&g, ErrorPolicy::Halt);
     p.take_ready();
     p.complete(&g, id("network"));
     p.take_ready(); // firewall runs, dns still runs
@@ -179,7 +179,7 @@ fn block_dependents_stops_only_what_depends_on_the_failure() {
     )
     .unwrap();
     let id = |n: &str| g.id(n).unwrap();
-    let mut p = Progress::new(&g, ErrorPolicy::BlockDependents);
+    let mut p = Execution::new(&g, ErrorPolicy::BlockDependents);
     assert_eq!(names(&g, &p.take_ready()), vec!["a", "x"]);
     p.fail(&g, id("a"));
     assert_eq!(p.state(id("c")), VertexState::Blocked);
@@ -200,7 +200,7 @@ fn block_dependents_stops_only_what_depends_on_the_failure() {
 fn a_resumed_execution_starts_a_vertex_that_was_running_without_handing_it_out_again() {
     let g = service();
     let id = |n: &str| g.id(n).unwrap();
-    let mut p = Progress::new(&g, ErrorPolicy::Halt);
+    let mut p = Execution::new(&g, ErrorPolicy::Halt);
     for done in ["network", "dns"] {
         assert!(p.complete(&g, id(done)));
     }
@@ -230,7 +230,7 @@ fn ten_thousand_vertices_and_fifty_thousand_edges_order_and_execute() {
             assert!(pos[v] < pos[d]);
         }
     }
-    let mut p = Progress::new(&g, ErrorPolicy::Halt);
+    let mut p = Execution::new(&g, ErrorPolicy::Halt);
     let mut executed = 0;
     loop {
         let ready = p.take_ready();

@@ -5,8 +5,8 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
+use crate::node::StoreWriter;
 use crate::state::{BlockedState, RoleBlocked};
-use crate::store::StoreWriter;
 use crate::testing::{
     FakeApplier, FakeClock, MemoryAppliedStore, RecordingDeploymentLog, templates,
 };
@@ -938,7 +938,7 @@ async fn a_reference_cycle_fails_the_role_naming_the_chain() {
 /// A role source that answers what it is told, and records what it was asked.
 #[derive(Default)]
 struct GivenRoles {
-    answer: Mutex<Option<Result<crate::ports::NodeRoles, String>>>,
+    answer: Mutex<Option<Result<crate::machinery::ports::NodeRoles, String>>>,
     asked: Mutex<Vec<RolesRequest>>,
     version: Mutex<Option<String>>,
 }
@@ -968,16 +968,16 @@ impl RoleSource for GivenRoles {
     ) -> Option<
         futures::future::BoxFuture<
             'static,
-            Result<crate::ports::NodeRoles, crate::ports::RolesError>,
+            Result<crate::machinery::ports::NodeRoles, crate::machinery::ports::RolesError>,
         >,
     > {
         let answer = self.answer.lock().unwrap().clone()?;
         if !request.deployment_id.is_empty() {
             self.asked.lock().unwrap().push(request);
         }
-        Some(Box::pin(
-            async move { answer.map_err(crate::ports::RolesError) },
-        ))
+        Some(Box::pin(async move {
+            answer.map_err(crate::machinery::ports::RolesError)
+        }))
     }
 }
 

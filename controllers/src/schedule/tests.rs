@@ -6,11 +6,11 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use crate::driver::DriverConfig;
-use crate::election::ElectionState;
+use crate::cluster::election::ElectionState;
 use crate::machinery::backoff::Backoff;
-use crate::persist::{PERSIST_RETRY, Persister};
-use crate::store::StoreWriter;
+use crate::machinery::driver::DriverConfig;
+use crate::node::StoreWriter;
+use crate::schedule::persist::{PERSIST_RETRY, Persister};
 use crate::testing::{CountingObserver, FakeClock, FakeScheduler, MemoryScheduleStore, inputs};
 
 struct Rig {
@@ -349,7 +349,7 @@ async fn a_later_schedule_written_clears_the_error_and_the_older_one_stays_unwri
 
 #[tokio::test(start_paused = true)]
 async fn new_metric_values_rerun_the_scheduler_a_mere_refresh_waits_for_the_period() {
-    use crate::scheduler_metrics::{MetricSample, MetricsDeclaration};
+    use crate::schedule::scheduler_metrics::{MetricSample, MetricsDeclaration};
     let rig = rig(true);
     settle().await;
     assert_eq!(rig.scheduler.runs(), 1);

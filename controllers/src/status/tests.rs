@@ -5,8 +5,8 @@ use futures::FutureExt;
 use serde_json::json;
 
 use super::*;
+use crate::node::StoreWriter;
 use crate::state::{BlockedState, InputError, Peer, Report, RoleFailure, ScheduleStamp};
-use crate::store::StoreWriter;
 use crate::testing::{STATUS_KEYS, inputs};
 
 const ME: &str = "77985419c732412ea38b94db00000001";
@@ -541,7 +541,7 @@ fn woke(triggers: &mut [Box<dyn Trigger>]) -> bool {
 fn every_field_the_status_shows_wakes_its_triggers_and_no_other_does() {
     let writer = StoreWriter::new(None);
     let store = writer.store();
-    let sources = Sources::new(&store);
+    let sources = Fields::new(&store);
     let mut triggers = sources.triggers();
     assert!(!woke(&mut triggers), "changes before are seen");
     let json = || {
@@ -633,4 +633,50 @@ fn every_field_the_status_shows_wakes_its_triggers_and_no_other_does() {
     writer.replaced.set(vec![Schedule::test().build()]);
     writer.parents.set(vec![Schedule::test().build()]);
     assert!(!woke(&mut triggers));
+}
+
+/// The count a follower sends its leader in pongs includes a deployment log that cannot be
+/// written and a schedule that could not be persisted (issue 10: only failing roles and input
+/// errors counted, so the leader's failing_nodes missed such a node).
+#[test]
+fn the_error_count_has_every_problem_of_the_status() {
+    let writer = StoreWriter::new(None);
+    let store = writer.store();
+    assert_eq!(error_count(&store), 0);
+    writer.roles.update(|r| {
+        r.deployment_log = Some("/var/log/verwalter: read-only file system".into());
+    });
+    assert_eq!(error_count(&store), 1);
+    writer
+        .persist_error
+        .set(Some("schedule.json: No space left on device".into()));
+    assert_eq!(error_count(&store), 2);
+    writer.roles.update(|r| {
+        r.failed.insert(
+            "web".into(),
+            RoleFailure {
+                message: "command failed".into(),
+                since: 1,
+                attempts: 1,
+                deployment_id: None,
+            },
+        );
+    });
+    writer.inputs.update(|i| {
+        i.errors.push(InputError {
+            path: "runtime/a.yaml".into(),
+            line: Some(3),
+            message: "bad".into(),
+        });
+    });
+    writer
+        .scheduler
+        .update(|s| s.error = Some("main.lua:1: boom".into()));
+    // The scheduler's failure counts only while this node leads (only a leader runs it).
+    assert_eq!(error_count(&store), 4);
+    writer.election.update(|e| e.is_leader = true);
+    assert_eq!(error_count(&store), 5);
+    writer.persist_error.set(None);
+    writer.roles.update(|r| r.deployment_log = None);
+    assert_eq!(error_count(&store), 3);
 }

@@ -143,7 +143,7 @@ fn algorithms(snap: &Snapshot) -> Vec<Algorithm> {
     out
 }
 
-fn go_on(_: Progress) -> bool {
+fn go_on(_: Placed) -> bool {
     true
 }
 
@@ -245,7 +245,7 @@ fn a_check_that_says_stop_stops_a_long_placement() {
     let alg = Algorithm::new(Kind::Nop);
     let mut placer = Placer::new(&alg, snap, &nodes);
     let mut calls = 0;
-    let mut stop_at_5000 = |p: Progress| {
+    let mut stop_at_5000 = |p: Placed| {
         calls += 1;
         p.placed < 5000
     };

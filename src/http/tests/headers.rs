@@ -37,7 +37,7 @@ async fn log_files_are_plain_text_whatever_their_name_with_range_and_dates_kept(
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     let mut state = app_state(&writer, no_frontends, "common");
     state.log_dirs = Arc::new([("app".to_string(), external.path().to_path_buf())].into());
-    state.logs = Some(crate::logs::LogDir::open(
+    state.logs = Some(crate::storage::logs::LogDir::open(
         log_dir.path(),
         Default::default(),
     ));
@@ -125,7 +125,7 @@ async fn every_response_forbids_framing_and_sniffing_and_pages_load_only_their_o
     std::fs::write(log_dir.path().join("web/latest"), "applied\n").unwrap();
     let writer = leading(1);
     let mut state = app_state(&writer, frontends, "common");
-    state.logs = Some(crate::logs::LogDir::open(
+    state.logs = Some(crate::storage::logs::LogDir::open(
         log_dir.path(),
         Default::default(),
     ));

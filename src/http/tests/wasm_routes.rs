@@ -6,8 +6,10 @@ fn app_with_scheduler_dir(writer: &StoreWriter, dir: &std::path::Path) -> Router
     let no_frontends = std::env::temp_dir().join("verwalter-http-tests-no-frontends");
     let mut state = app_state(writer, no_frontends, "common");
     state.scheduler_dir = dir.to_path_buf();
-    state.query =
-        crate::wasm::query::QueryHook::new(dir.to_path_buf(), crate::lua::Limits::default().into());
+    state.query = crate::schedule::wasm::query::QueryHook::new(
+        dir.to_path_buf(),
+        crate::schedule::lua::Limits::default().into(),
+    );
     router(state)
 }
 
@@ -78,7 +80,11 @@ async fn query_without_query_wasm_is_a_500_that_says_why() {
 /// A query.wasm answering every `query` with `{"Ok": {"answer": 42}}`, and `init` with
 /// `init_result`.
 fn query_wasm(init_result: &str) -> Vec<u8> {
-    crate::wasm::tests::query_module(init_result, init_result, r#"{\"Ok\": {\"answer\": 42}}"#)
+    crate::schedule::wasm::tests::query_module(
+        init_result,
+        init_result,
+        r#"{\"Ok\": {\"answer\": 42}}"#,
+    )
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@ use std::io;
 use std::path::Path;
 
 use serde_json::{Value, json};
-use verwalter_controllers::store::StoreWriter;
+use verwalter_controllers::node::StoreWriter;
 
 use super::*;
 use crate::inputs::walk::FailingFs;
@@ -25,8 +25,8 @@ fn watcher(
     dir: &Path,
 ) -> (
     InputsWatcher,
-    verwalter_controllers::store::Reader<Inputs>,
-    verwalter_controllers::store::Reader<Templates>,
+    verwalter_controllers::machinery::store::Reader<Inputs>,
+    verwalter_controllers::machinery::store::Reader<Templates>,
     Arc<Metrics>,
 ) {
     let writer = StoreWriter::new(None);
@@ -186,7 +186,10 @@ async fn a_dir_that_cannot_be_watched_is_polled() {
 /// then was made without a fixed wait.
 fn watcher_without_timeouts(
     dir: &Path,
-) -> (InputsWatcher, verwalter_controllers::store::Reader<Inputs>) {
+) -> (
+    InputsWatcher,
+    verwalter_controllers::machinery::store::Reader<Inputs>,
+) {
     let writer = StoreWriter::new(None);
     let store = writer.store();
     let w = InputsWatcher::start(
@@ -207,7 +210,7 @@ fn watcher_without_timeouts(
 
 /// Waits until the inputs' runtime has `key`, and returns its value.
 async fn runtime_value(
-    inputs: &mut verwalter_controllers::store::Reader<Inputs>,
+    inputs: &mut verwalter_controllers::machinery::store::Reader<Inputs>,
     key: &str,
 ) -> Value {
     loop {

@@ -3,7 +3,7 @@
 //! and the bytes of all bodies held at once, with the replies made from them until they are
 //! sent, stay within one budget shared by every request (503 when a request cannot get its
 //! share within [`BUDGET_WAIT`]). The decisions (cap, status codes) are
-//! `verwalter_controllers::access`'s.
+//! `verwalter_controllers::http::access`'s.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +15,7 @@ use futures::StreamExt;
 use hyper::body::Body as HttpBody;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use verwalter_controllers::access::{self, BodyRefusal};
+use verwalter_controllers::http::access::{self, BodyRefusal};
 
 use crate::http::ApiError;
 

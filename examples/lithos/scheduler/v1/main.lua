@@ -3,7 +3,7 @@
 -- itself and its peers. Each node then renders, for each role, the lithos processes config of its
 -- share (templates/), and hands it to lithos_switch.
 --
--- The schedule it returns (docs/scheduler.md; how the parts merge is in controllers/src/vars.rs):
+-- The schedule it returns (docs/scheduler.md; how the parts merge is in controllers/src/render/vars.rs):
 --
 --   vars.template                       the template dir roles use unless they say otherwise
 --   roles.<role>                        {version, template?}: the same on every node

@@ -1,0 +1,11 @@
+//! What the daemon keeps on disk.
+//!
+//! - [`state_dir`]: `/var/lib/verwalter`, where the schedule in force is persisted.
+//! - [`backups`]: hourly, daily and weekly gzipped copies of the schedule.
+//! - [`upgrade`]: the first start on what verwalter 0.13 left in the storage and log dirs.
+//! - [`logs`]: the deployment log (index, global, changes, per role), rotation, retention.
+
+pub mod backups;
+pub mod logs;
+pub mod state_dir;
+pub mod upgrade;
