@@ -11,6 +11,7 @@
 //!   Python's `int()`, not rounded and not clamped (LeastUsedBAR reaches 20; a negative priority
 //!   stays negative), as wca does.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
@@ -300,6 +301,29 @@ impl Algorithm {
         self.kind.spec().needs_spec
     }
 
+    /// An algorithm that needs the app's spec refuses an app `snap` has none for.
+    fn check_known_app(&self, snap: &Snapshot, app: &str) -> Result<(), PlacementError> {
+        if self.needs_spec() && !snap.apps_spec.contains_key(app) {
+            return Err(PlacementError::UnknownApp { app: app.into() });
+        }
+        Ok(())
+    }
+
+    /// `node`'s capacity (CPU scaled) and its demand with one more `app`, the used amounts from
+    /// `usage` when given.
+    fn load_of<'s>(
+        &self,
+        snap: &'s Snapshot,
+        usage: Option<&Usage>,
+        node: &str,
+        app: &str,
+    ) -> (Cow<'s, BTreeMap<Dim, f64>>, BTreeMap<Dim, f64>) {
+        (
+            snap.capacity_ref(node, self.cpu_scale_factor()),
+            snap.demand_using(usage, node, app),
+        )
+    }
+
     /// Both filter passes over `nodes` for one instance of `app`.
     pub fn filter(
         &self,
@@ -319,9 +343,7 @@ impl Algorithm {
         app: &str,
         nodes: &[String],
     ) -> Result<FilterResult, PlacementError> {
-        if self.needs_spec() && !snap.apps_spec.contains_key(app) {
-            return Err(PlacementError::UnknownApp { app: app.into() });
-        }
+        self.check_known_app(snap, app)?;
         let mut result = FilterResult::default();
         let sorted: BTreeSet<&String> = nodes.iter().collect();
         for node in sorted {
@@ -351,12 +373,7 @@ impl Algorithm {
         node: &str,
         app: &str,
     ) -> Result<(), String> {
-        self.app_fit_node_given(snap, node, app, || {
-            (
-                snap.capacity_ref(node, self.cpu_scale_factor()),
-                snap.demand_using(usage, node, app),
-            )
-        })
+        self.app_fit_node_given(snap, node, app, || self.load_of(snap, usage, node, app))
     }
 
     /// Pass 1 with the node's capacity (CPU scaled) and demand (used + requested) from `load`,
@@ -456,12 +473,7 @@ impl Algorithm {
         node: &str,
         app: &str,
     ) -> f64 {
-        self.priority_given(|| {
-            (
-                snap.capacity_ref(node, self.cpu_scale_factor()),
-                snap.demand_using(usage, node, app),
-            )
-        })
+        self.priority_given(|| self.load_of(snap, usage, node, app))
     }
 
     /// The priority with the node's capacity (CPU scaled) and demand from `load`, as
@@ -525,9 +537,7 @@ impl Algorithm {
         app: &str,
         nodes: &[String],
     ) -> Result<Vec<(String, i64)>, PlacementError> {
-        if self.needs_spec() && !snap.apps_spec.contains_key(app) {
-            return Err(PlacementError::UnknownApp { app: app.into() });
-        }
+        self.check_known_app(snap, app)?;
         let sorted: BTreeSet<&String> = nodes.iter().collect();
         Ok(sorted
             .into_iter()

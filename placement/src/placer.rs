@@ -51,7 +51,15 @@ struct Meter<'c> {
     until_check: u64,
 }
 
-impl Meter<'_> {
+impl<'c> Meter<'c> {
+    /// A meter that asks `check` after the first [`CHECK_EVERY`] units of work.
+    fn new(check: &'c mut dyn FnMut(Placed) -> bool) -> Self {
+        Meter {
+            check,
+            until_check: CHECK_EVERY,
+        }
+    }
+
     fn spend(&mut self, work: u64, placed: u64) -> Result<(), PlaceError> {
         if self.until_check > work {
             self.until_check -= work;
@@ -348,10 +356,7 @@ impl<'a> Placer<'a> {
         check: &mut dyn FnMut(Placed) -> bool,
     ) -> Result<FilterResult, PlaceError> {
         self.known(app)?;
-        let mut meter = Meter {
-            check,
-            until_check: CHECK_EVERY,
-        };
+        let mut meter = Meter::new(check);
         let request = self.request(app);
         let mut evals = Vec::with_capacity(self.nodes.len());
         for i in 0..self.nodes.len() {
@@ -381,10 +386,7 @@ impl<'a> Placer<'a> {
         check: &mut dyn FnMut(Placed) -> bool,
     ) -> Result<Vec<(String, i64)>, PlaceError> {
         self.known(app)?;
-        let mut meter = Meter {
-            check,
-            until_check: CHECK_EVERY,
-        };
+        let mut meter = Meter::new(check);
         let request = self.request(app);
         let mut out = Vec::with_capacity(self.nodes.len());
         for (i, node) in self.nodes.iter().enumerate() {
@@ -409,10 +411,7 @@ impl<'a> Placer<'a> {
         check: &mut dyn FnMut(Placed) -> bool,
     ) -> Result<Placement, PlaceError> {
         self.known(app)?;
-        let mut meter = Meter {
-            check,
-            until_check: CHECK_EVERY,
-        };
+        let mut meter = Meter::new(check);
         // The app's counts, one per candidate while it is placed; kept sparse again however it
         // ends.
         let mut counts = vec![0; self.nodes.len()];

@@ -240,15 +240,24 @@ fn bad_json(what: &str, e: serde_json::Error) -> SourceError {
     }
 }
 
+/// A v1 list's items and metadata; a body that is not one, or a list without `items`, is refused.
+fn parse_list<T: serde::de::DeserializeOwned>(
+    body: &[u8],
+    what: &str,
+) -> Result<(Vec<T>, ObjectMeta), SourceError> {
+    let list: List<T> = serde_json::from_slice(body).map_err(|e| bad_json(what, e))?;
+    let items = list.items.ok_or_else(|| SourceError::BadReply {
+        what: what.into(),
+        message: "no `items`".into(),
+    })?;
+    Ok((items, list.metadata))
+}
+
 /// A v1 `NodeList`: each worker node's `status.capacity` `cpu` (cores) and `memory` (whole GB).
 /// A node without either, or with one that is not a quantity, refuses the whole list.
 pub fn parse_node_list(body: &[u8]) -> Result<Nodes, SourceError> {
     const WHAT: &str = "node list";
-    let list: List<KubeNode> = serde_json::from_slice(body).map_err(|e| bad_json(WHAT, e))?;
-    let items = list.items.ok_or_else(|| SourceError::BadReply {
-        what: WHAT.into(),
-        message: "no `items`".into(),
-    })?;
+    let (items, _) = parse_list::<KubeNode>(body, WHAT)?;
     let mut nodes = Nodes::default();
     for (i, node) in items.into_iter().enumerate() {
         let name = node
@@ -333,16 +342,12 @@ fn read_pod(pod: KubePod, what: &str) -> Result<Pod, SourceError> {
 /// A v1 `PodList` (one namespace): its pods and the list's `resourceVersion` to watch from.
 pub fn parse_pod_list(body: &[u8]) -> Result<(Vec<Pod>, Option<String>), SourceError> {
     const WHAT: &str = "pod list";
-    let list: List<KubePod> = serde_json::from_slice(body).map_err(|e| bad_json(WHAT, e))?;
-    let items = list.items.ok_or_else(|| SourceError::BadReply {
-        what: WHAT.into(),
-        message: "no `items`".into(),
-    })?;
+    let (items, metadata) = parse_list::<KubePod>(body, WHAT)?;
     let pods = items
         .into_iter()
         .map(|p| read_pod(p, WHAT))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok((pods, list.metadata.resource_version))
+    Ok((pods, metadata.resource_version))
 }
 
 /// One line of a pod watch (`?watch=1`).

@@ -13,6 +13,7 @@ use verwalter_controllers::defaults;
 
 use crate::schedule::lua::Limits;
 
+pub(crate) use parse::read_bounded;
 #[cfg(test)]
 use parse::read_settings;
 pub use parse::{

@@ -389,7 +389,7 @@ const SETTINGS_FILE_LIMIT: u64 = 1 << 20;
 
 /// Reads at most `limit` bytes of `file`: more is an error, so that a path to `/dev/zero` or to a
 /// huge file is refused instead of filling the memory.
-pub(super) fn read_bounded(
+pub(crate) fn read_bounded(
     path: &Path,
     file: std::fs::File,
     limit: u64,

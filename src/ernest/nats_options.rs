@@ -115,19 +115,10 @@ const PEM_LIMIT: u64 = 1 << 20;
 /// At most `limit` bytes of `path`: more is an error, so that a path to `/dev/zero` or to a huge
 /// file is refused instead of filling the memory.
 fn read_bounded(path: &Path, name: &str, limit: u64) -> Result<Vec<u8>, String> {
-    let file = std::fs::File::open(path)
-        .map_err(|e| format!("{name} {}: cannot read: {e}", path.display()))?;
-    let mut bytes = Vec::new();
-    std::io::Read::read_to_end(&mut std::io::Read::take(file, limit + 1), &mut bytes)
-        .map_err(|e| format!("{name} {}: cannot read: {e}", path.display()))?;
-    if bytes.len() as u64 > limit {
-        return Err(format!(
-            "{name} {}: larger than {} KiB, which is not what this file should hold",
-            path.display(),
-            limit >> 10
-        ));
-    }
-    Ok(bytes)
+    std::fs::File::open(path)
+        .map_err(|e| format!("{}: cannot read: {e}", path.display()))
+        .and_then(|file| crate::config::read_bounded(path, file, limit))
+        .map_err(|e| format!("{name} {e}"))
 }
 
 /// A secret file's text without the line end(s) an editor leaves; empty is an error.

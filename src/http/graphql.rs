@@ -460,14 +460,17 @@ fn build_schema(source: Source) -> VerwalterSchema {
         .expect("the schema table is consistent")
 }
 
+/// The view of the snapshot the parent node was read from (`None` for a node without one).
+fn parent_view(ctx: &ResolverContext<'_>) -> Option<Arc<View>> {
+    ctx.parent_value
+        .downcast_ref::<Node>()
+        .and_then(|n| n.view.clone())
+}
+
 /// `Schedule.data`: the scheduler's output, from the snapshot (not copied into the tree).
 fn schedule_data_field() -> Field {
     Field::new("data", TypeRef::named_nn("JSON"), |ctx| {
-        let Some(view) = ctx
-            .parent_value
-            .downcast_ref::<Node>()
-            .and_then(|n| n.view.clone())
-        else {
+        let Some(view) = parent_view(&ctx) else {
             return FieldFuture::Value(None);
         };
         if let Err(message) = view.spend() {
@@ -489,11 +492,7 @@ fn deployments_field() -> Field {
         "deployments",
         TypeRef::named_nn_list_nn("LogEntry"),
         |ctx| {
-            let Some(view) = ctx
-                .parent_value
-                .downcast_ref::<Node>()
-                .and_then(|n| n.view.clone())
-            else {
+            let Some(view) = parent_view(&ctx) else {
                 return FieldFuture::Value(None);
             };
             let last = ctx

@@ -52,21 +52,7 @@ pub fn read_text_capped(path: &Path, limit: u64) -> Result<String, String> {
 }
 
 fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let kind = meta.file_type();
-    if kind.is_dir() {
-        "a directory"
-    } else if kind.is_fifo() {
-        "a FIFO"
-    } else if kind.is_char_device() {
-        "a character device"
-    } else if kind.is_block_device() {
-        "a block device"
-    } else if kind.is_socket() {
-        "a socket"
-    } else {
-        "not a file"
-    }
+    crate::storage::state_dir::special_kind(meta.file_type()).unwrap_or("not a file")
 }
 
 #[cfg(test)]

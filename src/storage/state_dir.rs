@@ -294,11 +294,18 @@ const MAX_APPLIED: u64 = 4 << 10;
 /// What a state file found in place of a regular file is, or `None` for a regular file.
 pub fn not_regular(meta: &fs::Metadata) -> Option<&'static str> {
     let kind = meta.file_type();
-    Some(if kind.is_file() {
-        return None;
+    if kind.is_file() {
+        None
     } else if kind.is_symlink() {
-        "a symbolic link"
-    } else if kind.is_dir() {
+        Some("a symbolic link")
+    } else {
+        Some(special_kind(kind).unwrap_or("not a regular file"))
+    }
+}
+
+/// What a directory, FIFO, socket or device is called in a message (`None` for any other kind).
+pub(crate) fn special_kind(kind: fs::FileType) -> Option<&'static str> {
+    Some(if kind.is_dir() {
         "a directory"
     } else if kind.is_fifo() {
         "a FIFO"
@@ -309,7 +316,7 @@ pub fn not_regular(meta: &fs::Metadata) -> Option<&'static str> {
     } else if kind.is_block_device() {
         "a block device"
     } else {
-        "not a regular file"
+        return None;
     })
 }
 

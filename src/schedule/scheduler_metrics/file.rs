@@ -32,6 +32,14 @@ pub fn read_declaration(
         line,
         message,
     };
+    // A file gone meanwhile is no file; another read error is a failure.
+    let cannot_read = |problems: &mut Problems, e: std::io::Error| {
+        if !walk::is_gone(&e) {
+            problems
+                .failures
+                .push(error(None, format!("cannot read: {e}")));
+        }
+    };
     match fs.metadata(&path) {
         Ok(meta) if meta.is_file() => {}
         Ok(_) => {
@@ -40,21 +48,15 @@ pub fn read_declaration(
                 .push(error(None, "not a regular file".into()));
             return None;
         }
-        Err(e) if walk::is_gone(&e) => return None,
         Err(e) => {
-            problems
-                .failures
-                .push(error(None, format!("cannot read: {e}")));
+            cannot_read(problems, e);
             return None;
         }
     }
     let bytes = match fs.read(&path, MAX_FILE_BYTES) {
         Ok(bytes) => bytes,
-        Err(e) if walk::is_gone(&e) => return None,
         Err(e) => {
-            problems
-                .failures
-                .push(error(None, format!("cannot read: {e}")));
+            cannot_read(problems, e);
             return None;
         }
     };

@@ -598,6 +598,16 @@ impl Budget {
     fn limit_text(&self) -> String {
         format!("the limit of {} (memory-limit-mib)", bytes_text(self.limit))
     }
+
+    /// A growth to `desired` past the memory's or table's own `maximum`: refused (not a trap),
+    /// with nothing left pending.
+    fn past_maximum(&mut self, desired: usize, maximum: Option<usize>) -> bool {
+        let past = maximum.is_some_and(|max| desired > max);
+        if past {
+            self.pending = None;
+        }
+        past
+    }
 }
 
 impl ResourceLimiter for Budget {
@@ -607,8 +617,7 @@ impl ResourceLimiter for Budget {
         desired: usize,
         maximum: Option<usize>,
     ) -> Result<bool, LimiterError> {
-        if maximum.is_some_and(|max| desired > max) {
-            self.pending = None;
+        if self.past_maximum(desired, maximum) {
             return Ok(false);
         }
         self.grow(
@@ -636,8 +645,7 @@ impl ResourceLimiter for Budget {
         desired: usize,
         maximum: Option<usize>,
     ) -> Result<bool, LimiterError> {
-        if maximum.is_some_and(|max| desired > max) {
-            self.pending = None;
+        if self.past_maximum(desired, maximum) {
             return Ok(false);
         }
         let added = desired

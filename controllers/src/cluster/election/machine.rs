@@ -395,14 +395,7 @@ impl Machine {
                 votes.insert(from.clone());
                 if votes.len() >= minimum_votes(peers).max(*needed) {
                     let voters = std::mem::take(votes);
-                    let actions = self.become_leader(now, epoch);
-                    // The voters answered just now: they count as heard.
-                    self.answered = voters
-                        .into_iter()
-                        .filter(|v| *v != self.id)
-                        .map(|v| (v, now))
-                        .collect();
-                    actions
+                    self.become_leader_voted(now, epoch, voters)
                 } else {
                     Vec::new()
                 }
@@ -512,12 +505,7 @@ impl Machine {
             mine.extend(votes);
             if mine.len() >= *needed {
                 let voters = std::mem::take(mine);
-                actions = self.become_leader(now, epoch);
-                self.answered = voters
-                    .into_iter()
-                    .filter(|v| *v != self.id)
-                    .map(|v| (v, now))
-                    .collect();
+                actions = self.become_leader_voted(now, epoch, voters);
             }
         }
         actions
@@ -562,6 +550,23 @@ impl Machine {
         self.leading_since = Some(now);
         self.leader_heard = None;
         vec![Effect::PingAll]
+    }
+
+    /// [`Machine::become_leader`] after an election won with `voters`: they answered just now,
+    /// so they count as heard.
+    fn become_leader_voted(
+        &mut self,
+        now: Instant,
+        epoch: u64,
+        voters: BTreeSet<NodeId>,
+    ) -> Vec<Effect> {
+        let actions = self.become_leader(now, epoch);
+        self.answered = voters
+            .into_iter()
+            .filter(|v| *v != self.id)
+            .map(|v| (v, now))
+            .collect();
+        actions
     }
 
     fn become_follower(&mut self, now: Instant, leader: NodeId, epoch: u64) {

@@ -92,42 +92,38 @@ impl Scan<'_> {
             if let Some(k) = super::VIEW_KEYS.iter().position(|v| scan.is(&key, v)) {
                 if super::VIEW_KEYS[k] == "roles" {
                     cut.roles.clear();
-                    if scan.peek()? == b'{' {
-                        // The entries of `roles` are at depth 2.
-                        scan.object(|scan, name| {
-                            let start = scan.i;
-                            scan.value(2)?;
-                            cut.roles.push((name, start..scan.i));
-                            Some(())
-                        })?;
-                    } else {
-                        scan.value(1)?;
-                    }
+                    scan.entries(|_, name, value| cut.roles.push((name, value)))?;
                 } else {
                     scan.value(1)?;
                 }
                 cut.keys[k] = Some(start..scan.i);
             } else if scan.is(&key, "nodes") {
                 cut.node = None;
-                if scan.peek()? == b'{' {
-                    // The entries of `nodes` are at depth 2.
-                    scan.object(|scan, name| {
-                        let start = scan.i;
-                        scan.value(2)?;
-                        if scan.is(&name, host) {
-                            cut.node = Some(start..scan.i);
-                        }
-                        Some(())
-                    })?;
-                } else {
-                    scan.value(1)?;
-                }
+                scan.entries(|scan, name, value| {
+                    if scan.is(&name, host) {
+                        cut.node = Some(value);
+                    }
+                })?;
             } else {
                 scan.value(1)?;
             }
             Some(())
         })?;
         Some(cut)
+    }
+
+    /// A top-level key's value (depth 1): an object's entries are each checked at depth 2 and
+    /// given to `entry` with the range of their value; any other value is only checked.
+    fn entries(&mut self, mut entry: impl FnMut(&Self, Range<usize>, Range<usize>)) -> Option<()> {
+        if self.peek()? != b'{' {
+            return self.value(1);
+        }
+        self.object(|scan, name| {
+            let start = scan.i;
+            scan.value(2)?;
+            entry(scan, name, start..scan.i);
+            Some(())
+        })
     }
 
     /// An object from its `{`: `entry` reads each value (the scan at its first byte), given the
