@@ -118,6 +118,8 @@
 //!   over 16 MiB, counts of nodes or tasks) refused, named; the chart read back from its SVG:
 //!   legend box right of the plot, colours apart for colour-blind vision, the subtitle naming
 //!   the sets, no empty slot right of the balance bars, sparse minor grid lines.
+//! - `layout`: docs/ARCHITECTURE.md's module tables name every source file of the three crates,
+//!   and every file they name exists.
 //! - `render`: rendering and applying roles: only changed roles re-render, force_render_all,
 //!   a failing role retried until it recovers, hostile schedules, atomic file replacement, a
 //!   restart with a stored schedule renders without a 'template dir missing' error, role
@@ -168,6 +170,7 @@ mod graph_prod;
 mod graphql;
 mod hostile;
 mod kubernetes;
+mod layout;
 mod lithos;
 mod mixed;
 mod notify;
