@@ -1,6 +1,6 @@
 //! Every built-in default of the daemon's settings, in one table.
 //!
-//! The settings loader (`src/config.rs`), the `Default` impls of the typed limits, the `--help`
+//! The settings loader (`src/config/`), the `Default` impls of the typed limits, the `--help`
 //! text of `verwalter run` and the tests that check `docs/running.md` all read these constants;
 //! a default is changed here and nowhere else. [`shown`] lists them as an operator sees them.
 

@@ -100,7 +100,7 @@ impl ApplyError {
     }
 }
 
-/// Renders a role's templates and runs its commands (`src/render`, `src/apply`).
+/// Renders a role's templates and runs its commands (`src/render`, `src/render/apply`).
 pub trait RoleApplier: Send + Sync + 'static {
     fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), ApplyError>>;
 }
