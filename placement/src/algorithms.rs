@@ -27,11 +27,11 @@ pub struct Algorithm {
     pub dimensions: Vec<Dim>,
     /// What a priority of 1.0 becomes (default 10).
     #[serde(default = "default_max_node_score")]
-    pub max_node_score: f64,
+    pub(crate) max_node_score: f64,
     pub kind: Kind,
 }
 
-pub fn default_dimensions() -> Vec<Dim> {
+pub(crate) fn default_dimensions() -> Vec<Dim> {
     vec![Dim::Cpu, Dim::Mem]
 }
 
@@ -127,19 +127,19 @@ pub enum Kind {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spec {
     /// The wca config tag it is written with (`!BAR`), also its name in Lua's `placement.*`.
-    pub tag: &'static str,
+    pub(crate) tag: &'static str,
     /// Pass 1 and the score read only the node's capacity and used amounts, so the placer may
     /// evaluate nodes of the same load once.
-    pub by_load: bool,
+    pub(crate) by_load: bool,
     /// It has a pass 2 over pass 1's survivors together ([`Algorithm::app_fit_nodes`]).
-    pub two_pass: bool,
+    pub(crate) two_pass: bool,
     /// It refuses an app that has no entry in `apps_spec`.
-    pub needs_spec: bool,
+    pub(crate) needs_spec: bool,
     /// Its `cpu_scale_factor`, for those that have one.
-    pub cpu_scale_factor: Option<f64>,
+    pub(crate) cpu_scale_factor: Option<f64>,
     /// The best priority it gives a node (before `× max_node_score`); 0 for those that score
     /// every node 0.
-    pub best_priority: f64,
+    pub(crate) best_priority: f64,
     /// It has a reschedule hook ([`crate::reschedule`]): which running instances should move.
     pub reschedules: bool,
 }
@@ -247,7 +247,7 @@ impl Kind {
     }
 
     /// The best raw score the algorithm can give: its best priority × `max_node_score`.
-    pub fn score_ceiling(&self, max_node_score: f64) -> f64 {
+    pub(crate) fn score_ceiling(&self, max_node_score: f64) -> f64 {
         self.spec().best_priority * max_node_score
     }
 
@@ -293,7 +293,7 @@ impl Algorithm {
     }
 
     /// The algorithm's `cpu_scale_factor` (1.0 for those without one).
-    pub fn cpu_scale_factor(&self) -> f64 {
+    pub(crate) fn cpu_scale_factor(&self) -> f64 {
         self.kind.spec().cpu_scale_factor.unwrap_or(1.0)
     }
 
@@ -336,7 +336,7 @@ impl Algorithm {
 
     /// [`Algorithm::filter`] with the nodes' used amounts taken from `usage` (which must be
     /// `Usage::of(snap)`) instead of being summed per node: the same result, faster.
-    pub fn filter_using(
+    pub(crate) fn filter_using(
         &self,
         snap: &Snapshot,
         usage: Option<&Usage>,
@@ -366,7 +366,7 @@ impl Algorithm {
     }
 
     /// [`Algorithm::app_fit_node`] with the used amounts from `usage` (see [`Algorithm::filter_using`]).
-    pub fn app_fit_node_using(
+    pub(crate) fn app_fit_node_using(
         &self,
         snap: &Snapshot,
         usage: Option<&Usage>,
@@ -378,7 +378,7 @@ impl Algorithm {
 
     /// Pass 1 with the node's capacity (CPU scaled) and demand (used + requested) from `load`,
     /// called only by the algorithms that read them: the incremental placer keeps them per node.
-    pub fn app_fit_node_given<C: Amounts, D: Amounts>(
+    pub(crate) fn app_fit_node_given<C: Amounts, D: Amounts>(
         &self,
         snap: &Snapshot,
         node: &str,
@@ -459,14 +459,9 @@ impl Algorithm {
         }
     }
 
-    /// The priority of `node` for one more `app`, before scaling (1.0 is the best for most).
-    pub fn priority_for_node(&self, snap: &Snapshot, node: &str, app: &str) -> f64 {
-        self.priority_for_node_using(snap, None, node, app)
-    }
-
-    /// [`Algorithm::priority_for_node`] with the used amounts from `usage` (see
-    /// [`Algorithm::filter_using`]).
-    pub fn priority_for_node_using(
+    /// The priority of `node` for one more `app`, before scaling (1.0 is the best for most),
+    /// with the used amounts from `usage` when given (see [`Algorithm::filter_using`]).
+    pub(crate) fn priority_for_node_using(
         &self,
         snap: &Snapshot,
         usage: Option<&Usage>,
@@ -478,7 +473,10 @@ impl Algorithm {
 
     /// The priority with the node's capacity (CPU scaled) and demand from `load`, as
     /// [`Algorithm::app_fit_node_given`].
-    pub fn priority_given<C: Amounts, D: Amounts>(&self, load: impl FnOnce() -> (C, D)) -> f64 {
+    pub(crate) fn priority_given<C: Amounts, D: Amounts>(
+        &self,
+        load: impl FnOnce() -> (C, D),
+    ) -> f64 {
         let score = |f: &[(Dim, f64)]| match &self.kind {
             Kind::Bar { bar_weights, .. } => bar(f, bar_weights),
             Kind::LeastUsed {
@@ -530,7 +528,7 @@ impl Algorithm {
 
     /// [`Algorithm::prioritize`] with the used amounts from `usage` (see
     /// [`Algorithm::filter_using`]).
-    pub fn prioritize_using(
+    pub(crate) fn prioritize_using(
         &self,
         snap: &Snapshot,
         usage: Option<&Usage>,
@@ -589,7 +587,7 @@ pub fn least_used(fractions: &[(Dim, f64)], weights: &BTreeMap<Dim, f64>) -> f64
 }
 
 /// A node shape: its capacity over `dims` as `(dim, int(value))` pairs, sorted by dimension.
-pub type Shape = Vec<(Dim, i64)>;
+pub(crate) type Shape = Vec<(Dim, i64)>;
 
 /// A node's shape (wca's `_resources_to_shape`): its capacity in `dims` (those it has), each
 /// truncated to an integer as Python's `int()`, sorted by dimension.
@@ -678,7 +676,12 @@ pub fn hier_bar_classes_of(
 /// A HierBAR class's value (wca's `calculate_class_variances`): the sample standard deviation
 /// over the dimensions of `requested / mean capacity of the members`, bandwidth flattened as in
 /// the scores. A dimension the class has no (or zero) capacity for is left out.
-pub fn hier_bar_class_value(snap: &Snapshot, members: &[String], app: &str, dims: &[Dim]) -> f64 {
+pub(crate) fn hier_bar_class_value(
+    snap: &Snapshot,
+    members: &[String],
+    app: &str,
+    dims: &[Dim],
+) -> f64 {
     let mean: BTreeMap<Dim, f64> =
         class_mean(members.iter().filter_map(|n| snap.node_capacities.get(n)))
             .into_iter()

@@ -84,19 +84,19 @@ pub struct PlacementConfig {
     /// `CRITICAL`, any case), as written.
     pub loggers: BTreeMap<String, String>,
     /// The top-level `kubeapi` (wca deletes the pods its reschedule picks through it).
-    pub kubeapi: Option<Kubeapi>,
+    pub(crate) kubeapi: Option<Kubeapi>,
     /// The top-level `data_provider` (wca's mutating webhook reads app requests from it).
-    pub data_provider: Option<DataProvider>,
+    pub(crate) data_provider: Option<DataProvider>,
     /// The top-level `monitored_namespaces` (default `[default]`). wca's server reads it for its
     /// mutating webhook and schedules only namespace `default`, hard-coded; it is the natural
     /// setting for the namespaces an extender schedules.
-    pub monitored_namespaces: Vec<String>,
+    pub(crate) monitored_namespaces: Vec<String>,
     /// How often wca runs the algorithm's reschedule; `None` when absent or 0 (never).
-    pub reschedule_interval: Option<Duration>,
+    pub(crate) reschedule_interval: Option<Duration>,
     /// wca's mutating webhook's `dram_threshold` (a percentage; verwalter has no webhook).
-    pub dram_threshold: Option<f64>,
+    pub(crate) dram_threshold: Option<f64>,
     /// Top-level keys verwalter does not read, each holding a tagged value (an anchor): key → tag.
-    pub anchor_keys: BTreeMap<String, String>,
+    pub(crate) anchor_keys: BTreeMap<String, String>,
 }
 
 /// One algorithm as loaded: what [`Algorithm`] runs, plus what only the scheduler front needs.
@@ -192,18 +192,18 @@ pub struct Queries {
     /// Write bandwidth capacity of PMEM nodes (label `nodename`).
     pub membw_capacity_write: String,
     /// WSS capacity of PMEM nodes (label `nodename`).
-    pub node_capacity_mem_wss: String,
+    pub(crate) node_capacity_mem_wss: String,
     /// DRAM bandwidth of a node (label `nodename`); in wca's newer configs, unused by its code.
-    pub node_capacity_dram_membw: Option<String>,
+    pub(crate) node_capacity_dram_membw: Option<String>,
     /// Per dimension, one instance's request of each app (label `app`).
     pub app_requested_resources: BTreeMap<Dim, String>,
     /// wca's newest form of the node capacities (`NODE_CAPACITY_RESOURCES_QUERY_MAP`, label
     /// `node`): per dimension other than CPU and memory (those come from the Kubernetes API).
     /// Empty unless the config gives it; read and checked, but not queried yet: the three
     /// queries above give the capacities (docs/placement.md, "Data sources").
-    pub node_capacity_resources: BTreeMap<Dim, String>,
+    pub(crate) node_capacity_resources: BTreeMap<Dim, String>,
     /// Each node's DRAM hit ratio (`NODES_DRAM_HIT_RATIO`, label `nodename` as every node series).
-    pub nodes_dram_hit_ratio: String,
+    pub(crate) nodes_dram_hit_ratio: String,
 }
 
 impl Default for Queries {
@@ -246,7 +246,7 @@ impl Default for Queries {
 /// The unit every source answers `dim` in: what the Kubernetes API's capacities are converted
 /// to and what the default queries return. A query of one's own must answer in it too (divide
 /// bytes by 1e9 in the PromQL).
-pub fn unit_of(dim: Dim) -> &'static str {
+pub(crate) fn unit_of(dim: Dim) -> &'static str {
     match dim {
         Dim::Cpu => "cores",
         Dim::Mem | Dim::Wss => "GB",
@@ -255,9 +255,7 @@ pub fn unit_of(dim: Dim) -> &'static str {
 }
 
 /// What `!ClusterScoreDataProvider` asks for besides the cluster provider's queries.
-pub const APP_PROFILES_QUERY: &str = "app_profile";
-/// Per node (`%NODE%` replaced by the quoted node name): its `nodetype` label, pmem or dram.
-pub const NODE_TYPE_QUERY: &str = "node_type{nodename=%NODE%}";
+pub(crate) const APP_PROFILES_QUERY: &str = "app_profile";
 
 // ---------------------------------------------------------------------------------------------
 // `!Env`: the values are looked up before the typed parse, so that an unset one is reported
@@ -1269,7 +1267,7 @@ pub fn load(
 impl Kubeapi {
     /// The API server's base URL as wca builds it: `https://host:port`; a host that carries its
     /// own scheme (`http://127.0.0.1`) keeps it.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         let host = self.host.as_deref().unwrap_or("");
         let base = if host.contains("://") {
             host.to_string()

@@ -48,10 +48,10 @@ use crate::snapshot::{Dim, NodeFacts, NodeType, Snapshot};
 pub const MAX_FILE_BYTES: u64 = 16 << 20;
 /// The most nodes of a simulation, groups and single nodes together (the simulated cluster is
 /// a snapshot in memory: 5,000 nodes is the size benchmarked).
-pub const MAX_NODES: usize = 100_000;
+pub(crate) const MAX_NODES: usize = 100_000;
 /// The most task instances of a simulation, all types together (each is placed on every
 /// algorithm and kept in the report).
-pub const MAX_TASKS: usize = 1_000_000;
+pub(crate) const MAX_TASKS: usize = 1_000_000;
 
 /// A node or task file that could not be used: what is wrong and where.
 #[derive(Debug, Clone, PartialEq)]
@@ -59,8 +59,8 @@ pub struct InputError {
     /// 1-based line, when known.
     pub line: Option<usize>,
     /// 1-based column, when known.
-    pub column: Option<usize>,
-    pub message: String,
+    pub(crate) column: Option<usize>,
+    pub(crate) message: String,
 }
 
 impl fmt::Display for InputError {
@@ -99,20 +99,20 @@ impl From<serde_norway::Error> for InputError {
 #[serde(deny_unknown_fields)]
 pub struct NodeSet {
     #[serde(default)]
-    pub groups: Vec<NodeGroup>,
+    pub(crate) groups: Vec<NodeGroup>,
     #[serde(default)]
-    pub nodes: Vec<NodeSpec>,
+    pub(crate) nodes: Vec<NodeSpec>,
 }
 
 /// `count` nodes of one shape, named `name_prefix` + a zero-padded index from 0.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawGroup")]
-pub struct NodeGroup {
-    pub count: usize,
-    pub name_prefix: String,
-    pub capacity: BTreeMap<Dim, f64>,
-    pub node_type: Option<NodeType>,
-    pub dram_hit_ratio: Option<f64>,
+pub(crate) struct NodeGroup {
+    pub(crate) count: usize,
+    pub(crate) name_prefix: String,
+    pub(crate) capacity: BTreeMap<Dim, f64>,
+    pub(crate) node_type: Option<NodeType>,
+    pub(crate) dram_hit_ratio: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -154,11 +154,11 @@ impl TryFrom<RawGroup> for NodeGroup {
 /// One node given by name.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawNode")]
-pub struct NodeSpec {
-    pub name: String,
-    pub capacity: BTreeMap<Dim, f64>,
-    pub node_type: Option<NodeType>,
-    pub dram_hit_ratio: Option<f64>,
+pub(crate) struct NodeSpec {
+    pub(crate) name: String,
+    pub(crate) capacity: BTreeMap<Dim, f64>,
+    pub(crate) node_type: Option<NodeType>,
+    pub(crate) dram_hit_ratio: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -213,8 +213,8 @@ fn check_ratio(ratio: Option<f64>) -> Result<(), String> {
 /// The tasks of a simulation.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskSet {
-    pub types: Vec<TaskType>,
-    pub order: Order,
+    pub(crate) types: Vec<TaskType>,
+    pub(crate) order: Order,
 }
 
 #[derive(Deserialize)]
@@ -239,12 +239,12 @@ enum RawOrder {
 /// One kind of task: an app with its request per instance and how many instances come.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, try_from = "RawTaskType")]
-pub struct TaskType {
-    pub name: String,
-    pub requests: BTreeMap<Dim, f64>,
-    pub count: usize,
+pub(crate) struct TaskType {
+    pub(crate) name: String,
+    pub(crate) requests: BTreeMap<Dim, f64>,
+    pub(crate) count: usize,
     /// Score's app profile (lower goes to PMEM).
-    pub profile: Option<f64>,
+    pub(crate) profile: Option<f64>,
 }
 
 #[derive(Deserialize)]
@@ -284,7 +284,7 @@ impl TryFrom<RawTaskType> for TaskType {
 
 /// The order the tasks arrive in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Order {
+pub(crate) enum Order {
     Interleaved,
     Sequential,
     Shuffled { seed: u64 },

@@ -31,11 +31,11 @@ use crate::algorithms::{Algorithm, PlacementError};
 use crate::snapshot::{Snapshot, Usage};
 
 /// kube-scheduler's `MaxExtenderPriority`: an extender's scores go from 0 to this.
-pub const MAX_EXTENDER_PRIORITY: i64 = 10;
+pub(crate) const MAX_EXTENDER_PRIORITY: i64 = 10;
 /// The namespace wca schedules when none are configured.
-pub const DEFAULT_NAMESPACE: &str = "default";
+pub(crate) const DEFAULT_NAMESPACE: &str = "default";
 /// The pod label that names its app (as wca reads it).
-pub const APP_LABEL: &str = "app";
+pub(crate) const APP_LABEL: &str = "app";
 
 /// What kube-scheduler sends (`ExtenderArgs`). Keys are Go field names (`Pod`, `Nodes`,
 /// `NodeNames`), matched without regard to case as Go's decoder does; other keys are ignored.
@@ -43,27 +43,27 @@ pub const APP_LABEL: &str = "app";
 pub struct ExtenderArgs {
     pub pod: Pod,
     /// The full node objects, sent when the extender is not `nodeCacheCapable`.
-    pub nodes: Option<NodeList>,
+    pub(crate) nodes: Option<NodeList>,
     /// The candidate names, sent when it is.
-    pub node_names: Option<Vec<String>>,
+    pub(crate) node_names: Option<Vec<String>>,
 }
 
 /// The part of a `v1.Pod` the extender reads.
 #[derive(Debug, Default, Deserialize)]
 pub struct Pod {
     #[serde(default)]
-    pub metadata: ObjectMeta,
+    pub(crate) metadata: ObjectMeta,
 }
 
 /// The part of a `v1.ObjectMeta` the extender reads (`null` taken as missing).
 #[derive(Debug, Default, Deserialize)]
-pub struct ObjectMeta {
+pub(crate) struct ObjectMeta {
     #[serde(default)]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
     #[serde(default)]
-    pub namespace: Option<String>,
+    pub(crate) namespace: Option<String>,
     #[serde(default)]
-    pub labels: Option<BTreeMap<String, String>>,
+    pub(crate) labels: Option<BTreeMap<String, String>>,
 }
 
 impl Pod {
@@ -82,16 +82,16 @@ impl Pod {
 
 /// A `v1.NodeList`: only the items matter; each is kept as sent, to be echoed back.
 #[derive(Debug, Default, Deserialize)]
-pub struct NodeList {
+pub(crate) struct NodeList {
     #[serde(default)]
-    pub items: Vec<Node>,
+    pub(crate) items: Vec<Node>,
 }
 
 /// One `v1.Node` as sent: its name, and the whole object unparsed.
 #[derive(Debug, Clone)]
-pub struct Node {
-    pub name: String,
-    pub raw: Box<RawValue>,
+pub(crate) struct Node {
+    pub(crate) name: String,
+    pub(crate) raw: Box<RawValue>,
 }
 
 impl<'de> Deserialize<'de> for Node {
@@ -150,7 +150,7 @@ impl<'de> Deserialize<'de> for ExtenderArgs {
 pub struct WireError {
     /// The field, like `Pod.metadata.labels.app` or `NodeNames[2]`; empty for the whole body.
     pub path: String,
-    pub message: String,
+    pub(crate) message: String,
 }
 
 impl ExtenderArgs {
@@ -197,7 +197,7 @@ pub struct ExtenderFilterResult {
     /// The kept node objects, only when the request sent a full `Nodes` list (kube-scheduler
     /// without `nodeCacheCapable` reads this one); `null` otherwise.
     #[serde(rename = "Nodes")]
-    pub nodes: Option<NodeListReply>,
+    pub(crate) nodes: Option<NodeListReply>,
     /// The kept node names: always an array.
     #[serde(rename = "NodeNames")]
     pub node_names: Vec<String>,
@@ -206,17 +206,17 @@ pub struct ExtenderFilterResult {
     pub failed_nodes: BTreeMap<String, String>,
     /// Never filled: the algorithms do not tell nodes that preemption could help from others.
     #[serde(rename = "FailedAndUnresolvableNodes")]
-    pub failed_and_unresolvable_nodes: BTreeMap<String, String>,
+    pub(crate) failed_and_unresolvable_nodes: BTreeMap<String, String>,
     /// Non-empty fails kube-scheduler's call (e.g. before the data is loaded).
     #[serde(rename = "Error")]
-    pub error: String,
+    pub(crate) error: String,
 }
 
 /// A `v1.NodeList` of node objects as the request sent them.
 #[derive(Debug, Clone, Default, Serialize)]
-pub struct NodeListReply {
-    pub metadata: BTreeMap<String, String>,
-    pub items: Vec<Box<RawValue>>,
+pub(crate) struct NodeListReply {
+    pub(crate) metadata: BTreeMap<String, String>,
+    pub(crate) items: Vec<Box<RawValue>>,
 }
 
 impl PartialEq for NodeListReply {
@@ -410,7 +410,7 @@ pub fn prioritize(
 /// priority, [`crate::Kind::score_ceiling`]): `max_node_score` for BAR and LeastUsed,
 /// `(least_used_weight + 1) × max_node_score` for LeastUsedBAR and HierBAR, 0 for the algorithms
 /// that score everything 0.
-pub fn score_ceiling(algorithm: &Algorithm) -> f64 {
+pub(crate) fn score_ceiling(algorithm: &Algorithm) -> f64 {
     algorithm.kind.score_ceiling(algorithm.max_node_score)
 }
 
@@ -419,7 +419,7 @@ pub fn score_ceiling(algorithm: &Algorithm) -> f64 {
 /// tie every node above 10); an overcommitted node's negative score becomes 0. With the default
 /// `max_node_score` of 10, BAR and LeastUsed scores pass unchanged. A ceiling of 0 (the
 /// algorithm scores nothing) gives 0.
-pub fn kube_score(raw: i64, ceiling: f64) -> i64 {
+pub(crate) fn kube_score(raw: i64, ceiling: f64) -> i64 {
     if ceiling <= 0.0 || !ceiling.is_finite() {
         return 0;
     }

@@ -23,6 +23,9 @@
 // may be longer.
 #![warn(clippy::too_many_lines)]
 #![cfg_attr(test, allow(clippy::too_many_lines))]
+// Items are `pub(crate)` unless the daemon's crate, its tests or benches, or this crate's tests or
+// benches use them.
+#![warn(unreachable_pub)]
 
 pub mod algorithms;
 pub mod config;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 pub const DECISIONS_TARGET: &str = "verwalter::placement::decisions";
 
 /// wca's logger names and the targets each one stands for.
-pub const LOGGERS: [(&str, &[&str]); 7] = [
+pub(crate) const LOGGERS: [(&str, &[&str]); 7] = [
     ("wca", &["verwalter"]),
     (
         "wca.scheduler",
@@ -50,7 +50,7 @@ pub struct LogPlan {
 }
 
 /// A Python level name (any case) as a tracing level; `CRITICAL` is `error`.
-pub fn level(python: &str) -> Option<&'static str> {
+pub(crate) fn level(python: &str) -> Option<&'static str> {
     Some(match python.to_ascii_uppercase().as_str() {
         "TRACE" => "trace",
         "DEBUG" => "debug",

@@ -27,7 +27,7 @@ use crate::algorithms::{Algorithm, FilterResult, PlacementError};
 use crate::snapshot::{Assigned, PerDim, Snapshot};
 
 /// Units of work between two calls of the `check` function.
-pub const CHECK_EVERY: u64 = 1024;
+pub(crate) const CHECK_EVERY: u64 = 1024;
 
 /// Why a placer call did not finish.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -250,12 +250,9 @@ impl<'a> Placer<'a> {
     }
 
     /// The snapshot with every placement so far counted in `assigned_apps`.
-    pub fn snapshot(&self) -> &Snapshot {
+    #[cfg(test)]
+    pub(crate) fn snapshot(&self) -> &Snapshot {
         &self.snap
-    }
-
-    pub fn into_snapshot(self) -> Snapshot {
-        self.snap
     }
 
     /// The error `Algorithm::filter` gives for an app it cannot judge (no spec).

@@ -25,18 +25,18 @@ use crate::snapshot::{Assigned, Snapshot};
 /// One instance that should move.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Move {
-    pub app: String,
+    pub(crate) app: String,
     /// Where it runs now.
-    pub node: String,
+    pub(crate) node: String,
     /// Its task (pod) name, when the snapshot lists names rather than a count.
     pub task: Option<String>,
-    pub reason: Reason,
+    pub(crate) reason: Reason,
 }
 
 /// Why an instance should move.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Reason {
+pub(crate) enum Reason {
     /// The app goes to DRAM nodes but runs on a PMEM node, whose room an app that goes to PMEM
     /// wants.
     OffPmem,

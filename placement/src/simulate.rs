@@ -49,9 +49,9 @@ pub struct SimulationReport {
     /// list (the sample variance, `n − 1`, as Python's `statistics.variance` in wca's report).
     pub balance: f64,
     /// The broken nodes, sorted.
-    pub broken_nodes: Vec<String>,
+    pub(crate) broken_nodes: Vec<String>,
     /// Tasks that found no node, per app.
-    pub unscheduled: BTreeMap<String, usize>,
+    pub(crate) unscheduled: BTreeMap<String, usize>,
     /// Where each task went (`None`: not scheduled), in task order.
     pub placements: Vec<Option<String>>,
 }

@@ -47,7 +47,7 @@ pub enum Assigned {
 }
 
 impl Assigned {
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         match self {
             Assigned::Count(n) => *n,
             Assigned::Tasks(tasks) => tasks.len() as u64,
@@ -119,7 +119,7 @@ impl Snapshot {
     }
 
     /// The node's capacity, CPU multiplied by `cpu_scale_factor` on PMEM nodes.
-    pub fn capacity(&self, node: &str, cpu_scale_factor: f64) -> BTreeMap<Dim, f64> {
+    pub(crate) fn capacity(&self, node: &str, cpu_scale_factor: f64) -> BTreeMap<Dim, f64> {
         let mut cap = self.node_capacities.get(node).cloned().unwrap_or_default();
         if self.is_pmem(node)
             && let Some(cpu) = cap.get_mut(&Dim::Cpu)
@@ -131,7 +131,11 @@ impl Snapshot {
 
     /// [`Snapshot::capacity`] without a copy when nothing is scaled (not a PMEM node, or a
     /// factor of 1): what the algorithms read for every node of every decision.
-    pub fn capacity_ref(&self, node: &str, cpu_scale_factor: f64) -> Cow<'_, BTreeMap<Dim, f64>> {
+    pub(crate) fn capacity_ref(
+        &self,
+        node: &str,
+        cpu_scale_factor: f64,
+    ) -> Cow<'_, BTreeMap<Dim, f64>> {
         match self.node_capacities.get(node) {
             Some(cap)
                 if cpu_scale_factor == 1.0
@@ -151,7 +155,12 @@ impl Snapshot {
 
     /// [`Snapshot::demand`] with the used amounts from `usage` (which must be
     /// `Usage::of(self)`), when given.
-    pub fn demand_using(&self, usage: Option<&Usage>, node: &str, app: &str) -> BTreeMap<Dim, f64> {
+    pub(crate) fn demand_using(
+        &self,
+        usage: Option<&Usage>,
+        node: &str,
+        app: &str,
+    ) -> BTreeMap<Dim, f64> {
         let mut demand = match usage {
             Some(usage) => usage.used(node),
             None => self.used(node),
@@ -190,10 +199,10 @@ impl<T: Amounts + ?Sized> Amounts for &T {
 
 /// Every dimension's amount in a fixed array, without allocating.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct PerDim(pub [Option<f64>; 6]);
+pub(crate) struct PerDim(pub [Option<f64>; 6]);
 
 impl PerDim {
-    pub fn of(map: &BTreeMap<Dim, f64>) -> PerDim {
+    pub(crate) fn of(map: &BTreeMap<Dim, f64>) -> PerDim {
         let mut out = PerDim::default();
         for (d, v) in map {
             out.0[*d as usize] = Some(*v);
@@ -203,7 +212,7 @@ impl PerDim {
 
     /// `self + request` as [`Snapshot::demand`] adds them: a dimension of the request starts
     /// from 0 when `self` lacks it.
-    pub fn plus(&self, request: &PerDim) -> PerDim {
+    pub(crate) fn plus(&self, request: &PerDim) -> PerDim {
         let mut out = *self;
         for (slot, req) in out.0.iter_mut().zip(request.0) {
             if let Some(r) = req {
@@ -285,7 +294,7 @@ fn bandwidth_ratio(cap: &impl Amounts, dims: &[Dim]) -> Option<f64> {
 /// Fit's check: `Err(reason)` when a dimension would go below zero, the reason byte for byte as
 /// wca words it (`Could not fit node for dimensions: missing (cpu: 2.0),(mem: 8.0).`, the
 /// shortfall per dimension; cpu and mem first, then the others in the order of `dims`).
-pub fn fit(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Result<(), String> {
+pub(crate) fn fit(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Result<(), String> {
     let mut missing = Vec::new();
     let mut unknown = Vec::new();
     // Dimension by dimension rather than through `free`: this runs for every node and instance
@@ -336,7 +345,7 @@ pub fn fractions(cap: &impl Amounts, demand: &impl Amounts, dims: &[Dim]) -> Vec
 /// Calls `f` with [`fractions`], kept on the stack when there are at most 8 dimensions (the
 /// priority of every node for every instance placed asks for them; an allocation each time
 /// showed in profiles).
-pub fn with_fractions<R>(
+pub(crate) fn with_fractions<R>(
     cap: &impl Amounts,
     demand: &impl Amounts,
     dims: &[Dim],
@@ -375,7 +384,7 @@ pub fn with_fractions<R>(
 }
 
 /// A string as Python's `repr` prints it (`'app'`; `"it's"` when it holds a `'` and no `"`).
-pub fn py_repr_str(s: &str) -> String {
+pub(crate) fn py_repr_str(s: &str) -> String {
     let quote = if s.contains('\'') && !s.contains('"') {
         '"'
     } else {
@@ -405,7 +414,7 @@ pub fn py_repr_str(s: &str) -> String {
 
 /// A float as Python's `repr` (and `str`, the same for floats since Python 3.2) prints it:
 /// `2.0`, `0.5`, `1e-05`, `1.5e+16`, `inf`, `nan`; so reasons read as wca's do.
-pub fn py_float(v: f64) -> String {
+pub(crate) fn py_float(v: f64) -> String {
     if v.is_nan() {
         return "nan".into();
     }

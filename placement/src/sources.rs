@@ -24,20 +24,20 @@ use crate::config::{ProviderKind, Queries};
 use crate::snapshot::{Assigned, Dim, NodeFacts, NodeType, Snapshot};
 
 /// wca's read and write bandwidth of a DRAM-only node, in GB/s, when no query gives it.
-pub const DRAM_MEMBW_DEFAULT: f64 = 200.0;
+pub(crate) const DRAM_MEMBW_DEFAULT: f64 = 200.0;
 /// `ClusterScoreDataProvider`'s node types: one query for all nodes (labels `nodename`,
 /// `nodetype` = `pmem` or `dram`), as wca's newer code runs it.
-pub const NODE_TYPES_QUERY: &str = "node_type";
+pub(crate) const NODE_TYPES_QUERY: &str = "node_type";
 /// Nodes carrying one of these labels are control-plane nodes and are left out, as wca leaves
 /// out `node-role.kubernetes.io/master` (newer clusters label them `control-plane` only).
-pub const CONTROL_PLANE_LABELS: [&str; 2] = [
+pub(crate) const CONTROL_PLANE_LABELS: [&str; 2] = [
     "node-role.kubernetes.io/master",
     "node-role.kubernetes.io/control-plane",
 ];
 /// The label that names a pod's app.
-pub const APP_LABEL: &str = "app";
+pub(crate) const APP_LABEL: &str = "app";
 /// The label node-level queries group by.
-pub const NODE_LABEL: &str = "nodename";
+pub(crate) const NODE_LABEL: &str = "nodename";
 
 /// Why a source's answer could not be used. The I/O side builds the transport variants; the
 /// parsers here return the others.
@@ -96,7 +96,7 @@ impl SourceError {
 
 /// A Kubernetes quantity (`4`, `500m`, `1.5`, `16Gi`, `8000000Ki`, `1e3`, `2k`) as a number of
 /// base units; `None` when it is not one.
-pub fn parse_quantity(text: &str) -> Option<f64> {
+pub(crate) fn parse_quantity(text: &str) -> Option<f64> {
     let text = text.trim();
     let split = text
         .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+' || c == '-'))
@@ -134,7 +134,7 @@ pub fn parse_quantity(text: &str) -> Option<f64> {
 }
 
 /// A memory quantity in whole GB, as wca converts `Ki`: `int(bytes / 1e9)`.
-pub fn memory_gb(text: &str) -> Option<f64> {
+pub(crate) fn memory_gb(text: &str) -> Option<f64> {
     parse_quantity(text).map(|bytes| (bytes / 1e9).trunc())
 }
 
@@ -220,8 +220,8 @@ struct PodStatus {
 /// CPU (cores) and memory (whole GB) of a node, from `status.capacity`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct NodeCapacity {
-    pub cpu: f64,
-    pub mem: f64,
+    pub(crate) cpu: f64,
+    pub(crate) mem: f64,
 }
 
 /// `/api/v1/nodes`, read.
@@ -230,7 +230,7 @@ pub struct Nodes {
     /// Worker nodes and their capacity.
     pub capacity: BTreeMap<String, NodeCapacity>,
     /// Control-plane nodes, left out (their pods are not counted either).
-    pub control_plane: BTreeSet<String>,
+    pub(crate) control_plane: BTreeSet<String>,
 }
 
 fn bad_json(what: &str, e: serde_json::Error) -> SourceError {
@@ -291,20 +291,20 @@ pub fn parse_node_list(body: &[u8]) -> Result<Nodes, SourceError> {
 /// A pod as placement sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Pod {
-    pub uid: String,
-    pub namespace: String,
-    pub name: String,
+    pub(crate) uid: String,
+    pub(crate) namespace: String,
+    pub(crate) name: String,
     /// The `app` label; pods without it are not counted.
-    pub app: Option<String>,
+    pub(crate) app: Option<String>,
     /// `spec.nodeName`: set when the pod is bound to a node.
-    pub node: Option<String>,
+    pub(crate) node: Option<String>,
     /// `Succeeded` or `Failed`: holds nothing on its node any more.
-    pub finished: bool,
+    pub(crate) finished: bool,
 }
 
 impl Pod {
     /// Whether it counts on a node: the `app` label, bound, not finished.
-    pub fn counted_on(&self) -> Option<(&str, &str)> {
+    pub(crate) fn counted_on(&self) -> Option<(&str, &str)> {
         match (&self.node, &self.app, self.finished) {
             (Some(node), Some(app), false) => Some((node, app)),
             _ => None,
@@ -500,7 +500,7 @@ impl PodIndex {
     }
 
     /// `{node: {app: count}}` of the counted pods, leaving out the nodes in `skip`.
-    pub fn assigned_apps(
+    pub(crate) fn assigned_apps(
         &self,
         skip: &BTreeSet<String>,
     ) -> BTreeMap<String, BTreeMap<String, Assigned>> {
@@ -650,7 +650,7 @@ pub enum QueryKind {
 
 impl QueryKind {
     /// What the query gives, with its unit, as `verwalter check --placement-config` shows it.
-    pub fn describe(self) -> String {
+    pub(crate) fn describe(self) -> String {
         use crate::config::unit_of;
         match self {
             QueryKind::PmemNodes => "PMEM nodes (NODES_PMM_MEMORY_MODE)".into(),
@@ -739,18 +739,18 @@ pub fn plan_queries(
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct PromData {
     /// Nodes with PMEM in memory mode; `None` when not asked (no bandwidth or WSS dimension).
-    pub pmem_nodes: Option<BTreeSet<String>>,
-    pub membw_read: BTreeMap<String, f64>,
-    pub membw_write: BTreeMap<String, f64>,
-    pub wss: BTreeMap<String, f64>,
+    pub(crate) pmem_nodes: Option<BTreeSet<String>>,
+    pub(crate) membw_read: BTreeMap<String, f64>,
+    pub(crate) membw_write: BTreeMap<String, f64>,
+    pub(crate) wss: BTreeMap<String, f64>,
     /// From `NODE_CAPACITY_DRAM_MEMBW` when configured.
-    pub dram_membw: BTreeMap<String, f64>,
+    pub(crate) dram_membw: BTreeMap<String, f64>,
     /// `{app: {dim: request}}`, as the queries answer them (wca takes `float(value)`: a request
     /// of 0.5 cores or 0.25 GB must not become 0).
-    pub app_requests: BTreeMap<String, BTreeMap<Dim, f64>>,
-    pub dram_hit_ratio: BTreeMap<String, f64>,
-    pub app_profiles: BTreeMap<String, f64>,
-    pub node_types: BTreeMap<String, NodeType>,
+    pub(crate) app_requests: BTreeMap<String, BTreeMap<Dim, f64>>,
+    pub(crate) dram_hit_ratio: BTreeMap<String, f64>,
+    pub(crate) app_profiles: BTreeMap<String, f64>,
+    pub(crate) node_types: BTreeMap<String, NodeType>,
 }
 
 fn label<'a>(q: &PlannedQuery, s: &'a Sample, name: &str) -> Result<&'a str, SourceError> {

@@ -26,9 +26,9 @@ use super::{
 };
 
 /// Seconds between two rounds of queries when `interval` is not given.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 /// Seconds a query may take when neither `timeout` nor the `!Prometheus` form gives one.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where the queries go: a URL (`http://host:port`, a path prefix allowed) or wca's
 /// `!Prometheus {...}`.
