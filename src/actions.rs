@@ -1,7 +1,7 @@
 //! Wiring of the leader's action queue (`verwalter_controllers::actions`, where its rules
 //! live) to the storage dir: the journal file ([`journal`]) and the system clock.
 
-pub mod journal;
+pub(crate) mod journal;
 
 use std::sync::Arc;
 
@@ -17,7 +17,7 @@ use crate::storage::state_dir::StateDir;
 
 /// The queue over `<storage>/actions.journal`, with the actions an earlier run left there (and
 /// in the `actions.json` of older versions). Err: the journal exists but cannot be read.
-pub fn open(
+pub(crate) fn open(
     out: Field<Actions>,
     store: Store,
     state_dir: &StateDir,

@@ -120,7 +120,7 @@ pub enum Task {
 }
 
 impl Task {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Task::Http => "HTTP server",
             Task::Fetcher => "schedule fetcher",
@@ -142,7 +142,7 @@ impl Task {
 
     /// 81-83 and 92 as verwalter 0.13 used them for its listener, fetcher, query (role
     /// variables and rendering) and scheduler threads; 1 for the parts 0.13 had no code for.
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             Task::Http => 81,
             Task::Fetcher => 82,

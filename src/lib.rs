@@ -42,8 +42,11 @@
 // may be longer.
 #![warn(clippy::too_many_lines)]
 #![cfg_attr(test, allow(clippy::too_many_lines))]
+// Modules and items are `pub(crate)` unless the binary (`src/main.rs`), the tests or the benches
+// use them.
+#![warn(unreachable_pub)]
 
-pub mod actions;
+pub(crate) mod actions;
 pub mod cluster;
 pub mod config;
 pub mod daemon;

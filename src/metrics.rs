@@ -20,7 +20,7 @@ use verwalter_controllers::status::{SCHEDULE_PERSIST, SchedulerRuns, Snapshot, S
 
 use crate::cluster::metrics::ClusterMetrics;
 use crate::http::metrics::HttpMetrics;
-pub use crate::http::metrics::{ConnectionMetrics, HttpClose};
+pub(crate) use crate::http::metrics::{ConnectionMetrics, HttpClose};
 use crate::inputs::metrics::InputMetrics;
 use crate::render::metrics::RenderMetrics;
 use crate::schedule::scheduler_metrics::RefreshMetrics;
@@ -43,7 +43,7 @@ pub struct Metrics {
 }
 
 /// At most this many roles get a `verwalter_role_failed_attempts` series (labels stay bounded).
-pub const MAX_ROLE_SERIES: usize = 100;
+pub(crate) const MAX_ROLE_SERIES: usize = 100;
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -81,7 +81,7 @@ impl Families<'_> {
 }
 
 /// The controllers' drivers: passes and queues, by controller.
-pub struct DriverMetrics {
+pub(crate) struct DriverMetrics {
     passes: IntCounterVec,
     failures: IntCounterVec,
     pass_duration: HistogramVec,
@@ -92,7 +92,7 @@ pub struct DriverMetrics {
 
 impl DriverMetrics {
     /// Creates the families and registers them on `registry`.
-    pub fn register(registry: &Registry) -> DriverMetrics {
+    pub(crate) fn register(registry: &Registry) -> DriverMetrics {
         let f = Families(registry);
         DriverMetrics {
             passes: f.counter_vec(
@@ -136,7 +136,7 @@ impl DriverMetrics {
 }
 
 /// The schedule controller: scheduler runs, and the schedule in force.
-pub struct ScheduleMetrics {
+pub(crate) struct ScheduleMetrics {
     runs: IntCounter,
     failures: IntCounterVec,
     duration: Histogram,
@@ -148,7 +148,7 @@ pub struct ScheduleMetrics {
 impl ScheduleMetrics {
     /// Creates the families, with a series for every failure reason, and registers them on
     /// `registry`.
-    pub fn register(registry: &Registry) -> ScheduleMetrics {
+    pub(crate) fn register(registry: &Registry) -> ScheduleMetrics {
         let f = Families(registry);
         let m = ScheduleMetrics {
             runs: f.counter(
@@ -229,18 +229,18 @@ impl Metrics {
 
     /// Scheduler runs since start, and how many failed (of every kind).
     /// The config dir was read, with `errors` problems in what it holds.
-    pub fn input_read(&self, errors: usize) {
+    pub(crate) fn input_read(&self, errors: usize) {
         self.inputs.reads.inc();
         self.inputs.errors.set(errors as i64);
     }
 
     /// A read of the config dir could not see everything (the last good inputs stay).
-    pub fn input_read_failed(&self) {
+    pub(crate) fn input_read_failed(&self) {
         self.inputs.read_failures.inc();
     }
 
     /// A query of the scheduler's `metrics.yaml` answered (`ok`) or failed (the error kind).
-    pub fn scheduler_metrics_query(&self, result: &'static str) {
+    pub(crate) fn scheduler_metrics_query(&self, result: &'static str) {
         self.scheduler_metrics
             .queries
             .with_label_values(&[result])
@@ -248,12 +248,12 @@ impl Metrics {
     }
 
     /// After a round: how many of the scheduler's metrics queries failed in it.
-    pub fn scheduler_metrics_failing(&self, queries: usize) {
+    pub(crate) fn scheduler_metrics_failing(&self, queries: usize) {
         self.scheduler_metrics.failing.set(queries as i64);
     }
 
     /// A peer list refresh (cantal) succeeded or failed.
-    pub fn peer_refresh(&self, ok: bool) {
+    pub(crate) fn peer_refresh(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.cluster
             .peer_refreshes
@@ -263,12 +263,12 @@ impl Metrics {
 
     /// An election packet of `kind` was sent. Labels are static strings, so the number of
     /// series stays bounded whatever arrives.
-    pub fn message_sent(&self, kind: &'static str) {
+    pub(crate) fn message_sent(&self, kind: &'static str) {
         self.cluster.messages_sent.with_label_values(&[kind]).inc();
     }
 
     /// An election packet of `kind` was taken.
-    pub fn message_received(&self, kind: &'static str) {
+    pub(crate) fn message_received(&self, kind: &'static str) {
         self.cluster
             .messages_received
             .with_label_values(&[kind])
@@ -276,7 +276,7 @@ impl Metrics {
     }
 
     /// An election packet was dropped, or could not be sent, for `reason`.
-    pub fn message_dropped(&self, reason: &'static str) {
+    pub(crate) fn message_dropped(&self, reason: &'static str) {
         self.cluster
             .messages_dropped
             .with_label_values(&[reason])
@@ -284,7 +284,7 @@ impl Metrics {
     }
 
     /// This node started an election, for `reason`.
-    pub fn election_started(&self, reason: &'static str) {
+    pub(crate) fn election_started(&self, reason: &'static str) {
         self.cluster
             .elections_started
             .with_label_values(&[reason])
@@ -292,14 +292,14 @@ impl Metrics {
     }
 
     /// A follower heard its leader at wall-clock `now_ms` (for the contact age gauge).
-    pub fn leader_contact(&self, now_ms: u64) {
+    pub(crate) fn leader_contact(&self, now_ms: u64) {
         self.cluster
             .leader_contact_ms
             .store(now_ms, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// A schedule fetch from a peer ended.
-    pub fn schedule_fetch(&self, ok: bool) {
+    pub(crate) fn schedule_fetch(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.cluster
             .schedule_fetches
@@ -308,7 +308,7 @@ impl Metrics {
     }
 
     /// A fetched schedule checked out: by the hash of its data or (`vouched`) of its body.
-    pub fn schedule_checked(&self, vouched: bool) {
+    pub(crate) fn schedule_checked(&self, vouched: bool) {
         let by = if vouched { "body_hash" } else { "data_hash" };
         self.cluster
             .schedules_checked
@@ -327,7 +327,7 @@ impl Metrics {
     }
 
     /// A schedule body of `bytes` went out, gzip-compressed or not.
-    pub fn schedule_served(&self, coding: crate::cluster::coding::Coding, bytes: usize) {
+    pub(crate) fn schedule_served(&self, coding: crate::cluster::coding::Coding, bytes: usize) {
         let encoding = coding.token();
         self.cluster
             .schedules_served
@@ -340,52 +340,46 @@ impl Metrics {
     }
 
     /// The registry, for families registered elsewhere (the graph executor's).
-    pub fn registry(&self) -> &Registry {
+    pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
 
     /// The counter the deployment log counts its failed writes in.
-    pub fn deployment_log_write_errors(&self) -> IntCounter {
+    pub(crate) fn deployment_log_write_errors(&self) -> IntCounter {
         self.render.deployment_log_write_errors.clone()
     }
 
     /// The API server's connection metrics.
-    pub fn connection_metrics(&self) -> ConnectionMetrics {
+    pub(crate) fn connection_metrics(&self) -> ConnectionMetrics {
         ConnectionMetrics::new(self.http.connections.clone(), self.http.closed.clone())
     }
 
-    /// An HTTP connection was opened / closed.
-    pub fn http_connection_opened(&self) {
-        self.http.connections.inc();
-    }
-    pub fn http_connection_closed(&self) {
-        self.http.connections.dec();
-    }
-
     /// HTTP connections open now.
-    pub fn http_connections_open(&self) -> i64 {
+    #[cfg(test)]
+    pub(crate) fn http_connections_open(&self) -> i64 {
         self.http.connections.get()
     }
 
     /// The counter of connections closed (or refused) by the server for `reason`.
-    pub fn http_closed(&self, reason: HttpClose) -> IntCounter {
+    pub(crate) fn http_closed(&self, reason: HttpClose) -> IntCounter {
         self.http.closed.with_label_values(&[reason.label()])
     }
 
     /// A `/v1/events` stream or a `/v1/graphql` WebSocket was opened / closed.
-    pub fn event_stream_opened(&self) {
+    pub(crate) fn event_stream_opened(&self) {
         self.http.event_streams.inc();
     }
-    pub fn event_stream_closed(&self) {
+    pub(crate) fn event_stream_closed(&self) {
         self.http.event_streams.dec();
     }
 
     /// What the input gauges and counters say now (for tests of the watcher).
-    pub fn input_figures(&self) -> (u64, i64) {
+    #[cfg(test)]
+    pub(crate) fn input_figures(&self) -> (u64, i64) {
         (self.inputs.read_failures.get(), self.inputs.errors.get())
     }
 
-    pub fn scheduler_runs(&self) -> SchedulerRuns {
+    pub(crate) fn scheduler_runs(&self) -> SchedulerRuns {
         SchedulerRuns::count(self.schedule.runs.get(), |kind| {
             self.schedule
                 .failures
@@ -396,7 +390,7 @@ impl Metrics {
 
     /// Prometheus text format, with the store-derived gauges refreshed first: those that repeat
     /// a fact of the status from its view, the rest from the snapshot it was made from.
-    pub fn render(&self, status: &Status, snapshot: &Snapshot) -> String {
+    pub(crate) fn render(&self, status: &Status, snapshot: &Snapshot) -> String {
         self.cluster.refresh(status);
         self.schedule.refresh(status, snapshot);
         self.render.refresh(status, snapshot);

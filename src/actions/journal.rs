@@ -16,11 +16,11 @@ use crate::storage::state_dir::{FILE_MODE, not_regular, read_regular, sync_dir, 
 /// The most of the journal (and of the `actions.json` of older versions) read at start: far
 /// more than the pending caps let it hold (rewritten once past twice what is pending); a larger
 /// file is refused, never read whole.
-pub const MAX_JOURNAL: u64 = 256 << 20;
+pub(crate) const MAX_JOURNAL: u64 = 256 << 20;
 
 /// The journal file, and the `actions.json` of versions before it.
 #[derive(Debug, Clone)]
-pub struct FileJournal {
+pub(crate) struct FileJournal {
     path: PathBuf,
     legacy: Option<PathBuf>,
     file: Arc<Mutex<Appender>>,
@@ -34,7 +34,7 @@ struct Appender {
 }
 
 impl FileJournal {
-    pub fn new(path: PathBuf, legacy: Option<PathBuf>) -> FileJournal {
+    pub(crate) fn new(path: PathBuf, legacy: Option<PathBuf>) -> FileJournal {
         FileJournal {
             path,
             legacy,

@@ -13,10 +13,10 @@ use std::io::Read;
 use axum::http::{HeaderMap, HeaderValue, header};
 
 /// The content-coding token of an LZ4 block after its inflated size, between verwalter nodes.
-pub const LZ4: &str = "x-verwalter-lz4";
+pub(crate) const LZ4: &str = "x-verwalter-lz4";
 
 /// What a node sends in `Accept-Encoding` when it fetches a schedule.
-pub const ACCEPTED: &str = "x-verwalter-lz4, gzip";
+pub(crate) const ACCEPTED: &str = "x-verwalter-lz4, gzip";
 
 /// A schedule body's content-coding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,7 +28,7 @@ pub enum Coding {
 
 impl Coding {
     /// The `Content-Encoding` token (`identity` for none).
-    pub fn token(self) -> &'static str {
+    pub(crate) fn token(self) -> &'static str {
         match self {
             Coding::Identity => "identity",
             Coding::Gzip => "gzip",
@@ -38,7 +38,7 @@ impl Coding {
 
     /// The coding of a response from its `Content-Encoding` (none: identity); `None` for a
     /// coding this node cannot read.
-    pub fn of_response(headers: &HeaderMap) -> Option<Coding> {
+    pub(crate) fn of_response(headers: &HeaderMap) -> Option<Coding> {
         let Some(value) = headers.get(header::CONTENT_ENCODING) else {
             return Some(Coding::Identity);
         };
@@ -50,7 +50,7 @@ impl Coding {
 
     /// The coding to answer a request with: LZ4 for a client that names it, gzip for one that
     /// takes gzip (or `*`), identity otherwise. A coding given `q=0` is refused.
-    pub fn for_request(headers: &HeaderMap) -> Coding {
+    pub(crate) fn for_request(headers: &HeaderMap) -> Coding {
         let mut gzip = false;
         for item in headers
             .get_all(header::ACCEPT_ENCODING)
@@ -77,7 +77,7 @@ impl Coding {
     }
 
     /// Whether a client that asked with `headers` reads this coding.
-    pub fn taken_by(self, headers: &HeaderMap) -> bool {
+    pub(crate) fn taken_by(self, headers: &HeaderMap) -> bool {
         match (self, Coding::for_request(headers)) {
             (Coding::Identity, _) | (Coding::Lz4, Coding::Lz4) => true,
             // A client that names LZ4 names gzip too; this version's do.
@@ -87,7 +87,7 @@ impl Coding {
     }
 
     /// The `Content-Encoding` header value, `None` for identity.
-    pub fn header(self) -> Option<HeaderValue> {
+    pub(crate) fn header(self) -> Option<HeaderValue> {
         (self != Coding::Identity).then(|| HeaderValue::from_static(self.token()))
     }
 

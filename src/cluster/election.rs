@@ -33,25 +33,25 @@ use crate::metrics::Metrics;
 const WARNED_SOURCES: usize = 64;
 
 /// What the election task reads, writes and talks through (the wiring; no state of its own).
-pub struct ElectionWiring {
-    pub socket: Arc<UdpSocket>,
-    pub store: Store,
-    pub out: Field<ElectionState>,
-    pub reports: Field<Reports>,
-    pub live: Liveness,
-    pub clock: Arc<dyn Clock>,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct ElectionWiring {
+    pub(crate) socket: Arc<UdpSocket>,
+    pub(crate) store: Store,
+    pub(crate) out: Field<ElectionState>,
+    pub(crate) reports: Field<Reports>,
+    pub(crate) live: Liveness,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) metrics: Arc<Metrics>,
     /// Where the schedules of other nodes that peers report are noted for the fetcher.
-    pub sightings: SharedSightings,
+    pub(crate) sightings: SharedSightings,
     /// Where the body hashes leaders announce are noted for the fetcher.
-    pub announced: Arc<Announced>,
+    pub(crate) announced: Arc<Announced>,
     /// The bodies this node serves its schedule in: a leader's pings announce the hash of the
     /// LZ4 one.
-    pub schedule_json: Arc<SharedJson<Option<Schedule>>>,
+    pub(crate) schedule_json: Arc<SharedJson<Option<Schedule>>>,
 }
 
 /// The UDP transport around the election machine.
-pub struct ElectionTask {
+pub(crate) struct ElectionTask {
     machine: Machine,
     io: ElectionWiring,
     /// `allow-minority-cluster`: peers not heard from directly for this long do not count.
@@ -68,7 +68,7 @@ pub struct ElectionTask {
 impl ElectionTask {
     /// The task for `machine`; with `minority_window` (allow-minority-cluster) the machine keeps
     /// leading without a majority, and only peers heard from within the window count.
-    pub fn new(
+    pub(crate) fn new(
         machine: Machine,
         io: ElectionWiring,
         minority_window: Option<Duration>,
@@ -84,7 +84,7 @@ impl ElectionTask {
     }
 
     /// Runs until shutdown.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut buf = vec![0u8; 64 * 1024];
         let mut stable = StableWall::default();
         let mut warned = std::collections::BTreeSet::new();

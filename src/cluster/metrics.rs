@@ -6,7 +6,7 @@ use verwalter_controllers::status::Status;
 
 use crate::metrics::Families;
 
-pub struct ClusterMetrics {
+pub(crate) struct ClusterMetrics {
     pub(crate) leader: IntGauge,
     pub(crate) election_epoch: IntGauge,
     pub(crate) peers: IntGauge,
@@ -27,7 +27,7 @@ pub struct ClusterMetrics {
 impl ClusterMetrics {
     /// Creates the families, with the series of every packet type, fetch result, check and
     /// encoding, and registers them on `registry`.
-    pub fn register(registry: &Registry) -> ClusterMetrics {
+    pub(crate) fn register(registry: &Registry) -> ClusterMetrics {
         let f = Families(registry);
         let m = ClusterMetrics {
             leader: f.gauge("verwalter_leader", "1 when this node is the leader."),

@@ -1,8 +1,8 @@
 //! The cluster: peer sources, the election over UDP, schedule distribution.
 
 pub mod coding;
-pub mod election;
-pub mod metrics;
+pub(crate) mod election;
+pub(crate) mod metrics;
 pub mod peers;
-pub mod replication;
+pub(crate) mod replication;
 pub mod vouch;

@@ -19,13 +19,13 @@ use crate::machinery::http_client::{Connections, HttpClient};
 use crate::metrics::Metrics;
 
 /// How often cantal is asked (as 0.13 did).
-pub const REFRESH: Duration = Duration::from_secs(1);
+pub(crate) const REFRESH: Duration = Duration::from_secs(1);
 /// cantal's answer is capped at this size.
 const CANTAL_LIMIT: usize = 10 << 20;
 
 /// The client of cantal and of the schedule fetches between nodes: plain HTTP, keep-alive
 /// connections kept 5 minutes, a second to connect.
-pub fn client() -> HttpClient {
+pub(crate) fn client() -> HttpClient {
     HttpClient::http(Connections {
         connect_timeout: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(300),
@@ -33,7 +33,7 @@ pub fn client() -> HttpClient {
 }
 
 /// What every request to cantal or a peer names as its `Host`.
-pub const HOST: (hyper::header::HeaderName, &str) = (hyper::header::HOST, "verwalter");
+pub(crate) const HOST: (hyper::header::HeaderName, &str) = (hyper::header::HOST, "verwalter");
 
 /// What the election needs to know about peers beyond the list, updated more often than the
 /// list changes (so kept out of the store, whose writes wake readers): when the list was last
@@ -51,29 +51,29 @@ struct LivenessInner {
 }
 
 impl Liveness {
-    pub fn refreshed(&self, now_ms: u64) {
+    pub(crate) fn refreshed(&self, now_ms: u64) {
         self.0.refreshed.store(now_ms, Ordering::Relaxed);
     }
     /// Wall-clock ms of the last successful refresh (0: never).
-    pub fn last_refresh(&self) -> u64 {
+    pub(crate) fn last_refresh(&self) -> u64 {
         self.0.refreshed.load(Ordering::Relaxed)
     }
-    pub fn heard(&self, id: &str, ms: u64) {
+    pub(crate) fn heard(&self, id: &str, ms: u64) {
         let mut direct = self.0.direct.lock().unwrap();
         let at = direct.entry(id.to_string()).or_insert(0);
         *at = (*at).max(ms);
     }
     /// An election packet from `id` arrived (also counts as heard directly).
-    pub fn packet(&self, id: &str, ms: u64) {
+    pub(crate) fn packet(&self, id: &str, ms: u64) {
         self.0.packets.lock().unwrap().insert(id.to_string(), ms);
         self.heard(id, ms);
     }
     /// When each peer's last election packet came (wall-clock ms).
-    pub fn packets(&self) -> BTreeMap<String, u64> {
+    pub(crate) fn packets(&self) -> BTreeMap<String, u64> {
         self.0.packets.lock().unwrap().clone()
     }
     /// Calls `f` with when each peer was last heard from directly (wall-clock ms by id).
-    pub fn with_heard<R>(&self, f: impl FnOnce(&BTreeMap<String, u64>) -> R) -> R {
+    pub(crate) fn with_heard<R>(&self, f: impl FnOnce(&BTreeMap<String, u64>) -> R) -> R {
         f(&self.0.direct.lock().unwrap())
     }
 }
@@ -150,17 +150,17 @@ fn publish(out: &Field<Peers>, peers: BTreeMap<String, Peer>, now_ms: u64) {
 
 /// Where cantal is and who is asking.
 #[derive(Debug, Clone)]
-pub struct Cantal {
+pub(crate) struct Cantal {
     /// Base URL, `http://127.0.0.1:22682`.
-    pub url: String,
+    pub(crate) url: String,
     /// verwalter's port (peer addresses are cantal's IPs with it).
-    pub port: u16,
+    pub(crate) port: u16,
     /// This node's id (left out of the list).
-    pub own_id: String,
+    pub(crate) own_id: String,
 }
 
 /// Polls cantal until shutdown.
-pub async fn run_cantal(
+pub(crate) async fn run_cantal(
     cantal: Cantal,
     out: Field<Peers>,
     live: Liveness,
@@ -213,7 +213,7 @@ pub async fn run_cantal(
 }
 
 /// Publishes a static peer list and keeps it fresh until shutdown.
-pub async fn run_static(
+pub(crate) async fn run_static(
     peers: Vec<Peer>,
     out: Field<Peers>,
     live: Liveness,

@@ -32,43 +32,43 @@ use crate::machinery::http_client::HttpClient;
 use crate::metrics::Metrics;
 
 /// Schedules larger than this are refused (a transport limit: the body is read into memory).
-pub const MAX_SCHEDULE: usize = 64 << 20;
+pub(crate) const MAX_SCHEDULE: usize = 64 << 20;
 /// One request may take this long (a fetch is one or two requests, see [`Ask`]).
 const FETCH_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// The schedules of other nodes that peers reported, noted by the election transport as packets
 /// arrive and read by the fetcher (see [`Sightings`] for why the reports alone do not do).
-pub type SharedSightings = Arc<Mutex<Sightings>>;
+pub(crate) type SharedSightings = Arc<Mutex<Sightings>>;
 
 /// What the fetcher reads, writes and talks through (the wiring; no state of its own).
-pub struct FetcherParts {
-    pub store: Store,
+pub(crate) struct FetcherParts {
+    pub(crate) store: Store,
     /// Shared with the schedule controller; written here only while following.
-    pub schedule: Arc<Field<Option<Schedule>>>,
-    pub prefetched: Field<Prefetched>,
+    pub(crate) schedule: Arc<Field<Option<Schedule>>>,
+    pub(crate) prefetched: Field<Prefetched>,
     /// Schedules of other leaders replaced here (see `Store::replaced`).
-    pub replaced: Field<Vec<Schedule>>,
+    pub(crate) replaced: Field<Vec<Schedule>>,
     /// Shared with the schedule controller: writes the schedule in force, for both roles.
-    pub persister: Arc<Persister>,
-    pub metrics: Arc<Metrics>,
+    pub(crate) persister: Arc<Persister>,
+    pub(crate) metrics: Arc<Metrics>,
     /// When each peer's last election packet came (which peers a new leader waits for).
-    pub live: Liveness,
-    pub clock: Arc<dyn Clock>,
+    pub(crate) live: Liveness,
+    pub(crate) clock: Arc<dyn Clock>,
     /// Fed by the election transport.
-    pub sightings: SharedSightings,
+    pub(crate) sightings: SharedSightings,
     /// Where a follower puts the leader's schedule as it arrives, for its relay children.
-    pub relay: Arc<crate::http::RelayBody>,
+    pub(crate) relay: Arc<crate::http::RelayBody>,
     /// Body hashes leaders announced (noted by the election transport).
-    pub announced: Arc<Announced>,
+    pub(crate) announced: Arc<Announced>,
 }
 
 /// How a fetched schedule is read: for node `host`, taking a body `announced` vouches for
 /// without hashing its data, counted in `metrics`.
 #[derive(Clone)]
-pub struct Reading {
-    pub host: Arc<str>,
-    pub announced: Arc<Announced>,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct Reading {
+    pub(crate) host: Arc<str>,
+    pub(crate) announced: Arc<Announced>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 impl Reading {
@@ -84,7 +84,7 @@ impl Reading {
 }
 
 /// The fetcher task: the replication machine and what it acts through.
-pub struct Fetcher {
+pub(crate) struct Fetcher {
     machine: Replication,
     io: FetcherParts,
     client: HttpClient,
@@ -98,7 +98,7 @@ pub struct Fetcher {
 type Running = BoxFuture<'static, (Fetch, Result<Schedule, String>)>;
 
 impl Fetcher {
-    pub fn new(config: ReplicationConfig, parts: FetcherParts) -> Fetcher {
+    pub(crate) fn new(config: ReplicationConfig, parts: FetcherParts) -> Fetcher {
         Fetcher {
             machine: Replication::new(config),
             io: parts,
@@ -109,7 +109,7 @@ impl Fetcher {
     }
 
     /// Fetches send `token` (peers whose reads need it: `http.token-for-reads`).
-    pub fn with_token(
+    pub(crate) fn with_token(
         mut self,
         token: Option<verwalter_controllers::http::access::Token>,
     ) -> Fetcher {
@@ -118,12 +118,12 @@ impl Fetcher {
     }
 
     /// The hostname this node renders as (see `ScheduleData::received`).
-    pub fn with_host(mut self, host: &str) -> Fetcher {
+    pub(crate) fn with_host(mut self, host: &str) -> Fetcher {
         self.host = Arc::from(host);
         self
     }
 
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut election = self.io.store.election.clone();
         let mut reports = self.io.store.reports.clone();
         let mut peers = self.io.store.peers.clone();
@@ -395,15 +395,15 @@ async fn get_compressed(
 
 /// A body fetched, as it came, in `coding`.
 #[derive(Debug)]
-pub struct Fetched {
-    pub body: hyper::body::Bytes,
-    pub coding: Coding,
+pub(crate) struct Fetched {
+    pub(crate) body: hyper::body::Bytes,
+    pub(crate) coding: Coding,
 }
 
 impl Fetched {
     /// The body decoded, refused past `limit` bytes: the caller runs this off the async
     /// runtime (a megabyte's schedule takes a fraction of a millisecond).
-    pub fn plain(self, limit: usize) -> Result<Vec<u8>, String> {
+    pub(crate) fn plain(self, limit: usize) -> Result<Vec<u8>, String> {
         self.coding.decode(self.body, limit)
     }
 }

@@ -58,7 +58,7 @@ impl Announced {
     /// The nodes that announced `body`, which arrived in `coding`, as their schedule `hash`
     /// (none: nothing vouches for it). A node vouches only for schedules it made, so a peer
     /// cannot vouch for bytes under another node's schedule.
-    pub fn makers_of(&self, hash: &str, coding: Coding, body: &[u8]) -> Vec<String> {
+    pub(crate) fn makers_of(&self, hash: &str, coding: Coding, body: &[u8]) -> Vec<String> {
         if coding != Coding::Lz4 {
             return Vec::new();
         }

@@ -13,14 +13,11 @@ use verwalter_controllers::defaults;
 
 use crate::schedule::lua::Limits;
 
+pub(crate) use parse::HttpFileSettings;
 pub(crate) use parse::read_bounded;
 #[cfg(test)]
 use parse::read_settings;
-pub use parse::{
-    ActionSettings, ElectionSettings, EventsFileSettings, ExtenderFileSettings, GraphFileSettings,
-    HttpFileSettings, InputSettings, LogSettings, RenderSettings, RunArgs, SchedulerSettings,
-    SettingsFile, StaticPeer, with_defaults,
-};
+pub use parse::{RunArgs, with_defaults};
 #[cfg(test)]
 use resolve::{read_key, read_token};
 #[cfg(test)]
@@ -32,40 +29,40 @@ pub struct Config {
     pub config_dir: PathBuf,
     pub storage_dir: PathBuf,
     pub log_dir: PathBuf,
-    pub hostname: String,
-    pub name: String,
+    pub(crate) hostname: String,
+    pub(crate) name: String,
     pub host: IpAddr,
     pub port: u16,
     pub machine_id: String,
-    pub dry_run: bool,
-    pub scheduler_period: Duration,
-    pub limits: Limits,
-    pub debounce: Duration,
+    pub(crate) dry_run: bool,
+    pub(crate) scheduler_period: Duration,
+    pub(crate) limits: Limits,
+    pub(crate) debounce: Duration,
     pub command_timeout: Duration,
     /// Roles rendered and applied at once (`render.parallel`).
-    pub render_parallel: usize,
+    pub(crate) render_parallel: usize,
     /// What a failing role holds back (`render.dependency-failure`).
-    pub dependency_failure: verwalter_controllers::graph::ErrorPolicy,
-    pub log_limits: crate::storage::logs::LogLimits,
-    pub action_limits: verwalter_controllers::actions::ActionLimits,
-    pub peer_source: PeerSource,
-    pub allow_minority_cluster: bool,
-    pub debug_force_leader: bool,
+    pub(crate) dependency_failure: verwalter_controllers::graph::ErrorPolicy,
+    pub(crate) log_limits: crate::storage::logs::LogLimits,
+    pub(crate) action_limits: verwalter_controllers::actions::ActionLimits,
+    pub(crate) peer_source: PeerSource,
+    pub(crate) allow_minority_cluster: bool,
+    pub(crate) debug_force_leader: bool,
     /// `common` (the built-in frontend) or a dir under `<config-dir>/frontend/`.
-    pub default_frontend: String,
-    pub timings: verwalter_controllers::cluster::election::machine::Timings,
-    pub prefetch: Duration,
-    pub minority_window: Duration,
+    pub(crate) default_frontend: String,
+    pub(crate) timings: verwalter_controllers::cluster::election::machine::Timings,
+    pub(crate) prefetch: Duration,
+    pub(crate) minority_window: Duration,
     /// `election.relay-fanout`.
-    pub relay_fanout: usize,
+    pub(crate) relay_fanout: usize,
     /// `election.key-file`'s key.
     /// The Kubernetes scheduler extender to serve, if the settings ask for it.
-    pub placement_extender: Option<crate::placement::extender::ExtenderSetup>,
+    pub(crate) placement_extender: Option<crate::placement::extender::ExtenderSetup>,
     /// The graph executor to run, if the settings ask for it.
-    pub graph: Option<crate::ernest::GraphSettings>,
+    pub(crate) graph: Option<crate::ernest::GraphSettings>,
     /// Where to publish deployment events, if the settings ask for it.
-    pub deployment_events: Option<crate::ernest::events::EventSettings>,
-    pub election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
+    pub(crate) deployment_events: Option<crate::ernest::events::EventSettings>,
+    pub(crate) election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
     pub http: crate::http::HttpSettings,
     /// What the operator should change, though the daemon can start: a settings file or a
     /// secret inside the config dir, the settings read from their old place. Logged at start.
@@ -74,7 +71,7 @@ pub struct Config {
 
 /// Where a node learns its peers.
 #[derive(Debug, Clone, PartialEq)]
-pub enum PeerSource {
+pub(crate) enum PeerSource {
     /// Neither cantal nor a peer list: the node is alone and leads itself.
     None,
     Cantal(String),
@@ -123,7 +120,7 @@ pub fn check_frontend(config_dir: &Path, name: &str) -> Result<(), String> {
 }
 
 /// One plain path component: letters, digits, `-`, `_`, `.`, not starting with `.`.
-pub fn is_frontend_name(name: &str) -> bool {
+pub(crate) fn is_frontend_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('.')
         && name

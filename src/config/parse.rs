@@ -88,242 +88,242 @@ pub fn with_defaults(mut cmd: clap::Command) -> clap::Command {
 /// its default from [`verwalter_controllers::defaults`].
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SettingsFile {
-    pub config_dir: Option<PathBuf>,
-    pub storage_dir: Option<PathBuf>,
-    pub log_dir: Option<PathBuf>,
-    pub hostname: Option<String>,
-    pub name: Option<String>,
-    pub host: Option<IpAddr>,
-    pub port: Option<u16>,
-    pub machine_id: Option<String>,
+pub(crate) struct SettingsFile {
+    pub(crate) config_dir: Option<PathBuf>,
+    pub(crate) storage_dir: Option<PathBuf>,
+    pub(crate) log_dir: Option<PathBuf>,
+    pub(crate) hostname: Option<String>,
+    pub(crate) name: Option<String>,
+    pub(crate) host: Option<IpAddr>,
+    pub(crate) port: Option<u16>,
+    pub(crate) machine_id: Option<String>,
     #[serde(default)]
-    pub scheduler: SchedulerSettings,
+    pub(crate) scheduler: SchedulerSettings,
     #[serde(default)]
-    pub inputs: InputSettings,
+    pub(crate) inputs: InputSettings,
     #[serde(default)]
-    pub render: RenderSettings,
+    pub(crate) render: RenderSettings,
     #[serde(default)]
-    pub logs: LogSettings,
+    pub(crate) logs: LogSettings,
     #[serde(default)]
-    pub actions: ActionSettings,
+    pub(crate) actions: ActionSettings,
     /// cantal's base URL; peers come from its `/all_peers.json`.
-    pub cantal_url: Option<String>,
+    pub(crate) cantal_url: Option<String>,
     /// Peers for sites without cantal (every node lists the others, or all nodes).
     #[serde(default)]
-    pub peers: Vec<StaticPeer>,
-    pub allow_minority_cluster: Option<bool>,
+    pub(crate) peers: Vec<StaticPeer>,
+    pub(crate) allow_minority_cluster: Option<bool>,
     #[serde(default)]
-    pub election: ElectionSettings,
+    pub(crate) election: ElectionSettings,
     /// Frontend served at `/`.
-    pub default_frontend: Option<String>,
+    pub(crate) default_frontend: Option<String>,
     #[serde(default)]
-    pub http: HttpFileSettings,
+    pub(crate) http: HttpFileSettings,
     /// The Kubernetes scheduler extender, served on an address of its own; off unless given.
-    pub placement_extender: Option<ExtenderFileSettings>,
+    pub(crate) placement_extender: Option<ExtenderFileSettings>,
     /// The ernest-style graph executor over NATS; off unless given.
-    pub graph: Option<GraphFileSettings>,
+    pub(crate) graph: Option<GraphFileSettings>,
     /// verwalter's own deployment events published on NATS; off unless given.
-    pub deployment_events: Option<EventsFileSettings>,
+    pub(crate) deployment_events: Option<EventsFileSettings>,
 }
 
 /// `deployment-events:` in the settings file (docs/graphs.md, "Deployment events on NATS").
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct EventsFileSettings {
+pub(crate) struct EventsFileSettings {
     /// [default: nats://127.0.0.1:4222]
-    pub nats_url: Option<String>,
+    pub(crate) nats_url: Option<String>,
     /// The first token of the subjects [default: verwalter].
-    pub prefix: Option<String>,
+    pub(crate) prefix: Option<String>,
     /// TLS and credentials of the NATS connection, as `verwalter graph`'s `--nats-*` flags
     /// (docs/graphs.md, "Production NATS"). Paths are relative to the settings file.
-    pub nats_tls_ca: Option<PathBuf>,
-    pub nats_tls_cert: Option<PathBuf>,
-    pub nats_tls_key: Option<PathBuf>,
-    pub nats_user: Option<String>,
-    pub nats_password_file: Option<PathBuf>,
-    pub nats_token_file: Option<PathBuf>,
-    pub nats_nkey_file: Option<PathBuf>,
-    pub nats_creds_file: Option<PathBuf>,
+    pub(crate) nats_tls_ca: Option<PathBuf>,
+    pub(crate) nats_tls_cert: Option<PathBuf>,
+    pub(crate) nats_tls_key: Option<PathBuf>,
+    pub(crate) nats_user: Option<String>,
+    pub(crate) nats_password_file: Option<PathBuf>,
+    pub(crate) nats_token_file: Option<PathBuf>,
+    pub(crate) nats_nkey_file: Option<PathBuf>,
+    pub(crate) nats_creds_file: Option<PathBuf>,
 }
 
 /// `graph:` in the settings file (docs/graphs.md, "The graph executor over NATS"): the same as
 /// `verwalter graph`'s flags. A relative `storage-dir` is relative to the settings file.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct GraphFileSettings {
+pub(crate) struct GraphFileSettings {
     /// [default: nats://127.0.0.1:4222]
-    pub nats_url: Option<String>,
+    pub(crate) nats_url: Option<String>,
     /// [default: `<storage-dir>/graph`]
-    pub storage_dir: Option<PathBuf>,
+    pub(crate) storage_dir: Option<PathBuf>,
     /// Seconds a dispatched component may take to answer [default: 300].
-    pub component_timeout: Option<f64>,
+    pub(crate) component_timeout: Option<f64>,
     /// `halt` (ernest's) or `block-dependents` [default: halt].
-    pub error_policy: Option<String>,
+    pub(crate) error_policy: Option<String>,
     /// Finished builds' files are removed this long after they finished (`7d`, ...) [default:
     /// kept].
-    pub retention: Option<String>,
+    pub(crate) retention: Option<String>,
     /// TLS and credentials of the NATS connection, as `verwalter graph`'s `--nats-*` flags
     /// (docs/graphs.md, "Production NATS"). Paths are relative to the settings file.
-    pub nats_tls_ca: Option<PathBuf>,
-    pub nats_tls_cert: Option<PathBuf>,
-    pub nats_tls_key: Option<PathBuf>,
-    pub nats_user: Option<String>,
-    pub nats_password_file: Option<PathBuf>,
-    pub nats_token_file: Option<PathBuf>,
-    pub nats_nkey_file: Option<PathBuf>,
-    pub nats_creds_file: Option<PathBuf>,
+    pub(crate) nats_tls_ca: Option<PathBuf>,
+    pub(crate) nats_tls_cert: Option<PathBuf>,
+    pub(crate) nats_tls_key: Option<PathBuf>,
+    pub(crate) nats_user: Option<String>,
+    pub(crate) nats_password_file: Option<PathBuf>,
+    pub(crate) nats_token_file: Option<PathBuf>,
+    pub(crate) nats_nkey_file: Option<PathBuf>,
+    pub(crate) nats_creds_file: Option<PathBuf>,
     /// `ernest` or `extended` [default: ernest].
-    pub templating: Option<String>,
+    pub(crate) templating: Option<String>,
 }
 
 /// `placement-extender:` in the settings file (docs/placement.md, "Extender"). Paths are relative
 /// to the settings file.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ExtenderFileSettings {
+pub(crate) struct ExtenderFileSettings {
     /// `IP:PORT` [default: 127.0.0.1:30180].
-    pub listen: Option<std::net::SocketAddr>,
+    pub(crate) listen: Option<std::net::SocketAddr>,
     /// The placement config (wca-scheduler's config.yaml).
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// The algorithm (name or alias) when the config has several.
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// A snapshot file (JSON or YAML) to read the placement data from.
-    pub snapshot: Option<PathBuf>,
+    pub(crate) snapshot: Option<PathBuf>,
     /// Namespaces whose pods are scheduled [default: [default]].
     #[serde(default)]
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// Serve HTTPS with this certificate chain (PEM), with `tls-key`.
-    pub tls_cert: Option<PathBuf>,
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
     /// The limits, as `verwalter extender`'s flags of the same names.
-    pub max_connections: Option<usize>,
-    pub idle_timeout_ms: Option<u64>,
-    pub body_timeout_ms: Option<u64>,
-    pub max_body_bytes: Option<u64>,
-    pub body_budget_bytes: Option<u64>,
+    pub(crate) max_connections: Option<usize>,
+    pub(crate) idle_timeout_ms: Option<u64>,
+    pub(crate) body_timeout_ms: Option<u64>,
+    pub(crate) max_body_bytes: Option<u64>,
+    pub(crate) body_budget_bytes: Option<u64>,
 }
 
 /// Limits of the HTTP server (see docs/running.md, "HTTP limits").
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct HttpFileSettings {
+pub(crate) struct HttpFileSettings {
     /// Open connections at most.
-    pub max_connections: Option<usize>,
+    pub(crate) max_connections: Option<usize>,
     /// A connection that sends no complete request head, or a request body that sends nothing,
     /// for this long is closed.
-    pub idle_timeout_ms: Option<u64>,
+    pub(crate) idle_timeout_ms: Option<u64>,
     /// `/v1/events` streams at most, and at most a quarter of the connections.
-    pub max_event_streams: Option<usize>,
+    pub(crate) max_event_streams: Option<usize>,
     /// A client that takes no event or response data for this long is dropped.
-    pub stream_stall_timeout_ms: Option<u64>,
+    pub(crate) stream_stall_timeout_ms: Option<u64>,
     /// Host names (besides IP addresses, single-label names, `*.localhost` and this node's name
     /// and host name) the API answers to; `*` for any.
     #[serde(default)]
-    pub allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: Vec<String>,
     /// A file holding the bearer token every request that changes something must carry
     /// (`Authorization: Bearer <token>`); relative to the settings file. [default: none, no
     /// token asked]
-    pub token_file: Option<PathBuf>,
+    pub(crate) token_file: Option<PathBuf>,
     /// Reads of the API and `/metrics` need the token too (the frontend's files stay open).
-    pub token_for_reads: Option<bool>,
+    pub(crate) token_for_reads: Option<bool>,
 }
 
 /// A peer of the static list.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct StaticPeer {
+pub(crate) struct StaticPeer {
     /// Machine id, 32 hex digits.
-    pub id: String,
+    pub(crate) id: String,
     /// `ip:port` of its verwalter.
-    pub addr: std::net::SocketAddr,
-    pub hostname: String,
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) hostname: String,
     /// [default: the host name]
-    pub name: Option<String>,
+    pub(crate) name: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ElectionSettings {
+pub(crate) struct ElectionSettings {
     /// Leader ping period and election round.
-    pub heartbeat_ms: Option<u64>,
+    pub(crate) heartbeat_ms: Option<u64>,
     /// A follower starts an election after hearing nothing from its leader for a random time
     /// between these.
-    pub leader_timeout_min_ms: Option<u64>,
-    pub leader_timeout_max_ms: Option<u64>,
+    pub(crate) leader_timeout_min_ms: Option<u64>,
+    pub(crate) leader_timeout_max_ms: Option<u64>,
     /// A starting node waits this (plus the random part) before nominating itself.
-    pub start_timeout_ms: Option<u64>,
+    pub(crate) start_timeout_ms: Option<u64>,
     /// A new leader waits at most this for its peers' schedules before scheduling.
-    pub prefetch_ms: Option<u64>,
+    pub(crate) prefetch_ms: Option<u64>,
     /// With allow-minority-cluster, peers not heard from directly for this long do not count
     /// for the vote.
-    pub minority_window_ms: Option<u64>,
+    pub(crate) minority_window_ms: Option<u64>,
     /// Followers fetch the leader's schedule through a tree of other followers of this
     /// fan-out (0: every follower from the leader, as verwalter 0.13).
-    pub relay_fanout: Option<u64>,
+    pub(crate) relay_fanout: Option<u64>,
     /// A file holding a key shared by every node (at least 16 bytes; surrounding whitespace is
     /// dropped): election packets then carry an HMAC tag, and packets without a valid one are
     /// dropped. Relative to the settings file. [default: none, packets as verwalter 0.13's]
-    pub key_file: Option<PathBuf>,
+    pub(crate) key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct RenderSettings {
+pub(crate) struct RenderSettings {
     /// Time limit of one apply command, in seconds.
-    pub command_timeout_secs: Option<u64>,
+    pub(crate) command_timeout_secs: Option<u64>,
     /// Roles rendered and applied at once.
-    pub parallel: Option<u64>,
+    pub(crate) parallel: Option<u64>,
     /// What a failing role holds back: `block-dependents` (the roles that depend on it) or
     /// `halt` (every other role that needs work, until it applies).
-    pub dependency_failure: Option<verwalter_controllers::graph::ErrorPolicy>,
+    pub(crate) dependency_failure: Option<verwalter_controllers::graph::ErrorPolicy>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct LogSettings {
+pub(crate) struct LogSettings {
     /// A log file is continued in a new segment past this size.
-    pub segment_mib: Option<u64>,
+    pub(crate) segment_mib: Option<u64>,
     /// Deployment log files older than this are deleted.
-    pub max_age_days: Option<u64>,
+    pub(crate) max_age_days: Option<u64>,
     /// The oldest deployment log files go while all together exceed this.
-    pub max_total_mib: Option<u64>,
+    pub(crate) max_total_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ActionSettings {
+pub(crate) struct ActionSettings {
     /// At most this many actions pending on the leader.
-    pub max_pending: Option<u64>,
+    pub(crate) max_pending: Option<u64>,
     /// At most this much pending action JSON, in KiB.
-    pub max_pending_kib: Option<u64>,
+    pub(crate) max_pending_kib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct SchedulerSettings {
+pub(crate) struct SchedulerSettings {
     /// Rerun the scheduler at least this often.
-    pub period_ms: Option<u64>,
+    pub(crate) period_ms: Option<u64>,
     /// Time budget of one run.
-    pub time_limit_ms: Option<u64>,
+    pub(crate) time_limit_ms: Option<u64>,
     /// Memory cap of the Lua state.
-    pub memory_limit_mib: Option<u64>,
+    pub(crate) memory_limit_mib: Option<u64>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct InputSettings {
+pub(crate) struct InputSettings {
     /// Quiet time after a change before the config dir is re-read.
-    pub debounce_ms: Option<u64>,
+    pub(crate) debounce_ms: Option<u64>,
 }
 
 /// What the flags and the settings file say, before defaults and checks.
 pub(super) struct Raw<'a> {
-    pub args: &'a RunArgs,
+    pub(crate) args: &'a RunArgs,
     /// The settings file's keys; all unset without a file or when it cannot be read.
-    pub file: SettingsFile,
+    pub(crate) file: SettingsFile,
     /// The settings file read (its dir is where relative paths in it start).
-    pub settings: Option<PathBuf>,
+    pub(crate) settings: Option<PathBuf>,
 }
 
 /// Reads the settings file `args` name, if any; a file that cannot be read is a problem (the

@@ -141,7 +141,7 @@ pub fn run(command: &BuildsCommand) -> Result<(), String> {
 
 /// The running executor's retention: removes finished builds past `retention` at start and
 /// then every [`build_retention::sweep_interval`], until `shutdown`.
-pub async fn sweep(
+pub(crate) async fn sweep(
     files: Arc<BuildFiles>,
     retention: Duration,
     clock: Arc<dyn Clock>,

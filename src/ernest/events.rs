@@ -31,11 +31,11 @@ const CONNECT_RETRY: Backoff = Backoff::fixed(Duration::from_secs(1));
 
 /// `deployment-events:` in the settings. Its `Debug` shows the NATS URL without its password.
 #[derive(Clone, PartialEq)]
-pub struct EventSettings {
-    pub nats_url: String,
+pub(crate) struct EventSettings {
+    pub(crate) nats_url: String,
     /// TLS and credentials beyond the URL's (`deployment-events.nats-*`).
-    pub nats_auth: super::nats_options::NatsAuth,
-    pub prefix: String,
+    pub(crate) nats_auth: super::nats_options::NatsAuth,
+    pub(crate) prefix: String,
 }
 
 impl std::fmt::Debug for EventSettings {
@@ -49,7 +49,7 @@ impl std::fmt::Debug for EventSettings {
 }
 
 /// The message of a role that finished its attempt in pass `id` at `at` (ms since the epoch).
-pub fn role_event(
+pub(crate) fn role_event(
     prefix: &str,
     node: &str,
     id: &str,
@@ -66,7 +66,7 @@ pub fn role_event(
 }
 
 /// The message of a finished pass (after its roles' own).
-pub fn finish_event(
+pub(crate) fn finish_event(
     prefix: &str,
     node: &str,
     id: &str,
@@ -81,7 +81,7 @@ pub fn finish_event(
 }
 
 /// The deployment log, teed to NATS.
-pub struct NatsEvents {
+pub(crate) struct NatsEvents {
     inner: Arc<dyn DeploymentLog>,
     node: String,
     prefix: String,
@@ -90,7 +90,7 @@ pub struct NatsEvents {
 
 impl NatsEvents {
     /// The tee, and the task that publishes (runs until `shutdown`).
-    pub fn start(
+    pub(crate) fn start(
         settings: &EventSettings,
         node: &str,
         inner: Arc<dyn DeploymentLog>,

@@ -26,7 +26,7 @@ const LATENCY_BUCKETS: &[f64] = &[
     120.0, 300.0, 600.0,
 ];
 
-pub struct GraphMetrics {
+pub(crate) struct GraphMetrics {
     builds: IntCounterVec,
     in_flight: IntGauge,
     latency: HistogramVec,
@@ -34,7 +34,7 @@ pub struct GraphMetrics {
 }
 
 impl GraphMetrics {
-    pub fn register(registry: &Registry) -> GraphMetrics {
+    pub(crate) fn register(registry: &Registry) -> GraphMetrics {
         fn reg<C: prometheus::core::Collector + Clone + 'static>(r: &Registry, c: C) -> C {
             r.register(Box::new(c.clone()))
                 .expect("graph metric names are unique");
@@ -88,7 +88,7 @@ impl GraphMetrics {
         }
     }
 
-    pub fn reconnected(&self) {
+    pub(crate) fn reconnected(&self) {
         self.reconnects.inc();
     }
 }
@@ -111,7 +111,7 @@ impl GraphObserver for GraphMetrics {
 }
 
 /// `verwalter graph --metrics-listen`: `GET /metrics` on `addr` until `shutdown`.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     registry: Registry,
     shutdown: CancellationToken,

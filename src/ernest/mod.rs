@@ -14,11 +14,11 @@
 //! takes them.
 
 pub mod builds;
-pub mod events;
-pub mod metrics;
-pub mod nats;
-pub mod nats_options;
-pub mod store;
+pub(crate) mod events;
+pub(crate) mod metrics;
+pub(crate) mod nats;
+pub(crate) mod nats_options;
+pub(crate) mod store;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -34,10 +34,10 @@ use verwalter_controllers::graph::ErrorPolicy;
 use verwalter_controllers::machinery::clock::SystemClock;
 
 /// ernest's default NATS address.
-pub const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
+pub(crate) const DEFAULT_NATS_URL: &str = "nats://127.0.0.1:4222";
 /// A component that has not answered after this long is errored: long enough for a cloud
 /// instance to boot, short enough that a lost answer does not hold a build for hours.
-pub const DEFAULT_COMPONENT_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const DEFAULT_COMPONENT_TIMEOUT: Duration = Duration::from_secs(300);
 /// Messages waiting for the executor's loop at most; the subscription waits when it is full.
 const INBOX: usize = 8192;
 
@@ -49,40 +49,40 @@ pub struct GraphFlags {
     pub command: Option<builds::GraphSubcommand>,
     /// The NATS server to connect to
     #[arg(long, value_name = "URL", default_value = DEFAULT_NATS_URL)]
-    pub nats_url: String,
+    pub(crate) nats_url: String,
     /// Where the builds are kept, one file each (made if missing)
     #[arg(long, value_name = "DIR", required = true)]
-    pub storage_dir: Option<PathBuf>,
+    pub(crate) storage_dir: Option<PathBuf>,
     /// A dispatched component that has not answered after this many seconds is errored
     #[arg(long, value_name = "SECS", default_value_t = DEFAULT_COMPONENT_TIMEOUT.as_secs_f64())]
-    pub component_timeout: f64,
+    pub(crate) component_timeout: f64,
     /// What a failed component stops: `halt` (ernest: nothing new starts, what runs
     /// finishes) or `block-dependents` (only what depends on it)
     #[arg(long, value_name = "POLICY", default_value = "halt", value_parser = parse_policy)]
-    pub error_policy: ErrorPolicy,
+    pub(crate) error_policy: ErrorPolicy,
     /// How `$(path)` references in a dispatched change are filled: `ernest` (only a whole
     /// `$(path)` string, as text; what finds nothing stays) or `extended` (typed values,
     /// references inside longer strings, what finds nothing errors the component)
     #[arg(long, value_name = "MODE", default_value = "ernest", value_parser = Templating::parse)]
-    pub templating: Templating,
+    pub(crate) templating: Templating,
     /// Serve the executor's Prometheus metrics at http://ADDR/metrics
     #[arg(long, value_name = "IP:PORT")]
-    pub metrics_listen: Option<SocketAddr>,
+    pub(crate) metrics_listen: Option<SocketAddr>,
     /// Remove the files of finished builds (result published) this long after they finished:
     /// `90s`, `30m`, `12h`, `7d` [default: keep them]
     #[arg(long, value_name = "AGE", value_parser = parse_age)]
-    pub retention: Option<Duration>,
+    pub(crate) retention: Option<Duration>,
     #[command(flatten)]
-    pub nats: nats_options::NatsFlags,
+    pub(crate) nats: nats_options::NatsFlags,
 }
 
 /// `7d`, `12h`, `30m`, `90s`, `0s` (or seconds alone).
-pub fn parse_age(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_age(text: &str) -> Result<Duration, String> {
     verwalter_controllers::ernest::build_retention::parse_age(text)
 }
 
 /// `halt` or `block-dependents`.
-pub fn parse_policy(text: &str) -> Result<ErrorPolicy, String> {
+pub(crate) fn parse_policy(text: &str) -> Result<ErrorPolicy, String> {
     match text {
         "halt" => Ok(ErrorPolicy::Halt),
         "block-dependents" => Ok(ErrorPolicy::BlockDependents),
@@ -95,16 +95,16 @@ pub fn parse_policy(text: &str) -> Result<ErrorPolicy, String> {
 /// What the executor needs, from the flags or the daemon's settings. Its `Debug` shows the NATS
 /// URL without its password ([`redact_url`]).
 #[derive(Clone, PartialEq)]
-pub struct GraphSettings {
-    pub nats_url: String,
-    pub storage_dir: PathBuf,
-    pub component_timeout: Duration,
-    pub policy: ErrorPolicy,
+pub(crate) struct GraphSettings {
+    pub(crate) nats_url: String,
+    pub(crate) storage_dir: PathBuf,
+    pub(crate) component_timeout: Duration,
+    pub(crate) policy: ErrorPolicy,
     /// TLS and credentials of the NATS connection beyond the URL's.
-    pub nats_auth: nats_options::NatsAuth,
+    pub(crate) nats_auth: nats_options::NatsAuth,
     /// Finished builds' files are removed this long after they finished (kept without).
-    pub retention: Option<Duration>,
-    pub templating: Templating,
+    pub(crate) retention: Option<Duration>,
+    pub(crate) templating: Templating,
 }
 
 impl std::fmt::Debug for GraphSettings {
@@ -160,7 +160,7 @@ fn percent_decode(text: &str) -> String {
 
 /// `options` with the credentials of `url` (`nats://user:password@host` or `nats://token@host`),
 /// which async-nats itself does not read from the URL.
-pub fn with_url_credentials(
+pub(crate) fn with_url_credentials(
     options: async_nats::ConnectOptions,
     url: &str,
 ) -> async_nats::ConnectOptions {
@@ -174,7 +174,7 @@ pub fn with_url_credentials(
 /// A NATS URL (or a comma-separated list of them) as it may be logged or shown: a password in
 /// it replaced by `***` (`nats://user:***@host:4222`), and so is a token given alone
 /// (`nats://***@host:4222`). The user name stays.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     url.split(',')
         .map(|one| {
             let (scheme, rest) = match one.find("://") {
@@ -202,7 +202,7 @@ pub fn redact_url(url: &str) -> String {
 impl GraphSettings {
     /// `prefix` names the NATS settings in errors: `--nats-` for the flags, `graph.nats-` for
     /// the settings file.
-    pub fn from_flags(flags: &GraphFlags, prefix: &str) -> Result<GraphSettings, String> {
+    pub(crate) fn from_flags(flags: &GraphFlags, prefix: &str) -> Result<GraphSettings, String> {
         let component_timeout = Duration::try_from_secs_f64(flags.component_timeout)
             .ok()
             .filter(|d| !d.is_zero())
@@ -245,7 +245,7 @@ pub enum ExecutorError {
 /// Starts the executor: its metrics on `registry`, its storage dir made. The returned task
 /// connects to NATS (retrying until it can), resumes the stored builds and runs until
 /// `shutdown`.
-pub fn start(
+pub(crate) fn start(
     settings: &GraphSettings,
     registry: &Registry,
     shutdown: CancellationToken,

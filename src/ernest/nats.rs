@@ -27,7 +27,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 
 /// [`GraphBus`] on an async-nats client.
 #[derive(Clone)]
-pub struct NatsBus(pub async_nats::Client);
+pub(crate) struct NatsBus(pub async_nats::Client);
 
 impl GraphBus for NatsBus {
     fn publish(
@@ -119,19 +119,19 @@ fn crash_for_tests(at: CrashPoint) {
 
 /// The queue group of the build subjects: among executors on one NATS server (or cluster),
 /// each build goes to one of them.
-pub const QUEUE_GROUP: &str = "verwalter-graph";
+pub(crate) const QUEUE_GROUP: &str = "verwalter-graph";
 
 /// A connection with its subscriptions forwarded into the loop's inbox.
-pub struct Connection {
-    pub bus: NatsBus,
-    pub forwarder: JoinHandle<()>,
+pub(crate) struct Connection {
+    pub(crate) bus: NatsBus,
+    pub(crate) forwarder: JoinHandle<()>,
 }
 
 /// The subjects the executor listens to (see the module docs of `graph`), each with its queue
 /// group: the builds are taken by one executor of the group ([`QUEUE_GROUP`]); the answers
 /// reach every executor, since only the one that holds the build (by its `service`) can take
 /// them; the others ignore them.
-pub fn subjects() -> Vec<(String, Option<&'static str>)> {
+pub(crate) fn subjects() -> Vec<(String, Option<&'static str>)> {
     let mut subjects: Vec<_> = BUILD_ACTIONS
         .iter()
         .map(|a| (format!("build.{a}"), Some(QUEUE_GROUP)))
@@ -143,7 +143,7 @@ pub fn subjects() -> Vec<(String, Option<&'static str>)> {
 
 /// Connects to `url` (trying again every second until it can, or `None` on shutdown) and
 /// subscribes.
-pub async fn connect(
+pub(crate) async fn connect(
     url: &str,
     auth: &super::nats_options::NatsAuth,
     inbox: mpsc::Sender<Input>,

@@ -13,32 +13,32 @@ use std::path::{Path, PathBuf};
 /// The `--nats-*` flags (and the `nats-*` keys of the settings file's `graph:` and
 /// `deployment-events:` sections, which have the same names).
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct NatsFlags {
+pub(crate) struct NatsFlags {
     /// PEM file with the CA certificate(s) that signed the NATS server's certificate, used
     /// instead of the system's roots; implies TLS
     #[arg(long = "nats-tls-ca", value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
+    pub(crate) tls_ca: Option<PathBuf>,
     /// PEM file with a client certificate (chain) for servers that verify clients; implies TLS
     #[arg(long = "nats-tls-cert", value_name = "FILE", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// PEM file with the client certificate's private key
     #[arg(long = "nats-tls-key", value_name = "FILE", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
     /// The NATS user, with --nats-password-file
     #[arg(long = "nats-user", value_name = "NAME")]
-    pub user: Option<String>,
+    pub(crate) user: Option<String>,
     /// File holding the NATS user's password
     #[arg(long = "nats-password-file", value_name = "FILE")]
-    pub password_file: Option<PathBuf>,
+    pub(crate) password_file: Option<PathBuf>,
     /// File holding a NATS token
     #[arg(long = "nats-token-file", value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
+    pub(crate) token_file: Option<PathBuf>,
     /// File holding an NKey user seed (`SU...`)
     #[arg(long = "nats-nkey-file", value_name = "FILE")]
-    pub nkey_file: Option<PathBuf>,
+    pub(crate) nkey_file: Option<PathBuf>,
     /// A NATS `.creds` file (a user JWT and its NKey seed)
     #[arg(long = "nats-creds-file", value_name = "FILE")]
-    pub creds_file: Option<PathBuf>,
+    pub(crate) creds_file: Option<PathBuf>,
 }
 
 /// How the client proves who it is, with the secret read from its file.
@@ -59,7 +59,7 @@ enum Credentials {
 /// [`NatsFlags`] checked, with the secrets read. Its `Debug` shows which settings are in use,
 /// never a secret.
 #[derive(Clone, PartialEq, Default)]
-pub struct NatsAuth {
+pub(crate) struct NatsAuth {
     tls_ca: Option<PathBuf>,
     tls_client: Option<(PathBuf, PathBuf)>,
     credentials: Credentials,
@@ -154,7 +154,7 @@ impl NatsFlags {
     /// Checks the flags and reads the secrets. `prefix` names the settings in errors and hints
     /// (`--nats-` for flags, `graph.nats-` for the settings file); `url` is the server URL,
     /// which may hold a user and password or a token itself.
-    pub fn resolve(&self, prefix: &str, url: &str) -> Result<NatsAuth, String> {
+    pub(crate) fn resolve(&self, prefix: &str, url: &str) -> Result<NatsAuth, String> {
         let name = |key: &str| format!("{prefix}{key}");
         let tls_client = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => {
@@ -245,7 +245,8 @@ impl NatsFlags {
 
 impl NatsAuth {
     /// No TLS settings and no credentials besides those of the URL, named as flags.
-    pub fn none(prefix: &str) -> NatsAuth {
+    #[cfg(test)]
+    pub(crate) fn none(prefix: &str) -> NatsAuth {
         NatsAuth {
             prefix: prefix.to_string(),
             ..NatsAuth::default()
@@ -253,7 +254,7 @@ impl NatsAuth {
     }
 
     /// Connect options for `url` with these settings (and the URL's own credentials).
-    pub fn options(&self, url: &str) -> async_nats::ConnectOptions {
+    pub(crate) fn options(&self, url: &str) -> async_nats::ConnectOptions {
         let mut options = super::with_url_credentials(async_nats::ConnectOptions::new(), url);
         match &self.credentials {
             Credentials::Url => {}
@@ -282,7 +283,7 @@ impl NatsAuth {
     }
 
     /// What to check after `error`, naming the settings in use.
-    pub fn hint(&self, error: &async_nats::ConnectError) -> String {
+    pub(crate) fn hint(&self, error: &async_nats::ConnectError) -> String {
         use async_nats::ConnectErrorKind as Kind;
         let name = |key: &str| format!("{}{key}", self.prefix);
         match error.kind() {
@@ -328,7 +329,7 @@ impl NatsAuth {
 
     /// `text` (an error's message) with any secret of these settings or of `url` replaced by
     /// `***`, in case a library put one in it.
-    pub fn scrub(&self, url: &str, text: &str) -> String {
+    pub(crate) fn scrub(&self, url: &str, text: &str) -> String {
         let mut secrets: Vec<String> = Vec::new();
         if let Some((_, secret)) = super::url_credentials(url) {
             secrets.push(secret);

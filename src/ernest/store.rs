@@ -42,7 +42,7 @@ use verwalter_controllers::machinery::ports::{BuildStore, StorageError, StoredBu
 
 use crate::storage::state_dir::{FILE_MODE, sync_dir, write_atomic};
 
-pub struct BuildFiles {
+pub(crate) struct BuildFiles {
     dir: PathBuf,
     /// Open journals, by path: opened at a build's first append after its snapshot, closed by
     /// the next snapshot or a failed append.
@@ -100,14 +100,14 @@ impl DirLock {
 }
 
 /// A stored build as `verwalter graph builds` reads it (snapshot and journal replayed).
-pub struct StoredRun {
-    pub path: PathBuf,
-    pub run: BuildRun,
+pub(crate) struct StoredRun {
+    pub(crate) path: PathBuf,
+    pub(crate) run: BuildRun,
 }
 
 impl BuildFiles {
     /// The dir, made if missing.
-    pub fn open(dir: &Path) -> io::Result<BuildFiles> {
+    pub(crate) fn open(dir: &Path) -> io::Result<BuildFiles> {
         fs::create_dir_all(dir)?;
         if !dir.is_dir() {
             return Err(io::Error::new(
@@ -123,7 +123,7 @@ impl BuildFiles {
     }
 
     /// The dir, which must exist (the offline `builds` commands make nothing).
-    pub fn existing(dir: &Path) -> io::Result<BuildFiles> {
+    pub(crate) fn existing(dir: &Path) -> io::Result<BuildFiles> {
         if !dir.is_dir() {
             return Err(io::Error::new(io::ErrorKind::NotFound, "no such directory"));
         }
@@ -132,7 +132,7 @@ impl BuildFiles {
 
     /// Every build in the dir that can be read (`b-*.json`, `h-*.json` with their journals),
     /// by id; and what could not be read. Nothing is moved or written.
-    pub fn list(&self) -> (Vec<StoredRun>, Vec<String>) {
+    pub(crate) fn list(&self) -> (Vec<StoredRun>, Vec<String>) {
         let mut runs = Vec::new();
         let mut problems = Vec::new();
         let entries = match fs::read_dir(&self.dir) {
@@ -156,7 +156,7 @@ impl BuildFiles {
     }
 
     /// Build `id` as stored, if its file is there.
-    pub fn get(&self, id: &str) -> Result<Option<StoredRun>, String> {
+    pub(crate) fn get(&self, id: &str) -> Result<Option<StoredRun>, String> {
         let path = self.path(id);
         if !path.exists() {
             return Ok(None);
@@ -168,7 +168,7 @@ impl BuildFiles {
     /// `older_than` ago or more at `now_ms` ([`build_retention::prunable`]); with `dry_run`,
     /// only says which. Each build is read again and removed while no build is being written.
     /// Returns the builds removed and what could not be done.
-    pub fn prune(
+    pub(crate) fn prune(
         &self,
         now_ms: u64,
         older_than: Duration,
@@ -245,12 +245,12 @@ impl BuildFiles {
     }
 
     /// The snapshot of build `id`.
-    pub fn path(&self, id: &str) -> PathBuf {
+    pub(crate) fn path(&self, id: &str) -> PathBuf {
         self.dir.join(file_name(id))
     }
 
     /// The journal of build `id`, beside its snapshot.
-    pub fn journal_path(&self, id: &str) -> PathBuf {
+    pub(crate) fn journal_path(&self, id: &str) -> PathBuf {
         self.path(id).with_extension("journal")
     }
 }
@@ -258,7 +258,7 @@ impl BuildFiles {
 /// The snapshot's file name of build `id`: `b-<id>.json` for a plain id, else
 /// `h-<sha256>.json`. Distinct ids never share a name: the prefixes differ between the kinds,
 /// a plain name gives its id back, and the hash has no known collisions.
-pub fn file_name(id: &str) -> String {
+pub(crate) fn file_name(id: &str) -> String {
     let plain = !id.is_empty()
         && id.len() <= 128
         && !id.starts_with('.')
@@ -273,7 +273,7 @@ pub fn file_name(id: &str) -> String {
 }
 
 /// The build stored at `path` (a snapshot) with its journal's records applied.
-pub fn read_run(path: &Path) -> Result<BuildRun, String> {
+pub(crate) fn read_run(path: &Path) -> Result<BuildRun, String> {
     let snapshot = fs::read(path).map_err(|e| format!("{}: cannot read: {e}", path.display()))?;
     let journal_path = path.with_extension("journal");
     let journal = match fs::read(&journal_path) {

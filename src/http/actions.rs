@@ -22,10 +22,10 @@ use super::body::{BodyRules, JsonBody, JsonRoute};
 use super::{ApiError, AppState};
 
 /// Largest action body accepted.
-pub const BODY_LIMIT: usize = 64 << 10;
+pub(crate) const BODY_LIMIT: usize = 64 << 10;
 
 /// The body of `POST /v1/action` and `/v1/wait_action`: any JSON.
-pub struct ActionBody;
+pub(crate) struct ActionBody;
 
 impl JsonRoute for ActionBody {
     type Body = Value;
@@ -76,7 +76,7 @@ async fn register(
     Ok(registered)
 }
 
-pub async fn action(
+pub(crate) async fn action(
     State(state): State<AppState>,
     source: Source,
     body: JsonBody<ActionBody>,
@@ -85,7 +85,7 @@ pub async fn action(
     Ok(Json(json!({"registered": registered.id})))
 }
 
-pub async fn wait_action(
+pub(crate) async fn wait_action(
     State(state): State<AppState>,
     source: Source,
     body: JsonBody<ActionBody>,
@@ -109,7 +109,7 @@ pub async fn wait_action(
     }
 }
 
-pub async fn pending_actions(State(state): State<AppState>) -> Json<Value> {
+pub(crate) async fn pending_actions(State(state): State<AppState>) -> Json<Value> {
     let actions = state.store.actions.peek();
     Json(Value::Object(
         actions
@@ -119,7 +119,10 @@ pub async fn pending_actions(State(state): State<AppState>) -> Json<Value> {
     ))
 }
 
-pub async fn action_is_pending(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+pub(crate) async fn action_is_pending(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Response {
     match id.parse::<u64>() {
         Ok(id) => {
             Json(json!({"pending": state.store.actions.peek().contains_key(&id)})).into_response()

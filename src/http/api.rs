@@ -24,16 +24,16 @@ pub fn version() -> String {
 }
 
 /// This node's status now (see [`status::view`]).
-pub fn build_status(state: &AppState) -> Status {
+pub(crate) fn build_status(state: &AppState) -> Status {
     let snapshot = Snapshot::take(&state.store);
     status::view(&state.node, &snapshot, state.metrics.scheduler_runs())
 }
 
-pub async fn status(State(state): State<AppState>) -> Json<Status> {
+pub(crate) async fn status(State(state): State<AppState>) -> Json<Status> {
     Json(build_status(&state))
 }
 
-pub async fn schedule(
+pub(crate) async fn schedule(
     State(state): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
@@ -87,14 +87,14 @@ fn coded_schedule(state: &AppState, coding: Coding, body: axum::body::Bytes) -> 
 }
 
 /// The longest a `/v1/schedule/<hash>?wait_ms=` request waits for the schedule to arrive.
-pub const RELAY_WAIT_MAX: Duration = Duration::from_secs(2);
+pub(crate) const RELAY_WAIT_MAX: Duration = Duration::from_secs(2);
 /// A relay waits this long at most for a schedule its own leader has not announced (yet): the
 /// leader's ping reaches the asking follower and this node a moment apart, but a relay cut off
 /// from the leader must send the follower to the leader soon.
-pub const RELAY_UNANNOUNCED_WAIT: Duration = Duration::from_millis(250);
+pub(crate) const RELAY_UNANNOUNCED_WAIT: Duration = Duration::from_millis(250);
 
 #[derive(Debug, serde::Deserialize)]
-pub struct ScheduleWait {
+pub(crate) struct ScheduleWait {
     /// Wait up to this many ms (at most [`RELAY_WAIT_MAX`]) for the schedule to arrive.
     wait_ms: Option<u64>,
 }
@@ -104,7 +104,7 @@ pub struct ScheduleWait {
 /// With `?wait_ms=N` (a follower fetching through this node as its relay) a schedule this node
 /// is about to take is waited for: up to N ms (at most [`RELAY_WAIT_MAX`]) while this node's
 /// leader announces that hash, up to [`RELAY_UNANNOUNCED_WAIT`] while it does not.
-pub async fn schedule_by_hash(
+pub(crate) async fn schedule_by_hash(
     State(state): State<AppState>,
     axum::extract::Path(hash): axum::extract::Path<String>,
     axum::extract::Query(wait): axum::extract::Query<ScheduleWait>,
@@ -191,7 +191,7 @@ async fn held_schedule(state: &AppState, hash: &str, headers: &HeaderMap) -> Opt
     Some(shared_json(axum::body::Bytes::from(body)))
 }
 
-pub async fn scheduler_input(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn scheduler_input(State(state): State<AppState>) -> Result<Response, ApiError> {
     let status = state.store.scheduler.peek();
     match &status.last_input {
         Some(input) => Ok(Json(&**input).into_response()),
@@ -201,7 +201,9 @@ pub async fn scheduler_input(State(state): State<AppState>) -> Result<Response, 
     }
 }
 
-pub async fn scheduler_debug_info(State(state): State<AppState>) -> Result<Response, ApiError> {
+pub(crate) async fn scheduler_debug_info(
+    State(state): State<AppState>,
+) -> Result<Response, ApiError> {
     let status = state.store.scheduler.peek();
     match &status.debug_info {
         Some(text) => Ok((
@@ -215,11 +217,11 @@ pub async fn scheduler_debug_info(State(state): State<AppState>) -> Result<Respo
     }
 }
 
-pub async fn election(State(state): State<AppState>) -> Json<ElectionState> {
+pub(crate) async fn election(State(state): State<AppState>) -> Json<ElectionState> {
     Json((*state.store.election.peek()).clone())
 }
 
-pub async fn peers(State(state): State<AppState>) -> Json<Value> {
+pub(crate) async fn peers(State(state): State<AppState>) -> Json<Value> {
     let peers = state.store.peers.peek();
     let reports = state.store.reports.peek();
     let now_ms = SystemClock.now_ms();
@@ -244,7 +246,7 @@ pub async fn peers(State(state): State<AppState>) -> Json<Value> {
     Json(Value::Array(list))
 }
 
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>) -> Response {
     let snapshot = Snapshot::take(&state.store);
     let status = status::view(&state.node, &snapshot, state.metrics.scheduler_runs());
     let text = state.metrics.render(&status, &snapshot);
@@ -258,14 +260,14 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
         .into_response()
 }
 
-pub async fn unknown_api(uri: Uri) -> ApiError {
+pub(crate) async fn unknown_api(uri: Uri) -> ApiError {
     ApiError::not_found(format!("no API route {}", uri.path()))
 }
 
 /// `{to_render: {role: vars}, all_roles: [...]}`: what this node would render now, each role's
 /// variables as its templates would see them (a fresh deployment id; `full_schedule` left out).
 /// A role that cannot be rendered shows `{"error": "..."}` instead.
-pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+pub(crate) async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let schedule = state.store.schedule.peek();
     let Some(schedule) = schedule.as_ref() else {
         return Err(ApiError::internal("no schedule yet"));
@@ -312,7 +314,7 @@ pub async fn roles_data(State(state): State<AppState>) -> Result<Json<Value>, Ap
 }
 
 /// Renders every role of this node again under a new deployment id.
-pub async fn force_render_all(State(state): State<AppState>) -> Json<&'static str> {
+pub(crate) async fn force_render_all(State(state): State<AppState>) -> Json<&'static str> {
     state.force_render.update(|generation| *generation += 1);
     tracing::info!("Re-rendering all roles (force_render_all).");
     Json("ok")
@@ -321,13 +323,13 @@ pub async fn force_render_all(State(state): State<AppState>) -> Json<&'static st
 /// How long `/v1/leader-redirect-by-node-name` waits for a leader to be known (as 0.13).
 const REDIRECT_WAIT: std::time::Duration = std::time::Duration::from_secs(65);
 
-pub async fn leader_redirect(State(state): State<AppState>) -> Response {
+pub(crate) async fn leader_redirect(State(state): State<AppState>) -> Response {
     redirect_to_leader(state, String::new()).await
 }
 
 /// The tail is taken from the request's path as sent, still percent-encoded (with the query), so
 /// that an encoded CR or LF stays encoded in `Location` instead of making the header invalid.
-pub async fn leader_redirect_tail(State(state): State<AppState>, uri: Uri) -> Response {
+pub(crate) async fn leader_redirect_tail(State(state): State<AppState>, uri: Uri) -> Response {
     let tail = uri
         .path()
         .strip_prefix("/v1/leader-redirect-by-node-name/")

@@ -22,22 +22,22 @@ use super::ApiError;
 
 /// A route's limit and the texts of its refusals.
 #[derive(Debug, Clone, Copy)]
-pub struct BodyRules {
+pub(crate) struct BodyRules {
     /// The most bytes read.
-    pub limit: usize,
+    pub(crate) limit: usize,
     /// The 415's message.
-    pub wrong_type: &'static str,
+    pub(crate) wrong_type: &'static str,
     /// The 413's message, given the limit.
-    pub too_large: fn(usize) -> String,
+    pub(crate) too_large: fn(usize) -> String,
     /// What the 400's message says the body is not (`": <serde's message>"` follows).
-    pub not_parsed: &'static str,
+    pub(crate) not_parsed: &'static str,
     /// Whether refusals are in GraphQL's shape (`{"errors": [{"message"}]}`).
-    pub graphql: bool,
+    pub(crate) graphql: bool,
 }
 
 impl BodyRules {
     /// Rules for any JSON (`"the body is not JSON: ..."`), refused in the plain shape.
-    pub const fn json(
+    pub(crate) const fn json(
         limit: usize,
         wrong_type: &'static str,
         too_large: fn(usize) -> String,
@@ -53,19 +53,20 @@ impl BodyRules {
 }
 
 /// The message of a body that stalled.
-pub const STALLED: &str = "the request body stalled for the idle timeout (http.idle-timeout-ms)";
+pub(crate) const STALLED: &str =
+    "the request body stalled for the idle timeout (http.idle-timeout-ms)";
 
 /// What a route reads: the type of its body, and its [`BodyRules`].
-pub trait JsonRoute {
+pub(crate) trait JsonRoute {
     type Body: DeserializeOwned + Send;
     const RULES: BodyRules;
 }
 
 /// The body of a request to the route `R`, read and parsed under `R`'s rules.
-pub struct JsonBody<R: JsonRoute>(pub R::Body, PhantomData<R>);
+pub(crate) struct JsonBody<R: JsonRoute>(pub R::Body, PhantomData<R>);
 
 impl<R: JsonRoute> JsonBody<R> {
-    pub fn into_inner(self) -> R::Body {
+    pub(crate) fn into_inner(self) -> R::Body {
         self.0
     }
 }
@@ -80,7 +81,7 @@ impl<S: Send + Sync, R: JsonRoute> FromRequest<S> for JsonBody<R> {
 }
 
 /// Reads and parses the JSON body of `request` under `rules`.
-pub async fn read_json<T: DeserializeOwned>(
+pub(crate) async fn read_json<T: DeserializeOwned>(
     request: Request,
     rules: &BodyRules,
 ) -> Result<T, ApiError> {

@@ -14,7 +14,7 @@ use serde_json::{Map, Value, json};
 
 /// An error answer; see the module's documentation.
 #[derive(Debug, Clone)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     message: String,
     /// Fields of the body beside `error` (plain shape only).
@@ -34,7 +34,7 @@ enum Shape {
 
 impl ApiError {
     /// `status` with `message`, in the plain shape.
-    pub fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
@@ -44,37 +44,37 @@ impl ApiError {
         }
     }
 
-    pub fn not_found(message: impl Into<String>) -> ApiError {
+    pub(crate) fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::NOT_FOUND, message)
     }
 
-    pub fn forbidden(message: impl Into<String>) -> ApiError {
+    pub(crate) fn forbidden(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::FORBIDDEN, message)
     }
 
-    pub fn internal(message: impl Into<String>) -> ApiError {
+    pub(crate) fn internal(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
     }
 
-    pub fn bad_request(message: impl Into<String>) -> ApiError {
+    pub(crate) fn bad_request(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, message)
     }
 
     /// 503 with `Retry-After: <seconds>`: a limit of this node is reached for now.
-    pub fn unavailable(message: impl Into<String>, retry_after: &'static str) -> ApiError {
+    pub(crate) fn unavailable(message: impl Into<String>, retry_after: &'static str) -> ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
             .header(axum::http::header::RETRY_AFTER, retry_after)
     }
 
     /// The body gets the field `name` beside `error` (the plain shape only).
-    pub fn with(mut self, name: &'static str, value: impl serde::Serialize) -> ApiError {
+    pub(crate) fn with(mut self, name: &'static str, value: impl serde::Serialize) -> ApiError {
         let value = serde_json::to_value(value).expect("an error field serializes");
         self.extra.push((name, value));
         self
     }
 
     /// The answer carries the header `name: value`.
-    pub fn header(mut self, name: HeaderName, value: impl TryInto<HeaderValue>) -> ApiError {
+    pub(crate) fn header(mut self, name: HeaderName, value: impl TryInto<HeaderValue>) -> ApiError {
         let Ok(value) = value.try_into() else {
             panic!("the header {name} of an error answer is a valid value");
         };
@@ -83,17 +83,17 @@ impl ApiError {
     }
 
     /// The body in GraphQL's shape, `{"errors": [{"message": ...}]}`.
-    pub fn graphql(mut self) -> ApiError {
+    pub(crate) fn graphql(mut self) -> ApiError {
         self.shape = Shape::GraphQl;
         self
     }
 
-    pub fn status(&self) -> StatusCode {
+    pub(crate) fn status(&self) -> StatusCode {
         self.status
     }
 
     /// The JSON body of the answer.
-    pub fn body(&self) -> Value {
+    pub(crate) fn body(&self) -> Value {
         match self.shape {
             Shape::GraphQl => json!({"errors": [{"message": self.message}]}),
             Shape::Plain => {

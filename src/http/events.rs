@@ -71,7 +71,7 @@ impl Watch {
     }
 }
 
-pub async fn events(
+pub(crate) async fn events(
     State(state): State<AppState>,
     connection: Option<axum::Extension<ConnectionHandle>>,
 ) -> Response {

@@ -158,7 +158,7 @@ fn log_dir(state: &AppState) -> Result<&Path, ApiError> {
 }
 
 /// `/v1/log/{index|global|changes}/<file>`.
-pub async fn log_stream(
+pub(crate) async fn log_stream(
     State(state): State<AppState>,
     UrlPath((stream, file)): UrlPath<(String, String)>,
     request: Request,
@@ -186,7 +186,7 @@ pub async fn log_stream(
 }
 
 /// `/v1/log/role/<role>/<file>`.
-pub async fn log_role(
+pub(crate) async fn log_role(
     State(state): State<AppState>,
     UrlPath((role, file)): UrlPath<(String, String)>,
     request: Request,
@@ -201,7 +201,7 @@ pub async fn log_role(
 }
 
 /// `/v1/log/external/<name>/<path>`.
-pub async fn log_external(
+pub(crate) async fn log_external(
     State(state): State<AppState>,
     UrlPath((name, rel)): UrlPath<(String, String)>,
     request: Request,
@@ -217,14 +217,14 @@ pub async fn log_external(
 }
 
 /// `/v1/backups`: backup names, oldest first.
-pub async fn backups(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
+pub(crate) async fn backups(State(state): State<AppState>) -> Result<Json<Vec<String>>, ApiError> {
     crate::storage::backups::list(&state.backups_dir)
         .map(Json)
         .map_err(|e| ApiError::internal(e.to_string()))
 }
 
 /// `/v1/backup/<name>`.
-pub async fn backup(
+pub(crate) async fn backup(
     State(state): State<AppState>,
     UrlPath(name): UrlPath<String>,
     request: Request,
@@ -245,7 +245,7 @@ pub async fn backup(
 }
 
 /// `/v1/wasm/<name>`: `scheduler.wasm` or `query.wasm` of `scheduler/v1`, raw; 404 without it.
-pub async fn wasm_module(
+pub(crate) async fn wasm_module(
     State(state): State<AppState>,
     UrlPath(name): UrlPath<String>,
     request: Request,

@@ -168,7 +168,7 @@ fn accepts_gzip(headers: &HeaderMap) -> bool {
 }
 
 /// `/`: the default frontend's page.
-pub async fn index(State(state): State<AppState>, request: Request) -> Response {
+pub(crate) async fn index(State(state): State<AppState>, request: Request) -> Response {
     let name = state.node.default_frontend.clone();
     page(&state, &name, request).await
 }
@@ -182,7 +182,7 @@ pub(super) fn builtin_page(headers: &HeaderMap) -> Response {
 }
 
 /// `/common/<file>`: a file of the built-in frontend.
-pub async fn asset(UrlPath(file): UrlPath<String>, headers: HeaderMap) -> Response {
+pub(crate) async fn asset(UrlPath(file): UrlPath<String>, headers: HeaderMap) -> Response {
     match builtin(&file).filter(|a| a.name != "index.html") {
         Some(asset) => send(asset, &headers),
         None => not_found(&format!("/common/{file}")),
@@ -190,7 +190,7 @@ pub async fn asset(UrlPath(file): UrlPath<String>, headers: HeaderMap) -> Respon
 }
 
 /// Everything no route took: `/~<name>/...` and the default frontend's page.
-pub async fn fallback(State(state): State<AppState>, request: Request) -> Response {
+pub(crate) async fn fallback(State(state): State<AppState>, request: Request) -> Response {
     if !matches!(*request.method(), Method::GET | Method::HEAD) {
         return not_found(request.uri().path());
     }

@@ -54,16 +54,16 @@ use crate::metrics::Metrics;
 use crate::storage::logs::LogDir;
 
 /// Largest `POST /v1/graphql` body and WebSocket message accepted (as `/v1/action`).
-pub const BODY_LIMIT: usize = super::actions::BODY_LIMIT;
+pub(crate) const BODY_LIMIT: usize = super::actions::BODY_LIMIT;
 /// Deepest selection accepted: this schema's deepest field is at depth 4
 /// (`status { roles { list { name } } }`); the standard introspection query needs 13.
-pub const MAX_DEPTH: usize = 15;
+pub(crate) const MAX_DEPTH: usize = 15;
 /// Most fields one query may select (aliases and fragments counted out; every field costs 1);
 /// the standard introspection query selects about 200.
-pub const MAX_COMPLEXITY: usize = 500;
+pub(crate) const MAX_COMPLEXITY: usize = 500;
 /// How often one result may hold `schedule.data` (the whole schedule, copied into the answer)
 /// and `deployments` (a read of the deployment log), however aliases repeat them.
-pub const MAX_COSTLY_FIELDS: usize = 2;
+pub(crate) const MAX_COSTLY_FIELDS: usize = 2;
 /// Most selections a document may stand for once every fragment spread is expanded (its
 /// operations and fragment definitions together; fields, spreads and inline fragments count 1
 /// each), counted before anything else looks at it ([`graphql_cost`]). Fragments spreading the
@@ -75,17 +75,17 @@ pub const MAX_EXPANDED_SELECTIONS: u64 = 10_000;
 /// 503 and its task is cancelled (at its next await: work within the limits above is short).
 const TIME_BUDGET: Duration = Duration::from_secs(10);
 /// Subscriptions one WebSocket may hold at once; a `start` past them gets an error.
-pub const MAX_SUBSCRIPTIONS: usize = 16;
+pub(crate) const MAX_SUBSCRIPTIONS: usize = 16;
 /// Most deployment log entries `deployments(last:)` returns.
-pub const MAX_DEPLOYMENT_ENTRIES: i64 = 200;
+pub(crate) const MAX_DEPLOYMENT_ENTRIES: i64 = 200;
 /// Changes closer together than this make one subscription result (as `/v1/events`).
 const COALESCE: Duration = Duration::from_millis(50);
 
-pub type VerwalterSchema = Schema;
+pub(crate) type VerwalterSchema = Schema;
 
 /// The schema of an app, built at first use (in [`super::HttpState`]).
 #[derive(Default)]
-pub struct SchemaCell(OnceLock<VerwalterSchema>);
+pub(crate) struct SchemaCell(OnceLock<VerwalterSchema>);
 
 impl std::fmt::Debug for SchemaCell {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -95,7 +95,7 @@ impl std::fmt::Debug for SchemaCell {
 
 /// What the resolvers read.
 #[derive(Clone)]
-pub struct Source {
+pub(crate) struct Source {
     store: Store,
     node: Arc<NodeInfo>,
     metrics: Arc<Metrics>,
@@ -103,7 +103,7 @@ pub struct Source {
 }
 
 /// The schema of `state`'s app, built once.
-pub fn schema(state: &AppState) -> VerwalterSchema {
+pub(crate) fn schema(state: &AppState) -> VerwalterSchema {
     state
         .http
         .graphql
@@ -123,7 +123,7 @@ pub fn schema(state: &AppState) -> VerwalterSchema {
 /// The whole schema in GraphQL's schema language without its descriptions, indented by two
 /// spaces (docs/http-api.md lists it; a test compares).
 #[cfg(test)]
-pub fn sdl(state: &AppState) -> String {
+pub(crate) fn sdl(state: &AppState) -> String {
     let mut out = String::new();
     let mut in_description = false;
     for line in schema(state).sdl().lines() {
@@ -543,7 +543,7 @@ fn deployments_field() -> Field {
 
 /// The view of one request: made by the first `status` field, shared by its aliases.
 #[derive(Default)]
-pub struct RequestView(OnceLock<Arc<View>>);
+pub(crate) struct RequestView(OnceLock<Arc<View>>);
 
 /// A status made when the consumer asks for the next one: the stream holds no queue.
 fn status_changes(source: Source) -> impl Stream<Item = Arc<View>> {
@@ -562,7 +562,7 @@ fn status_changes(source: Source) -> impl Stream<Item = Arc<View>> {
 }
 
 /// One snapshot of the store, the `/v1/status` view made from it and the GraphQL tree of both.
-pub struct View {
+pub(crate) struct View {
     snap: Snapshot,
     logs: Option<Arc<LogDir>>,
     tree: Arc<Value>,
@@ -737,7 +737,7 @@ fn tree(node: &NodeInfo, snap: &Snapshot, status: &status::Status) -> Value {
 // ---- HTTP -------------------------------------------------------------------------------------
 
 /// The body of `POST /v1/graphql`: a GraphQL request.
-pub struct GraphqlBody;
+pub(crate) struct GraphqlBody;
 
 impl JsonRoute for GraphqlBody {
     type Body = async_graphql::Request;
@@ -753,7 +753,7 @@ impl JsonRoute for GraphqlBody {
 }
 
 /// `POST /v1/graphql`.
-pub async fn post(
+pub(crate) async fn post(
     State(state): State<AppState>,
     body: JsonBody<GraphqlBody>,
 ) -> Result<Response, ApiError> {
@@ -795,7 +795,7 @@ pub async fn post(
 }
 
 /// `GET /v1/graphql`: a WebSocket for subscriptions (queries and mutations work there too).
-pub async fn socket(
+pub(crate) async fn socket(
     State(state): State<AppState>,
     headers: HeaderMap,
     token_at_init: Option<axum::Extension<super::guard::TokenAtInit>>,
@@ -1326,6 +1326,6 @@ where
 /// router shows the GraphQL page there (frontend/js/pages/graphql.js: the frontend's header, a
 /// query editor completing field names from the schema, a schema explorer, Subscribe over the
 /// WebSocket), under the frontend's Content-Security-Policy.
-pub async fn graphiql(headers: HeaderMap) -> Response {
+pub(crate) async fn graphiql(headers: HeaderMap) -> Response {
     super::frontend::builtin_page(&headers)
 }

@@ -20,14 +20,14 @@ use super::{ApiError, AppState};
 /// Marks a GraphQL WebSocket upgrade let through without the token it needs: its
 /// `connection_init` must carry it.
 #[derive(Debug, Clone, Copy)]
-pub struct TokenAtInit;
+pub(crate) struct TokenAtInit;
 
 /// Marks a GraphQL WebSocket upgrade that may run mutations ([`access::socket_may_write`]):
 /// no token is configured, or its `Authorization` header carries it.
 #[derive(Debug, Clone, Copy)]
-pub struct MayWrite;
+pub(crate) struct MayWrite;
 
-pub async fn same_site(
+pub(crate) async fn same_site(
     State(state): State<AppState>,
     mut request: Request,
     next: Next,

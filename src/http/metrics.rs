@@ -5,7 +5,7 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, Registry};
 
 use crate::metrics::Families;
 
-pub struct HttpMetrics {
+pub(crate) struct HttpMetrics {
     pub(crate) connections: IntGauge,
     pub(crate) closed: IntCounterVec,
     pub(crate) event_streams: IntGauge,
@@ -13,7 +13,7 @@ pub struct HttpMetrics {
 
 impl HttpMetrics {
     /// Creates the families and registers them on `registry`.
-    pub fn register(registry: &Registry) -> HttpMetrics {
+    pub(crate) fn register(registry: &Registry) -> HttpMetrics {
         let f = Families(registry);
         HttpMetrics {
             connections: f.gauge("verwalter_http_connections", "HTTP connections open now."),
@@ -32,7 +32,7 @@ impl HttpMetrics {
 
 /// Why the server closed or refused a connection (`verwalter_http_connections_closed_total`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum HttpClose {
+pub(crate) enum HttpClose {
     /// Over the connection cap: refused at once.
     Refused,
     /// Closed to make room for a new connection.
@@ -44,7 +44,7 @@ pub enum HttpClose {
 }
 
 impl HttpClose {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             HttpClose::Refused => "refused",
             HttpClose::Evicted => "evicted",
@@ -57,32 +57,27 @@ impl HttpClose {
 /// A server's connection gauge and its counter of connections closed to stay within limits
 /// (`http::serve_on` counts in them): the daemon's API has its own, the extender its own.
 #[derive(Clone)]
-pub struct ConnectionMetrics {
+pub(crate) struct ConnectionMetrics {
     open: IntGauge,
     closed: IntCounterVec,
 }
 
 impl ConnectionMetrics {
     /// From a gauge and a counter vector with one label, the reason ([`HttpClose::label`]).
-    pub fn new(open: IntGauge, closed: IntCounterVec) -> ConnectionMetrics {
+    pub(crate) fn new(open: IntGauge, closed: IntCounterVec) -> ConnectionMetrics {
         ConnectionMetrics { open, closed }
     }
 
-    pub fn opened(&self) {
+    pub(crate) fn opened(&self) {
         self.open.inc();
     }
 
-    pub fn closed_one(&self) {
+    pub(crate) fn closed_one(&self) {
         self.open.dec();
     }
 
-    /// Connections open now.
-    pub fn open(&self) -> i64 {
-        self.open.get()
-    }
-
     /// The counter of connections closed (or refused) for `reason`.
-    pub fn closed(&self, reason: HttpClose) -> IntCounter {
+    pub(crate) fn closed(&self, reason: HttpClose) -> IntCounter {
         self.closed.with_label_values(&[reason.label()])
     }
 }

@@ -6,7 +6,7 @@
 
 mod actions;
 mod api;
-pub use api::RELAY_WAIT_MAX;
+pub(crate) use api::RELAY_WAIT_MAX;
 mod body;
 mod error;
 mod events;
@@ -14,7 +14,7 @@ mod files;
 mod frontend;
 mod graphql;
 mod guard;
-pub mod metrics;
+pub(crate) mod metrics;
 mod query;
 mod serve;
 
@@ -34,15 +34,16 @@ use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::node::Store;
 
 pub use api::version;
-pub use error::ApiError;
+pub(crate) use error::ApiError;
 pub use graphql::{MAX_EXPANDED_SELECTIONS, query_cost};
+#[cfg(test)]
+use serve::ConnectionHandle;
 pub(crate) use serve::Holding;
-pub use serve::{
-    ConnectionHandle, HttpSettings, ServeLimits, connection_cap, raise_nofile_limit, serve,
-    serve_on,
+pub(crate) use serve::{
+    HttpSettings, ServeLimits, connection_cap, raise_nofile_limit, serve, serve_on,
 };
 /// Who this node is, for `/v1/status` and friends.
-pub use verwalter_controllers::status::NodeInfo;
+pub(crate) use verwalter_controllers::status::NodeInfo;
 
 use crate::metrics::Metrics;
 
@@ -80,7 +81,7 @@ pub struct AppState {
 /// The HTTP server's limits, and the `/v1/events` streams open under them.
 #[derive(Debug)]
 pub struct HttpState {
-    pub settings: HttpSettings,
+    pub(crate) settings: HttpSettings,
     /// Event streams allowed at once: see [`event_stream_cap`].
     max_streams: usize,
     streams: Arc<tokio::sync::Semaphore>,
@@ -88,10 +89,10 @@ pub struct HttpState {
     max_long_polls: usize,
     long_polls: Arc<tokio::sync::Semaphore>,
     /// `/v1/schedule`'s body, serialized once per schedule and shared by every response.
-    pub schedule_json: Arc<SharedJson<Option<verwalter_controllers::state::Schedule>>>,
+    pub(crate) schedule_json: Arc<SharedJson<Option<verwalter_controllers::state::Schedule>>>,
     /// The leader's schedule this node is taking, as it came, for the followers that fetch
     /// through this node (written by the fetcher).
-    pub relay: Arc<RelayBody>,
+    pub(crate) relay: Arc<RelayBody>,
     /// `/v1/graphql`'s schema, built at first use.
     graphql: graphql::SchemaCell,
 }
@@ -103,12 +104,12 @@ pub struct HttpState {
 /// is safe because every follower checks the hash itself; a body that fails this node's check
 /// is withdrawn.
 #[derive(Debug)]
-pub struct RelayBody {
+pub(crate) struct RelayBody {
     body: tokio::sync::watch::Sender<Option<Relayed>>,
 }
 
 /// A body held for relay children: the schedule's hash, the body's coding, the body.
-pub type Relayed = (String, Coding, axum::body::Bytes);
+pub(crate) type Relayed = (String, Coding, axum::body::Bytes);
 
 impl Default for RelayBody {
     fn default() -> Self {
@@ -120,13 +121,13 @@ impl Default for RelayBody {
 
 impl RelayBody {
     /// The body of schedule `hash`, in `coding`, has arrived.
-    pub fn offer(&self, hash: &str, coding: Coding, body: axum::body::Bytes) {
+    pub(crate) fn offer(&self, hash: &str, coding: Coding, body: axum::body::Bytes) {
         self.body
             .send_replace(Some((hash.to_string(), coding, body)));
     }
 
     /// The body of `hash` turned out bad: it is no longer passed on.
-    pub fn withdraw(&self, hash: &str) {
+    pub(crate) fn withdraw(&self, hash: &str) {
         self.body.send_if_modified(|body| {
             let bad = body.as_ref().is_some_and(|(h, _, _)| h == hash);
             if bad {
@@ -137,14 +138,14 @@ impl RelayBody {
     }
 
     /// The body of `hash` and its coding, if it is the one here.
-    pub fn get(&self, hash: &str) -> Option<(Coding, axum::body::Bytes)> {
+    pub(crate) fn get(&self, hash: &str) -> Option<(Coding, axum::body::Bytes)> {
         let body = self.body.borrow();
         let (held, coding, bytes) = body.as_ref()?;
         (held == hash).then(|| (*coding, bytes.clone()))
     }
 
     /// Wakes when a body is offered or withdrawn.
-    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Relayed>> {
+    pub(crate) fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<Relayed>> {
         self.body.subscribe()
     }
 }
@@ -166,7 +167,7 @@ pub(crate) fn sends_json(headers: &axum::http::HeaderMap) -> bool {
 /// buffer, not a copy (512 stalled clients of a 1 MB schedule hold 1 MB, not 512). Its
 /// compressed forms are made the first time a client asks for one, once per snapshot as well.
 #[derive(Debug)]
-pub struct SharedJson<T> {
+pub(crate) struct SharedJson<T> {
     /// The snapshot the body was made from, held so that its address cannot be reused by a
     /// new snapshot while it is compared by pointer.
     slot: std::sync::Mutex<Option<Shared<T>>>,
@@ -195,7 +196,7 @@ impl<T: serde::Serialize> Default for SharedJson<T> {
 impl SharedJson<Option<verwalter_controllers::state::Schedule>> {
     /// The schedule in force: its data's canonical text is copied into the envelope as it is
     /// (`Schedule::write_json`), not parsed again.
-    pub fn schedule() -> Self {
+    pub(crate) fn schedule() -> Self {
         SharedJson {
             slot: std::sync::Mutex::new(None),
             write: |snapshot| match snapshot {
@@ -212,14 +213,15 @@ impl SharedJson<Option<verwalter_controllers::state::Schedule>> {
 
 impl<T> SharedJson<T> {
     /// The body for `snapshot`: the shared one if it was made from this very snapshot.
-    pub fn body(&self, snapshot: &Arc<T>) -> axum::body::Bytes {
+    #[cfg(test)]
+    pub(crate) fn body(&self, snapshot: &Arc<T>) -> axum::body::Bytes {
         let mut slot = self.slot.lock().unwrap();
         self.fill(&mut slot, snapshot).json.clone()
     }
 
     /// The body for `snapshot` in `coding` (see [`crate::cluster::coding`]; a 1 MiB schedule
     /// of service definitions shrinks about fivefold in about a millisecond, once).
-    pub fn encoded(&self, snapshot: &Arc<T>, coding: Coding) -> axum::body::Bytes {
+    pub(crate) fn encoded(&self, snapshot: &Arc<T>, coding: Coding) -> axum::body::Bytes {
         let mut slot = self.slot.lock().unwrap();
         let shared = self.fill(&mut slot, snapshot);
         let held = match coding {
@@ -249,7 +251,7 @@ impl<T> SharedJson<T> {
 
 impl HttpState {
     /// `settings.max_connections` is the cap in force (see [`connection_cap`]).
-    pub fn new(settings: HttpSettings) -> HttpState {
+    pub(crate) fn new(settings: HttpSettings) -> HttpState {
         let max_streams = event_stream_cap(&settings);
         let max_long_polls = long_poll_cap(&settings);
         HttpState {
@@ -266,7 +268,7 @@ impl HttpState {
 
     /// The same, serving the schedule from `bodies` (shared with the election task, which
     /// announces the hash of the LZ4 body, see [`crate::cluster::vouch`]).
-    pub fn with_schedule_json(
+    pub(crate) fn with_schedule_json(
         mut self,
         bodies: Arc<SharedJson<Option<verwalter_controllers::state::Schedule>>>,
     ) -> HttpState {
@@ -275,14 +277,14 @@ impl HttpState {
     }
 
     /// The same, passing on the bodies the fetcher offers to `relay`.
-    pub fn with_relay(mut self, relay: Arc<RelayBody>) -> HttpState {
+    pub(crate) fn with_relay(mut self, relay: Arc<RelayBody>) -> HttpState {
         self.relay = relay;
         self
     }
 }
 
 /// Event streams allowed at once ([`access::event_stream_cap`]).
-pub fn event_stream_cap(settings: &HttpSettings) -> usize {
+pub(crate) fn event_stream_cap(settings: &HttpSettings) -> usize {
     access::event_stream_cap(settings.max_event_streams, settings.max_connections)
 }
 
@@ -293,7 +295,7 @@ impl Default for HttpState {
 }
 
 /// Long polls allowed at once ([`access::long_poll_cap`]).
-pub fn long_poll_cap(settings: &HttpSettings) -> usize {
+pub(crate) fn long_poll_cap(settings: &HttpSettings) -> usize {
     access::long_poll_cap(settings.max_connections)
 }
 
@@ -397,22 +399,23 @@ fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
 }
 
 /// Every route path the router serves (`docs/openapi.yaml` must describe each; a test checks).
-pub fn route_paths() -> Vec<String> {
+#[cfg(test)]
+pub(crate) fn route_paths() -> Vec<String> {
     route_table().into_iter().map(|r| r.path).collect()
 }
 
 /// One row of the route table, as `/v1/routes` lists it.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct RouteInfo {
+pub(crate) struct RouteInfo {
     /// As axum writes it: `/v1/log/role/{role}/{file}`, `/common/{*file}`.
-    pub path: String,
-    pub methods: Vec<&'static str>,
+    pub(crate) path: String,
+    pub(crate) methods: Vec<&'static str>,
     /// Whether `<path>.json` and `<path>.pretty` answer too.
-    pub formats: bool,
+    pub(crate) formats: bool,
 }
 
 /// The route table: every route the router serves, in its order.
-pub fn route_table() -> Vec<RouteInfo> {
+pub(crate) fn route_table() -> Vec<RouteInfo> {
     let info = |path: String, methods: &'static str, formats| RouteInfo {
         path,
         methods: methods.split(' ').collect(),

@@ -13,7 +13,7 @@ use super::{ApiError, AppState};
 const BODY_LIMIT: usize = 64 << 10;
 
 /// The body of `POST /v1/query/<path>`: any JSON, handed to the module.
-pub struct QueryBody;
+pub(crate) struct QueryBody;
 
 impl JsonRoute for QueryBody {
     type Body = Value;
@@ -24,7 +24,7 @@ impl JsonRoute for QueryBody {
     );
 }
 
-pub async fn query(
+pub(crate) async fn query(
     State(state): State<AppState>,
     UrlPath(path): UrlPath<String>,
     body: JsonBody<QueryBody>,

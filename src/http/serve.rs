@@ -54,33 +54,35 @@ use crate::metrics::{ConnectionMetrics, HttpClose, Metrics};
 /// Limits of the HTTP server (settings file section `http`).
 #[derive(Debug, Clone)]
 pub struct HttpSettings {
-    pub max_connections: usize,
-    pub idle_timeout: Duration,
-    pub max_event_streams: usize,
-    pub stream_stall_timeout: Duration,
+    pub(crate) max_connections: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) max_event_streams: usize,
+    pub(crate) stream_stall_timeout: Duration,
     /// Lowercase host names the API answers to besides the built-in ones; `*` for any.
-    pub allowed_hosts: Vec<String>,
+    pub(crate) allowed_hosts: Vec<String>,
     /// `http.token-file`'s bearer token, asked of requests `access::needs_token` names.
     pub token: Option<verwalter_controllers::http::access::Token>,
     /// `http.token-for-reads`.
-    pub token_for_reads: bool,
+    pub(crate) token_for_reads: bool,
 }
 
 /// Far above what operators' browsers, peers and scripts open, far below systemd's default
 /// descriptor limit (1024 soft).
-pub const DEFAULT_MAX_CONNECTIONS: usize = verwalter_controllers::defaults::HTTP_MAX_CONNECTIONS;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize =
+    verwalter_controllers::defaults::HTTP_MAX_CONNECTIONS;
 /// Long enough for any client that means to send a request (browsers keep idle connections for
 /// at most a few minutes and reopen them at no cost), short enough that idle ones do not pile up.
-pub const DEFAULT_IDLE_TIMEOUT: Duration = verwalter_controllers::defaults::HTTP_IDLE_TIMEOUT;
+pub(crate) const DEFAULT_IDLE_TIMEOUT: Duration =
+    verwalter_controllers::defaults::HTTP_IDLE_TIMEOUT;
 /// A browser tab holds one stream; this is many operators with several tabs each.
-pub const DEFAULT_MAX_EVENT_STREAMS: usize =
+pub(crate) const DEFAULT_MAX_EVENT_STREAMS: usize =
     verwalter_controllers::defaults::HTTP_MAX_EVENT_STREAMS;
 /// A reader that took no event for this long is stuck, not slow: events are a few KiB.
-pub const DEFAULT_STREAM_STALL_TIMEOUT: Duration =
+pub(crate) const DEFAULT_STREAM_STALL_TIMEOUT: Duration =
     verwalter_controllers::defaults::HTTP_STREAM_STALL_TIMEOUT;
 /// hyper's per-connection read and write buffer (its default is ~400 KiB): large request heads
 /// and large responses still pass, in pieces, while a client that does not read holds this much.
-pub const BUFFER: usize = 64 << 10;
+pub(crate) const BUFFER: usize = 64 << 10;
 /// How long open connections get to finish at shutdown (an events stream never does).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Pause after a failed accept (usually out of descriptors), so the loop does not spin.
@@ -111,7 +113,7 @@ impl Default for HttpSettings {
 
 impl HttpSettings {
     /// The settings file's `http` section over the defaults; every problem found.
-    pub fn from_file(file: &HttpFileSettings) -> Result<HttpSettings, Vec<String>> {
+    pub(crate) fn from_file(file: &HttpFileSettings) -> Result<HttpSettings, Vec<String>> {
         let mut problems = Vec::new();
         for (name, value) in [
             (
@@ -162,14 +164,14 @@ impl HttpSettings {
     /// The token this node sends when it reads from its peers (schedule fetches): its own, when
     /// reads need it (`http.token-for-reads`; every node of the cluster then has the same token
     /// file), else none, so that the token goes over the network only where it must.
-    pub fn token_for_peers(&self) -> Option<verwalter_controllers::http::access::Token> {
+    pub(crate) fn token_for_peers(&self) -> Option<verwalter_controllers::http::access::Token> {
         self.token.clone().filter(|_| self.token_for_reads)
     }
 }
 
 /// Raises the soft limit of open descriptors to the hard one (systemd starts services with 1024
 /// soft, 524288 hard); returns the soft limit in force, if it can be read.
-pub fn raise_nofile_limit() -> Option<u64> {
+pub(crate) fn raise_nofile_limit() -> Option<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     // The kernel refuses more than fs.nr_open (1048576 by default) even under an unlimited hard
     // limit.
@@ -198,24 +200,26 @@ pub fn raise_nofile_limit() -> Option<u64> {
     }
 }
 
-pub use verwalter_controllers::http::access::connection_cap;
+pub(crate) use verwalter_controllers::http::access::connection_cap;
 
 /// Closes the connection a request came on (an extension of every request served by [`serve`]).
 #[derive(Debug, Clone)]
-pub struct ConnectionHandle(CancellationToken);
+pub(crate) struct ConnectionHandle(CancellationToken);
 
 impl ConnectionHandle {
     /// A handle that closes nothing (requests that did not come over a socket, in tests).
-    pub fn detached() -> ConnectionHandle {
+    #[cfg(test)]
+    pub(crate) fn detached() -> ConnectionHandle {
         ConnectionHandle(CancellationToken::new())
     }
 
     /// Drops the connection at once, whatever it is sending.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.0.cancel();
     }
 
-    pub fn is_closed(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_closed(&self) -> bool {
         self.0.is_cancelled()
     }
 }
@@ -423,8 +427,8 @@ impl Drop for Busy {
 /// A response body that holds `guard` until it is sent or dropped: a connection counted busy
 /// (here), a share of the extender's body budget (`placement/extender/body.rs`).
 pub(crate) struct Holding<G> {
-    pub body: Body,
-    pub _guard: G,
+    pub(crate) body: Body,
+    pub(crate) _guard: G,
 }
 
 impl<G: Unpin> HttpBody for Holding<G> {
@@ -510,19 +514,19 @@ fn busy_response() -> String {
 /// The limits of one server's connections (the daemon's API: from [`HttpSettings`]; the
 /// scheduler extender: from its own settings).
 #[derive(Debug, Clone)]
-pub struct ServeLimits {
+pub(crate) struct ServeLimits {
     /// Open connections at most (as given: the caller applies [`connection_cap`]).
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A connection without a complete request head for this long is closed (a TLS handshake
     /// gets at most [`TLS_HANDSHAKE_TIMEOUT`] of it).
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// A response write the client takes nothing of for this long closes the connection.
-    pub stall_timeout: Duration,
+    pub(crate) stall_timeout: Duration,
 }
 
 impl HttpSettings {
     /// The API server's connection limits.
-    pub fn serve_limits(&self) -> ServeLimits {
+    pub(crate) fn serve_limits(&self) -> ServeLimits {
         ServeLimits {
             max_connections: self.max_connections,
             idle_timeout: self.idle_timeout,
@@ -532,12 +536,12 @@ impl HttpSettings {
 }
 
 /// A TLS handshake that takes longer than this (or the idle timeout, if shorter) is dropped.
-pub const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves the daemon's API: `app` on `listener` until `shutdown`, within `settings`
 /// (`max_connections` as given: the caller applies [`connection_cap`]); [`serve_on`] with a
 /// request body timeout of the idle timeout between pieces of a body.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: Router,
     settings: &HttpSettings,
@@ -563,7 +567,7 @@ pub async fn serve(
 /// Serves `app` on `listener` until `shutdown` within `limits` (the connection policy the
 /// module's head describes), over TLS with `tls`. Every request carries its [`ConnectInfo`] and
 /// [`ConnectionHandle`]; connections are counted in `metrics`.
-pub async fn serve_on(
+pub(crate) async fn serve_on(
     listener: TcpListener,
     app: Router,
     limits: &ServeLimits,

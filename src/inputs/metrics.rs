@@ -4,7 +4,7 @@ use prometheus::{IntCounter, IntGauge, Registry};
 
 use crate::metrics::Families;
 
-pub struct InputMetrics {
+pub(crate) struct InputMetrics {
     pub(crate) reads: IntCounter,
     pub(crate) errors: IntGauge,
     pub(crate) read_failures: IntCounter,
@@ -12,7 +12,7 @@ pub struct InputMetrics {
 
 impl InputMetrics {
     /// Creates the families and registers them on `registry`.
-    pub fn register(registry: &Registry) -> InputMetrics {
+    pub(crate) fn register(registry: &Registry) -> InputMetrics {
         let f = Families(registry);
         InputMetrics {
             reads: f.counter("verwalter_input_reads_total", "Reads of the config dir."),

@@ -3,11 +3,11 @@
 //! [`crate::schedule::scheduler_metrics::file`]), and a watcher that re-reads them after changes. A read that cannot see
 //! everything (a file or dir that exists but cannot be read) never stands for the config dir.
 
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod nesting;
 pub mod runtime;
-pub mod walk;
-pub mod watcher;
+pub(crate) mod walk;
+pub(crate) mod watcher;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use sha1::{Digest, Sha1};
 use verwalter_controllers::state::{InputError, Inputs};
 
-pub use runtime::Problems;
+pub(crate) use runtime::Problems;
 use walk::{FileSystem, RealFs};
 
 /// The scheduler directory inside the config dir (verwalter 0.13 hard-codes `v1`).
@@ -39,7 +39,11 @@ pub fn read_inputs(config_dir: &Path) -> Inputs {
 
 /// Reads the inputs through `fs`. Bad files go to the returned inputs' errors; entries that exist
 /// but could not be read go to `problems.failures`, and then the inputs are incomplete.
-pub fn read_inputs_with(fs: &dyn FileSystem, config_dir: &Path, problems: &mut Problems) -> Inputs {
+pub(crate) fn read_inputs_with(
+    fs: &dyn FileSystem,
+    config_dir: &Path,
+    problems: &mut Problems,
+) -> Inputs {
     let mut all = Sha1::new();
     let runtime = runtime::read_tree(
         fs,

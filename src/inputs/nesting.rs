@@ -221,7 +221,7 @@ fn block_scalar_parent(content: &[u8], start: usize, dash: Option<usize>) -> Opt
 }
 
 /// The first line (1-based) at which JSON `text` nests deeper than `max`, if any.
-pub fn json_too_deep(text: &str, max: usize) -> Option<u64> {
+pub(crate) fn json_too_deep(text: &str, max: usize) -> Option<u64> {
     let mut depth = 0usize;
     let mut line = 1u64;
     let mut in_string = false;

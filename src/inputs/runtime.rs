@@ -27,13 +27,13 @@ const STRIPPED: &[&str] = &["yaml", "yml", "json", "txt", "d"];
 /// A runtime file bigger than this is refused unread. Parsing costs many times a file's size (a
 /// 50 MB file took 3.1 GB that was never given back), and the tree goes to every scheduler run;
 /// runtime files are hand-written or generated configs, far smaller than 1 MiB.
-pub const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(crate) const MAX_FILE_BYTES: u64 = 1 << 20;
 
 /// Reads a YAML file of the config dir outside `runtime/` (`sandbox/*.yaml`, `*.render.yaml`)
 /// under the runtime files' limits, which protect the daemon the same way there: at most
 /// [`MAX_FILE_BYTES`], read no further, and nesting no deeper than [`MAX_NESTING`], checked
 /// before a parser sees the text. `shown` names the file in errors (with the line for nesting).
-pub fn read_config_yaml(path: &Path, shown: &str) -> Result<String, String> {
+pub(crate) fn read_config_yaml(path: &Path, shown: &str) -> Result<String, String> {
     let too_big = |len: u64| {
         format!("{shown}: {len} bytes; config files are limited to {MAX_FILE_BYTES} bytes (1 MiB)")
     };
@@ -60,7 +60,7 @@ pub fn read_config_yaml(path: &Path, shown: &str) -> Result<String, String> {
 }
 
 /// Whether the scan skips this entry name: hidden files and editor backups.
-pub fn is_skipped(name: &str) -> bool {
+pub(crate) fn is_skipped(name: &str) -> bool {
     name.starts_with('.')
         || name.ends_with('~')
         || name.ends_with(".bak")
@@ -76,24 +76,24 @@ fn key_of(name: &str) -> &str {
 }
 
 /// A file the tree is built from, handed to `visit` for the content hash.
-pub struct FileRead<'a> {
+pub(crate) struct FileRead<'a> {
     /// Path relative to the config dir.
-    pub rel: &'a str,
-    pub bytes: &'a [u8],
+    pub(crate) rel: &'a str,
+    pub(crate) bytes: &'a [u8],
 }
 
 /// What went wrong in one read of the config dir.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Problems {
+pub(crate) struct Problems {
     /// Bad entries: reported and left out, the rest is used.
-    pub errors: Vec<InputError>,
+    pub(crate) errors: Vec<InputError>,
     /// Entries that exist but could not be read: the read is incomplete.
-    pub failures: Vec<InputError>,
+    pub(crate) failures: Vec<InputError>,
 }
 
 impl Problems {
     /// Files a walk left out, named relative to the config dir (`shown` names the walked dir).
-    pub fn add_walk(&mut self, shown: &str, problems: Vec<Problem>) {
+    pub(crate) fn add_walk(&mut self, shown: &str, problems: Vec<Problem>) {
         for problem in problems {
             let path = match problem.rel() {
                 "" => shown.to_string(),
@@ -116,7 +116,7 @@ impl Problems {
 /// Reads `dir` (the config dir's `runtime/`) into a JSON object. Symlinks must stay inside
 /// `boundary` (the config dir). `rel_prefix` names `dir` relative to the config dir in messages.
 /// `visit` sees every file read, in a fixed order.
-pub fn read_tree(
+pub(crate) fn read_tree(
     fs: &dyn FileSystem,
     dir: &Path,
     boundary: &Path,
@@ -297,7 +297,7 @@ pub fn parse_file(ext: &str, bytes: &[u8]) -> Result<Value, (Option<u64>, String
 }
 
 /// YAML to JSON: scalar keys become strings, NaN and infinities are refused, tags are refused.
-pub fn yaml_to_json(value: serde_norway::Value) -> Result<Value, String> {
+pub(crate) fn yaml_to_json(value: serde_norway::Value) -> Result<Value, String> {
     use serde_norway::Value as Y;
     Ok(match value {
         Y::Null => Value::Null,

@@ -7,16 +7,16 @@ use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
 /// Directories nested deeper than this are not followed: no real config dir is that deep.
-pub const MAX_DEPTH: usize = 64;
+pub(crate) const MAX_DEPTH: usize = 64;
 
 /// Entries (files and dirs) one walk visits at most. Several links to one dir are each walked
 /// (aliases such as `current -> v2` are legitimate), so a maze of such links could make a walk
 /// exponential in the number of links; a real config dir has a few thousand entries at most.
-pub const MAX_ENTRIES: usize = 100_000;
+pub(crate) const MAX_ENTRIES: usize = 100_000;
 
 /// The filesystem calls of a walk and of the readers built on it. [`RealFs`] makes them; tests
 /// wrap it to fail chosen calls the way a starved or broken system does (EMFILE, EIO).
-pub trait FileSystem: Sync {
+pub(crate) trait FileSystem: Sync {
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>>;
     /// Metadata of what `path` leads to (symlinks followed).
     fn metadata(&self, path: &Path) -> io::Result<fs::Metadata>;
@@ -31,7 +31,7 @@ pub trait FileSystem: Sync {
 
 /// The real filesystem.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RealFs;
+pub(crate) struct RealFs;
 
 impl FileSystem for RealFs {
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<OsString>> {
@@ -62,12 +62,12 @@ impl FileSystem for RealFs {
 
 /// A walked directory: its entries in byte order of their names.
 #[derive(Debug, Default)]
-pub struct Dir {
-    pub entries: Vec<(String, Node)>,
+pub(crate) struct Dir {
+    pub(crate) entries: Vec<(String, Node)>,
 }
 
 #[derive(Debug)]
-pub enum Node {
+pub(crate) enum Node {
     /// A regular file (or a link to one); `len` as the walk saw it.
     File {
         path: PathBuf,
@@ -79,7 +79,7 @@ pub enum Node {
 /// Something the walk left out. `rel` is the entry's path relative to the walked dir (empty for
 /// the dir itself).
 #[derive(Debug, thiserror::Error)]
-pub enum Problem {
+pub(crate) enum Problem {
     /// The entry exists but could not be read (EMFILE, EACCES, EIO, ...): the walk is incomplete,
     /// which is not the same as the entry being gone.
     #[error("cannot read: {source}")]
@@ -113,7 +113,7 @@ pub enum Problem {
 }
 
 impl Problem {
-    pub fn rel(&self) -> &str {
+    pub(crate) fn rel(&self) -> &str {
         match self {
             Problem::Io { rel, .. }
             | Problem::Loop { rel, .. }
@@ -128,20 +128,20 @@ impl Problem {
 
     /// Whether the walk failed to read something that exists: its result must not stand for the
     /// directory's content.
-    pub fn is_read_failure(&self) -> bool {
+    pub(crate) fn is_read_failure(&self) -> bool {
         matches!(self, Problem::Io { .. })
     }
 }
 
 /// Whether an I/O error is ELOOP: too many levels of symbolic links (links that lead round to
 /// each other).
-pub fn is_link_loop(error: &io::Error) -> bool {
+pub(crate) fn is_link_loop(error: &io::Error) -> bool {
     error.raw_os_error() == Some(libc::ELOOP)
 }
 
 /// Whether an I/O error means the thing is gone (removed while we read: a normal change) rather
 /// than unreadable.
-pub fn is_gone(error: &io::Error) -> bool {
+pub(crate) fn is_gone(error: &io::Error) -> bool {
     matches!(
         error.kind(),
         io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
@@ -163,7 +163,7 @@ struct Walk<'a> {
 /// must every symlink inside it. Names `skip` accepts are left out silently. A missing `root` is
 /// an empty dir. Symlinks are followed, except back into a dir the walk is inside (a loop) or out
 /// of `boundary`; a second name for a dir elsewhere is walked under that name too.
-pub fn walk(
+pub(crate) fn walk(
     fs: &dyn FileSystem,
     root: &Path,
     boundary: &Path,
@@ -375,7 +375,11 @@ impl Walk<'_> {
 /// Every file under `dir`, as paths relative to it, sorted; hidden files and dirs are skipped.
 /// Symlinks follow the rules of [`walk`], with `boundary` the place they must stay in. Loops,
 /// dangling links and non-UTF-8 names are left out silently; the other problems are returned.
-pub fn walk_files(fs: &dyn FileSystem, dir: &Path, boundary: &Path) -> (Vec<String>, Vec<Problem>) {
+pub(crate) fn walk_files(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    boundary: &Path,
+) -> (Vec<String>, Vec<Problem>) {
     fn flatten(dir: Dir, prefix: &str, files: &mut Vec<String>) {
         for (name, node) in dir.entries {
             let rel = if prefix.is_empty() {
@@ -410,7 +414,7 @@ pub fn walk_files(fs: &dyn FileSystem, dir: &Path, boundary: &Path) -> (Vec<Stri
 /// A [`RealFs`] whose calls fail where a test says: `fail(call, path)` gives the error, if any,
 /// for call `read_dir`, `metadata`, `symlink_metadata`, `canonicalize`, `read_link` or `read`.
 #[cfg(test)]
-pub struct FailingFs<F: Fn(&str, &Path) -> Option<io::Error> + Sync>(pub F);
+pub(crate) struct FailingFs<F: Fn(&str, &Path) -> Option<io::Error> + Sync>(pub F);
 
 #[cfg(test)]
 impl<F: Fn(&str, &Path) -> Option<io::Error> + Sync> FailingFs<F> {

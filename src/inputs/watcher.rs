@@ -34,14 +34,14 @@ use super::walk::{FileSystem, RealFs};
 use crate::metrics::Metrics;
 
 #[derive(Debug, Clone)]
-pub struct WatchConfig {
+pub(crate) struct WatchConfig {
     /// Quiet time that ends a burst of events while a file is still open for writing (or events
     /// were lost); a burst of complete files is read without waiting.
-    pub debounce: Duration,
+    pub(crate) debounce: Duration,
     /// Upper bound on the wait while events keep coming.
-    pub max_delay: Duration,
+    pub(crate) max_delay: Duration,
     /// Re-read even without events this often.
-    pub resync: Duration,
+    pub(crate) resync: Duration,
 }
 
 impl Default for WatchConfig {
@@ -55,13 +55,13 @@ impl Default for WatchConfig {
 }
 
 /// The store fields the watcher writes.
-pub struct Outputs {
-    pub inputs: Field<Inputs>,
-    pub templates: Field<Templates>,
+pub(crate) struct Outputs {
+    pub(crate) inputs: Field<Inputs>,
+    pub(crate) templates: Field<Templates>,
 }
 
 /// Reads the config dir into the store, now and after every change.
-pub struct InputsWatcher {
+pub(crate) struct InputsWatcher {
     config_dir: PathBuf,
     out: Outputs,
     metrics: Arc<Metrics>,
@@ -79,7 +79,7 @@ pub struct InputsWatcher {
 impl InputsWatcher {
     /// Starts watching `config_dir` (before the first read, so no change is missed) without
     /// reading it yet.
-    pub fn start(
+    pub(crate) fn start(
         config_dir: PathBuf,
         out: Outputs,
         metrics: Arc<Metrics>,
@@ -130,7 +130,7 @@ impl InputsWatcher {
 
     /// Re-reads after every change until shutdown (the first read is [`InputsWatcher::refresh`],
     /// which the daemon awaits before starting the controllers that use the inputs).
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
@@ -166,7 +166,7 @@ impl InputsWatcher {
     /// Reads the inputs off the async runtime and publishes them if anything changed. A read
     /// that failed to see everything publishes nothing new: the last good inputs and templates
     /// stay, with the failures added to the inputs' errors.
-    pub async fn refresh(&mut self) {
+    pub(crate) async fn refresh(&mut self) {
         let dir = self.config_dir.clone();
         let read = tokio::task::spawn_blocking(move || read_all(&RealFs, &dir));
         let Ok((inputs, templates, failures)) = read.await else {
@@ -242,7 +242,7 @@ async fn next_event(events: &mut Option<mpsc::UnboundedReceiver<Event>>) -> Opti
 
 /// One read of the config dir: inputs, templates, and the entries that exist but could not be
 /// read (when there are any, the rest is incomplete).
-pub fn read_all(fs: &dyn FileSystem, dir: &Path) -> (Inputs, Templates, Vec<InputError>) {
+pub(crate) fn read_all(fs: &dyn FileSystem, dir: &Path) -> (Inputs, Templates, Vec<InputError>) {
     let mut problems = Problems::default();
     let mut inputs = super::read_inputs_with(fs, dir, &mut problems);
     let templates = crate::render::read_templates_with(fs, dir, &mut problems);
@@ -252,7 +252,7 @@ pub fn read_all(fs: &dyn FileSystem, dir: &Path) -> (Inputs, Templates, Vec<Inpu
 }
 
 /// Stores new inputs, logging what changed and each error once.
-pub fn publish(out: &Field<Inputs>, inputs: Inputs, metrics: &Metrics) {
+pub(crate) fn publish(out: &Field<Inputs>, inputs: Inputs, metrics: &Metrics) {
     metrics.input_read(inputs.errors.len());
     let previous = out.get();
     for error in &inputs.errors {

@@ -25,16 +25,16 @@ use hyper_util::rt::TokioExecutor;
 
 /// How a client's connections are made and kept.
 #[derive(Debug, Clone, Copy)]
-pub struct Connections {
+pub(crate) struct Connections {
     /// How long a connection attempt may take (the exchange's own limit applies as well).
-    pub connect_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
     /// How long an idle connection is kept for the next request.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
 }
 
 /// Cheap to clone (one connection pool).
 #[derive(Clone)]
-pub struct HttpClient {
+pub(crate) struct HttpClient {
     pool: Pool,
 }
 
@@ -61,7 +61,7 @@ impl std::fmt::Debug for HttpClient {
 
 /// Why a request was not sent, or got no answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SendError {
+pub(crate) enum SendError {
     /// The request cannot be made (a bad URL, HTTPS without a CA); the text names the URL.
     Setup(String),
     /// The token is not a header value.
@@ -72,7 +72,7 @@ pub enum SendError {
 
 impl HttpClient {
     /// A client for plain HTTP only.
-    pub fn http(connections: Connections) -> HttpClient {
+    pub(crate) fn http(connections: Connections) -> HttpClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(connections.connect_timeout));
         connector.set_nodelay(true);
@@ -87,7 +87,10 @@ impl HttpClient {
 
     /// A client for HTTP and HTTPS trusting the certificates in `ca_pem` (PEM); without one,
     /// HTTPS is refused. The error says what is wrong with the CA file.
-    pub fn https(connections: Connections, ca_pem: Option<&[u8]>) -> Result<HttpClient, String> {
+    pub(crate) fn https(
+        connections: Connections,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<HttpClient, String> {
         use rustls::pki_types::CertificateDer;
         use rustls::pki_types::pem::PemObject;
         let mut roots = rustls::RootCertStore::empty();
@@ -131,7 +134,7 @@ impl HttpClient {
     /// Sends a GET of `url` with `headers`, and `token` as `Authorization: Bearer` when given
     /// (marked sensitive; errors never include it): the response head, its body still to read.
     /// No time limit of its own: the caller bounds the exchange.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         url: &str,
         token: Option<&[u8]>,
@@ -167,7 +170,7 @@ impl HttpClient {
     /// GETs `url`: the body of a 200 answer, at most `limit` bytes, all within `timeout`, and
     /// what `check` makes of the answer's head, read before the body (a head it refuses is the
     /// error, and the body is not read). Errors name the URL.
-    pub async fn get<T>(
+    pub(crate) async fn get<T>(
         &self,
         url: &str,
         token: Option<&[u8]>,
@@ -216,7 +219,10 @@ fn bearer(token: &[u8]) -> Result<HeaderValue, SendError> {
 
 /// The whole body of `response`, refused past `limit` bytes; the error reads
 /// `<why> (at most <limit> bytes)`.
-pub async fn read_body(response: hyper::Response<Incoming>, limit: usize) -> Result<Bytes, String> {
+pub(crate) async fn read_body(
+    response: hyper::Response<Incoming>,
+    limit: usize,
+) -> Result<Bytes, String> {
     Limited::new(response.into_body(), limit)
         .collect()
         .await
@@ -225,7 +231,7 @@ pub async fn read_body(response: hyper::Response<Incoming>, limit: usize) -> Res
 }
 
 /// An error with its causes, `a: b: c`.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut out = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

@@ -7,7 +7,7 @@ use std::path::Path;
 use verwalter_controllers::defaults::MACHINE_ID_FILE;
 
 /// A machine id is 32 hex digits (16 bytes); stored lowercase.
-pub fn parse_machine_id(text: &str) -> Result<String, String> {
+pub(crate) fn parse_machine_id(text: &str) -> Result<String, String> {
     let id = text.trim();
     if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
         Ok(id.to_ascii_lowercase())
@@ -17,7 +17,7 @@ pub fn parse_machine_id(text: &str) -> Result<String, String> {
 }
 
 /// The machine id in `path` (`/etc/machine-id`'s format).
-pub fn read_machine_id(path: &Path) -> Result<String, String> {
+pub(crate) fn read_machine_id(path: &Path) -> Result<String, String> {
     let text = std::fs::read_to_string(path).map_err(|e| {
         format!(
             "cannot read the machine id from {}: {e}; run `systemd-machine-id-setup` or pass \

@@ -5,7 +5,7 @@
 //! - [`identity`]: the machine id and host name, read in one place.
 //! - [`http_client`]: the one HTTP client (plain HTTP for the cluster, HTTPS with a given CA).
 
-pub mod http_client;
+pub(crate) mod http_client;
 pub mod identity;
 pub mod paths;
-pub mod systemd;
+pub(crate) mod systemd;

@@ -44,7 +44,7 @@ impl Boundary {
 
     /// The boundary `dir`, or `dir` taken as it is when it cannot be resolved (then nothing
     /// resolved under it will be inside, unless `dir` itself is real).
-    pub fn new_or_given(dir: &Path) -> Boundary {
+    pub(crate) fn new_or_given(dir: &Path) -> Boundary {
         Boundary::new(dir).unwrap_or_else(|_| Boundary {
             given: dir.to_path_buf(),
             real: dir.to_path_buf(),
@@ -52,7 +52,7 @@ impl Boundary {
     }
 
     /// The boundary as given.
-    pub fn given(&self) -> &Path {
+    pub(crate) fn given(&self) -> &Path {
         &self.given
     }
 
@@ -62,7 +62,7 @@ impl Boundary {
     }
 
     /// The real path of `path`, if it stays inside.
-    pub fn resolve(&self, path: &Path) -> Result<PathBuf, Escape> {
+    pub(crate) fn resolve(&self, path: &Path) -> Result<PathBuf, Escape> {
         let real = path.canonicalize().map_err(Escape::Unresolved)?;
         if real.starts_with(&self.real) {
             Ok(real)

@@ -18,7 +18,7 @@ use verwalter_controllers::status::{self, Fields, NodeInfo, SchedulerRuns};
 
 /// The service manager, as the environment describes it.
 #[derive(Debug, Clone)]
-pub struct Notify {
+pub(crate) struct Notify {
     /// `NOTIFY_SOCKET` is set.
     enabled: bool,
     /// `WATCHDOG_USEC`, when the watchdog is this process's (`watchdog::enabled`: `WATCHDOG_PID`
@@ -27,7 +27,7 @@ pub struct Notify {
 }
 
 impl Notify {
-    pub fn from_env() -> Notify {
+    pub(crate) fn from_env() -> Notify {
         let enabled = std::env::var_os("NOTIFY_SOCKET").is_some();
         let var = |name| std::env::var(name).ok();
         let watchdog = enabled
@@ -44,13 +44,13 @@ impl Notify {
     }
 
     /// `WatchdogSec=` of the unit, when systemd watches this process.
-    pub fn watchdog(&self) -> Option<Duration> {
+    pub(crate) fn watchdog(&self) -> Option<Duration> {
         self.watchdog
     }
 
     /// Where the drivers record their progress: watched at every ping (half the watchdog
     /// interval, as systemd advises), or not watched at all.
-    pub fn progress(&self) -> Progress {
+    pub(crate) fn progress(&self) -> Progress {
         match self.watchdog {
             Some(interval) => Progress::watched(interval / 2),
             None => Progress::default(),
@@ -67,13 +67,13 @@ impl Notify {
     }
 
     /// The daemon serves: `READY=1` with its first status line.
-    pub fn ready(&self, line: &str) {
+    pub(crate) fn ready(&self, line: &str) {
         self.send(&[NotifyState::Ready, NotifyState::Status(line)]);
     }
 
     /// Keeps `STATUS=` current and pings the watchdog while `progress` says the controllers
     /// move, until `shutdown`; then sends `STOPPING=1`. `first` is the line sent with `READY=1`.
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         sources: Fields,
         node: Arc<NodeInfo>,
@@ -141,7 +141,7 @@ impl Notify {
 }
 
 /// The status view's line, and the stall while there is one.
-pub fn status_line(sources: &Fields, node: &NodeInfo, stall: Option<&Stall>) -> String {
+pub(crate) fn status_line(sources: &Fields, node: &NodeInfo, stall: Option<&Stall>) -> String {
     // The line shows no run counts.
     let view = status::view(node, &sources.snapshot(), SchedulerRuns::default());
     match stall {

@@ -16,7 +16,7 @@ const WIDTH: u32 = 1600;
 const HEIGHT: u32 = 860;
 
 /// The chart as SVG text; `subtitle` goes under the title (the node and task sets).
-pub fn svg(runs: &[Run], subtitle: &str) -> Result<String, String> {
+pub(crate) fn svg(runs: &[Run], subtitle: &str) -> Result<String, String> {
     let mut out = String::new();
     draw(&mut out, runs, subtitle).map_err(|e| format!("drawing the chart: {e}"))?;
     Ok(out)

@@ -39,18 +39,18 @@ use crate::http::{ApiError, ServeLimits};
 use crate::metrics::{ConnectionMetrics, HttpClose};
 
 /// The port wca-scheduler listens on (its policy's `URLPrefix` is `https://…:30180`).
-pub const DEFAULT_PORT: u16 = 30180;
+pub(crate) const DEFAULT_PORT: u16 = 30180;
 /// A full `Nodes` list of 5,000 nodes is tens of MB; `NodeNames` requests are far smaller.
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 64 << 20;
+pub(crate) const DEFAULT_MAX_BODY_BYTES: u64 = 64 << 20;
 /// Two bodies of the largest size at once: kube-scheduler sends one call at a time per pod.
-pub const DEFAULT_BODY_BUDGET_BYTES: u64 = 128 << 20;
+pub(crate) const DEFAULT_BODY_BUDGET_BYTES: u64 = 128 << 20;
 /// A connection without a complete request head for this long is closed (kube-scheduler keeps
 /// its connections busy or closes them; its own timeout per call is 5 s).
-pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
+pub(crate) const DEFAULT_IDLE_TIMEOUT_MS: u64 = 30_000;
 /// A request body must all come within this (kube-scheduler gives up on a call after 5 s).
-pub const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
+pub(crate) const DEFAULT_BODY_TIMEOUT_MS: u64 = 10_000;
 /// Connections at most; kube-scheduler uses a handful.
-pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+pub(crate) const DEFAULT_MAX_CONNECTIONS: usize = 1024;
 /// A reply the client takes nothing of for this long closes its connection: kube-scheduler
 /// reads its replies at once, and gives up on a call after 5 s.
 const STALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,53 +65,53 @@ const LATENCY_BUCKETS: &[f64] = &[
 pub struct ExtenderFlags {
     /// wca-scheduler's config.yaml: the algorithm (and its data provider)
     #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Address the extender listens on; its own, so kube-scheduler reaches only the extender
     #[arg(long, value_name = "IP:PORT", default_value_t = SocketAddr::from(([127, 0, 0, 1], DEFAULT_PORT)))]
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// Placement data from this JSON or YAML file (a Snapshot); re-read when it changes
     #[arg(long, value_name = "FILE")]
-    pub snapshot: Option<PathBuf>,
+    pub(crate) snapshot: Option<PathBuf>,
     /// Schedule pods of this namespace (repeat for more) [default: default]
     #[arg(long = "namespace", value_name = "NS")]
-    pub namespaces: Vec<String>,
+    pub(crate) namespaces: Vec<String>,
     /// The algorithm to use (its name or alias), when the config has several
     #[arg(long, value_name = "NAME")]
-    pub algorithm: Option<String>,
+    pub(crate) algorithm: Option<String>,
     /// Serve HTTPS with this certificate chain (PEM); needs --tls-key
     #[arg(long, value_name = "FILE", requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
+    pub(crate) tls_cert: Option<PathBuf>,
     /// The private key of --tls-cert (PEM)
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    pub(crate) tls_key: Option<PathBuf>,
     /// Open connections at most; past it the oldest idle one (else one whose client holds its
     /// request up) is closed to make room
     #[arg(long, value_name = "N", default_value_t = DEFAULT_MAX_CONNECTIONS)]
-    pub max_connections: usize,
+    pub(crate) max_connections: usize,
     /// A connection that sends no complete request head for this long is closed
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_IDLE_TIMEOUT_MS)]
-    pub idle_timeout_ms: u64,
+    pub(crate) idle_timeout_ms: u64,
     /// A request body must all come within this long after its head (else 408)
     #[arg(long, value_name = "MS", default_value_t = DEFAULT_BODY_TIMEOUT_MS)]
-    pub body_timeout_ms: u64,
+    pub(crate) body_timeout_ms: u64,
     /// Bytes in one request body at most; a longer Content-Length is refused at once (413)
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_BODY_BYTES)]
-    pub max_body_bytes: u64,
+    pub(crate) max_body_bytes: u64,
     /// Bytes of all request bodies (and their replies) held at once; a request that cannot get
     /// its share within 1 s gets 503
     #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_BODY_BUDGET_BYTES)]
-    pub body_budget_bytes: u64,
+    pub(crate) body_budget_bytes: u64,
 }
 
 /// The extender's limits on connections and request bodies (flags, or the `placement-extender:`
 /// keys of the same names).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExtenderLimits {
-    pub max_connections: usize,
-    pub idle_timeout: Duration,
-    pub body_timeout: Duration,
-    pub max_body: u64,
-    pub body_budget: u64,
+pub(crate) struct ExtenderLimits {
+    pub(crate) max_connections: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) body_timeout: Duration,
+    pub(crate) max_body: u64,
+    pub(crate) body_budget: u64,
 }
 
 impl Default for ExtenderLimits {
@@ -129,7 +129,10 @@ impl Default for ExtenderLimits {
 impl ExtenderLimits {
     /// From the flags' values; every problem names its flag or key (`prefix` and the name:
     /// `--` for flags, `placement-extender.` for settings).
-    pub fn from_flags(flags: &ExtenderFlags, prefix: &str) -> Result<ExtenderLimits, String> {
+    pub(crate) fn from_flags(
+        flags: &ExtenderFlags,
+        prefix: &str,
+    ) -> Result<ExtenderLimits, String> {
         let mut problems = Vec::new();
         for (name, value) in [
             ("max-connections", flags.max_connections as u64),
@@ -165,20 +168,20 @@ impl ExtenderLimits {
 /// An extender ready to start: the algorithm chosen from a loaded config, and where to serve.
 #[derive(Debug, Clone)]
 pub struct ExtenderSetup {
-    pub listen: SocketAddr,
+    pub(crate) listen: SocketAddr,
     /// The config file the algorithm came from (for the log and `/status`).
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Its name in the config.
-    pub algorithm_name: String,
-    pub algorithm: Algorithm,
-    pub data_provider: Option<DataProvider>,
-    pub snapshot: Option<PathBuf>,
-    pub namespaces: Vec<String>,
+    pub(crate) algorithm_name: String,
+    pub(crate) algorithm: Algorithm,
+    pub(crate) data_provider: Option<DataProvider>,
+    pub(crate) snapshot: Option<PathBuf>,
+    pub(crate) namespaces: Vec<String>,
     /// Certificate chain and key (PEM) to serve HTTPS with.
-    pub tls: Option<(PathBuf, PathBuf)>,
+    pub(crate) tls: Option<(PathBuf, PathBuf)>,
     /// Connections and request bodies (`max_connections` as given: the caller caps it by the
     /// descriptor limit).
-    pub limits: ExtenderLimits,
+    pub(crate) limits: ExtenderLimits,
     /// The config's `loggers:` (wca's), for the log filter ([`verwalter_placement::loggers`]).
     pub loggers: BTreeMap<String, String>,
 }
@@ -191,7 +194,10 @@ impl ExtenderSetup {
     }
 
     /// [`ExtenderSetup::from_flags`] with the limits' problems named with `prefix`.
-    pub fn from_flags_named(flags: &ExtenderFlags, prefix: &str) -> Result<ExtenderSetup, String> {
+    pub(crate) fn from_flags_named(
+        flags: &ExtenderFlags,
+        prefix: &str,
+    ) -> Result<ExtenderSetup, String> {
         let limits = ExtenderLimits::from_flags(flags, prefix)?;
         let text = super::input::read_text_capped(&flags.config, super::input::MAX_CONFIG_BYTES)
             .map_err(|e| format!("{}: cannot read: {e}", flags.config.display()))?;
@@ -219,7 +225,7 @@ impl ExtenderSetup {
 }
 
 /// The algorithm to serve: the one named (by its name or its alias), or the only one.
-pub fn choose<'a>(
+pub(crate) fn choose<'a>(
     algorithms: &'a BTreeMap<String, LoadedAlgorithm>,
     wanted: Option<&str>,
 ) -> Result<(&'a String, &'a LoadedAlgorithm), String> {
@@ -259,15 +265,15 @@ pub enum ExtenderError {
 }
 
 /// What the handlers share.
-pub struct Extender {
-    pub algorithm: Algorithm,
-    pub algorithm_name: String,
-    pub namespaces: Vec<String>,
-    pub store: SnapshotStore,
-    pub metrics: ExtenderMetrics,
-    pub limits: ExtenderLimits,
+pub(crate) struct Extender {
+    pub(crate) algorithm: Algorithm,
+    pub(crate) algorithm_name: String,
+    pub(crate) namespaces: Vec<String>,
+    pub(crate) store: SnapshotStore,
+    pub(crate) metrics: ExtenderMetrics,
+    pub(crate) limits: ExtenderLimits,
     /// The bytes of request bodies and replies held at once.
-    pub budget: body::BodyBudget,
+    pub(crate) budget: body::BodyBudget,
 }
 
 impl std::fmt::Debug for Extender {
@@ -279,7 +285,8 @@ impl std::fmt::Debug for Extender {
 }
 
 impl Extender {
-    pub fn new(
+    #[cfg(test)]
+    pub(crate) fn new(
         algorithm_name: String,
         algorithm: Algorithm,
         namespaces: Vec<String>,
@@ -295,7 +302,7 @@ impl Extender {
     }
 
     /// With `metrics` made beforehand (their registry may hold the data sources' families too).
-    pub fn with_metrics(
+    pub(crate) fn with_metrics(
         algorithm_name: String,
         algorithm: Algorithm,
         namespaces: Vec<String>,
@@ -315,7 +322,7 @@ impl Extender {
     }
 
     /// With `limits` instead of the defaults.
-    pub fn with_limits(mut self, limits: ExtenderLimits) -> Extender {
+    pub(crate) fn with_limits(mut self, limits: ExtenderLimits) -> Extender {
         self.budget = body::BodyBudget::new(limits.body_budget);
         self.limits = limits;
         self
@@ -354,7 +361,7 @@ pub const ROUTES: &[(&str, &str, &str)] = &[
 ];
 
 /// The extender's routes, apart from serving (tests call it without a socket).
-pub fn router(state: Arc<Extender>) -> Router {
+pub(crate) fn router(state: Arc<Extender>) -> Router {
     Router::new()
         .route("/filter", post(filter))
         .route("/prioritize", post(prioritize))
@@ -639,7 +646,7 @@ fn register<C: prometheus::core::Collector + Clone + 'static>(
 
 /// The extender's metric families, in a registry of their own (served on the extender's
 /// `/metrics`).
-pub struct ExtenderMetrics {
+pub(crate) struct ExtenderMetrics {
     registry: Registry,
     requests: IntCounterVec,
     duration: HistogramVec,
@@ -661,11 +668,11 @@ pub struct ExtenderMetrics {
 
 impl ExtenderMetrics {
     /// The registry `/metrics` serves.
-    pub fn registry(&self) -> &Registry {
+    pub(crate) fn registry(&self) -> &Registry {
         &self.registry
     }
 
-    pub fn new() -> ExtenderMetrics {
+    pub(crate) fn new() -> ExtenderMetrics {
         let registry = Registry::new();
         let results: Vec<&str> = Verdict::ALL
             .iter()
@@ -886,7 +893,7 @@ impl ExtenderMetrics {
     }
 
     /// What the server counts its connections in.
-    pub fn connection_metrics(&self) -> ConnectionMetrics {
+    pub(crate) fn connection_metrics(&self) -> ConnectionMetrics {
         ConnectionMetrics::new(self.connections.clone(), self.connections_closed.clone())
     }
 
@@ -906,7 +913,7 @@ impl ExtenderMetrics {
     }
 
     /// Prometheus text, with the snapshot gauges brought up to date with `store` first.
-    pub fn render(&self, store: &SnapshotStore) -> String {
+    pub(crate) fn render(&self, store: &SnapshotStore) -> String {
         let view = store.view();
         self.loaded.set(i64::from(view.snapshot.is_some()));
         self.generation.set(view.generation as i64);
@@ -981,7 +988,10 @@ impl Default for ExtenderMetrics {
 }
 
 /// A TLS acceptor for a PEM certificate chain and key, with the ring provider (TLS 1.2, 1.3).
-pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor, ExtenderError> {
+pub(crate) fn tls_acceptor(
+    cert: &Path,
+    key: &Path,
+) -> Result<tokio_rustls::TlsAcceptor, ExtenderError> {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let certs = CertificateDer::pem_file_iter(cert)
@@ -1008,7 +1018,7 @@ pub fn tls_acceptor(cert: &Path, key: &Path) -> Result<tokio_rustls::TlsAcceptor
 
 /// Serves the extender's routes on `listener` (over TLS with `tls`) until `shutdown`, with the
 /// daemon's connection policy (`crate::http::serve_on`) within `state`'s limits.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     state: Arc<Extender>,
     tls: Option<tokio_rustls::TlsAcceptor>,
@@ -1025,7 +1035,7 @@ pub async fn serve(
 
 /// Binds, starts the data sources and returns the extender's tasks (server and sources) to run
 /// until `shutdown`. Every start problem is returned before anything runs.
-pub async fn start(
+pub(crate) async fn start(
     setup: &ExtenderSetup,
     store: SnapshotStore,
     shutdown: CancellationToken,

@@ -8,13 +8,13 @@ use std::path::Path;
 
 /// The placement config, and the simulator's node and task files: far above any real one
 /// (wca's config and experiment are a few KiB), far below what would take the memory.
-pub const MAX_CONFIG_BYTES: u64 = verwalter_placement::experiment::MAX_FILE_BYTES;
+pub(crate) const MAX_CONFIG_BYTES: u64 = verwalter_placement::experiment::MAX_FILE_BYTES;
 /// A snapshot file: 5,000 nodes with their apps are a few MB.
-pub const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_SNAPSHOT_BYTES: u64 = 64 << 20;
 
 /// The bytes of the regular file at `path`, at most `limit` of them; the problem otherwise,
 /// without the path (the caller names the file as it names it elsewhere).
-pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     use std::os::unix::fs::OpenOptionsExt;
     // Without blocking: opening a FIFO for reading would wait for a writer.
     let file = std::fs::OpenOptions::new()
@@ -46,7 +46,7 @@ pub fn read_capped(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
 }
 
 /// [`read_capped`] as UTF-8 text.
-pub fn read_text_capped(path: &Path, limit: u64) -> Result<String, String> {
+pub(crate) fn read_text_capped(path: &Path, limit: u64) -> Result<String, String> {
     let bytes = read_capped(path, limit)?;
     String::from_utf8(bytes).map_err(|e| format!("not UTF-8 text: {e}"))
 }

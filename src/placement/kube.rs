@@ -19,13 +19,13 @@ use super::request::{self, encode_param, status_error};
 use crate::machinery::http_client::HttpClient;
 
 /// Lists larger than this are refused.
-pub const BODY_LIMIT: usize = 256 << 20;
+pub(crate) const BODY_LIMIT: usize = 256 << 20;
 /// A watch line longer than this ends the watch (a pod object is a few KiB).
 const LINE_LIMIT: usize = 4 << 20;
 
 /// A client for one API server.
 #[derive(Debug, Clone)]
-pub struct KubeApi {
+pub(crate) struct KubeApi {
     client: HttpClient,
     base: String,
     token_path: PathBuf,
@@ -36,7 +36,7 @@ pub struct KubeApi {
 /// The API server's URL: `host` as given when it has a scheme, else `https://host`; `:port`
 /// added when given. Without a host, the in-cluster `KUBERNETES_SERVICE_HOST` and
 /// `KUBERNETES_SERVICE_PORT` are used.
-pub fn base_url(host: Option<&str>, port: Option<u16>) -> Result<String, SourceError> {
+pub(crate) fn base_url(host: Option<&str>, port: Option<u16>) -> Result<String, SourceError> {
     let in_cluster = host.is_none();
     let host = host
         .map(str::to_owned)
@@ -71,14 +71,14 @@ pub fn base_url(host: Option<&str>, port: Option<u16>) -> Result<String, SourceE
 
 /// How a watch ended without an error.
 #[derive(Debug, Clone, PartialEq)]
-pub enum WatchEnd {
+pub(crate) enum WatchEnd {
     /// The server closed it (its `timeoutSeconds`); resume from this version.
     Closed(Option<String>),
 }
 
 impl KubeApi {
     /// Reads the CA (for HTTPS) and checks the URL; the token is read per request.
-    pub fn new(cfg: &Kubeapi) -> Result<KubeApi, SourceError> {
+    pub(crate) fn new(cfg: &Kubeapi) -> Result<KubeApi, SourceError> {
         let base = base_url(cfg.host.as_deref(), cfg.port)?;
         let https = base.starts_with("https://");
         let client = if https {
@@ -99,10 +99,6 @@ impl KubeApi {
             https,
             timeout: Duration::from_secs_f64(cfg.timeout.max(0.001)),
         })
-    }
-
-    pub fn base(&self) -> &str {
-        &self.base
     }
 
     fn token(&self) -> Result<Option<String>, SourceError> {
@@ -130,12 +126,12 @@ impl KubeApi {
     }
 
     /// `GET /api/v1/nodes`.
-    pub async fn list_nodes(&self) -> Result<Nodes, SourceError> {
+    pub(crate) async fn list_nodes(&self) -> Result<Nodes, SourceError> {
         parse_node_list(&self.get("/api/v1/nodes").await?)
     }
 
     /// `GET /api/v1/namespaces/{ns}/pods`: the pods and the version to watch from.
-    pub async fn list_pods(
+    pub(crate) async fn list_pods(
         &self,
         namespace: &str,
     ) -> Result<(Vec<Pod>, Option<String>), SourceError> {
@@ -146,7 +142,7 @@ impl KubeApi {
     /// Watches the pods of `namespace` from `resource_version` for at most `duration` (the
     /// server's `timeoutSeconds`), handing each chunk's events to `on_events` as they come.
     /// A 410 (as the status or as an `ERROR` event) is [`SourceError::Gone`]: list again.
-    pub async fn watch_pods(
+    pub(crate) async fn watch_pods(
         &self,
         namespace: &str,
         resource_version: Option<&str>,

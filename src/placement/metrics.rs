@@ -27,7 +27,7 @@ impl std::fmt::Debug for SourceMetrics {
 
 impl SourceMetrics {
     /// Creates the families and registers them on `registry` (fails only on a name clash).
-    pub fn register(registry: &Registry) -> prometheus::Result<SourceMetrics> {
+    pub(crate) fn register(registry: &Registry) -> prometheus::Result<SourceMetrics> {
         let m = SourceMetrics {
             refreshes: IntCounterVec::new(
                 Opts::new(
@@ -69,7 +69,7 @@ impl SourceMetrics {
     }
 
     /// One refresh of `source` that took `took`; `result` is `ok` or an error kind.
-    pub fn refresh(&self, source: &str, result: &str, took: Duration) {
+    pub(crate) fn refresh(&self, source: &str, result: &str, took: Duration) {
         self.refreshes.with_label_values(&[source, result]).inc();
         self.duration
             .with_label_values(&[source])
@@ -83,7 +83,7 @@ impl SourceMetrics {
         }
     }
 
-    pub fn watch_event(&self, kind: &str) {
+    pub(crate) fn watch_event(&self, kind: &str) {
         self.watch_events.with_label_values(&[kind]).inc();
     }
 }

@@ -15,16 +15,16 @@
 //! - [`extender`]: the Kubernetes scheduler extender's HTTP server (`verwalter extender`).
 //! - [`input`]: reading their input files: regular files only, within a size cap.
 
-pub mod chart;
+pub(crate) mod chart;
 pub mod check;
 pub mod extender;
-pub mod input;
-pub mod kube;
-pub mod metrics;
-pub mod prometheus;
+pub(crate) mod input;
+pub(crate) mod kube;
+pub(crate) mod metrics;
+pub(crate) mod prometheus;
 pub mod refresh;
-pub mod request;
+pub(crate) mod request;
 pub mod simulate;
 pub mod snapshot_file;
-pub mod start;
+pub(crate) mod start;
 pub mod store;

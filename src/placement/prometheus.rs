@@ -9,10 +9,10 @@ use super::request::{self, encode_param, status_error};
 use crate::machinery::http_client::HttpClient;
 
 /// Replies larger than this are refused (a query gone wrong, not a placement input).
-pub const BODY_LIMIT: usize = 16 << 20;
+pub(crate) const BODY_LIMIT: usize = 16 << 20;
 
 /// `host:port` with the scheme wca expects in `host` (`http://` when it has none).
-pub fn base_url(p: &Prometheus) -> String {
+pub(crate) fn base_url(p: &Prometheus) -> String {
     let host = p.host.trim_end_matches('/');
     let host = if host.contains("://") {
         host.to_owned()
@@ -23,7 +23,7 @@ pub fn base_url(p: &Prometheus) -> String {
 }
 
 /// The query URL: `{base}/api/v1/query?query=…`, with `&time=…` when given.
-pub fn query_url(base_url: &str, query: &str, time: Option<&str>) -> String {
+pub(crate) fn query_url(base_url: &str, query: &str, time: Option<&str>) -> String {
     let mut url = format!(
         "{}/api/v1/query?query={}",
         base_url.trim_end_matches('/'),
@@ -39,7 +39,7 @@ pub fn query_url(base_url: &str, query: &str, time: Option<&str>) -> String {
 /// Runs one instant query and returns its series. Prometheus' own errors (a bad query, a
 /// timeout on its side) arrive with a 4xx/5xx status and a JSON body: they come back as
 /// [`SourceError::Prometheus`]; other failures as connect, timeout, status or bad-reply errors.
-pub async fn instant_query(
+pub(crate) async fn instant_query(
     client: &HttpClient,
     base_url: &str,
     query: &str,

@@ -36,13 +36,13 @@ use super::store::SnapshotStore;
 use crate::machinery::http_client::HttpClient;
 
 /// The source name of the Kubernetes API part in the store and in metrics.
-pub const KUBERNETES: &str = "kubernetes";
+pub(crate) const KUBERNETES: &str = "kubernetes";
 /// The source name of the Prometheus part.
-pub const PROMETHEUS: &str = "prometheus";
+pub(crate) const PROMETHEUS: &str = "prometheus";
 
 /// How often the sources refresh by default: wca asked on every request; a list every 15 s
 /// plus the pod watch keeps counts current, and Prometheus data changes at its scrape interval.
-pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
+pub(crate) const DEFAULT_INTERVAL: Duration = Duration::from_secs(15);
 
 /// How the sources refresh.
 #[derive(Debug, Clone)]

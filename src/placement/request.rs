@@ -17,18 +17,18 @@ const CONNECTIONS: Connections = Connections {
 };
 
 /// A client for plain HTTP only (e.g. Prometheus, `kubectl proxy`): HTTPS is refused.
-pub fn plain_client() -> HttpClient {
+pub(crate) fn plain_client() -> HttpClient {
     HttpClient::https(CONNECTIONS, None).expect("a client without a CA always builds")
 }
 
 /// A client trusting the certificates in `ca_pem` (PEM) for HTTPS; plain HTTP works too.
-pub fn client_with_ca(ca_pem: &[u8]) -> Result<HttpClient, SourceError> {
+pub(crate) fn client_with_ca(ca_pem: &[u8]) -> Result<HttpClient, SourceError> {
     HttpClient::https(CONNECTIONS, Some(ca_pem)).map_err(SourceError::Setup)
 }
 
 /// Sends a GET and returns the response head with its body still to read, within `timeout`
 /// for the head. An `https` URL needs a client with a CA.
-pub async fn open(
+pub(crate) async fn open(
     client: &HttpClient,
     url: &str,
     token: Option<&str>,
@@ -54,7 +54,7 @@ pub async fn open(
 }
 
 /// GETs `url`: the status and the whole body (at most `limit` bytes), all within `timeout`.
-pub async fn get(
+pub(crate) async fn get(
     client: &HttpClient,
     url: &str,
     token: Option<&str>,
@@ -84,7 +84,7 @@ pub async fn get(
 
 /// [`get`] that takes only a 200: any other status is [`SourceError::Status`] with the start
 /// of the body.
-pub async fn get_ok(
+pub(crate) async fn get_ok(
     client: &HttpClient,
     url: &str,
     token: Option<&str>,
@@ -100,7 +100,7 @@ pub async fn get_ok(
 }
 
 /// A non-200 answer, with the first line of its body (bounded) for the reason.
-pub fn status_error(url: &str, status: hyper::StatusCode, body: &[u8]) -> SourceError {
+pub(crate) fn status_error(url: &str, status: hyper::StatusCode, body: &[u8]) -> SourceError {
     let text = String::from_utf8_lossy(body);
     let first: String = text
         .lines()
@@ -117,7 +117,7 @@ pub fn status_error(url: &str, status: hyper::StatusCode, body: &[u8]) -> Source
 }
 
 /// Percent-encodes a query parameter value (everything but RFC 3986's unreserved characters).
-pub fn encode_param(value: &str) -> String {
+pub(crate) fn encode_param(value: &str) -> String {
     let mut out = String::with_capacity(value.len() * 3);
     for b in value.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

@@ -12,7 +12,7 @@ use verwalter_placement::{config, experiment, simulate};
 use super::chart;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// An aligned text table, one row per algorithm.
     Table,
     /// A JSON document with stable keys (docs/placement.md, "Simulator").
@@ -23,22 +23,22 @@ pub enum Format {
 pub struct SimulateArgs {
     /// Placement config with the algorithms to compare (wca-scheduler's config.yaml format)
     #[arg(long, value_name = "FILE")]
-    pub config: PathBuf,
+    pub(crate) config: PathBuf,
     /// Node set: groups of identical nodes and/or single nodes with their capacities
     #[arg(long, value_name = "FILE")]
-    pub nodes: PathBuf,
+    pub(crate) nodes: PathBuf,
     /// Task set: task types with requests and counts, and the order they arrive in
     #[arg(long, value_name = "FILE")]
-    pub tasks: PathBuf,
+    pub(crate) tasks: PathBuf,
     /// How to print the report
     #[arg(long, value_enum, default_value_t = Format::Table)]
-    pub format: Format,
+    pub(crate) format: Format,
     /// Also write a chart comparing the algorithms to FILE (SVG)
     #[arg(long, value_name = "FILE")]
-    pub svg: Option<PathBuf>,
+    pub(crate) svg: Option<PathBuf>,
     /// Run only these algorithms of the config, in this order (default: all, in the file's order)
     #[arg(long = "algorithm", value_name = "NAME", num_args = 1..)]
-    pub algorithms: Vec<String>,
+    pub(crate) algorithms: Vec<String>,
 }
 
 /// Runs the simulation: the report to print on success, one line of cause on failure. A line

@@ -23,7 +23,7 @@ use verwalter_placement::Snapshot;
 use super::store::SnapshotStore;
 
 /// The source's name in the store's errors and the metrics.
-pub const SOURCE: &str = "snapshot-file";
+pub(crate) const SOURCE: &str = "snapshot-file";
 /// Quiet time that ends a burst of events (a write-rename sequence).
 const DEBOUNCE: Duration = Duration::from_millis(100);
 /// Upper bound on the wait while events keep coming.
@@ -48,7 +48,7 @@ pub fn parse(path: &Path, bytes: &[u8]) -> Result<Snapshot, String> {
 }
 
 /// The snapshot file source: one file, one store.
-pub struct SnapshotFile {
+pub(crate) struct SnapshotFile {
     path: PathBuf,
     store: SnapshotStore,
     /// A hash of the bytes last published, to publish only changes.
@@ -58,7 +58,7 @@ pub struct SnapshotFile {
 }
 
 impl SnapshotFile {
-    pub fn new(path: PathBuf, store: SnapshotStore) -> SnapshotFile {
+    pub(crate) fn new(path: PathBuf, store: SnapshotStore) -> SnapshotFile {
         SnapshotFile {
             path,
             store,
@@ -68,7 +68,7 @@ impl SnapshotFile {
     }
 
     /// Reads the file once, off the async runtime, and publishes or records what it found.
-    pub async fn refresh(&mut self) {
+    pub(crate) async fn refresh(&mut self) {
         let path = self.path.clone();
         let read = tokio::task::spawn_blocking(move || read(&path)).await;
         let read = read.unwrap_or_else(|e| Err(format!("reading panicked: {e}")));
@@ -115,7 +115,7 @@ impl SnapshotFile {
     }
 
     /// Re-reads after every change until `shutdown` (the first read is [`SnapshotFile::refresh`]).
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let (tx, mut events) = mpsc::unbounded_channel::<()>();
         let dir = match self.path.parent() {
             Some(dir) if !dir.as_os_str().is_empty() => dir.to_path_buf(),

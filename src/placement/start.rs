@@ -15,15 +15,15 @@ use super::store::SnapshotStore;
 
 /// The sources asked for: a snapshot file, and the data provider of the placement config.
 #[derive(Debug, Clone, Default)]
-pub struct SourcePlan {
+pub(crate) struct SourcePlan {
     /// `--snapshot FILE` (or `snapshot:` in the daemon's settings).
-    pub snapshot_file: Option<PathBuf>,
+    pub(crate) snapshot_file: Option<PathBuf>,
     /// The algorithm's `data_provider` (Kubernetes API and Prometheus).
-    pub data_provider: Option<DataProvider>,
+    pub(crate) data_provider: Option<DataProvider>,
     /// The algorithm's dimensions: which Prometheus queries the data provider runs.
-    pub dimensions: Vec<Dim>,
+    pub(crate) dimensions: Vec<Dim>,
     /// How often the data provider refreshes, and where its refreshes are counted.
-    pub refresh: RefreshSettings,
+    pub(crate) refresh: RefreshSettings,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -43,7 +43,7 @@ pub enum SourcesError {
 /// A snapshot file, when given, is the source; a data provider in the config is then not used.
 /// Otherwise the data provider's Kubernetes API and Prometheus sources start refreshing in the
 /// background ([`spawn_sources`]); the store stays empty until both have answered once.
-pub async fn start_sources(
+pub(crate) async fn start_sources(
     plan: &SourcePlan,
     store: &SnapshotStore,
     shutdown: CancellationToken,

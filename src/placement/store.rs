@@ -19,11 +19,11 @@ pub struct View {
     /// `Usage::of(snapshot)`, kept with it: the writers pay for summing each node's apps (a few
     /// ms for 5,000 nodes, at each publish and edit), readers deciding thousands of nodes per
     /// request look usage up.
-    pub usage: Option<Arc<Usage>>,
+    pub(crate) usage: Option<Arc<Usage>>,
     /// When the snapshot was last replaced or edited.
-    pub updated: Option<SystemTime>,
+    pub(crate) updated: Option<SystemTime>,
     /// Counts every change of `snapshot`, so a reader can tell two views apart.
-    pub generation: u64,
+    pub(crate) generation: u64,
     /// The last error of each source whose latest attempt failed (cleared by its next success).
     pub errors: BTreeMap<String, SourceError>,
 }
@@ -32,7 +32,7 @@ pub struct View {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SourceError {
     pub message: String,
-    pub at: SystemTime,
+    pub(crate) at: SystemTime,
 }
 
 /// Cheap to clone; all clones share one current [`View`].
@@ -68,7 +68,7 @@ impl SnapshotStore {
     }
 
     /// The current snapshot, `None` before the first load.
-    pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
+    pub(crate) fn snapshot(&self) -> Option<Arc<Snapshot>> {
         self.tx.borrow().snapshot.clone()
     }
 
@@ -78,7 +78,7 @@ impl SnapshotStore {
     }
 
     /// Replaces the snapshot and clears `source`'s error.
-    pub fn publish(&self, source: &str, snapshot: Snapshot) {
+    pub(crate) fn publish(&self, source: &str, snapshot: Snapshot) {
         let usage = Usage::of(&snapshot);
         self.change(|view| {
             view.snapshot = Some(Arc::new(snapshot));
@@ -91,7 +91,8 @@ impl SnapshotStore {
 
     /// Edits the snapshot in place (copy-on-write: readers holding the old one keep it), e.g. to
     /// count a pod the moment it is bound. Does nothing before the first load.
-    pub fn edit(&self, edit: impl FnOnce(&mut Snapshot)) {
+    #[cfg(test)]
+    pub(crate) fn edit(&self, edit: impl FnOnce(&mut Snapshot)) {
         self.change(|view| {
             if let Some(snapshot) = &mut view.snapshot {
                 edit(Arc::make_mut(snapshot));
@@ -103,7 +104,7 @@ impl SnapshotStore {
     }
 
     /// Records that `source` failed; the snapshot in force stays.
-    pub fn report_error(&self, source: &str, message: String) {
+    pub(crate) fn report_error(&self, source: &str, message: String) {
         self.change(|view| {
             view.errors.insert(
                 source.to_owned(),
@@ -116,7 +117,7 @@ impl SnapshotStore {
     }
 
     /// Clears `source`'s error (its latest attempt succeeded without replacing the snapshot).
-    pub fn clear_error(&self, source: &str) {
+    pub(crate) fn clear_error(&self, source: &str) {
         if self.tx.borrow().errors.contains_key(source) {
             self.change(|view| {
                 view.errors.remove(source);

@@ -27,18 +27,18 @@ impl Vars {
     }
 
     /// The variables.
-    pub fn map(&self) -> &Map<String, Value> {
+    pub(crate) fn map(&self) -> &Map<String, Value> {
         vars_of(&self.handlebars)
     }
 
     /// The variables, shared (no copy).
-    pub fn shared(&self) -> Arc<handlebars::Context> {
+    pub(crate) fn shared(&self) -> Arc<handlebars::Context> {
         self.handlebars.clone()
     }
 }
 
 /// The variables a [`Vars`] holds as a Handlebars context (always an object).
-pub fn vars_of(context: &handlebars::Context) -> &Map<String, Value> {
+pub(crate) fn vars_of(context: &handlebars::Context) -> &Map<String, Value> {
     static EMPTY: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
     context.data().as_object().unwrap_or(&EMPTY)
 }
@@ -52,7 +52,7 @@ pub trait Engine: Send + Sync {
 }
 
 /// The engine for a file name, if it is a template.
-pub fn kind_of(name: &str) -> Option<EngineKind> {
+pub(crate) fn kind_of(name: &str) -> Option<EngineKind> {
     if name.ends_with(".hbs") || name.ends_with(".handlebars") {
         Some(EngineKind::Handlebars)
     } else if name.ends_with(".tera") {
@@ -63,7 +63,7 @@ pub fn kind_of(name: &str) -> Option<EngineKind> {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EngineKind {
+pub(crate) enum EngineKind {
     Handlebars,
     Tera,
 }

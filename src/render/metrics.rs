@@ -10,7 +10,7 @@ use verwalter_controllers::status::{Snapshot, Status};
 
 use crate::metrics::{Families, MAX_ROLE_SERIES};
 
-pub struct RenderMetrics {
+pub(crate) struct RenderMetrics {
     pub(crate) roles_failing: IntGauge,
     pub(crate) roles_held: IntGaugeVec,
     pub(crate) role_failed_attempts: IntGaugeVec,
@@ -22,7 +22,7 @@ pub struct RenderMetrics {
 
 impl RenderMetrics {
     /// Creates the families and registers them on `registry`.
-    pub fn register(registry: &Registry) -> RenderMetrics {
+    pub(crate) fn register(registry: &Registry) -> RenderMetrics {
         let f = Families(registry);
         RenderMetrics {
             roles_failing: f.gauge(

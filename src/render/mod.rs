@@ -5,7 +5,7 @@
 pub mod apply;
 pub mod cli;
 pub mod engines;
-pub mod metrics;
+pub(crate) mod metrics;
 pub mod template_set;
 #[cfg(test)]
 mod tests;
@@ -26,7 +26,7 @@ use verwalter_controllers::state::{InputError, TemplateFile, Templates};
 
 use crate::storage::logs::LogDir;
 pub use engines::Vars;
-pub use template_set::TemplateSet;
+pub(crate) use template_set::TemplateSet;
 
 /// Reads every file under `<config>/templates` (hidden files skipped) into a [`Templates`]
 /// snapshot: content hashes, and whether a file mentions `full_schedule`.
@@ -40,7 +40,7 @@ pub fn read_templates(config_dir: &Path, errors: &mut Vec<InputError>) -> Templa
 
 /// [`read_templates`] through `fs`, telling files that exist but could not be read (then the
 /// snapshot is incomplete) from bad ones. Symlinks must stay inside `templates/`.
-pub fn read_templates_with(
+pub(crate) fn read_templates_with(
     fs: &dyn crate::inputs::walk::FileSystem,
     config_dir: &Path,
     problems: &mut crate::inputs::Problems,
@@ -132,7 +132,7 @@ impl Applier {
 
     /// Forgets the variables last logged for roles not in `keep` (gone from the node): a role
     /// that comes back logs its variables whole again.
-    pub fn forget_logged_vars(&self, keep: &std::collections::BTreeSet<String>) {
+    pub(crate) fn forget_logged_vars(&self, keep: &std::collections::BTreeSet<String>) {
         self.0
             .logged_vars
             .lock()
@@ -141,7 +141,7 @@ impl Applier {
     }
 
     /// Removes what a previous run left in the staging dir.
-    pub fn clean_staging(&self) -> std::io::Result<()> {
+    pub(crate) fn clean_staging(&self) -> std::io::Result<()> {
         match fs::remove_dir_all(&self.0.config.staging_dir) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
@@ -294,7 +294,7 @@ fn remove_others(dir: &Path, keep: &[String]) {
 }
 
 /// Removes the staging dirs of roles not in `keep`.
-pub fn retain_staging(staging_dir: &Path, keep: &std::collections::BTreeSet<String>) {
+pub(crate) fn retain_staging(staging_dir: &Path, keep: &std::collections::BTreeSet<String>) {
     let Ok(entries) = fs::read_dir(staging_dir) else {
         return;
     };
@@ -322,7 +322,7 @@ fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// `log-dirs` of every `<config>/sandbox/*.yaml` (name -> dir).
-pub fn read_log_dirs(config_dir: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
+pub(crate) fn read_log_dirs(config_dir: &Path) -> Result<BTreeMap<String, PathBuf>, String> {
     #[derive(serde::Deserialize)]
     #[serde(rename_all = "kebab-case")]
     struct Sandbox {

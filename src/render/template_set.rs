@@ -14,12 +14,12 @@ use crate::render::apply::{self, Command};
 
 /// One `*.render.yaml`: the templates it renders and the commands that apply them.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Renderer {
+pub(crate) struct Renderer {
     /// Its path relative to the template dir (the "action" name in the log).
-    pub name: String,
+    pub(crate) name: String,
     /// Template name (used as `{{ files.NAME }}`) -> template path relative to the template dir.
-    pub templates: BTreeMap<String, String>,
-    pub commands: Vec<Command>,
+    pub(crate) templates: BTreeMap<String, String>,
+    pub(crate) commands: Vec<Command>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -32,13 +32,13 @@ struct RenderFile {
 }
 
 /// A parsed template dir.
-pub struct TemplateSet {
+pub(crate) struct TemplateSet {
     /// Name relative to `templates/` (`web/v1`).
-    pub name: String,
+    pub(crate) name: String,
     /// How messages name the dir (`templates/web/v1`).
-    pub shown: String,
-    pub dir: PathBuf,
-    pub renderers: Vec<Renderer>,
+    pub(crate) shown: String,
+    pub(crate) dir: PathBuf,
+    pub(crate) renderers: Vec<Renderer>,
     engines: BTreeMap<String, EngineKind>,
     handlebars: HandlebarsEngine,
     tera: TeraEngine,
@@ -56,7 +56,7 @@ impl std::fmt::Debug for TemplateSet {
 impl TemplateSet {
     /// Loads `templates_root/<name>`. Errors name the file (relative to the config dir's
     /// `templates/`) and the line where known.
-    pub fn load(templates_root: &Path, name: &str) -> Result<TemplateSet, String> {
+    pub(crate) fn load(templates_root: &Path, name: &str) -> Result<TemplateSet, String> {
         let dir = templates_root.join(name);
         // A symlink must not lead the template dir out of templates/.
         let root = Boundary::new(templates_root).map_err(|e| format!("templates/: {e}"))?;
@@ -72,7 +72,7 @@ impl TemplateSet {
     /// Loads the template dir `dir`, whose symlinks must stay inside `boundary` (`templates/`:
     /// a template linked to a file elsewhere on the machine would render it into a role's
     /// files); `shown` is how messages name it.
-    pub fn load_dir(
+    pub(crate) fn load_dir(
         dir: &Path,
         boundary: &Path,
         name: &str,
@@ -156,7 +156,7 @@ impl TemplateSet {
     }
 
     /// Renders one template (a path relative to the template dir).
-    pub fn render(&self, template: &str, vars: &Vars) -> Result<String, String> {
+    pub(crate) fn render(&self, template: &str, vars: &Vars) -> Result<String, String> {
         let shown = format!("{}/{template}", self.shown);
         let engine: &dyn Engine = match self.engines.get(template) {
             Some(EngineKind::Handlebars) => &self.handlebars,

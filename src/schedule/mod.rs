@@ -15,7 +15,7 @@
 
 pub mod lua;
 pub mod scheduler_metrics;
-pub mod thread;
+pub(crate) mod thread;
 pub mod wasm;
 
 use std::path::PathBuf;
@@ -30,7 +30,7 @@ use wasm::{WasmScheduler, has_wasm_scheduler};
 
 /// The daemon's scheduler: `scheduler/v1/scheduler.wasm` when it exists, else `main.lua`. The
 /// choice is made per run, so replacing one by the other takes effect like any code change.
-pub struct ConfigDirScheduler {
+pub(crate) struct ConfigDirScheduler {
     config_dir: PathBuf,
     lua: LuaScheduler,
     wasm: WasmScheduler,
@@ -43,7 +43,11 @@ impl std::fmt::Debug for ConfigDirScheduler {
 }
 
 impl ConfigDirScheduler {
-    pub fn new(config_dir: PathBuf, lua: LuaScheduler, wasm: WasmScheduler) -> ConfigDirScheduler {
+    pub(crate) fn new(
+        config_dir: PathBuf,
+        lua: LuaScheduler,
+        wasm: WasmScheduler,
+    ) -> ConfigDirScheduler {
         ConfigDirScheduler {
             config_dir,
             lua,

@@ -26,10 +26,10 @@ use verwalter_controllers::state::{SchedulerInput, SchedulerOutput};
 /// script we know of (the Lua pattern functions watch the clock themselves, the wasm fuel
 /// slices stop a module within a slice); this is the last line of defence should a call still
 /// hold the thread. The daemon's step limit for a scheduler run counts on it.
-pub const GRACE: Duration = Duration::from_secs(3);
+pub(crate) const GRACE: Duration = Duration::from_secs(3);
 
 /// What runs on the thread: one kind of scheduler, with the code it loaded.
-pub trait Engine {
+pub(crate) trait Engine {
     /// Runs the scheduler once, loading its code first when `code_version` is new.
     fn run(
         &mut self,
@@ -43,19 +43,19 @@ pub trait Engine {
 
 /// Runs on the thread before each run; tests use it to hold the thread the way a call the
 /// budget cannot stop would.
-pub type BeforeRun = Arc<dyn Fn() + Send + Sync>;
+pub(crate) type BeforeRun = Arc<dyn Fn() + Send + Sync>;
 
 /// How a scheduler thread is named in its messages, logs and the watchdog's records.
 #[derive(Debug, Clone, Copy)]
-pub struct Names {
+pub(crate) struct Names {
     /// The OS thread's name (`scheduler`).
-    pub thread: &'static str,
+    pub(crate) thread: &'static str,
     /// What runs on it, inside a sentence (`scheduler`, `wasm scheduler`).
-    pub noun: &'static str,
+    pub(crate) noun: &'static str,
     /// How its errors begin (`scheduler`, `the wasm scheduler`).
-    pub subject: &'static str,
+    pub(crate) subject: &'static str,
     /// Its name in the watchdog's records (`scheduler thread`).
-    pub watched: &'static str,
+    pub(crate) watched: &'static str,
 }
 
 struct Job {
@@ -67,7 +67,7 @@ struct Job {
 }
 
 /// The thread of one scheduler and the port's side of it.
-pub struct SchedulerThread {
+pub(crate) struct SchedulerThread {
     shared: Arc<Shared>,
     /// The time budget of a run.
     time: Duration,
@@ -98,7 +98,7 @@ impl std::fmt::Debug for SchedulerThread {
 impl SchedulerThread {
     /// Starts the thread; `engine` is made on it (a Lua state stays on the thread that made
     /// it).
-    pub fn start<E: Engine, F: FnOnce() -> E + Send + 'static>(
+    pub(crate) fn start<E: Engine, F: FnOnce() -> E + Send + 'static>(
         names: Names,
         time: Duration,
         grace: Duration,
@@ -127,21 +127,22 @@ impl SchedulerThread {
     /// Records every run in `progress` until the thread is done with it: a run held past its
     /// budget, grace and [`progress::MARGIN`] is then a stall of the watchdog, and systemd
     /// restarts the daemon with a fresh thread.
-    pub fn watched(mut self, progress: &Progress) -> SchedulerThread {
+    pub(crate) fn watched(mut self, progress: &Progress) -> SchedulerThread {
         let limit = self.time + self.grace + progress::MARGIN;
         self.beat = Some(progress.worker(self.shared.names.watched, limit));
         self
     }
 
     /// The same thread waited for `grace` past the budget from now on.
-    pub fn with_grace(mut self, grace: Duration) -> SchedulerThread {
+    #[cfg(test)]
+    pub(crate) fn with_grace(mut self, grace: Duration) -> SchedulerThread {
         self.grace = grace;
         self
     }
 
     /// Sends one run to the thread and waits for its result, at most the budget plus the
     /// grace; refused at once while an earlier run is stuck.
-    pub fn run(
+    pub(crate) fn run(
         &self,
         code_version: &str,
         input: Arc<SchedulerInput>,

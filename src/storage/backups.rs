@@ -15,7 +15,11 @@ use crate::storage::state_dir::{MAX_STORED_SCHEDULE, create_temp, read_regular, 
 /// schedule file), then deletes those past retention. Returns the names created. The schedule
 /// is read only as a regular file (never through a symlink, never a FIFO or device: an error
 /// naming it), at most [`MAX_STORED_SCHEDULE`] bytes.
-pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<Vec<String>> {
+pub(crate) fn maintain(
+    schedule: &Path,
+    dir: &Path,
+    now: OffsetDateTime,
+) -> io::Result<Vec<String>> {
     match fs::symlink_metadata(schedule) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
         _ => {}
@@ -38,7 +42,7 @@ pub fn maintain(schedule: &Path, dir: &Path, now: OffsetDateTime) -> io::Result<
 
 /// Stores `data` gzipped as the backup `name` in `dir` (made if missing), whole or not at all,
 /// and syncs the dir so it survives a crash. Used for the copy of 0.13's schedule at the upgrade.
-pub fn keep(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
+pub(crate) fn keep(dir: &Path, name: &str, data: &[u8]) -> io::Result<()> {
     fs::create_dir_all(dir)?;
     write_gzip(dir, data, &[name.to_string()])?;
     crate::storage::state_dir::sync_dir(dir)
@@ -63,7 +67,7 @@ fn write_gzip(dir: &Path, data: &[u8], names: &[String]) -> io::Result<()> {
 }
 
 /// Every backup name, sorted (the `/v1/backups` list).
-pub fn list(dir: &Path) -> io::Result<Vec<String>> {
+pub(crate) fn list(dir: &Path) -> io::Result<Vec<String>> {
     let entries = match fs::read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),

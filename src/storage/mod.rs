@@ -5,7 +5,7 @@
 //! - [`upgrade`]: the first start on what verwalter 0.13 left in the storage and log dirs.
 //! - [`logs`]: the deployment log (index, global, changes, per role), rotation, retention.
 
-pub mod backups;
+pub(crate) mod backups;
 pub mod logs;
 pub mod state_dir;
-pub mod upgrade;
+pub(crate) mod upgrade;

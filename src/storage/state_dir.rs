@@ -13,7 +13,7 @@ use verwalter_controllers::machinery::ports::{AppliedStore, ScheduleStore, Stora
 use verwalter_controllers::state::Schedule;
 
 #[derive(Debug, thiserror::Error)]
-pub enum StateDirError {
+pub(crate) enum StateDirError {
     #[error("{path}: cannot read: {source}")]
     Read {
         path: PathBuf,
@@ -46,12 +46,12 @@ impl StateDir {
     }
 
     /// The storage dir itself.
-    pub fn root(&self) -> &Path {
+    pub(crate) fn root(&self) -> &Path {
         &self.root
     }
 
     /// `<storage>/schedule/schedule.json`, as in verwalter 0.13.
-    pub fn schedule_path(&self) -> PathBuf {
+    pub(crate) fn schedule_path(&self) -> PathBuf {
         self.root.join("schedule").join("schedule.json")
     }
 
@@ -59,7 +59,7 @@ impl StateDir {
     /// whose hash does not match is an error (the caller logs it and starts without), and so is
     /// anything but a regular file (a symlink is not followed, a FIFO not waited on) and a file
     /// over [`MAX_STORED_SCHEDULE`].
-    pub fn load_schedule(&self) -> Result<Option<Schedule>, StateDirError> {
+    pub(crate) fn load_schedule(&self) -> Result<Option<Schedule>, StateDirError> {
         let path = self.schedule_path();
         let bytes = match read_regular(&path, MAX_STORED_SCHEDULE) {
             Ok(Some(bytes)) => bytes,
@@ -105,7 +105,7 @@ impl StateDir {
     /// Start-up housekeeping: removes temp files a crash left behind (only names
     /// [`temp_path`] makes, in the dirs it writes to) and gives files of older versions, which
     /// were world-readable, [`FILE_MODE`]. Returns how many temp files were removed.
-    pub fn clean_temp_files(&self) -> usize {
+    pub(crate) fn clean_temp_files(&self) -> usize {
         let mut removed = 0;
         for dir in [
             self.root.clone(),
@@ -160,17 +160,17 @@ impl StateDir {
     }
 
     /// `<storage>/actions.journal`: the leader's pending actions ([`crate::actions`]).
-    pub fn actions_journal_path(&self) -> PathBuf {
+    pub(crate) fn actions_journal_path(&self) -> PathBuf {
         self.root.join("actions.journal")
     }
 
     /// `<storage>/actions.json`: where versions before the journal kept pending actions.
-    pub fn old_actions_path(&self) -> PathBuf {
+    pub(crate) fn old_actions_path(&self) -> PathBuf {
         self.root.join("actions.json")
     }
 
     /// `<storage>/roles/`: one `<role>.applied` file per role with the hash last applied.
-    pub fn roles_dir(&self) -> PathBuf {
+    pub(crate) fn roles_dir(&self) -> PathBuf {
         self.root.join("roles")
     }
 
@@ -180,7 +180,7 @@ impl StateDir {
     }
 
     /// `<storage>/backups/`: gzipped schedules, hourly, daily and weekly.
-    pub fn backups_dir(&self) -> PathBuf {
+    pub(crate) fn backups_dir(&self) -> PathBuf {
         self.root.join("backups")
     }
 }
@@ -241,14 +241,14 @@ impl ScheduleStore for StateDir {
 
 /// Mode of every file verwalter writes in the storage dir: schedules and actions may hold
 /// secrets the scheduler passes on, so only the daemon's user reads them (as staging files).
-pub const FILE_MODE: u32 = 0o600;
+pub(crate) const FILE_MODE: u32 = 0o600;
 
 /// Prefix of our temp files; [`StateDir::clean_temp_files`] removes leftovers at start.
 const TEMP_PREFIX: &str = ".tmp.";
 
 /// A temp file name in `dir` for `name`, unique in this process and across processes
 /// (`.tmp.<name>.<pid>.<n>`): two writers of the same file never share a temp file.
-pub fn temp_path(dir: &Path, name: &str) -> PathBuf {
+pub(crate) fn temp_path(dir: &Path, name: &str) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     dir.join(format!("{TEMP_PREFIX}{name}.{}.{n}", std::process::id()))
@@ -264,7 +264,7 @@ fn is_temp_name(name: &str) -> bool {
 
 /// Creates the new file `path` with [`FILE_MODE`]; fails if anything is there, a symlink
 /// included (`O_EXCL`, `O_NOFOLLOW`): a temp file is never a link someone placed.
-pub fn create_private(path: &Path) -> io::Result<fs::File> {
+pub(crate) fn create_private(path: &Path) -> io::Result<fs::File> {
     fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -276,7 +276,7 @@ pub fn create_private(path: &Path) -> io::Result<fs::File> {
 /// Creates the temp file `tmp` (a [`temp_path`]) with [`create_private`]. An entry already
 /// under that name can only be a leftover of a process that had this pid before (a container's
 /// pid 1 restarted) or something planted: the entry goes first (never what it leads to).
-pub fn create_temp(tmp: &Path) -> io::Result<fs::File> {
+pub(crate) fn create_temp(tmp: &Path) -> io::Result<fs::File> {
     match fs::remove_file(tmp) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
         _ => {}
@@ -286,13 +286,13 @@ pub fn create_temp(tmp: &Path) -> io::Result<fs::File> {
 
 /// The largest stored schedule read: the fetch limit of a schedule (`cluster::fetch`), which
 /// no schedule in force can pass. A file over it is refused, not read.
-pub const MAX_STORED_SCHEDULE: u64 = crate::cluster::replication::MAX_SCHEDULE as u64;
+pub(crate) const MAX_STORED_SCHEDULE: u64 = crate::cluster::replication::MAX_SCHEDULE as u64;
 
 /// The largest `roles/<role>.applied` read (it holds one hash).
 const MAX_APPLIED: u64 = 4 << 10;
 
 /// What a state file found in place of a regular file is, or `None` for a regular file.
-pub fn not_regular(meta: &fs::Metadata) -> Option<&'static str> {
+pub(crate) fn not_regular(meta: &fs::Metadata) -> Option<&'static str> {
     let kind = meta.file_type();
     if kind.is_file() {
         None
@@ -333,7 +333,7 @@ fn refused(what: &str) -> io::Error {
 /// nothing there. A symlink is not followed (`O_NOFOLLOW`), a FIFO or device is refused before
 /// it is opened, and opened without waiting (`O_NONBLOCK`, cleared once it is known to be a
 /// regular file) should one take the file's place meanwhile: a reader never blocks in `open`.
-pub fn open_regular(path: &Path) -> io::Result<Option<fs::File>> {
+pub(crate) fn open_regular(path: &Path) -> io::Result<Option<fs::File>> {
     match fs::symlink_metadata(path) {
         Ok(meta) => {
             if let Some(what) = not_regular(&meta) {
@@ -370,7 +370,7 @@ fn blocking_again(file: &fs::File) -> io::Result<()> {
 
 /// The bytes of the state file `path` ([`open_regular`]), at most `limit` of them: a longer
 /// file is refused with its size, never read whole. `None` when there is nothing there.
-pub fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
+pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>>> {
     let Some(file) = open_regular(path)? else {
         return Ok(None);
     };
@@ -425,7 +425,7 @@ fn write_in_place(path: &Path, bytes: &[u8]) -> io::Result<()> {
 }
 
 /// Syncs a directory, so a rename or a new entry in it survives a crash.
-pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
+pub(crate) fn sync_dir(dir: &Path) -> std::io::Result<()> {
     fs::File::open(dir)?.sync_all()
 }
 
@@ -434,13 +434,13 @@ pub fn sync_dir(dir: &Path) -> std::io::Result<()> {
 /// fsync of the directory. The directory sync makes the rename itself durable: without it a
 /// crash could bring back the older schedule (a rollback) or lose a compacted action journal.
 /// It costs one more fsync per write, and these writes are rare.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     write_atomic_parts(path, &[bytes])
 }
 
 /// [`write_atomic`] of `parts` one after the other (a schedule's envelope around its data,
 /// without copying a megabyte into one buffer first).
-pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+pub(crate) fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
     let dir = path
         .parent()
         .filter(|d| !d.as_os_str().is_empty())
@@ -478,7 +478,7 @@ pub fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
 /// has, instead of into a new one whose pages it must allocate while it frees the old file's.
 /// The spare is never the file in force, so a crash while it is written leaves the file as it
 /// was; the start-up cleanup removes a spare with the other temp files.
-pub fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+pub(crate) fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
     let (Some(dir), Some(name)) = (
         path.parent().filter(|d| d.is_dir()),
         path.file_name().and_then(|n| n.to_str()),

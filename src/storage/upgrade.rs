@@ -36,22 +36,23 @@ fn failed(path: &Path, what: &'static str) -> impl FnOnce(io::Error) -> UpgradeE
 
 /// What the upgrade did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Upgraded {
-    pub storage: StoragePlan,
+pub(crate) struct Upgraded {
+    pub(crate) storage: StoragePlan,
     /// Temp links of 0.13 removed from the log dir, `(stream, name)`.
-    pub log_links: Vec<(String, String)>,
+    pub(crate) log_links: Vec<(String, String)>,
 }
 
 impl Upgraded {
     /// Whether nothing was done.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.storage.is_empty() && self.log_links.is_empty()
     }
 }
 
 /// Upgrades the storage dir and the log dir, logging what it did (nothing when there was
 /// nothing to do).
-pub fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, UpgradeError> {
+pub(crate) fn migrate(state_dir: &StateDir, log_dir: &Path) -> Result<Upgraded, UpgradeError> {
     let (listing, stored_bytes) = list_storage(state_dir)?;
     let storage = upgrade::plan_storage(&listing);
     let schedule_dir = schedule_dir(state_dir);

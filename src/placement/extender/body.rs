@@ -22,18 +22,18 @@ use crate::http::ApiError;
 /// How long a request waits for its share of the budget before it is answered 503: long
 /// enough for a request in flight to finish and give its share back, short against
 /// kube-scheduler's 5 s per call.
-pub const BUDGET_WAIT: Duration = Duration::from_secs(1);
+pub(crate) const BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 /// The bytes of request bodies (and the replies made from them) held at once, all requests
 /// together. Cloning shares it.
 #[derive(Debug, Clone)]
-pub struct BodyBudget {
+pub(crate) struct BodyBudget {
     bytes: Arc<Semaphore>,
     total: u64,
 }
 
 impl BodyBudget {
-    pub fn new(total: u64) -> BodyBudget {
+    pub(crate) fn new(total: u64) -> BodyBudget {
         let total = total.min(Semaphore::MAX_PERMITS as u64);
         BodyBudget {
             bytes: Arc::new(Semaphore::new(total as usize)),
@@ -42,7 +42,7 @@ impl BodyBudget {
     }
 
     /// Bytes held now.
-    pub fn held(&self) -> u64 {
+    pub(crate) fn held(&self) -> u64 {
         self.total - self.bytes.available_permits() as u64
     }
 
@@ -75,14 +75,14 @@ impl BodyBudget {
 }
 
 /// A body read whole, and its share of the budget.
-pub struct ReadBody {
-    pub bytes: Vec<u8>,
-    pub share: OwnedSemaphorePermit,
+pub(crate) struct ReadBody {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) share: OwnedSemaphorePermit,
 }
 
 /// Reads `request`'s body within `max_body` bytes and `timeout` for all of it, taking each
 /// piece's bytes from `budget` as it comes.
-pub async fn read(
+pub(crate) async fn read(
     request: axum::extract::Request,
     max_body: u64,
     timeout: Duration,
@@ -122,7 +122,7 @@ pub async fn read(
 
 /// `response` holding its request's share of the budget until it is sent, the share made the
 /// reply's size (more waited for within [`BUDGET_WAIT`], else the 503; the rest given back).
-pub async fn charge_reply(
+pub(crate) async fn charge_reply(
     response: Response,
     mut share: OwnedSemaphorePermit,
     budget: &BodyBudget,
@@ -147,7 +147,7 @@ pub async fn charge_reply(
 
 /// The answer to a refused body: its status, `{"error": "..."}`, and the connection closed
 /// after it (the rest of the body is never read).
-pub fn refusal_response(refusal: BodyRefusal, max_body: u64) -> Response {
+pub(crate) fn refusal_response(refusal: BodyRefusal, max_body: u64) -> Response {
     let status = StatusCode::from_u16(refusal.status()).expect("a valid status");
     let mut error =
         ApiError::new(status, refusal.message(max_body)).header(header::CONNECTION, "close");

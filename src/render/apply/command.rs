@@ -47,7 +47,7 @@ pub(crate) enum Plan {
 
 impl Plan {
     /// Checks and expands `cmd`. A `!Condition` here is one nested in another: rejected.
-    pub fn new(cmd: &Command, at: At, vars: &Vars<'_>) -> Result<Plan, CommandError> {
+    pub(crate) fn new(cmd: &Command, at: At, vars: &Vars<'_>) -> Result<Plan, CommandError> {
         let invalid = |message: String| CommandError::Invalid { at, message };
         Ok(match cmd {
             Command::Cmd(argv) => {
@@ -117,7 +117,7 @@ impl Plan {
     }
 
     /// Runs the command; directories whose entries it replaced go into `dirty` (to be synced).
-    pub async fn run(
+    pub(crate) async fn run(
         self,
         at: At,
         ctx: &Context<'_>,

@@ -32,7 +32,7 @@ pub(crate) struct Signatures {
 }
 
 impl Signatures {
-    pub async fn take(commands: &[Command]) -> Signatures {
+    pub(crate) async fn take(commands: &[Command]) -> Signatures {
         let dirs: BTreeSet<PathBuf> = commands
             .iter()
             .filter_map(|cmd| match cmd {
@@ -50,7 +50,7 @@ impl Signatures {
     }
 
     /// The first of `dirs` that is not as it was, if any.
-    pub async fn changed(&self, dirs: &[PathBuf]) -> Option<PathBuf> {
+    pub(crate) async fn changed(&self, dirs: &[PathBuf]) -> Option<PathBuf> {
         let then: Vec<(PathBuf, Option<Signature>)> = dirs
             .iter()
             .map(|d| (d.clone(), self.before.get(d).cloned()))

@@ -19,7 +19,7 @@ const DRAIN_AFTER_EXIT: Duration = Duration::from_millis(500);
 
 /// Between SIGTERM and SIGKILL on timeout. SIGTERM first because `sudo` passes it on to the root
 /// command it runs, which we are not allowed to signal ourselves; SIGKILL would leave that one.
-pub const TERM_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const TERM_GRACE: Duration = Duration::from_secs(2);
 
 /// What systemd tells the daemon, not meant for the commands: a command that sent `READY=1` or
 /// `WATCHDOG=1` to the daemon's socket would speak for the daemon.

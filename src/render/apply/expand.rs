@@ -19,26 +19,26 @@ static PLACEHOLDER: LazyLock<Regex> =
 /// The values substitution can insert.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Vars<'a> {
-    pub role: &'a str,
-    pub files: &'a BTreeMap<String, PathBuf>,
+    pub(crate) role: &'a str,
+    pub(crate) files: &'a BTreeMap<String, PathBuf>,
 }
 
 impl Vars<'_> {
     /// `text` with every placeholder replaced by its value.
-    pub fn expand(&self, text: &str, at: At) -> Result<String, CommandError> {
+    pub(crate) fn expand(&self, text: &str, at: At) -> Result<String, CommandError> {
         self.replace(text, at, |value| Cow::Borrowed(value))
     }
 
     /// Like [`Vars::expand`], with each value quoted for `sh`, so that whatever a value holds
     /// (`$(...)`, backquotes, `;`, quotes) stays one literal word.
-    pub fn expand_for_shell(&self, text: &str, at: At) -> Result<String, CommandError> {
+    pub(crate) fn expand_for_shell(&self, text: &str, at: At) -> Result<String, CommandError> {
         self.replace(text, at, |value| Cow::Owned(always_quote(value)))
     }
 
     /// Like [`Vars::expand`] for a path pattern (`!CleanFiles` `pattern`, `!SplitText` `dest`):
     /// each value is escaped so that it matches only itself, whatever wildcard or parenthesis
     /// a role name holds.
-    pub fn expand_for_pattern(&self, text: &str, at: At) -> Result<String, CommandError> {
+    pub(crate) fn expand_for_pattern(&self, text: &str, at: At) -> Result<String, CommandError> {
         self.replace(text, at, |value| Cow::Owned(super::pattern::escape(value)))
     }
 

@@ -38,7 +38,7 @@ use command::Plan;
 use expand::Vars;
 
 /// How long a command may take past its timeout before it is gone: the kill of its group.
-pub use exec::TERM_GRACE as KILL_GRACE;
+pub(crate) use exec::TERM_GRACE as KILL_GRACE;
 
 /// One apply command of a `*.render.yaml`, as written there with a YAML tag.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
@@ -66,10 +66,10 @@ pub enum Command {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Copy {
-    pub src: String,
-    pub dest: String,
+    pub(crate) src: String,
+    pub(crate) dest: String,
     #[serde(default, deserialize_with = "command::deserialize_mode")]
-    pub mode: Option<u32>,
+    pub(crate) mode: Option<u32>,
 }
 
 /// `!SplitText`: a line of `src` matching the regex `section` starts a section named by its
@@ -80,12 +80,12 @@ pub struct Copy {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SplitText {
-    pub section: String,
-    pub validate: String,
-    pub src: String,
-    pub dest: String,
+    pub(crate) section: String,
+    pub(crate) validate: String,
+    pub(crate) src: String,
+    pub(crate) dest: String,
     #[serde(default, deserialize_with = "command::deserialize_mode")]
-    pub mode: Option<u32>,
+    pub(crate) mode: Option<u32>,
 }
 
 /// `!CleanFiles`: the files matching `pattern` (an absolute path with one capture group, e.g.
@@ -94,9 +94,9 @@ pub struct SplitText {
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CleanFiles {
-    pub pattern: String,
+    pub(crate) pattern: String,
     #[serde(rename = "keep-list", alias = "keep_list")]
-    pub keep_list: String,
+    pub(crate) keep_list: String,
 }
 
 /// `!Condition`: `commands` run only when one of `dirs-changed` differs from how it was before
@@ -105,13 +105,13 @@ pub struct CleanFiles {
 #[serde(deny_unknown_fields)]
 pub struct Condition {
     #[serde(rename = "dirs-changed", alias = "dirs_changed")]
-    pub dirs_changed: Vec<PathBuf>,
-    pub commands: Vec<Command>,
+    pub(crate) dirs_changed: Vec<PathBuf>,
+    pub(crate) commands: Vec<Command>,
 }
 
 impl Command {
     /// The YAML tag, for messages.
-    pub fn tag(&self) -> &'static str {
+    pub(crate) fn tag(&self) -> &'static str {
         match self {
             Command::Cmd(_) => "!Cmd",
             Command::Sh(_) => "!Sh",
@@ -127,21 +127,21 @@ impl Command {
 
 /// What the commands of one role run with.
 #[derive(Debug, Clone, Copy)]
-pub struct Context<'a> {
+pub(crate) struct Context<'a> {
     /// The role, already checked to be safe as a file name by the caller.
-    pub role: &'a str,
+    pub(crate) role: &'a str,
     /// Template name -> its rendered staging file (`{{ files.NAME }}`).
-    pub files: &'a BTreeMap<String, PathBuf>,
+    pub(crate) files: &'a BTreeMap<String, PathBuf>,
     /// The sandbox's `log-dirs` (name -> directory), for `!PeekLog`.
-    pub log_dirs: &'a BTreeMap<String, PathBuf>,
+    pub(crate) log_dirs: &'a BTreeMap<String, PathBuf>,
     /// Limit for each command; the daemon's default is 180 s, as in verwalter 0.13.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Log what would happen; run nothing, write nothing, delete nothing.
-    pub dry_run: bool,
+    pub(crate) dry_run: bool,
 }
 
 /// Where command progress and output go (the role's deployment log; a test collects it).
-pub trait ApplyLog: Send {
+pub(crate) trait ApplyLog: Send {
     /// One human-readable line, e.g. `running: ...`, `exited with status 0 after 12ms`.
     fn line(&mut self, text: &str);
     /// Raw stdout and stderr bytes of a command, as they come.
@@ -155,10 +155,10 @@ pub trait ApplyLog: Send {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct At {
     /// Position in the top-level list, from 1.
-    pub index: usize,
+    pub(crate) index: usize,
     /// Position inside a `!Condition`, from 1.
-    pub nested: Option<usize>,
-    pub tag: &'static str,
+    pub(crate) nested: Option<usize>,
+    pub(crate) tag: &'static str,
 }
 
 impl fmt::Display for At {
@@ -234,7 +234,8 @@ pub enum CommandError {
 
 impl CommandError {
     /// The command the error is about.
-    pub fn at(&self) -> At {
+    #[cfg(test)]
+    pub(crate) fn at(&self) -> At {
         match self {
             CommandError::UnknownVariable { at, .. }
             | CommandError::Invalid { at, .. }
@@ -249,7 +250,8 @@ impl CommandError {
     }
 
     /// A bounded label for metrics.
-    pub fn label(&self) -> &'static str {
+    #[cfg(test)]
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             CommandError::UnknownVariable { .. } | CommandError::Invalid { .. } => "invalid",
             CommandError::Regex { .. } => "invalid",
@@ -301,7 +303,7 @@ pub fn validate(
 /// The whole list is validated first (with the template names of `ctx.files`), and the
 /// directories of every `!Condition` are signed before the first command runs; a `!Condition`
 /// runs its commands only if one of its directories changed, appeared or disappeared since.
-pub async fn run_commands(
+pub(crate) async fn run_commands(
     commands: &[Command],
     ctx: &Context<'_>,
     log: &mut (dyn ApplyLog + Send),

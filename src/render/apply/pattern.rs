@@ -101,7 +101,7 @@ pub(crate) struct Pattern {
 }
 
 impl Pattern {
-    pub fn parse(text: &str) -> Result<Pattern, String> {
+    pub(crate) fn parse(text: &str) -> Result<Pattern, String> {
         let tokens = tokenize(text)?;
         let Some(path) = tokens.strip_prefix(&[Token::Slash]) else {
             return Err("must be an absolute path".into());
@@ -159,28 +159,28 @@ impl Pattern {
         })
     }
 
-    pub fn text(&self) -> &str {
+    pub(crate) fn text(&self) -> &str {
         &self.text
     }
 
-    pub fn base(&self) -> &Path {
+    pub(crate) fn base(&self) -> &Path {
         &self.base
     }
 
     /// Whether the pattern is `<dir>/<prefix>(*)<suffix>`, which [`Pattern::fill`] needs.
-    pub fn has_slot(&self) -> bool {
+    pub(crate) fn has_slot(&self) -> bool {
         self.slot.is_some()
     }
 
     /// The path with `name` (a checked safe file name) in place of `(*)`.
-    pub fn fill(&self, name: &str) -> Option<PathBuf> {
+    pub(crate) fn fill(&self, name: &str) -> Option<PathBuf> {
         let (prefix, suffix) = self.slot.as_ref()?;
         Some(self.base.join(format!("{prefix}{name}{suffix}")))
     }
 
     /// The regular files and symlinks below the base directory that match, with the captured
     /// part, sorted by path. A missing base directory has none.
-    pub fn matches(&self) -> io::Result<Vec<(PathBuf, String)>> {
+    pub(crate) fn matches(&self) -> io::Result<Vec<(PathBuf, String)>> {
         let mut found = Vec::new();
         match self.walk(&self.base, "", 0, &mut found) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}

@@ -33,7 +33,11 @@ struct Section<'a> {
 }
 
 impl SplitPlan {
-    pub fn new(split: &SplitText, at: At, vars: &Vars<'_>) -> Result<SplitPlan, CommandError> {
+    pub(crate) fn new(
+        split: &SplitText,
+        at: At,
+        vars: &Vars<'_>,
+    ) -> Result<SplitPlan, CommandError> {
         let section = compile(&split.section, at)?;
         if section.captures_len() < 2 {
             return Err(CommandError::Invalid {
@@ -69,7 +73,7 @@ impl SplitPlan {
     }
 
     /// Returns the directories whose entries changed, for the caller to sync.
-    pub fn run(
+    pub(crate) fn run(
         self,
         at: At,
         dry_run: bool,

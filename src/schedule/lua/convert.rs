@@ -51,16 +51,16 @@ const INSERT_AT_ONCE: usize = 16;
 
 /// Limits of one Lua-to-JSON conversion: the scheduler's memory limit and the run's deadline.
 #[derive(Debug, Clone, Copy)]
-pub struct Budget {
+pub(crate) struct Budget {
     /// Estimated bytes the JSON value may take.
-    pub bytes: usize,
+    pub(crate) bytes: usize,
     /// When the conversion must have finished.
-    pub deadline: Instant,
+    pub(crate) deadline: Instant,
 }
 
 /// Why a Lua value could not be converted to JSON.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum ConvertError {
+pub(crate) enum ConvertError {
     /// A value JSON cannot represent; the message names its path (`roles.web[2] is a function`).
     #[error("{0}")]
     BadValue(String),
@@ -74,7 +74,7 @@ pub enum ConvertError {
 
 /// Why the JSON text a scheduler returned did not become a value.
 #[derive(Debug, thiserror::Error)]
-pub enum ParseError {
+pub(crate) enum ParseError {
     /// Not JSON (serde_json's message, with line and column).
     #[error("{0}")]
     Invalid(serde_json::Error),
@@ -129,7 +129,7 @@ impl Meter {
 /// like [`lua_to_json`] does: a text of tiny values (`[[],[],...]`, 3 bytes each) takes more
 /// than ten times its size as `serde_json::Value`s, so a text that fits in the Lua state could
 /// otherwise parse into many times the memory limit.
-pub fn parse_json_text(text: &str, budget: Budget) -> Result<Value, ParseError> {
+pub(crate) fn parse_json_text(text: &str, budget: Budget) -> Result<Value, ParseError> {
     let mut meter = TextMeter {
         meter: Meter::new(budget),
         stopped: None,
@@ -358,7 +358,7 @@ unsafe fn push_input(state: *mut ffi::lua_State, input: &SchedulerInput) {
 
 /// The `state` table the scheduler function gets; `peers` is the table from [`peers_to_lua`],
 /// `runtime` the one from [`json_to_lua`] of `input.runtime`.
-pub fn input_to_lua(
+pub(crate) fn input_to_lua(
     lua: &Lua,
     input: &SchedulerInput,
     peers: &Table,
@@ -376,7 +376,7 @@ pub fn input_to_lua(
 }
 
 /// A Lua table of a JSON object (a non-object gives an empty table).
-pub fn json_to_lua(lua: &Lua, value: &Value) -> mlua::Result<Table> {
+pub(crate) fn json_to_lua(lua: &Lua, value: &Value) -> mlua::Result<Table> {
     // SAFETY: as in `input_to_lua`; the closure leaves exactly one new table on the stack.
     unsafe {
         lua.exec_raw((), |state| {
@@ -391,7 +391,7 @@ pub fn json_to_lua(lua: &Lua, value: &Value) -> mlua::Result<Table> {
 }
 
 /// The `state.peers` table: peer id -> peer.
-pub fn peers_to_lua(lua: &Lua, peers: &BTreeMap<NodeId, Peer>) -> mlua::Result<Table> {
+pub(crate) fn peers_to_lua(lua: &Lua, peers: &BTreeMap<NodeId, Peer>) -> mlua::Result<Table> {
     // SAFETY: as in `input_to_lua`; the closure leaves exactly the new table on the stack.
     unsafe {
         lua.exec_raw((), |state| {
@@ -408,7 +408,7 @@ pub fn peers_to_lua(lua: &Lua, peers: &BTreeMap<NodeId, Peer>) -> mlua::Result<T
 
 /// The JSON form of `peers` as the scheduler sees it (no `null` fields), to check a reused
 /// peers table against.
-pub fn peers_as_seen(peers: &BTreeMap<NodeId, Peer>) -> Value {
+pub(crate) fn peers_as_seen(peers: &BTreeMap<NodeId, Peer>) -> Value {
     let mut out = Map::new();
     for (id, peer) in peers {
         let mut value = serde_json::to_value(peer).expect("a peer serializes");
@@ -422,7 +422,11 @@ pub fn peers_as_seen(peers: &BTreeMap<NodeId, Peer>) -> Value {
 
 /// Converts a Lua value to JSON within `budget`; a bad value's error names its path
 /// (`roles.web[2]`).
-pub fn lua_to_json(lua: &Lua, value: &mlua::Value, budget: Budget) -> Result<Value, ConvertError> {
+pub(crate) fn lua_to_json(
+    lua: &Lua,
+    value: &mlua::Value,
+    budget: Budget,
+) -> Result<Value, ConvertError> {
     if !value.is_table() {
         return scalar_to_json(value).map_err(ConvertError::BadValue);
     }
@@ -718,7 +722,7 @@ unsafe fn is_sequence(state: *mut ffi::lua_State, index: c_int, len: usize) -> b
 }
 
 /// `an integer`, `a function`: a Lua type name with its article, for messages.
-pub fn with_article(type_name: &str) -> String {
+pub(crate) fn with_article(type_name: &str) -> String {
     let article = if type_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
         "an"
     } else {

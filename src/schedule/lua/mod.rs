@@ -7,10 +7,10 @@
 //! half-built).
 
 pub mod allocator;
-pub mod convert;
+pub(crate) mod convert;
 mod pattern;
 mod placement;
-pub mod sandbox;
+pub(crate) mod sandbox;
 mod watchdog;
 
 use std::path::{Path, PathBuf};
@@ -28,7 +28,7 @@ use crate::inputs::SCHEDULER_DIR;
 use crate::schedule::thread::{BeforeRun, Engine, GRACE, Names, SchedulerThread};
 
 /// The scheduler port backed by a Lua sandbox thread.
-pub struct LuaScheduler {
+pub(crate) struct LuaScheduler {
     thread: SchedulerThread,
 }
 
@@ -47,7 +47,7 @@ impl std::fmt::Debug for LuaScheduler {
 
 impl LuaScheduler {
     /// Starts the scheduler thread for the config dir `config_dir`.
-    pub fn start(config_dir: PathBuf, limits: Limits) -> std::io::Result<LuaScheduler> {
+    pub(crate) fn start(config_dir: PathBuf, limits: Limits) -> std::io::Result<LuaScheduler> {
         Self::start_with(config_dir, limits, GRACE, None)
     }
 
@@ -69,7 +69,7 @@ impl LuaScheduler {
     /// Records every run in `progress` until the thread is done with it: a run stuck in a call
     /// the budget cannot stop (which makes the port refuse every later run) is then a stall of
     /// the watchdog, and systemd restarts the daemon with a fresh thread.
-    pub fn watched(self, progress: &Progress) -> LuaScheduler {
+    pub(crate) fn watched(self, progress: &Progress) -> LuaScheduler {
         LuaScheduler {
             thread: self.thread.watched(progress),
         }

@@ -920,7 +920,7 @@ pub(super) fn checked(lua: &Lua, f: Function) -> mlua::Result<Function> {
 
 /// Replaces `find`, `match`, `gmatch`, `gsub` and `rep` in the `string` table, and `move` in
 /// `table`, with the functions of this module.
-pub fn register(
+pub(crate) fn register(
     lua: &Lua,
     into: &Table,
     table: &Table,

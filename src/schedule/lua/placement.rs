@@ -95,7 +95,7 @@ impl Function {
 }
 
 /// The `placement` table, its functions bound to the run's deadline and the memory cap.
-pub fn register(
+pub(crate) fn register(
     lua: &Lua,
     deadline: &Rc<Cell<Instant>>,
     memory_limit: usize,

@@ -34,7 +34,7 @@ pub struct Limits {
     /// Memory the Lua state may hold, code and data together.
     pub memory: usize,
     /// Wall-clock time one run (or the load of `main.lua`) may take.
-    pub time: Duration,
+    pub(crate) time: Duration,
 }
 
 impl Default for Limits {
@@ -49,10 +49,11 @@ impl Default for Limits {
 /// The most `print` output one run (or load) keeps. The log lives outside the Lua state, so the
 /// memory cap does not bound it; 2 MiB is thousands of lines, more than anyone reads at
 /// `/v1/scheduler_debug_info`, and small next to the memory cap.
-pub const PRINT_LIMIT: usize = 2 << 20;
+pub(crate) const PRINT_LIMIT: usize = 2 << 20;
 
 /// Ends the `print` output of a run that wrote more than [`PRINT_LIMIT`].
-pub const PRINT_TRUNCATED: &str = "[print output truncated: the scheduler log keeps 2 MiB]\n";
+pub(crate) const PRINT_TRUNCATED: &str =
+    "[print output truncated: the scheduler log keeps 2 MiB]\n";
 
 /// A scheduler loaded from a directory, ready to run.
 pub struct Sandbox {
@@ -174,7 +175,7 @@ impl Sandbox {
 
     /// Loads `main.lua` from `dir` like [`Sandbox::load`], where `main.lua` and the modules
     /// may be reached through symlinks as long as they stay inside `boundary` (the config dir).
-    pub fn load_within(
+    pub(crate) fn load_within(
         dir: &Path,
         display_dir: &str,
         boundary: &Path,
@@ -433,10 +434,6 @@ impl Sandbox {
         let results = self.call(state)?;
         self.output(results)
     }
-
-    pub fn used_memory(&self) -> usize {
-        self.lua.used_memory()
-    }
 }
 
 /// Sorts an mlua error into a failure kind and a message that keeps Lua's `file:line:`. An error
@@ -511,7 +508,7 @@ fn first_line_with(text: &str, needle: &str) -> String {
 
 /// Resolves a module name to a file inside `dir`, as verwalter 0.13 did: the name is a relative
 /// path whose extension is replaced by `.lua`; `..`, absolute paths and empty names are refused.
-pub fn module_path(dir: &Path, name: &str) -> Result<PathBuf, String> {
+pub(crate) fn module_path(dir: &Path, name: &str) -> Result<PathBuf, String> {
     let rel = Path::new(name);
     if name.is_empty() || rel.components().any(|c| !matches!(c, Component::Normal(_))) {
         return Err(format!(

@@ -16,7 +16,7 @@ use std::time::Instant;
 use mlua::ffi;
 
 /// Message of the error raised in a run that passed its deadline.
-pub const TIMEOUT_MARK: &str = "scheduler exceeded its time budget";
+pub(crate) const TIMEOUT_MARK: &str = "scheduler exceeded its time budget";
 
 /// The hook installed at the deadline: raise an error at the next instruction.
 unsafe extern "C-unwind" fn stop_hook(state: *mut ffi::lua_State, _ar: *mut ffi::lua_Debug) {
@@ -44,12 +44,12 @@ struct Armed {
 }
 
 /// One watchdog thread per Lua state.
-pub struct Watchdog {
+pub(crate) struct Watchdog {
     shared: Arc<(Mutex<Armed>, Condvar)>,
 }
 
 impl Watchdog {
-    pub fn start() -> std::io::Result<Watchdog> {
+    pub(crate) fn start() -> std::io::Result<Watchdog> {
         let shared = Arc::new((
             Mutex::new(Armed {
                 state: None,
@@ -67,7 +67,7 @@ impl Watchdog {
     }
 
     /// Arms the watchdog for a call on `lua` that must end by `deadline`.
-    pub fn arm(&self, lua: &mlua::Lua, deadline: Instant) {
+    pub(crate) fn arm(&self, lua: &mlua::Lua, deadline: Instant) {
         let state = lua.exec_raw_lua(|raw| raw.state());
         let (lock, wake) = &*self.shared;
         let mut armed = lock.lock().expect("watchdog lock");
@@ -79,7 +79,7 @@ impl Watchdog {
 
     /// Disarms after the call; removes the stop hook if it was installed. Returns whether the
     /// deadline passed during the call.
-    pub fn disarm(&self) -> bool {
+    pub(crate) fn disarm(&self) -> bool {
         let (lock, _) = &*self.shared;
         let mut armed = lock.lock().expect("watchdog lock");
         let fired = armed.fired;

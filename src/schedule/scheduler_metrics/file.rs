@@ -21,7 +21,7 @@ use crate::inputs::walk::{self, FileSystem};
 
 /// The declaration in `config_dir`, `None` without the file (or when it is bad: the problem
 /// goes to `problems`, as errors, or as failures when the file could not be read).
-pub fn read_declaration(
+pub(crate) fn read_declaration(
     fs: &dyn FileSystem,
     config_dir: &Path,
     problems: &mut Problems,

@@ -30,12 +30,12 @@ use crate::placement::prometheus::instant_query;
 use crate::placement::request;
 
 /// What the refresh reads and writes.
-pub struct MetricsRefresh {
-    pub inputs: Reader<Inputs>,
-    pub election: Reader<ElectionState>,
-    pub out: Field<SchedulerMetrics>,
-    pub clock: Arc<dyn Clock>,
-    pub metrics: Arc<Metrics>,
+pub(crate) struct MetricsRefresh {
+    pub(crate) inputs: Reader<Inputs>,
+    pub(crate) election: Reader<ElectionState>,
+    pub(crate) out: Field<SchedulerMetrics>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// One query's answer, or its error with the error's kind (the metric label).
@@ -96,7 +96,7 @@ fn described(e: SourceError) -> (String, &'static str) {
 
 /// Runs the declared queries once (the offline commands): every query of `decl` with its
 /// answer or error, as a scheduler run at `now_ms` would see them.
-pub async fn query_once(decl: &MetricsDeclaration, now_ms: u64) -> SchedulerMetrics {
+pub(crate) async fn query_once(decl: &MetricsDeclaration, now_ms: u64) -> SchedulerMetrics {
     let client = client_for(decl);
     let mut state = SchedulerMetrics::default().declared(Some(decl));
     for (name, answer) in round(&client, decl).await {
@@ -132,7 +132,7 @@ pub fn offline_view(
 
 impl MetricsRefresh {
     /// Refreshes until shutdown.
-    pub async fn run(mut self, shutdown: CancellationToken) {
+    pub(crate) async fn run(mut self, shutdown: CancellationToken) {
         let mut current: Option<Arc<MetricsDeclaration>> = None;
         let mut client: Result<HttpClient, String> = Err(String::new());
         // When the next round is due (`None`: now).
@@ -227,14 +227,14 @@ impl MetricsRefresh {
 }
 
 /// The refresh's metric families: the queries run and the queries failing (docs/metrics.md).
-pub struct RefreshMetrics {
+pub(crate) struct RefreshMetrics {
     pub(crate) queries: prometheus::IntCounterVec,
     pub(crate) failing: prometheus::IntGauge,
 }
 
 impl RefreshMetrics {
     /// Creates the families, with the `ok` series, and registers them on `registry`.
-    pub fn register(registry: &prometheus::Registry) -> RefreshMetrics {
+    pub(crate) fn register(registry: &prometheus::Registry) -> RefreshMetrics {
         let f = crate::metrics::Families(registry);
         let m = RefreshMetrics {
             queries: f.counter_vec(

@@ -7,7 +7,7 @@
 //! daemon runs it through [`crate::schedule::ConfigDirScheduler`].
 
 pub mod query;
-pub mod runtime;
+pub(crate) mod runtime;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,11 +24,11 @@ use crate::schedule::thread::{BeforeRun, Engine, GRACE, Names, SchedulerThread};
 pub use runtime::{CallError, WasmLimits, WasmModule};
 
 /// The scheduler module's file name inside `scheduler/v1`.
-pub const SCHEDULER_WASM: &str = "scheduler.wasm";
+pub(crate) const SCHEDULER_WASM: &str = "scheduler.wasm";
 /// The role-derivation module's file name inside `scheduler/v1`.
-pub const QUERY_WASM: &str = "query.wasm";
+pub(crate) const QUERY_WASM: &str = "query.wasm";
 /// The largest module read (the scheduler's memory cap bounds what it can do anyway).
-pub const MAX_MODULE_BYTES: u64 = 64 << 20;
+pub(crate) const MAX_MODULE_BYTES: u64 = 64 << 20;
 
 /// Whether the config dir's scheduler is a wasm module (it then takes the place of `main.lua`).
 pub fn has_wasm_scheduler(config_dir: &Path) -> bool {
@@ -39,7 +39,7 @@ pub fn has_wasm_scheduler(config_dir: &Path) -> bool {
 }
 
 /// Reads a module file, at most [`MAX_MODULE_BYTES`].
-pub fn read_module(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_module(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let file = std::fs::File::open(path)?;
     let mut bytes = Vec::new();
@@ -110,7 +110,7 @@ impl WasmRun {
 /// Turns 0.13's wasm result `{"schedule": {..}, "log": "..", "actions": {"<id>": ..}}` into the
 /// port's output. The `actions` answers (what `/v1/wait_action` returns) go into the schedule's
 /// `actions`, where the Lua schedulers put theirs, unless the schedule has that key already.
-pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
+pub(crate) fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
     let bad = |m: String| {
         error(
             SchedulerFailure::BadOutput,
@@ -172,7 +172,7 @@ pub fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError> {
 }
 
 /// The scheduler port backed by a wasm module on its own thread.
-pub struct WasmScheduler {
+pub(crate) struct WasmScheduler {
     thread: SchedulerThread,
 }
 
@@ -191,7 +191,7 @@ impl std::fmt::Debug for WasmScheduler {
 
 impl WasmScheduler {
     /// Starts the module's thread for the config dir `config_dir`.
-    pub fn start(config_dir: PathBuf, limits: WasmLimits) -> std::io::Result<WasmScheduler> {
+    pub(crate) fn start(config_dir: PathBuf, limits: WasmLimits) -> std::io::Result<WasmScheduler> {
         Self::start_with(config_dir, limits, GRACE, None)
     }
 
@@ -214,7 +214,7 @@ impl WasmScheduler {
     /// scheduler's are: a run held past its budget, grace and the watchdog's margin (a host
     /// call or a copy the fuel slices do not cover) is then a stall of the watchdog, and
     /// systemd restarts the daemon.
-    pub fn watched(self, progress: &Progress) -> WasmScheduler {
+    pub(crate) fn watched(self, progress: &Progress) -> WasmScheduler {
         WasmScheduler {
             thread: self.thread.watched(progress),
         }

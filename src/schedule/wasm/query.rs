@@ -32,7 +32,7 @@ use crate::inputs::SCHEDULER_DIR;
 pub struct QueryError {
     pub message: String,
     /// The module answered with its own `{"Err": ..}`: it is working, and its instance is kept.
-    pub answered: bool,
+    pub(crate) answered: bool,
 }
 
 fn failed(message: String) -> QueryError {
@@ -43,7 +43,7 @@ fn failed(message: String) -> QueryError {
 }
 
 /// A loaded `query.wasm`.
-pub struct QueryModule {
+pub(crate) struct QueryModule {
     module: WasmModule,
     name: String,
 }
@@ -55,20 +55,23 @@ impl std::fmt::Debug for QueryModule {
 }
 
 /// Whether `scheduler_dir` (`<config-dir>/scheduler/v1`) has a `query.wasm`.
-pub fn has_query_wasm(scheduler_dir: &Path) -> bool {
+pub(crate) fn has_query_wasm(scheduler_dir: &Path) -> bool {
     scheduler_dir.join(QUERY_WASM).is_file()
 }
 
 impl QueryModule {
     /// Loads `query.wasm` from `scheduler_dir` (`<config-dir>/scheduler/v1`).
-    pub fn load(scheduler_dir: &Path, limits: WasmLimits) -> Result<QueryModule, QueryError> {
+    pub(crate) fn load(
+        scheduler_dir: &Path,
+        limits: WasmLimits,
+    ) -> Result<QueryModule, QueryError> {
         let name = format!("{SCHEDULER_DIR}/{QUERY_WASM}");
         let bytes = read_module(&scheduler_dir.join(QUERY_WASM))
             .map_err(|e| failed(format!("{name}: cannot read: {e}")))?;
         Self::from_bytes(&name, &bytes, limits)
     }
 
-    pub fn from_bytes(
+    pub(crate) fn from_bytes(
         name: &str,
         bytes: &[u8],
         limits: WasmLimits,
@@ -96,7 +99,7 @@ impl QueryModule {
     }
 
     /// `init({"schedule", "hostname"})`: readies the module for `schedule` on node `hostname`.
-    pub fn init(&mut self, schedule: &Schedule, hostname: &str) -> Result<(), QueryError> {
+    pub(crate) fn init(&mut self, schedule: &Schedule, hostname: &str) -> Result<(), QueryError> {
         // A struct, not a `json!` tree: the schedule's data goes in as the text it is held as.
         #[derive(serde::Serialize)]
         struct Init<'a> {
@@ -108,7 +111,7 @@ impl QueryModule {
 
     /// `render_roles({"deployment_id", "previous_schedule"})`: the roles to render on this node
     /// with their variables, `{role: vars}`.
-    pub fn render_roles(
+    pub(crate) fn render_roles(
         &mut self,
         deployment_id: &str,
         previous: Option<&Schedule>,
@@ -144,7 +147,7 @@ impl QueryModule {
     }
 
     /// `query({"path", "body"})`: the answer to `POST /v1/query/<path>`.
-    pub fn query(&mut self, path: &str, body: &Value) -> Result<Value, QueryError> {
+    pub(crate) fn query(&mut self, path: &str, body: &Value) -> Result<Value, QueryError> {
         self.call("query", &json!({"path": path, "body": body}))
     }
 }
@@ -168,7 +171,7 @@ pub fn derive_offline(
 }
 
 /// `{"Ok": v}` -> `v`; `{"Err": {kind, message, causes?}}` -> its text.
-pub fn unwrap_envelope(value: Value) -> Result<Value, String> {
+pub(crate) fn unwrap_envelope(value: Value) -> Result<Value, String> {
     let Value::Object(mut map) = value else {
         return Err(format!(
             "returned {value}, not {{\"Ok\": ..}} or {{\"Err\": ..}}"
@@ -233,7 +236,7 @@ impl QueryHook {
     }
 
     /// Whether there is a `query.wasm` to run.
-    pub fn present(&self) -> bool {
+    pub(crate) fn present(&self) -> bool {
         has_query_wasm(&self.dir)
     }
 
@@ -241,7 +244,7 @@ impl QueryHook {
     /// the file changed, instantiated and `init`ed again for another schedule. Blocks: call it
     /// off the async runtime. A call that fails drops the instance, unless the module answered
     /// with its own `Err` (a query it refuses, say).
-    pub fn with_module<T>(
+    pub(crate) fn with_module<T>(
         &self,
         schedule: &Schedule,
         hostname: &str,

@@ -29,11 +29,11 @@ use wasmi_core::LimiterError;
 /// Fuel handed out per slice; the clock is read between slices. A release build runs some
 /// hundreds of millions of instructions a second, so a slice is a few ms (a debug build's
 /// interpreter is much slower, a slice still well under a second).
-pub const FUEL_SLICE: u64 = 1_000_000;
+pub(crate) const FUEL_SLICE: u64 = 1_000_000;
 
 /// The fuel a start function gets besides what growing to the memory cap costs. It runs in one
 /// piece (wasmi cannot pause it), so it has a fixed budget of instructions, not the time budget.
-pub const START_FUEL: u64 = 64 * FUEL_SLICE;
+pub(crate) const START_FUEL: u64 = 64 * FUEL_SLICE;
 
 /// Bytes copied, filled or grown per unit of fuel (wasmi's default): a `memory.grow` of 64 MiB
 /// costs a million, about what a million instructions take.
@@ -44,14 +44,14 @@ const WASMI_TABLE_ELEMENT: usize = 4;
 
 /// What one table element counts against the memory cap: wasmi keeps 4 bytes an element in a
 /// vector that may reserve up to twice what it holds.
-pub const TABLE_ELEMENT_BYTES: usize = 2 * WASMI_TABLE_ELEMENT;
+pub(crate) const TABLE_ELEMENT_BYTES: usize = 2 * WASMI_TABLE_ELEMENT;
 
 /// How many tables a module may have (a compiled module has one; each table's elements count
 /// against the memory cap besides).
-pub const MAX_TABLES: usize = 8;
+pub(crate) const MAX_TABLES: usize = 8;
 
 /// The imports a module may have, all from module `env`.
-pub const IMPORTS: [&str; 9] = [
+pub(crate) const IMPORTS: [&str; 9] = [
     "log_panic",
     "pow",
     "fmod",
@@ -84,8 +84,8 @@ impl From<crate::schedule::lua::Limits> for WasmLimits {
 /// Why a call failed, with the failure kind the scheduler port reports.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallError {
-    pub kind: SchedulerFailure,
-    pub message: String,
+    pub(crate) kind: SchedulerFailure,
+    pub(crate) message: String,
 }
 
 impl CallError {
@@ -140,7 +140,7 @@ impl std::fmt::Debug for WasmModule {
 impl WasmModule {
     /// Compiles `bytes` and checks its imports and exports. `entries` are the functions called
     /// with the JSON protocol (`scheduler`; `init`, `render_roles`, `query`).
-    pub fn load(
+    pub(crate) fn load(
         name: &str,
         bytes: &[u8],
         entries: &[&'static str],
@@ -210,7 +210,7 @@ impl WasmModule {
 
     /// Calls `entry` with `input` as JSON and returns the first JSON value it wrote. A module
     /// whose last call failed is instantiated anew first.
-    pub fn call(&mut self, entry: &str, input: &[u8]) -> Result<Value, CallError> {
+    pub(crate) fn call(&mut self, entry: &str, input: &[u8]) -> Result<Value, CallError> {
         let deadline = Instant::now() + self.limits.time;
         let result = self.call_by(entry, input, deadline);
         if result.is_err() {
@@ -221,7 +221,7 @@ impl WasmModule {
     }
 
     /// Serializes `input` and calls `entry` with it.
-    pub fn call_json<T: serde::Serialize>(
+    pub(crate) fn call_json<T: serde::Serialize>(
         &mut self,
         entry: &str,
         input: &T,
@@ -705,7 +705,7 @@ fn bytes_text(bytes: usize) -> String {
 
 /// Reads the first JSON value of `bytes`; what follows it (the rest of the memory) is ignored,
 /// as 0.13's streaming parser did.
-pub fn first_json_value(bytes: &[u8]) -> Result<Value, String> {
+pub(crate) fn first_json_value(bytes: &[u8]) -> Result<Value, String> {
     let mut values = serde_json::Deserializer::from_slice(bytes).into_iter::<Value>();
     match values.next() {
         Some(Ok(value)) => Ok(value),

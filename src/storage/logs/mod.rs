@@ -38,7 +38,7 @@ mod role;
 #[cfg(test)]
 mod tests;
 
-pub use role::RoleLog;
+pub(crate) use role::RoleLog;
 
 /// Limits of the deployment log (rotation and retention are decided in
 /// [`verwalter_controllers::storage::retention`]).
@@ -76,7 +76,7 @@ pub(crate) struct Segment {
 
 /// Where an event's text starts.
 #[derive(Debug, Clone)]
-pub enum Pointer {
+pub(crate) enum Pointer {
     Global(String, u64),
     Changes(String, u64),
     Role(String, String, u64),
@@ -104,7 +104,7 @@ fn variant(name: &str, fields: Value) -> String {
 
 /// What happened at a pointer.
 #[derive(Debug, Clone)]
-pub enum Marker {
+pub(crate) enum Marker {
     DeploymentStart,
     DeploymentChanges,
     RoleStart,
@@ -113,7 +113,6 @@ pub enum Marker {
     ExternalLog,
     RoleFinish,
     DeploymentFinish,
-    DeploymentError,
 }
 
 impl Marker {
@@ -137,25 +136,24 @@ impl Marker {
             Marker::ExternalLog => "ExternalLog",
             Marker::RoleFinish => "RoleFinish",
             Marker::DeploymentFinish => "DeploymentFinish",
-            Marker::DeploymentError => "DeploymentError",
         }
     }
 }
 
 /// How much of the index file's end [`LogDir::recent_index`] reads.
-pub const RECENT_INDEX_BYTES: u64 = 256 << 10;
+pub(crate) const RECENT_INDEX_BYTES: u64 = 256 << 10;
 
 /// One line of the index, read back: `[time, deployment_id, pointer, marker]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexEntry {
-    pub time: String,
-    pub deployment_id: String,
+pub(crate) struct IndexEntry {
+    pub(crate) time: String,
+    pub(crate) deployment_id: String,
     /// The marker's name (`RoleStart`, `ActionStart`, ...).
-    pub marker: String,
+    pub(crate) marker: String,
     /// The name an `ActionStart`/`ActionFinish` marker carries.
-    pub action: Option<String>,
+    pub(crate) action: Option<String>,
     /// The role of a `Role` pointer.
-    pub role: Option<String>,
+    pub(crate) role: Option<String>,
 }
 
 impl IndexEntry {
@@ -209,13 +207,13 @@ impl LogDir {
     }
 
     /// Counts every failed write in `counter` from now on.
-    pub fn count_write_errors(&self, counter: prometheus::IntCounter) {
+    pub(crate) fn count_write_errors(&self, counter: prometheus::IntCounter) {
         let _ = self.write_errors.set(counter);
     }
 
     /// What cannot be written now, one entry per stream, or `None` when the last write of every
     /// stream succeeded.
-    pub fn problem(&self) -> Option<String> {
+    pub(crate) fn problem(&self) -> Option<String> {
         /// Streams named in full; more would make an unreadable status line.
         const SHOWN: usize = 3;
         if !self.any_failing.load(Ordering::Acquire) {
@@ -271,14 +269,14 @@ impl LogDir {
             .store(!failing.is_empty(), Ordering::Release);
     }
 
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.dir
     }
 
     /// The newest `limit` lines of the current index file (`.index/latest`), newest first, from
     /// its last [`RECENT_INDEX_BYTES`] at most; lines that do not parse are skipped. No index yet
     /// is no entry.
-    pub fn recent_index(&self, limit: usize) -> io::Result<Vec<IndexEntry>> {
+    pub(crate) fn recent_index(&self, limit: usize) -> io::Result<Vec<IndexEntry>> {
         use std::io::{Read, Seek, SeekFrom};
         let mut file = match File::open(self.dir.join(".index").join("latest")) {
             Ok(file) => file,
@@ -304,7 +302,7 @@ impl LogDir {
     }
 
     /// Appends one index line.
-    pub fn index(&self, deployment_id: &str, pointer: &Pointer, marker: &Marker) {
+    pub(crate) fn index(&self, deployment_id: &str, pointer: &Pointer, marker: &Marker) {
         let now = SystemTime::now();
         let text = format!(
             "[{},{},{},{}]\n",
@@ -339,7 +337,7 @@ impl LogDir {
     }
 
     /// Appends `text` to the global log with a marker line, and indexes it.
-    pub fn global(&self, deployment_id: &str, marker: Marker, text: &str) {
+    pub(crate) fn global(&self, deployment_id: &str, marker: Marker, text: &str) {
         let header = marker_line(deployment_id, None, &marker);
         let pointer = {
             let mut files = self.files.lock().unwrap();
@@ -361,7 +359,7 @@ impl LogDir {
     }
 
     /// Appends an audit line (an operator action received) to the global log.
-    pub fn audit(&self, text: &str) {
+    pub(crate) fn audit(&self, text: &str) {
         let line = format!("{} audit: {text}\n", rfc3339(SystemTime::now()));
         let mut files = self.files.lock().unwrap();
         let dir = self.dir.join(".global");
@@ -377,7 +375,7 @@ impl LogDir {
     }
 
     /// Appends change lines (`<time>: <hash8>: <change>`) and indexes them.
-    pub fn changes(&self, deployment_id: &str, schedule_hash: &str, changes: &[String]) {
+    pub(crate) fn changes(&self, deployment_id: &str, schedule_hash: &str, changes: &[String]) {
         if changes.is_empty() {
             return;
         }
@@ -407,7 +405,7 @@ impl LogDir {
 
     /// The log of one role's attempt in deployment `deployment_id` (starts with `RoleStart`).
     /// When the role's log cannot be opened, its entries are dropped and the failure reported.
-    pub fn role(self: &Arc<Self>, role: &str, deployment_id: &str) -> RoleLog {
+    pub(crate) fn role(self: &Arc<Self>, role: &str, deployment_id: &str) -> RoleLog {
         RoleLog::start(self.clone(), role, deployment_id)
     }
 
@@ -415,7 +413,7 @@ impl LogDir {
     /// the total is over the size limit. The `latest` file of each stream is spared the size
     /// limit, not the age limit: a role gone from the node for longer than the age limit loses
     /// its whole log dir. Returns the number of files deleted.
-    pub fn retain(&self) -> io::Result<usize> {
+    pub(crate) fn retain(&self) -> io::Result<usize> {
         let mut all = Vec::new();
         for entry in fs::read_dir(&self.dir)? {
             let entry = entry?;
@@ -590,7 +588,7 @@ fn format_utc(t: SystemTime, format: &[time::format_description::FormatItem<'sta
 }
 
 /// `2026-11-22T04:55:49Z` (see [`verwalter_controllers::machinery::clock::rfc3339`]).
-pub fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let ms = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);

@@ -12,7 +12,7 @@ use crate::render::apply::ApplyLog;
 
 /// Writer of one role's entries; every entry is indexed under the deployment id.
 #[derive(Debug)]
-pub struct RoleLog {
+pub(crate) struct RoleLog {
     dir: Arc<LogDir>,
     role: String,
     deployment_id: String,
@@ -44,26 +44,26 @@ impl RoleLog {
     /// The variables the templates see, secrets masked, `full_schedule` summarised: whole (or by
     /// key with digests when big) when `last` is `None`, else what changed since `last`
     /// (`verwalter_controllers::render::vars::logged`).
-    pub fn vars(&mut self, last: Option<Logged<'_>>, vars: &Map<String, Value>) {
+    pub(crate) fn vars(&mut self, last: Option<Logged<'_>>, vars: &Map<String, Value>) {
         let text = logged::entry(&self.role, last, vars);
         self.write(text.as_bytes());
     }
 
-    pub fn action_start(&mut self, name: &str) {
+    pub(crate) fn action_start(&mut self, name: &str) {
         self.marker(Marker::ActionStart(name.to_string()), "");
     }
 
-    pub fn action_finish(&mut self, name: &str) {
+    pub(crate) fn action_finish(&mut self, name: &str) {
         self.marker(Marker::ActionFinish(name.to_string()), "");
     }
 
     /// Free text (one or more whole lines).
-    pub fn text(&mut self, text: &str) {
+    pub(crate) fn text(&mut self, text: &str) {
         self.write(text.as_bytes());
     }
 
     /// Writes the result and the `RoleFinish` marker.
-    pub fn finish(
+    pub(crate) fn finish(
         mut self,
         result: &Result<(), verwalter_controllers::machinery::ports::ApplyError>,
     ) {
