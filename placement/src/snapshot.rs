@@ -199,7 +199,7 @@ impl<T: Amounts + ?Sized> Amounts for &T {
 
 /// Every dimension's amount in a fixed array, without allocating.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub(crate) struct PerDim(pub [Option<f64>; 6]);
+pub(crate) struct PerDim(pub(crate) [Option<f64>; 6]);
 
 impl PerDim {
     pub(crate) fn of(map: &BTreeMap<Dim, f64>) -> PerDim {
