@@ -53,7 +53,7 @@ impl std::fmt::Debug for Metrics {
 
 /// Creates metric families and registers them on one registry; a name registered twice is a
 /// bug (it panics).
-pub(crate) struct Families<'a>(pub &'a Registry);
+pub(crate) struct Families<'a>(pub(crate) &'a Registry);
 
 impl Families<'_> {
     pub(crate) fn register<C: Collector + Clone + 'static>(&self, c: C) -> C {

@@ -27,7 +27,7 @@ const MAX_RECONNECT_DELAY: Duration = Duration::from_secs(2);
 
 /// [`GraphBus`] on an async-nats client.
 #[derive(Clone)]
-pub(crate) struct NatsBus(pub async_nats::Client);
+pub(crate) struct NatsBus(pub(crate) async_nats::Client);
 
 impl GraphBus for NatsBus {
     fn publish(

@@ -63,7 +63,7 @@ pub(crate) trait JsonRoute {
 }
 
 /// The body of a request to the route `R`, read and parsed under `R`'s rules.
-pub(crate) struct JsonBody<R: JsonRoute>(pub R::Body, PhantomData<R>);
+pub(crate) struct JsonBody<R: JsonRoute>(pub(crate) R::Body, PhantomData<R>);
 
 impl<R: JsonRoute> JsonBody<R> {
     pub(crate) fn into_inner(self) -> R::Body {
