@@ -32,7 +32,7 @@
 //!     leader.
 //! - [`render`]: template dirs (Handlebars, Tera, `*.render.yaml`) and the role applier;
 //!   [`render::apply`]: the apply commands (`!Cmd`, `!Copy`, ...).
-//! - [`actions`]: the leader's queue of operator actions.
+//! - `actions`: the leader's queue of operator actions.
 //! - [`http`]: the HTTP API, `/metrics` and the web frontend (`frontend/`, embedded).
 //! - [`ernest`]: the ernest-style graph executor over NATS (`verwalter graph`, `graph:`
 //!   settings).
@@ -40,6 +40,9 @@
 
 // No production function over 120 lines (the threshold is the workspace's clippy.toml); tests
 // may be longer.
+// The crate is not published: its docs are read with the private items
+// (`cargo doc --workspace --no-deps --document-private-items`), where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 #![warn(clippy::too_many_lines)]
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 // Modules and items are `pub(crate)` unless the binary (`src/main.rs`), the tests or the benches

@@ -21,6 +21,9 @@
 
 // No production function over 120 lines (the threshold is the workspace's clippy.toml); tests
 // may be longer.
+// The crate is not published: its docs are read with the private items
+// (`cargo doc --workspace --no-deps --document-private-items`), where these links resolve.
+#![allow(rustdoc::private_intra_doc_links)]
 #![warn(clippy::too_many_lines)]
 #![cfg_attr(test, allow(clippy::too_many_lines))]
 // Items are `pub(crate)` unless the daemon's crate, its tests or benches, or this crate's tests or

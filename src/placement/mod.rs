@@ -6,8 +6,8 @@
 //! - [`check`]: `verwalter check --placement-config FILE`, reading the file and the environment.
 //! - [`refresh`]: [`refresh::spawn_sources`], the background refresh of a data provider's
 //!   Kubernetes API and Prometheus sources into a store; through [`kube`] (lists and the pod
-//!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`client`]
-//!   (HTTP and HTTPS with a CA and a bearer token); [`metrics`] counts refreshes.
+//!   watch), [`prometheus`] (instant queries, [`prometheus::instant_query`]) and [`request`]
+//!   (their requests over the HTTPS kind of [`crate::machinery::http_client`]); [`metrics`] counts refreshes.
 //! - [`simulate`]: the `verwalter placement simulate` command (files in, report and chart out);
 //!   [`chart`] draws its SVG with plotters.
 //! - [`start`]: [`start::start_sources`], the one place the data sources are started.

@@ -1,4 +1,4 @@
-//! The scheduler thread: the one adapter between the controllers' [`Scheduler`] port and a
+//! The scheduler thread: the one adapter between the controllers' [`Scheduler`](verwalter_controllers::machinery::ports::Scheduler) port and a
 //! scheduler that runs on an OS thread of its own (the Lua state, the wasm module), so that a
 //! long run never blocks the async runtime.
 //!
