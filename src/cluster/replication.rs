@@ -300,12 +300,10 @@ impl FetcherParts {
     }
 }
 
-/// The URLs a fetch of a schedule asks, in order, and the one it is known by.
+/// The URLs a fetch of a schedule asks, in order.
 struct Ask {
     /// Asked in order until one answers.
     urls: Vec<String>,
-    /// Named in errors, and deciding whether the body is passed on (see [`pass_on`]).
-    named: String,
 }
 
 impl Ask {
@@ -321,15 +319,13 @@ impl Ask {
         if relayed {
             let wait = crate::http::RELAY_WAIT_MAX.as_millis();
             let url = format!("http://{addr}/v1/schedule/{hash}?wait_ms={wait}");
-            Ask {
-                urls: vec![url.clone()],
-                named: url,
-            }
+            Ask { urls: vec![url] }
         } else {
-            let plain = format!("http://{addr}/v1/schedule");
             Ask {
-                urls: vec![format!("http://{addr}/v1/schedule/{hash}"), plain.clone()],
-                named: plain,
+                urls: vec![
+                    format!("http://{addr}/v1/schedule/{hash}"),
+                    format!("http://{addr}/v1/schedule"),
+                ],
             }
         }
     }
@@ -348,7 +344,10 @@ async fn fetch_schedule(
     let mut failed = None;
     for url in &ask.urls {
         match get_compressed(client, url, token).await {
-            Ok(fetched) => return pass_on(&ask.named, hash, fetched, relay, reading).await,
+            // Whether the body may be passed on is up to the URL that answered: the leader's
+            // `/v1/schedule/<hash>` answers with that schedule, a 0.13 peer's plain route
+            // with whatever it holds.
+            Ok(fetched) => return pass_on(url, hash, fetched, relay, reading).await,
             Err(e) => failed = Some(e),
         }
     }
@@ -916,6 +915,90 @@ mod tests {
         )
         .await
         .unwrap();
+        assert_eq!(relay.get(&schedule.hash), None);
+    }
+
+    /// Serves `body` gzipped as every answer, except 404 to `/v1/schedule/<hash>` when
+    /// `by_hash` is false (a verwalter 0.13 peer); the request paths it saw.
+    async fn serve_gzipped(
+        body: Vec<u8>,
+        by_hash: bool,
+    ) -> (u16, Arc<std::sync::Mutex<Vec<String>>>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let body = gzip(&body);
+        let paths = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = paths.clone();
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&request).to_string();
+                let path = head.split(' ').nth(1).unwrap_or_default().to_string();
+                seen.lock().unwrap().push(path.clone());
+                if !by_hash && path != "/v1/schedule" {
+                    let answer = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n";
+                    let _ = conn.write_all(answer.as_bytes()).await;
+                    continue;
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: {}\r\n\
+                     Connection: close\r\n\r\n",
+                    body.len()
+                );
+                let _ = conn.write_all(answer.as_bytes()).await;
+                let _ = conn.write_all(&body).await;
+            }
+        });
+        (port, paths)
+    }
+
+    /// A follower that fetched the leader's schedule by its hash passes the body on to its relay
+    /// children; one that got it from a 0.13 peer's plain `/v1/schedule` does not.
+    #[tokio::test]
+    async fn a_schedule_fetched_by_its_hash_is_passed_on_and_a_plain_one_is_not() {
+        let schedule = Schedule::test().with_role("web", "v1").build();
+        let json = serde_json::to_vec(&schedule).unwrap();
+        let client = peers::client();
+        let reading = Reading::plain("");
+
+        let relay = crate::http::RelayBody::default();
+        let (port, paths) = serve_gzipped(json.clone(), true).await;
+        let addr = format!("127.0.0.1:{port}");
+        let got = get_schedule(&client, None, &addr, &schedule.hash, Some(&relay), &reading)
+            .await
+            .unwrap();
+        assert_eq!(got.hash, schedule.hash);
+        assert_eq!(
+            *paths.lock().unwrap(),
+            [format!("/v1/schedule/{}", schedule.hash)]
+        );
+        assert_eq!(
+            relay.get(&schedule.hash),
+            Some((Coding::Gzip, gzip(&json))),
+            "the body as it came, for the relay children"
+        );
+
+        let relay = crate::http::RelayBody::default();
+        let (port, paths) = serve_gzipped(json.clone(), false).await;
+        let addr = format!("127.0.0.1:{port}");
+        let got = get_schedule(&client, None, &addr, &schedule.hash, Some(&relay), &reading)
+            .await
+            .unwrap();
+        assert_eq!(got.hash, schedule.hash);
+        assert_eq!(
+            *paths.lock().unwrap(),
+            [
+                format!("/v1/schedule/{}", schedule.hash),
+                "/v1/schedule".into()
+            ]
+        );
         assert_eq!(relay.get(&schedule.hash), None);
     }
 
