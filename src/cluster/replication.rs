@@ -504,6 +504,19 @@ mod tests {
         live
     }
 
+    /// A request's head as text, read up to its blank line; `None` when the client goes first.
+    async fn read_head(conn: &mut tokio::net::TcpStream) -> Option<String> {
+        let mut request = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            match conn.read(&mut buf).await {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => request.extend_from_slice(&buf[..n]),
+            }
+        }
+        Some(String::from_utf8_lossy(&request).into_owned())
+    }
+
     /// Serves `schedule` as the answer to every GET but the first `failures` (503), on a local
     /// port it returns.
     async fn serve(schedule: Schedule, failures: usize) -> u16 {
@@ -517,14 +530,9 @@ mod tests {
                 let fail = served <= failures;
                 let body = body.clone();
                 tokio::spawn(async move {
-                    let mut request = Vec::new();
-                    let mut buf = [0u8; 1024];
-                    while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match conn.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => request.extend_from_slice(&buf[..n]),
-                        }
-                    }
+                    let Some(_) = read_head(&mut conn).await else {
+                        return;
+                    };
                     if fail {
                         let head = "HTTP/1.1 503 Service Unavailable\r\n\
                                     Content-Length: 0\r\nConnection: close\r\n\r\n";
@@ -769,15 +777,8 @@ mod tests {
         let seen = heads.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&request).to_ascii_lowercase();
+                let head = read_head(&mut conn).await.unwrap_or_default();
+                let head = head.to_ascii_lowercase();
                 let allowed = head.contains(&format!(
                     "authorization: bearer {}\r\n",
                     token.to_ascii_lowercase()
@@ -931,15 +932,7 @@ mod tests {
         let seen = paths.clone();
         tokio::spawn(async move {
             while let Ok((mut conn, _)) = listener.accept().await {
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => break,
-                        Ok(n) => request.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let head = String::from_utf8_lossy(&request).to_string();
+                let head = read_head(&mut conn).await.unwrap_or_default();
                 let path = head.split(' ').nth(1).unwrap_or_default().to_string();
                 seen.lock().unwrap().push(path.clone());
                 if !by_hash && path != "/v1/schedule" {
