@@ -4,7 +4,9 @@
 //!   its controller.
 //! - [`replication`]: what a follower fetches, what a new leader gathers as parents.
 //! - [`peers`]: when a fresh read of the peer source counts as a new peer list.
+//! - [`datacenters`]: the exchange between the leaders of several data centers.
 
+pub mod datacenters;
 pub mod election;
 pub mod peers;
 pub mod replication;
