@@ -18,6 +18,8 @@ use tokio::time::Instant;
 use crate::state::NodeId;
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
 pub mod wire;
 
@@ -331,6 +333,64 @@ impl View {
                         .all(|(x, y)| x.request == y.request && x.data == y.data)
             })
     }
+}
+
+/// A peer as the split into DCs sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerDc<'a> {
+    pub id: &'a NodeId,
+    /// The peer's DC; `None`: this node's (a peer list without DCs is one DC).
+    pub dc: Option<&'a str>,
+    pub addr: Option<&'a str>,
+}
+
+/// The peer list split at the DC boundary.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Split {
+    /// The peers of this node's DC: the only ones the election and schedule distribution see.
+    pub election: std::collections::BTreeSet<NodeId>,
+    /// The other DCs, each with the addresses to try: its peers', then its entry points.
+    pub members: BTreeMap<Dc, Vec<String>>,
+}
+
+/// Splits the peer list and the static entry points at this node's DC: peers of this DC (or of
+/// no DC) elect together, every other DC is a member of the mesh.
+pub fn split_peers<'a>(
+    own_dc: &str,
+    peers: impl IntoIterator<Item = PeerDc<'a>>,
+    entry_points: &BTreeMap<Dc, Vec<String>>,
+) -> Split {
+    let mut split = Split::default();
+    for peer in peers {
+        match peer.dc {
+            None => {
+                split.election.insert(peer.id.clone());
+            }
+            Some(dc) if dc == own_dc => {
+                split.election.insert(peer.id.clone());
+            }
+            Some(dc) => {
+                let addrs = split.members.entry(dc.to_string()).or_default();
+                if let Some(addr) = peer.addr
+                    && !addrs.iter().any(|a| a == addr)
+                {
+                    addrs.push(addr.to_string());
+                }
+            }
+        }
+    }
+    for (dc, points) in entry_points {
+        if dc == own_dc {
+            continue;
+        }
+        let addrs = split.members.entry(dc.clone()).or_default();
+        for point in points {
+            if !addrs.contains(point) {
+                addrs.push(point.clone());
+            }
+        }
+    }
+    split
 }
 
 /// A request id (or the request an answer names): 1 to 128 characters.

@@ -637,3 +637,57 @@ fn the_scheduler_reruns_on_what_it_sees_not_on_ages() {
     assert_eq!(json["dcs"]["fra"]["link"], "up");
     assert_eq!(json["dcs"]["fra"]["answers"][0]["request"], "burst");
 }
+
+#[test]
+fn the_peer_list_splits_into_the_election_and_the_mesh() {
+    let ids: Vec<NodeId> = (1..=5).map(|n| format!("n{n}")).collect();
+    let peers = [
+        PeerDc {
+            id: &ids[0],
+            dc: Some("ams"),
+            addr: Some("10.0.0.1:8379"),
+        },
+        PeerDc {
+            id: &ids[1],
+            dc: None,
+            addr: Some("10.0.0.2:8379"),
+        },
+        PeerDc {
+            id: &ids[2],
+            dc: Some("fra"),
+            addr: Some("10.1.0.3:8379"),
+        },
+        PeerDc {
+            id: &ids[3],
+            dc: Some("fra"),
+            addr: None,
+        },
+        PeerDc {
+            id: &ids[4],
+            dc: Some("lon"),
+            addr: Some("10.2.0.5:8379"),
+        },
+    ];
+    let entry = BTreeMap::from([
+        (
+            "fra".to_string(),
+            vec!["fra.example:8379".to_string(), "10.1.0.3:8379".to_string()],
+        ),
+        ("nyc".to_string(), vec!["nyc.example:8379".to_string()]),
+        ("ams".to_string(), vec!["ams.example:8379".to_string()]),
+    ]);
+    let split = split_peers("ams", peers, &entry);
+    let election: Vec<&str> = split.election.iter().map(String::as_str).collect();
+    assert_eq!(election, ["n1", "n2"], "this DC's peers and peers of no DC");
+    assert_eq!(
+        split.members,
+        BTreeMap::from([
+            (
+                "fra".to_string(),
+                vec!["10.1.0.3:8379".to_string(), "fra.example:8379".to_string()]
+            ),
+            ("lon".to_string(), vec!["10.2.0.5:8379".to_string()]),
+            ("nyc".to_string(), vec!["nyc.example:8379".to_string()]),
+        ])
+    );
+}
