@@ -124,6 +124,14 @@ struct Sim {
     crashed_lender: Option<NodeId>,
     /// Nodes that followed a leader of another DC (must stay 0).
     followed_across: usize,
+    /// Roles in each summary besides the DC's load (0: the load alone).
+    roles: usize,
+    /// The exchange's timings and cap on every leader.
+    config: Config,
+    /// Summary changes not yet seen by every other DC's leader: (DC, load, since, DCs left).
+    pending: Vec<(usize, u64, Instant, Vec<usize>)>,
+    /// How long each summary change took to reach another DC's leader.
+    latencies: Vec<Duration>,
 }
 
 impl Sim {
@@ -180,6 +188,10 @@ impl Sim {
             renewed_after_crash: 0,
             crashed_lender: None,
             followed_across: 0,
+            roles: 0,
+            config: config(),
+            pending: Vec::new(),
+            latencies: Vec::new(),
         };
         for i in 0..n {
             sim.schedule_timer(i);
@@ -319,7 +331,10 @@ impl Sim {
                 self.schedule_timer(i);
             }
             Event::Load(dc) => {
-                self.load[dc] = self.rng.random_range(0..100);
+                self.load[dc] += self.rng.random_range(1..10);
+                let others = (0..DCS.len()).filter(|o| *o != dc).collect();
+                self.pending.retain(|p| p.0 != dc);
+                self.pending.push((dc, self.load[dc], self.now, others));
                 for i in 0..self.nodes.len() {
                     if self.nodes[i].dc == dc && self.nodes[i].exchange.is_some() {
                         self.run_scheduler(i);
@@ -413,13 +428,30 @@ impl Sim {
                 // A restarted node may lead an epoch again: start above what it sent before.
                 first_seq: u64::try_from((self.now - self.origin).as_micros()).unwrap(),
             };
-            let mut x = Exchange::new(me, config(), self.now);
+            let mut x = Exchange::new(me, self.config.clone(), self.now);
             x.set_members(node.members.clone());
             self.nodes[i].exchange = Some(x);
             self.run_scheduler(i);
             self.drive(i);
         }
     }
+}
+
+/// A DC's summary: its load, and with `roles`, that many roles' spare capacity and load.
+fn summary_of(dc: usize, load: u64, roles: usize) -> serde_json::Value {
+    let mut summary = json!({"dc": DCS[dc], "load": load});
+    if roles > 0 {
+        let roles: serde_json::Map<String, serde_json::Value> = (0..roles)
+            .map(|r| {
+                (
+                    format!("role-{r:03}"),
+                    json!({"spare": r % 7, "load": 0.25}),
+                )
+            })
+            .collect();
+        summary["roles"] = roles.into();
+    }
+    summary
 }
 
 fn addr(i: usize) -> String {
@@ -477,6 +509,15 @@ impl Sim {
             return;
         };
         let view = x.view(now);
+        let here = self.nodes[i].dc;
+        for (dc, load, since, left) in &mut self.pending {
+            let seen = view.dcs.get(DCS[*dc]).and_then(|v| v.summary.as_ref());
+            if left.contains(&here) && seen.is_some_and(|s| s["load"] == json!(*load)) {
+                left.retain(|d| *d != here);
+                self.latencies.push(now - *since);
+            }
+        }
+        self.pending.retain(|p| !p.3.is_empty());
         if self.nodes[i]
             .seen
             .as_ref()
@@ -518,7 +559,7 @@ impl Sim {
         let x = self.nodes[i].exchange.as_mut().unwrap();
         let view = x.view(now);
         let mut output = Output {
-            summary: Some(json!({"dc": DCS[dc], "load": load})),
+            summary: Some(summary_of(dc, load, self.roles)),
             ..Output::default()
         };
         if dc == BORROWER {
@@ -648,7 +689,7 @@ impl Sim {
                 );
                 assert_eq!(
                     seen.summary,
-                    Some(json!({"dc": DCS[other], "load": self.load[other]})),
+                    Some(summary_of(other, self.load[other], self.roles)),
                     "seed {}: {} has {}'s summary",
                     self.seed,
                     DCS[dc],
@@ -759,4 +800,64 @@ fn several_dcs_keep_their_leaders_and_exchange_through_cuts_slow_links_and_a_lea
             "the crash comes while a grant is open: {crashes}"
         );
     }
+}
+
+/// One leader per DC (one node each), summaries of 100 roles, the default timings, over ten
+/// minutes: how long a summary change takes to reach the other DCs' leaders, and the bytes a
+/// leader sends, idle and with a change every 10 s in every DC (the scheduler's rerun period),
+/// with the default cap and with a cap the churn exceeds. The figures are in
+/// docs/datacenters.md; a measurement (seconds in a debug build), so run by hand:
+/// `cargo test -p verwalter-controllers --lib -- datacenters::sim::measured --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measured_summary_latency_and_bytes_per_hour() {
+    let minutes = 10;
+    let run = |churn: bool, cap: Option<u64>| {
+        let mut sim = Sim::new(7, 1);
+        sim.roles = 100;
+        sim.config = Config::default();
+        if let Some(cap) = cap {
+            sim.config.traffic_cap = cap;
+        }
+        let end = sim.origin + Duration::from_secs(60 * minutes);
+        if churn {
+            // From 5 s on: the leaders have met.
+            for dc in 0..DCS.len() {
+                let mut at = sim.origin + Duration::from_millis(5000 + 3333 * dc as u64);
+                while at < end {
+                    sim.push(at, Event::Load(dc));
+                    at += Duration::from_secs(10);
+                }
+            }
+        }
+        sim.run_until(end);
+        let sent: u64 = (sim.nodes.iter())
+            .map(|n| n.exchange.as_ref().unwrap().view(sim.now))
+            .map(|v| v.dcs.values().map(|d| d.bytes_sent).sum::<u64>())
+            .sum();
+        let per_hour = sent / DCS.len() as u64 * 60 / minutes;
+        (per_hour, sim.latencies)
+    };
+    let (idle, _) = run(false, None);
+    let (churn, mut latencies) = run(true, None);
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100];
+    let max = *latencies.last().unwrap();
+    let tight = 64 << 10;
+    let (capped, _) = run(true, Some(tight));
+    println!(
+        "per leader and hour: idle {idle} B, churn {churn} B, churn under a {tight} B/min cap \
+         {capped} B; a summary change to another DC: {} changes, p99 {p99:?}, max {max:?}",
+        latencies.len()
+    );
+    assert!(churn > idle);
+    assert!(capped < churn, "the cap bounds the churn");
+    // Per interval: at most the cap, and the heartbeats (bare envelopes), which always go.
+    assert!(capped <= (tight + idle / 60) * 61, "{capped}");
+    // A change goes out at once; it waits at most for an exchange in flight: within one round
+    // trip (at most 200 ms here) and 50 ms.
+    assert!(
+        max <= Duration::from_micros(2 * WAN.1) + Duration::from_millis(50),
+        "{max:?}"
+    );
 }
