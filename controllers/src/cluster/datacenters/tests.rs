@@ -691,3 +691,47 @@ fn the_peer_list_splits_into_the_election_and_the_mesh() {
         ])
     );
 }
+
+/// docs/datacenters.md shows `state.datacenters` with every field the view has, and no other.
+#[test]
+fn the_documented_view_has_the_fields_of_the_view() {
+    let doc = include_str!("../../../../docs/datacenters.md");
+    let section = doc
+        .split("## What the scheduler sees and returns")
+        .nth(1)
+        .unwrap();
+    let block = section
+        .split("```text\n")
+        .nth(1)
+        .unwrap()
+        .split("```")
+        .next()
+        .unwrap();
+    let t0 = Instant::now();
+    let (ams, fra) = lend(t0);
+    let borrower = serde_json::to_value(ams.view(t0 + ms(200))).unwrap();
+    let lender = serde_json::to_value(fra.view(t0 + ms(200))).unwrap();
+    let mut keys: Vec<String> = borrower.as_object().unwrap().keys().cloned().collect();
+    let dc = &borrower["dcs"]["fra"];
+    keys.extend(dc.as_object().unwrap().keys().cloned());
+    for item in [
+        &dc["answers"][0],
+        &lender["dcs"]["ams"]["requests"][0],
+        &lender["dcs"]["ams"]["lent"][0],
+    ] {
+        keys.extend(item.as_object().expect("an entry").keys().cloned());
+    }
+    keys.push("fra".into()); // the DC's name, a key of `dcs`
+    keys.sort();
+    keys.dedup();
+    let mut written: Vec<String> = block
+        .split('"')
+        .collect::<Vec<_>>()
+        .windows(2)
+        .filter(|w| w[1].trim_start().starts_with(':'))
+        .map(|w| w[0].to_string())
+        .collect();
+    written.sort();
+    written.dedup();
+    assert_eq!(written, keys);
+}
