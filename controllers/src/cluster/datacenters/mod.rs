@@ -17,6 +17,7 @@ use tokio::time::Instant;
 
 use crate::state::NodeId;
 
+pub mod input;
 #[cfg(test)]
 mod sim;
 #[cfg(test)]
