@@ -311,7 +311,8 @@ pub struct Lent {
 
 impl View {
     /// Whether `other` shows the scheduler something else: a leader, a link going up or down, a
-    /// summary, a request or an answer; not ages, RTTs or byte counts moving on.
+    /// summary, a request, an answer, what is lent (a lender takes back what ends); not ages,
+    /// RTTs or byte counts moving on.
     pub fn same_for_scheduler(&self, other: &View) -> bool {
         self.self_dc == other.self_dc
             && self.dcs.len() == other.dcs.len()
@@ -332,6 +333,12 @@ impl View {
                         .iter()
                         .zip(&vb.answers)
                         .all(|(x, y)| x.request == y.request && x.data == y.data)
+                    && va.lent.len() == vb.lent.len()
+                    && va
+                        .lent
+                        .iter()
+                        .zip(&vb.lent)
+                        .all(|(x, y)| x.request == y.request)
             })
     }
 }

@@ -625,13 +625,24 @@ fn a_follower_names_its_leader_and_the_call_goes_there_at_once() {
 #[test]
 fn the_scheduler_reruns_on_what_it_sees_not_on_ages() {
     let t0 = Instant::now();
-    let (ams, _fra) = lend(t0);
+    let (ams, fra) = lend(t0);
     let a = ams.view(t0 + ms(200));
     let b = ams.view(t0 + ms(900));
     assert_ne!(a, b, "ages moved on");
     assert!(a.same_for_scheduler(&b));
     let down = ams.view(t0 + ms(10_200));
     assert!(!a.same_for_scheduler(&down), "the link went down");
+    // The lender's view: what it lent ends 33 s after it was sent (at 60 ms).
+    let lending = fra.view(t0 + ms(200));
+    assert!(lending.same_for_scheduler(&fra.view(t0 + ms(1000))));
+    let ended = fra.view(t0 + ms(33_060));
+    assert!(ended.dcs["ams"].lent.is_empty());
+    let mut only_lent = lending.clone();
+    only_lent.dcs.get_mut("ams").unwrap().lent.clear();
+    assert!(
+        !lending.same_for_scheduler(&only_lent),
+        "what is lent ended"
+    );
     let json = serde_json::to_value(&a).unwrap();
     assert_eq!(json["self"], "ams");
     assert_eq!(json["dcs"]["fra"]["link"], "up");
