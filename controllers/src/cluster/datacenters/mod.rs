@@ -212,6 +212,9 @@ struct Remote {
     redirects: u32,
     /// The newest sender: (epoch, node, seq).
     sender: Option<(u64, NodeId, u64)>,
+    /// At the newest sender's epoch, the last `seq` taken from each node (two leaders of one
+    /// epoch, in minority mode): an envelope of either is taken only once.
+    seqs: BTreeMap<NodeId, u64>,
     contact: Option<Instant>,
     rtt: Option<Duration>,
     srtt: Option<Duration>,
@@ -798,9 +801,13 @@ impl Exchange {
         let Some(remote) = self.remotes.get(&envelope.dc) else {
             return Err(Refusal::UnknownDc(envelope.dc.clone()));
         };
-        if let Some((epoch, node, seq)) = &remote.sender {
+        if let Some((epoch, _, _)) = &remote.sender {
             let newer = envelope.epoch > *epoch
-                || (envelope.epoch == *epoch && (envelope.node != *node || envelope.seq > *seq));
+                || (envelope.epoch == *epoch
+                    && remote
+                        .seqs
+                        .get(&envelope.node)
+                        .is_none_or(|s| envelope.seq > *s));
             if !newer {
                 return Err(Refusal::Stale {
                     dc: envelope.dc.clone(),
@@ -828,6 +835,14 @@ impl Exchange {
             .unwrap_or_default();
         let remote = self.remotes.get_mut(&envelope.dc).expect("checked");
         let from = (envelope.epoch, envelope.node.clone());
+        if remote
+            .sender
+            .as_ref()
+            .is_some_and(|(e, _, _)| *e != envelope.epoch)
+        {
+            remote.seqs.clear();
+        }
+        remote.seqs.insert(envelope.node.clone(), envelope.seq);
         remote.sender = Some((envelope.epoch, envelope.node, envelope.seq));
         remote.contact = Some(now);
         remote.leader_addr = Some(envelope.addr);

@@ -528,7 +528,24 @@ fn envelopes_from_outside_the_mesh_old_ones_and_bad_summaries_are_refused() {
     older.epoch = 3;
     older.seq += 10;
     assert!(ams.receive(t0, older).is_err(), "an older epoch");
-    let mut newer = good;
+    let mut newer = good.clone();
+    newer.seq += 1;
+    assert!(ams.receive(t0, newer.clone()).is_ok());
+    // A second leader of fra at the same epoch (minority mode): taken, and then neither's
+    // envelopes are taken twice.
+    let mut twin = good;
+    twin.node = node("fra", 2);
+    twin.seq = 5;
+    assert!(ams.receive(t0, twin.clone()).is_ok());
+    assert_eq!(ams.view(t0).dcs["fra"].leader, Some(node("fra", 2)));
+    assert!(
+        ams.receive(t0, newer.clone()).is_err(),
+        "a replay of the first"
+    );
+    assert!(
+        ams.receive(t0, twin.clone()).is_err(),
+        "a replay of the second"
+    );
     newer.seq += 1;
     assert!(ams.receive(t0, newer).is_ok());
 }
