@@ -16,6 +16,7 @@
 //! stamp changes.
 
 pub mod data;
+pub mod diff;
 pub mod hash;
 pub mod persist;
 pub mod scheduler_metrics;
