@@ -132,6 +132,11 @@
 //!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file
 //!   shown with its line while the last good declaration goes on); the offline `verwalter
 //!   schedule` with and without `--no-metrics`.
+//! - `shadow`: shadow schedulers on `examples/minimal` (a copy of `v1`, one adding a key, a
+//!   failing, a looping and a memory-hungry one): each real round has a run of each shadow on
+//!   its input hash, the diff in the API (empty for the copy), failures recorded with their kind
+//!   and the real schedule untouched, rounds going on; problems of `shadow.yaml` named; the
+//!   metrics; runs kept across a restart (docs/scheduler.md's example file).
 //! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
 //!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
 //!   and logs of the steady nodes stay flat, and the cluster converges at the end.
@@ -179,6 +184,7 @@ mod partition;
 mod placement_cli;
 mod render;
 mod scheduler_metrics;
+mod shadow;
 mod soak;
 mod sources;
 mod upgrade;
