@@ -33,7 +33,7 @@ fn v1_shadow(config: &Path, name: &str, module: &str) {
     std::fs::write(dir.join("main.lua"), main).unwrap();
 }
 
-fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
+pub(crate) fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let (tmp, config, storage) = example_site("minimal");
     v1_shadow(&config, "twin", "return {scheduler = scheduler}\n");
     v1_shadow(
@@ -67,7 +67,7 @@ fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
 }
 
 /// The daemon on `config`, scheduling only when something changes.
-fn start(config: &Path, storage: &Path) -> Daemon {
+pub(crate) fn start(config: &Path, storage: &Path) -> Daemon {
     let settings = storage.with_extension("settings.yaml");
     std::fs::write(
         &settings,
@@ -91,7 +91,7 @@ fn runs(daemon: &Daemon, shadow: &str) -> Vec<Value> {
 }
 
 /// Waits until `shadow` has a run whose real schedule is `real_hash`, and returns it whole.
-fn run_on(daemon: &Daemon, shadow: &str, real_hash: &str) -> Value {
+pub(crate) fn run_on(daemon: &Daemon, shadow: &str, real_hash: &str) -> Value {
     let summary = wait_for(SOON, || {
         runs(daemon, shadow)
             .into_iter()
@@ -105,7 +105,7 @@ fn run_on(daemon: &Daemon, shadow: &str, real_hash: &str) -> Value {
 }
 
 /// The schedule in force's hash, and the hash of the input that made it.
-fn real_round(daemon: &Daemon) -> (String, String) {
+pub(crate) fn real_round(daemon: &Daemon) -> (String, String) {
     let schedule = daemon.json("/v1/schedule").unwrap();
     let input = daemon.json("/v1/scheduler_input").unwrap();
     (

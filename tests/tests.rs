@@ -72,7 +72,8 @@
 //!   follower, failures shown with their cause, every page without a script error under its
 //!   Content-Security-Policy (which refuses an inline script and framing); its modules served
 //!   as JavaScript; the GraphQL page (`/v1/graphiql`) under the frontend's header, its schema
-//!   explorer and field completion, querying and subscribing with the API token.
+//!   explorer and field completion, querying and subscribing with the API token; the Shadow
+//!   page with each shadow's latest result, diff and history.
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
