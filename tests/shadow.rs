@@ -308,6 +308,31 @@ fn the_cli_prints_the_latest_diff_and_promote_puts_a_shadow_in_force() {
     let extra = run_on(&daemon, "extra", &real);
     let url = format!("http://127.0.0.1:{}", daemon.port);
 
+    // GraphQL: each shadow, its latest run with the diff, its history.
+    let query = r#"{"query": "{ shadows { name configured latest { run result pathsDiffering inputHash diff } history { run result diff } } }"}"#;
+    let (code, body) = crate::util::http_post(
+        daemon.port,
+        "/v1/graphql",
+        "application/json",
+        query.as_bytes(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let shadows = &answer["data"]["shadows"];
+    assert_eq!(shadows[0]["name"], "twin", "{answer}");
+    assert_eq!(shadows[0]["latest"]["result"], "identical");
+    assert_eq!(shadows[1]["name"], "extra");
+    assert_eq!(shadows[1]["configured"], true);
+    assert_eq!(shadows[1]["latest"]["run"], extra["run"]);
+    assert_eq!(shadows[1]["latest"]["pathsDiffering"], 1);
+    assert_eq!(shadows[1]["latest"]["inputHash"], extra["input_hash"]);
+    assert_eq!(shadows[1]["latest"]["diff"], extra["diff"]);
+    assert_eq!(shadows[1]["history"][0]["result"], "differs");
+    assert!(
+        shadows[1]["history"][0]["diff"].is_null(),
+        "summaries only: {answer}"
+    );
+
     let (code, text) = shadow_cli(&["diff", "--url", &url, "--name", "twin"]);
     assert_eq!(code, 0, "{text}");
     assert!(

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::error::ApiError;
 use crate::schedule::shadow::Shadows;
-use crate::schedule::shadow::records::RunSummary;
+use crate::schedule::shadow::records::{RunSummary, ShadowRun};
 
 /// One shadow in `/v1/shadow`.
 #[derive(Debug, Serialize)]
@@ -85,4 +85,43 @@ pub(crate) async fn run(
     serde_json::to_value(&*run)
         .map(Json)
         .map_err(|e| ApiError::internal(e.to_string()))
+}
+
+/// `Query.shadows`'s tree: each shadow as `/v1/shadow` lists it, field names in GraphQL's case;
+/// `latest` with its log and diff, `history` the summaries, newest first.
+pub(crate) fn graphql_tree(shadows: Option<&Shadows>) -> Value {
+    let Some(shadows) = shadows else {
+        return json!([]);
+    };
+    let config = shadows.config();
+    let mut names = config.shadows.clone();
+    for name in shadows.records().names() {
+        if !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    let run = |r: &ShadowRun, whole: bool| {
+        json!({
+            "run": r.run, "time": r.time, "inputHash": r.input_hash, "realHash": r.real_hash,
+            "result": r.result.label(), "pathsDiffering": r.paths_differing,
+            "error": r.error.as_ref().map(|e| format!("{}: {}", e.kind, e.message)),
+            "durationMs": r.duration_ms, "memoryBytes": r.memory_bytes,
+            "log": whole.then(|| r.log.clone()), "diff": if whole { r.diff.clone() } else { None },
+        })
+    };
+    Value::Array(
+        names
+            .into_iter()
+            .map(|name| {
+                let runs = shadows.records().runs(&name).unwrap_or_default();
+                json!({
+                    "name": name,
+                    "configured": config.shadows.contains(&name),
+                    "busyWith": shadows.busy_with(&name),
+                    "latest": runs.first().map(|r| run(r, true)),
+                    "history": runs.iter().map(|r| run(r, false)).collect::<Vec<_>>(),
+                })
+            })
+            .collect(),
+    )
 }
