@@ -417,3 +417,44 @@ fn the_cli_prints_the_latest_diff_and_promote_puts_a_shadow_in_force() {
     assert_eq!(twin["diff"]["changes"][0]["path"], "shadow_note");
     assert_eq!(twin["diff"]["changes"][0]["kind"], "removed");
 }
+
+#[test]
+fn wasm_shadows_run_as_a_wasm_v1_does() {
+    let (_tmp, config, storage) = example_site("wasm-scheduler");
+    let module = std::fs::read(config.join("scheduler/v1/scheduler.wasm")).unwrap();
+    for (name, bytes) in [
+        ("same", module),
+        ("trap", crate::wasm::module("unreachable")),
+    ] {
+        let dir = config.join("scheduler").join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("scheduler.wasm"), bytes).unwrap();
+    }
+    std::fs::write(
+        config.join("scheduler/shadow.yaml"),
+        "shadows: [same, trap]\n",
+    )
+    .unwrap();
+    let daemon = start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (real, input_hash) = real_round(&daemon);
+    let same = run_on(&daemon, "same", &real);
+    assert_eq!(same["result"], "identical", "{same}");
+    assert_eq!(same["input_hash"], input_hash.as_str());
+    assert!(
+        same["log"].as_str().unwrap().contains("placed 2 roles"),
+        "{same}"
+    );
+    let trap = run_on(&daemon, "trap", &real);
+    assert_eq!(trap["result"], "failed", "{trap}");
+    let message = trap["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("scheduler/trap/scheduler.wasm: "),
+        "{message}"
+    );
+    assert!(message.contains("trapped"), "{message}");
+    let status = daemon.json("/v1/status").unwrap();
+    assert!(status["errors"].get("scheduler").is_none(), "{status}");
+}

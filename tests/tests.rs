@@ -138,7 +138,8 @@
 //!   its input hash, the diff in the API (empty for the copy), failures recorded with their kind
 //!   and the real schedule untouched, rounds going on; problems of `shadow.yaml` named; the
 //!   metrics; GraphQL's `shadows`; `verwalter shadow diff` and `promote` (on a running
-//!   daemon); runs kept across a restart (docs/scheduler.md's example file).
+//!   daemon); wasm shadows (a copy of v1's module, a trapping one); runs kept across a
+//!   restart (docs/scheduler.md's example file).
 //! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
 //!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
 //!   and logs of the steady nodes stay flat, and the cluster converges at the end.
