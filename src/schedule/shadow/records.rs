@@ -139,10 +139,12 @@ pub(crate) struct Records {
 }
 
 impl Records {
-    /// Reads the runs kept under `dir` (files that cannot be read are logged and left alone).
+    /// Reads the runs kept under `dir` (files that cannot be read are logged and left alone;
+    /// the temp files of a write a crash cut short are removed).
     pub(crate) fn open(dir: PathBuf) -> Records {
         let mut runs: BTreeMap<String, VecDeque<Arc<ShadowRun>>> = BTreeMap::new();
         for (name, files) in list(&dir) {
+            remove_temp_files(&dir.join(&name));
             let kept = runs.entry(name.clone()).or_default();
             for (_, path) in files {
                 match read_run(&path) {
@@ -272,6 +274,19 @@ fn list(dir: &Path) -> Vec<(String, Vec<(RunId, PathBuf)>)> {
     out
 }
 
+/// Removes the temp files of `write_atomic` (`.tmp.<name>...`) in `dir`.
+fn remove_temp_files(dir: &Path) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(".tmp."))
+        {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
 fn read_run(path: &Path) -> std::io::Result<ShadowRun> {
     let bytes = crate::storage::state_dir::read_regular(path, MAX_RUN_FILE)?
         .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
@@ -322,7 +337,13 @@ mod tests {
             .collect();
         files.sort();
         assert_eq!(files, vec!["3.json", "4.json", "5.json"]);
+        let leftover = dir.path().join("shadow/v2/.tmp.9.json.1234.0");
+        std::fs::write(&leftover, "half").unwrap();
         let again = Records::open(dir.path().join("shadow"));
+        assert!(
+            !leftover.exists(),
+            "a crash's temp file is removed at start"
+        );
         assert_eq!(again.names(), vec!["v2", "v3"]);
         assert_eq!(ids(&again, "v2"), vec![5, 4, 3]);
         assert_eq!(again.last_run(), 6);
