@@ -8,7 +8,7 @@ use std::time::Duration;
 use serde_json::Value;
 use verwalter_controllers::schedule::hash::schedule_hash;
 
-use crate::util::{Daemon, copy_tree, doc_block, example_site, metric, wait_for};
+use crate::util::{Daemon, copy_tree, doc_block, example_site, metric, replace_file, wait_for};
 
 const SOON: Duration = Duration::from_secs(60);
 
@@ -197,11 +197,10 @@ fn every_real_round_has_each_shadow_on_its_input_and_bad_shadows_change_nothing(
     // error, and the next real round comes and is published while the loop may still run.
     let status = daemon.json("/v1/status").unwrap();
     assert!(status["scheduler"]["error"].is_null(), "{status}");
-    std::fs::write(
-        config.join("runtime/web/v3.yaml"),
-        std::fs::read(config.join("runtime/web/v2.yaml")).unwrap(),
-    )
-    .unwrap();
+    replace_file(
+        &config.join("runtime/web/v3.yaml"),
+        &std::fs::read_to_string(config.join("runtime/web/v2.yaml")).unwrap(),
+    );
     daemon.wait_json(SOON, "/v1/schedule", "no second schedule", |s| {
         s["hash"] != real.as_str()
     });
@@ -457,4 +456,60 @@ fn wasm_shadows_run_as_a_wasm_v1_does() {
     assert!(message.contains("trapped"), "{message}");
     let status = daemon.json("/v1/status").unwrap();
     assert!(status["errors"].get("scheduler").is_none(), "{status}");
+}
+
+#[test]
+fn a_shadow_still_running_is_skipped_for_the_next_round_which_is_not_held_back() {
+    let (_tmp, config, storage) = site();
+    std::fs::write(
+        config.join("scheduler/shadow.yaml"),
+        "shadows: [loop, twin]\n",
+    )
+    .unwrap();
+    // A budget long enough that the next round surely comes while `loop` still runs.
+    let settings = storage.with_extension("settings.yaml");
+    std::fs::write(
+        &settings,
+        "scheduler:\n  period-ms: 3600000\n  time-limit-ms: 4000\n",
+    )
+    .unwrap();
+    let daemon = Daemon::launch(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    );
+    let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    replace_file(
+        &config.join("runtime/web/v3.yaml"),
+        &std::fs::read_to_string(config.join("runtime/web/v2.yaml")).unwrap(),
+    );
+    let second = daemon.wait_json(SOON, "/v1/schedule", "no second schedule", |s| {
+        s["hash"] != first["hash"]
+    });
+    // The real round was published, and the twin ran on it, while the loop still ran.
+    let twin = run_on(&daemon, "twin", second["hash"].as_str().unwrap());
+    assert_eq!(twin["result"], "identical");
+    let skipped = run_on(&daemon, "loop", second["hash"].as_str().unwrap());
+    assert_eq!(skipped["result"], "skipped", "{skipped}");
+    let ran = run_on(&daemon, "loop", first["hash"].as_str().unwrap());
+    assert_eq!(skipped["skipped"]["busy_with"], ran["run"], "{skipped}");
+    assert!(skipped["output"].is_null() && skipped["duration_ms"].is_null());
+    // The run it was busy with ends at its budget, a timeout; nothing was queued behind it.
+    let ran = wait_for(SOON, || {
+        let run = daemon.json(&format!("/v1/shadow/loop/runs/{}", ran["run"]))?;
+        run["error"].is_object().then_some(run)
+    })
+    .unwrap();
+    assert_eq!(ran["error"]["kind"], "timeout", "{ran}");
+    assert_eq!(runs(&daemon, "loop").len(), 2);
+    assert_eq!(
+        metric(
+            daemon.port,
+            "verwalter_shadow_runs_total{result=\"skipped\",shadow=\"loop\"}"
+        ),
+        Some(1.0)
+    );
 }

@@ -136,7 +136,8 @@
 //! - `shadow`: shadow schedulers on `examples/minimal` (a copy of `v1`, one adding a key, a
 //!   failing, a looping and a memory-hungry one): each real round has a run of each shadow on
 //!   its input hash, the diff in the API (empty for the copy), failures recorded with their kind
-//!   and the real schedule untouched, rounds going on; problems of `shadow.yaml` named; the
+//!   and the real schedule untouched, rounds going on; a shadow still running skipped for the
+//!   next round (recorded) while that round is published; problems of `shadow.yaml` named; the
 //!   metrics; GraphQL's `shadows`; `verwalter shadow diff` and `promote` (on a running
 //!   daemon); wasm shadows (a copy of v1's module, a trapping one); runs kept across a
 //!   restart (docs/scheduler.md's example file).
