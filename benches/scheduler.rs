@@ -6,6 +6,10 @@
 //!
 //! After criterion, a same-run summary prints medians (min, max) of both and their ratio.
 //!
+//! With `SHADOW=1`, a last summary (issue 34): the full round alone, interleaved with the full
+//! round while a shadow of the same cost (the same scheduler, its own Lua state) runs on a
+//! thread of its own, as when a real round comes while the previous round's shadow still runs.
+//!
 //! `library_*`: the same input and round with `benches/placement/library`, a scheduler that
 //! places the roles with one `placement.place` call (wca's LeastUsedBAR) instead of its own
 //! loop; after criterion, a summary of its medians next to the hand-written scheduler's.
@@ -196,6 +200,69 @@ fn bench(c: &mut Criterion) {
         pair_ratios[pair_ratios.len() * 3 / 4]
     );
     breakdown(&sandbox, &input, &store);
+    if std::env::var_os("SHADOW").is_some_and(|v| v == "1") {
+        with_shadow(&sandbox, &input, &store);
+    }
+}
+
+/// The full round alone (a) and while a same-cost shadow runs on another thread (b),
+/// interleaved: medians and the ratio of each back-to-back pair.
+fn with_shadow(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
+    let (jobs, rx) = std::sync::mpsc::channel::<Arc<SchedulerInput>>();
+    let (done_tx, done) = std::sync::mpsc::channel::<Duration>();
+    std::thread::spawn(move || {
+        let shadow = sandbox_in("benches/placement/scheduler/v1");
+        while let Ok(input) = rx.recv() {
+            let started = Instant::now();
+            shadow.run(&input).unwrap();
+            let took = started.elapsed();
+            shadow.after_run();
+            let _ = done_tx.send(took);
+        }
+    });
+    let shared = Arc::new(input.clone());
+    let (mut alone, mut beside, mut shadow_took) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let started = Instant::now();
+        full_round(sandbox, input, store);
+        alone.push(started.elapsed());
+        sandbox.after_run();
+        jobs.send(shared.clone()).unwrap();
+        let started = Instant::now();
+        full_round(sandbox, input, store);
+        beside.push(started.elapsed());
+        sandbox.after_run();
+        shadow_took.push(done.recv().unwrap());
+    }
+    let mut pairs: Vec<f64> = alone
+        .iter()
+        .zip(&beside)
+        .map(|(a, b)| b.as_secs_f64() / a.as_secs_f64())
+        .collect();
+    pairs.sort_by(f64::total_cmp);
+    let median = |v: &mut Vec<Duration>| {
+        v.sort();
+        v[v.len() / 2]
+    };
+    println!("with a shadow of the same cost ({ROUNDS} interleaved pairs, SHADOW=1):");
+    println!(
+        "  (a) full_round alone          median {:>7.2} ms",
+        ms(median(&mut alone))
+    );
+    println!(
+        "  (b) full_round beside shadow  median {:>7.2} ms",
+        ms(median(&mut beside))
+    );
+    println!(
+        "  the shadow's run              median {:>7.2} ms",
+        ms(median(&mut shadow_took))
+    );
+    println!(
+        "  ratio (b)/(a) per back-to-back pair: median {:.3} (quartiles {:.3}, {:.3})",
+        pairs[pairs.len() / 2],
+        pairs[pairs.len() / 4],
+        pairs[pairs.len() * 3 / 4]
+    );
 }
 
 /// Median time of each step of the full round, to see where time beyond the Lua goes.

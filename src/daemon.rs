@@ -117,6 +117,7 @@ pub enum Task {
     Extender,
     Graph,
     Events,
+    Shadows,
 }
 
 impl Task {
@@ -137,6 +138,7 @@ impl Task {
             Task::Extender => "placement extender",
             Task::Graph => "graph executor",
             Task::Events => "deployment events publisher",
+            Task::Shadows => "shadow schedulers",
         }
     }
 
@@ -309,6 +311,8 @@ struct Shared {
     schedule_json: Arc<http::SharedJson<Option<Schedule>>>,
     /// Shared with the HTTP API, which shows it on `/v1/peers`.
     live: Liveness,
+    /// The shadow schedulers the schedule controller hands its rounds to (`/v1/shadow`).
+    shadows: crate::schedule::shadow::Shadows,
 }
 
 /// What the render part shares with the HTTP API.
@@ -377,6 +381,13 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         relay: Arc::new(http::RelayBody::default()),
         schedule_json: Arc::new(http::SharedJson::schedule()),
         live: Liveness::default(),
+        shadows: crate::schedule::shadow::Shadows::new(
+            config.config_dir.clone(),
+            &config.storage_dir,
+            config.limits,
+            wiring.clock.clone(),
+            wiring.metrics.clone(),
+        ),
     };
     let cluster = ClusterFields {
         peers,
@@ -397,7 +408,12 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         status,
         parents,
     };
-    wiring.spawn_schedule(outputs, shared.persister.clone(), clustered)?;
+    wiring.spawn_schedule(
+        outputs,
+        shared.persister.clone(),
+        clustered,
+        &shared.shadows,
+    )?;
     let rendered = wiring.spawn_render(&state_dir, roles)?;
     let action_queue = wiring.spawn_actions(actions, &state_dir)?;
     wiring.spawn_extender(bound.nofile).await?;
@@ -626,6 +642,7 @@ impl Wiring<'_> {
         outputs: ScheduleOutputs,
         persist: Arc<Persister>,
         clustered: bool,
+        shadows: &crate::schedule::shadow::Shadows,
     ) -> Result<(), StartError> {
         let config = self.config;
         let lua = LuaScheduler::start(config.config_dir.clone(), config.limits)
@@ -651,6 +668,10 @@ impl Wiring<'_> {
                 period: config.scheduler_period,
             },
         );
+        // Shadow schedulers take each round once it is published, on a task of their own.
+        let (hook, shadow_task) = shadows.start(self.shutdown.clone());
+        self.tasks.spawn(Task::Shadows, shadow_task);
+        let controller = controller.with_shadows(hook);
         let controller = Arc::new(if clustered {
             controller.with_prefetch()
         } else {
@@ -872,7 +893,8 @@ impl Wiring<'_> {
             http: Arc::new(
                 http::HttpState::new(limits.clone())
                     .with_relay(shared.relay)
-                    .with_schedule_json(shared.schedule_json),
+                    .with_schedule_json(shared.schedule_json)
+                    .with_shadows(shared.shadows),
             ),
             liveness: shared.live,
             alive_window: config.minority_window,

@@ -54,6 +54,8 @@ enum Command {
     Extender(verwalter::placement::extender::ExtenderFlags),
     /// Run ernest-style dependency-graph builds received over NATS (build.create, ...).
     Graph(verwalter::ernest::GraphFlags),
+    /// Shadow schedulers: the latest diff from a running leader, or promote one to v1.
+    Shadow(verwalter::schedule::shadow::cli::ShadowArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -230,6 +232,10 @@ fn main() -> ExitCode {
                 }
             }
             extender(setup)
+        }
+        Some(Command::Shadow(args)) => {
+            init_logs("warn");
+            verwalter::schedule::shadow::cli::run(&args)
         }
         Some(Command::Graph(args)) => match &args.command {
             Some(verwalter::ernest::builds::GraphSubcommand::Builds(command)) => {

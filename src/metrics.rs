@@ -24,6 +24,7 @@ pub(crate) use crate::http::metrics::{ConnectionMetrics, HttpClose};
 use crate::inputs::metrics::InputMetrics;
 use crate::render::metrics::RenderMetrics;
 use crate::schedule::scheduler_metrics::RefreshMetrics;
+use crate::schedule::shadow::metrics::ShadowMetrics;
 
 /// Buckets for pass and scheduler durations: 1 ms to 10 s.
 const DURATION_BUCKETS: &[f64] = &[
@@ -40,6 +41,7 @@ pub struct Metrics {
     render: RenderMetrics,
     http: HttpMetrics,
     scheduler_metrics: RefreshMetrics,
+    shadow: ShadowMetrics,
 }
 
 /// At most this many roles get a `verwalter_role_failed_attempts` series (labels stay bounded).
@@ -223,8 +225,14 @@ impl Metrics {
             render: RenderMetrics::register(&registry),
             http: HttpMetrics::register(&registry),
             scheduler_metrics: RefreshMetrics::register(&registry),
+            shadow: ShadowMetrics::register(&registry),
             registry,
         }
+    }
+
+    /// The shadow schedulers' families.
+    pub(crate) fn shadow(&self) -> &ShadowMetrics {
+        &self.shadow
     }
 
     /// Scheduler runs since start, and how many failed (of every kind).

@@ -628,6 +628,7 @@ fn every_page_loads_without_a_script_error_or_a_notice() {
         ("/scheduler", "#scheduler-log", ""),
         ("/logs", "#log-rows", "ok"),
         ("/tail/global/latest", ".toolbar", "bytes "),
+        ("/shadow", "#shadow-list", "No shadow schedulers"),
         ("/backups", "#backups", ""),
         ("/api", "#routes", "/v1/roles_data"),
     ];
@@ -1381,4 +1382,45 @@ fn the_graphql_page_has_the_header_a_schema_explorer_and_completion_and_runs_a_q
     assert!(browser.url().ends_with("/roles"), "{}", browser.url());
     assert_eq!(notices(&browser), Vec::<String>::new());
     assert_eq!(browser.console_errors(), Vec::<String>::new());
+}
+
+#[test]
+fn the_shadow_page_shows_each_shadows_diff_and_history() {
+    let (_tmp, config, storage) = crate::shadow::site();
+    std::fs::write(
+        config.join("scheduler/shadow.yaml"),
+        "shadows: [twin, extra, fail, v1]\n",
+    )
+    .unwrap();
+    let daemon = crate::shadow::start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (real, _) = crate::shadow::real_round(&daemon);
+    for shadow in ["twin", "extra", "fail"] {
+        crate::shadow::run_on(&daemon, shadow, &real);
+    }
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/shadow", daemon.port));
+    browser.wait_for_text("#live", "live", SOON);
+    // The list, with each shadow's latest result.
+    let (_, list) = browser.wait_for_text_read("#shadow-list", "extra", SOON);
+    assert!(
+        list.contains("twin") && list.contains("identical"),
+        "{list}"
+    );
+    assert!(
+        list.contains("differs in 1 path") && list.contains("failed"),
+        "{list}"
+    );
+    // The diff, readably: the added path with the shadow's value; none for the twin.
+    let (_, extra) = browser.wait_for_text_read("#shadow-diff-extra", "shadow_note", SOON);
+    assert!(extra.contains("\"extra\""), "{extra}");
+    browser.wait_for_text("#shadow-diff-twin", "Identical to the real schedule.", SOON);
+    browser.wait_for_text("#shadow-diff-fail", "the failing shadow", SOON);
+    browser.wait_for_text("#shadow-history-twin", "identical", SOON);
+    browser.wait_for_text("#shadow-problems", "v1 is the scheduler in force", SOON);
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
 }

@@ -72,7 +72,8 @@
 //!   follower, failures shown with their cause, every page without a script error under its
 //!   Content-Security-Policy (which refuses an inline script and framing); its modules served
 //!   as JavaScript; the GraphQL page (`/v1/graphiql`) under the frontend's header, its schema
-//!   explorer and field completion, querying and subscribing with the API token.
+//!   explorer and field completion, querying and subscribing with the API token; the Shadow
+//!   page with each shadow's latest result, diff and history.
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
@@ -132,6 +133,14 @@
 //!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file
 //!   shown with its line while the last good declaration goes on); the offline `verwalter
 //!   schedule` with and without `--no-metrics`.
+//! - `shadow`: shadow schedulers on `examples/minimal` (a copy of `v1`, one adding a key, a
+//!   failing, a looping and a memory-hungry one): each real round has a run of each shadow on
+//!   its input hash, the diff in the API (empty for the copy), failures recorded with their kind
+//!   and the real schedule untouched, rounds going on; a shadow still running skipped for the
+//!   next round (recorded) while that round is published; problems of `shadow.yaml` named; the
+//!   metrics; GraphQL's `shadows`; `verwalter shadow diff` and `promote` (on a running
+//!   daemon); wasm shadows (a copy of v1's module, a trapping one); runs kept across a
+//!   restart (docs/scheduler.md's example file).
 //! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
 //!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
 //!   and logs of the steady nodes stay flat, and the cluster converges at the end.
@@ -179,6 +188,7 @@ mod partition;
 mod placement_cli;
 mod render;
 mod scheduler_metrics;
+mod shadow;
 mod soak;
 mod sources;
 mod upgrade;

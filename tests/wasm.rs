@@ -21,7 +21,7 @@ fn replace_module(path: &Path, bytes: &[u8]) {
 }
 
 /// A module with the protocol's exports whose `scheduler` runs `body`.
-fn module(body: &str) -> Vec<u8> {
+pub(crate) fn module(body: &str) -> Vec<u8> {
     wat::parse_str(format!(
         r#"(module
   (memory (export "memory") 1)

@@ -35,6 +35,8 @@
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler):
 //!   - [`schedule::data`]: a schedule's `data`, held as its canonical JSON and parsed into a
 //!     tree only when read whole;
+//!   - [`schedule::diff`]: the structural diff of a real and a shadow schedule (roles, nodes,
+//!     differing paths);
 //!   - [`schedule::hash`]: the schedule hash, byte-compatible with verwalter 0.13;
 //!   - [`schedule::persist`]: writes the schedule in force to the storage dir, retrying until it
 //!     is written;

@@ -11,6 +11,7 @@ import {overviewPage} from "./pages/overview.js";
 import {rolesPage} from "./pages/roles.js";
 import {schedulePage} from "./pages/schedule.js";
 import {schedulerPage} from "./pages/scheduler.js";
+import {shadowPage} from "./pages/shadow.js";
 import {tailPage} from "./pages/tail.js";
 
 /** The path as typed, when it holds an escape that does not decode (it is then shown as is). */
@@ -32,6 +33,7 @@ function pageFor(ctx) {
     case "nodes": case "peers": return nodesPage(ctx);
     case "schedule": return schedulePage(ctx);
     case "scheduler": return schedulerPage(ctx);
+    case "shadow": return shadowPage(ctx);
     case "logs": return logsPage(ctx);
     case "tail": return tailPage(ctx, location.pathname.slice(BASE.length + "/tail/".length));
     case "backups": return backupsPage(ctx);

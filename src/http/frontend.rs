@@ -83,6 +83,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     embed!("js/pages/roles.js", JS),
     embed!("js/pages/schedule.js", JS),
     embed!("js/pages/scheduler.js", JS),
+    embed!("js/pages/shadow.js", JS),
     embed!("js/pages/tail.js", JS),
 ];
 

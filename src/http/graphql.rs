@@ -100,6 +100,8 @@ pub(crate) struct Source {
     node: Arc<NodeInfo>,
     metrics: Arc<Metrics>,
     logs: Option<Arc<LogDir>>,
+    /// The leader's shadow schedulers (`Query.shadows`).
+    shadows: Option<crate::schedule::shadow::Shadows>,
 }
 
 /// The schema of `state`'s app, built once.
@@ -114,6 +116,7 @@ pub(crate) fn schema(state: &AppState) -> VerwalterSchema {
                 node: state.node.clone(),
                 metrics: state.metrics.clone(),
                 logs: state.logs.clone(),
+                shadows: state.http.shadows.clone(),
             };
             build_schema(source)
         })
@@ -291,6 +294,32 @@ const OBJECTS: &[(&str, &[(&str, &str)])] = &[
         ],
     ),
     ("Okay", &[("ok", "Boolean!")]),
+    (
+        "Shadow",
+        &[
+            ("name", "String!"),
+            ("configured", "Boolean!"),
+            ("busyWith", "Float"),
+            ("latest", "ShadowRun"),
+            ("history", "[ShadowRun!]!"),
+        ],
+    ),
+    (
+        "ShadowRun",
+        &[
+            ("run", "Float!"),
+            ("time", "Float!"),
+            ("inputHash", "String!"),
+            ("realHash", "String"),
+            ("result", "String!"),
+            ("pathsDiffering", "Int"),
+            ("error", "String"),
+            ("durationMs", "Float"),
+            ("memoryBytes", "Float"),
+            ("log", "String"),
+            ("diff", "JSON"),
+        ],
+    ),
 ];
 
 const ENUMS: &[(&str, &[&str])] = &[
@@ -415,8 +444,8 @@ fn build_schema(source: Source) -> VerwalterSchema {
     for (name, items) in ENUMS {
         builder = builder.register(Enum::new(*name).items(items.iter().copied()));
     }
-    let query =
-        Object::new("Query").field(Field::new("status", TypeRef::named_nn("Status"), |ctx| {
+    let query = Object::new("Query")
+        .field(Field::new("status", TypeRef::named_nn("Status"), |ctx| {
             let source = match ctx.data::<Source>() {
                 Ok(source) => source,
                 Err(e) => return error_field(e.message),
@@ -427,7 +456,8 @@ fn build_schema(source: Source) -> VerwalterSchema {
                 None => View::now(source),
             };
             FieldFuture::Value(Some(View::root(view)))
-        }));
+        }))
+        .field(shadows_field());
     let mutation =
         Object::new("Mutation").field(Field::new("noop", TypeRef::named_nn("Okay"), |_| {
             FieldFuture::Value(Some(FieldValue::owned_any(Node {
@@ -458,6 +488,28 @@ fn build_schema(source: Source) -> VerwalterSchema {
         .limit_directives(16)
         .finish()
         .expect("the schema table is consistent")
+}
+
+/// `Query.shadows`: the leader's shadow schedulers, each with its latest run (with its log and
+/// diff) and its history (summaries).
+fn shadows_field() -> Field {
+    Field::new("shadows", TypeRef::named_nn_list_nn("Shadow"), |ctx| {
+        let source = match ctx.data::<Source>() {
+            Ok(source) => source,
+            Err(e) => return error_field(e.message),
+        };
+        let root = Arc::new(super::shadow::graphql_tree(source.shadows.as_ref()));
+        let items = (0..root.as_array().map_or(0, Vec::len))
+            .map(|i| {
+                FieldValue::owned_any(Node {
+                    view: None,
+                    root: root.clone(),
+                    path: format!("/{i}"),
+                })
+            })
+            .collect::<Vec<_>>();
+        FieldFuture::Value(Some(FieldValue::list(items)))
+    })
 }
 
 /// The view of the snapshot the parent node was read from (`None` for a node without one).

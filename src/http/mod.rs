@@ -17,6 +17,7 @@ mod guard;
 pub(crate) mod metrics;
 mod query;
 mod serve;
+mod shadow;
 
 use std::sync::Arc;
 
@@ -95,6 +96,8 @@ pub struct HttpState {
     pub(crate) relay: Arc<RelayBody>,
     /// `/v1/graphql`'s schema, built at first use.
     graphql: graphql::SchemaCell,
+    /// The leader's shadow schedulers (`/v1/shadow`); none in tests that do not ask.
+    pub(crate) shadows: Option<crate::schedule::shadow::Shadows>,
 }
 
 /// The compressed body of the leader's schedule that this follower received, by its hash, kept
@@ -262,6 +265,7 @@ impl HttpState {
             schedule_json: Arc::new(SharedJson::schedule()),
             relay: Arc::default(),
             graphql: graphql::SchemaCell::default(),
+            shadows: None,
             settings,
         }
     }
@@ -273,6 +277,12 @@ impl HttpState {
         bodies: Arc<SharedJson<Option<verwalter_controllers::state::Schedule>>>,
     ) -> HttpState {
         self.schedule_json = bodies;
+        self
+    }
+
+    /// The same, showing `shadows` under `/v1/shadow`.
+    pub(crate) fn with_shadows(mut self, shadows: crate::schedule::shadow::Shadows) -> HttpState {
+        self.shadows = Some(shadows);
         self
     }
 
@@ -352,6 +362,7 @@ fn formatted_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>
         ("pending_actions", "GET", get(actions::pending_actions)),
         ("backups", "GET", get(files::backups)),
         ("routes", "GET", get(routes)),
+        ("shadow", "GET", get(shadow::shadows)),
     ]
 }
 
@@ -378,6 +389,8 @@ fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ),
         ("/v1/log/{stream}/{file}", "GET", get(files::log_stream)),
         ("/v1/backup/{name}", "GET", get(files::backup)),
+        ("/v1/shadow/{name}/runs", "GET", get(shadow::runs)),
+        ("/v1/shadow/{name}/runs/{id}", "GET", get(shadow::run)),
         ("/v1/wasm/{name}", "GET", get(files::wasm_module)),
         ("/v1/query/{*path}", "POST", post(query::query)),
         (

@@ -48,6 +48,11 @@ const ALL_FIELDS: &str = r#"{
     lastDeployment { id schedule started finished roles failed blocked }
     deployments(last: 5) { time deploymentId marker action role }
   }
+  shadows {
+    name configured busyWith
+    latest { run time inputHash realHash result pathsDiffering error durationMs memoryBytes log diff }
+    history { run result }
+  }
 }"#;
 
 fn app_with(writer: &StoreWriter) -> (AppState, Router) {

@@ -93,6 +93,17 @@ pub(crate) fn read_inputs_with(
     }
 }
 
+/// The content hash of the code under `rel` (a dir of the config dir, such as `scheduler/v2`),
+/// taken as [`read_inputs`] takes `scheduler_hash` of `scheduler/v1`: a shadow scheduler's code
+/// version. A file it cannot read is left out (loading the code then reports it).
+pub(crate) fn code_hash(config_dir: &Path, rel: &str) -> String {
+    let mut code = Sha1::new();
+    let mut problems = Problems::default();
+    let dir = config_dir.join(rel);
+    hash_dir(&RealFs, &dir, config_dir, rel, &mut code, &mut problems);
+    hex::encode(code.finalize())
+}
+
 fn feed(hasher: &mut Sha1, rel: &str, bytes: &[u8]) {
     // Length-prefixed, so that moving bytes between name and content changes the hash.
     hasher.update((rel.len() as u64).to_le_bytes());

@@ -9,12 +9,15 @@
 //!   malloc tuning for the Lua VM.
 //! - [`wasm`]: WebAssembly schedulers (`scheduler/v1/scheduler.wasm`) in the wasmi interpreter,
 //!   and the query hook.
+//! - [`shadow`]: shadow schedulers, candidates run on every real round beside `scheduler/v1`
+//!   without acting (`scheduler/shadow.yaml`).
 //! - [`scheduler_metrics`]: the Lua scheduler's `state.metrics`, the queries of
 //!   `scheduler/v1/metrics.yaml` ([`scheduler_metrics::file`]) refreshed on the leader into the
 //!   store.
 
 pub mod lua;
 pub mod scheduler_metrics;
+pub mod shadow;
 pub(crate) mod thread;
 pub mod wasm;
 

@@ -16,9 +16,11 @@
 //! stamp changes.
 
 pub mod data;
+pub mod diff;
 pub mod hash;
 pub mod persist;
 pub mod scheduler_metrics;
+pub mod shadow;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -32,6 +34,7 @@ use crate::machinery::store::Field;
 use crate::node::Store;
 use crate::schedule::persist::Persister;
 use crate::schedule::scheduler_metrics::SchedulerMetrics;
+use crate::schedule::shadow::{RealRound, ShadowHook};
 use crate::state::SchedulerFailure;
 use crate::state::{
     Actions, Inputs, NodeId, Peers, Reports, Schedule, SchedulerInput, SchedulerStatus,
@@ -173,6 +176,8 @@ pub struct ScheduleController {
     /// The election epoch in which this controller last put a schedule in force (new or
     /// restamped): the first run of any other epoch is the first of a leadership.
     stamped_in: Mutex<Option<u64>>,
+    /// Shadow schedulers: handed each real round once it is published.
+    shadows: Option<Arc<dyn ShadowHook>>,
 }
 
 impl ScheduleController {
@@ -180,6 +185,28 @@ impl ScheduleController {
     pub fn with_prefetch(mut self) -> ScheduleController {
         self.prefetch = true;
         self
+    }
+
+    /// Hands every real round to `hook` once it is published ([`shadow`]).
+    pub fn with_shadows(mut self, hook: Arc<dyn ShadowHook>) -> ScheduleController {
+        self.shadows = Some(hook);
+        self
+    }
+
+    /// Tells the shadows about a published round (nothing without shadows).
+    fn shadow_round(
+        &self,
+        input: &Arc<SchedulerInput>,
+        code_version: &str,
+        outcome: Result<(String, Arc<serde_json::Value>), String>,
+    ) {
+        if let Some(hook) = &self.shadows {
+            hook.published(RealRound {
+                input: input.clone(),
+                code_version: code_version.to_string(),
+                outcome,
+            });
+        }
     }
 
     pub fn new(store: Store, out: ScheduleOutputs, deps: ScheduleDeps) -> ScheduleController {
@@ -191,6 +218,7 @@ impl ScheduleController {
             prefetch: false,
             parents_from: Mutex::new(None),
             stamped_in: Mutex::new(None),
+            shadows: None,
         }
     }
 
@@ -291,6 +319,7 @@ impl ScheduleController {
         match result {
             Ok(output) => {
                 let made = Schedule::new(output.data, input.now, self.deps.identity.id.clone());
+                let real = (made.hash.clone(), made.data.tree().clone());
                 let current = self.out.schedule.get();
                 let mut stamped = self.stamped_in.lock().unwrap();
                 let fresh_leadership = *stamped != Some(snap.epoch);
@@ -341,26 +370,40 @@ impl ScheduleController {
                     last_success_input: Some(input.clone()),
                 });
                 snap.ok = true;
+                let code_version = snap.inputs.scheduler_hash.clone();
                 *self.last.lock().unwrap() = Some(snap);
+                // Published: only now may a shadow start on this round.
+                self.shadow_round(&input, &code_version, Ok(real));
                 Ok(Some(self.deps.period))
             }
-            Err(error) => {
-                let previous = self.out.status.get();
-                self.out.status.set(SchedulerStatus {
-                    last_input: Some(input),
-                    debug_info: Some(format!(
-                        "{}\n\n--- scheduler log ---\n{}",
-                        error.message, error.log
-                    )),
-                    error: Some(error.message.clone()),
-                    failure: Some(error.kind),
-                    last_success: previous.last_success,
-                    last_success_input: previous.last_success_input.clone(),
-                });
-                *self.last.lock().unwrap() = Some(snap);
-                Err(error)
-            }
+            Err(error) => Err(self.failed(input, snap, error)),
         }
+    }
+
+    /// Records a failed run (the last good schedule stays in force) and hands the round to the
+    /// shadows.
+    fn failed(
+        &self,
+        input: Arc<SchedulerInput>,
+        snap: LastRun,
+        error: SchedulerError,
+    ) -> SchedulerError {
+        let previous = self.out.status.get();
+        self.out.status.set(SchedulerStatus {
+            last_input: Some(input.clone()),
+            debug_info: Some(format!(
+                "{}\n\n--- scheduler log ---\n{}",
+                error.message, error.log
+            )),
+            error: Some(error.message.clone()),
+            failure: Some(error.kind),
+            last_success: previous.last_success,
+            last_success_input: previous.last_success_input.clone(),
+        });
+        let code_version = snap.inputs.scheduler_hash.clone();
+        *self.last.lock().unwrap() = Some(snap);
+        self.shadow_round(&input, &code_version, Err(error.message.clone()));
+        error
     }
 }
 

@@ -287,6 +287,12 @@ impl Sandbox {
         input_to_lua(&self.lua, input, &peers, &runtime)
     }
 
+    /// The Lua state's memory in use, garbage included (after a run, before [`Sandbox::after_run`]
+    /// frees it: close to the run's peak).
+    pub(crate) fn memory_in_use(&self) -> usize {
+        self.lua.used_memory()
+    }
+
     /// Work between runs, off the critical path: checks that the script left the reused peers
     /// table as it was built (else it is rebuilt next time), and frees the run's garbage.
     pub fn after_run(&self) {
