@@ -872,7 +872,11 @@ impl Wiring<'_> {
             http: Arc::new(
                 http::HttpState::new(limits.clone())
                     .with_relay(shared.relay)
-                    .with_schedule_json(shared.schedule_json),
+                    .with_schedule_json(shared.schedule_json)
+                    .with_shadow_render(http::ShadowDirs::new(
+                        config.config_dir.clone(),
+                        state_dir.root().join("shadow-render"),
+                    )),
             ),
             liveness: shared.live,
             alive_window: config.minority_window,

@@ -132,6 +132,10 @@
 //!   re-running it, a failing Prometheus keeping the last answer with its error, a bad file
 //!   shown with its line while the last good declaration goes on); the offline `verwalter
 //!   schedule` with and without `--no-metrics`.
+//! - `shadow_render`: a shadow render of a role with a changed template (issue 34): over the API of
+//!   a running node, the file diff, no command run, the role's applied hash, staging file and
+//!   deployment log untouched, the scratch dir gone, refusals; `verwalter render --shadow` and
+//!   `--shadow-schedule` (docs/rendering.md's example run as written).
 //! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
 //!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
 //!   and logs of the steady nodes stay flat, and the cluster converges at the end.
@@ -179,6 +183,7 @@ mod partition;
 mod placement_cli;
 mod render;
 mod scheduler_metrics;
+mod shadow_render;
 mod soak;
 mod sources;
 mod upgrade;

@@ -17,6 +17,8 @@ mod guard;
 pub(crate) mod metrics;
 mod query;
 mod serve;
+mod shadow_render;
+pub(crate) use shadow_render::ShadowDirs;
 
 use std::sync::Arc;
 
@@ -95,6 +97,8 @@ pub struct HttpState {
     pub(crate) relay: Arc<RelayBody>,
     /// `/v1/graphql`'s schema, built at first use.
     graphql: graphql::SchemaCell,
+    /// `POST /v1/shadow/render/<role>`'s dirs (none: the route answers 500).
+    pub(crate) shadow_render: Option<Arc<ShadowDirs>>,
 }
 
 /// The compressed body of the leader's schedule that this follower received, by its hash, kept
@@ -262,8 +266,15 @@ impl HttpState {
             schedule_json: Arc::new(SharedJson::schedule()),
             relay: Arc::default(),
             graphql: graphql::SchemaCell::default(),
+            shadow_render: None,
             settings,
         }
+    }
+
+    /// The same, doing shadow renders in `dirs`.
+    pub(crate) fn with_shadow_render(mut self, dirs: ShadowDirs) -> HttpState {
+        self.shadow_render = Some(Arc::new(dirs));
+        self
     }
 
     /// The same, serving the schedule from `bodies` (shared with the election task, which
@@ -380,6 +391,12 @@ fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("/v1/backup/{name}", "GET", get(files::backup)),
         ("/v1/wasm/{name}", "GET", get(files::wasm_module)),
         ("/v1/query/{*path}", "POST", post(query::query)),
+        // Issue 34, shadow renders.
+        (
+            "/v1/shadow/render/{role}",
+            "POST",
+            post(shadow_render::shadow_render),
+        ),
         (
             "/v1/action_is_pending/{id}",
             "GET",
