@@ -115,6 +115,14 @@ fn a_shadow_render_on_a_node_gives_the_file_diff_and_applies_nothing() {
     );
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("shadow: templates/minimal/v9"), "{body}");
+    // ... and the log says so.
+    wait_for(SOON, || {
+        let log = std::fs::read_to_string(&daemon.log).ok()?;
+        log.lines()
+            .any(|l| l.contains("Shadow render failed.") && l.contains("templates/minimal/v9"))
+            .then_some(())
+    })
+    .expect("the failure is logged");
     let (code, body) = post(
         "/v1/shadow/render/nope",
         "application/json",

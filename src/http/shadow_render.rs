@@ -86,6 +86,7 @@ pub(crate) async fn shadow_render(
     };
     let hostname = state.node.hostname.clone();
     tracing::info!(%role, template_version = %request.template_version, "Shadow render.");
+    let shown = role.clone();
     // Templates render off the async runtime.
     let result = tokio::task::spawn_blocking(move || {
         let id = verwalter_controllers::render::deployment_id();
@@ -118,5 +119,8 @@ pub(crate) async fn shadow_render(
     })
     .await
     .map_err(|e| ApiError::internal(format!("the shadow render did not finish: {e}")))?;
-    result.map(Json).map_err(ApiError::bad_request)
+    result.map(Json).map_err(|error| {
+        tracing::warn!(role = %shown, %error, "Shadow render failed.");
+        ApiError::bad_request(error)
+    })
 }
