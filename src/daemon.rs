@@ -894,7 +894,11 @@ impl Wiring<'_> {
                 http::HttpState::new(limits.clone())
                     .with_relay(shared.relay)
                     .with_schedule_json(shared.schedule_json)
-                    .with_shadows(shared.shadows),
+                    .with_shadows(shared.shadows)
+                    .with_shadow_render(http::ShadowDirs::new(
+                        config.config_dir.clone(),
+                        state_dir.root().join("shadow-render"),
+                    )),
             ),
             liveness: shared.live,
             alive_window: config.minority_window,

@@ -127,6 +127,14 @@ struct RenderCliArgs {
     /// Time limit of each command, in seconds
     #[arg(long, default_value_t = defaults::COMMAND_TIMEOUT.as_secs())]
     command_timeout: u64,
+    /// Shadow render: render the role again with this template dir (web/v2) or version (v2)
+    /// and print the file diff; no command runs
+    #[arg(long, value_name = "TEMPLATE", conflicts_with = "check_dir")]
+    shadow: Option<String>,
+    /// Shadow render with the role's variables from this schedule (a shadow scheduler's) for
+    /// the same --hostname
+    #[arg(long, value_name = "FILE", requires = "schedule")]
+    shadow_schedule: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -388,6 +396,19 @@ fn render(args: RenderCliArgs) -> ExitCode {
         dry_run: args.dry_run,
         timeout: std::time::Duration::from_secs(args.command_timeout),
     };
+    if args.shadow.is_some() || args.shadow_schedule.is_some() {
+        let shadow = args.shadow.as_deref();
+        return match cli::shadow(&render_args, shadow, args.shadow_schedule.as_deref()) {
+            Ok(result) => {
+                cli::print_shadow(&result);
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("verwalter render: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

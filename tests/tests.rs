@@ -141,6 +141,10 @@
 //!   metrics; GraphQL's `shadows`; `verwalter shadow diff` and `promote` (on a running
 //!   daemon); wasm shadows (a copy of v1's module, a trapping one); runs kept across a
 //!   restart (docs/scheduler.md's example file).
+//! - `shadow_render`: a shadow render of a role with a changed template (issue 34): over the API of
+//!   a running node, the file diff, no command run, the role's applied hash, staging file and
+//!   deployment log untouched, the scratch dir gone, refusals; `verwalter render --shadow` and
+//!   `--shadow-schedule` (docs/rendering.md's example run as written).
 //! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
 //!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
 //!   and logs of the steady nodes stay flat, and the cluster converges at the end.
@@ -189,6 +193,7 @@ mod placement_cli;
 mod render;
 mod scheduler_metrics;
 mod shadow;
+mod shadow_render;
 mod soak;
 mod sources;
 mod upgrade;

@@ -80,9 +80,17 @@ fn bench(c: &mut Criterion) {
         for _ in 0..ROUNDS {
             std::hint::black_box(diff(&real, shadow));
         }
-        let per = (cpu_ns() - before) as f64 / ROUNDS as f64 / 1e6;
+        let per = (cpu_ns() - before) as f64 / f64::from(ROUNDS) / 1e6;
         println!("diff_1mib/{name}: {per:.2} ms of CPU time per diff ({ROUNDS} diffs)");
     }
+    // For scale: serde_json's own `==` of the schedule and its copy (one walk of both trees
+    // that finds them equal, nothing recorded), the least a diff of equal schedules can cost.
+    let before = cpu_ns();
+    for _ in 0..ROUNDS {
+        assert!(std::hint::black_box(&real) == std::hint::black_box(&copy));
+    }
+    let per = (cpu_ns() - before) as f64 / f64::from(ROUNDS) / 1e6;
+    println!("diff_1mib/serde_json_eq_for_scale: {per:.2} ms of CPU time per comparison");
 }
 
 const ROUNDS: u32 = 50;

@@ -18,6 +18,8 @@ pub(crate) mod metrics;
 mod query;
 mod serve;
 mod shadow;
+mod shadow_render;
+pub(crate) use shadow_render::ShadowDirs;
 
 use std::sync::Arc;
 
@@ -98,6 +100,8 @@ pub struct HttpState {
     graphql: graphql::SchemaCell,
     /// The leader's shadow schedulers (`/v1/shadow`); none in tests that do not ask.
     pub(crate) shadows: Option<crate::schedule::shadow::Shadows>,
+    /// `POST /v1/shadow/render/<role>`'s dirs (none: the route answers 500).
+    pub(crate) shadow_render: Option<Arc<ShadowDirs>>,
 }
 
 /// The compressed body of the leader's schedule that this follower received, by its hash, kept
@@ -266,8 +270,15 @@ impl HttpState {
             relay: Arc::default(),
             graphql: graphql::SchemaCell::default(),
             shadows: None,
+            shadow_render: None,
             settings,
         }
+    }
+
+    /// The same, doing shadow renders in `dirs`.
+    pub(crate) fn with_shadow_render(mut self, dirs: ShadowDirs) -> HttpState {
+        self.shadow_render = Some(Arc::new(dirs));
+        self
     }
 
     /// The same, serving the schedule from `bodies` (shared with the election task, which
@@ -393,6 +404,12 @@ fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("/v1/shadow/{name}/runs/{id}", "GET", get(shadow::run)),
         ("/v1/wasm/{name}", "GET", get(files::wasm_module)),
         ("/v1/query/{*path}", "POST", post(query::query)),
+        // Issue 34, shadow renders.
+        (
+            "/v1/shadow/render/{role}",
+            "POST",
+            post(shadow_render::shadow_render),
+        ),
         (
             "/v1/action_is_pending/{id}",
             "GET",

@@ -569,8 +569,8 @@ fn every_write_operation_in_the_openapi_description_names_the_token() {
         }
     }
     assert_eq!(
-        writes, 5,
-        "force_render_all, action, wait_action, query, graphql"
+        writes, 6,
+        "force_render_all, action, wait_action, query, graphql, shadow/render"
     );
 }
 

@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 use verwalter_controllers::render::vars;
 use verwalter_controllers::state::{Schedule, ScheduleData};
 
+use super::shadow::{self, ShadowRender};
 use super::{TemplateSet, Vars, read_log_dirs};
 use crate::render::apply::{self, ApplyLog};
 
@@ -59,13 +60,29 @@ fn read_object(path: &Path) -> Result<Map<String, Value>, String> {
 
 /// The variables `role` gets, as the daemon would compute them.
 pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
+    let (id, now) = new_pass();
+    role_vars_at(args, &args.vars, (&id, &now))
+}
+
+/// A deployment id and timestamp (RFC 3339) for a pass starting now.
+fn new_pass() -> (String, String) {
     let id = verwalter_controllers::render::deployment_id();
     let now = verwalter_controllers::machinery::clock::rfc3339(
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64),
     );
-    match &args.vars {
+    (id, now)
+}
+
+/// The variables `args.role` gets from `source` in the pass `(deployment id, timestamp)`.
+fn role_vars_at(
+    args: &RenderArgs,
+    source: &VarsSource,
+    (id, now): (&str, &str),
+) -> Result<Map<String, Value>, String> {
+    let (id, now) = (id.to_string(), now.to_string());
+    match source {
         VarsSource::File(path) => {
             let mut vars = read_object(path)?;
             vars.insert("role".into(), Value::String(args.role.clone()));
@@ -87,43 +104,54 @@ pub fn role_vars(args: &RenderArgs) -> Result<Map<String, Value>, String> {
                 },
                 _ => Schedule::new(Value::Object(object), 0, String::new()),
             };
-            let data = schedule.data.tree().as_ref();
-            // With a `query.wasm` the node's roles are its answer, as in the daemon.
-            let derived = crate::schedule::wasm::query::derive_offline(
+            schedule_vars(
                 &args.config_dir,
                 &schedule,
                 hostname,
-                &id,
+                &args.role,
+                (&id, &now),
+                &file.display().to_string(),
             )
-            .map_err(|e| e.message)?;
-            let view = match derived {
-                Some(roles) => std::borrow::Cow::Owned(vars::roles_view(data, hostname, roles)),
-                None => std::borrow::Cow::Borrowed(data),
-            };
-            let data = view.as_ref();
-            let roles = vars::node_roles(data, hostname);
-            if !roles.contains(&args.role) {
-                return Err(format!(
-                    "role {:?} is not assigned to {hostname:?} in {} (its roles: {})",
-                    args.role,
-                    file.display(),
-                    if roles.is_empty() {
-                        "none".into()
-                    } else {
-                        roles.join(", ")
-                    }
-                ));
-            }
-            // Resolved and checked as a render pass does: `$(role.path)` references, then the
-            // role's dependencies, each failing with the daemon's message.
-            let merged = verwalter_controllers::render::check_schedule(data, hostname)
-                .role(&args.role)
-                .unwrap_or_else(|| {
-                    Err(format!("role {:?} is not a role of this node", args.role))
-                })?;
-            Ok(vars::with_pass(merged, &id, &now, Some(data)))
         }
     }
+}
+
+/// The variables `role` gets on `hostname` from `schedule`, resolved and checked as a render
+/// pass does, for the pass `(deployment id, timestamp)`; `shown` names the schedule in errors.
+pub(crate) fn schedule_vars(
+    config_dir: &Path,
+    schedule: &Schedule,
+    hostname: &str,
+    role: &str,
+    (id, now): (&str, &str),
+    shown: &str,
+) -> Result<Map<String, Value>, String> {
+    let data = schedule.data.tree().as_ref();
+    // With a `query.wasm` the node's roles are its answer, as in the daemon.
+    let derived = crate::schedule::wasm::query::derive_offline(config_dir, schedule, hostname, id)
+        .map_err(|e| e.message)?;
+    let view = match derived {
+        Some(roles) => std::borrow::Cow::Owned(vars::roles_view(data, hostname, roles)),
+        None => std::borrow::Cow::Borrowed(data),
+    };
+    let data = view.as_ref();
+    let roles = vars::node_roles(data, hostname);
+    if !roles.iter().any(|r| r == role) {
+        return Err(format!(
+            "role {role:?} is not assigned to {hostname:?} in {shown} (its roles: {})",
+            if roles.is_empty() {
+                "none".into()
+            } else {
+                roles.join(", ")
+            }
+        ));
+    }
+    // Resolved and checked as a render pass does: `$(role.path)` references, then the role's
+    // dependencies, each failing with the daemon's message.
+    let merged = verwalter_controllers::render::check_schedule(data, hostname)
+        .role(role)
+        .unwrap_or_else(|| Err(format!("role {role:?} is not a role of this node")))?;
+    Ok(vars::with_pass(merged, id, now, Some(data)))
 }
 
 /// Renders the role's templates, prints them, and runs (or with `dry_run`, shows) its commands.
@@ -176,6 +204,59 @@ pub async fn render(args: &RenderArgs) -> Result<(), String> {
             .map_err(|e| format!("{}/{}: {e}", set.shown, renderer.name))?;
     }
     Ok(())
+}
+
+/// `--shadow TEMPLATE` / `--shadow-schedule FILE`: the role rendered as `args` says and again
+/// with the candidate template dir or version, or the variables of another schedule for the
+/// same node (or both), in one pass (same deployment id and time); no command of either runs.
+pub fn shadow(
+    args: &RenderArgs,
+    template: Option<&str>,
+    schedule: Option<&Path>,
+) -> Result<ShadowRender, String> {
+    let (id, now) = new_pass();
+    let pass = (id.as_str(), now.as_str());
+    let real = role_vars_at(args, &args.vars, pass)?;
+    let mut shadow = match (schedule, &args.vars) {
+        (None, _) => real.clone(),
+        (Some(file), VarsSource::Schedule { hostname, .. }) => {
+            let source = VarsSource::Schedule {
+                file: file.to_path_buf(),
+                hostname: hostname.clone(),
+            };
+            role_vars_at(args, &source, pass).map_err(|e| format!("shadow: {e}"))?
+        }
+        (Some(_), VarsSource::File(_)) => {
+            return Err("--shadow-schedule needs --schedule and --hostname".into());
+        }
+    };
+    if let Some(candidate) = template {
+        let base = shadow::template_of(&shadow).map_err(|e| format!("shadow: {e}"))?;
+        let name = shadow::candidate_template(&base, candidate)?;
+        shadow.insert("template".into(), Value::String(name));
+    }
+    shadow::shadow_render(&args.config_dir, &args.role, real, shadow, None)
+}
+
+/// Prints a shadow render: each differing file's diff, then a summary line.
+pub fn print_shadow(result: &ShadowRender) {
+    for file in &result.files {
+        let kind = match file.kind {
+            shadow::FileChange::Added => "added",
+            shadow::FileChange::Removed => "removed",
+            shadow::FileChange::Changed => "changed",
+        };
+        println!("=== {} ({kind}) ===", file.file);
+        print!("{}", file.diff);
+    }
+    println!(
+        "{}: templates/{} -> templates/{}: {} differing, {} the same; no command was run",
+        result.role,
+        result.real_template,
+        result.shadow_template,
+        result.files.len(),
+        result.unchanged.len()
+    );
 }
 
 /// `--check-dir DIR`: parses every template and render file of DIR and renders each template

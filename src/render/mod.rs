@@ -6,6 +6,7 @@ pub mod apply;
 pub mod cli;
 pub mod engines;
 pub(crate) mod metrics;
+pub mod shadow;
 pub mod template_set;
 #[cfg(test)]
 mod tests;
