@@ -17,6 +17,9 @@
 mod model;
 #[cfg(test)]
 mod tests;
+pub mod wire;
+
+use serde::Serialize;
 
 /// Milliseconds of a monotonic clock.
 pub type Millis = u64;
@@ -280,6 +283,32 @@ pub struct Machine {
     publish_due: bool,
     /// The hash of the last schedule this node was told to fetch.
     fetched: Option<String>,
+    counts: Counts,
+}
+
+/// What the machine counted since it started (for the status view and metrics).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Counts {
+    pub watch_restarts: u64,
+    pub ignored: u64,
+    pub step_downs: u64,
+}
+
+/// The backend's part of `/v1/status` and `/v1/election` (not served yet).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct View {
+    pub backend: &'static str,
+    /// This node acts as leader now.
+    pub leading: bool,
+    /// `P/leader` as known: its node and leadership revision.
+    pub leader: Option<String>,
+    pub leader_rev: Option<i64>,
+    pub lease: Option<i64>,
+    /// Until the fence deadline, while this node leads.
+    pub lease_left_ms: Option<Millis>,
+    pub connected: bool,
+    #[serde(flatten)]
+    pub counts: Counts,
 }
 
 impl Machine {
@@ -304,6 +333,7 @@ impl Machine {
             made: None,
             publish_due: false,
             fetched: None,
+            counts: Counts::default(),
         };
         let mut out = Vec::new();
         machine.drive(now, &mut out);
@@ -394,7 +424,34 @@ impl Machine {
         }
         self.fence_check(now, &mut out);
         self.drive(now, &mut out);
+        self.count(&out);
         out
+    }
+
+    fn count(&mut self, out: &[Effect]) {
+        for effect in out {
+            match effect {
+                Effect::WatchRestarted { .. } => self.counts.watch_restarts += 1,
+                Effect::Ignored { .. } => self.counts.ignored += 1,
+                Effect::SteppedDown { .. } => self.counts.step_downs += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// The status view at `now`.
+    pub fn view(&self, now: Millis) -> View {
+        let leading = self.acting_leader(now);
+        View {
+            backend: "etcd",
+            leading: leading.is_some(),
+            leader: self.leader.as_ref().map(|l| l.node.clone()),
+            leader_rev: self.leader.as_ref().map(|l| l.create_rev),
+            lease: self.lease(),
+            lease_left_ms: leading.and(self.fence()).map(|f| f.saturating_sub(now)),
+            connected: self.connected,
+            counts: self.counts,
+        }
     }
 
     /// Stops: resigns and revokes the lease (best effort).
@@ -406,6 +463,7 @@ impl Machine {
                 reason: StepDown::Shutdown,
             });
             out.push(Effect::Resign { leader_rev: rev });
+            self.counts.step_downs += 1;
         }
         if let Some(lease) = self.lease.take() {
             out.push(Effect::RevokeLease { lease: lease.id });

@@ -1004,3 +1004,51 @@ fn no_two_candidates_ever_act_as_leader_over_many_seeded_interleavings() {
         "{leaderships} {fetched}"
     );
 }
+
+#[test]
+fn the_view_shows_the_leader_the_time_left_and_the_counts() {
+    let mut etcd = Etcd::new();
+    let mut nodes = [
+        Node::start("a", &mut etcd, 0),
+        Node::start("b", &mut etcd, 0),
+    ];
+    let rev = etcd.holder().unwrap().create_rev;
+    let view = nodes[0].m.view(100);
+    assert!(view.leading);
+    assert_eq!(
+        (view.leader.as_deref(), view.leader_rev),
+        (Some("a"), Some(rev))
+    );
+    assert_eq!(view.lease_left_ms, Some(TTL - TTL / 5 - 100));
+    let json = serde_json::to_value(nodes[1].m.view(100)).unwrap();
+    assert_eq!(
+        json,
+        serde_json::json!({
+            "backend": "etcd", "leading": false, "leader": "a", "leader_rev": rev,
+            "lease": nodes[1].m.lease(), "lease_left_ms": null, "connected": true,
+            "watch_restarts": 0, "ignored": 0, "step_downs": 0
+        })
+    );
+    // A forged value and a broken watch are counted.
+    etcd.put_schedule(Published {
+        hash: "x".into(),
+        origin: "mallory".into(),
+        size: 1,
+        leader_rev: rev,
+        lease: 1,
+    });
+    nodes[1].pump(&mut etcd, 200);
+    nodes[1].watch = None;
+    nodes[1].feed(&mut etcd, 210, Input::WatchEnded { compacted: None });
+    let view = nodes[1].m.view(210);
+    assert_eq!((view.counts.ignored, view.counts.watch_restarts), (1, 1));
+    // The leader's step down is counted too.
+    nodes[0].cut = true;
+    let fence = nodes[0].m.fence().unwrap();
+    nodes[0].feed(&mut etcd, fence, Input::Tick);
+    let view = nodes[0].m.view(fence);
+    assert_eq!(
+        (view.leading, view.counts.step_downs, view.lease_left_ms),
+        (false, 1, None)
+    );
+}
