@@ -31,6 +31,7 @@
 //!   - [`cluster::election`]: the sans-IO leader election state machine and its controller;
 //!   - [`cluster::replication`]: what a follower fetches, what a new leader gathers as parents;
 //!   - [`cluster::peers`]: when a peer list changed.
+//!   - [`cluster::etcd`]: leadership and publishing on etcd (not run by the daemon yet);
 //!   - [`cluster::datacenters`]: the exchange between the leaders of several data centers.
 //! - [`schedule`]: the leader's schedule controller (inputs changed -> run the scheduler):
 //!   - [`schedule::data`]: a schedule's `data`, held as its canonical JSON and parsed into a
