@@ -94,7 +94,7 @@ thread_local! {
 
 fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Schedule {
     let output = sandbox.run(input).unwrap();
-    let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+    let schedule = Schedule::from_data(output.data, input.now, input.current_id.clone());
     store.save_schedule(&schedule).unwrap();
     schedule
 }
@@ -212,7 +212,7 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
         let output = sandbox.output(raw).unwrap();
         steps[2].push(t.elapsed());
         let t = Instant::now();
-        let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+        let schedule = Schedule::from_data(output.data, input.now, input.current_id.clone());
         steps[3].push(t.elapsed());
         let t = Instant::now();
         store.save_schedule(&schedule).unwrap();

@@ -290,7 +290,8 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
-                let made = Schedule::new(output.data, input.now, self.deps.identity.id.clone());
+                let made =
+                    Schedule::from_data(output.data, input.now, self.deps.identity.id.clone());
                 let current = self.out.schedule.get();
                 let mut stamped = self.stamped_in.lock().unwrap();
                 let fresh_leadership = *stamped != Some(snap.epoch);
