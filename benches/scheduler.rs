@@ -2,7 +2,7 @@
 //! scheduler (`benches/placement`).
 //!
 //! - `lua_only`: the scheduler function alone, called on a pre-built `state` table;
-//! - `full_round`: state built -> Lua -> schedule JSON -> hashed -> persisted with fsync.
+//! - `full_round`: state built -> Lua -> canonical JSON text -> hashed -> persisted with fsync.
 //!
 //! After criterion, a same-run summary prints medians (min, max) of both and their ratio.
 //!
@@ -113,8 +113,9 @@ fn bench(c: &mut Criterion) {
             .sum()
     });
     eprintln!(
-        "bench schedule: {placed} instances over {} nodes, hash {}",
+        "bench schedule: {placed} instances over {} nodes, {} bytes of canonical JSON, hash {}",
         check.data.tree()["nodes"].as_object().unwrap().len(),
+        check.data.len(),
         check.hash
     );
 
@@ -222,8 +223,8 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
     let names = [
         "build state table",
         "Lua call",
-        "Lua -> JSON",
-        "hash",
+        "Lua -> JSON text",
+        "hash (SHA-1)",
         "persist (fsync)",
     ];
     println!("  breakdown of the full round (medians of 21):");
