@@ -2,7 +2,7 @@
 //! scheduler (`benches/placement`).
 //!
 //! - `lua_only`: the scheduler function alone, called on a pre-built `state` table;
-//! - `full_round`: state built -> Lua -> schedule JSON -> hashed -> persisted with fsync.
+//! - `full_round`: state built -> Lua -> canonical JSON text -> hashed -> persisted with fsync.
 //!
 //! After criterion, a same-run summary prints medians (min, max) of both and their ratio.
 //!
@@ -98,7 +98,7 @@ thread_local! {
 
 fn full_round(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) -> Schedule {
     let output = sandbox.run(input).unwrap();
-    let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+    let schedule = Schedule::from_data(output.data, input.now, input.current_id.clone());
     store.save_schedule(&schedule).unwrap();
     schedule
 }
@@ -117,8 +117,9 @@ fn bench(c: &mut Criterion) {
             .sum()
     });
     eprintln!(
-        "bench schedule: {placed} instances over {} nodes, hash {}",
+        "bench schedule: {placed} instances over {} nodes, {} bytes of canonical JSON, hash {}",
         check.data.tree()["nodes"].as_object().unwrap().len(),
+        check.data.len(),
         check.hash
     );
 
@@ -279,7 +280,7 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
         let output = sandbox.output(raw).unwrap();
         steps[2].push(t.elapsed());
         let t = Instant::now();
-        let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+        let schedule = Schedule::from_data(output.data, input.now, input.current_id.clone());
         steps[3].push(t.elapsed());
         let t = Instant::now();
         store.save_schedule(&schedule).unwrap();
@@ -289,8 +290,8 @@ fn breakdown(sandbox: &Sandbox, input: &SchedulerInput, store: &StateDir) {
     let names = [
         "build state table",
         "Lua call",
-        "Lua -> JSON",
-        "hash",
+        "Lua -> JSON text",
+        "hash (SHA-1)",
         "persist (fsync)",
     ];
     println!("  breakdown of the full round (medians of 21):");

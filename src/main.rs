@@ -664,7 +664,8 @@ fn check(args: &OfflineArgs) -> ExitCode {
     if let (Ok(input), true) = (input, has_scheduler) {
         match run_scheduler_once(dir, input.clone()) {
             Ok(output) => {
-                let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+                let schedule =
+                    Schedule::from_data(output.data, input.now, input.current_id.clone());
                 let host = &input.current_host;
                 // The roles this node would render: `query.wasm`'s, if there is one.
                 let derived = verwalter::schedule::wasm::query::derive_offline(
@@ -771,7 +772,7 @@ fn schedule(args: &ScheduleArgs) -> ExitCode {
     let result = run_scheduler_once(dir, input.clone());
     match result {
         Ok(output) => {
-            let schedule = Schedule::new(output.data, input.now, input.current_id.clone());
+            let schedule = Schedule::from_data(output.data, input.now, input.current_id.clone());
             println!(
                 "{}",
                 serde_json::to_string_pretty(&schedule).expect("a schedule serializes")

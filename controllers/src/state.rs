@@ -144,6 +144,16 @@ impl Schedule {
         }
     }
 
+    /// [`Schedule::new`] of data already in its canonical form (a scheduler's output).
+    pub fn from_data(data: ScheduleData, timestamp: u64, origin: NodeId) -> Schedule {
+        Schedule {
+            timestamp,
+            hash: data.hash(),
+            data,
+            origin,
+        }
+    }
+
     /// Checks that `hash` matches `data` (schedules read from disk or from peers).
     pub fn verify(&self) -> Result<(), HashMismatch> {
         let actual = self.data.hash();
@@ -356,8 +366,9 @@ pub struct SchedulerInput {
 /// What a successful scheduler run returned.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedulerOutput {
-    /// The schedule data: a JSON object.
-    pub data: Value,
+    /// The schedule data: a JSON object, as its canonical text (a scheduler that makes a tree
+    /// hands it over with [`ScheduleData::from_value`]).
+    pub data: ScheduleData,
     /// The scheduler's log text.
     pub log: String,
 }

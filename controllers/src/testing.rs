@@ -54,7 +54,7 @@ impl Scheduler for FakeScheduler {
         };
         Box::pin(async move {
             result.map(|data| SchedulerOutput {
-                data,
+                data: crate::state::ScheduleData::from_value(data),
                 log: "fake log".into(),
             })
         })

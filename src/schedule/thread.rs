@@ -254,6 +254,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use verwalter_controllers::state::ScheduleData;
 
     const NAMES: Names = Names {
         thread: "test-scheduler",
@@ -272,7 +273,7 @@ mod tests {
             _: &SchedulerInput,
         ) -> Result<SchedulerOutput, SchedulerError> {
             Ok(SchedulerOutput {
-                data: json!({ "version": version }),
+                data: ScheduleData::from_value(json!({ "version": version })),
                 log: String::new(),
             })
         }

@@ -91,6 +91,18 @@ impl ScheduleData {
         ScheduleData::from_tree(Arc::new(value))
     }
 
+    /// Data made on this node as canonical text by a writer that builds no tree (the Lua
+    /// scheduler's converter): `text` must be what [`crate::schedule::hash::write_canonical`]
+    /// writes for some JSON value (checked in debug builds). The tree is parsed on first use.
+    pub fn from_canonical(text: String) -> ScheduleData {
+        debug_assert!(
+            serde_json::from_str::<Value>(&text)
+                .is_ok_and(|tree| canonical_json(&tree) == text.as_bytes()),
+            "not canonical JSON: {text:.200}"
+        );
+        ScheduleData::with(text, OnceLock::new(), None)
+    }
+
     /// Like [`ScheduleData::from_value`], sharing a tree the caller holds.
     pub(crate) fn from_tree(tree: Arc<Value>) -> ScheduleData {
         let text = String::from_utf8(canonical_json(&tree)).expect("serde_json writes UTF-8");
@@ -529,6 +541,13 @@ impl Serialize for ScheduleData {
 impl PartialEq for ScheduleData {
     fn eq(&self, other: &ScheduleData) -> bool {
         Arc::ptr_eq(&self.0, &other.0) || self.canonical() == other.canonical()
+    }
+}
+
+/// The data equals a tree when its own tree does (tests compare a scheduler's output so).
+impl PartialEq<Value> for ScheduleData {
+    fn eq(&self, other: &Value) -> bool {
+        **self.tree() == *other
     }
 }
 

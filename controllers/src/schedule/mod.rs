@@ -198,7 +198,7 @@ impl ScheduleController {
         &self,
         input: &Arc<SchedulerInput>,
         code_version: &str,
-        outcome: Result<(String, Arc<serde_json::Value>), String>,
+        outcome: Result<(String, crate::schedule::data::ScheduleData), String>,
     ) {
         if let Some(hook) = &self.shadows {
             hook.published(RealRound {
@@ -318,8 +318,9 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
-                let made = Schedule::new(output.data, input.now, self.deps.identity.id.clone());
-                let real = (made.hash.clone(), made.data.tree().clone());
+                let made =
+                    Schedule::from_data(output.data, input.now, self.deps.identity.id.clone());
+                let real = (made.hash.clone(), made.data.clone());
                 let current = self.out.schedule.get();
                 let mut stamped = self.stamped_in.lock().unwrap();
                 let fresh_leadership = *stamped != Some(snap.epoch);

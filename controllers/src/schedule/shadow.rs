@@ -18,8 +18,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde_json::Value;
-
+use crate::schedule::data::ScheduleData;
 use crate::state::SchedulerInput;
 
 /// A shadow run's number: unique among the runs of all shadows of this node, increasing.
@@ -33,7 +32,7 @@ pub struct RealRound {
     /// The code version (content hash of `scheduler/v1`) the real scheduler ran.
     pub code_version: String,
     /// What the real run made: the schedule's hash and data, or its error.
-    pub outcome: Result<(String, Arc<Value>), String>,
+    pub outcome: Result<(String, ScheduleData), String>,
 }
 
 /// Where the schedule controller hands each published real round; must return at once (the

@@ -29,6 +29,9 @@ use std::collections::BTreeMap;
 
 use verwalter_controllers::state::{NodeId, Peer, SchedulerInput};
 
+mod canonical;
+pub(crate) use canonical::{Declined, lua_to_canonical};
+
 /// Tables nested deeper than this are refused on the way back: a table that contains itself,
 /// or a schedule nested deeper than followers can read (serde_json parses at most 128 levels,
 /// one of them the envelope's; a schedule past that would be made here and refused by every

@@ -20,7 +20,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use verwalter_controllers::machinery::ports::{Scheduler, SchedulerError};
 use verwalter_controllers::machinery::watchdog::Progress;
-use verwalter_controllers::state::{SchedulerFailure, SchedulerInput, SchedulerOutput};
+use verwalter_controllers::state::{
+    ScheduleData, SchedulerFailure, SchedulerInput, SchedulerOutput,
+};
 
 pub use sandbox::{Limits, Sandbox};
 
@@ -61,6 +63,7 @@ impl LuaScheduler {
             config_dir,
             limits,
             loaded: None,
+            made: None,
         };
         let thread = SchedulerThread::start(NAMES, limits.time, grace, engine, before_run)?;
         Ok(LuaScheduler { thread })
@@ -89,6 +92,8 @@ struct LuaEngine {
     config_dir: PathBuf,
     limits: Limits,
     loaded: Option<(String, Sandbox)>,
+    /// The data of the last run's schedule, whose tree [`Engine::after_run`] parses.
+    made: Option<ScheduleData>,
 }
 
 impl Engine for LuaEngine {
@@ -111,6 +116,7 @@ impl Engine for LuaEngine {
         }
         let (_, sandbox) = self.loaded.as_ref().expect("loaded above");
         let result = sandbox.run(input);
+        self.made = result.as_ref().ok().map(|output| output.data.clone());
         // A run stopped by its time or memory limit may have left the state half-built.
         if matches!(&result, Err(e) if matches!(e.kind, SchedulerFailure::Timeout | SchedulerFailure::Memory))
         {
@@ -122,6 +128,12 @@ impl Engine for LuaEngine {
     fn after_run(&mut self) {
         if let Some((_, sandbox)) = &self.loaded {
             sandbox.after_run();
+        }
+        // A table's schedule comes as text alone; the leader's next run reads it back as its
+        // `parents` (and the API as a tree), so its tree is made here, off the run's wait,
+        // while the controller hashes and stores the text.
+        if let Some(data) = self.made.take() {
+            data.tree();
         }
     }
 }

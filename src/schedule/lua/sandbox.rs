@@ -17,14 +17,14 @@ use mlua::{ChunkMode, Function, Lua, LuaOptions, MultiValue, StdLib, Table, Valu
 use verwalter_controllers::defaults;
 use verwalter_controllers::machinery::ports::SchedulerError;
 use verwalter_controllers::state::{
-    NodeId, Peer, SchedulerFailure, SchedulerInput, SchedulerOutput, json_kind,
+    NodeId, Peer, ScheduleData, SchedulerFailure, SchedulerInput, SchedulerOutput, json_kind,
 };
 
 use crate::machinery::paths::{Boundary, Escape};
 
 use super::convert::{
-    Budget, ConvertError, ParseError, input_to_lua, json_to_lua, lua_to_json, parse_json_text,
-    peers_as_seen, peers_to_lua, with_article,
+    Budget, ConvertError, Declined, ParseError, input_to_lua, json_to_lua, lua_to_canonical,
+    lua_to_json, parse_json_text, peers_as_seen, peers_to_lua, with_article,
 };
 use super::watchdog::{TIMEOUT_MARK, Watchdog};
 
@@ -69,6 +69,9 @@ pub struct Sandbox {
     peers_cache: RefCell<Option<TableCache<BTreeMap<NodeId, Peer>>>>,
     /// The same for `state.runtime`: the runtime tree changes only when its files do.
     runtime_cache: RefCell<Option<TableCache<Shared>>>,
+    /// Bytes of the last schedule text written from a table: the next one's buffer is sized
+    /// from it.
+    last_text: Cell<usize>,
 }
 
 /// The runtime tree, compared by pointer first (the inputs snapshot is shared while unchanged).
@@ -257,6 +260,7 @@ impl Sandbox {
             watchdog,
             peers_cache: RefCell::new(None),
             runtime_cache: RefCell::new(None),
+            last_text: Cell::new(0),
         })
     }
 
@@ -380,7 +384,7 @@ impl Sandbox {
             message: format!("{TIMEOUT_MARK} of {:?} (while {doing})", self.limits.time),
             log: log.clone(),
         };
-        let data = match &first {
+        let tree = match &first {
             LuaValue::String(s) => {
                 let text = s.to_str().map_err(|_| {
                     bad(
@@ -397,14 +401,29 @@ impl Sandbox {
                     ParseError::Timeout => timed_out("parsing the returned JSON text"),
                 })?
             }
-            LuaValue::Table(_) => lua_to_json(&self.lua, &first, budget).map_err(|e| match e {
-                ConvertError::BadValue(message) => bad(
-                    format!("cannot convert the returned table: {message}"),
-                    &log,
-                ),
-                ConvertError::TooLarge { .. } => out_of_memory(&e),
-                ConvertError::Timeout => timed_out("converting the returned table"),
-            })?,
+            LuaValue::Table(table) => {
+                // Straight to the canonical text; a table that writer declines is converted
+                // the tree's way, which names what is wrong with it.
+                match lua_to_canonical(&self.lua, table, budget, self.text_buffer()) {
+                    Ok(text) if text.starts_with('{') => {
+                        self.last_text.set(text.len());
+                        let data = ScheduleData::from_canonical(text);
+                        return Ok(SchedulerOutput { data, log });
+                    }
+                    Err(Declined::Timeout) => {
+                        return Err(timed_out("converting the returned table"));
+                    }
+                    Ok(_) | Err(Declined::Refused) => {}
+                }
+                lua_to_json(&self.lua, &first, budget).map_err(|e| match e {
+                    ConvertError::BadValue(message) => bad(
+                        format!("cannot convert the returned table: {message}"),
+                        &log,
+                    ),
+                    ConvertError::TooLarge { .. } => out_of_memory(&e),
+                    ConvertError::Timeout => timed_out("converting the returned table"),
+                })?
+            }
             LuaValue::Nil => {
                 return Err(bad(
                     "the scheduler returned nil (an error inside a wrapper that swallowed it?)"
@@ -422,16 +441,24 @@ impl Sandbox {
                 ));
             }
         };
-        if !data.is_object() {
+        if !tree.is_object() {
             return Err(bad(
                 format!(
                     "the schedule must be a JSON object, got {}",
-                    json_kind(&data)
+                    json_kind(&tree)
                 ),
                 &log,
             ));
         }
+        let data = ScheduleData::from_value(tree);
         Ok(SchedulerOutput { data, log })
+    }
+
+    /// A buffer for the next schedule text: room for the last one and a little more, the
+    /// buffer of a dropped schedule when one is big enough (pages already in memory).
+    fn text_buffer(&self) -> Vec<u8> {
+        let last = self.last_text.get();
+        verwalter_controllers::schedule::data::text_buffer(last + last / 8)
     }
 
     /// One full run: input table, call, output.

@@ -116,6 +116,33 @@ fn table_return_is_converted() {
 }
 
 #[test]
+fn a_returned_table_becomes_the_canonical_text_without_a_tree() {
+    let out = run_body(
+        r#"return {vars = {b = 0.1, a = -0.0, big = 1e300, n = math.mininteger}, ["é\n"] = {"q\"", {}}}"#,
+    )
+    .unwrap();
+    assert!(
+        !out.data.is_parsed(),
+        "written straight from Lua: no tree made"
+    );
+    assert_eq!(
+        out.data.canonical(),
+        r#"{"vars":{"a":-0.0,"b":0.1,"big":1e+300,"n":-9223372036854775808},"é\n":["q\"",{}]}"#
+    );
+    // A table the writer declines goes the tree's way, which names the problem.
+    let e = run_body("return {nodes = {a = {f = print}}}").unwrap_err();
+    assert_eq!(
+        e.message,
+        "cannot convert the returned table: nodes.a.f is a function, which JSON cannot represent"
+    );
+    let e = run_body("return {1, 2}").unwrap_err();
+    assert_eq!(
+        e.message,
+        "the schedule must be a JSON object, got an array"
+    );
+}
+
+#[test]
 fn nested_require_passes_the_module_name() {
     let out = run_main(
         r#"local a = require "lib/a"
@@ -423,7 +450,7 @@ fn bad_outputs_are_reported() {
     let e = err(&nest(101));
     assert!(e.message.contains("more than 100 tables"), "{}", e.message);
     let deep = run_body(&format!("{}, ''", nest(99))).unwrap();
-    let schedule = verwalter_controllers::state::Schedule::new(deep.data, 1, "ab".repeat(16));
+    let schedule = verwalter_controllers::state::Schedule::from_data(deep.data, 1, "ab".repeat(16));
     let mut body = Vec::new();
     schedule.write_json(&mut body);
     let read: verwalter_controllers::state::Schedule = serde_json::from_slice(&body).unwrap();
@@ -495,7 +522,7 @@ fn sandbox_has_no_way_out() {
     // traceback is there.
     let out = run_body("return {tb = debug.traceback('here')}").unwrap();
     assert!(
-        out.data["tb"]
+        out.data.tree()["tb"]
             .as_str()
             .unwrap()
             .starts_with("here\nstack traceback:")
@@ -568,7 +595,23 @@ async fn the_thread_survives_failures_and_reloads_on_code_change() {
     );
     let out = scheduler.run("v2", Arc::new(input())).await.unwrap();
     assert_eq!(out.data, json!({"v": 2}));
-    let _: Value = out.data;
+}
+
+#[tokio::test]
+async fn the_thread_parses_a_schedules_tree_after_handing_over_its_text() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        &tmp.path().join("scheduler/v1"),
+        "main.lua",
+        "return {scheduler = function(s) return {host = s.current_host} end}",
+    );
+    let scheduler = LuaScheduler::start(tmp.path().to_path_buf(), small()).unwrap();
+    let first = scheduler.run("v1", Arc::new(input())).await.unwrap();
+    // The thread takes the next run only after the last one's after-run work.
+    let second = scheduler.run("v1", Arc::new(input())).await.unwrap();
+    assert!(first.data.is_parsed(), "parsed on the thread after the run");
+    assert_eq!(first.data, json!({"host": "alpha"}));
+    assert_eq!(second.data.canonical(), r#"{"host":"alpha"}"#);
 }
 
 #[test]
@@ -624,9 +667,9 @@ fn a_json_string_that_parses_past_the_memory_limit_is_stopped() {
     );
     // The same text, smaller, parses as before; so does a text of big strings under the limit.
     let out = run(r#"'{"a": [' .. string.rep('[],', 1000) .. '[]]}'"#).unwrap();
-    assert_eq!(out.data["a"].as_array().unwrap().len(), 1001);
+    assert_eq!(out.data.tree()["a"].as_array().unwrap().len(), 1001);
     let out = run(r#"'{"s": "' .. string.rep('x', 4000000) .. '"}'"#).unwrap();
-    assert_eq!(out.data["s"].as_str().unwrap().len(), 4_000_000);
+    assert_eq!(out.data.tree()["s"].as_str().unwrap().len(), 4_000_000);
 }
 
 #[test]
@@ -1060,7 +1103,7 @@ fn pattern_functions_agree_with_lua() {
         .unwrap()
         .run(&input())
         .unwrap();
-    let got = out.data["out"].as_str().unwrap().to_string();
+    let got = out.data.tree()["out"].as_str().unwrap().to_string();
     let mut differences = Vec::new();
     for (want, have) in expected.split("\n@@\n").zip(got.split("\n@@\n")) {
         if want != have {

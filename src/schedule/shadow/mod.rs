@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::machinery::clock::{Clock, rfc3339};
@@ -286,8 +287,8 @@ impl Inner {
             Ok(output) => {
                 let diff = match &round.real.outcome {
                     Ok((_, real)) => Some(verwalter_controllers::schedule::diff::diff(
-                        real,
-                        &output.data,
+                        real.tree(),
+                        output.data.tree(),
                     )),
                     Err(_) => None,
                 };
@@ -299,7 +300,7 @@ impl Inner {
                 let mut record = self.record(shadow, run, round, outcome);
                 record.paths_differing = diff.as_ref().map(|d| d.paths_differing());
                 record.diff = diff.and_then(|d| serde_json::to_value(d).ok());
-                record.output = Some(output.data);
+                record.output = Some(Value::clone(output.data.tree()));
                 record.log = output.log;
                 record
             }

@@ -166,7 +166,7 @@ pub(crate) fn output_of(result: Value) -> Result<SchedulerOutput, SchedulerError
         }
     }
     Ok(SchedulerOutput {
-        data: Value::Object(data),
+        data: verwalter_controllers::state::ScheduleData::from_value(Value::Object(data)),
         log,
     })
 }

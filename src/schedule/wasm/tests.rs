@@ -128,13 +128,13 @@ fn the_input_arrives_as_0_13_json_with_string_action_keys() {
     (i32.sub (local.get $ptr) (i32.const 12))"#;
     let bytes = module("", r#"{\"schedule\":"#, body);
     let output = run(&bytes, &small_input()).unwrap();
-    assert_eq!(output.data["current_host"], "node-0000");
+    assert_eq!(output.data.tree()["current_host"], "node-0000");
     assert_eq!(
-        output.data["actions"]["1700000000001"],
+        output.data.tree()["actions"]["1700000000001"],
         json!({"button": {"role": "x"}})
     );
-    assert_eq!(output.data["now"], 1_700_000_001_000u64);
-    assert_eq!(output.data["parents"], json!([]));
+    assert_eq!(output.data.tree()["now"], 1_700_000_001_000u64);
+    assert_eq!(output.data.tree()["parents"], json!([]));
 }
 
 #[test]
@@ -570,8 +570,8 @@ fn the_example_module_schedules_as_its_lua_twin() {
         assert_eq!(got.log, expected.log, "{peers} peers, {roles} roles");
         assert_eq!(got.data, expected.data, "{peers} peers, {roles} roles");
         // The same hash, so a follower of either accepts the other's schedule.
-        let a = Schedule::new(got.data, input.now, input.current_id.clone());
-        let b = Schedule::new(expected.data, input.now, input.current_id.clone());
+        let a = Schedule::from_data(got.data, input.now, input.current_id.clone());
+        let b = Schedule::from_data(expected.data, input.now, input.current_id.clone());
         assert_eq!(a.hash, b.hash);
     }
     assert!(

@@ -46,7 +46,7 @@ fn run_with(body: &str, limits: Limits) -> Result<SchedulerOutput, SchedulerErro
 
 fn run(body: &str) -> Value {
     match run_with(body, small()) {
-        Ok(out) => out.data,
+        Ok(out) => (**out.data.tree()).clone(),
         Err(e) => panic!("{body}\nfailed: {e:?}"),
     }
 }
