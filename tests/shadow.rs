@@ -13,14 +13,14 @@ use crate::util::{Daemon, copy_tree, doc_block, example_site, metric, replace_fi
 const SOON: Duration = Duration::from_secs(60);
 
 /// `scheduler/<name>/main.lua` with `module` as the module it returns.
-fn lua_shadow(config: &Path, name: &str, module: &str) {
+pub(crate) fn lua_shadow(config: &Path, name: &str, module: &str) {
     let dir = config.join("scheduler").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("main.lua"), module).unwrap();
 }
 
 /// A copy of `scheduler/v1` whose module is `module` (`scheduler` the real function).
-fn v1_shadow(config: &Path, name: &str, module: &str) {
+pub(crate) fn v1_shadow(config: &Path, name: &str, module: &str) {
     let dir = config.join("scheduler").join(name);
     copy_tree(&config.join("scheduler/v1"), &dir);
     let main = std::fs::read_to_string(dir.join("main.lua")).unwrap();
