@@ -513,3 +513,76 @@ fn a_shadow_still_running_is_skipped_for_the_next_round_which_is_not_held_back()
         Some(1.0)
     );
 }
+
+/// `verwalter shadow diff`'s text with what differs from run to run masked: in each header
+/// line, the run number, its time and the two hashes.
+fn masked_diff(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            let header = l.strip_prefix("shadow ").and_then(|rest| {
+                let (name, _) = rest.split_once(", run ")?;
+                let (_, tail) = rest.split_once("): ")?;
+                Some(format!(
+                    "shadow {name}, run <n> at <time> (input <hash>, real schedule <hash>): {tail}\n"
+                ))
+            });
+            header.unwrap_or_else(|| format!("{l}\n"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_docs_diff_sample_is_real_output_and_its_promote_runs_as_written() {
+    let (tmp, config, storage) = example_site("minimal");
+    // As the doc says: `v2` keeps web on v1 (the example's newest is v2) and adds a key.
+    v1_shadow(
+        &config,
+        "v2",
+        "return {scheduler = function(state)\n  local text, log = scheduler(state)\n  \
+         text = text:gsub('\"version\":\"v2\"', '\"version\":\"v1\"')\n  \
+         return '{\"shadow_note\":\"extra\",' .. text:sub(2), log\nend}\n",
+    );
+    std::fs::write(config.join("scheduler/shadow.yaml"), "shadows: [v2]\n").unwrap();
+    let daemon = start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (real, _) = real_round(&daemon);
+    let run = run_on(&daemon, "v2", &real);
+    assert_eq!(run["result"], "differs", "{run}");
+    let heading = "### Reading the diff, and promoting a shadow";
+    let url = format!("http://127.0.0.1:{}", daemon.port);
+    let (code, text) = shadow_cli(&["diff", "--url", &url, "--name", "v2"]);
+    assert_eq!(code, 1, "{text}");
+    let sample = doc_block("scheduler.md", heading, "text");
+    assert_eq!(masked_diff(&text), masked_diff(&sample), "{text}");
+
+    // The promotion, as written, from the dir that holds `./config`.
+    let example = doc_block("scheduler.md", heading, "sh");
+    let bin_dir = Path::new(crate::util::BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-e", "-c", &example])
+        .current_dir(tmp.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("scheduler/v2 is now scheduler/v1\n"),
+        "{stdout}"
+    );
+    assert!(!config.join("scheduler/v2").exists());
+    daemon.wait_json(SOON, "/v1/schedule", "the promoted v2 never ran", |s| {
+        s["data"]["shadow_note"] == "extra" && s["data"]["roles"]["web"]["version"] == "v1"
+    });
+}

@@ -341,3 +341,59 @@ fn a_shadow_render_from_a_shadow_schedulers_output_shows_what_it_would_change_in
     assert!(!site.path().join("marker").exists());
     assert!(!site.path().join("marker.sh").exists());
 }
+
+/// Runs `code` with `sh -e` in `dir` (with the tested binary first on `PATH`): exit status,
+/// stdout, stderr.
+fn sh_in(dir: &Path, code: &str) -> (Option<i32>, String, String) {
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .args(["-e", "-c", code])
+        .current_dir(dir)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn the_render_examples_run_as_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::os::unix::fs::symlink(top.join("examples"), tmp.path().join("examples")).unwrap();
+    // The dry run: its output as shown, the deployment id and the temporary dir's name aside.
+    let heading = "**The example config dir, showing the commands instead of running them:**";
+    let (code, stdout, stderr) = sh_in(tmp.path(), &doc_block("rendering.md", heading, "sh"));
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let masked = |text: &str| -> String {
+        without_ids(text)
+            .lines()
+            .map(|l| match l.strip_prefix("would run: cat ") {
+                Some(file) if file.contains("/verwalter-render.") => {
+                    format!(
+                        "would run: cat <tmp>/{}\n",
+                        file.rsplit('/').next().unwrap()
+                    )
+                }
+                _ => format!("{l}\n"),
+            })
+            .collect()
+    };
+    let shown = doc_block("rendering.md", heading, "text");
+    assert_eq!(masked(&stdout), masked(&shown), "{stdout}");
+    assert!(stdout.contains("would run: cat /"), "{stdout}");
+
+    // Hand-written variables: the command runs.
+    let heading = "**Hand-written variables** (commands run unless `-n`):";
+    let (code, stdout, stderr) = sh_in(tmp.path(), &doc_block("rendering.md", heading, "sh"));
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("version: v7\ninstances: 3\n"),
+        "{stdout}\n{stderr}"
+    );
+}
