@@ -586,3 +586,67 @@ fn the_docs_diff_sample_is_real_output_and_its_promote_runs_as_written() {
         s["data"]["shadow_note"] == "extra" && s["data"]["roles"]["web"]["version"] == "v1"
     });
 }
+
+#[test]
+fn a_shadows_answers_to_actions_are_shown_and_never_sent() {
+    let (_tmp, config, storage) = crate::util::example_site("minimal");
+    // The real scheduler answers an action only when its button asks for a reply; the shadow
+    // answers every action, on the same input.
+    lua_shadow(
+        &config,
+        "v1",
+        "return {scheduler = function(state)\n  local replies = {}\n  \
+         for id, action in pairs(state.actions) do\n    \
+         if action.button.reply then replies[id] = {real = true} end\n  end\n  \
+         return {actions = replies, nodes = {}}, 'ok'\nend}\n",
+    );
+    lua_shadow(
+        &config,
+        "answers",
+        "return {scheduler = function(state)\n  local replies = {}\n  \
+         for id in pairs(state.actions) do replies[id] = {shadow = true} end\n  \
+         return {actions = replies, nodes = {}}, 'ok'\nend}\n",
+    );
+    std::fs::write(config.join("scheduler/shadow.yaml"), "shadows: [answers]\n").unwrap();
+    let daemon = start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let wait_action = |body: &str| {
+        crate::util::http_post(
+            daemon.port,
+            "/v1/wait_action",
+            "application/json",
+            body.as_bytes(),
+        )
+    };
+    // Only the real scheduler's answer comes back; without one, none (204), though the shadow
+    // answered the very action.
+    let (code, body) = wait_action(r#"{"button": {"reply": true}}"#);
+    assert_eq!((code, body.as_str()), (200, r#"{"real":true}"#));
+    let (code, body) = wait_action(r#"{"button": {"reply": false}}"#);
+    assert_eq!(code, 204, "{body}");
+    // The shadow's answers are in its runs: one run per action, each answering it.
+    let answered = wait_for(SOON, || {
+        let answered: Vec<Value> = runs(&daemon, "answers")
+            .iter()
+            .filter_map(|r| {
+                let run = daemon.json(&format!("/v1/shadow/answers/runs/{}", r["run"]))?;
+                let actions = run["output"]["actions"].as_object()?.clone();
+                (!actions.is_empty()).then_some(Value::Object(actions))
+            })
+            .collect();
+        (answered.len() == 2).then_some(answered)
+    })
+    .unwrap_or_else(|| panic!("the shadow did not answer both actions:\n{}", daemon.logs()));
+    for actions in answered {
+        let answers: Vec<&Value> = actions.as_object().unwrap().values().collect();
+        assert_eq!(answers, [&serde_json::json!({"shadow": true})], "{actions}");
+    }
+    // ... and nowhere in the schedule in force, which answers the real one's only.
+    let schedule = daemon.json("/v1/schedule").unwrap();
+    assert!(
+        !schedule.to_string().contains(r#""shadow":true"#),
+        "{schedule}"
+    );
+}
