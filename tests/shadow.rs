@@ -1,6 +1,7 @@
 //! Shadow schedulers on a daemon (docs/scheduler.md#shadow-schedulers): `examples/minimal`
 //! with candidates beside `scheduler/v1`: a copy of it (`twin`), one that adds a key (`extra`),
-//! one that fails, one that loops and one that eats memory.
+//! one that fails, one that loops and one that eats memory; and what a shadow never reaches (the
+//! answers to actions, followers).
 
 use std::path::Path;
 use std::time::Duration;
@@ -648,5 +649,57 @@ fn a_shadows_answers_to_actions_are_shown_and_never_sent() {
     assert!(
         !schedule.to_string().contains(r#""shadow":true"#),
         "{schedule}"
+    );
+}
+
+#[test]
+fn a_shadow_never_reaches_the_followers() {
+    // Rounds every second, so the shadow runs soon after it is named.
+    let cluster = crate::cluster::Cluster::start_with(2, Some("scheduler:\n  period-ms: 1000\n"));
+    let (leader, _) = cluster.converged();
+    // Every node's config dir names `extra` (a copy of v1 that adds `shadow_note`) a shadow;
+    // only the leader runs it, at its next round.
+    for n in 1..=2 {
+        let config = cluster.tmp.path().join(format!("config{n}"));
+        v1_shadow(
+            &config,
+            "extra",
+            "return {scheduler = function(state)\n  local text, log = scheduler(state)\n  \
+             return '{\"shadow_note\":\"extra\",' .. text:sub(2), log\nend}\n",
+        );
+        replace_file(&config.join("scheduler/shadow.yaml"), "shadows: [extra]\n");
+    }
+    let leading = cluster.nodes[leader].as_ref().unwrap();
+    let follower = cluster.follower(leader);
+    let real_hash = wait_for(SOON, || {
+        let runs = leading.json("/v1/shadow/extra/runs")?;
+        let latest = &runs["runs"][0];
+        (latest["result"] == "differs").then(|| latest["real_hash"].as_str().map(String::from))?
+    })
+    .unwrap_or_else(|| panic!("the leader ran no shadow:\n{}", cluster.logs()));
+    // The follower takes the real schedule of that round, and nothing of the shadow's.
+    let schedule = wait_for(SOON, || {
+        let s = follower.json("/v1/schedule")?;
+        (s["hash"] == real_hash.as_str()).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("the follower never took {real_hash}:\n{}", cluster.logs()));
+    assert!(!schedule.to_string().contains("shadow_note"), "{schedule}");
+    let roles = follower.json("/v1/roles_data").unwrap();
+    assert!(!roles.to_string().contains("shadow_note"), "{roles}");
+    let shadows = follower.json("/v1/shadow").unwrap();
+    assert!(
+        shadows["shadows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["latest"].is_null()),
+        "{shadows}"
+    );
+    assert!(
+        !leading
+            .json("/v1/schedule")
+            .unwrap()
+            .to_string()
+            .contains("shadow_note")
     );
 }
