@@ -73,7 +73,8 @@
 //!   Content-Security-Policy (which refuses an inline script and framing); its modules served
 //!   as JavaScript; the GraphQL page (`/v1/graphiql`) under the frontend's header, its schema
 //!   explorer and field completion, querying and subscribing with the API token; the Shadow
-//!   page with each shadow's latest result, diff and history.
+//!   page with each shadow's latest result, diff and history, and a shadow render of a role
+//!   from a differing shadow's schedule with its file diff.
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
