@@ -1387,9 +1387,10 @@ fn the_graphql_page_has_the_header_a_schema_explorer_and_completion_and_runs_a_q
 #[test]
 fn the_shadow_page_shows_each_shadows_diff_and_history() {
     let (_tmp, config, storage) = crate::shadow::site();
+    crate::shadow_render::wide_shadow(&config);
     std::fs::write(
         config.join("scheduler/shadow.yaml"),
-        "shadows: [twin, extra, fail, v1]\n",
+        "shadows: [twin, extra, fail, v1, wide]\n",
     )
     .unwrap();
     let daemon = crate::shadow::start(&config, &storage);
@@ -1397,7 +1398,7 @@ fn the_shadow_page_shows_each_shadows_diff_and_history() {
         s["hash"].is_string()
     });
     let (real, _) = crate::shadow::real_round(&daemon);
-    for shadow in ["twin", "extra", "fail"] {
+    for shadow in ["twin", "extra", "fail", "wide"] {
         crate::shadow::run_on(&daemon, shadow, &real);
     }
     let browser = Browser::start();
@@ -1420,6 +1421,23 @@ fn the_shadow_page_shows_each_shadows_diff_and_history() {
     browser.wait_for_text("#shadow-diff-fail", "the failing shadow", SOON);
     browser.wait_for_text("#shadow-history-twin", "identical", SOON);
     browser.wait_for_text("#shadow-problems", "v1 is the scheduler in force", SOON);
+    // A shadow render of this node's web from `wide`'s schedule: the file diff. Only a shadow
+    // whose latest run differs offers it.
+    assert!(browser.find("#shadow-render-twin").is_none());
+    assert!(browser.find("#shadow-render-fail").is_none());
+    browser.click_on("#shadow-render-wide .shadow-render-role", Some("web"), SOON);
+    let (_, render) = browser.wait_for_text_read("#shadow-render-wide", "no command was run", SOON);
+    assert!(
+        render.contains(
+            "web: templates/minimal/v1 → templates/minimal/v1: 1 differing, 0 the same; no \
+             command was run"
+        ),
+        "{render}"
+    );
+    assert!(
+        render.contains("role.render.yaml:conf") && render.contains("-instances: 2\n+instances: 7"),
+        "{render}"
+    );
     assert_eq!(notices(&browser), Vec::<String>::new());
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");

@@ -1,6 +1,7 @@
 //! Shadow schedulers on a daemon (docs/scheduler.md#shadow-schedulers): `examples/minimal`
 //! with candidates beside `scheduler/v1`: a copy of it (`twin`), one that adds a key (`extra`),
-//! one that fails, one that loops and one that eats memory.
+//! one that fails, one that loops and one that eats memory; and what a shadow never reaches (the
+//! answers to actions, followers).
 
 use std::path::Path;
 use std::time::Duration;
@@ -13,14 +14,14 @@ use crate::util::{Daemon, copy_tree, doc_block, example_site, metric, replace_fi
 const SOON: Duration = Duration::from_secs(60);
 
 /// `scheduler/<name>/main.lua` with `module` as the module it returns.
-fn lua_shadow(config: &Path, name: &str, module: &str) {
+pub(crate) fn lua_shadow(config: &Path, name: &str, module: &str) {
     let dir = config.join("scheduler").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("main.lua"), module).unwrap();
 }
 
 /// A copy of `scheduler/v1` whose module is `module` (`scheduler` the real function).
-fn v1_shadow(config: &Path, name: &str, module: &str) {
+pub(crate) fn v1_shadow(config: &Path, name: &str, module: &str) {
     let dir = config.join("scheduler").join(name);
     copy_tree(&config.join("scheduler/v1"), &dir);
     let main = std::fs::read_to_string(dir.join("main.lua")).unwrap();
@@ -511,5 +512,206 @@ fn a_shadow_still_running_is_skipped_for_the_next_round_which_is_not_held_back()
             "verwalter_shadow_runs_total{result=\"skipped\",shadow=\"loop\"}"
         ),
         Some(1.0)
+    );
+}
+
+/// `verwalter shadow diff`'s text with what differs from run to run masked: in each header
+/// line, the run number, its time and the two hashes.
+fn masked_diff(text: &str) -> String {
+    text.lines()
+        .map(|l| {
+            let header = l.strip_prefix("shadow ").and_then(|rest| {
+                let (name, _) = rest.split_once(", run ")?;
+                let (_, tail) = rest.split_once("): ")?;
+                Some(format!(
+                    "shadow {name}, run <n> at <time> (input <hash>, real schedule <hash>): {tail}\n"
+                ))
+            });
+            header.unwrap_or_else(|| format!("{l}\n"))
+        })
+        .collect()
+}
+
+#[test]
+fn the_docs_diff_sample_is_real_output_and_its_promote_runs_as_written() {
+    let (tmp, config, storage) = example_site("minimal");
+    // As the doc says: `v2` keeps web on v1 (the example's newest is v2) and adds a key.
+    v1_shadow(
+        &config,
+        "v2",
+        "return {scheduler = function(state)\n  local text, log = scheduler(state)\n  \
+         text = text:gsub('\"version\":\"v2\"', '\"version\":\"v1\"')\n  \
+         return '{\"shadow_note\":\"extra\",' .. text:sub(2), log\nend}\n",
+    );
+    std::fs::write(config.join("scheduler/shadow.yaml"), "shadows: [v2]\n").unwrap();
+    let daemon = start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (real, _) = real_round(&daemon);
+    let run = run_on(&daemon, "v2", &real);
+    assert_eq!(run["result"], "differs", "{run}");
+    let heading = "### Reading the diff, and promoting a shadow";
+    let url = format!("http://127.0.0.1:{}", daemon.port);
+    let (code, text) = shadow_cli(&["diff", "--url", &url, "--name", "v2"]);
+    assert_eq!(code, 1, "{text}");
+    let sample = doc_block("scheduler.md", heading, "text");
+    assert_eq!(masked_diff(&text), masked_diff(&sample), "{text}");
+
+    // The promotion, as written, from the dir that holds `./config`.
+    let example = doc_block("scheduler.md", heading, "sh");
+    let bin_dir = Path::new(crate::util::BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = std::process::Command::new("sh")
+        .args(["-e", "-c", &example])
+        .current_dir(tmp.path())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("scheduler/v2 is now scheduler/v1\n"),
+        "{stdout}"
+    );
+    assert!(!config.join("scheduler/v2").exists());
+    daemon.wait_json(SOON, "/v1/schedule", "the promoted v2 never ran", |s| {
+        s["data"]["shadow_note"] == "extra" && s["data"]["roles"]["web"]["version"] == "v1"
+    });
+}
+
+#[test]
+fn a_shadows_answers_to_actions_are_shown_and_never_sent() {
+    let (_tmp, config, storage) = crate::util::example_site("minimal");
+    // The real scheduler answers an action only when its button asks for a reply; the shadow
+    // answers every action, on the same input.
+    lua_shadow(
+        &config,
+        "v1",
+        "return {scheduler = function(state)\n  local replies = {}\n  \
+         for id, action in pairs(state.actions) do\n    \
+         if action.button.reply then replies[id] = {real = true} end\n  end\n  \
+         return {actions = replies, nodes = {}}, 'ok'\nend}\n",
+    );
+    lua_shadow(
+        &config,
+        "answers",
+        "return {scheduler = function(state)\n  local replies = {}\n  \
+         for id, action in pairs(state.actions) do\n    \
+         replies[id] = {shadow = action.button.reply}\n  end\n  \
+         return {actions = replies, nodes = {}}, 'ok'\nend}\n",
+    );
+    std::fs::write(config.join("scheduler/shadow.yaml"), "shadows: [answers]\n").unwrap();
+    let daemon = start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let wait_action = |body: &str| {
+        crate::util::http_post(
+            daemon.port,
+            "/v1/wait_action",
+            "application/json",
+            body.as_bytes(),
+        )
+    };
+    // Only the real scheduler's answer comes back; without one, none (204), though the shadow
+    // answers the very action (it sees the actions of each round it runs for; one skipped while
+    // it was busy did not, so the 204 is asked again until the shadow has answered one).
+    let (code, body) = wait_action(r#"{"button": {"reply": true}}"#);
+    assert_eq!((code, body.as_str()), (200, r#"{"real":true}"#));
+    let answered = |wanted: &Value| {
+        runs(&daemon, "answers").iter().any(|r| {
+            daemon
+                .json(&format!("/v1/shadow/answers/runs/{}", r["run"]))
+                .and_then(|run| run["output"]["actions"].as_object().cloned())
+                .is_some_and(|a| a.values().any(|v| v == wanted))
+        })
+    };
+    let mut shadow_answered = false;
+    for _ in 0..5 {
+        let (code, body) = wait_action(r#"{"button": {"reply": false}}"#);
+        assert_eq!(code, 204, "{body}");
+        // The shadow is done with the rounds so far: idle, its latest run on the schedule in
+        // force (no round comes by itself: the period is an hour).
+        wait_for(SOON, || {
+            let list = daemon.json("/v1/shadow")?;
+            let shadow = &list["shadows"][0];
+            let schedule = daemon.json("/v1/schedule")?;
+            (shadow["busy_with"].is_null() && shadow["latest"]["real_hash"] == schedule["hash"])
+                .then_some(())
+        })
+        .unwrap_or_else(|| panic!("the shadow never caught up:\n{}", daemon.logs()));
+        if answered(&serde_json::json!({"shadow": false})) {
+            shadow_answered = true;
+            break;
+        }
+    }
+    assert!(
+        shadow_answered,
+        "the shadow answered no action:\n{}",
+        daemon.logs()
+    );
+    // ... and nowhere in the schedule in force, which holds the real one's answers only.
+    let schedule = daemon.json("/v1/schedule").unwrap();
+    assert!(!schedule.to_string().contains(r#""shadow":"#), "{schedule}");
+}
+
+#[test]
+fn a_shadow_never_reaches_the_followers() {
+    // Rounds every second, so the shadow runs soon after it is named.
+    let cluster = crate::cluster::Cluster::start_with(2, Some("scheduler:\n  period-ms: 1000\n"));
+    let (leader, _) = cluster.converged();
+    // Every node's config dir names `extra` (a copy of v1 that adds `shadow_note`) a shadow;
+    // only the leader runs it, at its next round.
+    for n in 1..=2 {
+        let config = cluster.tmp.path().join(format!("config{n}"));
+        v1_shadow(
+            &config,
+            "extra",
+            "return {scheduler = function(state)\n  local text, log = scheduler(state)\n  \
+             return '{\"shadow_note\":\"extra\",' .. text:sub(2), log\nend}\n",
+        );
+        replace_file(&config.join("scheduler/shadow.yaml"), "shadows: [extra]\n");
+    }
+    let leading = cluster.nodes[leader].as_ref().unwrap();
+    let follower = cluster.follower(leader);
+    let real_hash = wait_for(SOON, || {
+        let runs = leading.json("/v1/shadow/extra/runs")?;
+        let latest = &runs["runs"][0];
+        (latest["result"] == "differs").then(|| latest["real_hash"].as_str().map(String::from))?
+    })
+    .unwrap_or_else(|| panic!("the leader ran no shadow:\n{}", cluster.logs()));
+    // The follower takes the real schedule of that round, and nothing of the shadow's.
+    let schedule = wait_for(SOON, || {
+        let s = follower.json("/v1/schedule")?;
+        (s["hash"] == real_hash.as_str()).then_some(s)
+    })
+    .unwrap_or_else(|| panic!("the follower never took {real_hash}:\n{}", cluster.logs()));
+    assert!(!schedule.to_string().contains("shadow_note"), "{schedule}");
+    let roles = follower.json("/v1/roles_data").unwrap();
+    assert!(!roles.to_string().contains("shadow_note"), "{roles}");
+    let shadows = follower.json("/v1/shadow").unwrap();
+    assert!(
+        shadows["shadows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["latest"].is_null()),
+        "{shadows}"
+    );
+    assert!(
+        !leading
+            .json("/v1/schedule")
+            .unwrap()
+            .to_string()
+            .contains("shadow_note")
     );
 }

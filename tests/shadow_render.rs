@@ -228,3 +228,172 @@ fn render_shadow_runs_the_docs_example_as_written_and_no_command() {
     );
     assert_eq!(code, Some(2));
 }
+
+/// `scheduler/wide`: the example's scheduler, but each node's share of each role is 7 where it
+/// was 2 (a role variable a template prints).
+pub(crate) fn wide_shadow(config: &Path) {
+    crate::shadow::v1_shadow(
+        config,
+        "wide",
+        "return {scheduler = function(state)\n  local text, log = scheduler(state)\n  \
+         return (text:gsub('\"instances\":2', '\"instances\":7')), log\nend}\n",
+    );
+}
+
+#[test]
+fn a_shadow_render_from_a_shadow_schedulers_output_shows_what_it_would_change_in_the_files() {
+    let (site, config, storage) = example_site("minimal");
+    add_candidate(&config, site.path());
+    // `wide` (below); `bare` assigns no role; `fail` fails.
+    wide_shadow(&config);
+    crate::shadow::lua_shadow(
+        &config,
+        "bare",
+        "return {scheduler = function(state) return '{\"roles\":{},\"nodes\":{}}', '' end}\n",
+    );
+    crate::shadow::lua_shadow(
+        &config,
+        "fail",
+        "return {scheduler = function(state) error('the failing shadow') end}\n",
+    );
+    std::fs::write(
+        config.join("scheduler/shadow.yaml"),
+        "shadows: [wide, bare, fail]\n",
+    )
+    .unwrap();
+    let daemon = crate::shadow::start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (real, _) = crate::shadow::real_round(&daemon);
+    let wide = crate::shadow::run_on(&daemon, "wide", &real);
+    assert_eq!(wide["result"], "differs", "{wide}");
+    let bare = crate::shadow::run_on(&daemon, "bare", &real);
+    assert_eq!(bare["result"], "differs", "{bare}");
+    let fail = crate::shadow::run_on(&daemon, "fail", &real);
+    assert_eq!(fail["result"], "failed", "{fail}");
+    let post = |body: &str| {
+        http_post(
+            daemon.port,
+            "/v1/shadow/render/web",
+            "application/json",
+            body.as_bytes(),
+        )
+    };
+
+    // The role's variables from `wide`'s output, the same template: what the shadow changes.
+    let (code, body) = post(r#"{"shadow": "wide"}"#);
+    assert_eq!(code, 200, "{body}");
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["real_template"], "minimal/v1", "{got}");
+    assert_eq!(got["shadow_template"], "minimal/v1", "{got}");
+    assert_eq!(got["files"].as_array().unwrap().len(), 1, "{got}");
+    assert_eq!(
+        without_ids(got["files"][0]["diff"].as_str().unwrap()),
+        "--- real/templates/minimal/v1/role.conf.hbs\n\
+         +++ shadow/templates/minimal/v1/role.conf.hbs\n\
+         @@ -1,3 +1,3 @@\n # web on alpha (cluster demo), deployment <id>\n version: v2\n\
+         -instances: 2\n+instances: 7\n"
+    );
+    // With a candidate template too: both changes in one diff, and the candidate's new file.
+    let (code, body) = post(r#"{"shadow": "wide", "template_version": "v2"}"#);
+    assert_eq!(code, 200, "{body}");
+    let got: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(got["shadow_template"], "minimal/v2", "{got}");
+    assert!(
+        got["files"][0]["diff"]
+            .as_str()
+            .unwrap()
+            .ends_with("-instances: 2\n+replicas: 7\n"),
+        "{got}"
+    );
+    assert_eq!(got["files"][1]["kind"], "added", "{got}");
+
+    // Errors name what is missing.
+    let refused = |body: &str, wanted: &str| {
+        let (code, answer) = post(body);
+        assert_eq!(code, 400, "{body}: {answer}");
+        let error: Value = serde_json::from_str(&answer).unwrap();
+        let error = error["error"].as_str().unwrap();
+        assert!(error.contains(wanted), "{body}: {error}");
+    };
+    refused(r#"{"shadow": "nope"}"#, r#"no shadow "nope""#);
+    refused(
+        r#"{"shadow": "fail"}"#,
+        r#"shadow "fail" has no run with an output"#,
+    );
+    refused(
+        r#"{"shadow": "bare"}"#,
+        &format!(
+            r#"shadow: role "web" is not assigned to "alpha" in shadow "bare"'s run {} (its roles: none)"#,
+            bare["run"]
+        ),
+    );
+    refused("{}", "name a candidate");
+    wait_for(SOON, || {
+        let log = std::fs::read_to_string(&daemon.log).ok()?;
+        log.lines()
+            .any(|l| l.contains("Shadow render failed.") && l.contains("no shadow"))
+            .then_some(())
+    })
+    .expect("the refusal is logged");
+    // Nothing ran.
+    assert!(!site.path().join("marker").exists());
+    assert!(!site.path().join("marker.sh").exists());
+}
+
+/// Runs `code` with `sh -e` in `dir` (with the tested binary first on `PATH`): exit status,
+/// stdout, stderr.
+fn sh_in(dir: &Path, code: &str) -> (Option<i32>, String, String) {
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let path = format!(
+        "{}:{}",
+        bin_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("sh")
+        .args(["-e", "-c", code])
+        .current_dir(dir)
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (out.status.code(), text(&out.stdout), text(&out.stderr))
+}
+
+#[test]
+fn the_render_examples_run_as_written() {
+    let tmp = tempfile::tempdir().unwrap();
+    let top = Path::new(env!("CARGO_MANIFEST_DIR"));
+    std::os::unix::fs::symlink(top.join("examples"), tmp.path().join("examples")).unwrap();
+    // The dry run: its output as shown, the deployment id and the temporary dir's name aside.
+    let heading = "**The example config dir, showing the commands instead of running them:**";
+    let (code, stdout, stderr) = sh_in(tmp.path(), &doc_block("rendering.md", heading, "sh"));
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    let masked = |text: &str| -> String {
+        without_ids(text)
+            .lines()
+            .map(|l| match l.strip_prefix("would run: cat ") {
+                Some(file) if file.contains("/verwalter-render.") => {
+                    format!(
+                        "would run: cat <tmp>/{}\n",
+                        file.rsplit('/').next().unwrap()
+                    )
+                }
+                _ => format!("{l}\n"),
+            })
+            .collect()
+    };
+    let shown = doc_block("rendering.md", heading, "text");
+    assert_eq!(masked(&stdout), masked(&shown), "{stdout}");
+    assert!(stdout.contains("would run: cat /"), "{stdout}");
+
+    // Hand-written variables: the command runs.
+    let heading = "**Hand-written variables** (commands run unless `-n`):";
+    let (code, stdout, stderr) = sh_in(tmp.path(), &doc_block("rendering.md", heading, "sh"));
+    assert_eq!(code, Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("version: v7\ninstances: 3\n"),
+        "{stdout}\n{stderr}"
+    );
+}

@@ -73,7 +73,8 @@
 //!   Content-Security-Policy (which refuses an inline script and framing); its modules served
 //!   as JavaScript; the GraphQL page (`/v1/graphiql`) under the frontend's header, its schema
 //!   explorer and field completion, querying and subscribing with the API token; the Shadow
-//!   page with each shadow's latest result, diff and history.
+//!   page with each shadow's latest result, diff and history, and a shadow render of a role
+//!   from a differing shadow's schedule with its file diff.
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and
@@ -140,11 +141,15 @@
 //!   next round (recorded) while that round is published; problems of `shadow.yaml` named; the
 //!   metrics; GraphQL's `shadows`; `verwalter shadow diff` and `promote` (on a running
 //!   daemon); wasm shadows (a copy of v1's module, a trapping one); runs kept across a
-//!   restart (docs/scheduler.md's example file).
+//!   restart (docs/scheduler.md's example file); its `shadow diff` sample checked against real
+//!   output and its `promote` example run as written; a shadow's answers to actions kept in its
+//!   runs, never sent to `/v1/wait_action`; a shadow never reaching a follower (two nodes).
 //! - `shadow_render`: a shadow render of a role with a changed template (issue 34): over the API of
 //!   a running node, the file diff, no command run, the role's applied hash, staging file and
-//!   deployment log untouched, the scratch dir gone, refusals; `verwalter render --shadow` and
-//!   `--shadow-schedule` (docs/rendering.md's example run as written).
+//!   deployment log untouched, the scratch dir gone, refusals; from a shadow scheduler's latest
+//!   output (`{"shadow": name}`: a changed role variable, with a candidate template too, errors
+//!   named); `verwalter render --shadow` and `--shadow-schedule` (docs/rendering.md's example run
+//!   as written) and its older examples (the dry run's output, hand-written variables).
 //! - `soak`: five nodes under churn for `SOAK_SECS` (180 s; `make soak`: an hour): a
 //!   schedule change a second, actions, three events readers, a flapping node; RSS, descriptors
 //!   and logs of the steady nodes stay flat, and the cluster converges at the end.

@@ -1,8 +1,10 @@
 // The Shadow page (`/shadow`): the leader's shadow schedulers (docs/scheduler.md#shadow-schedulers),
-// each with its latest run, the diff against the real schedule, and its history.
+// each with its latest run, the diff against the real schedule, and its history; for a shadow
+// whose latest run differs, a shadow render of one of this node's roles from its schedule
+// (`POST /v1/shadow/render/<role>` with `{"shadow": name}`) and the file diff it gives.
 
 import {card, failed, fill, h, json, pill, short, table, when} from "../dom.js";
-import {isLeader, leaderUrl} from "../state.js";
+import {allRoles, isLeader, leaderUrl, roleIsHere} from "../state.js";
 
 /** How often the page asks again while open (a shadow run ends after the real round). */
 const REFRESH_MS = 2000;
@@ -44,8 +46,43 @@ function diffView(run) {
     d.truncated ? h("p", {class: "muted"}, "More paths differ than are listed (" + d.paths_differing + " in all).") : null);
 }
 
+/** A unified diff, its added and removed lines marked. */
+function unifiedDiff(text) {
+  return h("pre", {class: "log shadow-file-diff"}, text.split("\n").filter((l, i, all) => l || i < all.length - 1).map((l) => {
+    const kind = l.startsWith("+++") || l.startsWith("---") ? "marker" : l.startsWith("+") ? "diff-add" : l.startsWith("-") ? "diff-del" : null;
+    return h("span", {class: kind}, l + "\n");
+  }));
+}
+
+/** What a shadow render answered: a summary line, then each differing file's diff. */
+function renderResult(r) {
+  const same = r.unchanged.length;
+  return h("div", {class: "shadow-render-result"},
+    h("p", {}, h("strong", {}, r.role), ": templates/" + r.real_template + " → templates/" + r.shadow_template + ": "
+      + r.files.length + " differing, " + same + " the same; no command was run"),
+    r.files.map((f) => h("div", {},
+      h("p", {}, h("code", {}, f.file), " ", pill(f.kind, f.kind === "changed" ? "warn" : "")),
+      unifiedDiff(f.diff))));
+}
+
+/** The shadow render box of `name`: a button per role of this node, and the last answer. */
+function renderBox(name, roles, asked, ask) {
+  let answer = null;
+  if (asked && asked.pending) answer = h("p", {class: "muted"}, "Rendering " + asked.role + "…");
+  else if (asked && asked.error) answer = h("div", {class: "banner bad"}, h("strong", {}, asked.role + ": "), asked.error);
+  else if (asked) answer = renderResult(asked.result);
+  return h("div", {id: "shadow-render-" + name},
+    h("h3", {}, "Shadow render"),
+    h("p", {class: "muted"}, "Render one of this node's roles with the variables of this shadow's schedule "
+      + "(the same templates; no command runs) and compare the files with the real schedule's:"),
+    roles.length ? h("p", {}, roles.map((role) => [h("button", {type: "button", class: "shadow-render-role",
+      onclick: () => ask(name, role)}, role), " "]))
+      : h("p", {class: "muted"}, "This node has no roles."),
+    answer);
+}
+
 /** One shadow: its latest (or chosen) run whole, and its history. */
-function shadowCard(name, run, runs, choose) {
+function shadowCard(name, run, runs, choose, render) {
   const meta = run ? h("p", {class: "muted"}, "Run " + run.run + " ", when(run.time),
     " · input " + short(run.input_hash) + " · real schedule " + short(run.real_hash)
     + (run.duration_ms !== null ? " · " + run.duration_ms + " ms" : "")
@@ -53,7 +90,8 @@ function shadowCard(name, run, runs, choose) {
   return card("Shadow " + name,
     run ? [h("div", {class: "shadow-result"}, result(run)), meta, h("div", {id: "shadow-diff-" + name}, diffView(run)),
       run.log ? h("details", {}, h("summary", {}, "log"), h("pre", {class: "log"}, run.log)) : null,
-      run.output ? h("details", {}, h("summary", {}, "output"), h("pre", {class: "log"}, json(run.output))) : null]
+      run.output ? h("details", {}, h("summary", {}, "output"), h("pre", {class: "log"}, json(run.output))) : null,
+      render]
       : h("p", {class: "muted"}, "No run yet."),
     h("h3", {}, "History"),
     table(["Run", "When", "Result", "Input"], runs.map((r) => h("tr", {},
@@ -66,6 +104,8 @@ export function shadowPage(ctx) {
   const {state, api, notices} = ctx;
   const root = h("div", {}, h("h1", {}, "Shadow schedulers"), card(null, h("p", {class: "muted"}, "Loading…")));
   const chosen = {};
+  // Each shadow's last shadow render asked on this page: {role, pending} | {role, result} | {role, error}.
+  const renders = {};
   let timer = null;
   let busy = false;
 
@@ -79,7 +119,11 @@ export function shadowPage(ctx) {
         const runs = (await api.getJson("/v1/shadow/" + encodeURIComponent(s.name) + "/runs").catch(() => ({runs: []}))).runs;
         const id = chosen[s.name] || (s.latest && s.latest.run);
         const run = id ? await api.getJson("/v1/shadow/" + encodeURIComponent(s.name) + "/runs/" + id).catch(() => null) : null;
-        cards.push(shadowCard(s.name, run, runs, choose));
+        // Only the latest run's output is rendered from, and only one that differs changes anything.
+        const latest = s.latest && s.latest.result === "differs";
+        const roles = allRoles(state.schedule).filter((r) => roleIsHere(state, r));
+        const render = latest ? renderBox(s.name, roles, renders[s.name], renderRole) : null;
+        cards.push(shadowCard(s.name, run, runs, choose, render));
       }
       const url = isLeader(state) ? null : leaderUrl(state, "/shadow");
       fill(root, h("h1", {}, "Shadow schedulers"),
@@ -99,6 +143,18 @@ export function shadowPage(ctx) {
     } finally {
       busy = false;
     }
+  }
+
+  async function renderRole(name, role) {
+    renders[name] = {role, pending: true};
+    load();
+    try {
+      const answer = await api.postJson("/v1/shadow/render/" + encodeURIComponent(role), {shadow: name});
+      renders[name] = {role, result: answer.body};
+    } catch (e) {
+      renders[name] = {role, error: e.message};
+    }
+    load();
   }
 
   function choose(name, id) {
