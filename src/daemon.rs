@@ -32,6 +32,7 @@ use verwalter_controllers::state::{Actions, Peers, Prefetched, Reports, RolesSta
 use verwalter_controllers::status::Fields;
 use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
+use crate::cluster::datacenters::DcFilter;
 use crate::cluster::election::{ElectionTask, ElectionWiring};
 use crate::cluster::peers::{self, Liveness};
 use crate::cluster::replication::{Fetcher, FetcherParts};
@@ -548,6 +549,7 @@ impl Wiring<'_> {
                     url: url.clone(),
                     port,
                     own_id: self.config.machine_id.clone(),
+                    dc: self.config.datacenter.as_ref().map(DcFilter::new),
                 };
                 let task = peers::run_cantal(
                     cantal,
@@ -562,6 +564,7 @@ impl Wiring<'_> {
             PeerSource::Static(list) => {
                 let task = peers::run_static(
                     list.clone(),
+                    self.config.datacenter.as_ref().map(DcFilter::new),
                     out,
                     live.clone(),
                     self.clock.clone(),

@@ -33,6 +33,9 @@
 //!   never come (408); runtime links that lead round to each other left out with the rest
 //!   scheduled; a symlink as the stored schedule replaced, never read or written through, and
 //!   a FIFO there not blocking the start.
+//! - `datacenters`: two data centers of two nodes on 127.0.0.41–44 (docs/datacenters.md), the
+//!   DCs from the settings file and the flag: a leader in each, `/v1/peers` only the own DC's,
+//!   no election packet from the other DC after twenty received.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -162,6 +165,7 @@ mod cli;
 mod cluster;
 mod crash;
 mod daemon;
+mod datacenters;
 mod extender;
 mod frontend;
 mod fuzz;
