@@ -36,6 +36,8 @@
 //! - `datacenters`: two data centers of two nodes on 127.0.0.41–44 (docs/datacenters.md), the
 //!   DCs from the settings file and the flag: a leader in each, `/v1/peers` only the own DC's,
 //!   no election packet from the other DC after twenty received.
+//! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
+//!   API through it, an open connection shut down by a cut, new ones refused until the heal.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -166,6 +168,7 @@ mod cluster;
 mod crash;
 mod daemon;
 mod datacenters;
+mod dc_proxy;
 mod extender;
 mod frontend;
 mod fuzz;
