@@ -32,7 +32,7 @@ use verwalter_controllers::state::{Actions, Peers, Prefetched, Reports, RolesSta
 use verwalter_controllers::status::Fields;
 use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
-use crate::cluster::datacenters::DcFilter;
+use crate::cluster::datacenters::{DcFilter, DcNode};
 use crate::cluster::election::{ElectionTask, ElectionWiring};
 use crate::cluster::peers::{self, Liveness};
 use crate::cluster::replication::{Fetcher, FetcherParts};
@@ -49,6 +49,7 @@ use crate::schedule::wasm::query::QueryHook;
 use crate::storage::backups;
 use crate::storage::logs::LogDir;
 use crate::storage::state_dir::StateDir;
+use verwalter_controllers::cluster::datacenters::wire::DcKey;
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +119,7 @@ pub enum Task {
     Extender,
     Graph,
     Events,
+    Datacenters,
 }
 
 impl Task {
@@ -138,6 +140,7 @@ impl Task {
             Task::Extender => "placement extender",
             Task::Graph => "graph executor",
             Task::Events => "deployment events publisher",
+            Task::Datacenters => "data center exchange",
         }
     }
 
@@ -310,6 +313,9 @@ struct Shared {
     schedule_json: Arc<http::SharedJson<Option<Schedule>>>,
     /// Shared with the HTTP API, which shows it on `/v1/peers`.
     live: Liveness,
+    /// This node's side of the exchange between data centers, when it is in one: fed by the
+    /// peer source and the election, served by the HTTP API.
+    dc: Option<Arc<DcNode>>,
 }
 
 /// What the render part shares with the HTTP API.
@@ -378,6 +384,14 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         relay: Arc::new(http::RelayBody::default()),
         schedule_json: Arc::new(http::SharedJson::schedule()),
         live: Liveness::default(),
+        dc: config.datacenter.as_ref().map(|settings| {
+            Arc::new(DcNode::new(
+                settings,
+                config.election_key.as_ref().map(DcKey::from_election),
+                config.machine_id.clone(),
+                bound.addr.clone(),
+            ))
+        }),
     };
     let cluster = ClusterFields {
         peers,
@@ -391,6 +405,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         wiring.spawn_cluster(&bound, cluster, &shared).await?;
     } else {
         wiring.spawn_local_election(cluster, &mut keep_unused);
+    }
+    if let Some(dc) = &shared.dc {
+        let task = crate::cluster::datacenters::follow_election(
+            dc.clone(),
+            wiring.store.election.clone(),
+            wiring.store.peers.clone(),
+            shutdown.clone(),
+        );
+        wiring.tasks.spawn(Task::Datacenters, task);
     }
     wiring.spawn_scheduler_metrics(scheduler_metrics);
     let outputs = ScheduleOutputs {
@@ -478,7 +501,7 @@ impl Wiring<'_> {
                 addr: format!("udp {addr}"),
                 source,
             })?;
-        self.spawn_peers(bound.port, fields.peers, &shared.live);
+        self.spawn_peers(bound.port, fields.peers, shared);
         let machine = Machine::new(
             config.machine_id.clone(),
             Instant::now(),
@@ -541,15 +564,20 @@ impl Wiring<'_> {
     }
 
     /// The peer source the settings name: cantal or a static list.
-    fn spawn_peers(&mut self, port: u16, out: Field<Peers>, live: &Liveness) {
+    fn spawn_peers(&mut self, port: u16, out: Field<Peers>, shared: &Shared) {
+        let live = &shared.live;
         let shutdown = self.shutdown.clone();
+        let dc = || {
+            let filter = self.config.datacenter.as_ref().map(DcFilter::new);
+            filter.map(|f| f.with_node(shared.dc.clone()))
+        };
         match &self.config.peer_source {
             PeerSource::Cantal(url) => {
                 let cantal = peers::Cantal {
                     url: url.clone(),
                     port,
                     own_id: self.config.machine_id.clone(),
-                    dc: self.config.datacenter.as_ref().map(DcFilter::new),
+                    dc: dc(),
                 };
                 let task = peers::run_cantal(
                     cantal,
@@ -564,7 +592,7 @@ impl Wiring<'_> {
             PeerSource::Static(list) => {
                 let task = peers::run_static(
                     list.clone(),
-                    self.config.datacenter.as_ref().map(DcFilter::new),
+                    dc(),
                     out,
                     live.clone(),
                     self.clock.clone(),
@@ -878,6 +906,7 @@ impl Wiring<'_> {
                     .with_schedule_json(shared.schedule_json),
             ),
             liveness: shared.live,
+            datacenters: shared.dc,
             alive_window: config.minority_window,
         });
         // Tests and scripts started with `--port 0` read the port from this line.

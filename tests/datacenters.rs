@@ -12,6 +12,8 @@ use serde_json::Value;
 use crate::util::*;
 
 const SOON: Duration = Duration::from_secs(30);
+/// The election's key, shared by every node, which signs exchanges too.
+const KEY: &[u8] = b"a key shared by every node of the site";
 
 /// 127.0.0.41–44, which no other test binds.
 fn node_ip(n: usize) -> String {
@@ -61,7 +63,11 @@ impl Node {
             ""
         };
         let settings = dir.join(format!("settings{n}.yaml"));
-        std::fs::write(&settings, format!("{own}peers:\n{peers}")).unwrap();
+        std::fs::write(
+            &settings,
+            format!("{own}peers:\n{peers}election:\n  key-file: cluster.key\n"),
+        )
+        .unwrap();
         let (mut command, log) = cluster_node(dir, n);
         if dc(n) == "fra" {
             command.args(["--datacenter", "fra"]);
@@ -118,6 +124,7 @@ fn each_datacenter_elects_its_own_leader_and_no_election_packet_crosses() {
     // test's daemon gets it, and the nodes use it on their own addresses.
     let hold = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = hold.local_addr().unwrap().port();
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
     let nodes: Vec<Node> = (1..=4).map(|n| Node::start(n, tmp.path(), port)).collect();
     let all_logs = || {
         nodes
@@ -178,5 +185,131 @@ fn each_datacenter_elects_its_own_leader_and_no_election_packet_crosses() {
             .unwrap();
         assert_eq!(crossed, 0.0, "node{}:\n{}", node.n, all_logs());
     }
+    // A node that does not lead its DC sends another DC's leader to the one that does.
+    let key = verwalter_controllers::cluster::datacenters::wire::DcKey::new(KEY).unwrap();
+    for (node, leader) in [(&nodes[0], &leaders[0]), (&nodes[2], &leaders[2])] {
+        let follower = if id(node.n) == *leader {
+            &nodes[node.n]
+        } else {
+            node
+        };
+        let other = if dc(node.n) == "ams" { "fra" } else { "ams" };
+        let (body, tag) = key.seal(&envelope(other, 1), 1 << 16).unwrap();
+        let (code, _, text) = post_exchange_at(&node_ip(follower.n), port, &body, Some(&tag));
+        assert_eq!(code, 409, "node{}: {text}", follower.n);
+        let expected = format!("{}:{port}", node_ip(leader_node(leader)));
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            answer,
+            serde_json::json!({"not_leader": true, "leader": expected})
+        );
+    }
     drop(hold);
+}
+
+/// An envelope of another DC's leader, with nothing in it.
+fn envelope(dc: &str, seq: u64) -> verwalter_controllers::cluster::datacenters::wire::Envelope {
+    verwalter_controllers::cluster::datacenters::wire::Envelope {
+        v: 1,
+        dc: dc.into(),
+        node: id(9),
+        addr: "127.0.0.1:9".into(),
+        epoch: 1,
+        seq,
+        summary_hash: None,
+        summary: None,
+        have_summary: None,
+        requests: Vec::new(),
+        answers: Vec::new(),
+    }
+}
+
+/// POST of an exchange body with its tag (if any) on 127.0.0.1; status, lower-cased head, body.
+fn post_exchange(port: u16, body: &[u8], tag: Option<&str>) -> (u16, String, String) {
+    post_exchange_at("127.0.0.1", port, body, tag)
+}
+
+fn post_exchange_at(
+    host: &str,
+    port: u16,
+    body: &[u8],
+    tag: Option<&str>,
+) -> (u16, String, String) {
+    let mut s = std::net::TcpStream::connect((host, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let tag = tag.map_or(String::new(), |t| format!("x-verwalter-dc-tag: {t}\r\n"));
+    let head = format!(
+        "POST /v1/dc/exchange HTTP/1.0\r\nHost: verwalter\r\nContent-Type: application/json\r\n\
+         {tag}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // A body refused for its length may be cut off: the answer still comes.
+    let _ = std::io::Write::write_all(&mut s, head.as_bytes())
+        .and_then(|()| std::io::Write::write_all(&mut s, body));
+    let mut text = String::new();
+    let _ = std::io::Read::read_to_string(&mut s, &mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// One node of `ams` leading alone, with `fra` as an entry point: the checks of an exchange in
+/// the order of docs/datacenters.md, and a forged envelope that changes nothing.
+#[test]
+fn the_exchange_route_takes_only_signed_envelopes_of_member_dcs() {
+    use verwalter_controllers::cluster::datacenters::wire::DcKey;
+    let (tmp, config, storage) = example_site("minimal");
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        "datacenter: ams\nelection:\n  key-file: cluster.key\n\
+         datacenters:\n  entry-points: {fra: [\"127.0.0.1:9\"]}\n  max-body-bytes: 4096\n",
+    )
+    .unwrap();
+    let settings = settings.to_str().unwrap();
+    let daemon = Daemon::launch(&config, &storage, &["--settings", settings], &[]);
+    wait_for(SOON, || {
+        daemon
+            .logs()
+            .contains("Exchanging with other data centers.")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no exchange started:\n{}", daemon.logs()));
+    let key = DcKey::new(KEY).unwrap();
+    let forger = DcKey::new(b"not the key of this site at all".to_vec()).unwrap();
+    let port = daemon.port;
+    // No tag, a forged one (seq 100: were it taken, seq 50 below would be stale).
+    let (body, _) = key.seal(&envelope("fra", 100), 4096).unwrap();
+    assert_eq!(post_exchange(port, &body, None).0, 403);
+    let (body, tag) = forger.seal(&envelope("fra", 100), 4096).unwrap();
+    assert_eq!(post_exchange(port, &body, Some(&tag)).0, 403);
+    // Too big: refused for its length before its tag is looked at.
+    assert_eq!(post_exchange(port, &vec![b' '; 4097], None).0, 413);
+    // Signed, but from a DC outside the mesh, or from this node's own.
+    for dc in ["lon", "ams"] {
+        let (body, tag) = key.seal(&envelope(dc, 1), 4096).unwrap();
+        assert_eq!(post_exchange(port, &body, Some(&tag)).0, 403, "{dc}");
+    }
+    // Signed by a member: taken, and the answer is this leader's envelope, signed.
+    let (body, tag) = key.seal(&envelope("fra", 50), 4096).unwrap();
+    let (code, head, reply) = post_exchange(port, &body, Some(&tag));
+    assert_eq!(code, 200, "{head}\n{reply}\n{}", daemon.logs());
+    let reply_tag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-verwalter-dc-tag: "))
+        .unwrap_or_else(|| panic!("no tag: {head}"));
+    let reply = key.open(reply.as_bytes(), Some(reply_tag), 4096).unwrap();
+    assert_eq!(
+        (reply.dc.as_str(), reply.node.as_str()),
+        ("ams", MACHINE_ID)
+    );
+    // The same again is a replay.
+    let (code, _, text) = post_exchange(port, &body, Some(&tag));
+    assert_eq!(code, 409, "{text}");
+    assert!(text.contains("\"stale\":true"), "{text}");
 }

@@ -35,7 +35,10 @@
 //!   a FIFO there not blocking the start.
 //! - `datacenters`: two data centers of two nodes on 127.0.0.41–44 (docs/datacenters.md), the
 //!   DCs from the settings file and the flag: a leader in each, `/v1/peers` only the own DC's,
-//!   no election packet from the other DC after twenty received.
+//!   no election packet from the other DC after twenty received, a follower's `409` naming its
+//!   leader; `POST /v1/dc/exchange` on a leader: unsigned or forged `403` (changing nothing),
+//!   too big `413`, from outside the mesh or its own DC `403`, a member's taken with a signed
+//!   answer, its replay `409`.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests

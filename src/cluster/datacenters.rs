@@ -3,9 +3,18 @@
 //! others; the other DCs become the members of the mesh, with the addresses to try.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
-use verwalter_controllers::cluster::datacenters::{Dc, PeerDc, split_peers};
-use verwalter_controllers::state::Peer;
+use serde_json::json;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use verwalter_controllers::cluster::datacenters::wire::{DcKey, WireError};
+use verwalter_controllers::cluster::datacenters::{
+    Config, Dc, Exchange, Me, PeerDc, Refusal, split_peers,
+};
+use verwalter_controllers::cluster::election::ElectionState;
+use verwalter_controllers::machinery::store::Reader;
+use verwalter_controllers::state::{Peer, Peers};
 
 use crate::config::DcSettings;
 
@@ -17,6 +26,8 @@ pub(crate) struct DcFilter {
     /// The static peers' DCs by id (a cantal list brings its own).
     static_dcs: BTreeMap<String, Dc>,
     members: BTreeMap<Dc, Vec<String>>,
+    /// Where the members go, when the node exchanges.
+    node: Option<Arc<DcNode>>,
 }
 
 impl DcFilter {
@@ -26,7 +37,14 @@ impl DcFilter {
             entry_points: settings.entry_points.clone(),
             static_dcs: settings.peer_dcs.clone(),
             members: BTreeMap::new(),
+            node: None,
         }
+    }
+
+    /// Hands the members to `node` as they change.
+    pub(crate) fn with_node(mut self, node: Option<Arc<DcNode>>) -> DcFilter {
+        self.node = node;
+        self
     }
 
     /// Keeps the peers of this DC (and those of no DC); `dcs` names the DC of peers whose
@@ -56,12 +74,192 @@ impl DcFilter {
                 members = ?split.members,
                 "Other data centers changed."
             );
+            if let Some(node) = &self.node {
+                node.set_members(split.members.clone());
+            }
             self.members = split.members;
         }
         peers
             .into_iter()
             .filter(|(id, _)| split.election.contains(id))
             .collect()
+    }
+}
+
+/// This node's side of the exchange, shared by the API (`POST /v1/dc/exchange`) and the task
+/// that follows the election: an [`Exchange`] while this node leads its DC, none otherwise.
+#[derive(Debug)]
+pub struct DcNode {
+    own: Dc,
+    /// The election's key; without one the exchange stays off.
+    key: Option<DcKey>,
+    max_body: usize,
+    config: Config,
+    node: String,
+    /// The address other DCs reach this node at.
+    addr: String,
+    state: Mutex<DcState>,
+}
+
+#[derive(Debug, Default)]
+struct DcState {
+    exchange: Option<Exchange>,
+    members: BTreeMap<Dc, Vec<String>>,
+    /// This DC's leader's address while another node leads.
+    leader_addr: Option<String>,
+}
+
+/// What `POST /v1/dc/exchange` answers.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Reply {
+    /// 200: this node's envelope (uncompressed JSON) and its tag.
+    Envelope(Vec<u8>, String),
+    /// Another status with a JSON body; `reason` is the metric label (docs/datacenters.md).
+    Refused {
+        status: u16,
+        body: serde_json::Value,
+        reason: &'static str,
+    },
+}
+
+impl DcNode {
+    pub(crate) fn new(
+        settings: &DcSettings,
+        key: Option<DcKey>,
+        node: String,
+        addr: String,
+    ) -> DcNode {
+        DcNode {
+            own: settings.own.clone(),
+            key,
+            max_body: settings.max_body,
+            config: settings.exchange.clone(),
+            node,
+            addr,
+            state: Mutex::new(DcState {
+                members: settings.entry_points.clone(),
+                ..DcState::default()
+            }),
+        }
+    }
+
+    /// The largest body taken.
+    pub(crate) fn max_body(&self) -> usize {
+        self.max_body
+    }
+
+    /// The other DCs and their addresses, from the peer list and the entry points.
+    pub(crate) fn set_members(&self, members: BTreeMap<Dc, Vec<String>>) {
+        let mut state = self.state.lock().unwrap();
+        if let Some(exchange) = &mut state.exchange {
+            exchange.set_members(members.clone());
+        }
+        state.members = members;
+    }
+
+    /// Follows the election: leading at `epoch` starts a fresh exchange (a new epoch another),
+    /// anything else drops it; `leader_addr` is this DC's leader while another node leads.
+    pub(crate) fn follow(&self, leading: Option<u64>, leader_addr: Option<String>, now: Instant) {
+        let mut state = self.state.lock().unwrap();
+        state.leader_addr = leader_addr;
+        let current = state.exchange.as_ref().map(|e| e.me().epoch);
+        if leading == current || self.key.is_none() {
+            return;
+        }
+        state.exchange = leading.map(|epoch| {
+            let first_seq = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+            let me = Me {
+                dc: self.own.clone(),
+                node: self.node.clone(),
+                addr: self.addr.clone(),
+                epoch,
+                first_seq,
+            };
+            let mut exchange = Exchange::new(me, self.config.clone(), now);
+            exchange.set_members(state.members.clone());
+            tracing::info!(datacenter = %self.own, epoch, "Exchanging with other data centers.");
+            exchange
+        });
+    }
+
+    /// An envelope another DC's leader sent, checked in the order of docs/datacenters.md
+    /// ("On the wire"); `body` is already decompressed (within [`DcNode::max_body`]).
+    pub(crate) fn receive(&self, body: &[u8], tag: Option<&str>, now: Instant) -> Reply {
+        let refused = |status, body, reason| Reply::Refused {
+            status,
+            body,
+            reason,
+        };
+        let Some(key) = &self.key else {
+            return refused(
+                403,
+                json!({"error": "the exchange between data centers needs election.key-file"}),
+                "bad_tag",
+            );
+        };
+        let envelope = match key.open(body, tag, self.max_body) {
+            Ok(envelope) => envelope,
+            Err(error) => {
+                let status = match error {
+                    WireError::TooBig { .. } => 413,
+                    WireError::BadTag => 403,
+                    WireError::Decode(_) | WireError::Version(_) => 400,
+                };
+                return refused(status, json!({"error": error.to_string()}), error.label());
+            }
+        };
+        let mut state = self.state.lock().unwrap();
+        let leader = state.leader_addr.clone();
+        let Some(exchange) = &mut state.exchange else {
+            return refused(
+                409,
+                json!({"not_leader": true, "leader": leader}),
+                "not_leader",
+            );
+        };
+        match exchange.receive(now, envelope) {
+            Ok(reply) => match key.seal(&reply, self.max_body) {
+                Ok((body, tag)) => Reply::Envelope(body, tag),
+                Err(error) => refused(500, json!({"error": error.to_string()}), "too_big"),
+            },
+            Err(refusal) => {
+                let status = match refusal {
+                    Refusal::OwnDc(_) | Refusal::UnknownDc(_) => 403,
+                    Refusal::Stale { .. } => 409,
+                    Refusal::Version(_) | Refusal::SummaryHash => 400,
+                };
+                let body = match refusal {
+                    Refusal::Stale { .. } => json!({"stale": true}),
+                    _ => json!({"error": refusal.to_string()}),
+                };
+                refused(status, body, refusal.label())
+            }
+        }
+    }
+}
+
+/// Follows this node's election for `dc` until shutdown: which node leads, at which epoch, and
+/// that leader's address (from the peer list).
+pub(crate) async fn follow_election(
+    dc: Arc<DcNode>,
+    mut election: Reader<ElectionState>,
+    peers: Reader<Peers>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let state = election.get();
+        let leader_addr = state
+            .leader
+            .as_ref()
+            .and_then(|id| peers.peek().peers.get(id).and_then(|p| p.addr.clone()));
+        let leading = state.is_leader.then_some(state.epoch);
+        dc.follow(leading, leader_addr, Instant::now());
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = election.changed() => {}
+        }
     }
 }
 

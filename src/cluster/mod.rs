@@ -1,7 +1,7 @@
 //! The cluster: peer sources, the election over UDP, schedule distribution.
 
 pub mod coding;
-pub(crate) mod datacenters;
+pub mod datacenters;
 pub(crate) mod election;
 pub(crate) mod metrics;
 pub mod peers;

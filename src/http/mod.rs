@@ -8,6 +8,7 @@ mod actions;
 mod api;
 pub(crate) use api::RELAY_WAIT_MAX;
 mod body;
+mod datacenters;
 mod error;
 mod events;
 mod files;
@@ -76,6 +77,9 @@ pub struct AppState {
     /// must have been for `/v1/peers` to call it `alive` (`election.minority-window-ms`).
     pub liveness: crate::cluster::peers::Liveness,
     pub alive_window: std::time::Duration,
+    /// This node's side of the exchange between data centers (`POST /v1/dc/exchange`); `None`
+    /// when the node is in no DC.
+    pub datacenters: Option<Arc<crate::cluster::datacenters::DcNode>>,
 }
 
 /// The HTTP server's limits, and the `/v1/events` streams open under them.
@@ -380,6 +384,11 @@ fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
         ("/v1/backup/{name}", "GET", get(files::backup)),
         ("/v1/wasm/{name}", "GET", get(files::wasm_module)),
         ("/v1/query/{*path}", "POST", post(query::query)),
+        (
+            verwalter_controllers::http::access::DC_EXCHANGE_PATH,
+            "POST",
+            post(datacenters::exchange),
+        ),
         (
             "/v1/action_is_pending/{id}",
             "GET",

@@ -61,6 +61,11 @@ impl DcKey {
         (bytes.len() >= crate::cluster::election::wire::MIN_KEY_LEN).then_some(DcKey(bytes))
     }
 
+    /// The election's shared key, used in this exchange's own context.
+    pub fn from_election(key: &crate::cluster::election::wire::AuthKey) -> DcKey {
+        DcKey(key.bytes().to_vec())
+    }
+
     fn mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
         use hmac::Mac;
         let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
