@@ -414,6 +414,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             shutdown.clone(),
         );
         wiring.tasks.spawn(Task::Datacenters, task);
+        let task = crate::cluster::datacenters::run_exchange(dc.clone(), shutdown.clone());
+        wiring.tasks.spawn(Task::Datacenters, task);
     }
     wiring.spawn_scheduler_metrics(scheduler_metrics);
     let outputs = ScheduleOutputs {

@@ -2,13 +2,14 @@
 //! 127.0.0.41–44, every node listing all the others with their `datacenter:`. Each DC elects
 //! its own leader and no election packet crosses.
 
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::path::Path;
 use std::process::Child;
 use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::dc_proxy::DcProxy;
 use crate::util::*;
 
 const SOON: Duration = Duration::from_secs(30);
@@ -312,4 +313,66 @@ fn the_exchange_route_takes_only_signed_envelopes_of_member_dcs() {
     let (code, _, text) = post_exchange(port, &body, Some(&tag));
     assert_eq!(code, 409, "{text}");
     assert!(text.contains("\"stale\":true"), "{text}");
+}
+
+/// Two DCs of one node each, reaching each other only through proxies of 20 ms each way
+/// (`datacenters.advertise`; `ams`'s entry point for `fra` leads nowhere: `fra`'s first call
+/// tells `ams` where it is). Both links come up, go down when the proxies cut, and come up
+/// again after the heal, without a restart.
+#[test]
+fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
+    let start = |dc: &str, other: &str, entry: &str, advertise: &str| {
+        let settings = tmp.path().join(format!("{dc}.yaml"));
+        std::fs::write(
+            &settings,
+            format!(
+                "datacenter: {dc}\nelection:\n  key-file: cluster.key\n\
+                 datacenters:\n  entry-points: {{{other}: [\"{entry}\"]}}\n  period-ms: 200\n  \
+                 link-timeout-ms: 1000\n  exchange-timeout-ms: 500\n  {advertise}"
+            ),
+        )
+        .unwrap();
+        let config = tmp.path().join(format!("config-{dc}"));
+        copy_tree(&example("minimal"), &config);
+        let storage = tmp.path().join(format!("storage-{dc}"));
+        let settings = settings.to_str().unwrap().to_string();
+        Daemon::launch(&config, &storage, &["--settings", &settings], &[])
+    };
+    // Each DC tells the other to call it through its proxy (envelopes name the address to
+    // call): the proxies are bound first, then the daemons started, then the proxies aimed.
+    let to_ams = DcProxy::bind("127.0.0.1", Duration::from_millis(20));
+    let to_fra = DcProxy::bind("127.0.0.1", Duration::from_millis(20));
+    let advertise = |proxy: &DcProxy| format!("advertise: \"{}\"\n", proxy.addr);
+    let ams = start("ams", "fra", "127.0.0.1:9", &advertise(&to_ams));
+    to_ams.forward_to(SocketAddr::from(([127, 0, 0, 1], ams.port)));
+    let fra = start("fra", "ams", &to_ams.addr.to_string(), &advertise(&to_fra));
+    to_fra.forward_to(SocketAddr::from(([127, 0, 0, 1], fra.port)));
+    let links = |daemon: &Daemon, state: &str| {
+        daemon
+            .logs()
+            .lines()
+            .filter(|l| l.contains("Link to another data center changed.") && l.contains(state))
+            .count()
+    };
+    let wait_links = |state: &str, count: usize| {
+        wait_for(SOON, || {
+            (links(&ams, state) >= count && links(&fra, state) >= count).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "links not {state} {count} times:\n--- ams\n{}\n--- fra\n{}",
+                ams.logs(),
+                fra.logs()
+            )
+        })
+    };
+    wait_links("link=Up", 1);
+    to_ams.cut();
+    to_fra.cut();
+    wait_links("link=Down", 1);
+    to_ams.heal();
+    to_fra.heal();
+    wait_links("link=Up", 2);
 }

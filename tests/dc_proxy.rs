@@ -18,6 +18,8 @@ struct Link {
     stop: AtomicBool,
     /// Both ends of every proxied connection, shut down by a cut.
     open: Mutex<Vec<TcpStream>>,
+    /// Where connections go; until it is set they are closed.
+    target: Mutex<Option<SocketAddr>>,
 }
 
 /// A proxy listening on `addr` for `target`; stopped when dropped.
@@ -37,6 +39,20 @@ impl DcProxy {
     /// Listens on `ip` at a port the system picks (kept while the proxy runs) and forwards to
     /// `target`, each way after `one_way` (a round trip of twice it).
     pub fn start(ip: &str, target: SocketAddr, one_way: Duration) -> DcProxy {
+        let proxy = DcProxy::bind(ip, one_way);
+        proxy.forward_to(target);
+        proxy
+    }
+
+    /// Where to forward, once known (a daemon told to name the proxy as its address is started
+    /// after the proxy is bound).
+    pub fn forward_to(&self, target: SocketAddr) {
+        *self.link.target.lock().unwrap() = Some(target);
+    }
+
+    /// [`DcProxy::start`] without a target yet: connections are closed until
+    /// [`DcProxy::forward_to`].
+    pub fn bind(ip: &str, one_way: Duration) -> DcProxy {
         let listener = TcpListener::bind((ip, 0)).unwrap();
         let addr = listener.local_addr().unwrap();
         listener.set_nonblocking(true).unwrap();
@@ -52,7 +68,8 @@ impl DcProxy {
                     continue; // dropped: the client sees the connection closed
                 }
                 let _ = client.set_nonblocking(false);
-                let Ok(server) = TcpStream::connect(target) else {
+                let target = *shared.target.lock().unwrap();
+                let Some(Ok(server)) = target.map(TcpStream::connect) else {
                     continue;
                 };
                 let mut open = shared.open.lock().unwrap();

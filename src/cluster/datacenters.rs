@@ -5,18 +5,22 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use hyper::header::{self, HeaderName, HeaderValue};
 use serde_json::json;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use verwalter_controllers::cluster::datacenters::wire::{DcKey, WireError};
+use verwalter_controllers::cluster::datacenters::wire::{DcKey, TAG_HEADER, WireError};
 use verwalter_controllers::cluster::datacenters::{
-    Config, Dc, Exchange, Me, PeerDc, Refusal, split_peers,
+    Config, Dc, Exchange, Link, Me, Outcome, PeerDc, Refusal, Send, split_peers,
 };
 use verwalter_controllers::cluster::election::ElectionState;
 use verwalter_controllers::machinery::store::Reader;
 use verwalter_controllers::state::{Peer, Peers};
 
+use super::coding::Coding;
 use crate::config::DcSettings;
+use crate::machinery::http_client::{HttpClient, read_body};
 
 /// A peer source's view of the DCs: this node's, the entry points, and the members last found.
 #[derive(Debug, Clone)]
@@ -99,11 +103,17 @@ pub struct DcNode {
     /// The address other DCs reach this node at.
     addr: String,
     state: Mutex<DcState>,
+    /// Wakes [`run_exchange`]: the leadership, the members or an exchange changed.
+    wake: Notify,
 }
 
 #[derive(Debug, Default)]
 struct DcState {
     exchange: Option<Exchange>,
+    /// Counts the exchanges started: an answer to an older one is not handed to a newer one.
+    generation: u64,
+    /// The links as last logged.
+    links: BTreeMap<Dc, Link>,
     members: BTreeMap<Dc, Vec<String>>,
     /// This DC's leader's address while another node leads.
     leader_addr: Option<String>,
@@ -135,11 +145,12 @@ impl DcNode {
             max_body: settings.max_body,
             config: settings.exchange.clone(),
             node,
-            addr,
+            addr: settings.advertise.clone().unwrap_or(addr),
             state: Mutex::new(DcState {
                 members: settings.entry_points.clone(),
                 ..DcState::default()
             }),
+            wake: Notify::new(),
         }
     }
 
@@ -155,6 +166,7 @@ impl DcNode {
             exchange.set_members(members.clone());
         }
         state.members = members;
+        self.wake.notify_one();
     }
 
     /// Follows the election: leading at `epoch` starts a fresh exchange (a new epoch another),
@@ -166,6 +178,8 @@ impl DcNode {
         if leading == current || self.key.is_none() {
             return;
         }
+        state.generation += 1;
+        self.wake.notify_one();
         state.exchange = leading.map(|epoch| {
             let first_seq = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -219,7 +233,12 @@ impl DcNode {
                 "not_leader",
             );
         };
-        match exchange.receive(now, envelope) {
+        let taken = exchange.receive(now, envelope);
+        if taken.is_ok() {
+            // What to send next may have changed (an acknowledgement, a request).
+            self.wake.notify_one();
+        }
+        match taken {
             Ok(reply) => match key.seal(&reply, self.max_body) {
                 Ok((body, tag)) => Reply::Envelope(body, tag),
                 Err(error) => refused(500, json!({"error": error.to_string()}), "too_big"),
@@ -236,6 +255,132 @@ impl DcNode {
                 };
                 refused(status, body, refusal.label())
             }
+        }
+    }
+}
+
+impl DcNode {
+    /// The envelopes to send now, which exchange they belong to, and when to look again; none
+    /// while this node does not lead.
+    fn poll(&self, now: Instant) -> (u64, Vec<Send>, Option<Instant>) {
+        let mut state = self.state.lock().unwrap();
+        let generation = state.generation;
+        let Some(exchange) = &mut state.exchange else {
+            return (generation, Vec::new(), None);
+        };
+        let sends = exchange.poll(now);
+        (generation, sends, exchange.deadline(now))
+    }
+
+    /// How one of this node's calls ended, if the exchange it belongs to still runs.
+    fn answered(&self, generation: u64, dc: &str, exchange: u64, outcome: Outcome) {
+        let mut state = self.state.lock().unwrap();
+        if state.generation != generation {
+            return;
+        }
+        if let Some(current) = &mut state.exchange {
+            current.answered(Instant::now(), dc, exchange, outcome);
+        }
+    }
+
+    /// Logs each link that went up or down since the last look.
+    fn note_links(&self, now: Instant) {
+        let mut state = self.state.lock().unwrap();
+        let DcState {
+            exchange,
+            members,
+            links,
+            ..
+        } = &mut *state;
+        let Some(exchange) = exchange else {
+            links.clear();
+            return;
+        };
+        for dc in members.keys() {
+            let link = exchange.link(dc, now).unwrap_or(Link::Unknown);
+            if links.insert(dc.clone(), link) != Some(link) && link != Link::Unknown {
+                tracing::info!(datacenter = %dc, ?link, "Link to another data center changed.");
+            }
+        }
+    }
+
+    /// One call: the envelope sealed and sent as LZ4, the answer read within the limits and
+    /// opened with the key.
+    async fn call(&self, client: &HttpClient, send: &Send) -> Outcome {
+        let Some(key) = &self.key else {
+            return Outcome::Failed;
+        };
+        let Ok((body, tag)) = key.seal(&send.envelope, self.max_body) else {
+            return Outcome::Failed;
+        };
+        let url = format!("http://{}/v1/dc/exchange", send.addr);
+        let text = |s: &str| HeaderValue::from_str(s).ok();
+        let accept = format!("{}, gzip", Coding::Lz4.token());
+        let headers = [
+            (header::HOST, text(super::peers::HOST.1)),
+            (header::CONTENT_TYPE, text("application/json")),
+            (header::CONTENT_ENCODING, text(Coding::Lz4.token())),
+            (header::ACCEPT_ENCODING, text(&accept)),
+            (HeaderName::from_static(TAG_HEADER), text(&tag)),
+        ];
+        let headers = headers
+            .into_iter()
+            .filter_map(|(name, value)| Some((name, value?)))
+            .collect();
+        let response = match client.post(&url, headers, Coding::Lz4.encode(&body)).await {
+            Ok(response) => response,
+            Err(error) => {
+                tracing::debug!(%url, ?error, "An exchange with another data center failed.");
+                return Outcome::Failed;
+            }
+        };
+        let status = response.status().as_u16();
+        let head = response.headers().clone();
+        let Ok(body) = read_body(response, self.max_body).await else {
+            return Outcome::Failed;
+        };
+        if status == 409 {
+            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if answer["not_leader"] == true {
+                return Outcome::NotLeader(answer["leader"].as_str().map(str::to_string));
+            }
+            return Outcome::Failed;
+        }
+        let plain = Coding::of_response(&head).and_then(|c| c.decode(body, self.max_body).ok());
+        let tag = head.get(TAG_HEADER).and_then(|v| v.to_str().ok());
+        match plain.map(|plain| key.open(&plain, tag, self.max_body)) {
+            Some(Ok(envelope)) if status == 200 => Outcome::Reply(envelope),
+            _ => Outcome::Failed,
+        }
+    }
+}
+
+/// Drives this node's exchange until shutdown: sends what [`Exchange::poll`] asks (each call
+/// on its own task, within `exchange-timeout-ms`), hands back how each ended, logs the links
+/// going up and down, and sleeps until the next deadline or a change.
+pub(crate) async fn run_exchange(dc: Arc<DcNode>, shutdown: CancellationToken) {
+    let client = super::peers::client();
+    loop {
+        let now = Instant::now();
+        let (generation, sends, deadline) = dc.poll(now);
+        for send in sends {
+            let (dc, client) = (dc.clone(), client.clone());
+            tokio::spawn(async move {
+                let limit = dc.config.exchange_timeout;
+                let outcome = tokio::time::timeout(limit, dc.call(&client, &send))
+                    .await
+                    .unwrap_or(Outcome::Failed);
+                dc.answered(generation, &send.dc, send.exchange, outcome);
+                dc.wake.notify_one();
+            });
+        }
+        dc.note_links(now);
+        // Links go down without an event: look at least every period.
+        let next = deadline.map_or(now + dc.config.period, |d| d.min(now + dc.config.period));
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            _ = dc.wake.notified() => {}
+            _ = tokio::time::sleep_until(next) => {}
         }
     }
 }
@@ -288,6 +433,7 @@ mod tests {
             exchange: Default::default(),
             max_body: 1000,
             peer_dcs: [("b".to_string(), "fra".to_string())].into(),
+            advertise: None,
         };
         let mut filter = DcFilter::new(&settings);
         let peers = ["a", "b", "c", "d"]

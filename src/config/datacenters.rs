@@ -22,6 +22,8 @@ pub(crate) struct DcSettings {
     pub(crate) max_body: usize,
     /// The DC of each static peer that names one, by machine id (lower case).
     pub(crate) peer_dcs: BTreeMap<String, Dc>,
+    /// The `host:port` other DCs reach this node at, when not its listening address.
+    pub(crate) advertise: Option<String>,
 }
 
 /// What a DC name must look like, for the problems.
@@ -88,12 +90,18 @@ pub(crate) fn resolve(
         }
         Some(n) => usize::try_from(n).unwrap_or(usize::MAX),
     };
+    if let Some(addr) = &file.advertise
+        && !is_host_port(addr)
+    {
+        problems.push(format!("datacenters.advertise: {addr:?} is not host:port"));
+    }
     Some(DcSettings {
         own: own.to_string(),
         entry_points,
         exchange,
         max_body,
         peer_dcs,
+        advertise: file.advertise.clone(),
     })
 }
 
@@ -118,16 +126,21 @@ fn entry_points(
             continue;
         }
         for (i, addr) in addrs.iter().enumerate() {
-            let port = addr
-                .rsplit_once(':')
-                .map(|(host, port)| (host, port.parse::<u16>()));
-            if !matches!(port, Some((host, Ok(p))) if !host.is_empty() && p != 0) {
+            if !is_host_port(addr) {
                 problems.push(format!("{key}[{i}]: {addr:?} is not host:port"));
             }
         }
         out.insert(dc.clone(), addrs.clone());
     }
     out
+}
+
+/// `host:port` with a host and a port above 0.
+fn is_host_port(addr: &str) -> bool {
+    let port = addr
+        .rsplit_once(':')
+        .map(|(host, port)| (host, port.parse::<u16>()));
+    matches!(port, Some((host, Ok(p))) if !host.is_empty() && p != 0)
 }
 
 #[cfg(test)]
@@ -187,7 +200,7 @@ mod tests {
              peers:\n- {id: 77985419c732412ea38b94db00000002, addr: \"127.0.0.2:8379\", \
              hostname: b, datacenter: \"fr a\"}\n\
              datacenters:\n  entry-points: {\"Lon\": [], ams: [], fra: [\"nowhere\"]}\n  \
-             exchange-timeout-ms: 0\n  max-body-bytes: 0\n  traffic-cap-bytes: 10\n",
+             exchange-timeout-ms: 0\n  max-body-bytes: 0\n  traffic-cap-bytes: 10\n  advertise: nowhere\n",
         )
         .unwrap_err()
         .to_string();
@@ -198,6 +211,7 @@ mod tests {
             "datacenters.entry-points.fra[0]: \"nowhere\" is not host:port",
             "datacenters.exchange-timeout-ms: must be above 0",
             "datacenters.max-body-bytes: must be above 0",
+            "datacenters.advertise: \"nowhere\" is not host:port",
             "datacenters.traffic-cap-bytes: 10 is under twice",
         ] {
             assert!(err.contains(part), "{part}: {err}");

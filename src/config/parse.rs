@@ -141,6 +141,8 @@ pub(crate) struct DatacenterSettings {
     /// Other DCs' entry points (`host:port` of some of their nodes' API), by DC name.
     #[serde(default)]
     pub(crate) entry_points: std::collections::BTreeMap<String, Vec<String>>,
+    /// The `host:port` other DCs reach this node's API at [default: `host`:`port`].
+    pub(crate) advertise: Option<String>,
     pub(crate) period_ms: Option<u64>,
     pub(crate) link_timeout_ms: Option<u64>,
     pub(crate) exchange_timeout_ms: Option<u64>,
