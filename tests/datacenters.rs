@@ -369,9 +369,22 @@ fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut
         })
     };
     wait_links("link=Up", 1);
+    // The listing shows the link, the leader's id and the address tried.
+    let listing = ams.json("/v1/datacenters").unwrap();
+    assert_eq!(listing["self"], "ams");
+    assert_eq!(listing["leading"], true);
+    assert_eq!(listing["addr"], to_ams.addr.to_string());
+    assert_eq!(listing["dcs"]["fra"]["link"], "up", "{listing}");
+    assert_eq!(listing["dcs"]["fra"]["leader"], MACHINE_ID, "{listing}");
+    assert!(
+        listing["dcs"]["fra"]["bytes_received"].as_u64() > Some(0),
+        "{listing}"
+    );
     to_ams.cut();
     to_fra.cut();
     wait_links("link=Down", 1);
+    let listing = fra.json("/v1/datacenters").unwrap();
+    assert_eq!(listing["dcs"]["ams"]["link"], "down", "{listing}");
     to_ams.heal();
     to_fra.heal();
     wait_links("link=Up", 2);

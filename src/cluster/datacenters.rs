@@ -260,6 +260,23 @@ impl DcNode {
 }
 
 impl DcNode {
+    /// `GET /v1/datacenters`: this node's DC, whether it leads (and else its leader's address),
+    /// the other DCs with the addresses tried, and while leading, each DC as the exchange sees
+    /// it (the scheduler's view: docs/datacenters.md).
+    pub(crate) fn listing(&self) -> serde_json::Value {
+        let state = self.state.lock().unwrap();
+        let view = state.exchange.as_ref().map(|e| e.view(Instant::now()));
+        json!({
+            "self": self.own,
+            "exchange": if self.key.is_some() { "on" } else { "off: no election.key-file" },
+            "leading": view.is_some(),
+            "leader": state.leader_addr,
+            "addr": self.addr,
+            "members": state.members,
+            "dcs": view.map_or_else(|| json!({}), |v| json!(v.dcs)),
+        })
+    }
+
     /// The envelopes to send now, which exchange they belong to, and when to look again; none
     /// while this node does not lead.
     fn poll(&self, now: Instant) -> (u64, Vec<Send>, Option<Instant>) {

@@ -20,6 +20,17 @@ fn refused(status: u16, body: serde_json::Value) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
+/// `GET /v1/datacenters` (docs/http-api.md).
+pub(crate) async fn list(State(state): State<AppState>) -> Response {
+    match &state.datacenters {
+        Some(dc) => axum::Json(dc.listing()).into_response(),
+        None => refused(
+            404,
+            json!({"error": "this node is in no data center (datacenter: in its settings)"}),
+        ),
+    }
+}
+
 pub(crate) async fn exchange(State(state): State<AppState>, request: Request) -> Response {
     let Some(dc) = state.datacenters.clone() else {
         return refused(

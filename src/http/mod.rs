@@ -347,6 +347,7 @@ fn formatted_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>
         ),
         ("election", "GET", get(api::election)),
         ("peers", "GET", get(api::peers)),
+        ("datacenters", "GET", get(datacenters::list)),
         ("roles_data", "GET", get(api::roles_data)),
         // POST only: 0.13 took any method, but a GET that re-renders everything is one
         // prefetching browser away from an accident.
