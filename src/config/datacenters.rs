@@ -34,6 +34,7 @@ const NAME_RULE: &str = "1-64 characters of a-z, 0-9, '-', '_', '.'";
 /// `problems`, named by its key.
 pub(crate) fn resolve(
     own: Option<&str>,
+    has_key: bool,
     file: &DatacenterSettings,
     peers: &[StaticPeer],
     problems: &mut Vec<String>,
@@ -63,6 +64,12 @@ pub(crate) fn resolve(
     if !valid_dc_name(own) {
         problems.push(format!(
             "datacenter: {own:?} is not a data center name ({NAME_RULE})"
+        ));
+    }
+    if !has_key {
+        warnings.push(format!(
+            "datacenter {own}: no election.key-file, so no exchange with other data centers \
+             (the election and schedule distribution still stay inside {own})"
         ));
     }
     let entry_points = entry_points(own, file, problems);
@@ -187,6 +194,14 @@ mod tests {
         assert_eq!(dc.exchange.link_timeout.as_millis(), 1000);
         assert_eq!(dc.max_body, 1000);
         assert_eq!(dc.entry_points["lon"], ["lon1.example.com:8379"]);
+        assert!(
+            config
+                .warnings
+                .iter()
+                .any(|w| w.contains("datacenter ams: no election.key-file")),
+            "{:?}",
+            config.warnings
+        );
         assert_eq!(
             dc.peer_dcs.into_iter().collect::<Vec<_>>(),
             [("77985419c732412ea38b94db00000002".into(), "fra".into())]

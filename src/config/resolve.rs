@@ -104,6 +104,7 @@ pub(super) fn resolve(
     let deployment_events = r.deployment_events();
     let datacenter = super::datacenters::resolve(
         args.datacenter.as_deref().or(file.datacenter.as_deref()),
+        file.election.key_file.is_some(),
         &file.datacenters,
         &file.peers,
         &mut r.problems,
