@@ -390,6 +390,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 config.election_key.as_ref().map(DcKey::from_election),
                 config.machine_id.clone(),
                 bound.addr.clone(),
+                wiring.metrics.registry(),
             ))
         }),
     };

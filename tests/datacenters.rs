@@ -313,6 +313,16 @@ fn the_exchange_route_takes_only_signed_envelopes_of_member_dcs() {
     let (code, _, text) = post_exchange(port, &body, Some(&tag));
     assert_eq!(code, 409, "{text}");
     assert!(text.contains("\"stale\":true"), "{text}");
+    // Each refusal counted by its reason.
+    for (reason, count) in [
+        ("bad_tag", 2.0),
+        ("too_big", 1.0),
+        ("unknown_dc", 2.0),
+        ("stale", 1.0),
+    ] {
+        let series = format!("verwalter_dc_dropped_total{{reason=\"{reason}\"}}");
+        assert_eq!(metric(port, &series), Some(count), "{series}");
+    }
 }
 
 /// Two DCs of one node each, reaching each other only through proxies of 20 ms each way
@@ -380,11 +390,24 @@ fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut
         listing["dcs"]["fra"]["bytes_received"].as_u64() > Some(0),
         "{listing}"
     );
+    // And the metrics, per DC.
+    let up = wait_for(SOON, || {
+        metric(ams.port, "verwalter_dc_link_up{dc=\"fra\"}").filter(|v| *v == 1.0)
+    });
+    assert_eq!(up, Some(1.0));
+    let ok = "verwalter_dc_exchanges_total{dc=\"ams\",result=\"ok\"}";
+    assert!(metric(fra.port, ok) > Some(0.0));
+    let received = "verwalter_dc_bytes_total{dc=\"fra\",direction=\"received\"}";
+    assert!(metric(ams.port, received) > Some(0.0));
     to_ams.cut();
     to_fra.cut();
     wait_links("link=Down", 1);
     let listing = fra.json("/v1/datacenters").unwrap();
     assert_eq!(listing["dcs"]["ams"]["link"], "down", "{listing}");
+    let down = wait_for(SOON, || {
+        metric(fra.port, "verwalter_dc_link_up{dc=\"ams\"}").filter(|v| *v == 0.0)
+    });
+    assert_eq!(down, Some(0.0));
     to_ams.heal();
     to_fra.heal();
     wait_links("link=Up", 2);

@@ -19,6 +19,7 @@ use verwalter_controllers::machinery::store::Reader;
 use verwalter_controllers::state::{Peer, Peers};
 
 use super::coding::Coding;
+use super::dc_metrics::DcMetrics;
 use crate::config::DcSettings;
 use crate::machinery::http_client::{HttpClient, read_body};
 
@@ -105,6 +106,7 @@ pub struct DcNode {
     state: Mutex<DcState>,
     /// Wakes [`run_exchange`]: the leadership, the members or an exchange changed.
     wake: Notify,
+    metrics: DcMetrics,
 }
 
 #[derive(Debug, Default)]
@@ -138,6 +140,7 @@ impl DcNode {
         key: Option<DcKey>,
         node: String,
         addr: String,
+        registry: &prometheus::Registry,
     ) -> DcNode {
         DcNode {
             own: settings.own.clone(),
@@ -151,7 +154,13 @@ impl DcNode {
                 ..DcState::default()
             }),
             wake: Notify::new(),
+            metrics: DcMetrics::register(registry),
         }
+    }
+
+    /// An envelope refused before it reached [`DcNode::receive`] (its size, its coding).
+    pub(crate) fn count_dropped(&self, reason: &str) {
+        self.metrics.dropped(reason);
     }
 
     /// The largest body taken.
@@ -201,10 +210,15 @@ impl DcNode {
     /// An envelope another DC's leader sent, checked in the order of docs/datacenters.md
     /// ("On the wire"); `body` is already decompressed (within [`DcNode::max_body`]).
     pub(crate) fn receive(&self, body: &[u8], tag: Option<&str>, now: Instant) -> Reply {
-        let refused = |status, body, reason| Reply::Refused {
-            status,
-            body,
-            reason,
+        let refused = |status, body, reason| {
+            if reason != "not_leader" {
+                self.metrics.dropped(reason);
+            }
+            Reply::Refused {
+                status,
+                body,
+                reason,
+            }
         };
         let Some(key) = &self.key else {
             return refused(
@@ -309,6 +323,9 @@ impl DcNode {
             links,
             ..
         } = &mut *state;
+        let names: Vec<String> = members.keys().cloned().collect();
+        let view = exchange.as_ref().map(|e| e.view(now));
+        self.metrics.observe(&names, view.as_ref());
         let Some(exchange) = exchange else {
             links.clear();
             return;
@@ -387,6 +404,12 @@ pub(crate) async fn run_exchange(dc: Arc<DcNode>, shutdown: CancellationToken) {
                 let outcome = tokio::time::timeout(limit, dc.call(&client, &send))
                     .await
                     .unwrap_or(Outcome::Failed);
+                let result = match outcome {
+                    Outcome::Reply(_) => "ok",
+                    Outcome::NotLeader(_) => "not_leader",
+                    Outcome::Failed => "failed",
+                };
+                dc.metrics.exchange(&send.dc, result);
                 dc.answered(generation, &send.dc, send.exchange, outcome);
                 dc.wake.notify_one();
             });

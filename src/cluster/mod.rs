@@ -2,6 +2,7 @@
 
 pub mod coding;
 pub mod datacenters;
+pub(crate) mod dc_metrics;
 pub(crate) mod election;
 pub(crate) mod metrics;
 pub mod peers;

@@ -40,6 +40,7 @@ pub(crate) async fn exchange(State(state): State<AppState>, request: Request) ->
     };
     let limit = dc.max_body();
     let too_big = || {
+        dc.count_dropped("too_big");
         tracing::info!(
             reason = "too_big",
             "Refused an exchange from another data center."
@@ -60,12 +61,16 @@ pub(crate) async fn exchange(State(state): State<AppState>, request: Request) ->
         return too_big();
     };
     let Some(coding) = Coding::of_response(&headers) else {
+        dc.count_dropped("decode");
         return refused(415, json!({"error": "an unknown Content-Encoding"}));
     };
     let body = match coding.decode(body.to_bytes(), limit) {
         Ok(body) => body,
         Err(error) if error.contains("the limit") => return too_big(),
-        Err(error) => return refused(400, json!({ "error": error })),
+        Err(error) => {
+            dc.count_dropped("decode");
+            return refused(400, json!({ "error": error }));
+        }
     };
     let tag = headers.get(TAG_HEADER).and_then(|v| v.to_str().ok());
     match dc.receive(&body, tag, tokio::time::Instant::now()) {
