@@ -32,6 +32,7 @@ use verwalter_controllers::state::{Actions, Peers, Prefetched, Reports, RolesSta
 use verwalter_controllers::status::Fields;
 use verwalter_controllers::storage::cleanup::{CleanupController, SweepError, Sweeper};
 
+use crate::cluster::datacenters::{DcFilter, DcNode};
 use crate::cluster::election::{ElectionTask, ElectionWiring};
 use crate::cluster::peers::{self, Liveness};
 use crate::cluster::replication::{Fetcher, FetcherParts};
@@ -48,6 +49,7 @@ use crate::schedule::wasm::query::QueryHook;
 use crate::storage::backups;
 use crate::storage::logs::LogDir;
 use crate::storage::state_dir::StateDir;
+use verwalter_controllers::cluster::datacenters::wire::DcKey;
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +120,7 @@ pub enum Task {
     Graph,
     Events,
     Shadows,
+    Datacenters,
 }
 
 impl Task {
@@ -139,6 +142,7 @@ impl Task {
             Task::Graph => "graph executor",
             Task::Events => "deployment events publisher",
             Task::Shadows => "shadow schedulers",
+            Task::Datacenters => "data center exchange",
         }
     }
 
@@ -313,6 +317,9 @@ struct Shared {
     live: Liveness,
     /// The shadow schedulers the schedule controller hands its rounds to (`/v1/shadow`).
     shadows: crate::schedule::shadow::Shadows,
+    /// This node's side of the exchange between data centers, when it is in one: fed by the
+    /// peer source and the election, served by the HTTP API.
+    dc: Option<Arc<DcNode>>,
 }
 
 /// What the render part shares with the HTTP API.
@@ -388,6 +395,15 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             wiring.clock.clone(),
             wiring.metrics.clone(),
         ),
+        dc: config.datacenter.as_ref().map(|settings| {
+            Arc::new(DcNode::new(
+                settings,
+                config.election_key.as_ref().map(DcKey::from_election),
+                config.machine_id.clone(),
+                bound.addr.clone(),
+                wiring.metrics.registry(),
+            ))
+        }),
     };
     let cluster = ClusterFields {
         peers,
@@ -401,6 +417,17 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         wiring.spawn_cluster(&bound, cluster, &shared).await?;
     } else {
         wiring.spawn_local_election(cluster, &mut keep_unused);
+    }
+    if let Some(dc) = &shared.dc {
+        let task = crate::cluster::datacenters::follow_election(
+            dc.clone(),
+            wiring.store.election.clone(),
+            wiring.store.peers.clone(),
+            shutdown.clone(),
+        );
+        wiring.tasks.spawn(Task::Datacenters, task);
+        let task = crate::cluster::datacenters::run_exchange(dc.clone(), shutdown.clone());
+        wiring.tasks.spawn(Task::Datacenters, task);
     }
     wiring.spawn_scheduler_metrics(scheduler_metrics);
     let outputs = ScheduleOutputs {
@@ -493,7 +520,7 @@ impl Wiring<'_> {
                 addr: format!("udp {addr}"),
                 source,
             })?;
-        self.spawn_peers(bound.port, fields.peers, &shared.live);
+        self.spawn_peers(bound.port, fields.peers, shared);
         let machine = Machine::new(
             config.machine_id.clone(),
             Instant::now(),
@@ -556,14 +583,20 @@ impl Wiring<'_> {
     }
 
     /// The peer source the settings name: cantal or a static list.
-    fn spawn_peers(&mut self, port: u16, out: Field<Peers>, live: &Liveness) {
+    fn spawn_peers(&mut self, port: u16, out: Field<Peers>, shared: &Shared) {
+        let live = &shared.live;
         let shutdown = self.shutdown.clone();
+        let dc = || {
+            let filter = self.config.datacenter.as_ref().map(DcFilter::new);
+            filter.map(|f| f.with_node(shared.dc.clone()))
+        };
         match &self.config.peer_source {
             PeerSource::Cantal(url) => {
                 let cantal = peers::Cantal {
                     url: url.clone(),
                     port,
                     own_id: self.config.machine_id.clone(),
+                    dc: dc(),
                 };
                 let task = peers::run_cantal(
                     cantal,
@@ -578,6 +611,7 @@ impl Wiring<'_> {
             PeerSource::Static(list) => {
                 let task = peers::run_static(
                     list.clone(),
+                    dc(),
                     out,
                     live.clone(),
                     self.clock.clone(),
@@ -901,6 +935,7 @@ impl Wiring<'_> {
                     )),
             ),
             liveness: shared.live,
+            datacenters: shared.dc,
             alive_window: config.minority_window,
         });
         // Tests and scripts started with `--port 0` read the port from this line.

@@ -33,6 +33,16 @@
 //!   never come (408); runtime links that lead round to each other left out with the rest
 //!   scheduled; a symlink as the stored schedule replaced, never read or written through, and
 //!   a FIFO there not blocking the start.
+//! - `datacenters`: two data centers of two nodes on 127.0.0.41–44 (docs/datacenters.md), the
+//!   DCs from the settings file and the flag: a leader in each, `/v1/peers` only the own DC's,
+//!   no election packet from the other DC after twenty received, a follower's `409` naming its
+//!   leader; `POST /v1/dc/exchange` on a leader: unsigned or forged `403` (changing nothing),
+//!   too big `413`, from outside the mesh or its own DC `403`, a member's taken with a signed
+//!   answer, its replay `409`; two one-node DCs behind delaying proxies (`datacenters.advertise`):
+//!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
+//!   proxies cut, up again after the heal; refusals counted by reason.
+//! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
+//!   API through it, an open connection shut down by a cut, new ones refused until the heal.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -180,6 +190,8 @@ mod cli;
 mod cluster;
 mod crash;
 mod daemon;
+mod datacenters;
+mod dc_proxy;
 mod extender;
 mod frontend;
 mod fuzz;

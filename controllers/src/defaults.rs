@@ -87,6 +87,16 @@ pub const HTTP_STREAM_STALL_TIMEOUT: Duration = Duration::from_secs(30);
 /// change something need the token).
 pub const HTTP_TOKEN_FOR_READS: bool = false;
 
+/// The exchange between data centers (docs/datacenters.md, "Settings"; why these values: the
+/// `Default` of `cluster::datacenters::Config`, which takes them from here).
+pub const DC_PERIOD: Duration = Duration::from_secs(2);
+pub const DC_LINK_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DC_EXCHANGE_TIMEOUT: Duration = Duration::from_secs(3);
+pub const DC_MAX_BODY_BYTES: usize = 256 << 10;
+pub const DC_TRAFFIC_CAP_BYTES: u64 = 4 << 20;
+pub const DC_TRAFFIC_INTERVAL: Duration = Duration::from_secs(60);
+pub const DC_MAX_LEASE: Duration = Duration::from_secs(3600);
+
 /// One default as the operator sees it: the settings-file key (dotted for nested keys), the
 /// flag of `verwalter run` that sets it too, if any, and the value as written in the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,6 +185,29 @@ pub fn shown() -> Vec<Shown> {
             None,
             HTTP_TOKEN_FOR_READS.to_string(),
         ),
+        entry("datacenters.period-ms", None, ms(DC_PERIOD)),
+        entry("datacenters.link-timeout-ms", None, ms(DC_LINK_TIMEOUT)),
+        entry(
+            "datacenters.exchange-timeout-ms",
+            None,
+            ms(DC_EXCHANGE_TIMEOUT),
+        ),
+        entry(
+            "datacenters.max-body-bytes",
+            None,
+            DC_MAX_BODY_BYTES.to_string(),
+        ),
+        entry(
+            "datacenters.traffic-cap-bytes",
+            None,
+            DC_TRAFFIC_CAP_BYTES.to_string(),
+        ),
+        entry(
+            "datacenters.traffic-interval-ms",
+            None,
+            ms(DC_TRAFFIC_INTERVAL),
+        ),
+        entry("datacenters.max-lease-ms", None, ms(DC_MAX_LEASE)),
     ]
 }
 

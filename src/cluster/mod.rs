@@ -1,6 +1,8 @@
 //! The cluster: peer sources, the election over UDP, schedule distribution.
 
 pub mod coding;
+pub mod datacenters;
+pub(crate) mod dc_metrics;
 pub(crate) mod election;
 pub(crate) mod metrics;
 pub mod peers;

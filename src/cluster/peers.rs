@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::cluster::datacenters::input::valid_dc_name;
 use verwalter_controllers::cluster::peers::peers_changed;
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::state::{Peer, Peers};
 
+use super::datacenters::DcFilter;
 use crate::machinery::http_client::{Connections, HttpClient};
 use crate::metrics::Metrics;
 
@@ -83,6 +85,8 @@ impl Liveness {
 pub struct Parsed {
     pub peers: BTreeMap<String, Peer>,
     pub skipped: Vec<String>,
+    /// The data center of each peer whose entry names one (`datacenter`).
+    pub dcs: BTreeMap<String, String>,
 }
 
 /// Parses cantal's `/all_peers.json` (tk-cantal's and real cantal's shapes). A peer without a
@@ -105,6 +109,12 @@ pub fn parse_cantal(body: &[u8], port: u16, own_id: &str) -> Result<Parsed, Stri
             Some(format!("peers[{i}] ({id}): no hostname"))
         } else if text("name").is_none_or(|n| n.is_empty()) {
             Some(format!("peers[{i}] ({id}): no name"))
+        } else if let Some(dc) = item.get("datacenter")
+            && !dc.as_str().is_some_and(valid_dc_name)
+        {
+            Some(format!(
+                "peers[{i}] ({id}): datacenter {dc} is not a data center name"
+            ))
         } else {
             None
         };
@@ -118,6 +128,9 @@ pub fn parse_cantal(body: &[u8], port: u16, own_id: &str) -> Result<Parsed, Stri
         let id = id.to_ascii_lowercase();
         if id == own_id {
             continue;
+        }
+        if let Some(dc) = text("datacenter") {
+            parsed.dcs.insert(id.clone(), dc);
         }
         parsed.peers.insert(
             id.clone(),
@@ -137,8 +150,19 @@ pub fn parse_cantal(body: &[u8], port: u16, own_id: &str) -> Result<Parsed, Stri
 }
 
 /// Stores the list if it changed ([`peers_changed`]: `last_report_direct` times move
-/// every second; the election reads them from [`Liveness`]).
-fn publish(out: &Field<Peers>, peers: BTreeMap<String, Peer>, now_ms: u64) {
+/// every second; the election reads them from [`Liveness`]). In a data center, only its peers
+/// are stored (`dc`, with `dcs` the DCs the source named).
+fn publish(
+    out: &Field<Peers>,
+    peers: BTreeMap<String, Peer>,
+    dc: &mut Option<DcFilter>,
+    dcs: &BTreeMap<String, String>,
+    now_ms: u64,
+) {
+    let peers = match dc {
+        Some(filter) => filter.split(peers, dcs),
+        None => peers,
+    };
     if peers_changed(&out.get(), &peers) {
         tracing::info!(peers = peers.len(), "Peer list changed.");
         out.set(Peers {
@@ -157,6 +181,8 @@ pub(crate) struct Cantal {
     pub(crate) port: u16,
     /// This node's id (left out of the list).
     pub(crate) own_id: String,
+    /// This node's data center, if in one.
+    pub(crate) dc: Option<DcFilter>,
 }
 
 /// Polls cantal until shutdown.
@@ -169,7 +195,12 @@ pub(crate) async fn run_cantal(
     shutdown: CancellationToken,
 ) {
     let client = client();
-    let Cantal { url, port, own_id } = cantal;
+    let Cantal {
+        url,
+        port,
+        own_id,
+        mut dc,
+    } = cantal;
     let endpoint = format!("{url}/all_peers.json");
     let mut last_problem = String::new();
     let mut tick = tokio::time::interval(REFRESH);
@@ -198,7 +229,7 @@ pub(crate) async fn run_cantal(
                         live.heard(id, at);
                     }
                 }
-                publish(&out, parsed.peers, now);
+                publish(&out, parsed.peers, &mut dc, &parsed.dcs, now);
                 live.refreshed(now);
             }
             Err(problem) => {
@@ -215,6 +246,7 @@ pub(crate) async fn run_cantal(
 /// Publishes a static peer list and keeps it fresh until shutdown.
 pub(crate) async fn run_static(
     peers: Vec<Peer>,
+    mut dc: Option<DcFilter>,
     out: Field<Peers>,
     live: Liveness,
     clock: Arc<dyn Clock>,
@@ -238,7 +270,7 @@ pub(crate) async fn run_static(
             )
         })
         .collect();
-    publish(&out, peers, now);
+    publish(&out, peers, &mut dc, &BTreeMap::new(), now);
     loop {
         live.refreshed(clock.now_ms());
         tokio::select! {
@@ -283,6 +315,28 @@ mod tests {
             parse_cantal(b"{", 8379, "")
                 .unwrap_err()
                 .contains("not JSON")
+        );
+    }
+
+    #[test]
+    fn cantal_peers_name_their_datacenter_and_a_bad_name_skips_the_peer() {
+        let body = br#"{"peers": [
+            {"id": "77985419c732412ea38b94db00000002", "hostname": "b", "name": "b",
+             "datacenter": "fra"},
+            {"id": "77985419c732412ea38b94db00000003", "hostname": "c", "name": "c"},
+            {"id": "77985419c732412ea38b94db00000004", "hostname": "d", "name": "d",
+             "datacenter": "Not A Name"}
+        ]}"#;
+        let parsed = parse_cantal(body, 8379, "").unwrap();
+        assert_eq!(parsed.peers.len(), 2, "{parsed:?}");
+        assert_eq!(
+            parsed.dcs.into_iter().collect::<Vec<_>>(),
+            [("77985419c732412ea38b94db00000002".into(), "fra".into())]
+        );
+        assert!(
+            parsed.skipped[0].contains("datacenter \"Not A Name\" is not a data center name"),
+            "{:?}",
+            parsed.skipped
         );
     }
 }

@@ -2,6 +2,7 @@
 //! Loading reports every problem at once. `parse.rs` reads the flags and the settings file as
 //! given; `resolve.rs` applies the defaults and checks every value.
 
+mod datacenters;
 mod parse;
 mod resolve;
 
@@ -13,6 +14,7 @@ use verwalter_controllers::defaults;
 
 use crate::schedule::lua::Limits;
 
+pub(crate) use datacenters::DcSettings;
 pub(crate) use parse::HttpFileSettings;
 pub(crate) use parse::read_bounded;
 #[cfg(test)]
@@ -63,6 +65,8 @@ pub struct Config {
     /// Where to publish deployment events, if the settings ask for it.
     pub(crate) deployment_events: Option<crate::ernest::events::EventSettings>,
     pub(crate) election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
+    /// This node's data center and the exchange's settings; `None`: in no DC.
+    pub(crate) datacenter: Option<DcSettings>,
     pub http: crate::http::HttpSettings,
     /// What the operator should change, though the daemon can start: a settings file or a
     /// secret inside the config dir, the settings read from their old place. Logged at start.

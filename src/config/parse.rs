@@ -60,6 +60,9 @@ pub struct RunArgs {
     /// Frontend served at `/`: `common` (built in) or a dir under <config>/frontend/
     #[arg(long, value_name = "NAME")]
     pub default_frontend: Option<String>,
+    /// This node's data center: only peers of it elect together (docs/datacenters.md)
+    #[arg(long, value_name = "NAME")]
+    pub datacenter: Option<String>,
 }
 
 /// `verwalter run`'s flags (`cmd` holds [`RunArgs`]) with their defaults from
@@ -125,6 +128,28 @@ pub(crate) struct SettingsFile {
     pub(crate) graph: Option<GraphFileSettings>,
     /// verwalter's own deployment events published on NATS; off unless given.
     pub(crate) deployment_events: Option<EventsFileSettings>,
+    /// This node's data center (docs/datacenters.md); none: no DC, no exchange.
+    pub(crate) datacenter: Option<String>,
+    #[serde(default)]
+    pub(crate) datacenters: DatacenterSettings,
+}
+
+/// `datacenters:` in the settings file (docs/datacenters.md, "Settings").
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub(crate) struct DatacenterSettings {
+    /// Other DCs' entry points (`host:port` of some of their nodes' API), by DC name.
+    #[serde(default)]
+    pub(crate) entry_points: std::collections::BTreeMap<String, Vec<String>>,
+    /// The `host:port` other DCs reach this node's API at [default: `host`:`port`].
+    pub(crate) advertise: Option<String>,
+    pub(crate) period_ms: Option<u64>,
+    pub(crate) link_timeout_ms: Option<u64>,
+    pub(crate) exchange_timeout_ms: Option<u64>,
+    pub(crate) max_body_bytes: Option<u64>,
+    pub(crate) traffic_cap_bytes: Option<u64>,
+    pub(crate) traffic_interval_ms: Option<u64>,
+    pub(crate) max_lease_ms: Option<u64>,
 }
 
 /// `deployment-events:` in the settings file (docs/graphs.md, "Deployment events on NATS").
@@ -240,6 +265,8 @@ pub(crate) struct StaticPeer {
     pub(crate) hostname: String,
     /// [default: the host name]
     pub(crate) name: Option<String>,
+    /// Its data center [default: this node's].
+    pub(crate) datacenter: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -102,6 +102,14 @@ pub(super) fn resolve(
     );
     let graph = r.graph(&storage_dir);
     let deployment_events = r.deployment_events();
+    let datacenter = super::datacenters::resolve(
+        args.datacenter.as_deref().or(file.datacenter.as_deref()),
+        file.election.key_file.is_some(),
+        &file.datacenters,
+        &file.peers,
+        &mut r.problems,
+        &mut r.warnings,
+    );
     let Resolver {
         problems, warnings, ..
     } = r;
@@ -110,6 +118,7 @@ pub(super) fn resolve(
     }
     let el = &file.election;
     Ok(Config {
+        datacenter,
         deployment_events,
         graph,
         placement_extender,

@@ -8,6 +8,7 @@ mod actions;
 mod api;
 pub(crate) use api::RELAY_WAIT_MAX;
 mod body;
+mod datacenters;
 mod error;
 mod events;
 mod files;
@@ -79,6 +80,9 @@ pub struct AppState {
     /// must have been for `/v1/peers` to call it `alive` (`election.minority-window-ms`).
     pub liveness: crate::cluster::peers::Liveness,
     pub alive_window: std::time::Duration,
+    /// This node's side of the exchange between data centers (`POST /v1/dc/exchange`); `None`
+    /// when the node is in no DC.
+    pub datacenters: Option<Arc<crate::cluster::datacenters::DcNode>>,
 }
 
 /// The HTTP server's limits, and the `/v1/events` streams open under them.
@@ -364,6 +368,7 @@ fn formatted_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>
         ),
         ("election", "GET", get(api::election)),
         ("peers", "GET", get(api::peers)),
+        ("datacenters", "GET", get(datacenters::list)),
         ("roles_data", "GET", get(api::roles_data)),
         // POST only: 0.13 took any method, but a GET that re-renders everything is one
         // prefetching browser away from an accident.
@@ -409,6 +414,11 @@ fn plain_routes() -> Vec<(&'static str, &'static str, MethodRouter<AppState>)> {
             "/v1/shadow/render/{role}",
             "POST",
             post(shadow_render::shadow_render),
+        ),
+        (
+            verwalter_controllers::http::access::DC_EXCHANGE_PATH,
+            "POST",
+            post(datacenters::exchange),
         ),
         (
             "/v1/action_is_pending/{id}",

@@ -72,6 +72,7 @@ pub(super) fn app_state(
         http: Default::default(),
         liveness: Default::default(),
         alive_window: std::time::Duration::from_secs(75),
+        datacenters: None,
     }
 }
 
@@ -556,6 +557,14 @@ fn every_write_operation_in_the_openapi_description_names_the_token() {
         for (method, operation) in operations.as_mapping().unwrap() {
             let method = method.as_str().unwrap();
             if matches!(method, "get" | "head" | "options" | "parameters") {
+                continue;
+            }
+            if route.as_str() == Some(verwalter_controllers::http::access::DC_EXCHANGE_PATH) {
+                // Signed with the election key instead of the API token.
+                assert_eq!(
+                    serde_json::to_string(&operation["security"]).unwrap(),
+                    "[{}]"
+                );
                 continue;
             }
             writes += 1;
@@ -1222,6 +1231,9 @@ async fn with_a_token_file_nothing_but_a_read_passes_without_the_token() {
     let wrong = ("authorization", "Bearer not-the-0perator-token");
     for path in every_served_path() {
         for method in ["POST", "PUT", "DELETE", "PATCH"] {
+            if method == "POST" && path == verwalter_controllers::http::access::DC_EXCHANGE_PATH {
+                continue; // signed with the election key instead (below)
+            }
             let what = format!("{method} {path}");
             let json = ("content-type", "application/json");
             let error = assert_401(send(&app, method, &path, &[json]).await, &what).await;
@@ -1231,6 +1243,12 @@ async fn with_a_token_file_nothing_but_a_read_passes_without_the_token() {
         }
     }
     assert_eq!(*force_render.get(), 0, "nothing re-rendered");
+    // Other DCs' leaders do not have the token: the exchange answers for itself (here: this
+    // node is in no DC).
+    let exchange = verwalter_controllers::http::access::DC_EXCHANGE_PATH;
+    let json = ("content-type", "application/json");
+    let response = send(&app, "POST", exchange, &[json]).await;
+    assert_eq!(response.status(), StatusCode::NOT_FOUND);
 
     // With the token, the write routes answer for themselves.
     let bearer = format!("Bearer {TOKEN}");

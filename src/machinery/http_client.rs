@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 use hyper_rustls::HttpsConnector;
@@ -40,9 +40,9 @@ pub(crate) struct HttpClient {
 
 #[derive(Clone)]
 enum Pool {
-    Http(Client<HttpConnector, Empty<Bytes>>),
+    Http(Client<HttpConnector, Full<Bytes>>),
     Https {
-        client: Client<HttpsConnector<HttpConnector>, Empty<Bytes>>,
+        client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
         has_ca: bool,
     },
 }
@@ -158,8 +158,33 @@ impl HttpClient {
             request = request.header(header::AUTHORIZATION, bearer(token)?);
         }
         let request = request
-            .body(Empty::new())
+            .body(Full::new(Bytes::new()))
             .map_err(|e| SendError::Setup(format!("{url}: {e}")))?;
+        self.request(request).await
+    }
+
+    /// Sends a POST of `body` to `url` with `headers` (the exchange between data centers): the
+    /// response head, its body still to read. No time limit of its own.
+    pub(crate) async fn post(
+        &self,
+        url: &str,
+        headers: Vec<(HeaderName, HeaderValue)>,
+        body: Vec<u8>,
+    ) -> Result<hyper::Response<Incoming>, SendError> {
+        let mut request = hyper::Request::post(url);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| SendError::Setup(format!("{url}: {e}")))?;
+        self.request(request).await
+    }
+
+    async fn request(
+        &self,
+        request: hyper::Request<Full<Bytes>>,
+    ) -> Result<hyper::Response<Incoming>, SendError> {
         let sent = match &self.pool {
             Pool::Http(client) => client.request(request).await,
             Pool::Https { client, .. } => client.request(request).await,

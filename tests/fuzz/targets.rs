@@ -1052,6 +1052,7 @@ fn http_app() -> HttpApp {
         http: Default::default(),
         liveness: Default::default(),
         alive_window: std::time::Duration::from_secs(75),
+        datacenters: None,
     };
     // The writer must outlive the app: its fields are the store's senders.
     std::mem::forget(writer);

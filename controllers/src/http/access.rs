@@ -356,6 +356,11 @@ pub struct TokenScope {
 /// query page (`/v1/graphiql`: a page from the binary, no data), while `/v1/graphql` is closed
 /// like the rest of the API.
 pub(crate) fn needs_token(scope: TokenScope, method: &str, path: &str) -> bool {
+    if method == "POST" && path == DC_EXCHANGE_PATH {
+        // Other DCs' leaders do not have this node's API token: an exchange carries its own
+        // tag, made with the election's shared key, checked before anything else.
+        return false;
+    }
     if !matches!(method, "GET" | "HEAD" | "OPTIONS") {
         return true;
     }
@@ -399,6 +404,9 @@ pub fn check_token(
         Err(TokenRefusal::Wrong)
     }
 }
+
+/// Where other data centers' leaders send their envelopes (docs/datacenters.md).
+pub const DC_EXCHANGE_PATH: &str = "/v1/dc/exchange";
 
 /// The GraphQL endpoint, whose WebSocket may carry the token in `connection_init`.
 pub const GRAPHQL_PATH: &str = "/v1/graphql";
@@ -853,6 +861,10 @@ mod tests {
         }
         assert!(needs_token(reads, "GET", "/v1/graphql"));
         assert!(needs_token(writes, "POST", "/v1/graphql"));
+        // The exchange between DCs is signed with the election's key instead.
+        assert!(!needs_token(reads, "POST", DC_EXCHANGE_PATH));
+        assert!(needs_token(writes, "PUT", DC_EXCHANGE_PATH));
+        assert!(needs_token(reads, "GET", DC_EXCHANGE_PATH));
     }
 
     #[test]

@@ -47,19 +47,20 @@ pub struct Config {
 
 impl Default for Config {
     fn default() -> Config {
+        use crate::defaults as d;
         Config {
             // A changed summary goes out at once; the period only renews leases and notices a
             // healed link, so seconds are enough and keep the heartbeat floor low.
-            period: Duration::from_secs(2),
+            period: d::DC_PERIOD,
             // Five periods: a couple of lost exchanges on a lossy link do not flap it.
-            link_timeout: Duration::from_secs(10),
+            link_timeout: d::DC_LINK_TIMEOUT,
             // Several round trips of the slowest links (500 ms) with a retransmission or two.
-            exchange_timeout: Duration::from_secs(3),
+            exchange_timeout: d::DC_EXCHANGE_TIMEOUT,
             // 4 MiB a minute: far above the heartbeat floor of a dozen DCs (~1 KiB envelopes),
             // and a bound on what a scheduler's chatty summary costs.
-            traffic_cap: 4 << 20,
-            traffic_interval: Duration::from_secs(60),
-            max_lease: Duration::from_secs(3600),
+            traffic_cap: d::DC_TRAFFIC_CAP_BYTES,
+            traffic_interval: d::DC_TRAFFIC_INTERVAL,
+            max_lease: d::DC_MAX_LEASE,
         }
     }
 }

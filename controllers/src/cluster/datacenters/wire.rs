@@ -14,7 +14,7 @@ pub const TAG_HEADER: &str = "x-verwalter-dc-tag";
 
 /// The default largest body sent or taken: 256 KiB, room for a summary of a few thousand roles,
 /// and little for a hostile sender to make this node hash and parse.
-pub const MAX_BODY: usize = 256 << 10;
+pub const MAX_BODY: usize = crate::defaults::DC_MAX_BODY_BYTES;
 
 /// Goes into every tag, so that an election packet's tag (made with the same key) does not
 /// fit an envelope, nor the other way round.
@@ -59,6 +59,11 @@ impl DcKey {
     pub fn new(bytes: impl Into<Vec<u8>>) -> Option<DcKey> {
         let bytes = bytes.into();
         (bytes.len() >= crate::cluster::election::wire::MIN_KEY_LEN).then_some(DcKey(bytes))
+    }
+
+    /// The election's shared key, used in this exchange's own context.
+    pub fn from_election(key: &crate::cluster::election::wire::AuthKey) -> DcKey {
+        DcKey(key.bytes().to_vec())
     }
 
     fn mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {

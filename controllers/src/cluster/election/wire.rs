@@ -196,6 +196,12 @@ impl AuthKey {
         (bytes.len() >= MIN_KEY_LEN).then_some(AuthKey(bytes))
     }
 
+    /// The key's bytes, for the exchange between data centers, which signs with the same key
+    /// in its own context.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
     fn mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
         use hmac::Mac;
         let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)

@@ -1,0 +1,414 @@
+//! Several data centers (docs/datacenters.md) between real processes: two DCs of two nodes on
+//! 127.0.0.41–44, every node listing all the others with their `datacenter:`. Each DC elects
+//! its own leader and no election packet crosses.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::Path;
+use std::process::Child;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::dc_proxy::DcProxy;
+use crate::util::*;
+
+const SOON: Duration = Duration::from_secs(30);
+/// The election's key, shared by every node, which signs exchanges too.
+const KEY: &[u8] = b"a key shared by every node of the site";
+
+/// 127.0.0.41–44, which no other test binds.
+fn node_ip(n: usize) -> String {
+    format!("127.0.0.{}", 40 + n)
+}
+
+fn id(n: usize) -> String {
+    format!("77985419c732412ea38b94db{n:08}")
+}
+
+/// Nodes 1 and 2 are in `ams`, 3 and 4 in `fra`.
+fn dc(n: usize) -> &'static str {
+    if n <= 2 { "ams" } else { "fra" }
+}
+
+struct Node {
+    n: usize,
+    port: u16,
+    child: Child,
+    log: std::path::PathBuf,
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Node {
+    /// Node `n` of four; `ams` gets its DC from the settings file, `fra` from the flag.
+    fn start(n: usize, dir: &Path, port: u16) -> Node {
+        let peers: String = (1..=4)
+            .filter(|&j| j != n)
+            .map(|j| {
+                format!(
+                    "- {{id: {}, addr: \"{}:{port}\", hostname: node{j}, datacenter: {}}}\n",
+                    id(j),
+                    node_ip(j),
+                    dc(j)
+                )
+            })
+            .collect();
+        let own = if dc(n) == "ams" {
+            "datacenter: ams\n"
+        } else {
+            ""
+        };
+        let settings = dir.join(format!("settings{n}.yaml"));
+        std::fs::write(
+            &settings,
+            format!("{own}peers:\n{peers}election:\n  key-file: cluster.key\n"),
+        )
+        .unwrap();
+        let (mut command, log) = cluster_node(dir, n);
+        if dc(n) == "fra" {
+            command.args(["--datacenter", "fra"]);
+        }
+        let child = command
+            .args(["--hostname", &format!("node{n}")])
+            .args(["--host", &node_ip(n), "--port", &port.to_string()])
+            .args(["--override-machine-id", &id(n)])
+            .arg("--settings")
+            .arg(&settings)
+            .spawn()
+            .unwrap();
+        Node {
+            n,
+            port,
+            child,
+            log,
+        }
+    }
+
+    fn json(&self, path: &str) -> Option<Value> {
+        let (code, body) = http_get_at(&node_ip(self.n), self.port, path)?;
+        (code == 200).then(|| serde_json::from_str(&body).ok())?
+    }
+
+    /// The sum of a metric's series whose line starts with `prefix`.
+    fn metric_sum(&self, prefix: &str) -> Option<f64> {
+        let (_, body) = http_get_at(&node_ip(self.n), self.port, "/metrics")?;
+        Some(
+            body.lines()
+                .filter(|l| l.starts_with(prefix))
+                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+                .sum(),
+        )
+    }
+
+    /// The leader this node is stable with, if any.
+    fn stable_leader(&self) -> Option<String> {
+        let election = self.json("/v1/election")?;
+        (election["is_stable"] == true)
+            .then(|| election["leader"].as_str().map(str::to_string))
+            .flatten()
+    }
+
+    fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+#[test]
+fn each_datacenter_elects_its_own_leader_and_no_election_packet_crosses() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The nodes share a port number; it is held on 127.0.0.1 for the whole test, so no other
+    // test's daemon gets it, and the nodes use it on their own addresses.
+    let hold = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = hold.local_addr().unwrap().port();
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
+    let nodes: Vec<Node> = (1..=4).map(|n| Node::start(n, tmp.path(), port)).collect();
+    let all_logs = || {
+        nodes
+            .iter()
+            .map(|n| format!("--- node{}\n{}", n.n, n.logs()))
+            .collect::<String>()
+    };
+    // Every node stable with a leader of its own DC, both nodes of a DC with the same one: one
+    // leader per DC (four nodes in one cluster would have one leader in all).
+    let leaders = wait_for(SOON, || {
+        let leaders: Vec<String> = nodes
+            .iter()
+            .map(Node::stable_leader)
+            .collect::<Option<_>>()?;
+        (leaders[0] == leaders[1] && leaders[2] == leaders[3]).then_some(leaders)
+    })
+    .unwrap_or_else(|| panic!("no leader in each DC:\n{}", all_logs()));
+    let leader_node = |leader: &str| (1..=4).find(|&n| id(n) == leader).unwrap();
+    assert_eq!(dc(leader_node(&leaders[0])), "ams", "{leaders:?}");
+    assert_eq!(dc(leader_node(&leaders[2])), "fra", "{leaders:?}");
+    for node in &nodes {
+        // Only the other node of its DC is a peer.
+        let peers = node.json("/v1/peers").unwrap();
+        let ids: Vec<&str> = peers
+            .as_array()
+            .map(|list| list.iter().filter_map(|p| p["id"].as_str()).collect())
+            .unwrap_or_default();
+        let mate = if node.n % 2 == 1 {
+            node.n + 1
+        } else {
+            node.n - 1
+        };
+        assert_eq!(ids, [id(mate)], "node{}: {peers}", node.n);
+        let other = if dc(node.n) == "ams" { "fra" } else { "ams" };
+        assert!(
+            node.logs().contains("Other data centers changed.")
+                && node.logs().contains(&format!("{other:?}")),
+            "node{}: {}",
+            node.n,
+            node.logs()
+        );
+    }
+    // Many election packets later, none came from the other DC: a packet from a node outside
+    // the peer list is dropped as `unknown_peer`.
+    wait_for(SOON, || {
+        nodes
+            .iter()
+            .all(|n| {
+                n.metric_sum("verwalter_election_messages_received_total{")
+                    .is_some_and(|sum| sum >= 20.0)
+            })
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("too few election packets:\n{}", all_logs()));
+    for node in &nodes {
+        let crossed = node
+            .metric_sum("verwalter_election_messages_dropped_total{reason=\"unknown_peer\"}")
+            .unwrap();
+        assert_eq!(crossed, 0.0, "node{}:\n{}", node.n, all_logs());
+    }
+    // A node that does not lead its DC sends another DC's leader to the one that does.
+    let key = verwalter_controllers::cluster::datacenters::wire::DcKey::new(KEY).unwrap();
+    for (node, leader) in [(&nodes[0], &leaders[0]), (&nodes[2], &leaders[2])] {
+        let follower = if id(node.n) == *leader {
+            &nodes[node.n]
+        } else {
+            node
+        };
+        let other = if dc(node.n) == "ams" { "fra" } else { "ams" };
+        let (body, tag) = key.seal(&envelope(other, 1), 1 << 16).unwrap();
+        let (code, _, text) = post_exchange_at(&node_ip(follower.n), port, &body, Some(&tag));
+        assert_eq!(code, 409, "node{}: {text}", follower.n);
+        let expected = format!("{}:{port}", node_ip(leader_node(leader)));
+        let answer: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            answer,
+            serde_json::json!({"not_leader": true, "leader": expected})
+        );
+    }
+    drop(hold);
+}
+
+/// An envelope of another DC's leader, with nothing in it.
+fn envelope(dc: &str, seq: u64) -> verwalter_controllers::cluster::datacenters::wire::Envelope {
+    verwalter_controllers::cluster::datacenters::wire::Envelope {
+        v: 1,
+        dc: dc.into(),
+        node: id(9),
+        addr: "127.0.0.1:9".into(),
+        epoch: 1,
+        seq,
+        summary_hash: None,
+        summary: None,
+        have_summary: None,
+        requests: Vec::new(),
+        answers: Vec::new(),
+    }
+}
+
+/// POST of an exchange body with its tag (if any) on 127.0.0.1; status, lower-cased head, body.
+fn post_exchange(port: u16, body: &[u8], tag: Option<&str>) -> (u16, String, String) {
+    post_exchange_at("127.0.0.1", port, body, tag)
+}
+
+fn post_exchange_at(
+    host: &str,
+    port: u16,
+    body: &[u8],
+    tag: Option<&str>,
+) -> (u16, String, String) {
+    let mut s = std::net::TcpStream::connect((host, port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let tag = tag.map_or(String::new(), |t| format!("x-verwalter-dc-tag: {t}\r\n"));
+    let head = format!(
+        "POST /v1/dc/exchange HTTP/1.0\r\nHost: verwalter\r\nContent-Type: application/json\r\n\
+         {tag}Content-Length: {}\r\n\r\n",
+        body.len()
+    );
+    // A body refused for its length may be cut off: the answer still comes.
+    let _ = std::io::Write::write_all(&mut s, head.as_bytes())
+        .and_then(|()| std::io::Write::write_all(&mut s, body));
+    let mut text = String::new();
+    let _ = std::io::Read::read_to_string(&mut s, &mut text);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (code, head.to_ascii_lowercase(), body.to_string())
+}
+
+/// One node of `ams` leading alone, with `fra` as an entry point: the checks of an exchange in
+/// the order of docs/datacenters.md, and a forged envelope that changes nothing.
+#[test]
+fn the_exchange_route_takes_only_signed_envelopes_of_member_dcs() {
+    use verwalter_controllers::cluster::datacenters::wire::DcKey;
+    let (tmp, config, storage) = example_site("minimal");
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
+    let settings = tmp.path().join("settings.yaml");
+    std::fs::write(
+        &settings,
+        "datacenter: ams\nelection:\n  key-file: cluster.key\n\
+         datacenters:\n  entry-points: {fra: [\"127.0.0.1:9\"]}\n  max-body-bytes: 4096\n",
+    )
+    .unwrap();
+    let settings = settings.to_str().unwrap();
+    let daemon = Daemon::launch(&config, &storage, &["--settings", settings], &[]);
+    wait_for(SOON, || {
+        daemon
+            .logs()
+            .contains("Exchanging with other data centers.")
+            .then_some(())
+    })
+    .unwrap_or_else(|| panic!("no exchange started:\n{}", daemon.logs()));
+    let key = DcKey::new(KEY).unwrap();
+    let forger = DcKey::new(b"not the key of this site at all".to_vec()).unwrap();
+    let port = daemon.port;
+    // No tag, a forged one (seq 100: were it taken, seq 50 below would be stale).
+    let (body, _) = key.seal(&envelope("fra", 100), 4096).unwrap();
+    assert_eq!(post_exchange(port, &body, None).0, 403);
+    let (body, tag) = forger.seal(&envelope("fra", 100), 4096).unwrap();
+    assert_eq!(post_exchange(port, &body, Some(&tag)).0, 403);
+    // Too big: refused for its length before its tag is looked at.
+    assert_eq!(post_exchange(port, &vec![b' '; 4097], None).0, 413);
+    // Signed, but from a DC outside the mesh, or from this node's own.
+    for dc in ["lon", "ams"] {
+        let (body, tag) = key.seal(&envelope(dc, 1), 4096).unwrap();
+        assert_eq!(post_exchange(port, &body, Some(&tag)).0, 403, "{dc}");
+    }
+    // Signed by a member: taken, and the answer is this leader's envelope, signed.
+    let (body, tag) = key.seal(&envelope("fra", 50), 4096).unwrap();
+    let (code, head, reply) = post_exchange(port, &body, Some(&tag));
+    assert_eq!(code, 200, "{head}\n{reply}\n{}", daemon.logs());
+    let reply_tag = head
+        .lines()
+        .find_map(|l| l.strip_prefix("x-verwalter-dc-tag: "))
+        .unwrap_or_else(|| panic!("no tag: {head}"));
+    let reply = key.open(reply.as_bytes(), Some(reply_tag), 4096).unwrap();
+    assert_eq!(
+        (reply.dc.as_str(), reply.node.as_str()),
+        ("ams", MACHINE_ID)
+    );
+    // The same again is a replay.
+    let (code, _, text) = post_exchange(port, &body, Some(&tag));
+    assert_eq!(code, 409, "{text}");
+    assert!(text.contains("\"stale\":true"), "{text}");
+    // Each refusal counted by its reason.
+    for (reason, count) in [
+        ("bad_tag", 2.0),
+        ("too_big", 1.0),
+        ("unknown_dc", 2.0),
+        ("stale", 1.0),
+    ] {
+        let series = format!("verwalter_dc_dropped_total{{reason=\"{reason}\"}}");
+        assert_eq!(metric(port, &series), Some(count), "{series}");
+    }
+}
+
+/// Two DCs of one node each, reaching each other only through proxies of 20 ms each way
+/// (`datacenters.advertise`; `ams`'s entry point for `fra` leads nowhere: `fra`'s first call
+/// tells `ams` where it is). Both links come up, go down when the proxies cut, and come up
+/// again after the heal, without a restart.
+#[test]
+fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
+    let start = |dc: &str, other: &str, entry: &str, advertise: &str| {
+        let settings = tmp.path().join(format!("{dc}.yaml"));
+        std::fs::write(
+            &settings,
+            format!(
+                "datacenter: {dc}\nelection:\n  key-file: cluster.key\n\
+                 datacenters:\n  entry-points: {{{other}: [\"{entry}\"]}}\n  period-ms: 200\n  \
+                 link-timeout-ms: 1000\n  exchange-timeout-ms: 500\n  {advertise}"
+            ),
+        )
+        .unwrap();
+        let config = tmp.path().join(format!("config-{dc}"));
+        copy_tree(&example("minimal"), &config);
+        let storage = tmp.path().join(format!("storage-{dc}"));
+        let settings = settings.to_str().unwrap().to_string();
+        Daemon::launch(&config, &storage, &["--settings", &settings], &[])
+    };
+    // Each DC tells the other to call it through its proxy (envelopes name the address to
+    // call): the proxies are bound first, then the daemons started, then the proxies aimed.
+    let to_ams = DcProxy::bind("127.0.0.1", Duration::from_millis(20));
+    let to_fra = DcProxy::bind("127.0.0.1", Duration::from_millis(20));
+    let advertise = |proxy: &DcProxy| format!("advertise: \"{}\"\n", proxy.addr);
+    let ams = start("ams", "fra", "127.0.0.1:9", &advertise(&to_ams));
+    to_ams.forward_to(SocketAddr::from(([127, 0, 0, 1], ams.port)));
+    let fra = start("fra", "ams", &to_ams.addr.to_string(), &advertise(&to_fra));
+    to_fra.forward_to(SocketAddr::from(([127, 0, 0, 1], fra.port)));
+    let links = |daemon: &Daemon, state: &str| {
+        daemon
+            .logs()
+            .lines()
+            .filter(|l| l.contains("Link to another data center changed.") && l.contains(state))
+            .count()
+    };
+    let wait_links = |state: &str, count: usize| {
+        wait_for(SOON, || {
+            (links(&ams, state) >= count && links(&fra, state) >= count).then_some(())
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "links not {state} {count} times:\n--- ams\n{}\n--- fra\n{}",
+                ams.logs(),
+                fra.logs()
+            )
+        })
+    };
+    wait_links("link=Up", 1);
+    // The listing shows the link, the leader's id and the address tried.
+    let listing = ams.json("/v1/datacenters").unwrap();
+    assert_eq!(listing["self"], "ams");
+    assert_eq!(listing["leading"], true);
+    assert_eq!(listing["addr"], to_ams.addr.to_string());
+    assert_eq!(listing["dcs"]["fra"]["link"], "up", "{listing}");
+    assert_eq!(listing["dcs"]["fra"]["leader"], MACHINE_ID, "{listing}");
+    assert!(
+        listing["dcs"]["fra"]["bytes_received"].as_u64() > Some(0),
+        "{listing}"
+    );
+    // And the metrics, per DC.
+    let up = wait_for(SOON, || {
+        metric(ams.port, "verwalter_dc_link_up{dc=\"fra\"}").filter(|v| *v == 1.0)
+    });
+    assert_eq!(up, Some(1.0));
+    let ok = "verwalter_dc_exchanges_total{dc=\"ams\",result=\"ok\"}";
+    assert!(metric(fra.port, ok) > Some(0.0));
+    let received = "verwalter_dc_bytes_total{dc=\"fra\",direction=\"received\"}";
+    assert!(metric(ams.port, received) > Some(0.0));
+    to_ams.cut();
+    to_fra.cut();
+    wait_links("link=Down", 1);
+    let listing = fra.json("/v1/datacenters").unwrap();
+    assert_eq!(listing["dcs"]["ams"]["link"], "down", "{listing}");
+    let down = wait_for(SOON, || {
+        metric(fra.port, "verwalter_dc_link_up{dc=\"ams\"}").filter(|v| *v == 0.0)
+    });
+    assert_eq!(down, Some(0.0));
+    to_ams.heal();
+    to_fra.heal();
+    wait_links("link=Up", 2);
+}
