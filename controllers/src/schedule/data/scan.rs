@@ -24,6 +24,9 @@ pub(crate) struct Cut {
     /// When `roles` (the one in `keys`) is an object: each of its entries, the range of the key
     /// string (quotes included) and of the value.
     pub roles: Vec<(Range<usize>, Range<usize>)>,
+    /// For each entry of `roles`, in the same order: when its value is an object, its entries
+    /// (the range of the key string, quotes included, and of the value); empty otherwise.
+    pub(crate) role_entries: Vec<Vec<(Range<usize>, Range<usize>)>>,
 }
 
 /// Checks `text` and cuts `host`'s view from it; `None` when serde_json would refuse the text
@@ -92,7 +95,8 @@ impl Scan<'_> {
             if let Some(k) = super::VIEW_KEYS.iter().position(|v| scan.is(&key, v)) {
                 if super::VIEW_KEYS[k] == "roles" {
                     cut.roles.clear();
-                    scan.entries(|_, name, value| cut.roles.push((name, value)))?;
+                    cut.role_entries.clear();
+                    scan.roles(&mut cut)?;
                 } else {
                     scan.value(1)?;
                 }
@@ -122,6 +126,31 @@ impl Scan<'_> {
             let start = scan.i;
             scan.value(2)?;
             entry(scan, name, start..scan.i);
+            Some(())
+        })
+    }
+
+    /// The value of `roles` (depth 1): each entry noted in `cut` with, when its value is an
+    /// object, that object's entries (checked at depth 3); any other value only checked.
+    fn roles(&mut self, cut: &mut Cut) -> Option<()> {
+        if self.peek()? != b'{' {
+            return self.value(1);
+        }
+        self.object(|scan, name| {
+            let start = scan.i;
+            let mut entries = Vec::new();
+            if scan.peek()? == b'{' {
+                scan.object(|scan, key| {
+                    let at = scan.i;
+                    scan.value(3)?;
+                    entries.push((key, at..scan.i));
+                    Some(())
+                })?;
+            } else {
+                scan.value(2)?;
+            }
+            cut.roles.push((name, start..scan.i));
+            cut.role_entries.push(entries);
             Some(())
         })
     }
