@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::state::json_kind;
 
-mod json_text;
+pub(crate) mod json_text;
 pub mod logged;
 
 /// Version string templates see as `verwalter_version`.

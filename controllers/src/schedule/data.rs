@@ -24,6 +24,7 @@ use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::render::vars::json_text;
 use crate::schedule::hash::{canonical_json, hash_canonical};
 
 /// The keys of a schedule that a node's own view keeps besides its entry in `nodes`: what role
@@ -68,12 +69,20 @@ pub(crate) const UNPARSED_MIN: usize = 16 << 10;
 pub struct TextPart {
     data: ScheduleData,
     range: std::ops::Range<usize>,
+    /// Its structure, made on first use and shared by the clones (the role log keeps the last
+    /// one logged, whose tape then serves the next comparison).
+    tape: Arc<OnceLock<json_text::Tape>>,
 }
 
 impl TextPart {
     /// The value's canonical JSON text.
     pub fn text(&self) -> &str {
         &self.data.0.text[self.range.clone()]
+    }
+
+    /// The value's [`json_text::Tape`].
+    pub(crate) fn tape(&self) -> &json_text::Tape {
+        self.tape.get_or_init(|| json_text::tape(self.text()))
     }
 
     /// The value as a tree.
@@ -90,6 +99,7 @@ impl TextPart {
         TextPart {
             data: ScheduleData::with(text, OnceLock::new(), None),
             range,
+            tape: Arc::default(),
         }
     }
 }
@@ -155,6 +165,7 @@ impl ScheduleData {
                     let part = TextPart {
                         data: self.clone(),
                         range: range.clone(),
+                        tape: Arc::default(),
                     };
                     (key.clone(), part)
                 })

@@ -1,6 +1,7 @@
-//! Canonical JSON text taken apart without building a tree: the entries of an object and the
-//! items of an array, each as its own text. The role log compares a big value of a role's
-//! variables kept as text ([`crate::schedule::data::TextPart`]) this way.
+//! Canonical JSON text taken apart without building a tree: its [`Tape`] (where each value
+//! ends), then the entries of an object and the items of an array, each as its own text. The
+//! role log compares a big value of a role's variables kept as text
+//! ([`crate::schedule::data::TextPart`]) this way.
 //!
 //! The text must be canonical JSON that has been checked (no whitespace, keys sorted, the
 //! escapes serde_json writes): a schedule's text a node took. In that form two values are equal
@@ -37,38 +38,131 @@ fn string_end(b: &[u8], mut i: usize) -> usize {
     }
 }
 
-/// The end of the value that starts at `i`.
-fn value_end(b: &[u8], i: usize) -> usize {
-    match b[i] {
-        b'"' => string_end(b, i + 1),
-        b'{' | b'[' => {
-            let mut depth = 0usize;
-            let mut j = i;
-            loop {
-                match b[j] {
-                    b'"' => j = string_end(b, j + 1),
-                    b'{' | b'[' => {
-                        depth += 1;
-                        j += 1;
-                    }
-                    b'}' | b']' => {
-                        depth -= 1;
-                        j += 1;
-                        if depth == 0 {
-                            return j;
+/// The structure of a canonical JSON text, made in one pass: every value in document order (an
+/// object's keys are values too, each just before its value), each with where it ends and where
+/// the values after its own (its subtree) begin. Walking a value's entries or items then reads
+/// no text; a node that keeps a big value as text keeps its tape for the next comparison.
+pub(crate) struct Tape(Vec<Node>);
+
+#[derive(Clone, Copy)]
+struct Node {
+    /// Where the value's text ends.
+    end: u32,
+    /// The index of the first node after the value's subtree.
+    next: u32,
+}
+
+/// The tape of `text`.
+pub(crate) fn tape(text: &str) -> Tape {
+    let b = text.as_bytes();
+    let mut nodes = Vec::with_capacity(b.len() / 16);
+    let mut open = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'{' | b'[' => {
+                open.push(nodes.len());
+                nodes.push(Node { end: 0, next: 0 });
+                i += 1;
+            }
+            b'}' | b']' => {
+                i += 1;
+                let at = open.pop().expect("balanced JSON");
+                nodes[at] = Node {
+                    end: i as u32,
+                    next: nodes.len() as u32,
+                };
+            }
+            b',' | b':' => i += 1,
+            first => {
+                let end = match first {
+                    b'"' => string_end(b, i + 1),
+                    _ => {
+                        let mut j = i;
+                        while j < b.len() && !matches!(b[j], b',' | b':' | b'}' | b']') {
+                            j += 1;
                         }
+                        j
                     }
-                    _ => j += 1,
-                }
+                };
+                let next = nodes.len() as u32 + 1;
+                nodes.push(Node {
+                    end: end as u32,
+                    next,
+                });
+                i = end;
             }
         }
-        _ => {
-            let mut j = i;
-            while j < b.len() && !matches!(b[j], b',' | b'}' | b']') {
-                j += 1;
-            }
-            j
+    }
+    Tape(nodes)
+}
+
+/// A value inside a text with its tape: node `node`, whose text begins at `start`.
+#[derive(Clone, Copy)]
+pub(crate) struct At<'a> {
+    pub(crate) text: &'a str,
+    pub(crate) tape: &'a Tape,
+    node: usize,
+    start: usize,
+}
+
+impl<'a> At<'a> {
+    /// The whole of `text`, whose tape is `tape`.
+    pub(crate) fn root(text: &'a str, tape: &'a Tape) -> At<'a> {
+        At {
+            text,
+            tape,
+            node: 0,
+            start: 0,
         }
+    }
+
+    /// The value's text.
+    pub(crate) fn get(&self) -> &'a str {
+        &self.text[self.start..self.tape.0[self.node].end as usize]
+    }
+
+    /// The values right under this one, each with the key before it for an object.
+    fn children(&self) -> Children<'a> {
+        Children {
+            parent: *self,
+            next: self.node + 1,
+            last: self.tape.0[self.node].next as usize,
+            pos: self.start + 1,
+            object: self.text.as_bytes()[self.start] == b'{',
+        }
+    }
+}
+
+/// [`At::children`]: the node and text position of the next one.
+struct Children<'a> {
+    parent: At<'a>,
+    next: usize,
+    last: usize,
+    pos: usize,
+    object: bool,
+}
+
+impl<'a> Iterator for Children<'a> {
+    type Item = (Option<At<'a>>, At<'a>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.next >= self.last {
+            return None;
+        }
+        let nodes = &self.parent.tape.0;
+        let mut take = || {
+            let at = At {
+                node: self.next,
+                start: self.pos,
+                ..self.parent
+            };
+            self.pos = nodes[self.next].end as usize + 1;
+            self.next = nodes[self.next].next as usize;
+            at
+        };
+        let key = self.object.then(&mut take);
+        Some((key, take()))
     }
 }
 
@@ -102,34 +196,24 @@ pub(crate) fn may_equal(a: &str, b: &str) -> bool {
     }
 }
 
-/// The entries of the object `text`, in key order, a key given twice keeping its last value
-/// (as a parse does): each key decoded and its value's text.
-pub(crate) fn entries(text: &str) -> Vec<(Cow<'_, str>, &str)> {
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 1;
-    if b.get(i) == Some(&b'}') {
-        return out;
-    }
-    loop {
-        let key_end = string_end(b, i + 1);
-        let key = &text[i..key_end];
-        let key = match key.contains('\\') {
-            false => Cow::Borrowed(&key[1..key.len() - 1]),
-            true => Cow::Owned(serde_json::from_str(key).expect("a checked JSON string")),
-        };
-        let start = key_end + 1;
-        let end = value_end(b, start);
-        out.push((key, &text[start..end]));
-        if b[end] == b'}' {
-            break;
-        }
-        i = end + 1;
-    }
+/// The entries of the object at `at`, in key order, a key given twice keeping its last value
+/// (as a parse does): each key decoded, and its value.
+pub(crate) fn entries<'a>(at: &At<'a>) -> Vec<(Cow<'a, str>, At<'a>)> {
+    let mut out: Vec<(Cow<'a, str>, At<'a>)> = at
+        .children()
+        .map(|(key, value)| {
+            let key = key.expect("an object's entries have keys").get();
+            let key = match key.contains('\\') {
+                false => Cow::Borrowed(&key[1..key.len() - 1]),
+                true => Cow::Owned(serde_json::from_str(key).expect("a checked JSON string")),
+            };
+            (key, value)
+        })
+        .collect();
     if !out.is_sorted_by(|a, b| a.0 < b.0) {
         // Stable: of keys given twice, the last stays last.
         out.sort_by(|a, b| a.0.cmp(&b.0));
-        let mut kept: Vec<(Cow<'_, str>, &str)> = Vec::with_capacity(out.len());
+        let mut kept: Vec<(Cow<'a, str>, At<'a>)> = Vec::with_capacity(out.len());
         for entry in out {
             match kept.last_mut() {
                 Some(last) if last.0 == entry.0 => *last = entry,
@@ -141,23 +225,9 @@ pub(crate) fn entries(text: &str) -> Vec<(Cow<'_, str>, &str)> {
     out
 }
 
-/// The items of the array `text`, each as its text.
-pub(crate) fn items(text: &str) -> Vec<&str> {
-    let b = text.as_bytes();
-    let mut out = Vec::new();
-    let mut i = 1;
-    if b.get(i) == Some(&b']') {
-        return out;
-    }
-    loop {
-        let end = value_end(b, i);
-        out.push(&text[i..end]);
-        if b[end] == b']' {
-            break;
-        }
-        i = end + 1;
-    }
-    out
+/// The items of the array at `at`.
+pub(crate) fn items<'a>(at: &At<'a>) -> Vec<At<'a>> {
+    at.children().map(|(_, item)| item).collect()
 }
 
 #[cfg(test)]
@@ -180,15 +250,18 @@ mod tests {
             "\u{2603}": "snow", "z": -0.0
         });
         let text = canonical(&value);
-        let got = entries(&text);
+        let tape = tape(&text);
+        let root = At::root(&text, &tape);
+        assert_eq!(root.get(), text);
+        let got = entries(&root);
         let want = value.as_object().unwrap();
         assert_eq!(got.len(), want.len());
         for ((key, part), (want_key, want_value)) in got.iter().zip(want) {
             assert_eq!(key, want_key);
-            assert_eq!(*part, canonical(want_value));
+            assert_eq!(part.get(), canonical(want_value));
         }
-        let arr = canonical(&value["arr"]);
-        let parts = items(&arr);
+        let arr = &got.iter().find(|(k, _)| k == "arr").unwrap().1;
+        let parts: Vec<&str> = items(arr).iter().map(At::get).collect();
         let want: Vec<String> = value["arr"]
             .as_array()
             .unwrap()
@@ -196,16 +269,23 @@ mod tests {
             .map(canonical)
             .collect();
         assert_eq!(parts, want);
-        assert!(entries("{}").is_empty() && items("[]").is_empty());
+        let inner = &entries(&items(arr)[3])[0].1;
+        assert_eq!(inner.get(), r#"{"l":true}"#);
+        assert_eq!(entries(&entries(inner)[0].1).len(), 0);
+        for empty in ["{}", "[]"] {
+            let tape = super::tape(empty);
+            assert_eq!(At::root(empty, &tape).children().count(), 0);
+        }
     }
 
     #[test]
     fn a_key_given_twice_keeps_its_last_value_as_a_parse_does() {
         let text = r#"{"b":1,"a":2,"b":3}"#;
         let parsed: Value = serde_json::from_str(text).unwrap();
-        let got: Vec<(String, &str)> = entries(text)
+        let tape = tape(text);
+        let got: Vec<(String, &str)> = entries(&At::root(text, &tape))
             .into_iter()
-            .map(|(k, v)| (k.into_owned(), v))
+            .map(|(k, v)| (k.into_owned(), v.get()))
             .collect();
         assert_eq!(got, [("a".to_string(), "2"), ("b".to_string(), "3")]);
         assert_eq!(parsed, json!({"a": 2, "b": 3}));

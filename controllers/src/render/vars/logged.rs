@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
-use super::json_text::{self, Kind};
+use super::json_text::{self, At, Kind};
 use super::{FULL_SCHEDULE_SHOWN, Masked, UNHASHED_VARS, is_secret};
 use crate::schedule::data::TextPart;
 
@@ -92,7 +92,7 @@ fn whole(role: &str, vars: &Map<String, Value>) -> String {
 #[derive(Clone, Copy)]
 enum Item<'a> {
     Tree(&'a Value),
-    Text(&'a str),
+    Text(At<'a>),
 }
 
 /// The top-level variables, `vars` and `texts` together, in key order.
@@ -108,7 +108,7 @@ fn top_items<'a>(
         items.extend(
             texts
                 .iter()
-                .map(|(k, p)| (k.as_str(), Item::Text(p.text()))),
+                .map(|(k, p)| (k.as_str(), Item::Text(At::root(p.text(), p.tape())))),
         );
         items.sort_by(|a, b| a.0.cmp(b.0));
     }
@@ -242,11 +242,11 @@ fn diff(path: &mut String, key: &str, old: Item<'_>, new: Item<'_>, out: &mut Li
         (Item::Tree(old), Item::Tree(new)) => diff_trees(path, key, old, new, out),
         (Item::Text(old), Item::Text(new)) => diff_texts(path, key, old, new, out),
         (Item::Text(old), Item::Tree(new)) => {
-            let old = serde_json::from_str(old).expect("a checked JSON text");
+            let old = serde_json::from_str(old.get()).expect("a checked JSON text");
             diff_trees(path, key, &old, new, out);
         }
         (Item::Tree(old), Item::Text(new)) => {
-            let new = serde_json::from_str(new).expect("a checked JSON text");
+            let new = serde_json::from_str(new.get()).expect("a checked JSON text");
             diff_trees(path, key, old, &new, out);
         }
     }
@@ -278,20 +278,22 @@ fn diff_trees(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut 
     }
 }
 
-/// [`diff_trees`] of two canonical JSON texts, without building trees: the same lines.
-fn diff_texts(path: &mut String, key: &str, old: &str, new: &str, out: &mut Lines) {
-    if old == new {
+/// [`diff_trees`] of two canonical JSON texts, read through their tapes without building trees:
+/// the same lines.
+fn diff_texts(path: &mut String, key: &str, old: At<'_>, new: At<'_>, out: &mut Lines) {
+    let (old_text, new_text) = (old.get(), new.get());
+    if old_text == new_text {
         return;
     }
     if !is_secret(key) {
-        match (json_text::kind(old), json_text::kind(new)) {
+        match (json_text::kind(old_text), json_text::kind(new_text)) {
             (Kind::Object, Kind::Object) => {
-                let (a, b) = (json_text::entries(old), json_text::entries(new));
+                let (a, b) = (json_text::entries(&old), json_text::entries(&new));
                 let items = |e: Vec<_>| e.into_iter().map(|(k, v)| (k, Item::Text(v)));
                 return diff_objects(path, items(a), items(b), false, out);
             }
             (Kind::Array, Kind::Array) => {
-                let (a, b) = (json_text::items(old), json_text::items(new));
+                let (a, b) = (json_text::items(&old), json_text::items(&new));
                 if a.len() == b.len() {
                     for (index, (a, b)) in a.into_iter().zip(b).enumerate() {
                         let len = path.len();
@@ -307,8 +309,9 @@ fn diff_texts(path: &mut String, key: &str, old: &str, new: &str, out: &mut Line
             _ => {}
         }
     }
-    if json_text::may_equal(old, new)
-        && serde_json::from_str::<Value>(old).ok() == serde_json::from_str::<Value>(new).ok()
+    if json_text::may_equal(old_text, new_text)
+        && serde_json::from_str::<Value>(old_text).ok()
+            == serde_json::from_str::<Value>(new_text).ok()
     {
         return;
     }
@@ -364,7 +367,8 @@ fn show(key: &str, value: Item<'_>) -> String {
             Some(text) if text.len() > VALUE_MAX => digest(kind_of(value), &text),
             _ => serde_json::to_string(&Masked(Some(value))).unwrap_or_default(),
         },
-        Item::Text(text) if text.len() > VALUE_MAX => {
+        Item::Text(at) if at.get().len() > VALUE_MAX => {
+            let text = at.get();
             let kind = match json_text::kind(text) {
                 Kind::Object => "object",
                 Kind::Array => "array",
@@ -375,12 +379,12 @@ fn show(key: &str, value: Item<'_>) -> String {
         }
         // The compact JSON of a string, number or literal is its canonical text; an object or
         // array may hold secrets to mask.
-        Item::Text(text) => match json_text::kind(text) {
+        Item::Text(at) => match json_text::kind(at.get()) {
             Kind::Object | Kind::Array => {
-                let value: Value = serde_json::from_str(text).expect("a checked JSON text");
+                let value: Value = serde_json::from_str(at.get()).expect("a checked JSON text");
                 serde_json::to_string(&Masked(Some(&value))).unwrap_or_default()
             }
-            Kind::String | Kind::Other => text.to_string(),
+            Kind::String | Kind::Other => at.get().to_string(),
         },
     }
 }
