@@ -54,14 +54,23 @@ struct Inner {
     /// more: the view's tree with each of them null, made instead of the tree (which is then
     /// parsed only when something asks for it); see [`ScheduleData::skeleton`].
     skeleton: Option<Arc<Value>>,
-    /// The values left null in `skeleton`: by role, each key with where its text is in `text`.
-    unparsed: BTreeMap<String, Vec<(String, std::ops::Range<usize>)>>,
+    /// The values left null in `skeleton`: by role, each key with where its text is in `text`
+    /// and its tape (written by the arrival check's pass).
+    unparsed: BTreeMap<String, Vec<Unparsed>>,
 }
 
 /// A value of a role's own variables at least this long (its canonical text) is left out of a
 /// view's [`ScheduleData::skeleton`] and kept as text ([`TextPart`]): the render controller and
 /// the role log read it as text, and it is parsed only for templates that may read it.
 pub(crate) const UNPARSED_MIN: usize = 16 << 10;
+
+/// A value left null in a view's skeleton: its key, where its text is in the view's text, and
+/// its tape.
+type Unparsed = (
+    String,
+    std::ops::Range<usize>,
+    Arc<OnceLock<json_text::Tape>>,
+);
 
 /// One value of a schedule's data as its canonical JSON text: a part of the schedule's text,
 /// shared (no copy). Checked JSON, so [`TextPart::parse`] cannot fail.
@@ -161,11 +170,11 @@ impl ScheduleData {
     pub(crate) fn unparsed(&self, role: &str) -> Vec<(String, TextPart)> {
         self.0.unparsed.get(role).map_or_else(Vec::new, |keys| {
             keys.iter()
-                .map(|(key, range)| {
+                .map(|(key, range, tape)| {
                     let part = TextPart {
                         data: self.clone(),
                         range: range.clone(),
-                        tape: Arc::default(),
+                        tape: tape.clone(),
                     };
                     (key.clone(), part)
                 })
@@ -437,7 +446,7 @@ fn cut_view(data: &str, host: &str) -> Option<Map<String, Value>> {
 /// is ([`ScheduleData::role_text`]). `None` as for [`cut_view`].
 fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
     let cut = scan::cut(data, host)?;
-    let [changes, roles, vars] = cut.keys;
+    let [changes, roles, vars] = cut.keys.clone();
     let mut role_parts = BTreeMap::new();
     let mut unparsed = BTreeMap::new();
     let parts: usize = [&changes, &cut.node, &roles, &vars]
@@ -451,7 +460,7 @@ fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
     // `nodes` sorts between `changes` and `roles`.
     for (key, range) in [
         ("changes", changes),
-        ("nodes", cut.node),
+        ("nodes", cut.node.clone()),
         ("roles", roles),
         ("vars", vars),
     ] {
@@ -498,7 +507,7 @@ fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
                     let from = range_start(data, part);
                     at.start - from + text.len()..at.end - from + text.len()
                 };
-                value = roles_skeleton(data, &cut.roles, &cut.role_entries, shift, &mut unparsed)?;
+                value = roles_skeleton(data, &cut, shift, &mut unparsed)?;
             }
             text.push_str(part);
         }
@@ -525,10 +534,9 @@ fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
 /// value, as a parse does.
 fn roles_skeleton(
     data: &str,
-    cut_roles: &[(std::ops::Range<usize>, std::ops::Range<usize>)],
-    role_entries: &[Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>],
+    cut: &scan::Cut,
     shift: impl Fn(&std::ops::Range<usize>) -> std::ops::Range<usize>,
-    unparsed: &mut BTreeMap<String, Vec<(String, std::ops::Range<usize>)>>,
+    unparsed: &mut BTreeMap<String, Vec<Unparsed>>,
 ) -> Option<Value> {
     let key_of = |at: &std::ops::Range<usize>| -> Option<String> {
         let written = &data[at.clone()];
@@ -544,7 +552,7 @@ fn roles_skeleton(
             && !data[at.clone()].contains("\\u")
     };
     let mut roles = Map::new();
-    for ((name, at), entries) in cut_roles.iter().zip(role_entries) {
+    for ((name, at), entries) in cut.roles.iter().zip(&cut.role_entries) {
         let name = key_of(name)?;
         unparsed.remove(&name);
         if !entries.iter().any(|(_, at)| at.len() >= UNPARSED_MIN) {
@@ -552,12 +560,13 @@ fn roles_skeleton(
             continue;
         }
         let mut role = Map::new();
-        let mut left: Vec<(String, std::ops::Range<usize>)> = Vec::new();
+        let mut left: Vec<Unparsed> = Vec::new();
         for (key, at) in entries {
             let key = key_of(key)?;
-            left.retain(|(k, _)| *k != key);
+            left.retain(|(k, ..)| *k != key);
             if may_leave(&key, at) {
-                left.push((key.clone(), shift(at)));
+                let tape = cut.tapes.get(&at.start).cloned().unwrap_or_default();
+                left.push((key.clone(), shift(at), tape));
                 role.insert(key, Value::Null);
             } else {
                 role.insert(key, serde_json::from_str(&data[at.clone()]).ok()?);

@@ -42,9 +42,10 @@ fn string_end(b: &[u8], mut i: usize) -> usize {
 /// object's keys are values too, each just before its value), each with where it ends and where
 /// the values after its own (its subtree) begin. Walking a value's entries or items then reads
 /// no text; a node that keeps a big value as text keeps its tape for the next comparison.
+#[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Tape(Vec<Node>);
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct Node {
     /// Where the value's text ends.
     end: u32,
@@ -95,6 +96,59 @@ pub(crate) fn tape(text: &str) -> Tape {
         }
     }
     Tape(nodes)
+}
+
+/// A [`Tape`] written by a pass that reads the text anyway (the arrival check,
+/// [`crate::schedule::data`]'s scan), told of each value it passes in document order: a
+/// container when it opens and where it closes, a key or any other value where it ends. The
+/// positions are the text's in which the value starts at `base`.
+pub(crate) struct TapeWriter {
+    nodes: Vec<Node>,
+    open: Vec<usize>,
+    base: usize,
+}
+
+impl TapeWriter {
+    pub(crate) fn new() -> TapeWriter {
+        TapeWriter {
+            nodes: Vec::new(),
+            open: Vec::new(),
+            base: 0,
+        }
+    }
+
+    /// Starts over for a value beginning at `base`.
+    pub(crate) fn start(&mut self, base: usize) {
+        self.nodes.clear();
+        self.open.clear();
+        self.base = base;
+    }
+
+    pub(crate) fn open(&mut self) {
+        self.open.push(self.nodes.len());
+        self.nodes.push(Node { end: 0, next: 0 });
+    }
+
+    pub(crate) fn close(&mut self, end: usize) {
+        let at = self.open.pop().expect("a container was opened");
+        self.nodes[at] = Node {
+            end: (end - self.base) as u32,
+            next: self.nodes.len() as u32,
+        };
+    }
+
+    pub(crate) fn leaf(&mut self, end: usize) {
+        let next = self.nodes.len() as u32 + 1;
+        self.nodes.push(Node {
+            end: (end - self.base) as u32,
+            next,
+        });
+    }
+
+    /// The tape written since [`TapeWriter::start`] (the writer is left empty).
+    pub(crate) fn take(&mut self) -> Tape {
+        Tape(std::mem::take(&mut self.nodes))
+    }
 }
 
 /// A value inside a text with its tape: node `node`, whose text begins at `start`.

@@ -8,7 +8,11 @@
 //! escapes JSON has, `\u` escapes pairing surrogates; numbers have JSON's grammar and a finite
 //! value; containers nest at most [`MAX_DEPTH`] deep; after the value only whitespace.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+use crate::render::vars::json_text::{Tape, TapeWriter};
 
 /// How deep serde_json nests containers before it refuses the text (its recursion limit, 128,
 /// counted the way it counts).
@@ -27,6 +31,42 @@ pub(crate) struct Cut {
     /// For each entry of `roles`, in the same order: when its value is an object, its entries
     /// (the range of the key string, quotes included, and of the value); empty otherwise.
     pub(crate) role_entries: Vec<Vec<(Range<usize>, Range<usize>)>>,
+    /// The [`Tape`] of each value in `role_entries` of [`super::UNPARSED_MIN`] bytes or more, by
+    /// where it starts: written in the same pass, for the role log's comparison of values kept
+    /// as text.
+    pub(crate) tapes: BTreeMap<usize, Arc<OnceLock<Tape>>>,
+}
+
+/// What [`Scan::value_recorded`] tells of the values it passes (see [`TapeWriter`]).
+trait Record {
+    fn open(&mut self);
+    fn close(&mut self, end: usize);
+    fn leaf(&mut self, end: usize);
+}
+
+/// Nothing recorded.
+impl Record for () {
+    #[inline(always)]
+    fn open(&mut self) {}
+    #[inline(always)]
+    fn close(&mut self, _: usize) {}
+    #[inline(always)]
+    fn leaf(&mut self, _: usize) {}
+}
+
+impl Record for TapeWriter {
+    #[inline(always)]
+    fn open(&mut self) {
+        TapeWriter::open(self);
+    }
+    #[inline(always)]
+    fn close(&mut self, end: usize) {
+        TapeWriter::close(self, end);
+    }
+    #[inline(always)]
+    fn leaf(&mut self, end: usize) {
+        TapeWriter::leaf(self, end);
+    }
 }
 
 /// Checks `text` and cuts `host`'s view from it; `None` when serde_json would refuse the text
@@ -96,6 +136,7 @@ impl Scan<'_> {
                 if super::VIEW_KEYS[k] == "roles" {
                     cut.roles.clear();
                     cut.role_entries.clear();
+                    cut.tapes.clear();
                     scan.roles(&mut cut)?;
                 } else {
                     scan.value(1)?;
@@ -136,13 +177,19 @@ impl Scan<'_> {
         if self.peek()? != b'{' {
             return self.value(1);
         }
+        let mut writer = TapeWriter::new();
         self.object(|scan, name| {
             let start = scan.i;
             let mut entries = Vec::new();
             if scan.peek()? == b'{' {
                 scan.object(|scan, key| {
                     let at = scan.i;
-                    scan.value(3)?;
+                    writer.start(at);
+                    scan.value_recorded(3, &mut writer)?;
+                    if scan.i - at >= super::UNPARSED_MIN {
+                        cut.tapes
+                            .insert(at, Arc::new(OnceLock::from(writer.take())));
+                    }
                     entries.push((key, at..scan.i));
                     Some(())
                 })?;
@@ -208,6 +255,11 @@ impl Scan<'_> {
 
     /// One value inside `open` containers, checked; the scan stops right after it.
     fn value(&mut self, open: usize) -> Option<()> {
+        self.value_recorded(open, &mut ())
+    }
+
+    /// [`Scan::value`], telling `record` of each value inside it (itself included).
+    fn value_recorded(&mut self, open: usize, record: &mut impl Record) -> Option<()> {
         // Containers opened here, innermost in bit 0: 1 an object, 0 an array (at most
         // MAX_DEPTH, so they fit).
         let mut stack: u128 = 0;
@@ -220,27 +272,35 @@ impl Scan<'_> {
                         return None;
                     }
                     self.i += 1;
+                    record.open();
                     self.ws();
                     let object = open_at == b'{';
                     let close = if object { b'}' } else { b']' };
                     if self.peek()? == close {
                         self.i += 1;
+                        record.close(self.i);
                     } else {
                         stack = stack << 1 | object as u128;
                         depth += 1;
                         if object {
                             self.key()?;
+                            record.leaf(self.i);
                             self.eat(b':')?;
                         }
                         continue 'value;
                     }
                 }
-                b'"' => self.string()?,
-                b'-' | b'0'..=b'9' => self.number()?,
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                _ => return None,
+                first => {
+                    match first {
+                        b'"' => self.string()?,
+                        b'-' | b'0'..=b'9' => self.number()?,
+                        b't' => self.literal(b"true")?,
+                        b'f' => self.literal(b"false")?,
+                        b'n' => self.literal(b"null")?,
+                        _ => return None,
+                    }
+                    record.leaf(self.i);
+                }
             }
             // After a value: close what ends here, then the next element or key.
             loop {
@@ -254,6 +314,7 @@ impl Scan<'_> {
                         self.i += 1;
                         if object {
                             self.key()?;
+                            record.leaf(self.i);
                             self.eat(b':')?;
                         }
                         continue 'value;
@@ -263,6 +324,7 @@ impl Scan<'_> {
                     _ => return None,
                 }
                 self.i += 1;
+                record.close(self.i);
                 stack >>= 1;
                 depth -= 1;
             }

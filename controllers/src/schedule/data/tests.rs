@@ -604,3 +604,37 @@ fn a_vouched_view_leaves_a_roles_big_own_values_as_text() {
     assert!(hashed.unparsed("web").is_empty());
     assert_eq!(hashed.skeleton(), &expected);
 }
+
+#[test]
+fn the_arrival_check_writes_the_tape_of_each_value_kept_as_text() {
+    // Every kind of value, nested, empty and escaped, repeated past UNPARSED_MIN.
+    let odd = json!({
+        "a": [], "b": {}, "c": [[], [{}], {"x": [1, -2.5, 3e-7, 0]}],
+        "d": "quote \" backslash \\ tab \t newline \n ü €", "e": true, "f": false, "g": null,
+        "h": [null, "", {"": ""}], "i": -0.0, "j": 12345678901234567890u64
+    });
+    let big = (0..300)
+        .map(|i| (format!("k{i:03}"), odd.clone()))
+        .collect::<Map<String, Value>>();
+    let value = json!({
+        "roles": {"web": {"services": big, "list": vec![odd.clone(); 300], "small": odd}},
+        "nodes": {"alpha": {"roles": {"web": {}}}}
+    });
+    let text = String::from_utf8(canonical_json(&value)).unwrap();
+    let data = ScheduleData::received_vouched(text.clone(), 0..text.len(), "alpha").unwrap();
+    let view = data.node_view_data("alpha");
+    let unparsed = view.unparsed("web");
+    let keys: Vec<&str> = unparsed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["list", "services"]);
+    for (key, part) in &unparsed {
+        let written = part
+            .tape
+            .get()
+            .expect("written on arrival, not on first use");
+        assert_eq!(*written, json_text::tape(part.text()), "{key}");
+        // Shared by every part handed out for it.
+        let again = view.unparsed("web");
+        let same = again.iter().find(|(k, _)| k == key).unwrap();
+        assert!(Arc::ptr_eq(&same.1.tape, &part.tape), "{key}");
+    }
+}
