@@ -124,11 +124,13 @@ impl TapeWriter {
         self.base = base;
     }
 
+    #[inline(always)]
     pub(crate) fn open(&mut self) {
         self.open.push(self.nodes.len());
         self.nodes.push(Node { end: 0, next: 0 });
     }
 
+    #[inline(always)]
     pub(crate) fn close(&mut self, end: usize) {
         let at = self.open.pop().expect("a container was opened");
         self.nodes[at] = Node {
@@ -137,6 +139,7 @@ impl TapeWriter {
         };
     }
 
+    #[inline(always)]
     pub(crate) fn leaf(&mut self, end: usize) {
         let next = self.nodes.len() as u32 + 1;
         self.nodes.push(Node {
