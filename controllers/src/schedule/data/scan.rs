@@ -1,5 +1,6 @@
 //! One pass over a schedule's JSON text that checks it as strictly as serde_json's parse into a
-//! [`serde_json::Value`] and finds where a node's view lies in it, without building anything.
+//! [`serde_json::Value`] and finds where a node's view lies in it, building nothing but the
+//! tapes of a role's big own values ([`Cut::tapes`]).
 //!
 //! A follower runs this over every schedule it takes (a megabyte on a large fleet), so it is a
 //! plain byte loop: strings, the bulk of a schedule, are skipped eight bytes at a time. What it
