@@ -459,6 +459,111 @@ fn followers_take_the_leaders_schedule_through_relays() {
     );
 }
 
+/// A scheduler giving roles `reader` and `plain` the same ~30 KiB of services in their own
+/// variables (each node renders both), at the version in `runtime/big.json`.
+const BIG_SHARED_SCHEDULER: &str = r#"
+return {scheduler = function(state)
+  local hosts = {state.current_host}
+  for _, peer in pairs(state.peers) do hosts[#hosts + 1] = peer.hostname end
+  local v = state.runtime.big and state.runtime.big.v or 0
+  local services = {}
+  for i = 1, 400 do
+    services[string.format("s%04d", i)] = {image = "registry.example.com/app-" .. i .. ":" .. v,
+                                           port = 8000 + i}
+  end
+  local nodes = {}
+  for _, host in ipairs(hosts) do nodes[host] = {roles = {reader = {}, plain = {}}} end
+  return {vars = {v = v},
+          roles = {reader = {template = "named/v1", services = services},
+                   plain = {template = "plain/v1", services = services}},
+          nodes = nodes}, "ok"
+end}
+"#;
+
+#[test]
+fn a_follower_renders_a_big_shared_role_and_logs_its_changes_as_the_leader_does() {
+    let cluster = Cluster::start_n(2);
+    let (leader, _) = cluster.converged();
+    let out = cluster.tmp.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    // Every node: a template dir whose template reads the services, one whose does not.
+    for n in 1..=2 {
+        let config = cluster.tmp.path().join(format!("config{n}"));
+        for (dir, template) in [
+            (
+                "named",
+                "{{#each services}}{{@key}}={{image}}\n{{/each}}v={{v}}\n",
+            ),
+            ("plain", "v={{v}}\n"),
+        ] {
+            let at = config.join(format!("templates/{dir}/v1"));
+            let copy = out.join(format!("{dir}{n}.txt"));
+            replace_file(&at.join("t.hbs"), template);
+            replace_file(
+                &at.join("t.render.yaml"),
+                &format!(
+                    "templates: {{t: t.hbs}}\ncommands:\n- !Cmd [cp, \"{{{{ files.t }}}}\", {}]\n",
+                    copy.display()
+                ),
+            );
+        }
+        replace_file(&config.join("runtime/big.json"), "{\"v\": 1}");
+        replace_file(&config.join("scheduler/v1/main.lua"), BIG_SHARED_SCHEDULER);
+    }
+    let follower = 2 - leader;
+    let read = |name: &str| std::fs::read_to_string(out.join(name)).unwrap_or_default();
+    for v in [1, 2] {
+        if v == 2 {
+            let runtime = format!("config{}/runtime/big.json", leader + 1);
+            replace_file(&cluster.tmp.path().join(runtime), "{\"v\": 2}");
+        }
+        // The follower took the leader's schedule vouched for by its body's hash (it keeps the
+        // services as text); both render what the leader renders.
+        for n in [leader + 1, follower] {
+            wait_for(SOON, || {
+                let named = read(&format!("named{n}.txt"));
+                (named.ends_with(&format!("s0400=registry.example.com/app-400:{v}\nv={v}\n"))
+                    && named.starts_with(&format!("s0001=registry.example.com/app-1:{v}\n"))
+                    && read(&format!("plain{n}.txt")) == format!("v={v}\n"))
+                .then_some(())
+            })
+            .unwrap_or_else(|| panic!("node {n} did not render v{v}:\n{}", cluster.logs()));
+        }
+    }
+    let node = cluster.nodes[follower - 1].as_ref().unwrap();
+    assert!(metric(node, "verwalter_schedules_checked_total{by=\"body_hash\"}") >= 1.0);
+    // Each role's log on each node: the services whole, then what changed.
+    for n in [leader + 1, follower] {
+        for role in ["reader", "plain"] {
+            let dir = cluster.tmp.path().join(format!("storage{n}/log/{role}"));
+            let log = read_tree(&dir);
+            assert!(
+                log.contains("Template variables: 401 changes since deployment ")
+                    && log.contains(
+                        "  changed services.s0001.image: \"registry.example.com/app-1:1\" -> \
+                         \"registry.example.com/app-1:2\"\n"
+                    )
+                    && log.contains("  ... and 351 more\n"),
+                "node {n}, {role}:\n{log}"
+            );
+        }
+    }
+}
+
+/// Every file under `dir`, read and joined.
+fn read_tree(dir: &Path) -> String {
+    let mut text = String::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            text.push_str(&read_tree(&path));
+        } else {
+            text.push_str(&std::fs::read_to_string(&path).unwrap_or_default());
+        }
+    }
+    text
+}
+
 /// `examples/cluster/run.sh`'s output: its lines, as they come.
 struct RunSh {
     child: Child,

@@ -20,6 +20,7 @@
 //!   command, against a node started as `make run` starts it.
 //! - `cluster`: three processes on 127.0.0.1–3 with the cantal test double: one leader, one
 //!   schedule everywhere, forged election packets dropped, failover after SIGKILL of the leader;
+//!   a follower rendering and logging a big shared role as its leader does;
 //!   `examples/cluster/run.sh` (`make cluster`) itself: labelled log lines, pid files,
 //!   `make cluster-stop NODE=...`.
 //! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies

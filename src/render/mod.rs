@@ -23,6 +23,7 @@ use sha1::{Digest, Sha1};
 use verwalter_controllers::machinery::ports::{ApplyError, RoleApplier, RoleJob, StorageError};
 use verwalter_controllers::machinery::store::Reader;
 use verwalter_controllers::render::vars::logged::Logged;
+use verwalter_controllers::schedule::data::TextPart;
 use verwalter_controllers::state::{InputError, TemplateFile, Templates};
 
 use crate::storage::logs::LogDir;
@@ -105,6 +106,10 @@ pub struct ApplierConfig {
     pub log_dirs: BTreeMap<String, PathBuf>,
 }
 
+/// The variables last written to a role's log: the deployment, the templates' context and the
+/// values kept as text.
+type LoggedVars = (String, Arc<handlebars::Context>, Vec<(String, TextPart)>);
+
 /// Renders and applies roles for the render controller.
 #[derive(Clone)]
 pub struct Applier(Arc<Inner>);
@@ -117,7 +122,7 @@ struct Inner {
     cache: Mutex<HashMap<String, (String, Arc<TemplateSet>)>>,
     /// The variables last written to each role's log, with the deployment that wrote them: the
     /// next attempt logs only what differs (the first after start logs them whole).
-    logged_vars: Mutex<HashMap<String, (String, Arc<handlebars::Context>)>>,
+    logged_vars: Mutex<HashMap<String, LoggedVars>>,
 }
 
 impl Applier {
@@ -173,22 +178,46 @@ impl Inner {
     async fn run(self: Arc<Self>, mut job: RoleJob) -> Result<(), ApplyError> {
         // A role log that cannot be written does not stop the role (the log dir reports it).
         let mut log = self.logs.role(&job.role, &job.deployment_id);
+        let this = self.clone();
+        let template = job.template.clone();
+        let set = tokio::task::spawn_blocking(move || this.template_set(&template))
+            .await
+            .map_err(|e| ApplyError::Templates(format!("loading templates: {e}")))
+            .and_then(|set| set.map_err(ApplyError::Templates));
         // The templates' context takes the variables over (the render controller hands them
-        // on, so nothing is copied) and is kept for the next attempt's log.
-        let vars = Vars::new(Arc::unwrap_or_clone(std::mem::take(&mut job.vars)));
-        let last = self
-            .logged_vars
-            .lock()
-            .unwrap()
-            .insert(job.role.clone(), (job.deployment_id.clone(), vars.shared()));
+        // on, so nothing is copied) and is kept for the next attempt's log. Big values kept as
+        // text are parsed into it when a template may read them; the others stay text.
+        let mut vars = Arc::unwrap_or_clone(std::mem::take(&mut job.vars));
+        let mut texts = std::mem::take(&mut job.unparsed);
+        texts.retain(|(key, part)| {
+            let read = set.as_ref().is_ok_and(|set| set.may_read(key));
+            if read {
+                vars.insert(key.clone(), part.parse());
+            }
+            !read
+        });
+        let vars = Vars::new(vars);
+        let last = self.logged_vars.lock().unwrap().insert(
+            job.role.clone(),
+            (job.deployment_id.clone(), vars.shared(), texts.clone()),
+        );
         log.vars(
-            last.as_ref().map(|(id, vars)| Logged {
+            last.as_ref().map(|(id, vars, texts)| Logged {
                 deployment_id: id,
                 vars: engines::vars_of(vars),
+                texts,
             }),
             vars.map(),
+            &texts,
         );
-        let result = self.clone().render_and_apply(&job, &vars, &mut log).await;
+        let result = match set {
+            Ok(set) => {
+                self.clone()
+                    .render_and_apply(&job, &set, &vars, &mut log)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
         log.finish(&result);
         result
     }
@@ -196,15 +225,10 @@ impl Inner {
     async fn render_and_apply(
         self: Arc<Self>,
         job: &RoleJob,
+        set: &TemplateSet,
         vars: &Vars,
         log: &mut crate::storage::logs::RoleLog,
     ) -> Result<(), ApplyError> {
-        let this = self.clone();
-        let template = job.template.clone();
-        let set = tokio::task::spawn_blocking(move || this.template_set(&template))
-            .await
-            .map_err(|e| ApplyError::Templates(format!("loading templates: {e}")))?
-            .map_err(ApplyError::Templates)?;
         // The role's staging dir stays between attempts: its files are rewritten in place, which
         // is much cheaper on ext4 than creating and deleting them each time. Files no attempt
         // wrote are removed below; the dir goes when the role leaves the schedule.
@@ -218,16 +242,7 @@ impl Inner {
         for (index, renderer) in set.renderers.iter().enumerate() {
             log.action_start(&renderer.name);
             let result = self
-                .apply_renderer(
-                    &set,
-                    index,
-                    renderer,
-                    vars,
-                    &staging,
-                    job,
-                    log,
-                    &mut written,
-                )
+                .apply_renderer(set, index, renderer, vars, &staging, job, log, &mut written)
                 .await;
             log.action_finish(&renderer.name);
             result.map_err(|e| e.within(&format!("{}/{}", set.shown, renderer.name)))?;

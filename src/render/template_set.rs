@@ -40,6 +40,8 @@ pub(crate) struct TemplateSet {
     pub(crate) dir: PathBuf,
     pub(crate) renderers: Vec<Renderer>,
     engines: BTreeMap<String, EngineKind>,
+    /// The text of every template, for [`TemplateSet::may_read`].
+    sources: Vec<String>,
     handlebars: HandlebarsEngine,
     tera: TeraEngine,
 }
@@ -94,6 +96,7 @@ impl TemplateSet {
             dir: dir.to_path_buf(),
             renderers: Vec::new(),
             engines: BTreeMap::new(),
+            sources: Vec::new(),
             handlebars: HandlebarsEngine::default(),
             tera: TeraEngine::default(),
         };
@@ -120,6 +123,7 @@ impl TemplateSet {
                 .add(&rel, &source)
                 .map_err(|e| format!("{shown}: {e}"))?;
             set.engines.insert(rel, kind);
+            set.sources.push(source);
         }
         for rel in render_files {
             let shown = format!("{shown_dir}/{rel}");
@@ -153,6 +157,15 @@ impl TemplateSet {
             ));
         }
         Ok(set)
+    }
+
+    /// Whether a template of the dir may read the variable `key`
+    /// ([`verwalter_controllers::render::vars::templates_may_read`]).
+    pub(crate) fn may_read(&self, key: &str) -> bool {
+        verwalter_controllers::render::vars::templates_may_read(
+            self.sources.iter().map(String::as_str),
+            key,
+        )
     }
 
     /// Renders one template (a path relative to the template dir).

@@ -420,9 +420,103 @@ async fn a_role_applies_when_its_log_cannot_be_written() {
         template: "app/v1".into(),
         deployment_id: "dep".into(),
         vars: Arc::new(Map::new()),
+        unparsed: Vec::new(),
     };
     applier.apply(job).await.expect("the role applies");
     assert!(marker.exists(), "its command ran");
     let problem = logs.problem().expect("the log failure is reported");
     assert!(problem.contains("web"), "{problem}");
+}
+
+/// Every file under `dir`, read and joined (a role's log, whatever its segments).
+fn read_all(dir: &std::path::Path) -> String {
+    let mut text = String::new();
+    for entry in fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            text.push_str(&read_all(&path));
+        } else if let Ok(part) = fs::read_to_string(&path) {
+            text.push_str(&part);
+        }
+    }
+    text
+}
+
+#[tokio::test]
+async fn values_kept_as_text_are_parsed_for_templates_that_name_them_and_logged_as_text() {
+    use verwalter_controllers::machinery::ports::{RoleApplier, RoleJob};
+    use verwalter_controllers::node::StoreWriter;
+    use verwalter_controllers::schedule::data::TextPart;
+
+    let config = tempfile::tempdir().unwrap();
+    for (dir, template) in [
+        (
+            "named/v1",
+            "{{#each services}}{{@key}}={{image}};{{/each}} v={{v}}\n",
+        ),
+        ("unnamed/v1", "v={{v}}\n"),
+    ] {
+        let at = config.path().join("templates").join(dir);
+        fs::create_dir_all(&at).unwrap();
+        fs::write(at.join("app.render.yaml"), RENDER).unwrap();
+        fs::write(at.join("app.conf.hbs"), template).unwrap();
+    }
+    let writer = StoreWriter::new(None);
+    writer
+        .templates
+        .set(read_templates(config.path(), &mut Vec::new()));
+    let out = tempfile::tempdir().unwrap();
+    fs::create_dir(out.path().join("log")).unwrap();
+    let logs = LogDir::open(
+        &out.path().join("log"),
+        crate::storage::logs::LogLimits::default(),
+    );
+    let applier = Applier::new(
+        ApplierConfig {
+            config_dir: config.path().to_path_buf(),
+            staging_dir: out.path().join("staging"),
+            command_timeout: std::time::Duration::from_secs(30),
+            dry_run: false,
+            log_dirs: Default::default(),
+        },
+        logs.clone(),
+        writer.store().templates.clone(),
+    );
+    let job = |role: &str, template: &str, id: &str, image: &str| RoleJob {
+        role: role.into(),
+        template: template.into(),
+        deployment_id: id.into(),
+        vars: Arc::new(json!({"v": 1}).as_object().unwrap().clone()),
+        unparsed: vec![(
+            "services".into(),
+            TextPart::of(&json!({"s1": {"image": image}, "s2": {"image": "j"}})),
+        )],
+    };
+    for (id, image) in [("dep1", "i1"), ("dep2", "i2")] {
+        for (role, template) in [("a", "named/v1"), ("b", "unnamed/v1")] {
+            applier
+                .apply(job(role, template, id, image))
+                .await
+                .expect("the role applies");
+        }
+        let rendered = |role: &str| {
+            fs::read_to_string(out.path().join("staging").join(role).join("0.conf")).unwrap()
+        };
+        assert_eq!(rendered("a"), format!("s1={image};s2=j; v=1\n"));
+        assert_eq!(rendered("b"), "v=1\n");
+    }
+    for role in ["a", "b"] {
+        let log = read_all(&out.path().join("log").join(role));
+        assert!(
+            log.contains(r#""services": {"#) && log.contains(r#""image": "i1""#),
+            "the first entry shows the value whole: {log}"
+        );
+        assert!(
+            log.contains(
+                "Template variables: 1 change since deployment dep1 (the whole: GET \
+                 /v1/roles_data, to_render."
+            ) && log.contains("  changed services.s1.image: \"i1\" -> \"i2\"\n"),
+            "{log}"
+        );
+    }
 }

@@ -64,8 +64,12 @@ pub struct RoleJob {
     /// Template dir relative to `templates/` (already checked to be a plain relative path).
     pub template: String,
     pub deployment_id: String,
-    /// Every variable the templates see.
+    /// Every variable the templates see, but those in `unparsed`.
     pub vars: Arc<serde_json::Map<String, serde_json::Value>>,
+    /// Big values of the role's own variables kept as their text, in key order, none of them a
+    /// key of `vars` (see [`crate::schedule::data::ScheduleData::skeleton`]): the applier parses
+    /// those its templates may read, and the role log compares them as text.
+    pub unparsed: Vec<(String, crate::schedule::data::TextPart)>,
 }
 
 /// Why a role could not be rendered and applied. Each message names the file, line or command

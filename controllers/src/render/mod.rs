@@ -56,11 +56,14 @@ use crate::machinery::ports::{
 use crate::machinery::store::Field;
 use crate::node::Store;
 use crate::refs;
+use crate::schedule::data::TextPart;
 use crate::state::{
     BlockedState, Deployment, RoleBlocked, RoleFailure, RolesStatus, Schedule, ScheduleData,
     Templates,
 };
 
+/// Values of a role's own variables kept as text, by key ([`RoleJob::unparsed`]).
+type Unparsed = Vec<(String, TextPart)>;
 /// Length of a deployment id (as in verwalter 0.13).
 pub(crate) const DEPLOYMENT_ID_LEN: usize = 24;
 
@@ -478,7 +481,7 @@ impl RenderController {
         let real = self.store.schedule.peek();
         match self.view_now(&real)? {
             Ok(view) => view.as_ref().as_ref().map(|s| {
-                vars::node_roles(s.data.tree(), &self.host)
+                vars::node_roles(s.data.skeleton(), &self.host)
                     .into_iter()
                     .collect()
             }),
@@ -556,7 +559,7 @@ impl RenderController {
                 let roles = view
                     .as_ref()
                     .as_ref()
-                    .map(|s| vars::node_roles(s.data.tree(), &self.host))
+                    .map(|s| vars::node_roles(s.data.skeleton(), &self.host))
                     .unwrap_or_default();
                 {
                     let mut st = self.state.lock().unwrap();
@@ -636,7 +639,8 @@ impl RenderController {
         refs_doc: impl FnOnce() -> Arc<Value>,
     ) -> Result<Desired, RenderError> {
         let vars_error = |e: vars::VarsError| RenderError::Vars(e.to_string());
-        let sources = vars::sources(schedule.data.tree(), &self.host, role).map_err(vars_error)?;
+        let sources =
+            vars::sources(schedule.data.skeleton(), &self.host, role).map_err(vars_error)?;
         let template = vars::role_template(role, &sources).map_err(vars_error)?;
         let mut hasher = Sha1::new();
         hasher.update(shared);
@@ -657,6 +661,17 @@ impl RenderController {
                 Some(text) => text.as_bytes(),
                 None => {
                     bytes.clear();
+                    // The skeleton holds null for the values kept as text: the role's own
+                    // variables are then written from the tree.
+                    let tree;
+                    let source = match index == 1 && !schedule.data.unparsed(role).is_empty() {
+                        true => {
+                            tree = vars::sources(schedule.data.tree(), &self.host, role)
+                                .map_err(vars_error)?;
+                            tree[1]
+                        }
+                        false => source,
+                    };
                     vars::write_hashed_source(source, &mut bytes);
                     &bytes
                 }
@@ -697,6 +712,34 @@ impl RenderController {
             template,
             has_refs,
         })
+    }
+
+    /// The merged variables of `role` (without references to resolve), and the values of its
+    /// own variables kept as text ([`ScheduleData::unparsed`]), which the merged variables
+    /// then leave out: merged from the skeleton, unless a value kept as text has its key in
+    /// another source too (the merge needs the value then, and reads the tree).
+    fn role_vars(
+        &self,
+        data: &ScheduleData,
+        role: &str,
+    ) -> Result<(serde_json::Map<String, Value>, Unparsed), RenderError> {
+        let vars_error = |e: vars::VarsError| RenderError::Vars(e.to_string());
+        let unparsed = data.unparsed(role);
+        let sources = vars::sources(data.skeleton(), &self.host, role).map_err(vars_error)?;
+        let elsewhere = |key: &String| {
+            [0, 2, 3]
+                .into_iter()
+                .any(|i| sources[i].is_some_and(|s| s.contains_key(key)))
+        };
+        if unparsed.is_empty() || unparsed.iter().any(|(key, _)| elsewhere(key)) {
+            let merged = vars::role_vars(data.tree(), &self.host, role).map_err(vars_error)?;
+            return Ok((merged, Vec::new()));
+        }
+        let mut merged = vars::role_vars(data.skeleton(), &self.host, role).map_err(vars_error)?;
+        for (key, _) in &unparsed {
+            merged.remove(key);
+        }
+        Ok((merged, unparsed))
     }
 
     /// The merged variables of `role` with its `$(role.path)` references resolved against `doc`
@@ -742,7 +785,7 @@ impl RenderController {
             return deps.clone();
         }
         let deps = Arc::new(match schedule.as_ref() {
-            Some(sched) => Deps::build(sched.data.tree(), &self.host),
+            Some(sched) => Deps::build(sched.data.skeleton(), &self.host),
             None => Deps::default(),
         });
         st.deps = Some((schedule.clone(), deps.clone()));
@@ -753,7 +796,7 @@ impl RenderController {
     fn shared_digest(&self, schedule: &Schedule) -> [u8; 20] {
         let mut hasher = Sha1::new();
         let mut bytes = Vec::new();
-        let data = schedule.data.tree();
+        let data = schedule.data.skeleton();
         let node_vars = data
             .get("nodes")
             .and_then(|n| n.get(&self.host))
@@ -839,7 +882,7 @@ impl RenderController {
         let data_roles = schedule
             .as_ref()
             .as_ref()
-            .map(|s| vars::node_roles(s.data.tree(), &self.host))
+            .map(|s| vars::node_roles(s.data.skeleton(), &self.host))
             .unwrap_or_default();
         for other in data_roles {
             if other == role {
@@ -1225,15 +1268,11 @@ impl RenderController {
         // `DeploymentStart` goes into the log before the role's own entries.
         self.flush_log();
         let now = self.clock.now_ms();
-        let data = schedule
-            .as_ref()
-            .as_ref()
-            .map_or(&Value::Null, |s| s.data.tree());
         // Checked by `desired` already; the schedule snapshot is the same.
-        let merged = match refs_doc {
-            Some(doc) => self.resolved_vars(data, &role, doc)?,
-            None => vars::role_vars(data, &self.host, &role)
-                .map_err(|e| RenderError::Vars(e.to_string()))?,
+        let (merged, unparsed) = match (refs_doc, schedule.as_ref()) {
+            (Some(doc), Some(s)) => (self.resolved_vars(s.data.tree(), &role, doc)?, Vec::new()),
+            (_, Some(s)) => self.role_vars(&s.data, &role)?,
+            (_, None) => return Ok(Requeue::None),
         };
         let mentions_full_schedule = templates
             .dir(&desired.template)
@@ -1255,6 +1294,7 @@ impl RenderController {
             template: desired.template.clone(),
             deployment_id: id.clone(),
             vars: Arc::new(full),
+            unparsed,
         };
         let result = match self.applier.apply(job).await {
             Ok(()) => self
@@ -1406,7 +1446,7 @@ impl Reconciler for RenderController {
         let real = self.store.schedule.peek();
         match self.view_now(&real) {
             Some(Ok(view)) => match view.as_ref() {
-                Some(s) => vars::node_roles(s.data.tree(), &self.host),
+                Some(s) => vars::node_roles(s.data.skeleton(), &self.host),
                 None => Vec::new(),
             },
             // The source is asked (again, after a failure: the driver's backoff).
@@ -1428,7 +1468,7 @@ impl Reconciler for RenderController {
 
 /// The strings of the schedule's `changes` list (other items are shown as JSON).
 fn schedule_changes(schedule: Option<&Schedule>) -> Vec<String> {
-    match schedule.and_then(|s| s.data.tree().get("changes")) {
+    match schedule.and_then(|s| s.data.skeleton().get("changes")) {
         Some(Value::Array(items)) => items
             .iter()
             .map(|item| match item {

@@ -1125,3 +1125,101 @@ async fn a_pass_lists_its_failed_roles_in_name_order_whatever_order_they_failed_
     assert_eq!(last.failed, ["cache", "web"]);
     assert!(last.finished.is_some());
 }
+
+/// `value` as a follower takes it from the leader: text its maker vouched for.
+fn vouched(value: &Value) -> Option<Schedule> {
+    let text = String::from_utf8(crate::schedule::hash::canonical_json(value)).unwrap();
+    let data = ScheduleData::received_vouched(text.clone(), 0..text.len(), HOST).unwrap();
+    Some(Schedule {
+        data,
+        ..Schedule::new(
+            value.clone(),
+            1_500_000_000_000,
+            "0123456789abcdef0123456789abcdef".into(),
+        )
+    })
+}
+
+/// What a pass of `schedule` hands the applier for `web`, and the desired hash it saves.
+async fn web_job(schedule: Option<Schedule>) -> (RoleJob, String) {
+    let rig = rig();
+    rig.schedule.set(schedule);
+    rig.pass_all().await;
+    let jobs = rig.applier.jobs.lock().unwrap().clone();
+    let job = jobs
+        .iter()
+        .find(|j| j.role == "web")
+        .expect("web applied")
+        .clone();
+    let hash = rig.applied.0.lock().unwrap()["web"].clone();
+    (job, hash)
+}
+
+#[tokio::test]
+async fn a_roles_big_own_values_reach_the_applier_as_text_with_the_same_hash() {
+    let services: Value = (0..500)
+        .map(|i| {
+            (
+                format!("s{i:03}"),
+                json!({"image": format!("img:{i}"), "n": i}),
+            )
+        })
+        .collect::<serde_json::Map<String, Value>>()
+        .into();
+    let with = |web: Value, node_vars: Value| {
+        json!({"vars": {"template": "app/v1"}, "roles": {"web": web},
+               "nodes": {HOST: {"vars": node_vars, "roles": {"web": {"v": 2}}}}})
+    };
+    // Kept as text: left out of the variables, handed on beside them; hashed the same.
+    let value = with(json!({"services": services, "v": 1, "w": 3}), json!({}));
+    let (job, hash) = web_job(vouched(&value)).await;
+    let (tree_job, tree_hash) = web_job(schedule_of(&value)).await;
+    assert_eq!(hash, tree_hash);
+    assert!(!job.vars.contains_key("services"));
+    assert_eq!((&job.vars["v"], &job.vars["w"]), (&json!(2), &json!(3)));
+    let keys: Vec<&str> = job.unparsed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["services"]);
+    assert_eq!(job.unparsed[0].1.parse(), services);
+    assert_eq!(tree_job.vars["services"], services);
+    assert!(tree_job.unparsed.is_empty());
+    let mut whole = job.vars.as_ref().clone();
+    whole.insert("services".into(), job.unparsed[0].1.parse());
+    assert_eq!(
+        but_the_pass(whole),
+        but_the_pass(tree_job.vars.as_ref().clone())
+    );
+    // A key another source also sets is merged from the tree; a role variable the hash leaves
+    // out (`timestamp`) has the role's variables hashed from the tree.
+    for value in [
+        with(
+            json!({"services": services, "v": 1}),
+            json!({"services": {"x": 1}}),
+        ),
+        with(json!({"services": services, "timestamp": "t"}), json!({})),
+    ] {
+        let (job, hash) = web_job(vouched(&value)).await;
+        let (tree_job, tree_hash) = web_job(schedule_of(&value)).await;
+        assert_eq!(hash, tree_hash, "{}", value["nodes"]);
+        let kept_as_text = job.unparsed.iter().map(|(k, p)| (k.clone(), p.parse()));
+        let mut whole = job.vars.as_ref().clone();
+        whole.extend(kept_as_text);
+        assert_eq!(
+            but_the_pass(whole),
+            but_the_pass(tree_job.vars.as_ref().clone())
+        );
+    }
+}
+
+fn schedule_of(value: &Value) -> Option<Schedule> {
+    Some(Schedule::new(
+        value.clone(),
+        1_500_000_000_000,
+        "0123456789abcdef0123456789abcdef".into(),
+    ))
+}
+
+/// Variables without the pass's random `deployment_id`.
+fn but_the_pass(mut vars: serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    vars.remove("deployment_id");
+    vars
+}

@@ -14,6 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::state::json_kind;
 
+pub(crate) mod json_text;
 pub mod logged;
 
 /// Version string templates see as `verwalter_version`.
@@ -22,6 +23,63 @@ pub(crate) const VERWALTER_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"
 /// Variables that change on every pass or with any part of the schedule; they are left out of a
 /// role's desired hash (see [`write_hashed_source`]).
 pub(crate) const UNHASHED_VARS: &[&str] = &["deployment_id", "timestamp", "full_schedule"];
+
+/// Keys of a role's own variables that are always parsed, never left as text (see
+/// [`crate::schedule::data::ScheduleData::skeleton`]): the ones the render controller reads
+/// and the ones a pass sets.
+pub(crate) const KEPT_PARSED: &[&str] = &[
+    "template",
+    "depends_on",
+    "role",
+    "node",
+    "verwalter_version",
+    "deployment_id",
+    "timestamp",
+    "full_schedule",
+];
+
+/// Whether templates with the texts `sources` may read the variable `key`: one names it (has its
+/// name anywhere in its text), or one of their tags (`{{ … }}`, `{% … %}`) may read variables it
+/// does not name ([`reads_unnamed`]). A big value of a role's own variables that no template
+/// of its dir may read is not parsed for the render
+/// ([`crate::schedule::data::ScheduleData::skeleton`]).
+pub fn templates_may_read<'a>(sources: impl IntoIterator<Item = &'a str>, key: &str) -> bool {
+    sources
+        .into_iter()
+        .any(|text| text.contains(key) || reads_unnamed(text))
+}
+
+/// Whether a template's tags may reach a variable without its name: the variables whole or by
+/// a name made at render time (Handlebars' `this`, `.`, `@root`, `lookup`, parent paths `../`,
+/// `./`; Tera's `__tera_context`). Text outside the tags is not read.
+fn reads_unnamed(text: &str) -> bool {
+    const WORDS: &[&str] = &["this", "@root", "lookup", "__tera_context", "..", "./"];
+    let word = |b: u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'@' | b']' | b')');
+    let mut rest = text;
+    while let Some(open) = rest.find("{{").into_iter().chain(rest.find("{%")).min() {
+        let close = if rest[open..].starts_with("{{") {
+            "}}"
+        } else {
+            "%}"
+        };
+        let body = &rest[open + 2..];
+        let end = body.find(close).unwrap_or(body.len());
+        let tag = &body.as_bytes()[..end];
+        // A dot that is not between two parts of a path (`a.b`, `a.[b]`, `1.5`): a path of
+        // its own, the current context.
+        let bare_dot = (0..tag.len()).any(|i| {
+            tag[i] == b'.'
+                && !(i > 0
+                    && word(tag[i - 1])
+                    && tag.get(i + 1).is_some_and(|&b| word(b) || b == b'['))
+        });
+        if bare_dot || WORDS.iter().any(|w| body[..end].contains(w)) {
+            return true;
+        }
+        rest = &body[end..];
+    }
+    false
+}
 
 /// Words that mark a key as holding a secret (matched case-insensitively within the key).
 const SECRET_WORDS: &[&str] = &["password", "secret", "token", "key"];

@@ -24,6 +24,7 @@ use serde::{Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use crate::render::vars::json_text;
 use crate::schedule::hash::{canonical_json, hash_canonical};
 
 /// The keys of a schedule that a node's own view keeps besides its entry in `nodes`: what role
@@ -49,6 +50,79 @@ struct Inner {
     view: Option<(String, ScheduleData)>,
     /// In such a view: where in `text` each entry of `roles` is (see [`ScheduleData::role_text`]).
     roles: BTreeMap<String, std::ops::Range<usize>>,
+    /// In such a view, when a role's own variables hold values of [`UNPARSED_MIN`] bytes or
+    /// more: the view's tree with each of them null, made instead of the tree (which is then
+    /// parsed only when something asks for it); see [`ScheduleData::skeleton`].
+    skeleton: Option<Arc<Value>>,
+    /// The values left null in `skeleton`: by role, each key with where its text is in `text`
+    /// and its tape (written by the arrival check's pass).
+    unparsed: BTreeMap<String, Vec<Unparsed>>,
+}
+
+/// A value of a role's own variables at least this long (its canonical text) is left out of a
+/// view's [`ScheduleData::skeleton`] and kept as text ([`TextPart`]): the render controller and
+/// the role log read it as text, and it is parsed only for templates that may read it.
+pub(crate) const UNPARSED_MIN: usize = 16 << 10;
+
+/// A value left null in a view's skeleton: its key, where its text is in the view's text, and
+/// its tape.
+type Unparsed = (
+    String,
+    std::ops::Range<usize>,
+    Arc<OnceLock<json_text::Tape>>,
+);
+
+/// One value of a schedule's data as its canonical JSON text: a part of the schedule's text,
+/// shared (no copy). Checked JSON, so [`TextPart::parse`] cannot fail.
+#[derive(Clone)]
+pub struct TextPart {
+    data: ScheduleData,
+    range: std::ops::Range<usize>,
+    /// Its structure, made on first use and shared by the clones (the role log keeps the last
+    /// one logged, whose tape then serves the next comparison).
+    tape: Arc<OnceLock<json_text::Tape>>,
+}
+
+impl TextPart {
+    /// The value's canonical JSON text.
+    pub fn text(&self) -> &str {
+        &self.data.0.text[self.range.clone()]
+    }
+
+    /// The value's [`json_text::Tape`].
+    pub(crate) fn tape(&self) -> &json_text::Tape {
+        self.tape.get_or_init(|| json_text::tape(self.text()))
+    }
+
+    /// The value as a tree.
+    pub fn parse(&self) -> Value {
+        serde_json::from_str(self.text()).expect("schedule data is JSON")
+    }
+}
+
+impl TextPart {
+    /// `value`'s canonical text as a part of data of its own.
+    pub fn of(value: &Value) -> TextPart {
+        let text = String::from_utf8(canonical_json(value)).expect("serde_json writes UTF-8");
+        let range = 0..text.len();
+        TextPart {
+            data: ScheduleData::with(text, OnceLock::new(), None),
+            range,
+            tape: Arc::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for TextPart {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "TextPart({} bytes)", self.range.len())
+    }
+}
+
+impl PartialEq for TextPart {
+    fn eq(&self, other: &TextPart) -> bool {
+        self.text() == other.text()
+    }
 }
 
 impl ScheduleData {
@@ -74,7 +148,38 @@ impl ScheduleData {
             all_roles: OnceLock::new(),
             view,
             roles: BTreeMap::new(),
+            skeleton: None,
+            unparsed: BTreeMap::new(),
         }))
+    }
+
+    /// The tree the render controller reads a role's sources from: [`ScheduleData::tree`],
+    /// except in a node view cut from vouched-for text where a role's own variables hold big
+    /// values ([`UNPARSED_MIN`]; none of [`crate::render::vars::KEPT_PARSED`], none holding `$(`
+    /// or a `\u` escape): there each of them is null, and their texts are
+    /// [`ScheduleData::unparsed`]. Everything else in it is the tree's.
+    pub(crate) fn skeleton(&self) -> &Value {
+        match &self.0.skeleton {
+            Some(skeleton) => skeleton,
+            None => self.tree(),
+        }
+    }
+
+    /// The values of `role`'s own variables that [`ScheduleData::skeleton`] leaves null, by key
+    /// in key order, as text.
+    pub(crate) fn unparsed(&self, role: &str) -> Vec<(String, TextPart)> {
+        self.0.unparsed.get(role).map_or_else(Vec::new, |keys| {
+            keys.iter()
+                .map(|(key, range, tape)| {
+                    let part = TextPart {
+                        data: self.clone(),
+                        range: range.clone(),
+                        tape: tape.clone(),
+                    };
+                    (key.clone(), part)
+                })
+                .collect()
+        })
     }
 
     /// The text of `roles[role]` in a node view cut from text its maker vouched for
@@ -353,8 +458,9 @@ fn cut_view(data: &str, host: &str) -> Option<Map<String, Value>> {
 /// is ([`ScheduleData::role_text`]). `None` as for [`cut_view`].
 fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
     let cut = scan::cut(data, host)?;
-    let [changes, roles, vars] = cut.keys;
+    let [changes, roles, vars] = cut.keys.clone();
     let mut role_parts = BTreeMap::new();
+    let mut unparsed = BTreeMap::new();
     let parts: usize = [&changes, &cut.node, &roles, &vars]
         .into_iter()
         .flatten()
@@ -366,13 +472,17 @@ fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
     // `nodes` sorts between `changes` and `roles`.
     for (key, range) in [
         ("changes", changes),
-        ("nodes", cut.node),
+        ("nodes", cut.node.clone()),
         ("roles", roles),
         ("vars", vars),
     ] {
         let Some(range) = range else { continue };
-        let part = &data[range];
-        let mut value: Value = serde_json::from_str(part).ok()?;
+        let part = &data[range.clone()];
+        let big_roles = key == "roles" && canonical && part.starts_with('{');
+        let mut value: Value = match big_roles {
+            true => Value::Null,
+            false => serde_json::from_str(part).ok()?,
+        };
         if text.len() > 1 {
             text.push(',');
         }
@@ -404,14 +514,83 @@ fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
                     role_parts.insert(name, at.start - from + to..at.end - from + to);
                 }
             }
+            if big_roles {
+                let shift = |at: &std::ops::Range<usize>| {
+                    let from = range_start(data, part);
+                    at.start - from + text.len()..at.end - from + text.len()
+                };
+                value = roles_skeleton(data, &cut, shift, &mut unparsed)?;
+            }
             text.push_str(part);
         }
         view.insert(key.to_string(), value);
     }
     text.push('}');
-    let mut view = ScheduleData::with(text, OnceLock::from(Arc::new(Value::Object(view))), None);
-    Arc::get_mut(&mut view.0).expect("just made").roles = role_parts;
+    let view = Arc::new(Value::Object(view));
+    let (tree, skeleton) = match unparsed.is_empty() {
+        true => (OnceLock::from(view), None),
+        false => (OnceLock::new(), Some(view)),
+    };
+    let mut view = ScheduleData::with(text, tree, None);
+    let inner = Arc::get_mut(&mut view.0).expect("just made");
+    inner.roles = role_parts;
+    inner.skeleton = skeleton;
+    inner.unparsed = unparsed;
     Some(view)
+}
+
+/// The `roles` object of a view's skeleton ([`ScheduleData::skeleton`]), from the entries the
+/// cut found in `data`: each role's value parsed, except its own values of [`UNPARSED_MIN`]
+/// bytes or more that may be left as text, which are null here and noted in `unparsed` (by role,
+/// with their ranges in the view's text, which `shift` gives). A key given twice keeps its last
+/// value, as a parse does.
+fn roles_skeleton(
+    data: &str,
+    cut: &scan::Cut,
+    shift: impl Fn(&std::ops::Range<usize>) -> std::ops::Range<usize>,
+    unparsed: &mut BTreeMap<String, Vec<Unparsed>>,
+) -> Option<Value> {
+    let key_of = |at: &std::ops::Range<usize>| -> Option<String> {
+        let written = &data[at.clone()];
+        match written.contains('\\') {
+            false => Some(written[1..written.len() - 1].to_string()),
+            true => serde_json::from_str(written).ok(),
+        }
+    };
+    let may_leave = |key: &str, at: &std::ops::Range<usize>| {
+        at.len() >= UNPARSED_MIN
+            && !crate::render::vars::KEPT_PARSED.contains(&key)
+            && !data[at.clone()].contains("$(")
+            && !data[at.clone()].contains("\\u")
+    };
+    let mut roles = Map::new();
+    for ((name, at), entries) in cut.roles.iter().zip(&cut.role_entries) {
+        let name = key_of(name)?;
+        unparsed.remove(&name);
+        if !entries.iter().any(|(_, at)| at.len() >= UNPARSED_MIN) {
+            roles.insert(name, serde_json::from_str(&data[at.clone()]).ok()?);
+            continue;
+        }
+        let mut role = Map::new();
+        let mut left: Vec<Unparsed> = Vec::new();
+        for (key, at) in entries {
+            let key = key_of(key)?;
+            left.retain(|(k, ..)| *k != key);
+            if may_leave(&key, at) {
+                let tape = cut.tapes.get(&at.start).cloned().unwrap_or_default();
+                left.push((key.clone(), shift(at), tape));
+                role.insert(key, Value::Null);
+            } else {
+                role.insert(key, serde_json::from_str(&data[at.clone()]).ok()?);
+            }
+        }
+        if !left.is_empty() {
+            left.sort_by(|a, b| a.0.cmp(&b.0));
+            unparsed.insert(name.clone(), left);
+        }
+        roles.insert(name, Value::Object(role));
+    }
+    Some(Value::Object(roles))
 }
 
 /// Where `part`, a slice of `data`, starts in it.

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value};
 use verwalter_controllers::render::vars::logged::{self, Logged};
+use verwalter_controllers::schedule::data::TextPart;
 
 use super::{LogDir, Marker, Pointer, Segment, marker_line, open_segment};
 use crate::render::apply::ApplyLog;
@@ -44,8 +45,13 @@ impl RoleLog {
     /// The variables the templates see, secrets masked, `full_schedule` summarised: whole (or by
     /// key with digests when big) when `last` is `None`, else what changed since `last`
     /// (`verwalter_controllers::render::vars::logged`).
-    pub(crate) fn vars(&mut self, last: Option<Logged<'_>>, vars: &Map<String, Value>) {
-        let text = logged::entry(&self.role, last, vars);
+    pub(crate) fn vars(
+        &mut self,
+        last: Option<Logged<'_>>,
+        vars: &Map<String, Value>,
+        texts: &[(String, TextPart)],
+    ) {
+        let text = logged::entry(&self.role, last, vars, texts);
         self.write(text.as_bytes());
     }
 

@@ -30,6 +30,7 @@ fn a_deployment_is_indexed_in_verwalter_0_13_shape() {
         json!({"role": "web", "db_password": "hunter2", "nested": {"api_token": "t0k"}, "port": 80})
             .as_object()
             .unwrap(),
+        &[],
     );
     role.action_start("nginx.render.yaml");
     role.line("running: echo hi");

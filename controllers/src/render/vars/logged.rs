@@ -11,7 +11,9 @@ use std::fmt::Write as _;
 use serde_json::{Map, Value};
 use sha2::{Digest, Sha256};
 
+use super::json_text::{self, At, Kind};
 use super::{FULL_SCHEDULE_SHOWN, Masked, UNHASHED_VARS, is_secret};
+use crate::schedule::data::TextPart;
 
 /// Variables whose compact JSON is at most this long are logged whole on a role's first attempt.
 pub(crate) const WHOLE_MAX: usize = 64 * 1024;
@@ -24,14 +26,28 @@ pub(crate) const PATHS_MAX: usize = 50;
 pub struct Logged<'a> {
     pub deployment_id: &'a str,
     pub vars: &'a Map<String, Value>,
+    /// Variables kept as text ([`TextPart`]), none of them a key of `vars`.
+    pub texts: &'a [(String, TextPart)],
 }
 
-/// The role log's entry for `vars`, whole lines; `last`: the variables last logged for `role`
-/// (`None` on its first attempt since the daemon started).
-pub fn entry(role: &str, last: Option<Logged<'_>>, vars: &Map<String, Value>) -> String {
+/// The role log's entry for `vars` and the variables kept as text, `texts` (none of them a key
+/// of `vars`), whole lines; `last`: the variables last logged for `role` (`None` on its first
+/// attempt since the daemon started).
+pub fn entry(
+    role: &str,
+    last: Option<Logged<'_>>,
+    vars: &Map<String, Value>,
+    texts: &[(String, TextPart)],
+) -> String {
     match last {
-        None => whole(role, vars),
-        Some(last) => changes(role, &last, vars),
+        None if texts.is_empty() => whole(role, vars),
+        None => {
+            // Once per role after a start: the values kept as text are parsed to be shown.
+            let mut all = vars.clone();
+            all.extend(texts.iter().map(|(key, part)| (key.clone(), part.parse())));
+            whole(role, &all)
+        }
+        Some(last) => changes(role, &last, vars, texts),
     }
 }
 
@@ -57,7 +73,7 @@ fn whole(role: &str, vars: &Map<String, Value>) -> String {
             Value::from("***")
         } else {
             match compact(value) {
-                Some(text) if text.len() > VALUE_MAX => Value::from(digest(value, &text)),
+                Some(text) if text.len() > VALUE_MAX => Value::from(digest(kind_of(value), &text)),
                 _ => serde_json::to_value(Masked(Some(value))).unwrap_or(Value::Null),
             }
         };
@@ -71,10 +87,49 @@ fn whole(role: &str, vars: &Map<String, Value>) -> String {
     )
 }
 
+/// A value compared by the role log: a tree, or the canonical JSON text of one (a big value of
+/// a role's own variables, kept as text; see [`TextPart`]).
+#[derive(Clone, Copy)]
+enum Item<'a> {
+    Tree(&'a Value),
+    Text(At<'a>),
+}
+
+/// The top-level variables, `vars` and `texts` together, in key order.
+fn top_items<'a>(
+    vars: &'a Map<String, Value>,
+    texts: &'a [(String, TextPart)],
+) -> Vec<(&'a str, Item<'a>)> {
+    let mut items: Vec<(&str, Item)> = vars
+        .iter()
+        .map(|(k, v)| (k.as_str(), Item::Tree(v)))
+        .collect();
+    if !texts.is_empty() {
+        items.extend(
+            texts
+                .iter()
+                .map(|(k, p)| (k.as_str(), Item::Text(At::root(p.text(), p.tape())))),
+        );
+        items.sort_by(|a, b| a.0.cmp(b.0));
+    }
+    items
+}
+
 /// A later entry: the paths that differ from the variables last logged.
-fn changes(role: &str, last: &Logged<'_>, vars: &Map<String, Value>) -> String {
+fn changes(
+    role: &str,
+    last: &Logged<'_>,
+    vars: &Map<String, Value>,
+    texts: &[(String, TextPart)],
+) -> String {
     let mut lines = Lines::default();
-    diff_objects(&mut String::new(), last.vars, vars, true, &mut lines);
+    diff_objects(
+        &mut String::new(),
+        top_items(last.vars, last.texts),
+        top_items(vars, texts),
+        true,
+        &mut lines,
+    );
     let Lines {
         shown: lines,
         count,
@@ -123,32 +178,39 @@ impl Lines {
     }
 }
 
-/// The differences between two objects at `path`: the keys of `old` in order (removed or
-/// changed), then the keys only `new` has (added). Both maps iterate in key order, so they are
-/// walked side by side, one comparison of keys per step.
-fn diff_objects(
+/// The entries of an object as items, in key order.
+fn tree_items(map: &Map<String, Value>) -> impl Iterator<Item = (&str, Item<'_>)> {
+    map.iter().map(|(k, v)| (k.as_str(), Item::Tree(v)))
+}
+
+/// The differences between two objects at `path`, given as their entries in key order: the keys
+/// of `old` in order (removed or changed), then the keys only `new` has (added). Both are walked
+/// side by side, one comparison of keys per step.
+fn diff_objects<'a, K: AsRef<str>>(
     path: &mut String,
-    old: &Map<String, Value>,
-    new: &Map<String, Value>,
+    old: impl IntoIterator<Item = (K, Item<'a>)>,
+    new: impl IntoIterator<Item = (K, Item<'a>)>,
     top: bool,
     out: &mut Lines,
 ) {
     // Values that change every pass, and the placeholder of the whole schedule.
-    let skipped = |key: &String| top && UNHASHED_VARS.contains(&key.as_str());
+    let skipped = |key: &K| top && UNHASHED_VARS.contains(&key.as_ref());
     let mut added = Vec::new();
-    let mut news = new.iter().filter(|(k, _)| !skipped(k)).peekable();
-    for (key, old_value) in old.iter().filter(|(k, _)| !skipped(k)) {
+    let mut news = new.into_iter().filter(|(k, _)| !skipped(k)).peekable();
+    for (key, old_value) in old.into_iter().filter(|(k, _)| !skipped(k)) {
+        let key = key.as_ref();
         let mut new_value = None;
-        while let Some((k, v)) = news.peek() {
-            match (*k).cmp(key) {
-                std::cmp::Ordering::Less => added.push(*news.peek().expect("peeked")),
-                std::cmp::Ordering::Equal => new_value = Some(*v),
-                std::cmp::Ordering::Greater => break,
-            }
-            news.next();
-            if new_value.is_some() {
+        while let Some((k, _)) = news.peek() {
+            let order = k.as_ref().cmp(key);
+            if order == std::cmp::Ordering::Greater {
                 break;
             }
+            let (k, v) = news.next().expect("peeked");
+            if order == std::cmp::Ordering::Equal {
+                new_value = Some(v);
+                break;
+            }
+            added.push((k, v));
         }
         let len = if out.full() {
             path.len()
@@ -167,18 +229,33 @@ fn diff_objects(
             out.push(String::new);
             continue;
         }
-        let len = push_key(path, key, top);
-        out.push(|| format!("added {path}: {}", show(key, new_value)));
+        let len = push_key(path, key.as_ref(), top);
+        out.push(|| format!("added {path}: {}", show(key.as_ref(), new_value)));
         path.truncate(len);
     }
 }
 
 /// Compares the values at `path` (whose last key is `key`), descending into objects and into
-/// arrays of the same length.
-fn diff(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut Lines) {
+/// arrays of the same length. Two texts are compared as text; a text and a tree, as trees.
+fn diff(path: &mut String, key: &str, old: Item<'_>, new: Item<'_>, out: &mut Lines) {
+    match (old, new) {
+        (Item::Tree(old), Item::Tree(new)) => diff_trees(path, key, old, new, out),
+        (Item::Text(old), Item::Text(new)) => diff_texts(path, key, old, new, out),
+        (Item::Text(old), Item::Tree(new)) => {
+            let old = serde_json::from_str(old.get()).expect("a checked JSON text");
+            diff_trees(path, key, &old, new, out);
+        }
+        (Item::Tree(old), Item::Text(new)) => {
+            let new = serde_json::from_str(new.get()).expect("a checked JSON text");
+            diff_trees(path, key, old, &new, out);
+        }
+    }
+}
+
+fn diff_trees(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut Lines) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) if !is_secret(key) => {
-            diff_objects(path, a, b, false, out)
+            diff_objects(path, tree_items(a), tree_items(b), false, out)
         }
         (Value::Array(a), Value::Array(b)) if a.len() == b.len() && !is_secret(key) => {
             for (index, (a, b)) in a.iter().zip(b).enumerate() {
@@ -186,13 +263,65 @@ fn diff(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut Lines)
                 if !out.full() {
                     let _ = write!(path, "[{index}]");
                 }
-                diff(path, key, a, b, out);
+                diff_trees(path, key, a, b, out);
                 path.truncate(len);
             }
         }
         _ if old == new => {}
-        _ => out.push(|| format!("changed {path}: {} -> {}", show(key, old), show(key, new))),
+        _ => out.push(|| {
+            format!(
+                "changed {path}: {} -> {}",
+                show(key, Item::Tree(old)),
+                show(key, Item::Tree(new))
+            )
+        }),
     }
+}
+
+/// [`diff_trees`] of two canonical JSON texts, read through their tapes without building trees:
+/// the same lines.
+fn diff_texts(path: &mut String, key: &str, old: At<'_>, new: At<'_>, out: &mut Lines) {
+    let (old_text, new_text) = (old.get(), new.get());
+    if old_text == new_text {
+        return;
+    }
+    if !is_secret(key) {
+        match (json_text::kind(old_text), json_text::kind(new_text)) {
+            (Kind::Object, Kind::Object) => {
+                let (a, b) = (json_text::entries(&old), json_text::entries(&new));
+                let items = |e: Vec<_>| e.into_iter().map(|(k, v)| (k, Item::Text(v)));
+                return diff_objects(path, items(a), items(b), false, out);
+            }
+            (Kind::Array, Kind::Array) => {
+                let (a, b) = (json_text::items(&old), json_text::items(&new));
+                if a.len() == b.len() {
+                    for (index, (a, b)) in a.into_iter().zip(b).enumerate() {
+                        let len = path.len();
+                        if !out.full() {
+                            let _ = write!(path, "[{index}]");
+                        }
+                        diff_texts(path, key, a, b, out);
+                        path.truncate(len);
+                    }
+                    return;
+                }
+            }
+            _ => {}
+        }
+    }
+    if json_text::may_equal(old_text, new_text)
+        && serde_json::from_str::<Value>(old_text).ok()
+            == serde_json::from_str::<Value>(new_text).ok()
+    {
+        return;
+    }
+    out.push(|| {
+        format!(
+            "changed {path}: {} -> {}",
+            show(key, Item::Text(old)),
+            show(key, Item::Text(new))
+        )
+    });
 }
 
 /// Appends `key` to a dotted path; returns the length to truncate back to.
@@ -229,13 +358,34 @@ fn path_key(key: &str, first: bool) -> String {
 }
 
 /// A value as a change line shows it: compact JSON, secrets masked, big ones as a digest.
-fn show(key: &str, value: &Value) -> String {
+fn show(key: &str, value: Item<'_>) -> String {
     if is_secret(key) {
         return "\"***\"".to_string();
     }
-    match compact(value) {
-        Some(text) if text.len() > VALUE_MAX => digest(value, &text),
-        _ => serde_json::to_string(&Masked(Some(value))).unwrap_or_default(),
+    match value {
+        Item::Tree(value) => match compact(value) {
+            Some(text) if text.len() > VALUE_MAX => digest(kind_of(value), &text),
+            _ => serde_json::to_string(&Masked(Some(value))).unwrap_or_default(),
+        },
+        Item::Text(at) if at.get().len() > VALUE_MAX => {
+            let text = at.get();
+            let kind = match json_text::kind(text) {
+                Kind::Object => "object",
+                Kind::Array => "array",
+                Kind::String => "string",
+                Kind::Other => "value",
+            };
+            digest(kind, text)
+        }
+        // The compact JSON of a string, number or literal is its canonical text; an object or
+        // array may hold secrets to mask.
+        Item::Text(at) => match json_text::kind(at.get()) {
+            Kind::Object | Kind::Array => {
+                let value: Value = serde_json::from_str(at.get()).expect("a checked JSON text");
+                serde_json::to_string(&Masked(Some(&value))).unwrap_or_default()
+            }
+            Kind::String | Kind::Other => at.get().to_string(),
+        },
     }
 }
 
@@ -243,15 +393,19 @@ fn compact(value: &Value) -> Option<String> {
     serde_json::to_string(value).ok()
 }
 
-/// `<object, 1048576 bytes, sha256:0123456789abcdef>`: the kind, the size of the compact JSON and
-/// the start of its SHA-256 (of the value as it is, secrets included, so that any change shows).
-fn digest(value: &Value, text: &str) -> String {
-    let kind = match value {
+/// How [`digest`] names the kind of `value`.
+fn kind_of(value: &Value) -> &'static str {
+    match value {
         Value::Object(_) => "object",
         Value::Array(_) => "array",
         Value::String(_) => "string",
         _ => "value",
-    };
+    }
+}
+
+/// `<object, 1048576 bytes, sha256:0123456789abcdef>`: the kind, the size of the compact JSON and
+/// the start of its SHA-256 (of the value as it is, secrets included, so that any change shows).
+fn digest(kind: &str, text: &str) -> String {
     let hash = Sha256::digest(text.as_bytes());
     format!(
         "<{kind}, {} bytes, sha256:{}>",
@@ -275,8 +429,9 @@ mod tests {
         let last = Logged {
             deployment_id: "dep1",
             vars: &old,
+            texts: &[],
         };
-        entry("web", Some(last), &map(new))
+        entry("web", Some(last), &map(new), &[])
     }
 
     #[test]
@@ -285,6 +440,7 @@ mod tests {
             "web",
             None,
             &map(json!({"port": 80, "db_password": "hunter2", "full_schedule": {"x": 1}})),
+            &[],
         );
         assert_eq!(
             text,
@@ -296,7 +452,7 @@ mod tests {
     #[test]
     fn big_variables_are_logged_by_key_with_digests_of_big_values() {
         let big = "x".repeat(WHOLE_MAX);
-        let text = entry("web", None, &map(json!({"port": 80, "blob": big})));
+        let text = entry("web", None, &map(json!({"port": 80, "blob": big})), &[]);
         assert!(text.len() < 1024, "{text}");
         assert!(text.starts_with(&format!(
             "Template variables ({} bytes; values over 1024 bytes shown as their size and \
@@ -424,5 +580,118 @@ mod tests {
         assert!(text.starts_with("Template variables: 60 changes since deployment dep1"));
         assert_eq!(text.lines().count(), 1 + PATHS_MAX + 1);
         assert!(text.ends_with("  ... and 10 more\n"), "{text}");
+    }
+
+    /// `vars` with the keys `as_text` moved out into texts.
+    fn split(
+        vars: &Map<String, Value>,
+        as_text: &[&str],
+    ) -> (Map<String, Value>, Vec<(String, TextPart)>) {
+        let mut kept = vars.clone();
+        let mut texts = Vec::new();
+        for key in as_text {
+            if let Some(value) = kept.remove(*key) {
+                texts.push((key.to_string(), TextPart::of(&value)));
+            }
+        }
+        (kept, texts)
+    }
+
+    /// The entries for `old` then `new` are the same whichever keys are kept as text.
+    fn same_either_way(old: Value, new: Value, as_text: &[&str]) -> String {
+        let (old, new) = (map(old), map(new));
+        let tree = entry(
+            "web",
+            Some(Logged {
+                deployment_id: "dep1",
+                vars: &old,
+                texts: &[],
+            }),
+            &new,
+            &[],
+        );
+        for old_keys in [as_text, &[]] {
+            for new_keys in [as_text, &[]] {
+                let (old_vars, old_texts) = split(&old, old_keys);
+                let (new_vars, new_texts) = split(&new, new_keys);
+                let last = Logged {
+                    deployment_id: "dep1",
+                    vars: &old_vars,
+                    texts: &old_texts,
+                };
+                let text = entry("web", Some(last), &new_vars, &new_texts);
+                assert_eq!(text, tree, "old as text: {old_keys:?}, new: {new_keys:?}");
+            }
+        }
+        let (new_vars, new_texts) = split(&new, as_text);
+        assert_eq!(
+            entry("web", None, &new_vars, &new_texts),
+            entry("web", None, &new, &[])
+        );
+        tree
+    }
+
+    #[test]
+    fn values_kept_as_text_are_logged_as_their_trees_would_be() {
+        let services = |v: u32| -> Value {
+            (0..80)
+                .map(|i| {
+                    let service = json!({"image": format!("i:{v}"), "n": i, "args": ["a", i],
+                                         "env": {"API_TOKEN": format!("t{v}"), "X": 1},
+                                         "weight": if i == 3 { json!(0.0) } else { json!(1.5) }});
+                    (format!("s{i:02}"), service)
+                })
+                .collect::<Map<String, Value>>()
+                .into()
+        };
+        let mut new = services(2);
+        new["s03"]["weight"] = json!(-0.0);
+        new["s04"]["args"] = json!(["a", 4, "extra"]);
+        new["s05"]["n"] = json!("five");
+        new["s06"]["env"]["NEW"] = json!("\"quoted\" \u{e9}");
+        new["s07"].as_object_mut().unwrap().remove("env");
+        new["s08"]["image"] = json!("x".repeat(2000));
+        new.as_object_mut()
+            .unwrap()
+            .insert("a \"key\"".into(), json!({"k": [1, {"b": 2}]}));
+        let text = same_either_way(
+            json!({"svc": services(1), "x": 1, "list": [1, 2], "secret_cfg": {"a": 1}}),
+            json!({"svc": new, "x": 2, "list": [1, 2, 3], "secret_cfg": {"a": 2}}),
+            &["svc", "list", "secret_cfg"],
+        );
+        assert!(
+            text.starts_with("Template variables: 167 changes since deployment dep1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  changed svc.s00.env.API_TOKEN: \"***\" -> \"***\"\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("  changed list: [1,2] -> [1,2,3]\n"),
+            "{text}"
+        );
+        // Whichever way round, nothing changed is nothing changed, and the first changes are
+        // listed in the same order.
+        same_either_way(
+            json!({"svc": services(1), "deployment_id": "a"}),
+            json!({"svc": services(1), "deployment_id": "b"}),
+            &["svc"],
+        );
+        let lines = same_either_way(
+            json!({"svc": services(1), "b": {"c": [0.0, "s"]}}),
+            json!({"svc": {"s00": {"image": "j", "added": [1]}}, "b": {"c": [-0.0, "t"]}}),
+            &["svc", "b"],
+        );
+        assert!(lines.contains("  added svc.s00.added: [1]\n"), "{lines}");
+        assert!(
+            lines.contains("  removed svc.s01 (was {\"args\":[\"a\",1],"),
+            "{lines}"
+        );
+        assert!(
+            lines.contains("  changed b.c[1]: \"s\" -> \"t\"\n"),
+            "{lines}"
+        );
+        assert!(!lines.contains("b.c[0]"), "{lines}");
     }
 }

@@ -240,3 +240,37 @@ fn secrets_are_masked_at_any_depth_and_any_case() {
                "full_schedule": FULL_SCHEDULE_SHOWN, "api_Token": "***"})
     );
 }
+
+#[test]
+fn templates_may_read_what_they_name_or_reach_without_a_name() {
+    let may = |text: &str| templates_may_read([text], "services");
+    for text in [
+        "{{#each services}}{{@key}}{{/each}}",
+        "{% for s in services %}{% endfor %}",
+        "a line about services, outside any tag",
+        "{{#each this}}{{@key}}{{/each}}",
+        "{{#each .}}x{{/each}}",
+        "{{.}}",
+        "{{ lookup @root name }}",
+        "{{#with vars}}{{../x}}{{/with}}",
+        "{{#each a}}{{#each ..}}{{/each}}{{/each}}",
+        "{{ __tera_context }}",
+        "{{> partial this}}",
+        "{% set all = __tera_context %}",
+        "{{ 1.5 }} {{ \"1.\" }}",
+    ] {
+        assert!(may(text), "{text}");
+    }
+    for text in [
+        "",
+        "v = {{v}} from {{leader}}\n",
+        "{{#each hosts}}{{name}}.{{domain}} {{/each}}",
+        "{{ a.b }} {{ a.[0] }} {{ 1.5 }} {{#if (eq x 1)}}y{{/if}}",
+        "{% for h in hosts %}{{ h.name | upper }}{% endfor %}",
+        "this is only text. ../ and . outside tags {{x}}",
+    ] {
+        assert!(!may(text), "{text}");
+    }
+    assert!(templates_may_read(["{{x}}", "{{services}}"], "services"));
+    assert!(!templates_may_read(Vec::<&str>::new(), "services"));
+}

@@ -1,5 +1,6 @@
 //! One pass over a schedule's JSON text that checks it as strictly as serde_json's parse into a
-//! [`serde_json::Value`] and finds where a node's view lies in it, without building anything.
+//! [`serde_json::Value`] and finds where a node's view lies in it, building nothing but the
+//! tapes of a role's big own values ([`Cut::tapes`]).
 //!
 //! A follower runs this over every schedule it takes (a megabyte on a large fleet), so it is a
 //! plain byte loop: strings, the bulk of a schedule, are skipped eight bytes at a time. What it
@@ -8,7 +9,11 @@
 //! escapes JSON has, `\u` escapes pairing surrogates; numbers have JSON's grammar and a finite
 //! value; containers nest at most [`MAX_DEPTH`] deep; after the value only whitespace.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
+use std::sync::{Arc, OnceLock};
+
+use crate::render::vars::json_text::{Tape, TapeWriter};
 
 /// How deep serde_json nests containers before it refuses the text (its recursion limit, 128,
 /// counted the way it counts).
@@ -24,6 +29,45 @@ pub(crate) struct Cut {
     /// When `roles` (the one in `keys`) is an object: each of its entries, the range of the key
     /// string (quotes included) and of the value.
     pub roles: Vec<(Range<usize>, Range<usize>)>,
+    /// For each entry of `roles`, in the same order: when its value is an object, its entries
+    /// (the range of the key string, quotes included, and of the value); empty otherwise.
+    pub(crate) role_entries: Vec<Vec<(Range<usize>, Range<usize>)>>,
+    /// The [`Tape`] of each value in `role_entries` of [`super::UNPARSED_MIN`] bytes or more, by
+    /// where it starts: written in the same pass, for the role log's comparison of values kept
+    /// as text.
+    pub(crate) tapes: BTreeMap<usize, Arc<OnceLock<Tape>>>,
+}
+
+/// What [`Scan::value_recorded`] tells of the values it passes (see [`TapeWriter`]).
+trait Record {
+    fn open(&mut self);
+    fn close(&mut self, end: usize);
+    fn leaf(&mut self, end: usize);
+}
+
+/// Nothing recorded.
+impl Record for () {
+    #[inline(always)]
+    fn open(&mut self) {}
+    #[inline(always)]
+    fn close(&mut self, _: usize) {}
+    #[inline(always)]
+    fn leaf(&mut self, _: usize) {}
+}
+
+impl Record for TapeWriter {
+    #[inline(always)]
+    fn open(&mut self) {
+        TapeWriter::open(self);
+    }
+    #[inline(always)]
+    fn close(&mut self, end: usize) {
+        TapeWriter::close(self, end);
+    }
+    #[inline(always)]
+    fn leaf(&mut self, end: usize) {
+        TapeWriter::leaf(self, end);
+    }
 }
 
 /// Checks `text` and cuts `host`'s view from it; `None` when serde_json would refuse the text
@@ -92,7 +136,9 @@ impl Scan<'_> {
             if let Some(k) = super::VIEW_KEYS.iter().position(|v| scan.is(&key, v)) {
                 if super::VIEW_KEYS[k] == "roles" {
                     cut.roles.clear();
-                    scan.entries(|_, name, value| cut.roles.push((name, value)))?;
+                    cut.role_entries.clear();
+                    cut.tapes.clear();
+                    scan.roles(&mut cut)?;
                 } else {
                     scan.value(1)?;
                 }
@@ -122,6 +168,37 @@ impl Scan<'_> {
             let start = scan.i;
             scan.value(2)?;
             entry(scan, name, start..scan.i);
+            Some(())
+        })
+    }
+
+    /// The value of `roles` (depth 1): each entry noted in `cut` with, when its value is an
+    /// object, that object's entries (checked at depth 3); any other value only checked.
+    fn roles(&mut self, cut: &mut Cut) -> Option<()> {
+        if self.peek()? != b'{' {
+            return self.value(1);
+        }
+        let mut writer = TapeWriter::new();
+        self.object(|scan, name| {
+            let start = scan.i;
+            let mut entries = Vec::new();
+            if scan.peek()? == b'{' {
+                scan.object(|scan, key| {
+                    let at = scan.i;
+                    writer.start(at);
+                    scan.value_recorded(3, &mut writer)?;
+                    if scan.i - at >= super::UNPARSED_MIN {
+                        cut.tapes
+                            .insert(at, Arc::new(OnceLock::from(writer.take())));
+                    }
+                    entries.push((key, at..scan.i));
+                    Some(())
+                })?;
+            } else {
+                scan.value(2)?;
+            }
+            cut.roles.push((name, start..scan.i));
+            cut.role_entries.push(entries);
             Some(())
         })
     }
@@ -179,6 +256,11 @@ impl Scan<'_> {
 
     /// One value inside `open` containers, checked; the scan stops right after it.
     fn value(&mut self, open: usize) -> Option<()> {
+        self.value_recorded(open, &mut ())
+    }
+
+    /// [`Scan::value`], telling `record` of each value inside it (itself included).
+    fn value_recorded(&mut self, open: usize, record: &mut impl Record) -> Option<()> {
         // Containers opened here, innermost in bit 0: 1 an object, 0 an array (at most
         // MAX_DEPTH, so they fit).
         let mut stack: u128 = 0;
@@ -191,27 +273,35 @@ impl Scan<'_> {
                         return None;
                     }
                     self.i += 1;
+                    record.open();
                     self.ws();
                     let object = open_at == b'{';
                     let close = if object { b'}' } else { b']' };
                     if self.peek()? == close {
                         self.i += 1;
+                        record.close(self.i);
                     } else {
                         stack = stack << 1 | object as u128;
                         depth += 1;
                         if object {
                             self.key()?;
+                            record.leaf(self.i);
                             self.eat(b':')?;
                         }
                         continue 'value;
                     }
                 }
-                b'"' => self.string()?,
-                b'-' | b'0'..=b'9' => self.number()?,
-                b't' => self.literal(b"true")?,
-                b'f' => self.literal(b"false")?,
-                b'n' => self.literal(b"null")?,
-                _ => return None,
+                first => {
+                    match first {
+                        b'"' => self.string()?,
+                        b'-' | b'0'..=b'9' => self.number()?,
+                        b't' => self.literal(b"true")?,
+                        b'f' => self.literal(b"false")?,
+                        b'n' => self.literal(b"null")?,
+                        _ => return None,
+                    }
+                    record.leaf(self.i);
+                }
             }
             // After a value: close what ends here, then the next element or key.
             loop {
@@ -225,6 +315,7 @@ impl Scan<'_> {
                         self.i += 1;
                         if object {
                             self.key()?;
+                            record.leaf(self.i);
                             self.eat(b':')?;
                         }
                         continue 'value;
@@ -234,6 +325,7 @@ impl Scan<'_> {
                     _ => return None,
                 }
                 self.i += 1;
+                record.close(self.i);
                 stack >>= 1;
                 depth -= 1;
             }

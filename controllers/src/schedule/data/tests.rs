@@ -536,3 +536,105 @@ fn a_view_cut_from_vouched_text_holds_each_roles_canonical_text() {
         assert_eq!(data.role_text("web"), None, "only a view holds them");
     }
 }
+
+#[test]
+fn a_vouched_view_leaves_a_roles_big_own_values_as_text() {
+    let big = |tag: &str| -> Value {
+        (0..800)
+            .map(|i| {
+                (
+                    format!("s{i:03}"),
+                    json!({"image": format!("{tag}:{i}"), "n": i}),
+                )
+            })
+            .collect::<Map<String, Value>>()
+            .into()
+    };
+    let value = json!({
+        "vars": {"template": "t/v1"},
+        "roles": {
+            "web": {"services": big("a"), "small": [1, 2], "depends_on": big("b"),
+                    "refs": {"x": "$(db.port)", "pad": big("c")}, "esc\"aped": big("d"),
+                    "template": "web/v1"},
+            "db": {"port": 5432},
+            "e\"sc": {"big": big("e")}
+        },
+        "nodes": {"alpha": {"roles": {"web": {}, "db": {}, "e\"sc": {}}}}
+    });
+    let text = String::from_utf8(canonical_json(&value)).unwrap();
+    assert!(canonical_json(&big("a")).len() >= UNPARSED_MIN);
+    let data = ScheduleData::received_vouched(text.clone(), 0..text.len(), "alpha").unwrap();
+    let view = data.node_view_data("alpha");
+    assert!(!view.is_parsed(), "the tree is parsed on first use only");
+    let skeleton = view.skeleton().clone();
+    let web = &skeleton["roles"]["web"];
+    // Big values are null in the skeleton and kept as their text; the ones the controller
+    // reads or that hold references are parsed, as is everything small.
+    assert_eq!(web["services"], Value::Null);
+    assert_eq!(web["esc\"aped"], Value::Null);
+    assert_eq!(web["depends_on"], value["roles"]["web"]["depends_on"]);
+    assert_eq!(web["refs"], value["roles"]["web"]["refs"]);
+    assert_eq!(web["small"], json!([1, 2]));
+    assert_eq!(skeleton["roles"]["db"], json!({"port": 5432}));
+    assert_eq!(skeleton["roles"]["e\"sc"], json!({"big": null}));
+    let unparsed = view.unparsed("web");
+    let keys: Vec<&str> = unparsed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["esc\"aped", "services"]);
+    for (key, part) in &unparsed {
+        let want = &value["roles"]["web"][key];
+        assert_eq!(part.text().as_bytes(), canonical_json(want), "{key}");
+        assert_eq!(&part.parse(), want, "{key}");
+    }
+    assert_eq!(view.unparsed("e\"sc").len(), 1);
+    assert!(view.unparsed("db").is_empty() && view.unparsed("nobody").is_empty());
+    // Everything else is as before: the tree, the text, the roles' texts.
+    let mut expected = value.clone();
+    expected["nodes"] = json!({"alpha": value["nodes"]["alpha"]});
+    assert_eq!(**view.tree(), expected);
+    assert_eq!(view.canonical().as_bytes(), canonical_json(&expected));
+    assert_eq!(
+        view.role_text("web").unwrap().as_bytes(),
+        canonical_json(&value["roles"]["web"])
+    );
+    // Text that is only hashed is not known to be canonical: nothing is left as text.
+    let hashed =
+        ScheduleData::received(text.clone(), 0..text.len(), &schedule_hash(&value), "alpha")
+            .unwrap()
+            .node_view_data("alpha");
+    assert!(hashed.unparsed("web").is_empty());
+    assert_eq!(hashed.skeleton(), &expected);
+}
+
+#[test]
+fn the_arrival_check_writes_the_tape_of_each_value_kept_as_text() {
+    // Every kind of value, nested, empty and escaped, repeated past UNPARSED_MIN.
+    let odd = json!({
+        "a": [], "b": {}, "c": [[], [{}], {"x": [1, -2.5, 3e-7, 0]}],
+        "d": "quote \" backslash \\ tab \t newline \n ü €", "e": true, "f": false, "g": null,
+        "h": [null, "", {"": ""}], "i": -0.0, "j": 12345678901234567890u64
+    });
+    let big = (0..300)
+        .map(|i| (format!("k{i:03}"), odd.clone()))
+        .collect::<Map<String, Value>>();
+    let value = json!({
+        "roles": {"web": {"services": big, "list": vec![odd.clone(); 300], "small": odd}},
+        "nodes": {"alpha": {"roles": {"web": {}}}}
+    });
+    let text = String::from_utf8(canonical_json(&value)).unwrap();
+    let data = ScheduleData::received_vouched(text.clone(), 0..text.len(), "alpha").unwrap();
+    let view = data.node_view_data("alpha");
+    let unparsed = view.unparsed("web");
+    let keys: Vec<&str> = unparsed.iter().map(|(k, _)| k.as_str()).collect();
+    assert_eq!(keys, ["list", "services"]);
+    for (key, part) in &unparsed {
+        let written = part
+            .tape
+            .get()
+            .expect("written on arrival, not on first use");
+        assert_eq!(*written, json_text::tape(part.text()), "{key}");
+        // Shared by every part handed out for it.
+        let again = view.unparsed("web");
+        let same = again.iter().find(|(k, _)| k == key).unwrap();
+        assert!(Arc::ptr_eq(&same.1.tape, &part.tape), "{key}");
+    }
+}
