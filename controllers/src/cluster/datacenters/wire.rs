@@ -67,12 +67,7 @@ impl DcKey {
     }
 
     fn mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
-        use hmac::Mac;
-        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
-            .expect("HMAC takes keys of any length");
-        mac.update(TAG_CONTEXT);
-        mac.update(body);
-        mac
+        crate::cluster::election::wire::keyed_mac(&self.0, TAG_CONTEXT, body)
     }
 
     /// An envelope's body and its tag (hex), or [`WireError::TooBig`] past `max` bytes.

@@ -203,13 +203,19 @@ impl AuthKey {
     }
 
     fn mac(&self, body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
-        use hmac::Mac;
-        let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(&self.0)
-            .expect("HMAC takes keys of any length");
-        mac.update(TAG_CONTEXT);
-        mac.update(body);
-        mac
+        keyed_mac(&self.0, TAG_CONTEXT, body)
     }
+}
+
+/// HMAC-SHA-256 of `body` under `key`, with `context` first so that a tag made for one use
+/// (election packets, the exchange between data centers) never passes for another's.
+pub(crate) fn keyed_mac(key: &[u8], context: &[u8], body: &[u8]) -> hmac::Hmac<sha2::Sha256> {
+    use hmac::Mac;
+    let mut mac = <hmac::Hmac<sha2::Sha256> as Mac>::new_from_slice(key)
+        .expect("HMAC takes keys of any length");
+    mac.update(context);
+    mac.update(body);
+    mac
 }
 
 impl Packet {
