@@ -59,9 +59,16 @@ pub(crate) fn site() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathB
         "return {scheduler = function(state)\n  local t, s = {}, string.rep('x', 1 << 16)\n  \
          for i = 1, 1e9 do t[i] = s .. i end\nend}\n",
     );
+    // A table that contains itself: refused on the way back as the real scheduler's would be.
+    lua_shadow(
+        &config,
+        "deep",
+        "return {scheduler = function(state)\n  local t = {}\n  t.again = t\n  \
+         return {roles = t}, 'log'\nend}\n",
+    );
     std::fs::write(
         config.join("scheduler/shadow.yaml"),
-        "shadows: [twin, extra, fail, loop, hog, v1, nowhere]\nkeep-runs: 10\n",
+        "shadows: [twin, extra, fail, loop, hog, v1, nowhere, deep]\nkeep-runs: 10\n",
     )
     .unwrap();
     (tmp, config, storage)
@@ -173,6 +180,16 @@ fn every_real_round_has_each_shadow_on_its_input_and_bad_shadows_change_nothing(
     assert_eq!(hog["error"]["kind"], "memory", "{hog}");
     // Its memory at the end: the cap's worth (64 MiB), garbage included.
     assert!(hog["memory_bytes"].as_u64().unwrap() > 32 << 20, "{hog}");
+    // Output the real scheduler's checks refuse: the same check, the same kind and message.
+    let deep = run_on(&daemon, "deep", &real);
+    assert_eq!(deep["error"]["kind"], "bad_output", "{deep}");
+    assert!(
+        deep["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("is nested too deep"),
+        "{deep}"
+    );
 
     // What is wrong in shadow.yaml is named; those entries never run.
     let list = daemon.json("/v1/shadow").unwrap();
@@ -191,7 +208,7 @@ fn every_real_round_has_each_shadow_on_its_input_and_bad_shadows_change_nothing(
         .iter()
         .map(|s| s["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["twin", "extra", "fail", "loop", "hog"]);
+    assert_eq!(names, ["twin", "extra", "fail", "loop", "hog", "deep"]);
     assert_eq!(list["keep_runs"], 10);
 
     // The real scheduler went on as if there were no shadows: its schedule is the twin's, no
@@ -309,7 +326,7 @@ fn the_cli_prints_the_latest_diff_and_promote_puts_a_shadow_in_force() {
     let url = format!("http://127.0.0.1:{}", daemon.port);
 
     // GraphQL: each shadow, its latest run with the diff, its history.
-    let query = r#"{"query": "{ shadows { name configured latest { run result pathsDiffering inputHash diff } history { run result diff } } }"}"#;
+    let query = r#"{"query": "{ shadows { name configured latest { run result pathsDiffering inputHash diff output codeVersion realError } history { run result diff } } }"}"#;
     let (code, body) = crate::util::http_post(
         daemon.port,
         "/v1/graphql",
@@ -327,6 +344,13 @@ fn the_cli_prints_the_latest_diff_and_promote_puts_a_shadow_in_force() {
     assert_eq!(shadows[1]["latest"]["pathsDiffering"], 1);
     assert_eq!(shadows[1]["latest"]["inputHash"], extra["input_hash"]);
     assert_eq!(shadows[1]["latest"]["diff"], extra["diff"]);
+    assert_eq!(shadows[1]["latest"]["output"], extra["output"]);
+    assert!(
+        shadows[1]["latest"]["output"]["shadow_note"].is_string(),
+        "{answer}"
+    );
+    assert_eq!(shadows[1]["latest"]["codeVersion"], extra["code_version"]);
+    assert!(shadows[1]["latest"]["realError"].is_null(), "{answer}");
     assert_eq!(shadows[1]["history"][0]["result"], "differs");
     assert!(
         shadows[1]["history"][0]["diff"].is_null(),

@@ -316,8 +316,11 @@ const OBJECTS: &[(&str, &[(&str, &str)])] = &[
             ("error", "String"),
             ("durationMs", "Float"),
             ("memoryBytes", "Float"),
+            ("realError", "String"),
+            ("codeVersion", "String"),
             ("log", "String"),
             ("diff", "JSON"),
+            ("output", "JSON"),
         ],
     ),
 ];

@@ -106,7 +106,9 @@ pub(crate) fn graphql_tree(shadows: Option<&Shadows>) -> Value {
             "result": r.result.label(), "pathsDiffering": r.paths_differing,
             "error": r.error.as_ref().map(|e| format!("{}: {}", e.kind, e.message)),
             "durationMs": r.duration_ms, "memoryBytes": r.memory_bytes,
+            "realError": r.real_error, "codeVersion": r.code_version,
             "log": whole.then(|| r.log.clone()), "diff": if whole { r.diff.clone() } else { None },
+            "output": if whole { r.output.clone() } else { None },
         })
     };
     Value::Array(

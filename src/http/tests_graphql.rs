@@ -50,7 +50,7 @@ const ALL_FIELDS: &str = r#"{
   }
   shadows {
     name configured busyWith
-    latest { run time inputHash realHash result pathsDiffering error durationMs memoryBytes log diff }
+    latest { run time inputHash realHash result pathsDiffering error durationMs memoryBytes realError codeVersion log diff output }
     history { run result }
   }
 }"#;

@@ -111,6 +111,12 @@ fn check(config_dir: &Path, file: File) -> ShadowConfig {
             config.problems.push(format!(
                 "{at}: v1 is the scheduler in force, not a shadow; name another dir under scheduler/"
             ));
+        } else if name == "render" {
+            // `/v1/shadow/render/<role>` is the shadow render's route: a shadow of that name
+            // could not be read at `/v1/shadow/render/runs`.
+            config.problems.push(format!(
+                "{at}: \"render\" is a reserved name (the route /v1/shadow/render/); rename scheduler/render"
+            ));
         } else if !has_entry(config_dir, &name) {
             config.problems.push(format!(
                 "{at}: scheduler/{name} has neither main.lua nor scheduler.wasm; it does not run"
@@ -154,9 +160,10 @@ mod tests {
     #[test]
     fn shadows_with_a_scheduler_run_and_each_bad_entry_is_named() {
         let dir = dir_with(
-            "shadows: [v2, v1, gone, ../x, w, v2]\nkeep-runs: 5\n",
+            "shadows: [v2, v1, gone, ../x, w, v2, render]\nkeep-runs: 5\n",
             &[
                 ("v2", "main.lua"),
+                ("render", "main.lua"),
                 ("w", "scheduler.wasm"),
                 ("gone", "README"),
             ],
@@ -170,6 +177,7 @@ mod tests {
                 "scheduler/shadow.yaml: shadows[1]: v1 is the scheduler in force, not a shadow; name another dir under scheduler/",
                 "scheduler/shadow.yaml: shadows[2]: scheduler/gone has neither main.lua nor scheduler.wasm; it does not run",
                 "scheduler/shadow.yaml: shadows[3]: \"../x\" is not a dir name under scheduler/ (letters, digits, '-', '_', '.')",
+                "scheduler/shadow.yaml: shadows[6]: \"render\" is a reserved name (the route /v1/shadow/render/); rename scheduler/render",
             ]
         );
     }
