@@ -58,7 +58,15 @@ fn a_shadow_render_on_a_node_gives_the_file_diff_and_applies_nothing() {
     })
     .expect("web is applied");
     let staged = std::fs::read_to_string(storage.join("staging/web/0.conf")).unwrap();
-    let index = deployment_index(&storage.join("log"));
+    // The whole first pass (web and cache) is in the deployment log before it is compared.
+    let index = wait_for(SOON, || {
+        let index = deployment_index(&storage.join("log"));
+        index
+            .iter()
+            .any(|entry| entry[3] == "DeploymentFinish")
+            .then_some(index)
+    })
+    .expect("the first pass finishes");
 
     let (code, body) = http_post(
         daemon.port,
