@@ -112,6 +112,17 @@ pub(crate) fn run_on(daemon: &Daemon, shadow: &str, real_hash: &str) -> Value {
         .unwrap()
 }
 
+/// Waits until `shadow` is on no run (its last run kept and the gate told), so that the next
+/// round starts a run of it rather than recording a skip.
+fn idle(daemon: &Daemon, shadow: &str) {
+    daemon.wait_json(SOON, "/v1/shadow", "the shadow stays busy", |s| {
+        s["shadows"].as_array().is_some_and(|l| {
+            l.iter()
+                .any(|x| x["name"] == shadow && x["busy_with"].is_null())
+        })
+    });
+}
+
 /// The schedule in force's hash, and the hash of the input that made it.
 pub(crate) fn real_round(daemon: &Daemon) -> (String, String) {
     let schedule = daemon.json("/v1/schedule").unwrap();
@@ -215,6 +226,7 @@ fn every_real_round_has_each_shadow_on_its_input_and_bad_shadows_change_nothing(
     // error, and the next real round comes and is published while the loop may still run.
     let status = daemon.json("/v1/status").unwrap();
     assert!(status["scheduler"]["error"].is_null(), "{status}");
+    idle(&daemon, "twin");
     replace_file(
         &config.join("runtime/web/v3.yaml"),
         &std::fs::read_to_string(config.join("runtime/web/v2.yaml")).unwrap(),
@@ -506,6 +518,16 @@ fn a_shadow_still_running_is_skipped_for_the_next_round_which_is_not_held_back()
     );
     let first = daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
         s["hash"].is_string()
+    });
+    // The twin is done with the first round (recorded and no longer busy) before the second
+    // comes, so only the loop can be busy then.
+    let twin_first = run_on(&daemon, "twin", first["hash"].as_str().unwrap());
+    assert_eq!(twin_first["result"], "identical", "{twin_first}");
+    daemon.wait_json(SOON, "/v1/shadow", "the twin stays busy", |s| {
+        s["shadows"].as_array().is_some_and(|l| {
+            l.iter()
+                .any(|x| x["name"] == "twin" && x["busy_with"].is_null())
+        })
     });
     replace_file(
         &config.join("runtime/web/v3.yaml"),
