@@ -1393,6 +1393,9 @@ fn the_shadow_page_shows_each_shadows_diff_and_history() {
         "shadows: [twin, extra, fail, v1, wide]\n",
     )
     .unwrap();
+    // A file where the twin's runs would be kept: its runs stay in memory, the page says so.
+    std::fs::create_dir_all(storage.join("shadow")).unwrap();
+    std::fs::write(storage.join("shadow/twin"), "in the way").unwrap();
     let daemon = crate::shadow::start(&config, &storage);
     daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
         s["hash"].is_string()
@@ -1421,6 +1424,12 @@ fn the_shadow_page_shows_each_shadows_diff_and_history() {
     browser.wait_for_text("#shadow-diff-fail", "the failing shadow", SOON);
     browser.wait_for_text("#shadow-history-twin", "identical", SOON);
     browser.wait_for_text("#shadow-problems", "v1 is the scheduler in force", SOON);
+    browser.wait_for_text(
+        "#shadow-write-error-twin",
+        "Not kept on disk: cannot write",
+        SOON,
+    );
+    assert!(browser.find("#shadow-write-error-extra").is_none());
     // A shadow render of this node's web from `wide`'s schedule: the file diff. Only a shadow
     // whose latest run differs offers it.
     assert!(browser.find("#shadow-render-twin").is_none());

@@ -761,3 +761,41 @@ fn a_shadow_never_reaches_the_followers() {
             .contains("shadow_note")
     );
 }
+
+#[test]
+fn a_run_that_cannot_be_kept_on_disk_is_shown_in_memory_with_its_error() {
+    let (_tmp, config, storage) = site();
+    std::fs::write(config.join("scheduler/shadow.yaml"), "shadows: [twin]\n").unwrap();
+    // A file where the twin's dir of runs should be.
+    std::fs::create_dir_all(storage.join("shadow")).unwrap();
+    std::fs::write(storage.join("shadow/twin"), "in the way").unwrap();
+    let daemon = start(&config, &storage);
+    daemon.wait_json(SOON, "/v1/schedule", "no schedule", |s| {
+        s["hash"].is_string()
+    });
+    let (real, _) = real_round(&daemon);
+    let twin = run_on(&daemon, "twin", &real);
+    assert_eq!(twin["result"], "identical", "{twin}");
+    let list = daemon.json("/v1/shadow").unwrap();
+    let error = list["shadows"][0]["write_error"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        error.starts_with("cannot write ") && error.contains("shadow/twin/"),
+        "{list}"
+    );
+    assert!(
+        metric(
+            daemon.port,
+            "verwalter_shadow_write_errors_total{shadow=\"twin\"}"
+        )
+        .is_some_and(|n| n >= 1.0)
+    );
+    assert!(
+        daemon
+            .logs()
+            .contains("Cannot write a shadow run; it is kept in memory only."),
+        "{}",
+        daemon.logs()
+    );
+}

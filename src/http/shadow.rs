@@ -20,6 +20,8 @@ struct ShadowInfo {
     configured: bool,
     /// The run it is busy with, if any.
     busy_with: Option<u64>,
+    /// Why its last run could not be written to the storage dir (it is kept in memory).
+    write_error: Option<String>,
     latest: Option<RunSummary>,
 }
 
@@ -45,6 +47,7 @@ pub(crate) async fn shadows(State(state): State<AppState>) -> Json<Value> {
         .map(|name| ShadowInfo {
             configured: config.shadows.contains(&name),
             busy_with: shadows.busy_with(&name),
+            write_error: shadows.records().write_error(&name),
             latest: shadows.records().latest(&name).map(|r| r.summary()),
             name,
         })

@@ -132,7 +132,8 @@ export function shadowPage(ctx) {
           h("ul", {}, list.problems.map((p) => h("li", {}, p)))) : null,
         list.shadows.length ? table(["Shadow", "Latest", "When"], list.shadows.map((s) => h("tr", {},
           h("td", {}, s.name, s.configured ? null : h("span", {class: "muted"}, " (no longer named)")),
-          h("td", {}, s.latest ? result(s.latest) : h("span", {class: "muted"}, "no run yet")),
+          h("td", {}, s.latest ? result(s.latest) : h("span", {class: "muted"}, "no run yet"),
+            s.write_error ? h("div", {class: "bad", id: "shadow-write-error-" + s.name}, "Not kept on disk: " + s.write_error) : null),
           h("td", {}, s.latest ? when(s.latest.time) : null))), {id: "shadow-list"})
           : card(null, h("p", {class: "muted", id: "shadow-list"},
             "No shadow schedulers: name candidates under scheduler/ in scheduler/shadow.yaml.")),

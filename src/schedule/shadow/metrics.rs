@@ -12,6 +12,7 @@ pub(crate) struct ShadowMetrics {
     duration: HistogramVec,
     paths_differing: IntGaugeVec,
     config_problems: IntGauge,
+    write_errors: IntCounterVec,
 }
 
 /// Run durations up to the longest budget the settings allow.
@@ -45,10 +46,23 @@ impl ShadowMetrics {
                 "JSON paths in which the shadow's last schedule differs from the real one (0: identical).",
                 &["shadow"],
             ),
+            write_errors: f.counter_vec(
+                "verwalter_shadow_write_errors_total",
+                "Shadow runs that could not be written to the storage dir (kept in memory only).",
+                &["shadow"],
+            ),
             config_problems: f.gauge(
                 "verwalter_shadow_config_problems",
                 "Problems in scheduler/shadow.yaml as the last real round read it.",
             ),
+        }
+    }
+
+    /// A run of `shadow` was written to the storage dir, or could not be (`failed`).
+    pub(crate) fn write(&self, shadow: &str, failed: bool) {
+        let counter = self.write_errors.with_label_values(&[shadow]);
+        if failed {
+            counter.inc();
         }
     }
 

@@ -350,6 +350,8 @@ impl Inner {
             duration,
             record.paths_differing,
         );
-        self.records.add(record, keep);
+        let shadow = record.shadow.clone();
+        let failed = self.records.add(record, keep).is_some();
+        self.metrics.shadow().write(&shadow, failed);
     }
 }

@@ -136,6 +136,8 @@ pub(crate) struct Records {
     /// `<storage>/shadow`.
     dir: PathBuf,
     runs: Mutex<BTreeMap<String, VecDeque<Arc<ShadowRun>>>>,
+    /// Per shadow, why its last run could not be written (none once a write succeeds again).
+    write_errors: Mutex<BTreeMap<String, String>>,
 }
 
 impl Records {
@@ -162,6 +164,7 @@ impl Records {
         Records {
             dir,
             runs: Mutex::new(runs),
+            write_errors: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -176,14 +179,29 @@ impl Records {
     }
 
     /// Keeps `run` (on disk first, when it can), and the last `keep` runs of its shadow.
-    pub(crate) fn add(&self, run: ShadowRun, keep: usize) {
+    /// Returns why the run could not be written, if it could not (it is kept in memory then,
+    /// and the error is kept for [`Records::write_error`] until a later write succeeds).
+    pub(crate) fn add(&self, run: ShadowRun, keep: usize) -> Option<String> {
         let dir = self.dir.join(&run.shadow);
+        let path = dir.join(file_name(run.run));
         let written = std::fs::create_dir_all(&dir).and_then(|()| {
             let bytes = serde_json::to_vec(&run).map_err(std::io::Error::other)?;
-            crate::storage::state_dir::write_atomic(&dir.join(file_name(run.run)), &bytes)
+            crate::storage::state_dir::write_atomic(&path, &bytes)
         });
-        if let Err(error) = written {
-            tracing::warn!(shadow = %run.shadow, run = run.run, %error, "Cannot write a shadow run; it is kept in memory only.");
+        let failed = written
+            .err()
+            .map(|error| format!("cannot write {}: {error}", path.display()));
+        {
+            let mut errors = self.write_errors.lock().expect("write errors lock");
+            match &failed {
+                Some(error) => {
+                    tracing::warn!(shadow = %run.shadow, run = run.run, %error, "Cannot write a shadow run; it is kept in memory only.");
+                    errors.insert(run.shadow.clone(), error.clone());
+                }
+                None => {
+                    errors.remove(&run.shadow);
+                }
+            }
         }
         let mut runs = self.runs.lock().expect("records lock");
         let kept = runs.entry(run.shadow.clone()).or_default();
@@ -204,6 +222,16 @@ impl Records {
                 }
             }
         }
+        failed
+    }
+
+    /// Why the last run of `shadow` could not be written to the storage dir, while that lasts.
+    pub(crate) fn write_error(&self, shadow: &str) -> Option<String> {
+        self.write_errors
+            .lock()
+            .expect("write errors lock")
+            .get(shadow)
+            .cloned()
     }
 
     /// The shadows with runs kept.
@@ -350,5 +378,25 @@ mod tests {
         assert_eq!(*again.get("v2", 4).unwrap(), run("v2", 4));
         assert!(again.get("v2", 1).is_none());
         assert!(again.runs("v9").is_none());
+    }
+
+    #[test]
+    fn a_run_that_cannot_be_written_is_kept_in_memory_and_its_error_shown_until_a_write_succeeds() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("shadow")).unwrap();
+        // A file where the shadow's dir should be: no run of it can be written.
+        let blocker = dir.path().join("shadow/v2");
+        std::fs::write(&blocker, "not a dir").unwrap();
+        let records = Records::open(dir.path().join("shadow"));
+        let error = records.add(run("v2", 1), 3).expect("the write fails");
+        assert!(error.contains("shadow/v2/1.json"), "{error}");
+        assert_eq!(records.write_error("v2"), Some(error));
+        assert_eq!(records.get("v2", 1).unwrap().run, 1);
+        assert_eq!(records.write_error("v3"), None);
+
+        std::fs::remove_file(&blocker).unwrap();
+        assert_eq!(records.add(run("v2", 2), 3), None);
+        assert_eq!(records.write_error("v2"), None);
+        assert!(blocker.join("2.json").is_file());
     }
 }
