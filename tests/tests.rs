@@ -40,7 +40,8 @@
 //!   leader; `POST /v1/dc/exchange` on a leader: unsigned or forged `403` (changing nothing),
 //!   too big `413`, from outside the mesh or its own DC `403`, a member's taken with a signed
 //!   answer, its replay `409`; two one-node DCs behind delaying proxies (`datacenters.advertise`):
-//!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
+//!   both links up (shown by `/v1/datacenters`, GraphQL's `datacenters` and the `verwalter_dc_*`
+//!   metrics), down when the
 //!   proxies cut, up again after the heal; refusals counted by reason.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.

@@ -102,3 +102,64 @@ pub(crate) async fn exchange(State(state): State<AppState>, request: Request) ->
         }
     }
 }
+
+/// `Query.datacenters` in GraphQL: what [`list`] gives, as one tree of the schema's names
+/// (docs/http-api.md, "GraphQL"); `null` on a node in no DC. Each other DC is listed once,
+/// whether the exchange sees it (while leading) or only the members name it.
+pub(crate) fn graphql_tree(dc: Option<&crate::cluster::datacenters::DcNode>) -> serde_json::Value {
+    let Some(dc) = dc else {
+        return serde_json::Value::Null;
+    };
+    let listing = dc.listing();
+    let empty = serde_json::Map::new();
+    let members = listing["members"].as_object().unwrap_or(&empty);
+    let views = listing["dcs"].as_object().unwrap_or(&empty);
+    let mut names: Vec<&String> = members.keys().chain(views.keys()).collect();
+    names.sort();
+    names.dedup();
+    let dcs: Vec<serde_json::Value> = names
+        .into_iter()
+        .map(|name| {
+            let view = views.get(name).unwrap_or(&serde_json::Value::Null);
+            let held = |key: &str, id: &str| {
+                view[key].as_array().map_or_else(Vec::new, |items| {
+                    items
+                        .iter()
+                        .map(|i| json!({id: i[id], "data": i["data"], "expiresInMs": i["expires_in_ms"]}))
+                        .collect()
+                })
+            };
+            let lent: Vec<serde_json::Value> = view["lent"].as_array().map_or_else(Vec::new, |items| {
+                items
+                    .iter()
+                    .map(|l| json!({"request": l["request"], "outstandingMs": l["outstanding_ms"]}))
+                    .collect()
+            });
+            json!({
+                "name": name,
+                "addresses": members.get(name).cloned().unwrap_or_else(|| json!([])),
+                "leader": view["leader"],
+                "link": view["link"].as_str().unwrap_or("unknown"),
+                "rttMs": view["rtt_ms"],
+                "contactAgeMs": view["contact_age_ms"],
+                "summary": view["summary"],
+                "summaryAgeMs": view["summary_age_ms"],
+                "summaryBehind": view["summary_behind"].as_bool().unwrap_or(false),
+                "summaryDeferred": view["summary_deferred"].as_bool().unwrap_or(false),
+                "bytesSent": view["bytes_sent"].as_u64().unwrap_or(0),
+                "bytesReceived": view["bytes_received"].as_u64().unwrap_or(0),
+                "requests": held("requests", "id"),
+                "answers": held("answers", "request"),
+                "lent": lent,
+            })
+        })
+        .collect();
+    json!({
+        "name": listing["self"],
+        "exchange": listing["exchange"],
+        "leading": listing["leading"],
+        "leader": listing["leader"],
+        "addr": listing["addr"],
+        "dcs": dcs,
+    })
+}
