@@ -226,7 +226,7 @@ fn envelope(dc: &str, seq: u64) -> verwalter_controllers::cluster::datacenters::
 }
 
 /// POST of an exchange body with its tag (if any) on 127.0.0.1; status, lower-cased head, body.
-fn post_exchange(port: u16, body: &[u8], tag: Option<&str>) -> (u16, String, String) {
+pub(crate) fn post_exchange(port: u16, body: &[u8], tag: Option<&str>) -> (u16, String, String) {
     post_exchange_at("127.0.0.1", port, body, tag)
 }
 
