@@ -1488,6 +1488,15 @@ fn the_datacenters_page_shows_each_dc_its_link_and_grants_and_a_link_going_down(
         fra.port
     );
     let ams = dc_daemon(tmp.path(), "ams", &entry, false);
+    let fra_addr = format!("127.0.0.1:{}", fra.port);
+    // While the link is up, no error with `fra`.
+    wait_for(SOON, || {
+        let listing = ams.json("/v1/datacenters")?;
+        (listing["dcs"]["fra"]["link"] == "up").then_some(())
+    })
+    .unwrap_or_else(|| panic!("no link:\n{}", ams.logs()));
+    let listing = ams.json("/v1/datacenters").unwrap();
+    assert!(listing["errors"].get("fra").is_none(), "{listing}");
     let browser = Browser::start();
     browser.goto(&format!("http://127.0.0.1:{}/datacenters", ams.port));
     browser.wait_for_text("#live", "live", SOON);
@@ -1536,6 +1545,32 @@ fn the_datacenters_page_shows_each_dc_its_link_and_grants_and_a_link_going_down(
     browser.execute("window.notReloaded = true; return null", vec![]);
     drop(fra);
     browser.wait_for_text("#dc-table tr[data-dc='fra'] .dc-link", "down", SOON);
+    // Why: the last exchange's error, on the page as in /v1/datacenters and GraphQL.
+    let (_, why) = browser.wait_for_text_read("#dc-errors tr[data-dc='fra']", &fra_addr, SOON);
+    let listing = ams.json("/v1/datacenters").unwrap();
+    let error = listing["errors"]["fra"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert!(error.starts_with(&fra_addr), "{listing}");
+    assert!(why.contains(&fra_addr) && why.contains("ago"), "{why}");
+    let query = r#"{"query": "{ datacenters { dcs { name lastError lastErrorAgeMs } } }"}"#;
+    let (code, body) = http_post(
+        ams.port,
+        "/v1/graphql",
+        "application/json",
+        query.as_bytes(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let gql_fra = &answer["data"]["datacenters"]["dcs"][0];
+    assert_eq!(gql_fra["name"], "fra", "{answer}");
+    assert!(
+        gql_fra["lastError"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(&fra_addr)),
+        "{answer}"
+    );
+    assert!(gql_fra["lastErrorAgeMs"].is_number(), "{answer}");
     assert_eq!(
         browser.execute("return window.notReloaded === true", vec![]),
         json!(true)

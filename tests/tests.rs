@@ -88,7 +88,8 @@
 //!   page with each shadow's latest result, diff and history, and a shadow render of a role
 //!   from a differing shadow's schedule with its file diff; the Data centers page against two
 //!   one-node DCs: the link up with its RTT and traffic, another DC's signed request with its
-//!   time left, the link down live once the other DC stops; a DC without the key (the exchange
+//!   time left, the link down live once the other DC stops with the failed exchange's cause (also in
+//!   `/v1/datacenters` and GraphQL); a DC without the key (the exchange
 //!   off) and a node in no DC (how to set one).
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):

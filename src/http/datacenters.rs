@@ -114,7 +114,12 @@ pub(crate) fn graphql_tree(dc: Option<&crate::cluster::datacenters::DcNode>) -> 
     let empty = serde_json::Map::new();
     let members = listing["members"].as_object().unwrap_or(&empty);
     let views = listing["dcs"].as_object().unwrap_or(&empty);
-    let mut names: Vec<&String> = members.keys().chain(views.keys()).collect();
+    let errors = listing["errors"].as_object().unwrap_or(&empty);
+    let mut names: Vec<&String> = members
+        .keys()
+        .chain(views.keys())
+        .chain(errors.keys())
+        .collect();
     names.sort();
     names.dedup();
     let dcs: Vec<serde_json::Value> = names
@@ -151,6 +156,8 @@ pub(crate) fn graphql_tree(dc: Option<&crate::cluster::datacenters::DcNode>) -> 
                 "requests": held("requests", "id"),
                 "answers": held("answers", "request"),
                 "lent": lent,
+                "lastError": errors.get(name).map(|e| e["error"].clone()),
+                "lastErrorAgeMs": errors.get(name).map(|e| e["age_ms"].clone()),
             })
         })
         .collect();

@@ -355,6 +355,8 @@ const OBJECTS: &[(&str, &[(&str, &str)])] = &[
             ("requests", "[DcRequest!]!"),
             ("answers", "[DcAnswer!]!"),
             ("lent", "[DcLent!]!"),
+            ("lastError", "String"),
+            ("lastErrorAgeMs", "Float"),
         ],
     ),
     (

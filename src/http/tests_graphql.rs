@@ -61,6 +61,7 @@ const ALL_FIELDS: &str = r#"{
       requests { id data expiresInMs }
       answers { request data expiresInMs }
       lent { request outstandingMs }
+      lastError lastErrorAgeMs
     }
   }
 }"#;
@@ -1417,4 +1418,5 @@ async fn datacenters_are_what_v1_datacenters_shows() {
         (&lon["link"], &lon["leader"]),
         (&json!("unknown"), &Value::Null)
     );
+    assert_eq!(lon["lastError"], Value::Null, "no exchange was made");
 }

@@ -74,7 +74,8 @@ function view(state, list) {
     return h("tr", {"data-dc": name},
       h("td", {}, h("strong", {}, name)),
       h("td", {class: "mono", title: dc.leader || ""}, dc.leader ? short(dc.leader) : h("span", {class: "muted"}, "unknown")),
-      h("td", {class: "dc-link"}, linkPill(dc.link), " ", dc.rtt_ms !== null ? span(dc.rtt_ms) + " RTT" : null),
+      h("td", {class: "dc-link"}, linkPill(dc.link), " ", dc.rtt_ms !== null ? span(dc.rtt_ms) + " RTT" : null,
+        (list.errors || {})[name] ? [" ", pill("failing", "bad")] : null),
       h("td", {}, ageText(dc.contact_age_ms)),
       h("td", {}, ageText(dc.summary_age_ms), " ", marks),
       h("td", {}, grants ? (dc.answers || []).length + " borrowed, " + (dc.lent || []).length + " lent"
@@ -84,6 +85,7 @@ function view(state, list) {
   });
   const grants = names.flatMap((name) => (list.dcs || {})[name] ? grantRows(name, list.dcs[name]) : []);
   const off = list.exchange !== "on";
+  const errors = Object.entries(list.errors || {});
   return [
     off ? h("div", {class: "banner bad", id: "dc-exchange-off"}, h("strong", {}, "The exchange is " + list.exchange + ": "),
       "this DC's leader does not talk to the other DCs. The election's key signs every exchange: set election.key-file on every node (",
@@ -95,6 +97,9 @@ function view(state, list) {
       ["exchange", list.exchange],
       ["other DCs call it at", h("span", {class: "mono"}, list.addr)],
     ])),
+    errors.length ? card("Errors", table(["Data center", "Last exchange failed", "When"], errors.map(([name, e]) =>
+      h("tr", {"data-dc": name}, h("td", {class: "mono"}, name), h("td", {}, h("pre", {}, e.error)), h("td", {}, ageText(e.age_ms)))),
+    {id: "dc-errors"})) : null,
     card("Data centers", table(["Data center", "Leader", "Link", "Last contact", "Summary", "Grants", "Traffic", "Addresses"],
       [own, others], {id: "dc-table"}),
     names.length ? null : h("p", {class: "muted"}, "No other data center is known: none in the peer list, no datacenters.entry-points.")),
