@@ -226,7 +226,7 @@ fn envelope(dc: &str, seq: u64) -> verwalter_controllers::cluster::datacenters::
 }
 
 /// POST of an exchange body with its tag (if any) on 127.0.0.1; status, lower-cased head, body.
-fn post_exchange(port: u16, body: &[u8], tag: Option<&str>) -> (u16, String, String) {
+pub(crate) fn post_exchange(port: u16, body: &[u8], tag: Option<&str>) -> (u16, String, String) {
     post_exchange_at("127.0.0.1", port, body, tag)
 }
 
@@ -390,6 +390,15 @@ fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut
         listing["dcs"]["fra"]["bytes_received"].as_u64() > Some(0),
         "{listing}"
     );
+    // GraphQL shows the same (docs/http-api.md, "GraphQL").
+    let gql = graphql_datacenters(ams.port);
+    assert_eq!(gql["name"], "ams", "{gql}");
+    assert_eq!(gql["leading"], true, "{gql}");
+    assert_eq!(gql["dcs"][0]["name"], "fra", "{gql}");
+    assert_eq!(gql["dcs"][0]["link"], "up", "{gql}");
+    assert_eq!(gql["dcs"][0]["leader"], MACHINE_ID, "{gql}");
+    assert!(gql["dcs"][0]["bytesReceived"].as_f64() > Some(0.0), "{gql}");
+    assert!(gql["dcs"][0]["contactAgeMs"].is_number(), "{gql}");
     // And the metrics, per DC.
     let up = wait_for(SOON, || {
         metric(ams.port, "verwalter_dc_link_up{dc=\"fra\"}").filter(|v| *v == 1.0)
@@ -411,4 +420,14 @@ fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut
     to_ams.heal();
     to_fra.heal();
     wait_links("link=Up", 2);
+}
+
+/// `Query.datacenters` of the daemon on `port`, with the fields the tests read.
+pub(crate) fn graphql_datacenters(port: u16) -> Value {
+    let query = r#"{"query": "{ datacenters { name leading dcs { name link leader rttMs contactAgeMs bytesReceived } } }"}"#;
+    let (code, body) = http_post(port, "/v1/graphql", "application/json", query.as_bytes());
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    assert!(answer.get("errors").is_none(), "{answer}");
+    answer["data"]["datacenters"].clone()
 }

@@ -1451,3 +1451,171 @@ fn the_shadow_page_shows_each_shadows_diff_and_history() {
     let errors = browser.console_errors();
     assert!(errors.is_empty(), "console errors: {errors:#?}");
 }
+
+/// A one-node data center `dc` on a copy of `examples/minimal`, with the other DCs'
+/// `entry_points` (YAML flow map) and short periods; signed with the site's key unless `keyless`.
+fn dc_daemon(dir: &Path, dc: &str, entry_points: &str, keyless: bool) -> Daemon {
+    let key = if keyless {
+        ""
+    } else {
+        "election:\n  key-file: cluster.key\n"
+    };
+    let settings = dir.join(format!("{dc}.yaml"));
+    std::fs::write(
+        &settings,
+        format!(
+            "datacenter: {dc}\n{key}datacenters:\n  entry-points: {entry_points}\n  \
+             period-ms: 200\n  link-timeout-ms: 1000\n  exchange-timeout-ms: 500\n"
+        ),
+    )
+    .unwrap();
+    let config = dir.join(format!("config-{dc}"));
+    copy_tree(&example("minimal"), &config);
+    let storage = dir.join(format!("storage-{dc}"));
+    Daemon::launch(
+        &config,
+        &storage,
+        &["--settings", settings.to_str().unwrap()],
+        &[],
+    )
+}
+
+/// The Data centers page of `ams` with `fra` beside it: both DCs, the link up with its RTT and
+/// traffic, a request another DC (`lon`, signed with the site's key) made, then `fra` stopped and
+/// its link shown down, live. A node in no DC says so and how to set one; a DC without the key
+/// shows the exchange off.
+#[test]
+fn the_datacenters_page_shows_each_dc_its_link_and_grants_and_a_link_going_down() {
+    use verwalter_controllers::cluster::datacenters::wire::{DcKey, Envelope, Request};
+    let key_bytes: &[u8] = b"a key shared by every node of the site";
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("cluster.key"), key_bytes).unwrap();
+    // `fra` learns where `ams` is from `ams`'s first call (its entry point leads nowhere).
+    let fra = dc_daemon(tmp.path(), "fra", "{ams: [\"127.0.0.1:9\"]}", false);
+    let entry = format!(
+        "{{fra: [\"127.0.0.1:{}\"], lon: [\"127.0.0.1:9\"]}}",
+        fra.port
+    );
+    let ams = dc_daemon(tmp.path(), "ams", &entry, false);
+    let fra_addr = format!("127.0.0.1:{}", fra.port);
+    // While the link is up, no error with `fra`.
+    wait_for(SOON, || {
+        let listing = ams.json("/v1/datacenters")?;
+        (listing["dcs"]["fra"]["link"] == "up").then_some(())
+    })
+    .unwrap_or_else(|| panic!("no link:\n{}", ams.logs()));
+    let listing = ams.json("/v1/datacenters").unwrap();
+    assert!(listing["errors"].get("fra").is_none(), "{listing}");
+    let browser = Browser::start();
+    browser.goto(&format!("http://127.0.0.1:{}/datacenters", ams.port));
+    browser.wait_for_text("#live", "live", SOON);
+    browser.wait_for_text("#dc-self", "ams", SOON);
+    let (_, fra_row) =
+        browser.wait_for_text_read("#dc-table tr[data-dc='fra'] .dc-link", "up", SOON);
+    assert!(fra_row.contains("RTT"), "{fra_row}");
+    let (_, table) = browser.wait_for_text_read("#dc-table", "received", SOON);
+    assert!(
+        table.contains("this DC") && table.contains("alpha.test (this node)"),
+        "{table}"
+    );
+    assert!(
+        table.contains(&MACHINE_ID[..8]) && table.contains("lon"),
+        "{table}"
+    );
+    // `lon` asks `ams` for workers: the request is listed with its time left.
+    let key = DcKey::new(key_bytes).unwrap();
+    let envelope = Envelope {
+        v: 1,
+        dc: "lon".into(),
+        node: "77985419c732412ea38b94db00000009".into(),
+        addr: "127.0.0.1:9".into(),
+        epoch: 1,
+        seq: 1,
+        summary_hash: None,
+        summary: None,
+        have_summary: None,
+        requests: vec![Request {
+            id: "web-burst".into(),
+            data: json!({"role": "web", "workers": 20}),
+            lease_ms: 600_000,
+        }],
+        answers: Vec::new(),
+    };
+    let (body, tag) = key.seal(&envelope, 1 << 16).unwrap();
+    let (code, _, text) = crate::datacenters::post_exchange(ams.port, &body, Some(&tag));
+    assert_eq!(code, 200, "{text}");
+    let (_, grants) = browser.wait_for_text_read("#dc-grants", "web-burst", SOON);
+    assert!(
+        grants.contains("requested from us") && grants.contains("min"),
+        "{grants}"
+    );
+    shot(&browser, "datacenters");
+    // `fra` stops: its link goes down on the page, without a reload.
+    browser.execute("window.notReloaded = true; return null", vec![]);
+    drop(fra);
+    browser.wait_for_text("#dc-table tr[data-dc='fra'] .dc-link", "down", SOON);
+    // Why: the last exchange's error, on the page as in /v1/datacenters and GraphQL.
+    let (_, why) = browser.wait_for_text_read("#dc-errors tr[data-dc='fra']", &fra_addr, SOON);
+    let listing = ams.json("/v1/datacenters").unwrap();
+    let error = listing["errors"]["fra"]["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{listing}"));
+    assert!(error.starts_with(&fra_addr), "{listing}");
+    assert!(why.contains(&fra_addr) && why.contains("ago"), "{why}");
+    let query = r#"{"query": "{ datacenters { dcs { name lastError lastErrorAgeMs } } }"}"#;
+    let (code, body) = http_post(
+        ams.port,
+        "/v1/graphql",
+        "application/json",
+        query.as_bytes(),
+    );
+    assert_eq!(code, 200, "{body}");
+    let answer: Value = serde_json::from_str(&body).unwrap();
+    let gql_fra = &answer["data"]["datacenters"]["dcs"][0];
+    assert_eq!(gql_fra["name"], "fra", "{answer}");
+    assert!(
+        gql_fra["lastError"]
+            .as_str()
+            .is_some_and(|e| e.starts_with(&fra_addr)),
+        "{answer}"
+    );
+    assert!(gql_fra["lastErrorAgeMs"].is_number(), "{answer}");
+    assert_eq!(
+        browser.execute("return window.notReloaded === true", vec![]),
+        json!(true)
+    );
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    let errors = browser.console_errors();
+    assert!(errors.is_empty(), "console errors: {errors:#?}");
+
+    // A DC without the election's key: the exchange is off, and the page says why. (Each
+    // daemon stops once the browser has left its page, so no stream of it breaks.)
+    let keyless = dc_daemon(tmp.path(), "lon", "{fra: [\"127.0.0.1:9\"]}", true);
+    browser.goto(&format!("http://127.0.0.1:{}/datacenters", keyless.port));
+    browser.wait_for_text("#dc-exchange-off", "off: no election.key-file", SOON);
+    drop(ams);
+
+    // A node in no DC: the page says so and how to set one (its one request answers 404).
+    let (_solo_tmp, config, storage) = example_site("minimal");
+    let solo = Daemon::start(&config, &storage);
+    browser.goto(&format!("http://127.0.0.1:{}/datacenters", solo.port));
+    drop(keyless);
+    browser.wait_for_text("#live", "live", SOON);
+    let (_, none) = browser.wait_for_text_read("#dc-none", "in no data center", SOON);
+    assert!(none.contains("datacenter:"), "{none}");
+    let docs = browser.find("#dc-none a").expect("a link to the docs");
+    assert!(
+        browser
+            .attr(&docs, "href")
+            .is_some_and(|h| h.ends_with("docs/datacenters.md#settings")),
+        "{none}"
+    );
+    assert_eq!(notices(&browser), Vec::<String>::new());
+    let errors = browser.console_errors();
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains("/v1/datacenters") && e.contains("404")),
+        "console errors: {errors:#?}"
+    );
+}

@@ -40,7 +40,8 @@
 //!   leader; `POST /v1/dc/exchange` on a leader: unsigned or forged `403` (changing nothing),
 //!   too big `413`, from outside the mesh or its own DC `403`, a member's taken with a signed
 //!   answer, its replay `409`; two one-node DCs behind delaying proxies (`datacenters.advertise`):
-//!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
+//!   both links up (shown by `/v1/datacenters`, GraphQL's `datacenters` and the `verwalter_dc_*`
+//!   metrics), down when the
 //!   proxies cut, up again after the heal; refusals counted by reason.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
@@ -85,7 +86,11 @@
 //!   as JavaScript; the GraphQL page (`/v1/graphiql`) under the frontend's header, its schema
 //!   explorer and field completion, querying and subscribing with the API token; the Shadow
 //!   page with each shadow's latest result, diff and history, and a shadow render of a role
-//!   from a differing shadow's schedule with its file diff.
+//!   from a differing shadow's schedule with its file diff; the Data centers page against two
+//!   one-node DCs: the link up with its RTT and traffic, another DC's signed request with its
+//!   time left, the link down live once the other DC stops with the failed exchange's cause (also in
+//!   `/v1/datacenters` and GraphQL); a DC without the key (the exchange
+//!   off) and a node in no DC (how to set one).
 //! - `hostile`: hostile clients at once (events streams that never read while the status
 //!   changes, half requests, huge and malformed bodies, more connections than the cap):
 //!   `/v1/status` keeps answering, they are closed, memory stays under the stated bound; and

@@ -4,6 +4,7 @@
 import {BASE, card, fill, h, link} from "./dom.js";
 import {apiPage} from "./pages/api-links.js";
 import {backupsPage} from "./pages/backups.js";
+import {datacentersPage} from "./pages/datacenters.js";
 import {graphqlPage} from "./pages/graphql.js";
 import {logsPage} from "./pages/logs.js";
 import {nodesPage} from "./pages/nodes.js";
@@ -34,6 +35,7 @@ function pageFor(ctx) {
     case "schedule": return schedulePage(ctx);
     case "scheduler": return schedulerPage(ctx);
     case "shadow": return shadowPage(ctx);
+    case "datacenters": return datacentersPage(ctx);
     case "logs": return logsPage(ctx);
     case "tail": return tailPage(ctx, location.pathname.slice(BASE.length + "/tail/".length));
     case "backups": return backupsPage(ctx);

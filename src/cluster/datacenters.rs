@@ -21,7 +21,7 @@ use verwalter_controllers::state::{Peer, Peers};
 use super::coding::Coding;
 use super::dc_metrics::DcMetrics;
 use crate::config::DcSettings;
-use crate::machinery::http_client::{HttpClient, read_body};
+use crate::machinery::http_client::{HttpClient, SendError, read_body};
 
 /// A peer source's view of the DCs: this node's, the entry points, and the members last found.
 #[derive(Debug, Clone)]
@@ -119,6 +119,9 @@ struct DcState {
     members: BTreeMap<Dc, Vec<String>>,
     /// This DC's leader's address while another node leads.
     leader_addr: Option<String>,
+    /// Per DC, why the last of this node's exchanges with it failed, and when; gone once one
+    /// succeeds (`GET /v1/datacenters` shows them).
+    errors: BTreeMap<Dc, (String, Instant)>,
 }
 
 /// What `POST /v1/dc/exchange` answers.
@@ -188,6 +191,7 @@ impl DcNode {
             return;
         }
         state.generation += 1;
+        state.errors.clear();
         self.wake.notify_one();
         state.exchange = leading.map(|epoch| {
             let first_seq = std::time::SystemTime::now()
@@ -279,7 +283,16 @@ impl DcNode {
     /// it (the scheduler's view: docs/datacenters.md).
     pub(crate) fn listing(&self) -> serde_json::Value {
         let state = self.state.lock().unwrap();
-        let view = state.exchange.as_ref().map(|e| e.view(Instant::now()));
+        let now = Instant::now();
+        let view = state.exchange.as_ref().map(|e| e.view(now));
+        let errors: BTreeMap<&Dc, serde_json::Value> = state
+            .errors
+            .iter()
+            .map(|(dc, (error, at))| {
+                let age = u64::try_from(now.duration_since(*at).as_millis()).unwrap_or(u64::MAX);
+                (dc, json!({"error": error, "age_ms": age}))
+            })
+            .collect();
         json!({
             "self": self.own,
             "exchange": if self.key.is_some() { "on" } else { "off: no election.key-file" },
@@ -288,6 +301,7 @@ impl DcNode {
             "addr": self.addr,
             "members": state.members,
             "dcs": view.map_or_else(|| json!({}), |v| json!(v.dcs)),
+            "errors": errors,
         })
     }
 
@@ -303,11 +317,28 @@ impl DcNode {
         (generation, sends, exchange.deadline(now))
     }
 
-    /// How one of this node's calls ended, if the exchange it belongs to still runs.
-    fn answered(&self, generation: u64, dc: &str, exchange: u64, outcome: Outcome) {
+    /// How one of this node's calls ended (`error`: why it failed), if the exchange it belongs
+    /// to still runs.
+    fn answered(
+        &self,
+        generation: u64,
+        dc: &str,
+        exchange: u64,
+        outcome: Outcome,
+        error: Option<String>,
+    ) {
         let mut state = self.state.lock().unwrap();
         if state.generation != generation {
             return;
+        }
+        match (&outcome, error) {
+            (Outcome::Reply(_), _) => {
+                state.errors.remove(dc);
+            }
+            (_, Some(error)) => {
+                state.errors.insert(dc.to_string(), (error, Instant::now()));
+            }
+            _ => {}
         }
         if let Some(current) = &mut state.exchange {
             current.answered(Instant::now(), dc, exchange, outcome);
@@ -339,14 +370,14 @@ impl DcNode {
     }
 
     /// One call: the envelope sealed and sent as LZ4, the answer read within the limits and
-    /// opened with the key.
-    async fn call(&self, client: &HttpClient, send: &Send) -> Outcome {
+    /// opened with the key; an error says why it failed, naming the address called.
+    async fn call(&self, client: &HttpClient, send: &Send) -> Result<Outcome, String> {
         let Some(key) = &self.key else {
-            return Outcome::Failed;
+            return Err("no election.key-file".into());
         };
-        let Ok((body, tag)) = key.seal(&send.envelope, self.max_body) else {
-            return Outcome::Failed;
-        };
+        let (body, tag) = key
+            .seal(&send.envelope, self.max_body)
+            .map_err(|e| format!("this node's envelope: {e}"))?;
         let url = format!("http://{}/v1/dc/exchange", send.addr);
         let text = |s: &str| HeaderValue::from_str(s).ok();
         let accept = format!("{}, gzip", Coding::Lz4.token());
@@ -365,27 +396,48 @@ impl DcNode {
             Ok(response) => response,
             Err(error) => {
                 tracing::debug!(%url, ?error, "An exchange with another data center failed.");
-                return Outcome::Failed;
+                return Err(match error {
+                    SendError::Setup(message) | SendError::Connect(message) => {
+                        format!("{}: {message}", send.addr)
+                    }
+                    SendError::Token => format!("{}: a bad header", send.addr),
+                });
             }
         };
         let status = response.status().as_u16();
         let head = response.headers().clone();
-        let Ok(body) = read_body(response, self.max_body).await else {
-            return Outcome::Failed;
+        let body = read_body(response, self.max_body)
+            .await
+            .map_err(|e| format!("{}: the answer: {e}", send.addr))?;
+        let answer = || {
+            let text = String::from_utf8_lossy(&body);
+            let said: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            let said = said["error"].as_str().map_or_else(
+                || text.chars().take(200).collect::<String>(),
+                str::to_string,
+            );
+            format!("{}: answered {status}: {said}", send.addr)
         };
         if status == 409 {
-            let answer: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-            if answer["not_leader"] == true {
-                return Outcome::NotLeader(answer["leader"].as_str().map(str::to_string));
+            let said: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+            if said["not_leader"] == true {
+                return Ok(Outcome::NotLeader(
+                    said["leader"].as_str().map(str::to_string),
+                ));
             }
-            return Outcome::Failed;
+            return Err(answer());
         }
-        let plain = Coding::of_response(&head).and_then(|c| c.decode(body, self.max_body).ok());
+        if status != 200 {
+            return Err(answer());
+        }
+        let plain = Coding::of_response(&head)
+            .ok_or_else(|| format!("{}: an answer of an unknown coding", send.addr))?
+            .decode(body, self.max_body)
+            .map_err(|e| format!("{}: the answer: {e}", send.addr))?;
         let tag = head.get(TAG_HEADER).and_then(|v| v.to_str().ok());
-        match plain.map(|plain| key.open(&plain, tag, self.max_body)) {
-            Some(Ok(envelope)) if status == 200 => Outcome::Reply(envelope),
-            _ => Outcome::Failed,
-        }
+        key.open(&plain, tag, self.max_body)
+            .map(Outcome::Reply)
+            .map_err(|e| format!("{}: the answer: {e}", send.addr))
     }
 }
 
@@ -401,16 +453,22 @@ pub(crate) async fn run_exchange(dc: Arc<DcNode>, shutdown: CancellationToken) {
             let (dc, client) = (dc.clone(), client.clone());
             tokio::spawn(async move {
                 let limit = dc.config.exchange_timeout;
-                let outcome = tokio::time::timeout(limit, dc.call(&client, &send))
-                    .await
-                    .unwrap_or(Outcome::Failed);
+                let (outcome, error) =
+                    match tokio::time::timeout(limit, dc.call(&client, &send)).await {
+                        Ok(Ok(outcome)) => (outcome, None),
+                        Ok(Err(error)) => (Outcome::Failed, Some(error)),
+                        Err(_) => (
+                            Outcome::Failed,
+                            Some(format!("{}: no answer within {limit:?}", send.addr)),
+                        ),
+                    };
                 let result = match outcome {
                     Outcome::Reply(_) => "ok",
                     Outcome::NotLeader(_) => "not_leader",
                     Outcome::Failed => "failed",
                 };
                 dc.metrics.exchange(&send.dc, result);
-                dc.answered(generation, &send.dc, send.exchange, outcome);
+                dc.answered(generation, &send.dc, send.exchange, outcome, error);
                 dc.wake.notify_one();
             });
         }
@@ -499,5 +557,63 @@ mod tests {
             ]
             .into()
         );
+    }
+
+    /// `GET /v1/datacenters` names why the last exchange with a DC failed until one succeeds;
+    /// a redirect is no failure, and a new exchange (a new epoch) starts without errors.
+    #[test]
+    fn the_last_failure_per_dc_is_listed_until_an_exchange_succeeds() {
+        let settings = DcSettings {
+            own: "ams".into(),
+            entry_points: [("fra".to_string(), vec!["fra1:8379".to_string()])].into(),
+            exchange: Default::default(),
+            max_body: 1 << 16,
+            peer_dcs: Default::default(),
+            advertise: None,
+        };
+        let key = DcKey::new(b"a key of this test".to_vec());
+        let node = DcNode::new(
+            &settings,
+            key,
+            "n1".into(),
+            "10.1.0.1:8379".into(),
+            &prometheus::Registry::new(),
+        );
+        node.follow(Some(1), None, Instant::now());
+        let generation = node.state.lock().unwrap().generation;
+        let refused = "fra1:8379: connection refused".to_string();
+        node.answered(generation, "fra", 0, Outcome::Failed, Some(refused.clone()));
+        let listing = node.listing();
+        assert_eq!(listing["errors"]["fra"]["error"], refused.as_str());
+        assert!(listing["errors"]["fra"]["age_ms"].is_u64(), "{listing}");
+        // An answer to an older exchange (another generation) changes nothing.
+        node.answered(
+            generation + 1,
+            "fra",
+            0,
+            Outcome::Failed,
+            Some("old".into()),
+        );
+        assert_eq!(node.listing()["errors"]["fra"]["error"], refused.as_str());
+        node.answered(generation, "fra", 0, Outcome::NotLeader(None), None);
+        assert_eq!(node.listing()["errors"]["fra"]["error"], refused.as_str());
+        let reply = verwalter_controllers::cluster::datacenters::wire::Envelope {
+            v: 1,
+            dc: "fra".into(),
+            node: "n2".into(),
+            addr: "fra1:8379".into(),
+            epoch: 1,
+            seq: 1,
+            summary_hash: None,
+            summary: None,
+            have_summary: None,
+            requests: Vec::new(),
+            answers: Vec::new(),
+        };
+        node.answered(generation, "fra", 0, Outcome::Reply(reply), None);
+        assert_eq!(node.listing()["errors"], json!({}));
+        node.answered(generation, "fra", 0, Outcome::Failed, Some(refused));
+        node.follow(Some(2), None, Instant::now());
+        assert_eq!(node.listing()["errors"], json!({}));
     }
 }

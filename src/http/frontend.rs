@@ -76,6 +76,7 @@ const FILES: &[(&str, &str, &[u8])] = &[
     embed!("js/token.js", JS),
     embed!("js/pages/api-links.js", JS),
     embed!("js/pages/backups.js", JS),
+    embed!("js/pages/datacenters.js", JS),
     embed!("js/pages/graphql.js", JS),
     embed!("js/pages/logs.js", JS),
     embed!("js/pages/nodes.js", JS),

@@ -102,6 +102,8 @@ pub(crate) struct Source {
     logs: Option<Arc<LogDir>>,
     /// The leader's shadow schedulers (`Query.shadows`).
     shadows: Option<crate::schedule::shadow::Shadows>,
+    /// This node's side of the exchange between DCs (`Query.datacenters`).
+    datacenters: Option<Arc<crate::cluster::datacenters::DcNode>>,
 }
 
 /// The schema of `state`'s app, built once.
@@ -117,6 +119,7 @@ pub(crate) fn schema(state: &AppState) -> VerwalterSchema {
                 metrics: state.metrics.clone(),
                 logs: state.logs.clone(),
                 shadows: state.http.shadows.clone(),
+                datacenters: state.datacenters.clone(),
             };
             build_schema(source)
         })
@@ -323,6 +326,59 @@ const OBJECTS: &[(&str, &[(&str, &str)])] = &[
             ("output", "JSON"),
         ],
     ),
+    (
+        "Datacenters",
+        &[
+            ("name", "String!"),
+            ("exchange", "String!"),
+            ("leading", "Boolean!"),
+            ("leader", "String"),
+            ("addr", "String!"),
+            ("dcs", "[RemoteDc!]!"),
+        ],
+    ),
+    (
+        "RemoteDc",
+        &[
+            ("name", "String!"),
+            ("addresses", "[String!]!"),
+            ("leader", "String"),
+            ("link", "String!"),
+            ("rttMs", "Float"),
+            ("contactAgeMs", "Float"),
+            ("summary", "JSON"),
+            ("summaryAgeMs", "Float"),
+            ("summaryBehind", "Boolean!"),
+            ("summaryDeferred", "Boolean!"),
+            ("bytesSent", "Float!"),
+            ("bytesReceived", "Float!"),
+            ("requests", "[DcRequest!]!"),
+            ("answers", "[DcAnswer!]!"),
+            ("lent", "[DcLent!]!"),
+            ("lastError", "String"),
+            ("lastErrorAgeMs", "Float"),
+        ],
+    ),
+    (
+        "DcRequest",
+        &[
+            ("id", "String!"),
+            ("data", "JSON"),
+            ("expiresInMs", "Float!"),
+        ],
+    ),
+    (
+        "DcAnswer",
+        &[
+            ("request", "String!"),
+            ("data", "JSON"),
+            ("expiresInMs", "Float!"),
+        ],
+    ),
+    (
+        "DcLent",
+        &[("request", "String!"), ("outstandingMs", "Float!")],
+    ),
 ];
 
 const ENUMS: &[(&str, &[&str])] = &[
@@ -460,7 +516,8 @@ fn build_schema(source: Source) -> VerwalterSchema {
             };
             FieldFuture::Value(Some(View::root(view)))
         }))
-        .field(shadows_field());
+        .field(shadows_field())
+        .field(datacenters_field());
     let mutation =
         Object::new("Mutation").field(Field::new("noop", TypeRef::named_nn("Okay"), |_| {
             FieldFuture::Value(Some(FieldValue::owned_any(Node {
@@ -512,6 +569,26 @@ fn shadows_field() -> Field {
             })
             .collect::<Vec<_>>();
         FieldFuture::Value(Some(FieldValue::list(items)))
+    })
+}
+
+/// `Query.datacenters`: this node's DC and the others, as `GET /v1/datacenters` shows them;
+/// `null` on a node in no DC.
+fn datacenters_field() -> Field {
+    Field::new("datacenters", TypeRef::named("Datacenters"), |ctx| {
+        let source = match ctx.data::<Source>() {
+            Ok(source) => source,
+            Err(e) => return error_field(e.message),
+        };
+        let root = super::datacenters::graphql_tree(source.datacenters.as_deref());
+        if root.is_null() {
+            return FieldFuture::Value(None);
+        }
+        FieldFuture::Value(Some(FieldValue::owned_any(Node {
+            view: None,
+            root: Arc::new(root),
+            path: String::new(),
+        })))
     })
 }
 

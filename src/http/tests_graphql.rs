@@ -53,6 +53,17 @@ const ALL_FIELDS: &str = r#"{
     latest { run time inputHash realHash result pathsDiffering error durationMs memoryBytes realError codeVersion log diff output }
     history { run result }
   }
+  datacenters {
+    name exchange leading leader addr
+    dcs {
+      name addresses leader link rttMs contactAgeMs summary summaryAgeMs summaryBehind
+      summaryDeferred bytesSent bytesReceived
+      requests { id data expiresInMs }
+      answers { request data expiresInMs }
+      lent { request outstandingMs }
+      lastError lastErrorAgeMs
+    }
+  }
 }"#;
 
 fn app_with(writer: &StoreWriter) -> (AppState, Router) {
@@ -1288,4 +1299,124 @@ async fn graphql_work_runs_off_the_callers_runtime() {
     let (thread, value) = work.await.unwrap();
     assert_eq!(thread.as_deref(), Some("graphql"));
     assert_eq!(value, 7);
+}
+
+/// `Query.datacenters` is what `GET /v1/datacenters` shows: `null` in no DC; on a leader of
+/// `ams` that took an envelope of `fra` (a summary, a request), each DC with it, and `lon`, an
+/// entry point never heard from, with its addresses only.
+#[tokio::test]
+async fn datacenters_are_what_v1_datacenters_shows() {
+    use verwalter_controllers::cluster::datacenters::wire::{self, DcKey, Envelope, Request};
+    let writer = leading(2);
+    let (_, app) = app_with(&writer);
+    let (code, answer) = query(&app, "{ datacenters { name } }").await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    assert_eq!(answer, json!({"data": {"datacenters": null}}));
+
+    let key = DcKey::new(b"the key of this test's site".to_vec()).unwrap();
+    let settings = crate::config::DcSettings {
+        own: "ams".into(),
+        entry_points: [
+            ("fra".to_string(), vec!["10.2.0.1:8379".to_string()]),
+            ("lon".to_string(), vec!["10.3.0.1:8379".to_string()]),
+        ]
+        .into(),
+        exchange: Default::default(),
+        max_body: 1 << 16,
+        peer_dcs: Default::default(),
+        advertise: None,
+    };
+    let dc = crate::cluster::datacenters::DcNode::new(
+        &settings,
+        Some(key.clone()),
+        "77985419c732412ea38b94db00000001".into(),
+        "10.1.0.1:8379".into(),
+        &prometheus::Registry::new(),
+    );
+    dc.follow(Some(2), None, tokio::time::Instant::now());
+    let summary = json!({"spare": {"web": 12}});
+    let envelope = Envelope {
+        v: 1,
+        dc: "fra".into(),
+        node: BETA.into(),
+        addr: "10.2.0.1:8379".into(),
+        epoch: 5,
+        seq: 1,
+        summary_hash: Some(wire::summary_hash(&summary)),
+        summary: Some(summary.clone()),
+        have_summary: None,
+        requests: vec![Request {
+            id: "web-burst".into(),
+            data: json!({"role": "web", "workers": 20}),
+            lease_ms: 600_000,
+        }],
+        answers: Vec::new(),
+    };
+    let (body, tag) = key.seal(&envelope, 1 << 16).unwrap();
+    let taken = dc.receive(&body, Some(&tag), tokio::time::Instant::now());
+    assert!(
+        matches!(taken, crate::cluster::datacenters::Reply::Envelope(..)),
+        "{taken:?}"
+    );
+    let mut state = app_state(&writer, std::env::temp_dir(), "common");
+    state.datacenters = Some(Arc::new(dc));
+    let app = router(state);
+
+    let (code, answer) = query(&app, ALL_FIELDS).await;
+    assert_eq!(code, StatusCode::OK, "{answer}");
+    assert_eq!(answer.get("errors"), None, "{answer}");
+    let gql = &answer["data"]["datacenters"];
+    let rest = get_json(&app, "/v1/datacenters").await;
+    assert_eq!(
+        (
+            &gql["name"],
+            &gql["exchange"],
+            &gql["leading"],
+            &gql["addr"]
+        ),
+        (
+            &json!("ams"),
+            &json!("on"),
+            &json!(true),
+            &json!("10.1.0.1:8379")
+        )
+    );
+    assert_eq!(gql["leader"], rest["leader"]);
+    let names: Vec<&Value> = gql["dcs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| &d["name"])
+        .collect();
+    assert_eq!(names, [&json!("fra"), &json!("lon")]);
+    let (fra, rest_fra) = (&gql["dcs"][0], &rest["dcs"]["fra"]);
+    assert_eq!(fra["addresses"], json!(["10.2.0.1:8379"]));
+    assert_eq!(fra["leader"], json!(BETA));
+    assert_eq!(fra["link"], json!("up"));
+    assert_eq!(fra["summary"], summary);
+    assert_eq!(fra["summaryBehind"], json!(false));
+    assert_eq!(fra["rttMs"], Value::Null, "this node made no call");
+    assert!(fra["contactAgeMs"].as_f64().is_some(), "{fra}");
+    assert!(fra["summaryAgeMs"].as_f64().is_some(), "{fra}");
+    assert_eq!(
+        fra["bytesReceived"].as_f64(),
+        rest_fra["bytes_received"].as_f64()
+    );
+    assert!(fra["bytesReceived"].as_f64() > Some(0.0), "{fra}");
+    assert_eq!(fra["bytesSent"].as_f64(), rest_fra["bytes_sent"].as_f64());
+    assert_eq!(fra["requests"][0]["id"], json!("web-burst"));
+    assert_eq!(
+        fra["requests"][0]["data"],
+        json!({"role": "web", "workers": 20})
+    );
+    let left = fra["requests"][0]["expiresInMs"].as_f64().unwrap();
+    assert!(left > 0.0 && left <= 600_000.0, "{fra}");
+    assert_eq!((&fra["answers"], &fra["lent"]), (&json!([]), &json!([])));
+    let lon = &gql["dcs"][1];
+    assert_eq!(lon["addresses"], json!(["10.3.0.1:8379"]));
+    assert_eq!(
+        (&lon["link"], &lon["leader"]),
+        (&json!("unknown"), &Value::Null)
+    );
+    assert_eq!(lon["lastError"], Value::Null, "no exchange was made");
 }
