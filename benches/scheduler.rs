@@ -2,7 +2,8 @@
 //! scheduler (`benches/placement`).
 //!
 //! - `lua_only`: the scheduler function alone, called on a pre-built `state` table;
-//! - `full_round`: state built -> Lua -> canonical JSON text -> hashed -> persisted with fsync.
+//! - `full_round`: state built -> Lua -> canonical JSON text -> hashed -> persisted (a schedule
+//!   slot rewritten in place with one fdatasync, then `schedule.json` renamed without a flush).
 //!
 //! After criterion, a same-run summary prints medians (min, max) of both and their ratio.
 //!
