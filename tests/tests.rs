@@ -25,7 +25,9 @@
 //!   `make cluster-stop NODE=...`.
 //! - `crash`: crash trials: SIGKILL at random moments (chosen by the number of role applies
 //!   seen) while schedules change; every rendered file whole, the stored schedule whole, no
-//!   schedule lost, every role converged after the restart (`CRASH_TRIALS`, `CRASH_SEED`).
+//!   schedule lost, every role converged after the restart (`CRASH_TRIALS`, `CRASH_SEED`); kills
+//!   in a stream of rounds, right after a schedule is logged as taken: the start loads it or the
+//!   one before (the schedule slots), never another.
 //! - `daemon`: a single node on a temp copy of `examples/minimal`: schedule over HTTP, edits
 //!   picked up without a restart, a broken scheduler shown in `/v1/status` with the old schedule
 //!   kept, the schedule persisted across a restart, clean exit on SIGTERM; out of descriptors

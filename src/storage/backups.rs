@@ -1,6 +1,9 @@
 //! Backups of the schedule in force, as verwalter 0.13 keeps them: gzipped copies of
-//! `schedule.json`. Which to take and which to delete is decided by
-//! [`verwalter_controllers::storage::retention::plan_backups`]; this file reads, writes and deletes them.
+//! `schedule.json` (which holds the same bytes as the newest schedule slot once its write after
+//! the slot's succeeded; the start writes it again from the slot when a crash left it behind).
+//! Which to take and which to delete is decided by
+//! [`verwalter_controllers::storage::retention::plan_backups`]; this file reads, writes and
+//! deletes them.
 
 use std::fs;
 use std::io::{self, Write};

@@ -1,16 +1,20 @@
-//! The storage dir (`/var/lib/verwalter`): the schedule in force, written atomically, read at
-//! start so a restarted node begins from it.
+//! The storage dir (`/var/lib/verwalter`): the schedule in force, flushed to a slot file and
+//! written to `schedule/schedule.json`, read at start so a restarted node begins from it.
 
 use std::fs;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use std::collections::HashMap;
 
 use verwalter_controllers::machinery::ports::{AppliedStore, ScheduleStore, StorageError};
 use verwalter_controllers::state::Schedule;
+use verwalter_controllers::storage::slots::{self as plan, Found, Take, ValidJson, ValidSlot};
+
+use crate::storage::slots::{self, SLOT_NAMES, SlotBody};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum StateDirError {
@@ -34,15 +38,34 @@ pub(crate) enum StateDirError {
     },
 }
 
-/// The storage dir of one node.
+/// The storage dir of one node. Clones share which slot is written next: give every writer
+/// of one storage dir a clone of the same `StateDir`.
 #[derive(Debug, Clone)]
 pub struct StateDir {
     root: PathBuf,
+    slots: Arc<Mutex<Option<NextSlot>>>,
 }
+
+/// Where the next schedule goes: `None` until the slots were read (at the start's load, or the
+/// first save).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct NextSlot {
+    slot: usize,
+    seq: u64,
+    /// `(timestamp, hash)` of the schedule in the newest slot: saving it again (a retry after
+    /// `schedule.json` could not be written) does not write a slot.
+    newest: Option<(u64, String)>,
+}
+
+/// A slot that is whole, with its schedule.
+type GoodSlot = (SlotBody, Schedule);
 
 impl StateDir {
     pub fn new(root: impl Into<PathBuf>) -> StateDir {
-        StateDir { root: root.into() }
+        StateDir {
+            root: root.into(),
+            slots: Arc::new(Mutex::new(None)),
+        }
     }
 
     /// The storage dir itself.
@@ -55,11 +78,83 @@ impl StateDir {
         self.root.join("schedule").join("schedule.json")
     }
 
-    /// The persisted schedule, `None` when there is none yet. A file that does not parse or
-    /// whose hash does not match is an error (the caller logs it and starts without), and so is
-    /// anything but a regular file (a symlink is not followed, a FIFO not waited on) and a file
-    /// over [`MAX_STORED_SCHEDULE`].
+    /// The stored schedule, `None` when there is none yet: the newest whole slot, or
+    /// `schedule.json` in a storage dir without slots (or when another version wrote a newer
+    /// one since), as `verwalter_controllers::storage::slots` decides. A torn or corrupt slot is
+    /// logged and passed over. When the slot taken is not what `schedule.json` holds (a crash
+    /// came between the two writes), `schedule.json` is written again from it.
+    ///
+    /// Without a whole slot, a `schedule.json` that does not parse or whose hash does not match
+    /// is an error (the caller logs it and starts without), and so is anything but a regular
+    /// file (a symlink is not followed, a FIFO not waited on) and a file over
+    /// [`MAX_STORED_SCHEDULE`].
     pub(crate) fn load_schedule(&self) -> Result<Option<Schedule>, StateDirError> {
+        let mut next = self.slots.lock().unwrap();
+        let mut good = self.read_slots();
+        let json = self.load_json();
+        let seen = json
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .map(|(bytes, schedule)| ValidJson {
+                timestamp: schedule.timestamp,
+                same_as: good
+                    .each_ref()
+                    .map(|g| g.as_ref().is_some_and(|(slot, _)| slot.body == *bytes)),
+            });
+        let (load, after) = plan_slots(&good, seen);
+        *next = Some(after);
+        match load.take {
+            Take::Slot(n) => {
+                let (slot, schedule) = good[n].take().expect("the plan takes a whole slot");
+                if load.rewrite_json {
+                    if let Err(error) = &json {
+                        tracing::warn!(%error, "The stored schedule.json is not usable; written again from the newest schedule slot.");
+                    }
+                    let path = self.schedule_path();
+                    if let Err(e) = write_atomic_reusing(&path, &[&slot.body], true) {
+                        tracing::warn!(path = %path.display(), error = %e, "Cannot write schedule.json from the newest schedule slot; it is written with the next schedule.");
+                    }
+                }
+                Ok(Some(schedule))
+            }
+            Take::Json => {
+                if good.iter().any(Option::is_some) {
+                    tracing::info!(path = %self.schedule_path().display(), "The stored schedule.json is newer than the schedule slots (written by a version without them); taken.");
+                }
+                Ok(json?.map(|(_, schedule)| schedule))
+            }
+            Take::Nothing => json.map(|_| None),
+        }
+    }
+
+    /// Both slots, each when it is whole and holds a schedule whose hash is right; the others
+    /// are logged.
+    fn read_slots(&self) -> [Option<GoodSlot>; 2] {
+        [0, 1].map(|n| {
+            let path = slots::slot_path(&self.root, n);
+            let slot = match slots::read(&path) {
+                Ok(slot) => slot?,
+                Err(fault) => {
+                    tracing::warn!(path = %path.display(), %fault, "Passing over a schedule slot that is not whole; the other slot or schedule.json is used.");
+                    return None;
+                }
+            };
+            let schedule = serde_json::from_slice::<Schedule>(&slot.body)
+                .map_err(|e| e.to_string())
+                .and_then(|s| s.verify().map(|()| s).map_err(|e| e.to_string()));
+            match schedule {
+                Ok(schedule) => Some((slot, schedule)),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), %error, "Passing over a schedule slot whose schedule is not right; the other slot or schedule.json is used.");
+                    None
+                }
+            }
+        })
+    }
+
+    /// `schedule.json`'s bytes and schedule, `None` when there is none.
+    fn load_json(&self) -> Result<Option<(Vec<u8>, Schedule)>, StateDirError> {
         let path = self.schedule_path();
         let bytes = match read_regular(&path, MAX_STORED_SCHEDULE) {
             Ok(Some(bytes)) => bytes,
@@ -74,13 +169,17 @@ impl StateDir {
         schedule
             .verify()
             .map_err(|source| StateDirError::Hash { path, source })?;
-        Ok(Some(schedule))
+        Ok(Some((bytes, schedule)))
     }
 
-    /// Writes the envelope around the canonical text of `schedule.data` as it is (no second
-    /// serialisation of the data): compact and key-sorted.
+    /// Saves the schedule in force: into the next slot with one flush (`fdatasync`), then into
+    /// `schedule/schedule.json` (temp file and rename, no flush: readers see the old file or the
+    /// new one, whole; after a power loss it may be older, or torn, and the start takes the
+    /// slot and writes it again). Both get the envelope around the canonical text of
+    /// `schedule.data` as it is (no second serialisation of the data): compact and key-sorted.
+    /// An error of either is returned (the persister retries; a retry of a schedule the newest
+    /// slot holds already writes only `schedule.json`).
     pub fn save_schedule(&self, schedule: &Schedule) -> Result<(), StorageError> {
-        let path = self.schedule_path();
         // Compact JSON: half the bytes of indented JSON for large schedules, and the file is read
         // by programs (`jq .` shows it indented). The envelope is `Schedule::write_json`'s.
         let (head, tail) = schedule.json_envelope();
@@ -90,6 +189,20 @@ impl StateDir {
             tail.as_slice(),
             b"\n",
         ];
+        let mut next = self.slots.lock().unwrap();
+        let next = next.get_or_insert_with(|| self.first_slot());
+        let identity = (schedule.timestamp, schedule.hash.clone());
+        if next.newest.as_ref() != Some(&identity) {
+            slots::write(&self.root, next.slot, next.seq, &parts).map_err(|e| {
+                StorageError::io(&slots::slot_path(&self.root, next.slot), "cannot write", &e)
+            })?;
+            *next = NextSlot {
+                slot: 1 - next.slot,
+                seq: next.seq + 1,
+                newest: Some(identity),
+            };
+        }
+        let path = self.schedule_path();
         // Something else in its place (a symlink, a FIFO) is replaced, never written through.
         if let Ok(meta) = fs::symlink_metadata(&path)
             && let Some(what) = not_regular(&meta)
@@ -97,8 +210,35 @@ impl StateDir {
         {
             tracing::warn!(path = %path.display(), found = what, "Replacing what is in the place of the stored schedule (it is not followed).");
         }
-        write_atomic_reusing(&path, &parts).map_err(|e| StorageError::io(&path, "cannot write", &e))
+        write_atomic_reusing(&path, &parts, false)
+            .map_err(|e| StorageError::io(&path, "cannot write", &e))
     }
+
+    /// Where the first save goes when the start did not load (a tool, a bench): after the
+    /// newest whole slot.
+    fn first_slot(&self) -> NextSlot {
+        plan_slots(&self.read_slots(), None).1
+    }
+}
+
+/// The plan of a start on the whole slots `good` and `schedule.json`, and where the next
+/// schedule is written after it.
+fn plan_slots(good: &[Option<GoodSlot>; 2], json: Option<ValidJson>) -> (plan::LoadPlan, NextSlot) {
+    let slots = good.each_ref().map(|g| {
+        g.as_ref().map(|(slot, schedule)| ValidSlot {
+            seq: slot.seq,
+            timestamp: schedule.timestamp,
+        })
+    });
+    let load = plan::plan_load(&Found { slots, json });
+    let next = NextSlot {
+        slot: load.next_slot,
+        seq: load.next_seq,
+        newest: plan::newest(&slots)
+            .and_then(|n| good[n].as_ref())
+            .map(|(_, s)| (s.timestamp, s.hash.clone())),
+    };
+    (load, next)
 }
 
 impl StateDir {
@@ -143,6 +283,7 @@ impl StateDir {
                 }
                 let ours = dir == self.backups_dir()
                     || name == "schedule.json"
+                    || SLOT_NAMES.contains(&name.as_str())
                     || name.starts_with("actions.");
                 let loose = entry
                     .metadata()
@@ -394,7 +535,7 @@ pub(crate) fn read_regular(path: &Path, limit: u64) -> io::Result<Option<Vec<u8>
 
 /// Opens `path` to write it over if it is a regular file of its own (one name): not through a
 /// symlink, not a FIFO (never waited on) or device, not a file another name shares.
-fn open_own(path: &Path) -> Option<fs::File> {
+pub(crate) fn open_own(path: &Path) -> Option<fs::File> {
     let file = fs::OpenOptions::new()
         .write(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
@@ -478,7 +619,15 @@ pub(crate) fn write_atomic_parts(path: &Path, parts: &[&[u8]]) -> std::io::Resul
 /// has, instead of into a new one whose pages it must allocate while it frees the old file's.
 /// The spare is never the file in force, so a crash while it is written leaves the file as it
 /// was; the start-up cleanup removes a spare with the other temp files.
-pub(crate) fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Result<()> {
+///
+/// Without `durable`, nothing is flushed (no `fsync` of the file nor of the directory): readers
+/// still see the old file or the new one, whole, but after a power loss the file may be the
+/// older one or torn. For `schedule.json`, which the schedule slots make durable first.
+pub(crate) fn write_atomic_reusing(
+    path: &Path,
+    parts: &[&[u8]],
+    durable: bool,
+) -> std::io::Result<()> {
     let (Some(dir), Some(name)) = (
         path.parent().filter(|d| d.is_dir()),
         path.file_name().and_then(|n| n.to_str()),
@@ -504,7 +653,9 @@ pub(crate) fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Res
             len += part.len() as u64;
         }
         file.set_len(len)?;
-        file.sync_all()?;
+        if durable {
+            file.sync_all()?;
+        }
         // Only a regular file is kept as the next spare: a link (`link` names the link itself,
         // not what it leads to) or FIFO in the file's place is dropped with the rename.
         let keep = temp_path(dir, name);
@@ -527,7 +678,7 @@ pub(crate) fn write_atomic_reusing(path: &Path, parts: &[&[u8]]) -> std::io::Res
         let _ = fs::remove_file(&keep);
     }
     result?;
-    sync_dir(dir)
+    if durable { sync_dir(dir) } else { Ok(()) }
 }
 
 #[cfg(test)]
@@ -554,6 +705,10 @@ mod tests {
             ),
             "compact envelope around the canonical data"
         );
+        // Without slots (a storage dir of an older version), schedule.json alone is checked.
+        for name in SLOT_NAMES {
+            fs::remove_file(dir.root.join(name)).ok();
+        }
         let text = fs::read_to_string(dir.schedule_path()).unwrap();
         fs::write(dir.schedule_path(), text.replace("v2", "v3")).unwrap();
         let err = dir.load_schedule().unwrap_err().to_string();
@@ -733,16 +888,193 @@ mod tests {
         assert_eq!(AppliedStore::load(&dir)["web"], "h3");
     }
 
+    fn saved(dir: &StateDir, n: u64) -> Schedule {
+        let schedule = Schedule::new(serde_json::json!({"n": n}), 1000 + n, "a".into());
+        dir.save_schedule(&schedule).unwrap();
+        schedule
+    }
+
+    /// The slots are written by turns with rising sequence numbers, and a start takes the
+    /// newest; `schedule.json` holds the same bytes as the newest slot.
+    #[test]
+    fn saves_alternate_between_the_slots_and_a_start_takes_the_newest() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let slot = |n: usize| slots::read(&slots::slot_path(tmp.path(), n)).unwrap();
+        for n in 1..=5 {
+            let schedule = saved(&dir, n);
+            let newest = slot(((n - 1) % 2) as usize).unwrap();
+            assert_eq!(newest.seq, n, "save {n}");
+            assert_eq!(newest.body, fs::read(dir.schedule_path()).unwrap());
+            // A fresh start (another StateDir on the same dir) takes it and goes on after it.
+            let again = StateDir::new(tmp.path());
+            assert_eq!(again.load_schedule().unwrap(), Some(schedule), "save {n}");
+        }
+        assert_eq!(slot(0).unwrap().seq, 5);
+        assert_eq!(slot(1).unwrap().seq, 4);
+        let again = StateDir::new(tmp.path());
+        again.load_schedule().unwrap();
+        saved(&again, 6);
+        assert_eq!(slot(1).unwrap().seq, 6, "written over the older slot");
+        assert_eq!(slot(0).unwrap().seq, 5, "the newest before it is kept");
+        // Without a load first (a tool), a save goes after the newest slot all the same.
+        saved(&StateDir::new(tmp.path()), 7);
+        assert_eq!((slot(0).unwrap().seq, slot(1).unwrap().seq), (7, 6));
+    }
+
+    /// A torn or corrupt newest slot (the crash came while it was written, so `schedule.json`
+    /// is still the schedule before, or missing) is passed over: the other slot's schedule is
+    /// taken, `schedule.json` is written from it when missing, and the next save goes over the
+    /// torn slot, not over the good one. (A torn slot beside a `schedule.json` newer than the
+    /// good slot, which a crash cannot leave, takes `schedule.json`: see the test below.)
+    #[test]
+    fn a_torn_slot_falls_back_to_the_other_and_is_written_next() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let first = saved(&dir, 1);
+        let first_json = fs::read(dir.schedule_path()).unwrap();
+        saved(&dir, 2);
+        let torn = slots::slot_path(tmp.path(), 1);
+        let good = fs::read(&torn).unwrap();
+        let len = slots::HEADER_LEN + 20;
+        for damage in [
+            good[..len].to_vec(),                                  // cut short
+            [&good[..len], &vec![0u8; good.len() - len]].concat(), // the rest not written yet
+            Vec::new(),                                            // empty
+        ] {
+            for json in [Some(&first_json), None] {
+                fs::write(&torn, &damage).unwrap();
+                match json {
+                    Some(bytes) => fs::write(dir.schedule_path(), bytes).unwrap(),
+                    None => fs::remove_file(dir.schedule_path()).unwrap(),
+                }
+                let dir = StateDir::new(tmp.path());
+                assert_eq!(dir.load_schedule().unwrap(), Some(first.clone()));
+                assert_eq!(
+                    fs::read(dir.schedule_path()).unwrap(),
+                    first_json,
+                    "schedule.json is the good slot's"
+                );
+            }
+        }
+        let dir = StateDir::new(tmp.path());
+        dir.load_schedule().unwrap();
+        let third = saved(&dir, 3);
+        let read = |n| {
+            slots::read(&slots::slot_path(tmp.path(), n))
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!(
+            read(1).seq,
+            2,
+            "the torn slot written, with the sequence after the good one"
+        );
+        assert_eq!(read(0).seq, 1, "the good one kept");
+        assert_eq!(
+            StateDir::new(tmp.path()).load_schedule().unwrap(),
+            Some(third)
+        );
+        // Both slots broken: schedule.json, as in a storage dir without slots.
+        for n in 0..2 {
+            fs::write(slots::slot_path(tmp.path(), n), b"junk").unwrap();
+        }
+        let fallback = StateDir::new(tmp.path()).load_schedule().unwrap().unwrap();
+        assert_eq!(fallback.data.tree()["n"], 3);
+    }
+
+    /// A slot newer than `schedule.json` (the crash came after the slot's flush, before
+    /// `schedule.json` was written; or its write failed) is taken, and `schedule.json` brought
+    /// up to it. A `schedule.json` newer than both slots and neither's (written by a version
+    /// without slots after this one ran) is taken instead, and the next save goes after the
+    /// newest slot. A storage dir without slots (older versions, 0.13) loads `schedule.json`.
+    #[test]
+    fn a_slot_newer_than_schedule_json_wins_and_a_foreign_newer_json_is_taken() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let old = saved(&dir, 1);
+        let old_json = fs::read(dir.schedule_path()).unwrap();
+        let new = saved(&dir, 2);
+        fs::write(dir.schedule_path(), &old_json).unwrap();
+        assert_eq!(
+            StateDir::new(tmp.path()).load_schedule().unwrap(),
+            Some(new.clone())
+        );
+        let json: Schedule =
+            serde_json::from_slice(&fs::read(dir.schedule_path()).unwrap()).unwrap();
+        assert_eq!(json, new, "schedule.json brought up to the slot");
+        // Missing schedule.json: the same.
+        fs::remove_file(dir.schedule_path()).unwrap();
+        assert_eq!(
+            StateDir::new(tmp.path()).load_schedule().unwrap(),
+            Some(new.clone())
+        );
+        assert!(dir.schedule_path().exists());
+
+        // An older version wrote a newer schedule.json after this one ran.
+        let foreign = Schedule::new(serde_json::json!({"by": "0.13"}), 5000, "b".into());
+        fs::write(dir.schedule_path(), serde_json::to_vec(&foreign).unwrap()).unwrap();
+        let dir = StateDir::new(tmp.path());
+        assert_eq!(dir.load_schedule().unwrap(), Some(foreign.clone()));
+        saved(&dir, 3);
+        let read = |n| {
+            slots::read(&slots::slot_path(tmp.path(), n))
+                .unwrap()
+                .unwrap()
+        };
+        assert_eq!((read(0).seq, read(1).seq), (3, 2), "after the newest slot");
+        // Neither slot's but older: a schedule.json left behind; the slot wins.
+        fs::write(dir.schedule_path(), &old_json).unwrap();
+        let _ = old;
+        let newest = StateDir::new(tmp.path()).load_schedule().unwrap().unwrap();
+        assert_eq!(newest.data.tree()["n"], 3);
+
+        // No slots: schedule.json as it is; the first save makes slot 0 with sequence 1.
+        let bare = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(bare.path());
+        fs::create_dir_all(dir.schedule_path().parent().unwrap()).unwrap();
+        fs::write(dir.schedule_path(), serde_json::to_vec(&foreign).unwrap()).unwrap();
+        assert_eq!(dir.load_schedule().unwrap(), Some(foreign));
+        saved(&dir, 1);
+        assert_eq!(
+            slots::read(&slots::slot_path(bare.path(), 0))
+                .unwrap()
+                .unwrap()
+                .seq,
+            1
+        );
+    }
+
+    /// A retry after `schedule.json` could not be written does not write a slot again: the
+    /// newest slot holds that schedule already.
+    #[test]
+    fn saving_the_schedule_the_newest_slot_holds_writes_only_schedule_json() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = StateDir::new(tmp.path());
+        let schedule = saved(&dir, 1);
+        fs::remove_file(dir.schedule_path()).unwrap();
+        dir.save_schedule(&schedule).unwrap();
+        assert!(dir.schedule_path().exists());
+        assert!(!slots::slot_path(tmp.path(), 1).exists(), "no second slot");
+        saved(&dir, 2);
+        assert_eq!(
+            slots::read(&slots::slot_path(tmp.path(), 1))
+                .unwrap()
+                .unwrap()
+                .seq,
+            2
+        );
+    }
+
     #[test]
     fn the_schedule_is_private() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = StateDir::new(tmp.path());
         dir.save_schedule(&Schedule::test().build()).unwrap();
-        let mode = fs::metadata(dir.schedule_path())
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
+        for path in [dir.schedule_path(), dir.root.join(SLOT_NAMES[0])] {
+            let mode = fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{}", path.display());
+        }
     }
 
     /// Many threads writing the same file at once each use their own temp file: every write
@@ -806,7 +1138,10 @@ mod tests {
         for path in &kept {
             assert!(path.exists(), "{} kept", path.display());
         }
-        for path in [dir.schedule_path(), kept[2].clone()] {
+        let slot = dir.root.join(SLOT_NAMES[0]);
+        fs::set_permissions(&slot, fs::Permissions::from_mode(0o644)).unwrap();
+        assert_eq!(dir.clean_temp_files(), 0);
+        for path in [dir.schedule_path(), kept[2].clone(), slot] {
             let mode = fs::metadata(&path).unwrap().permissions().mode();
             assert_eq!(mode & 0o777, 0o600, "{}", path.display());
         }

@@ -24,12 +24,14 @@ pub const SCHEDULE_FILE: &str = "schedule.json";
 pub const OWN_SCHEDULE_PREFIX: &[u8] = b"{\"timestamp\":";
 
 /// Entries of the storage dir only this daemon makes: any of them means it ran here before.
-const OWN_ENTRIES: [&str; 5] = [
+const OWN_ENTRIES: [&str; 7] = [
     "roles",
     "staging",
     "backups",
     "actions.journal",
     "actions.json",
+    "schedule.slot0",
+    "schedule.slot1",
 ];
 
 /// 0.13's temp files in `<storage>/schedule/`: `schedule.tmp` (its atomic write of
@@ -328,6 +330,19 @@ mod tests {
         let plan = plan_storage(&own);
         assert_eq!(plan.layout, Layout::Current);
         assert!(plan.is_empty(), "{plan:?}");
+        // The schedule's slots alone say this daemon ran here (nothing rendered yet).
+        for slot in ["schedule.slot0", "schedule.slot1"] {
+            let slots_only = StorageListing {
+                root: names(&["schedule", slot]),
+                schedule: names(&["schedule.json"]),
+                backups: Vec::new(),
+                stored: Some(StoredSchedule {
+                    ours: true,
+                    made_ms: 5,
+                }),
+            };
+            assert_eq!(plan_storage(&slots_only).layout, Layout::Current, "{slot}");
+        }
     }
 
     /// 0.13 ran again after this daemon (a downgrade and back): its new backups join ours, but

@@ -64,6 +64,7 @@ impl LuaScheduler {
             limits,
             loaded: None,
             made: None,
+            parsed: None,
         };
         let thread = SchedulerThread::start(NAMES, limits.time, grace, engine, before_run)?;
         Ok(LuaScheduler { thread })
@@ -94,6 +95,11 @@ struct LuaEngine {
     loaded: Option<(String, Sandbox)>,
     /// The data of the last run's schedule, whose tree [`Engine::after_run`] parses.
     made: Option<ScheduleData>,
+    /// The last data whose tree `after_run` parsed: a run that returns the same text (a rerun
+    /// with nothing changed, the common case) is not parsed again. Its schedule is not put in
+    /// force (the controller keeps, or restamps, the one in force, whose tree this is); should
+    /// it be (the same data from another origin), its tree is parsed on first use.
+    parsed: Option<ScheduleData>,
 }
 
 impl Engine for LuaEngine {
@@ -133,7 +139,14 @@ impl Engine for LuaEngine {
         // `parents` (and the API as a tree), so its tree is made here, off the run's wait,
         // while the controller hashes and stores the text.
         if let Some(data) = self.made.take() {
-            data.tree();
+            let same = self
+                .parsed
+                .as_ref()
+                .is_some_and(|last| last.canonical() == data.canonical());
+            if !same {
+                data.tree();
+                self.parsed = Some(data);
+            }
         }
     }
 }

@@ -142,6 +142,40 @@ fn a_returned_table_becomes_the_canonical_text_without_a_tree() {
     );
 }
 
+/// `after_run` makes the tree of a run's schedule off the run's wait, but not again for a run
+/// that returns the same text as the last one parsed (a rerun with nothing changed); a changed
+/// schedule is parsed, and so is the earlier text when it comes back.
+#[test]
+fn after_run_parses_a_schedule_only_when_its_text_changed() {
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        &format!("{SCHEDULER_DIR}/main.lua"),
+        "return { scheduler = function(state) return {n = state.runtime.n} end }",
+    );
+    let mut engine = LuaEngine {
+        config_dir: tmp.path().to_path_buf(),
+        limits: small(),
+        loaded: None,
+        made: None,
+        parsed: None,
+    };
+    let mut run = |n: u64| {
+        let mut input = input();
+        input.runtime = Arc::new(json!({"n": n}));
+        let out = engine.run("v", &input).unwrap();
+        assert!(!out.data.is_parsed(), "no tree on the run's path");
+        engine.after_run();
+        out.data.is_parsed()
+    };
+    assert!(run(1), "the first schedule is parsed");
+    assert!(!run(1), "the same text again is not");
+    assert!(!run(1));
+    assert!(run(2), "a changed schedule is");
+    assert!(!run(2));
+    assert!(run(1), "and the earlier one when it comes back");
+}
+
 #[test]
 fn nested_require_passes_the_module_name() {
     let out = run_main(
