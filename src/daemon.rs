@@ -78,6 +78,9 @@ pub enum StartError {
     Extender(#[source] crate::placement::extender::ExtenderError),
     #[error("{0}")]
     Graph(#[source] crate::ernest::ExecutorError),
+    /// `election.backend: etcd`: the client could not be set up.
+    #[error("{0}")]
+    Etcd(String),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -320,6 +323,9 @@ struct Shared {
     /// This node's side of the exchange between data centers, when it is in one: fed by the
     /// peer source and the election, served by the HTTP API.
     dc: Option<Arc<DcNode>>,
+    /// The etcd backend's status view (`None` with the built-in election).
+    #[cfg(feature = "etcd")]
+    etcd: crate::cluster::etcd::SharedView,
 }
 
 /// What the render part shares with the HTTP API.
@@ -404,6 +410,8 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 wiring.metrics.registry(),
             ))
         }),
+        #[cfg(feature = "etcd")]
+        etcd: Default::default(),
     };
     let cluster = ClusterFields {
         peers,
@@ -512,6 +520,12 @@ impl Wiring<'_> {
         shared: &Shared,
     ) -> Result<(), StartError> {
         let config = self.config;
+        #[cfg(feature = "etcd")]
+        if let crate::config::Backend::Etcd(settings) = &config.election_backend {
+            return self
+                .spawn_etcd_cluster(bound, fields, shared, settings)
+                .await;
+        }
         let addr = &bound.addr;
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
         let udp = UdpSocket::bind(addr)
@@ -552,6 +566,26 @@ impl Wiring<'_> {
         );
         self.tasks
             .spawn(Task::Election, task.run(self.shutdown.clone()));
+        self.spawn_fetcher(
+            fields.prefetched,
+            fields.replaced,
+            shared,
+            sightings,
+            announced,
+        );
+        Ok(())
+    }
+
+    /// The schedule fetcher: followers take the leader's schedule, a new leader its parents.
+    fn spawn_fetcher(
+        &mut self,
+        prefetched: Field<Prefetched>,
+        replaced: Field<Vec<Schedule>>,
+        shared: &Shared,
+        sightings: crate::cluster::replication::SharedSightings,
+        announced: Arc<crate::cluster::vouch::Announced>,
+    ) {
+        let config = self.config;
         let fetcher = Fetcher::new(
             ReplicationConfig {
                 relay_fanout: config.relay_fanout,
@@ -564,8 +598,8 @@ impl Wiring<'_> {
             FetcherParts {
                 store: self.store.clone(),
                 schedule: shared.schedule.clone(),
-                prefetched: fields.prefetched,
-                replaced: fields.replaced,
+                prefetched,
+                replaced,
                 persister: shared.persister.clone(),
                 metrics: self.metrics.clone(),
                 live: shared.live.clone(),
@@ -579,6 +613,42 @@ impl Wiring<'_> {
         .with_host(&config.hostname);
         self.tasks
             .spawn(Task::Fetcher, fetcher.run(self.shutdown.clone()));
+    }
+
+    /// The peer source, leadership on etcd instead of the UDP election (docs/etcd.md), and
+    /// the schedule fetcher as with the built-in election.
+    #[cfg(feature = "etcd")]
+    async fn spawn_etcd_cluster(
+        &mut self,
+        bound: &Bound,
+        fields: ClusterFields,
+        shared: &Shared,
+        settings: &crate::config::EtcdSettings,
+    ) -> Result<(), StartError> {
+        use crate::cluster::etcd::{EtcdTask, EtcdWiring};
+        self.spawn_peers(bound.port, fields.peers, shared);
+        let wiring = EtcdWiring {
+            store: self.store.clone(),
+            out: fields.election,
+            reports: fields.reports,
+            clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
+            view: shared.etcd.clone(),
+            node: self.config.machine_id.clone(),
+            addr: bound.addr.clone(),
+        };
+        let (task, answers) = EtcdTask::start(settings.clone(), wiring)
+            .await
+            .map_err(StartError::Etcd)?;
+        self.tasks
+            .spawn(Task::Election, task.run(answers, self.shutdown.clone()));
+        self.spawn_fetcher(
+            fields.prefetched,
+            fields.replaced,
+            shared,
+            Default::default(),
+            Default::default(),
+        );
         Ok(())
     }
 
