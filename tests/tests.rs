@@ -42,6 +42,12 @@
 //!   answer, its replay `409`; two one-node DCs behind delaying proxies (`datacenters.advertise`):
 //!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
 //!   proxies cut, up again after the heal; refusals counted by reason.
+//! - `etcd` (with the `etcd` feature): leadership on a real 3-member etcd (Debian's, on
+//!   127.0.0.61–83) with five nodes: one leader and its schedule everywhere, an etcd member killed
+//!   changing nothing, failover after SIGKILL of the leader within the lease TTL, the leader cut off
+//!   from etcd (its proxies cut) stepping down before another leads and every schedule in etcd's
+//!   history written by the leadership holding the key, a schedule key written by a non-leader
+//!   (wrong lease) ignored by the followers.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
@@ -193,6 +199,8 @@ mod crash;
 mod daemon;
 mod datacenters;
 mod dc_proxy;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod extender;
 mod frontend;
 mod fuzz;
