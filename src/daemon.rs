@@ -323,9 +323,9 @@ struct Shared {
     /// This node's side of the exchange between data centers, when it is in one: fed by the
     /// peer source and the election, served by the HTTP API.
     dc: Option<Arc<DcNode>>,
-    /// The etcd backend's status view (`None` with the built-in election).
-    #[cfg(feature = "etcd")]
-    etcd: crate::cluster::etcd::SharedView,
+    /// The election backend's status view, served by the HTTP API (`None` with the built-in
+    /// election; written by the etcd task).
+    backend_view: http::BackendView,
 }
 
 /// What the render part shares with the HTTP API.
@@ -410,8 +410,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 wiring.metrics.registry(),
             ))
         }),
-        #[cfg(feature = "etcd")]
-        etcd: Default::default(),
+        backend_view: Default::default(),
     };
     let cluster = ClusterFields {
         peers,
@@ -633,7 +632,7 @@ impl Wiring<'_> {
             reports: fields.reports,
             clock: self.clock.clone(),
             metrics: self.metrics.clone(),
-            view: shared.etcd.clone(),
+            view: shared.backend_view.clone(),
             node: self.config.machine_id.clone(),
             addr: bound.addr.clone(),
         };
@@ -999,6 +998,7 @@ impl Wiring<'_> {
                     .with_relay(shared.relay)
                     .with_schedule_json(shared.schedule_json)
                     .with_shadows(shared.shadows)
+                    .with_election_backend(shared.backend_view)
                     .with_shadow_render(http::ShadowDirs::new(
                         config.config_dir.clone(),
                         state_dir.root().join("shadow-render"),

@@ -8,7 +8,7 @@
 //! it as it does today.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -37,18 +37,23 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 /// A watch that ended is opened again after this (a down etcd is not asked in a tight loop).
 const REWATCH_PAUSE: Duration = Duration::from_millis(200);
 
-/// The etcd backend's part of `/v1/status` and `/v1/election`: the machine's view, the
-/// endpoints and what the adapter measured. `None` with the built-in election.
-pub(crate) type SharedView = Arc<Mutex<Option<EtcdView>>>;
-
+/// The etcd backend's part of `/v1/status` and `/v1/election` (`etcd`): the machine's view,
+/// the prefix and endpoints, and the last publish this node made.
 #[derive(Debug, Clone, serde::Serialize)]
 pub(crate) struct EtcdView {
     #[serde(flatten)]
     pub(crate) machine: View,
     pub(crate) prefix: String,
     pub(crate) endpoints: Vec<String>,
-    /// The leadership revision of the last publish this node made, and its hash.
-    pub(crate) published: Option<(i64, String)>,
+    /// The last publish this node made.
+    pub(crate) published: Option<Publish>,
+}
+
+/// A schedule this node published, under which leadership revision.
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Publish {
+    pub(crate) leader_rev: i64,
+    pub(crate) hash: String,
 }
 
 /// What the task reads, writes and talks through.
@@ -58,7 +63,7 @@ pub(crate) struct EtcdWiring {
     pub(crate) reports: Field<Reports>,
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) view: SharedView,
+    pub(crate) view: crate::http::BackendView,
     /// This node's id and the address of its HTTP API (the value of `P/leader`).
     pub(crate) node: String,
     pub(crate) addr: String,
@@ -82,7 +87,7 @@ pub(crate) struct EtcdTask {
     stable_since: Option<(Option<String>, u64)>,
     /// The schedule last handed to the machine.
     made: Option<String>,
-    published: Option<(i64, String)>,
+    published: Option<Publish>,
     /// Whether the last request reached etcd.
     reachable: bool,
     metrics: Arc<EtcdMetrics>,
@@ -301,12 +306,13 @@ impl EtcdTask {
         machine.connected = self.reachable;
         let left = machine.lease_left_ms.unwrap_or(0);
         self.metrics.lease_left.set(left as f64 / 1000.0);
-        *self.io.view.lock().unwrap() = Some(EtcdView {
+        let view = EtcdView {
             machine,
             prefix: self.settings.prefix.clone(),
             endpoints: self.settings.endpoints.clone(),
             published: self.published.clone(),
-        });
+        };
+        *self.io.view.lock().unwrap() = serde_json::to_value(view).ok();
     }
 
     fn act(&mut self, effects: Vec<Effect>) {
@@ -347,7 +353,10 @@ impl EtcdTask {
             Effect::Watch { from_rev } => self.watch(from_rev),
             Effect::Publish { value } => {
                 let rev = value.leader_rev;
-                self.published = Some((rev, value.hash.clone()));
+                self.published = Some(Publish {
+                    leader_rev: rev,
+                    hash: value.hash.clone(),
+                });
                 let ask = async move {
                     let bytes = ScheduleValue::encode(&value, None);
                     let leader = key(&prefix, "leader");

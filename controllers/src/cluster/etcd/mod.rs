@@ -294,7 +294,7 @@ pub struct Counts {
     pub step_downs: u64,
 }
 
-/// The backend's part of `/v1/status` and `/v1/election` (not served yet).
+/// The backend's part of `/v1/status` and `/v1/election` (under `etcd`, by the daemon's adapter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct View {
     pub backend: &'static str,
