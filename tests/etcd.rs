@@ -594,3 +594,123 @@ fn a_schedule_key_written_by_a_non_leader_is_ignored() {
     }
     let _ = &site.tmp;
 }
+
+/// The p-th percentile (0-100) of `sorted`, nearest rank.
+fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    let rank = (p * sorted.len()).div_ceil(100).max(1);
+    sorted[rank - 1]
+}
+
+fn summary(name: &str, mut times: Vec<Duration>) -> String {
+    times.sort();
+    format!(
+        "{name}: n={} p50={:?} p99={:?} max={:?}",
+        times.len(),
+        percentile(&times, 50),
+        percentile(&times, 99),
+        times.last().unwrap()
+    )
+}
+
+/// One trial on etcd: five fresh nodes, SIGKILL of the leader, the time until every follower
+/// holds a schedule the new leader made.
+fn etcd_trial() -> Option<Duration> {
+    let mut site = Site::start("bench_failover", 91)?;
+    let (leader, _) = site.converged();
+    let mut child = site.nodes[leader].child.take().unwrap();
+    child.kill().unwrap();
+    let killed = Instant::now();
+    child.wait().unwrap();
+    let (next, _) = wait_for(SOON, || site.converged_now().filter(|(l, _)| *l != leader))
+        .unwrap_or_else(|| panic!("no failover:\n{}", site.logs()));
+    assert_ne!(next, leader);
+    Some(killed.elapsed())
+}
+
+/// The same with the built-in election (`tests/cluster.rs`'s cluster of five).
+fn builtin_trial() -> Duration {
+    let mut cluster = crate::cluster::Cluster::start_n(5);
+    let (leader, _) = cluster.converged();
+    // Dropping a node kills it with SIGKILL.
+    cluster.nodes[leader] = None;
+    let killed = Instant::now();
+    let (next, _) = cluster.converged();
+    assert_ne!(next, leader);
+    killed.elapsed()
+}
+
+/// etcd's own `etcdctl lock --ttl 2`: a holder killed with SIGKILL, the time until a waiting
+/// `etcdctl lock` holds the lock.
+fn lock_trial(etcd: &Etcd) -> Duration {
+    use std::io::BufRead;
+    let endpoints = format!("--endpoints=http://{}:2379", etcd.ips[1]);
+    let lock = || {
+        let mut child = Command::new(&etcd.etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args([endpoints.as_str(), "lock", "--ttl", "2", "bench-lock"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(out).lines() {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        (child, rx)
+    };
+    let (mut holder, held) = lock();
+    held.recv_timeout(SOON)
+        .expect("the holder gets the lock")
+        .unwrap();
+    let (mut waiter, waited) = lock();
+    // The waiter is queued once its key exists: two keys under the lock's prefix.
+    wait_for(SOON, || {
+        let out = etcd.ctl(&["get", "bench-lock/", "--prefix", "--keys-only"])?;
+        (out.lines().filter(|l| !l.is_empty()).count() >= 2).then_some(())
+    })
+    .expect("the waiter queued");
+    holder.kill().unwrap();
+    let killed = Instant::now();
+    holder.wait().unwrap();
+    waited
+        .recv_timeout(SOON)
+        .expect("the waiter gets the lock")
+        .unwrap();
+    let took = killed.elapsed();
+    let _ = waiter.kill();
+    let _ = waiter.wait();
+    took
+}
+
+/// Failover with a 2 s lease (docs/benchmarks.md, "Coordination on etcd (issue 36)"):
+/// SIGKILL of the leader until every follower holds the new leader's schedule, on etcd and with
+/// the built-in election in the same run, and `etcdctl lock --ttl 2` as an anchor; p50 and p99
+/// over `BENCH_TRIALS` (20) trials each. Run with `--ignored --nocapture --test-threads 1`.
+#[test]
+#[ignore]
+fn bench_failover() {
+    let Some((etcd_bin, etcdctl)) = tools("bench_failover") else {
+        return;
+    };
+    let trials: usize = std::env::var("BENCH_TRIALS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(20);
+    let mut on_etcd = Vec::new();
+    let mut builtin = Vec::new();
+    for _ in 0..trials {
+        on_etcd.push(etcd_trial().unwrap());
+        builtin.push(builtin_trial());
+    }
+    let tmp = tempfile::tempdir_in("/dev/shm").unwrap();
+    let etcd = Etcd::start(&etcd_bin, etcdctl, tmp.path(), 101);
+    let locks: Vec<Duration> = (0..trials).map(|_| lock_trial(&etcd)).collect();
+    eprintln!("{}", summary("etcd backend (lease 2 s)", on_etcd));
+    eprintln!("{}", summary("built-in election", builtin));
+    eprintln!("{}", summary("etcdctl lock --ttl 2", locks));
+}

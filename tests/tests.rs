@@ -47,7 +47,8 @@
 //!   changing nothing, failover after SIGKILL of the leader within the lease TTL, the leader cut off
 //!   from etcd (its proxies cut) stepping down before another leads and every schedule in etcd's
 //!   history written by the leadership holding the key, a schedule key written by a non-leader
-//!   (wrong lease) ignored by the followers.
+//!   (wrong lease) ignored by the followers; the ignored `bench_failover` (etcd with a 2 s lease,
+//!   the built-in election and `etcdctl lock --ttl 2`: docs/benchmarks.md).
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
