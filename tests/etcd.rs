@@ -595,6 +595,47 @@ fn a_schedule_key_written_by_a_non_leader_is_ignored() {
     let _ = &site.tmp;
 }
 
+/// A leader stopped with SIGTERM resigns and revokes its lease on the way out: right after it
+/// exits, neither its lease nor `P/leader` is left in etcd for the others to wait out.
+#[test]
+fn a_stopping_leader_resigns_and_revokes_its_lease() {
+    let Some(mut site) = Site::start("a_stopping_leader_resigns_and_revokes_its_lease", 111) else {
+        return;
+    };
+    let (leader, _) = site.converged();
+    let lease = site.nodes[leader].json("/v1/status").unwrap()["etcd"]["lease"]
+        .as_i64()
+        .unwrap();
+    let leases = |etcd: &Etcd| etcd.ctl(&["lease", "list"]).unwrap();
+    assert!(
+        leases(&site.etcd).contains(&format!("{lease:x}")),
+        "{}",
+        leases(&site.etcd)
+    );
+    let mut child = site.nodes[leader].child.take().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    child.wait().unwrap();
+    // Well within the 2 s TTL of its last keep-alive: gone only because it was revoked.
+    let list = leases(&site.etcd);
+    assert!(
+        !list.contains(&format!("{lease:x}")),
+        "lease {lease:x} left: {list}"
+    );
+    let holder = site.etcd.get(&format!("{PREFIX}/leader"), None);
+    assert!(
+        holder
+            .as_ref()
+            .is_none_or(|(kv, _)| kv["lease"].as_i64() != Some(lease)),
+        "{holder:?}"
+    );
+    let (next, _) = site.converged();
+    assert_ne!(next, leader);
+}
+
 /// The p-th percentile (0-100) of `sorted`, nearest rank.
 fn percentile(sorted: &[Duration], p: usize) -> Duration {
     let rank = (p * sorted.len()).div_ceil(100).max(1);

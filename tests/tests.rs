@@ -43,11 +43,12 @@
 //!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
 //!   proxies cut, up again after the heal; refusals counted by reason.
 //! - `etcd` (with the `etcd` feature): leadership on a real 3-member etcd (Debian's, on
-//!   127.0.0.61–83) with five nodes: one leader and its schedule everywhere, an etcd member killed
+//!   127.0.0.61–113) with five nodes: one leader and its schedule everywhere, an etcd member killed
 //!   changing nothing, failover after SIGKILL of the leader within the lease TTL, the leader cut off
 //!   from etcd (its proxies cut) stepping down before another leads and every schedule in etcd's
 //!   history written by the leadership holding the key, a schedule key written by a non-leader
-//!   (wrong lease) ignored by the followers; the ignored `bench_failover` (etcd with a 2 s lease,
+//!   (wrong lease) ignored by the followers, a leader stopped with SIGTERM resigning and revoking
+//!   its lease; the ignored `bench_failover` (etcd with a 2 s lease,
 //!   the built-in election and `etcdctl lock --ttl 2`: docs/benchmarks.md).
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
