@@ -14,7 +14,7 @@ KUBERNETES_VALIDATE_VERSION := 1.37.0
 # memory functions, stack protector.
 PACKAGE_CFLAGS := -O2 -D_FORTIFY_SOURCE=2 -fstack-protector-strong
 
-.PHONY: all build run cluster cluster-stop fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps bench-graph \
+.PHONY: all build run cluster cluster-stop fmt fmt-check lint browser-deps prometheus-deps test ci sim sim-fleet sim-fleet-short crash-trials soak fuzz bench bench-rss bench-fleet-rss bench-extender nats-deps etcd-deps bench-graph \
 	package package-tools package-files package-deps package-checks check-packages-of test-package \
 	wasm-example k8s-deps
 
@@ -82,6 +82,19 @@ nats-deps:
 	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends nats-server; \
 	    else \
 	        echo "the graph executor tests need nats-server: apt-get install nats-server (or set NATS_SERVER)" >&2; \
+	    fi; \
+	fi
+
+## Debian's etcd-server (and etcd-client for etcdctl) for the tests against a real etcd
+## (tests/etcd.rs), and protobuf-compiler, whose protoc the `etcd` feature's client needs at build
+## time: installed when missing and this runs as root with apt-get; otherwise a hint (the etcd
+## tests then fail under CI saying the same).
+etcd-deps:
+	@if ! command -v etcd >/dev/null || ! command -v etcdctl >/dev/null || ! command -v protoc >/dev/null || ! [ -f /usr/include/google/protobuf/descriptor.proto ]; then \
+	    if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends etcd-server etcd-client protobuf-compiler libprotobuf-dev; \
+	    else \
+	        echo "the etcd backend's build and tests need protoc, etcd and etcdctl: apt-get install protobuf-compiler libprotobuf-dev etcd-server etcd-client" >&2; \
 	    fi; \
 	fi
 

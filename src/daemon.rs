@@ -78,6 +78,9 @@ pub enum StartError {
     Extender(#[source] crate::placement::extender::ExtenderError),
     #[error("{0}")]
     Graph(#[source] crate::ernest::ExecutorError),
+    /// `election.backend: etcd`: the client could not be set up.
+    #[error("{0}")]
+    Etcd(String),
 }
 
 /// Why the daemon stopped without being asked to.
@@ -320,6 +323,9 @@ struct Shared {
     /// This node's side of the exchange between data centers, when it is in one: fed by the
     /// peer source and the election, served by the HTTP API.
     dc: Option<Arc<DcNode>>,
+    /// The election backend's status view, served by the HTTP API (`None` with the built-in
+    /// election; written by the etcd task).
+    backend_view: http::BackendView,
 }
 
 /// What the render part shares with the HTTP API.
@@ -404,6 +410,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
                 wiring.metrics.registry(),
             ))
         }),
+        backend_view: Default::default(),
     };
     let cluster = ClusterFields {
         peers,
@@ -512,6 +519,12 @@ impl Wiring<'_> {
         shared: &Shared,
     ) -> Result<(), StartError> {
         let config = self.config;
+        #[cfg(feature = "etcd")]
+        if let crate::config::Backend::Etcd(settings) = &config.election_backend {
+            return self
+                .spawn_etcd_cluster(bound, fields, shared, settings)
+                .await;
+        }
         let addr = &bound.addr;
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
         let udp = UdpSocket::bind(addr)
@@ -552,6 +565,26 @@ impl Wiring<'_> {
         );
         self.tasks
             .spawn(Task::Election, task.run(self.shutdown.clone()));
+        self.spawn_fetcher(
+            fields.prefetched,
+            fields.replaced,
+            shared,
+            sightings,
+            announced,
+        );
+        Ok(())
+    }
+
+    /// The schedule fetcher: followers take the leader's schedule, a new leader its parents.
+    fn spawn_fetcher(
+        &mut self,
+        prefetched: Field<Prefetched>,
+        replaced: Field<Vec<Schedule>>,
+        shared: &Shared,
+        sightings: crate::cluster::replication::SharedSightings,
+        announced: Arc<crate::cluster::vouch::Announced>,
+    ) {
+        let config = self.config;
         let fetcher = Fetcher::new(
             ReplicationConfig {
                 relay_fanout: config.relay_fanout,
@@ -564,8 +597,8 @@ impl Wiring<'_> {
             FetcherParts {
                 store: self.store.clone(),
                 schedule: shared.schedule.clone(),
-                prefetched: fields.prefetched,
-                replaced: fields.replaced,
+                prefetched,
+                replaced,
                 persister: shared.persister.clone(),
                 metrics: self.metrics.clone(),
                 live: shared.live.clone(),
@@ -579,6 +612,42 @@ impl Wiring<'_> {
         .with_host(&config.hostname);
         self.tasks
             .spawn(Task::Fetcher, fetcher.run(self.shutdown.clone()));
+    }
+
+    /// The peer source, leadership on etcd instead of the UDP election (docs/etcd.md), and
+    /// the schedule fetcher as with the built-in election.
+    #[cfg(feature = "etcd")]
+    async fn spawn_etcd_cluster(
+        &mut self,
+        bound: &Bound,
+        fields: ClusterFields,
+        shared: &Shared,
+        settings: &crate::config::EtcdSettings,
+    ) -> Result<(), StartError> {
+        use crate::cluster::etcd::{EtcdTask, EtcdWiring};
+        self.spawn_peers(bound.port, fields.peers, shared);
+        let wiring = EtcdWiring {
+            store: self.store.clone(),
+            out: fields.election,
+            reports: fields.reports,
+            clock: self.clock.clone(),
+            metrics: self.metrics.clone(),
+            view: shared.backend_view.clone(),
+            node: self.config.machine_id.clone(),
+            addr: bound.addr.clone(),
+        };
+        let (task, answers) = EtcdTask::start(settings.clone(), wiring)
+            .await
+            .map_err(StartError::Etcd)?;
+        self.tasks
+            .spawn(Task::Election, task.run(answers, self.shutdown.clone()));
+        self.spawn_fetcher(
+            fields.prefetched,
+            fields.replaced,
+            shared,
+            Default::default(),
+            Default::default(),
+        );
         Ok(())
     }
 
@@ -929,6 +998,7 @@ impl Wiring<'_> {
                     .with_relay(shared.relay)
                     .with_schedule_json(shared.schedule_json)
                     .with_shadows(shared.shadows)
+                    .with_election_backend(shared.backend_view)
                     .with_shadow_render(http::ShadowDirs::new(
                         config.config_dir.clone(),
                         state_dir.root().join("shadow-render"),

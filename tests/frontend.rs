@@ -211,6 +211,10 @@ fn a_followers_frontend_shows_the_cluster_and_sends_operators_to_the_leader() {
         assert!(text.contains(name), "{name} missing:\n{text}");
     }
     assert!(text.contains("leader"), "{text}");
+    // Who elects the leader: the built-in election here (etcd's page: tests/etcd.rs).
+    let (_, backend) =
+        browser.wait_for_text_read("#election-backend", "verwalter's own election", SOON);
+    assert!(backend.contains("Leader elected by"), "{backend}");
     // Liveness as the follower judges it (heard from directly, here through cantal, within the
     // window), not the age of a list that is republished only on change; and every id whole,
     // so that nodes whose ids share a prefix can be told apart.

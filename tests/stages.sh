@@ -30,6 +30,8 @@ cd "$(dirname "$0")/.."
 CARGO=${CARGO:-cargo}
 MAKE=${MAKE:-make}
 THREADS=${TEST_THREADS:-6}
+# The tests are built with the etcd backend (docs/etcd.md), which `cargo build` leaves out.
+FEATURES=(--features verwalter/etcd)
 SOAK_SECS=${SOAK_SECS:-180}
 logs=target/test-stages
 mkdir -p "$logs"
@@ -95,9 +97,9 @@ summary() {
     printf '  %-13s %6s\n' total "$(tenths "$began")"
 }
 
-stage tools "$MAKE" -s browser-deps prometheus-deps package-deps nats-deps k8s-deps
+stage tools "$MAKE" -s browser-deps prometheus-deps package-deps nats-deps etcd-deps k8s-deps
 stage fmt "$CARGO" fmt --all -- --check
-if ! stage build "$CARGO" test --workspace --all-targets --locked --no-run; then
+if ! stage build "$CARGO" test --workspace --all-targets --locked "${FEATURES[@]}" --no-run; then
     summary
     exit 1
 fi
@@ -138,11 +140,11 @@ join() { # name: waits for the background stage, records it, shows its result li
 # The packaging tools (`cargo install`, about 3.5 minutes of compiling when missing) are built
 # beside the tests too: only the package stage needs them.
 background package-tools "$MAKE" -s package-tools
-background soak env SOAK_SECS="$SOAK_SECS" "$CARGO" test --locked --test tests soak:: -- --nocapture
-background sim env ELECTION_SIM_SCALE=0 "$CARGO" test --workspace --locked --lib -- \
+background soak env SOAK_SECS="$SOAK_SECS" "$CARGO" test --locked "${FEATURES[@]}" --test tests soak:: -- --nocapture
+background sim env ELECTION_SIM_SCALE=0 "$CARGO" test --workspace --locked "${FEATURES[@]}" --lib -- \
     election::sim::tests::fleet --ignored
 
-stage tests "$CARGO" test --workspace --locked --no-fail-fast -- --skip soak:: \
+stage tests "$CARGO" test --workspace --locked "${FEATURES[@]}" --no-fail-fast -- --skip soak:: \
     --test-threads "$THREADS"
 echo "==> waiting for the packaging tools"
 join package-tools

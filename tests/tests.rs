@@ -47,6 +47,14 @@
 //!   proxies cut, up again after the heal; refusals counted by reason.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
+//! - `etcd` (with the `etcd` feature): leadership on a real 3-member etcd (Debian's, on
+//!   127.0.0.61–113) with five nodes: one leader and its schedule everywhere, an etcd member killed
+//!   changing nothing, failover after SIGKILL of the leader within the lease TTL + 1 s, the leader cut off
+//!   from etcd (its proxies cut) stepping down before another leads and every schedule in etcd's
+//!   history written by the leadership holding the key, a schedule key written by a non-leader
+//!   (wrong lease) ignored by the followers, a leader stopped with SIGTERM resigning and revoking
+//!   its lease; the ignored `bench_failover` (etcd with a 2 s lease,
+//!   the built-in election and `etcdctl lock --ttl 2`: docs/benchmarks.md).
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -200,6 +208,8 @@ mod crash;
 mod daemon;
 mod datacenters;
 mod dc_proxy;
+#[cfg(feature = "etcd")]
+mod etcd;
 mod extender;
 mod frontend;
 mod fuzz;

@@ -3,6 +3,7 @@
 //! given; `resolve.rs` applies the defaults and checks every value.
 
 mod datacenters;
+mod etcd;
 mod parse;
 mod resolve;
 
@@ -15,6 +16,9 @@ use verwalter_controllers::defaults;
 use crate::schedule::lua::Limits;
 
 pub(crate) use datacenters::DcSettings;
+pub(crate) use etcd::Backend;
+#[cfg(feature = "etcd")]
+pub(crate) use etcd::EtcdSettings;
 pub(crate) use parse::HttpFileSettings;
 pub(crate) use parse::read_bounded;
 #[cfg(test)]
@@ -65,6 +69,10 @@ pub struct Config {
     /// Where to publish deployment events, if the settings ask for it.
     pub(crate) deployment_events: Option<crate::ernest::events::EventSettings>,
     pub(crate) election_key: Option<verwalter_controllers::cluster::election::wire::AuthKey>,
+    /// `election.backend`: the built-in election or etcd (docs/etcd.md). Read only by a binary
+    /// with the `etcd` feature: without it the settings refuse `etcd`.
+    #[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+    pub(crate) election_backend: Backend,
     /// This node's data center and the exchange's settings; `None`: in no DC.
     pub(crate) datacenter: Option<DcSettings>,
     pub http: crate::http::HttpSettings,

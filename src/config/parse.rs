@@ -292,6 +292,10 @@ pub(crate) struct ElectionSettings {
     /// dropped): election packets then carry an HMAC tag, and packets without a valid one are
     /// dropped. Relative to the settings file. [default: none, packets as verwalter 0.13's]
     pub(crate) key_file: Option<PathBuf>,
+    /// Who elects: `builtin` (the UDP election above) or `etcd` (docs/etcd.md).
+    pub(crate) backend: Option<super::etcd::BackendName>,
+    /// The etcd backend's settings (docs/etcd.md#settings).
+    pub(crate) etcd: Option<super::etcd::EtcdFileSettings>,
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]

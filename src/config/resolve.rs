@@ -84,6 +84,7 @@ pub(super) fn resolve(
     r.check_sizes();
     let peer_source = r.peer_source(&machine_id);
     let (timings, election_key) = r.election();
+    let election_backend = r.election_backend(peer_source != PeerSource::None);
     let config_dir = absolute(
         args.config_dir
             .clone()
@@ -171,6 +172,7 @@ pub(super) fn resolve(
                 n.min(usize::MAX as u64) as usize
             }),
         election_key,
+        election_backend,
         warnings,
     })
 }
@@ -409,6 +411,20 @@ impl Resolver<'_> {
             }
             (None, true) => PeerSource::None,
         }
+    }
+
+    /// `election.backend` and `election.etcd` (docs/etcd.md#settings); `clustered`: a peer
+    /// source is configured.
+    fn election_backend(&mut self, clustered: bool) -> super::Backend {
+        let el = &self.file.election;
+        let dir = self.settings.and_then(Path::parent);
+        super::etcd::resolve(
+            el.backend,
+            el.etcd.as_ref(),
+            clustered,
+            dir,
+            &mut self.problems,
+        )
     }
 
     /// The election's timings, checked against each other, and its key.

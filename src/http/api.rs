@@ -29,8 +29,24 @@ pub(crate) fn build_status(state: &AppState) -> Status {
     status::view(&state.node, &snapshot, state.metrics.scheduler_runs())
 }
 
-pub(crate) async fn status(State(state): State<AppState>) -> Json<Status> {
-    Json(build_status(&state))
+/// `/v1/status`: the status, with the election backend (`election_backend`: `builtin` or
+/// `etcd`, and with etcd its view under `etcd`).
+pub(crate) async fn status(State(state): State<AppState>) -> Json<Value> {
+    let mut status = serde_json::to_value(build_status(&state)).unwrap_or_default();
+    with_backend(&state, &mut status);
+    Json(status)
+}
+
+/// Adds `election_backend` (and with etcd, `etcd`) to the object `value`.
+fn with_backend(state: &AppState, value: &mut Value) {
+    let etcd = state.http.election_backend.lock().unwrap().clone();
+    if let Value::Object(map) = value {
+        let name = if etcd.is_some() { "etcd" } else { "builtin" };
+        map.insert("election_backend".into(), Value::from(name));
+        if let Some(etcd) = etcd {
+            map.insert("etcd".into(), etcd);
+        }
+    }
 }
 
 pub(crate) async fn schedule(
@@ -217,8 +233,11 @@ pub(crate) async fn scheduler_debug_info(
     }
 }
 
-pub(crate) async fn election(State(state): State<AppState>) -> Json<ElectionState> {
-    Json((*state.store.election.peek()).clone())
+pub(crate) async fn election(State(state): State<AppState>) -> Json<Value> {
+    let election: &ElectionState = &state.store.election.peek();
+    let mut value = serde_json::to_value(election).unwrap_or_default();
+    with_backend(&state, &mut value);
+    Json(value)
 }
 
 pub(crate) async fn peers(State(state): State<AppState>) -> Json<Value> {

@@ -104,6 +104,8 @@ pub(crate) struct Source {
     shadows: Option<crate::schedule::shadow::Shadows>,
     /// This node's side of the exchange between DCs (`Query.datacenters`).
     datacenters: Option<Arc<crate::cluster::datacenters::DcNode>>,
+    /// The election backend's view (`election.backend`, `election.etcd`).
+    backend: super::BackendView,
 }
 
 /// The schema of `state`'s app, built once.
@@ -120,6 +122,7 @@ pub(crate) fn schema(state: &AppState) -> VerwalterSchema {
                 logs: state.logs.clone(),
                 shadows: state.http.shadows.clone(),
                 datacenters: state.datacenters.clone(),
+                backend: state.http.election_backend.clone(),
             };
             build_schema(source)
         })
@@ -245,6 +248,8 @@ const OBJECTS: &[(&str, &[(&str, &str)])] = &[
             ("deadline", "Float!"),
             ("lastStableTimestamp", "Float"),
             ("leader", "String"),
+            ("backend", "String!"),
+            ("etcd", "JSON"),
         ],
     ),
     (
@@ -711,7 +716,11 @@ impl View {
     fn now(source: &Source) -> Arc<View> {
         let snap = Snapshot::take(&source.store);
         let status = status::view(&source.node, &snap, source.metrics.scheduler_runs());
-        let tree = Arc::new(tree(&source.node, &snap, &status));
+        let mut tree = tree(&source.node, &snap, &status);
+        let etcd = source.backend.lock().unwrap().clone();
+        tree["election"]["backend"] = Value::from(if etcd.is_some() { "etcd" } else { "builtin" });
+        tree["election"]["etcd"] = etcd.unwrap_or(Value::Null);
+        let tree = Arc::new(tree);
         Arc::new(View {
             snap,
             logs: source.logs.clone(),

@@ -106,7 +106,14 @@ pub struct HttpState {
     pub(crate) shadows: Option<crate::schedule::shadow::Shadows>,
     /// `POST /v1/shadow/render/<role>`'s dirs (none: the route answers 500).
     pub(crate) shadow_render: Option<Arc<ShadowDirs>>,
+    /// The etcd backend's status view (docs/etcd.md#status-and-metrics), written by its task;
+    /// `None` with the built-in election.
+    pub(crate) election_backend: BackendView,
 }
+
+/// The election backend's part of `/v1/status` and `/v1/election`, as JSON: `None` for the
+/// built-in election.
+pub(crate) type BackendView = Arc<std::sync::Mutex<Option<serde_json::Value>>>;
 
 /// The compressed body of the leader's schedule that this follower received, by its hash, kept
 /// from the moment it arrived: the followers fetching through this node (its relay children)
@@ -275,8 +282,15 @@ impl HttpState {
             graphql: graphql::SchemaCell::default(),
             shadows: None,
             shadow_render: None,
+            election_backend: BackendView::default(),
             settings,
         }
+    }
+
+    /// The same, showing the election backend's view written in `view`.
+    pub(crate) fn with_election_backend(mut self, view: BackendView) -> HttpState {
+        self.election_backend = view;
+        self
     }
 
     /// The same, doing shadow renders in `dirs`.

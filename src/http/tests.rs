@@ -186,6 +186,12 @@ async fn status_has_the_verwalter_shape_and_shows_errors() {
     );
     assert_eq!(status["election_state"]["is_leader"], json!(true));
     assert_eq!(get_json(&app, "/v1/election.json").await["epoch"], json!(1));
+    // The built-in election, named as the backend (with etcd: docs/etcd.md, tests/etcd.rs).
+    assert_eq!(status["election_backend"], json!("builtin"));
+    assert_eq!(
+        get_json(&app, "/v1/election").await["election_backend"],
+        json!("builtin")
+    );
     assert_eq!(get_json(&app, "/v1/peers").await, json!([]));
 
     // A node that stepped down no longer reports its last scheduler failure (only a leader

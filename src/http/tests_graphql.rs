@@ -38,7 +38,7 @@ const ALL_FIELDS: &str = r#"{
     }
     election {
       isLeader isStable promoting numVotesForMe neededVotes epoch deadline
-      lastStableTimestamp leader
+      lastStableTimestamp leader backend etcd
     }
     schedule { timestamp hash data origin }
     fetch { state leader schedule }
@@ -255,6 +255,10 @@ async fn every_documented_field_resolves_and_agrees_with_v1_status() {
     assert_eq!(election["deadline"], json!(1_533_912_712_500.0));
     assert_eq!(election["lastStableTimestamp"], json!(1_533_912_709_990.0));
     assert_eq!(election["leader"], rest_election["leader"]);
+    // The built-in election; with etcd the same view as `/v1/status` `etcd` (tests/etcd.rs).
+    assert_eq!(election["backend"], rest["election_backend"]);
+    assert_eq!(election["backend"], json!("builtin"));
+    assert_eq!(election["etcd"], Value::Null);
 
     assert_eq!(gql["schedule"]["hash"], rest["schedule_id"]);
     assert_eq!(gql["schedule"]["data"], **schedule.data.tree());

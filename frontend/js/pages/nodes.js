@@ -48,9 +48,15 @@ export function nodesPage(ctx) {
         h("td", {class: "mono muted id"}, p.id));
     });
     const extra = Object.keys(nodes).filter((n) => !all.some((p) => p.hostname === n)).sort();
+    // Who elects the leader (docs/etcd.md): verwalter's own election or an etcd lease.
+    const etcd = s.election_backend === "etcd" && s.etcd;
+    const backend = h("p", {id: "election-backend", class: "muted"}, "Leader elected by ",
+      etcd ? ["etcd (", h("span", {class: "mono"}, etcd.prefix), ", leadership revision ",
+        String(etcd.leader_rev === null ? "—" : etcd.leader_rev),
+        etcd.connected ? "" : ", etcd not reachable", ")"] : "verwalter's own election", ".");
     fill(root, h("h1", {}, "Nodes"),
       card(null, table(["Host", "Name", "Address", "Roles", "Errors", "Schedule", "Heard", "Known since", "Id"], rows, {id: "nodes"}),
-        isLeader(state) ? null : h("p", {class: "muted"}, "Errors of other nodes reach the leader only.")),
+        isLeader(state) ? null : h("p", {class: "muted"}, "Errors of other nodes reach the leader only."), backend),
       extra.length ? card("In the schedule, not in the peer list", h("p", {}, extra.join(", "))) : null);
   }
   async function refresh() {

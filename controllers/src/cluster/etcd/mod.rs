@@ -1,4 +1,4 @@
-//! Leadership and publishing on etcd, sans IO (docs/etcd.md; the daemon does not run it yet).
+//! Leadership and publishing on etcd, sans IO (docs/etcd.md; run by the daemon's `src/cluster/etcd.rs`).
 //!
 //! One node's side: answers from etcd and the time in, effects out. The node holds a lease,
 //! campaigns by a transaction that creates `P/leader` on that lease only when the key does not
@@ -294,7 +294,7 @@ pub struct Counts {
     pub step_downs: u64,
 }
 
-/// The backend's part of `/v1/status` and `/v1/election` (not served yet).
+/// The backend's part of `/v1/status` and `/v1/election` (under `etcd`, by the daemon's adapter).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct View {
     pub backend: &'static str,
