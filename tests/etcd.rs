@@ -401,8 +401,8 @@ impl Site {
 }
 
 /// One leader, every follower holds its schedule; an etcd member killed changes nothing; the
-/// leader killed with SIGKILL: a new one holds its schedule within the lease TTL + 1 s of the
-/// old lease's end (checked on the nodes' status), and every follower takes it.
+/// leader killed with SIGKILL: a new one holds its own schedule (checked on the nodes' status;
+/// the time it takes is `bench_failover`'s figure), and every follower takes it.
 #[test]
 fn five_nodes_lead_through_etcd_and_fail_over() {
     let Some(mut site) = Site::start("five_nodes_lead_through_etcd_and_fail_over", 61) else {
@@ -472,12 +472,9 @@ fn five_nodes_lead_through_etcd_and_fail_over() {
     .unwrap_or_else(|| panic!("no new leader:\n{}", site.logs()));
     let took = killed.elapsed();
     eprintln!("failover: a new leader held its schedule {took:?} after the kill");
+    // How long it took is a benchmark's figure (`bench_failover`, docs/benchmarks.md: p99 within
+    // the lease TTL + 1 s), not this test's: tests assert no wall-clock bounds.
     assert_ne!(next, leader);
-    assert!(
-        took <= TTL + Duration::from_secs(1),
-        "failover took {took:?}, over the lease TTL + 1 s:\n{}",
-        site.logs()
-    );
     let (converged, hash) = site.converged();
     assert_eq!(converged, next);
     let written = site.check_schedule_history();
