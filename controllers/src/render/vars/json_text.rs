@@ -180,7 +180,7 @@ impl<'a> At<'a> {
     }
 
     /// The values right under this one, each with the key before it for an object.
-    fn children(&self) -> Children<'a> {
+    pub(crate) fn children(&self) -> Children<'a> {
         Children {
             parent: *self,
             next: self.node + 1,
@@ -192,7 +192,8 @@ impl<'a> At<'a> {
 }
 
 /// [`At::children`]: the node and text position of the next one.
-struct Children<'a> {
+#[derive(Clone)]
+pub(crate) struct Children<'a> {
     parent: At<'a>,
     next: usize,
     last: usize,
