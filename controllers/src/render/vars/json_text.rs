@@ -175,6 +175,7 @@ impl<'a> At<'a> {
     }
 
     /// The value's text.
+    #[inline]
     pub(crate) fn get(&self) -> &'a str {
         &self.text[self.start..self.tape.0[self.node].end as usize]
     }
@@ -204,6 +205,7 @@ pub(crate) struct Children<'a> {
 impl<'a> Iterator for Children<'a> {
     type Item = (Option<At<'a>>, At<'a>);
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.next >= self.last {
             return None;

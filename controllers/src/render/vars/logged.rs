@@ -353,23 +353,36 @@ fn count_texts(key: &str, old: At<'_>, new: At<'_>) -> usize {
     }
     match (json_text::kind(old_text), json_text::kind(new_text)) {
         (Kind::Object, Kind::Object) if !is_secret(key) => {
-            count_objects(old, new).unwrap_or_else(|| {
-                let mut lines = Lines::counting();
-                let (a, b) = (json_text::entries(&old), json_text::entries(&new));
-                let items = |e: Vec<_>| e.into_iter().map(|(k, v)| (k, Item::Text(v)));
-                diff_objects(&mut String::new(), items(a), items(b), false, &mut lines);
-                lines.count - PATHS_MAX
-            })
+            count_objects(old, new).unwrap_or_else(|| count_entries(old, new))
         }
-        (Kind::Array, Kind::Array)
-            if old.children().count() == new.children().count() && !is_secret(key) =>
-        {
-            old.children()
-                .zip(new.children())
-                .map(|((_, a), (_, b))| count_texts(key, a, b))
-                .sum()
-        }
+        (Kind::Array, Kind::Array) if !is_secret(key) => count_items(key, old, new)
+            .unwrap_or_else(|| usize::from(!same_value(old_text, new_text))),
         _ => usize::from(!same_value(old_text, new_text)),
+    }
+}
+
+/// [`count_texts`] of two objects that are not canonical, through [`json_text::entries`].
+#[cold]
+#[inline(never)]
+fn count_entries(old: At<'_>, new: At<'_>) -> usize {
+    let mut lines = Lines::counting();
+    let (a, b) = (json_text::entries(&old), json_text::entries(&new));
+    let items = |e: Vec<_>| e.into_iter().map(|(k, v)| (k, Item::Text(v)));
+    diff_objects(&mut String::new(), items(a), items(b), false, &mut lines);
+    lines.count - PATHS_MAX
+}
+
+/// [`count_texts`] of two arrays, item by item: `None` when their lengths differ (they are then
+/// compared whole).
+fn count_items(key: &str, old: At<'_>, new: At<'_>) -> Option<usize> {
+    let (mut olds, mut news) = (old.children(), new.children());
+    let mut count = 0;
+    loop {
+        match (olds.next(), news.next()) {
+            (None, None) => return Some(count),
+            (Some((_, a)), Some((_, b))) => count += count_texts(key, a, b),
+            _ => return None,
+        }
     }
 }
 
@@ -378,6 +391,7 @@ fn count_texts(key: &str, old: At<'_>, new: At<'_>) -> usize {
 fn count_objects(old: At<'_>, new: At<'_>) -> Option<usize> {
     /// The next entry of `entries` (`Some(None)` past the last), its key as written; `None`
     /// when that key is not plain or not after `last`.
+    #[inline(always)]
     fn next<'a>(
         entries: &mut json_text::Children<'a>,
         last: &mut Option<&'a str>,
@@ -387,7 +401,7 @@ fn count_objects(old: At<'_>, new: At<'_>) -> Option<usize> {
         };
         let key = key?.get();
         let key = &key[1..key.len() - 1];
-        if key.contains('\\') || last.is_some_and(|last| last >= key) {
+        if key.bytes().any(|b| b == b'\\') || last.is_some_and(|last| last >= key) {
             return None;
         }
         *last = Some(key);
@@ -402,7 +416,9 @@ fn count_objects(old: At<'_>, new: At<'_>) -> Option<usize> {
         match (a, b) {
             (None, None) => return Some(count),
             (Some((old_key, old_value)), Some((new_key, new_value))) if old_key == new_key => {
-                count += count_texts(old_key, old_value, new_value);
+                if old_value.get() != new_value.get() {
+                    count += count_texts(old_key, old_value, new_value);
+                }
                 a = next(&mut olds, &mut last_old)?;
                 b = next(&mut news, &mut last_new)?;
             }
