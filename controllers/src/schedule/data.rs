@@ -401,33 +401,52 @@ fn project(tree: &Value, host: &str) -> Value {
 /// Texts this big give their buffer to the next schedule when dropped ([`text_buffer`]).
 const SPARE_MIN: usize = 64 << 10;
 
-/// The buffer of the last schedule text dropped that was at least [`SPARE_MIN`] bytes.
-static SPARE: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+/// How many dropped buffers [`SPARE`] keeps: a schedule's text and its node view's (which, with
+/// a big role every node is given, is as big).
+const SPARE_KEPT: usize = 2;
+
+/// The buffers of the last schedule texts dropped that were at least [`SPARE_MIN`] bytes, at
+/// most [`SPARE_KEPT`] (the biggest).
+static SPARE: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
 
 /// An empty buffer for a schedule's text of about `size` bytes (a schedule arriving from a
-/// peer): the buffer of the schedule last dropped when it is big enough, a new one otherwise.
-/// A node that takes a megabyte's schedule every few seconds then writes it into memory it
-/// already has, not into a thousand fresh pages the kernel must fault in and zero; it keeps one
-/// such buffer, the size of its last schedule.
+/// peer, or a node's view of one): the buffer of a schedule dropped when one is big enough, a
+/// new one otherwise. A node that takes a megabyte's schedule every few seconds then writes it
+/// into memory it already has, not into a thousand fresh pages the kernel must fault in and
+/// zero; it keeps [`SPARE_KEPT`] such buffers, the size of its last schedule and view.
 pub fn text_buffer(size: usize) -> Vec<u8> {
     if size < SPARE_MIN {
         return Vec::with_capacity(size);
     }
-    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
-    if spare.capacity() >= size {
-        return std::mem::take(&mut *spare);
-    }
+    let spare = take_spare(&mut SPARE.lock().unwrap_or_else(|e| e.into_inner()), size);
     // With room for the next schedules to grow a little (a version string, a few services)
     // and still fit.
-    Vec::with_capacity(size + size / 16)
+    spare.unwrap_or_else(|| Vec::with_capacity(size + size / 16))
+}
+
+/// A buffer of `spare` with room for `size` bytes, taken out of it.
+fn take_spare(spare: &mut Vec<Vec<u8>>, size: usize) -> Option<Vec<u8>> {
+    let at = spare.iter().position(|b| b.capacity() >= size)?;
+    Some(spare.swap_remove(at))
+}
+
+/// Keeps `buffer` (emptied) in `spare`, which then holds at most [`SPARE_KEPT`]: the biggest.
+fn give_spare(spare: &mut Vec<Vec<u8>>, mut buffer: Vec<u8>) {
+    buffer.clear();
+    spare.push(buffer);
+    if spare.len() > SPARE_KEPT {
+        let smallest = (0..spare.len())
+            .min_by_key(|&i| spare[i].capacity())
+            .expect("not empty");
+        spare.swap_remove(smallest);
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         if self.text.capacity() >= SPARE_MIN {
-            let mut buffer = std::mem::take(&mut self.text).into_bytes();
-            buffer.clear();
-            *SPARE.lock().unwrap_or_else(|e| e.into_inner()) = buffer;
+            let buffer = std::mem::take(&mut self.text).into_bytes();
+            give_spare(&mut SPARE.lock().unwrap_or_else(|e| e.into_inner()), buffer);
         }
     }
 }
@@ -466,7 +485,8 @@ fn view_data(data: &str, host: &str, canonical: bool) -> Option<ScheduleData> {
         .flatten()
         .map(|r| r.len())
         .sum();
-    let mut text = String::with_capacity(parts + host.len() + 48);
+    let buffer = text_buffer(parts + host.len() + 48);
+    let mut text = String::from_utf8(buffer).expect("an empty buffer");
     let mut view = Map::new();
     text.push('{');
     // `nodes` sorts between `changes` and `roles`.

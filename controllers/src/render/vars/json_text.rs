@@ -175,12 +175,13 @@ impl<'a> At<'a> {
     }
 
     /// The value's text.
+    #[inline]
     pub(crate) fn get(&self) -> &'a str {
         &self.text[self.start..self.tape.0[self.node].end as usize]
     }
 
     /// The values right under this one, each with the key before it for an object.
-    fn children(&self) -> Children<'a> {
+    pub(crate) fn children(&self) -> Children<'a> {
         Children {
             parent: *self,
             next: self.node + 1,
@@ -192,7 +193,8 @@ impl<'a> At<'a> {
 }
 
 /// [`At::children`]: the node and text position of the next one.
-struct Children<'a> {
+#[derive(Clone)]
+pub(crate) struct Children<'a> {
     parent: At<'a>,
     next: usize,
     last: usize,
@@ -203,6 +205,7 @@ struct Children<'a> {
 impl<'a> Iterator for Children<'a> {
     type Item = (Option<At<'a>>, At<'a>);
 
+    #[inline]
     fn next(&mut self) -> Option<Self::Item> {
         if self.next >= self.last {
             return None;

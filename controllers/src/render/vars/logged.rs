@@ -165,6 +165,14 @@ struct Lines {
 }
 
 impl Lines {
+    /// Lines already full: every difference is only counted, from [`PATHS_MAX`] on.
+    fn counting() -> Lines {
+        Lines {
+            shown: Vec::new(),
+            count: PATHS_MAX,
+        }
+    }
+
     /// Whether further lines are only counted (their paths need not be written).
     fn full(&self) -> bool {
         self.count >= PATHS_MAX
@@ -279,8 +287,12 @@ fn diff_trees(path: &mut String, key: &str, old: &Value, new: &Value, out: &mut 
 }
 
 /// [`diff_trees`] of two canonical JSON texts, read through their tapes without building trees:
-/// the same lines.
+/// the same lines. Past [`PATHS_MAX`] lines, only counted ([`count_texts`]).
 fn diff_texts(path: &mut String, key: &str, old: At<'_>, new: At<'_>, out: &mut Lines) {
+    if out.full() {
+        out.count += count_texts(key, old, new);
+        return;
+    }
     let (old_text, new_text) = (old.get(), new.get());
     if old_text == new_text {
         return;
@@ -309,10 +321,7 @@ fn diff_texts(path: &mut String, key: &str, old: At<'_>, new: At<'_>, out: &mut 
             _ => {}
         }
     }
-    if json_text::may_equal(old_text, new_text)
-        && serde_json::from_str::<Value>(old_text).ok()
-            == serde_json::from_str::<Value>(new_text).ok()
-    {
+    if same_value(old_text, new_text) {
         return;
     }
     out.push(|| {
@@ -322,6 +331,109 @@ fn diff_texts(path: &mut String, key: &str, old: At<'_>, new: At<'_>, out: &mut 
             show(key, Item::Text(new))
         )
     });
+}
+
+/// Whether two canonical JSON texts that differ hold equal values (numbers written as floats:
+/// `0.0` and `-0.0`).
+fn same_value(old: &str, new: &str) -> bool {
+    json_text::may_equal(old, new)
+        && serde_json::from_str::<Value>(old).ok() == serde_json::from_str::<Value>(new).ok()
+}
+
+/// How many differences [`diff_texts`] finds between `old` and `new` (at a path whose last key
+/// is `key`), counted without writing a line: the role log past [`PATHS_MAX`], where a big
+/// shared value that changed throughout has thousands. Both tapes are walked side by side
+/// without allocating (an object's keys compared as they are written, which is their order
+/// when no key has an escape); an object whose keys are not so (escapes, or not in increasing
+/// order: text that is not canonical) is taken apart by [`json_text::entries`] as for listing.
+fn count_texts(key: &str, old: At<'_>, new: At<'_>) -> usize {
+    let (old_text, new_text) = (old.get(), new.get());
+    if old_text == new_text {
+        return 0;
+    }
+    match (json_text::kind(old_text), json_text::kind(new_text)) {
+        (Kind::Object, Kind::Object) if !is_secret(key) => {
+            count_objects(old, new).unwrap_or_else(|| count_entries(old, new))
+        }
+        (Kind::Array, Kind::Array) if !is_secret(key) => count_items(key, old, new)
+            .unwrap_or_else(|| usize::from(!same_value(old_text, new_text))),
+        _ => usize::from(!same_value(old_text, new_text)),
+    }
+}
+
+/// [`count_texts`] of two objects that are not canonical, through [`json_text::entries`].
+#[cold]
+#[inline(never)]
+fn count_entries(old: At<'_>, new: At<'_>) -> usize {
+    let mut lines = Lines::counting();
+    let (a, b) = (json_text::entries(&old), json_text::entries(&new));
+    let items = |e: Vec<_>| e.into_iter().map(|(k, v)| (k, Item::Text(v)));
+    diff_objects(&mut String::new(), items(a), items(b), false, &mut lines);
+    lines.count - PATHS_MAX
+}
+
+/// [`count_texts`] of two arrays, item by item: `None` when their lengths differ (they are then
+/// compared whole).
+fn count_items(key: &str, old: At<'_>, new: At<'_>) -> Option<usize> {
+    let (mut olds, mut news) = (old.children(), new.children());
+    let mut count = 0;
+    loop {
+        match (olds.next(), news.next()) {
+            (None, None) => return Some(count),
+            (Some((_, a)), Some((_, b))) => count += count_texts(key, a, b),
+            _ => return None,
+        }
+    }
+}
+
+/// [`count_texts`] of two objects, walked side by side: `None` when a key of either has an
+/// escape or is not greater than the key before it.
+fn count_objects(old: At<'_>, new: At<'_>) -> Option<usize> {
+    /// The next entry of `entries` (`Some(None)` past the last), its key as written; `None`
+    /// when that key is not plain or not after `last`.
+    #[inline(always)]
+    fn next<'a>(
+        entries: &mut json_text::Children<'a>,
+        last: &mut Option<&'a str>,
+    ) -> Option<Option<(&'a str, At<'a>)>> {
+        let Some((key, value)) = entries.next() else {
+            return Some(None);
+        };
+        let key = key?.get();
+        let key = &key[1..key.len() - 1];
+        if key.bytes().any(|b| b == b'\\') || last.is_some_and(|last| last >= key) {
+            return None;
+        }
+        *last = Some(key);
+        Some(Some((key, value)))
+    }
+    let (mut olds, mut news) = (old.children(), new.children());
+    let (mut last_old, mut last_new) = (None, None);
+    let mut a = next(&mut olds, &mut last_old)?;
+    let mut b = next(&mut news, &mut last_new)?;
+    let mut count = 0;
+    loop {
+        match (a, b) {
+            (None, None) => return Some(count),
+            (Some((old_key, old_value)), Some((new_key, new_value))) if old_key == new_key => {
+                if old_value.get() != new_value.get() {
+                    count += count_texts(old_key, old_value, new_value);
+                }
+                a = next(&mut olds, &mut last_old)?;
+                b = next(&mut news, &mut last_new)?;
+            }
+            // Removed: a key of `old` before the next of `new`, or past its last.
+            (Some((old_key, _)), next_new) if next_new.is_none_or(|(k, _)| old_key < k) => {
+                count += 1;
+                a = next(&mut olds, &mut last_old)?;
+            }
+            // Added.
+            _ => {
+                count += 1;
+                b = next(&mut news, &mut last_new)?;
+            }
+        }
+    }
 }
 
 /// Appends `key` to a dotted path; returns the length to truncate back to.
@@ -419,6 +531,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::schedule::hash::canonical_json;
 
     fn map(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
@@ -580,6 +693,79 @@ mod tests {
         assert!(text.starts_with("Template variables: 60 changes since deployment dep1"));
         assert_eq!(text.lines().count(), 1 + PATHS_MAX + 1);
         assert!(text.ends_with("  ... and 10 more\n"), "{text}");
+    }
+
+    /// What [`count_texts`] counts between two JSON texts, and what listing their parsed trees
+    /// counts.
+    fn counts(old: &str, new: &str, key: &str) -> (usize, usize) {
+        let (old_tape, new_tape) = (json_text::tape(old), json_text::tape(new));
+        let counted = count_texts(key, At::root(old, &old_tape), At::root(new, &new_tape));
+        let mut listed = Lines::default();
+        let (old, new): (Value, Value) = (
+            serde_json::from_str(old).unwrap(),
+            serde_json::from_str(new).unwrap(),
+        );
+        diff_trees(&mut String::new(), key, &old, &new, &mut listed);
+        (counted, listed.count)
+    }
+
+    #[test]
+    fn differences_past_the_limit_are_counted_as_listing_finds_them() {
+        let services =
+            |v: u32| -> String {
+                let all: Map<String, Value> = (0..300)
+                .map(|i| {
+                    let service = json!({"image": format!("i:{}", if i % 3 == 0 { v } else { 1 }),
+                                         "args": ["a", i, if i % 5 == 0 { v } else { 0 }],
+                                         "env": {"API_TOKEN": v, "X": {"y": v}},
+                                         "w": if i % 7 == 0 && v == 2 { json!(-0.0) }
+                                              else { json!(0.0) }});
+                    (format!("s{:03}", if v == 2 && i % 11 == 0 { i + 1000 } else { i }), service)
+                })
+                .collect();
+                String::from_utf8(canonical_json(&Value::Object(all))).unwrap()
+            };
+        let (old, new) = (services(1), services(2));
+        let (counted, listed) = counts(&old, &new, "svc");
+        assert_eq!(counted, listed);
+        assert!(listed > 300, "{listed}");
+        // The same texts, not canonical: keys with escapes, out of order, given twice; kinds
+        // that change; arrays whose length changes; a secret's object compared whole.
+        let cases = [
+            (
+                r#"{"a\"b":1,"c":{"d\\e":2,"f":3}}"#,
+                r#"{"a\"b":2,"c":{"d\\e":3,"g":3}}"#,
+            ),
+            (r#"{"b":1,"a":{"x":1},"b":2}"#, r#"{"a":{"x":2},"b":3}"#),
+            (
+                r#"{"a":{"x":1},"b":3}"#,
+                r#"{"b":1,"a":{"x":2,"x":3},"b":3}"#,
+            ),
+            (
+                r#"{"a":[1,2],"b":[1,{"c":1}],"d":{"e":1}}"#,
+                r#"{"a":[1,2,3],"b":[2,{"c":2}],"d":[1]}"#,
+            ),
+            (
+                r#"{"db_secret":{"a":1,"b":2},"k":[0.0,-0.0,1.5]}"#,
+                r#"{"db_secret":{"a":2,"b":3},"k":[-0.0,0.0,1.50]}"#,
+            ),
+            (
+                r#"{"a":"x","b":null,"c":true}"#,
+                r#"{"a":"x","b":false,"c":true,"d":{}}"#,
+            ),
+            (r#"[{"a":1},{"b":[1,2]}]"#, r#"[{"a":2},{"b":[1,3]}]"#),
+            (r#"{"":1,"a":{}}"#, r#"{"":2,"a":{"":1}}"#),
+        ];
+        for (old, new) in cases {
+            let (counted, listed) = counts(old, new, "x");
+            assert_eq!(counted, listed, "{old} -> {new}");
+            assert!(counted > 0, "{old} -> {new}");
+        }
+        assert_eq!(
+            counts(r#"{"a":{"x":1}}"#, r#"{"a":{"x":2}}"#, "token"),
+            (1, 1)
+        );
+        assert_eq!(counts(r#"{"a":[0.0]}"#, r#"{"a":[-0.0]}"#, "x"), (0, 0));
     }
 
     /// `vars` with the keys `as_text` moved out into texts.

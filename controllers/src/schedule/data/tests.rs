@@ -638,3 +638,20 @@ fn the_arrival_check_writes_the_tape_of_each_value_kept_as_text() {
         assert!(Arc::ptr_eq(&same.1.tape, &part.tape), "{key}");
     }
 }
+
+#[test]
+fn dropped_text_buffers_are_kept_for_the_next_texts_the_biggest_two() {
+    let mut spare = Vec::new();
+    for size in [100, 300, 200] {
+        give_spare(&mut spare, Vec::with_capacity(size));
+    }
+    let mut kept: Vec<usize> = spare.iter().map(Vec::capacity).collect();
+    kept.sort_unstable();
+    assert_eq!(kept, [200, 300]);
+    assert!(spare.iter().all(Vec::is_empty));
+    // A schedule's text and its view's each take one that fits, while one does.
+    assert!(take_spare(&mut spare, 301).is_none());
+    assert_eq!(take_spare(&mut spare, 250).map(|b| b.capacity()), Some(300));
+    assert_eq!(take_spare(&mut spare, 150).map(|b| b.capacity()), Some(200));
+    assert!(take_spare(&mut spare, 1).is_none());
+}
