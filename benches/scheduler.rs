@@ -71,6 +71,7 @@ fn input() -> SchedulerInput {
         runtime: Arc::new(Value::Object(runtime)),
         peers,
         metrics: json!({}),
+        datacenters: None,
     }
 }
 

@@ -412,3 +412,87 @@ fn dc_leaders_exchange_through_a_slow_link_and_find_each_other_again_after_a_cut
     to_fra.heal();
     wait_links("link=Up", 2);
 }
+
+/// `examples/multi-dc`'s config dir for `dc`, with the demand of each DC set.
+fn multi_dc_config(dir: &Path, dc: &str, demand: &[(&str, u64)]) -> std::path::PathBuf {
+    let config = dir.join(format!("config-{dc}"));
+    copy_tree(&example("multi-dc"), &config);
+    let site = config.join("runtime/site.yaml");
+    let text = std::fs::read_to_string(&site).unwrap();
+    let (head, _) = text
+        .split_once("demand:\n")
+        .expect("the example names the demand");
+    let lines: String = demand
+        .iter()
+        .map(|(dc, n)| format!("  {dc}: {n}\n"))
+        .collect();
+    std::fs::write(&site, format!("{head}demand:\n{lines}")).unwrap();
+    config
+}
+
+/// Two one-node DCs running `examples/multi-dc`'s scheduler as written: `ams` wants 12 workers
+/// where its threshold allows 8, `fra` wants 2 and has 6 spare. Each DC's summary reaches the
+/// other's scheduler input; `ams` asks `fra` for 4, `fra`'s scheduler answers, and the grant is
+/// in `ams`'s schedule (what `fra` lends in `fra`'s).
+#[test]
+fn a_summary_reaches_the_other_dcs_scheduler_and_a_grant_the_borrowers_schedule() {
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("cluster.key"), KEY).unwrap();
+    let demand = [("ams", 12), ("fra", 2)];
+    let start = |dc: &str, other: &str, entry: &str| {
+        let settings = tmp.path().join(format!("{dc}.yaml"));
+        std::fs::write(
+            &settings,
+            format!(
+                "datacenter: {dc}\nelection:\n  key-file: cluster.key\n\
+                 datacenters:\n  entry-points: {{{other}: [\"{entry}\"]}}\n  period-ms: 200\n  \
+                 link-timeout-ms: 1000\n  exchange-timeout-ms: 500\n"
+            ),
+        )
+        .unwrap();
+        let config = multi_dc_config(tmp.path(), dc, &demand);
+        let storage = tmp.path().join(format!("storage-{dc}"));
+        let settings = settings.to_str().unwrap().to_string();
+        Daemon::launch(&config, &storage, &["--settings", &settings], &[])
+    };
+    // `ams` learns where `fra` is from `fra`'s first call.
+    let ams = start("ams", "fra", "127.0.0.1:9");
+    let fra = start("fra", "ams", &format!("127.0.0.1:{}", ams.port));
+    let logs = || format!("--- ams\n{}\n--- fra\n{}", ams.logs(), fra.logs());
+    let seen = |daemon: &Daemon, other: &str, key: &str| {
+        let input = daemon.json("/v1/scheduler_input")?;
+        let value = input["datacenters"]["dcs"][other]["summary"][key].as_f64()?;
+        Some((value, input))
+    };
+    let (load, input) = wait_for(SOON, || seen(&fra, "ams", "load").filter(|(l, _)| *l > 1.0))
+        .unwrap_or_else(|| panic!("ams's summary not in fra's input:\n{}", logs()));
+    assert_eq!(load, 1.2, "12 of 10");
+    assert_eq!(input["datacenters"]["self"], "fra", "{input}");
+    let (spare, _) = wait_for(SOON, || seen(&ams, "fra", "spare"))
+        .unwrap_or_else(|| panic!("fra's summary not in ams's input:\n{}", logs()));
+    assert_eq!(spare, 6.0, "8 of 10 before borrowing, 2 wanted");
+    // The request, answered by fra's scheduler, in ams's schedule: 12 - 8 = 4 borrowed.
+    let schedule_of = |daemon: &Daemon| daemon.json("/v1/schedule").map(|s| s["data"].clone());
+    let borrowed = wait_for(SOON, || {
+        schedule_of(&ams).and_then(|d| d["borrowed"]["fra"].as_u64())
+    })
+    .unwrap_or_else(|| panic!("no grant in ams's schedule:\n{}", logs()));
+    assert_eq!(borrowed, 4);
+    let lent = wait_for(SOON, || {
+        schedule_of(&fra).and_then(|d| d["lent"]["ams"].as_u64())
+    });
+    assert_eq!(lent, Some(4), "{}", logs());
+    let input = ams.json("/v1/scheduler_input").unwrap();
+    let answers = &input["datacenters"]["dcs"]["fra"]["answers"];
+    assert_eq!(answers[0]["request"], "workers", "{input}");
+    assert_eq!(
+        answers[0]["data"],
+        serde_json::json!({"workers": 4}),
+        "{input}"
+    );
+    // Every entry of both schedulers' output was used.
+    for daemon in [&ams, &fra] {
+        let status = daemon.json("/v1/status").unwrap();
+        assert_eq!(status["errors"], serde_json::json!({}), "{status}");
+    }
+}

@@ -41,7 +41,9 @@
 //!   too big `413`, from outside the mesh or its own DC `403`, a member's taken with a signed
 //!   answer, its replay `409`; two one-node DCs behind delaying proxies (`datacenters.advertise`):
 //!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
-//!   proxies cut, up again after the heal; refusals counted by reason.
+//!   proxies cut, up again after the heal; refusals counted by reason; two one-node DCs running
+//!   `examples/multi-dc`'s scheduler: each DC's summary in the other's `/v1/scheduler_input`
+//!   (`datacenters`), a request answered by the lender's scheduler in the borrower's schedule.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
 //!   API through it, an open connection shut down by a cut, new ones refused until the heal.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests

@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cluster::datacenters::wire::{DcKey, TAG_HEADER, WireError};
 use verwalter_controllers::cluster::datacenters::{
-    Config, Dc, Exchange, Link, Me, Outcome, PeerDc, Refusal, Send, split_peers,
+    Config, DatacentersPort, Dc, Exchange, Link, Me, Outcome, Output, OutputError, PeerDc, Refusal,
+    Send, View, publish_view, split_peers,
 };
 use verwalter_controllers::cluster::election::ElectionState;
-use verwalter_controllers::machinery::store::Reader;
+use verwalter_controllers::machinery::store::{Field, Reader};
 use verwalter_controllers::state::{Peer, Peers};
 
 use super::coding::Coding;
@@ -107,6 +108,8 @@ pub struct DcNode {
     /// Wakes [`run_exchange`]: the leadership, the members or an exchange changed.
     wake: Notify,
     metrics: DcMetrics,
+    /// The view the schedule controller reruns on: set when what the scheduler sees changed.
+    view: Field<Option<View>>,
 }
 
 #[derive(Debug, Default)]
@@ -119,6 +122,9 @@ struct DcState {
     members: BTreeMap<Dc, Vec<String>>,
     /// This DC's leader's address while another node leads.
     leader_addr: Option<String>,
+    /// The scheduler's last output while this node leads (an exchange started after it came
+    /// takes it).
+    output: Option<Output>,
 }
 
 /// What `POST /v1/dc/exchange` answers.
@@ -141,6 +147,7 @@ impl DcNode {
         node: String,
         addr: String,
         registry: &prometheus::Registry,
+        view: Field<Option<View>>,
     ) -> DcNode {
         DcNode {
             own: settings.own.clone(),
@@ -155,6 +162,7 @@ impl DcNode {
             }),
             wake: Notify::new(),
             metrics: DcMetrics::register(registry),
+            view,
         }
     }
 
@@ -187,6 +195,9 @@ impl DcNode {
         if leading == current || self.key.is_none() {
             return;
         }
+        if leading.is_none() {
+            state.output = None;
+        }
         state.generation += 1;
         self.wake.notify_one();
         state.exchange = leading.map(|epoch| {
@@ -202,6 +213,9 @@ impl DcNode {
             };
             let mut exchange = Exchange::new(me, self.config.clone(), now);
             exchange.set_members(state.members.clone());
+            if let Some(output) = state.output.clone() {
+                exchange.set_output(now, output);
+            }
             tracing::info!(datacenter = %self.own, epoch, "Exchanging with other data centers.");
             exchange
         });
@@ -326,6 +340,7 @@ impl DcNode {
         let names: Vec<String> = members.keys().cloned().collect();
         let view = exchange.as_ref().map(|e| e.view(now));
         self.metrics.observe(&names, view.as_ref());
+        publish_view(&self.view, view);
         let Some(exchange) = exchange else {
             links.clear();
             return;
@@ -386,6 +401,26 @@ impl DcNode {
             Some(Ok(envelope)) if status == 200 => Outcome::Reply(envelope),
             _ => Outcome::Failed,
         }
+    }
+}
+
+impl DatacentersPort for DcNode {
+    fn view(&self) -> Option<View> {
+        let state = self.state.lock().unwrap();
+        state.exchange.as_ref().map(|e| e.view(Instant::now()))
+    }
+
+    /// Kept for the exchange of this leadership (one that starts later takes it too); what
+    /// changed goes out at once.
+    fn set_output(&self, output: Output) -> Vec<OutputError> {
+        let mut state = self.state.lock().unwrap();
+        let errors = match &mut state.exchange {
+            Some(exchange) => exchange.set_output(Instant::now(), output.clone()),
+            None => Vec::new(),
+        };
+        state.output = Some(output);
+        self.wake.notify_one();
+        errors
     }
 }
 
