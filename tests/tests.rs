@@ -43,9 +43,16 @@
 //!   both links up (shown by `/v1/datacenters` and the `verwalter_dc_*` metrics), down when the
 //!   proxies cut, up again after the heal; refusals counted by reason; two one-node DCs running
 //!   `examples/multi-dc`'s scheduler: each DC's summary in the other's `/v1/scheduler_input`
-//!   (`datacenters`), a request answered by the lender's scheduler in the borrower's schedule.
+//!   (`datacenters`), a request answered by the lender's scheduler in the borrower's schedule;
+//!   three DCs of three nodes on 127.0.0.51–59 running the same scheduler, each node reached by
+//!   the other DCs through its own proxy (40–200 ms round trips): the grant in every borrowing
+//!   node's schedule, expired on its lease after the lender–borrower link is cut (the third DC
+//!   still up with both), back after the heal, no election packet across DCs; `make multi-dc`
+//!   (`examples/multi-dc/run.sh`) on 127.0.0.111/121/131: the URLs printed, a grant, a demand
+//!   edit moving the borrowing to another DC.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
-//!   API through it, an open connection shut down by a cut, new ones refused until the heal.
+//!   API through it, an open connection shut down by a cut, new ones refused until the heal; a
+//!   round trip through it at least twice its delay.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
