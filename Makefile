@@ -35,6 +35,13 @@ N ?= 3
 cluster:
 	N=$(N) examples/cluster/run.sh
 
+## Three data centers (ams, fra, lon) of NODES nodes each (1 by default: make multi-dc NODES=3)
+## on 127.0.0.111-139, lending workers to each other (see examples/multi-dc/README.md)
+NODES ?= 1
+.PHONY: multi-dc
+multi-dc:
+	NODES=$(NODES) examples/multi-dc/run.sh
+
 ## Stop one node of `make cluster`: make cluster-stop NODE=alpha (by its pid file)
 cluster-stop:
 	@if [ -z "$(NODE)" ]; then echo "usage: make cluster-stop NODE=<name, e.g. alpha>" >&2; exit 2; fi

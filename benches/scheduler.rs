@@ -72,6 +72,7 @@ fn input() -> SchedulerInput {
         runtime: Arc::new(Value::Object(runtime)),
         peers,
         metrics: json!({}),
+        datacenters: None,
     }
 }
 

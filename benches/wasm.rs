@@ -59,6 +59,7 @@ fn input() -> SchedulerInput {
         runtime: Arc::new(Value::Object(runtime)),
         peers,
         metrics: json!({}),
+        datacenters: None,
     }
 }
 

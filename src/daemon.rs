@@ -50,6 +50,7 @@ use crate::storage::backups;
 use crate::storage::logs::LogDir;
 use crate::storage::state_dir::StateDir;
 use verwalter_controllers::cluster::datacenters::wire::DcKey;
+use verwalter_controllers::cluster::datacenters::{DatacentersPort, View};
 
 /// Why the daemon could not start (exit status 3, as verwalter 0.13's "initial config" errors).
 #[derive(Debug, thiserror::Error)]
@@ -372,6 +373,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         replaced,
         persist_error,
         scheduler_metrics,
+        datacenters,
     } = writer;
     let mut wiring = Wiring {
         config: &config,
@@ -401,15 +403,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
             wiring.clock.clone(),
             wiring.metrics.clone(),
         ),
-        dc: config.datacenter.as_ref().map(|settings| {
-            Arc::new(DcNode::new(
-                settings,
-                config.election_key.as_ref().map(DcKey::from_election),
-                config.machine_id.clone(),
-                bound.addr.clone(),
-                wiring.metrics.registry(),
-            ))
-        }),
+        dc: dc_node(&config, &bound.addr, &wiring, datacenters, &mut keep_unused),
         backend_view: Default::default(),
     };
     let cluster = ClusterFields {
@@ -447,6 +441,7 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
         shared.persister.clone(),
         clustered,
         &shared.shadows,
+        shared.dc.clone().map(|dc| dc as Arc<dyn DatacentersPort>),
     )?;
     let rendered = wiring.spawn_render(&state_dir, roles)?;
     let action_queue = wiring.spawn_actions(actions, &state_dir)?;
@@ -465,6 +460,29 @@ pub async fn run(config: Config, shutdown: CancellationToken) -> Result<(), RunE
     // Writers nobody else owns yet stay alive until shutdown, so their readers keep working.
     let _keep = keep_unused;
     wiring.tasks.join(&shutdown).await
+}
+
+/// This node's side of the exchange between data centers, when it is in one (else the writer
+/// of the store's `datacenters` is kept unused).
+fn dc_node(
+    config: &Config,
+    addr: &str,
+    wiring: &Wiring<'_>,
+    view: Field<Option<View>>,
+    keep_unused: &mut Vec<Box<dyn std::any::Any + Send>>,
+) -> Option<Arc<DcNode>> {
+    let Some(settings) = &config.datacenter else {
+        keep_unused.push(Box::new(view));
+        return None;
+    };
+    Some(Arc::new(DcNode::new(
+        settings,
+        config.election_key.as_ref().map(DcKey::from_election),
+        config.machine_id.clone(),
+        addr.to_string(),
+        wiring.metrics.registry(),
+        view,
+    )))
 }
 
 impl Wiring<'_> {
@@ -746,6 +764,7 @@ impl Wiring<'_> {
         persist: Arc<Persister>,
         clustered: bool,
         shadows: &crate::schedule::shadow::Shadows,
+        datacenters: Option<Arc<dyn DatacentersPort>>,
     ) -> Result<(), StartError> {
         let config = self.config;
         let lua = LuaScheduler::start(config.config_dir.clone(), config.limits)
@@ -769,6 +788,7 @@ impl Wiring<'_> {
                     hostname: config.hostname.clone(),
                 },
                 period: config.scheduler_period,
+                datacenters,
             },
         );
         // Shadow schedulers take each round once it is published, on a task of their own.

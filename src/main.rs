@@ -639,6 +639,7 @@ fn offline_input(args: &OfflineArgs, inputs: &Inputs) -> Result<SchedulerInput, 
         runtime,
         peers: Default::default(),
         metrics,
+        datacenters: None,
     })
 }
 

@@ -167,3 +167,30 @@ fn the_proxy_carries_a_daemons_api_until_cut_and_again_after_the_heal() {
     proxy.heal();
     assert_eq!(status(port), Some(200), "{}", daemon.logs());
 }
+
+/// A round trip through the proxy takes at least twice its one-way delay (a lower bound the
+/// proxy guarantees, whatever the machine's load).
+#[test]
+fn a_round_trip_through_the_proxy_takes_twice_its_delay() {
+    let echo = TcpListener::bind("127.0.0.1:0").unwrap();
+    let target = echo.local_addr().unwrap();
+    std::thread::spawn(move || {
+        if let Ok((mut s, _)) = echo.accept() {
+            let mut buf = [0u8; 64];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    let proxy = DcProxy::start("127.0.0.1", target, Duration::from_millis(60));
+    let mut s = TcpStream::connect(proxy.addr).unwrap();
+    let started = Instant::now();
+    s.write_all(b"ping").unwrap();
+    let mut back = [0u8; 4];
+    s.read_exact(&mut back).unwrap();
+    assert_eq!(&back, b"ping");
+    let rtt = started.elapsed();
+    assert!(rtt >= Duration::from_millis(120), "{rtt:?}");
+}

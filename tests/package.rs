@@ -314,6 +314,8 @@ fn packaged_settings_file_shows_the_real_defaults() {
         "log-dir",
         "cantal-url",
         "render.command-timeout-secs",
+        "datacenters.period-ms",
+        "datacenters.traffic-cap-bytes",
     ] {
         assert!(
             checked.iter().any(|k| k == key),

@@ -44,12 +44,21 @@
 //!   answer, its replay `409`; two one-node DCs behind delaying proxies (`datacenters.advertise`):
 //!   both links up (shown by `/v1/datacenters`, GraphQL's `datacenters` and the `verwalter_dc_*`
 //!   metrics), down when the
-//!   proxies cut, up again after the heal; refusals counted by reason.
+//!   proxies cut, up again after the heal; refusals counted by reason; two one-node DCs running
+//!   `examples/multi-dc`'s scheduler: each DC's summary in the other's `/v1/scheduler_input`
+//!   (`datacenters`), a request answered by the lender's scheduler in the borrower's schedule;
+//!   three DCs of three nodes on 127.0.0.51–59 running the same scheduler, each node reached by
+//!   the other DCs through its own proxy (40–200 ms round trips): the grant in every borrowing
+//!   node's schedule, expired on its lease after the lender–borrower link is cut (the third DC
+//!   still up with both), back after the heal, no election packet across DCs; `make multi-dc`
+//!   (`examples/multi-dc/run.sh`) on 127.0.0.111/121/131: the URLs printed, a grant, a demand
+//!   edit moving the borrowing to another DC.
 //! - `dc_proxy`: the delaying, cutting TCP proxy of the multi-DC tests (`DcProxy`): a daemon's
-//!   API through it, an open connection shut down by a cut, new ones refused until the heal.
+//!   API through it, an open connection shut down by a cut, new ones refused until the heal; a
+//!   round trip through it at least twice its delay.
 //! - `etcd` (with the `etcd` feature): leadership on a real 3-member etcd (Debian's, on
 //!   127.0.0.61–113) with five nodes: one leader and its schedule everywhere, an etcd member killed
-//!   changing nothing, failover after SIGKILL of the leader within the lease TTL + 1 s, the leader cut off
+//!   changing nothing, failover after SIGKILL of the leader, the leader cut off
 //!   from etcd (its proxies cut) stepping down before another leads and every schedule in etcd's
 //!   history written by the leadership holding the key, a schedule key written by a non-leader
 //!   (wrong lease) ignored by the followers, a leader stopped with SIGTERM resigning and revoking

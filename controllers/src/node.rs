@@ -2,6 +2,7 @@
 //! [`Field`] each. The one place naming every subsystem's field; the daemon's wiring hands each
 //! writer to the one task that owns it.
 
+use crate::cluster::datacenters::View;
 use crate::cluster::election::ElectionState;
 use crate::machinery::store::{Field, Reader};
 use crate::schedule::scheduler_metrics::SchedulerMetrics;
@@ -45,6 +46,10 @@ pub struct Store {
     /// Observed: the Lua scheduler's declared Prometheus queries and their last answers
     /// (`state.metrics`), written by the metrics refresh on the leader.
     pub scheduler_metrics: Reader<SchedulerMetrics>,
+    /// Observed: the other data centers as this DC leader's exchange sees them, replaced only
+    /// when what the scheduler sees changed ([`View::same_for_scheduler`]); `None` while the
+    /// node runs no exchange.
+    pub datacenters: Reader<Option<View>>,
 }
 
 /// The writers of every field; the daemon's wiring hands each to the one task that owns it.
@@ -65,6 +70,7 @@ pub struct StoreWriter {
     pub replaced: Field<Vec<Schedule>>,
     pub persist_error: Field<Option<String>>,
     pub scheduler_metrics: Field<SchedulerMetrics>,
+    pub datacenters: Field<Option<View>>,
 }
 
 impl StoreWriter {
@@ -86,6 +92,7 @@ impl StoreWriter {
             replaced: Field::new(Vec::new()),
             persist_error: Field::new(None),
             scheduler_metrics: Field::new(SchedulerMetrics::default()),
+            datacenters: Field::new(None),
         }
     }
 
@@ -106,6 +113,7 @@ impl StoreWriter {
             replaced: self.replaced.reader(),
             persist_error: self.persist_error.reader(),
             scheduler_metrics: self.scheduler_metrics.reader(),
+            datacenters: self.datacenters.reader(),
         }
     }
 }

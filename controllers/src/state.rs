@@ -361,6 +361,11 @@ pub struct SchedulerInput {
     /// ([`crate::schedule::scheduler_metrics::SchedulerMetrics::view`]); an empty object without the file
     /// (as verwalter 0.13 always gave).
     pub metrics: Value,
+    /// The other data centers as this DC's leader's exchange sees them
+    /// ([`crate::cluster::datacenters::View`], docs/datacenters.md); absent when the node is in
+    /// no DC or its exchange is not running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub datacenters: Option<Value>,
 }
 
 /// What a successful scheduler run returned.
@@ -427,6 +432,9 @@ pub struct SchedulerStatus {
     pub last_success: Option<u64>,
     /// The input of the last successful run (kept after failed runs): the actions it consumed.
     pub last_success_input: Option<Arc<SchedulerInput>>,
+    /// The entries of the last successful run's `datacenters` output that were not used, each
+    /// named with its path and why (docs/datacenters.md); the rest was used.
+    pub datacenters_errors: Vec<String>,
 }
 
 /// One file under `templates/`, as the watcher last read it.

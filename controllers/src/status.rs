@@ -127,11 +127,20 @@ impl Snapshot {
             .then_some((error, self.scheduler.failure))
     }
 
-    /// How many problems this node has: one per input error, a failed scheduler run, a schedule
-    /// not written to the storage dir, a failing role, a deployment log that cannot be written.
+    /// The entries of the last run's `datacenters` output that were not used, while this node
+    /// leads, as one message (`None`: all were used).
+    pub(crate) fn datacenters_errors(&self) -> Option<String> {
+        let errors = &self.scheduler.datacenters_errors;
+        (self.election.is_leader && !errors.is_empty()).then(|| errors.join("; "))
+    }
+
+    /// How many problems this node has: one per input error, a failed scheduler run, unused
+    /// entries of its `datacenters` output, a schedule not written to the storage dir, a failing
+    /// role, a deployment log that cannot be written.
     pub fn error_count(&self) -> usize {
         self.inputs.errors.len()
             + usize::from(self.scheduler_error().is_some())
+            + usize::from(self.datacenters_errors().is_some())
             + usize::from(self.persist_error.is_some())
             + self.roles.failed.len()
             + usize::from(self.roles.deployment_log.is_some())
@@ -262,6 +271,9 @@ pub fn view(node: &NodeInfo, snap: &Snapshot, runs: SchedulerRuns) -> Status {
             "scheduler"
         };
         errors.insert(domain.into(), message.to_string());
+    }
+    if let Some(message) = snap.datacenters_errors() {
+        errors.insert("scheduler_datacenters".into(), message);
     }
     if let Some(message) = snap.persist_error.as_ref() {
         errors.insert(SCHEDULE_PERSIST.into(), message.clone());

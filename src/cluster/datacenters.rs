@@ -12,10 +12,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use verwalter_controllers::cluster::datacenters::wire::{DcKey, TAG_HEADER, WireError};
 use verwalter_controllers::cluster::datacenters::{
-    Config, Dc, Exchange, Link, Me, Outcome, PeerDc, Refusal, Send, split_peers,
+    Config, DatacentersPort, Dc, Exchange, Link, Me, Outcome, Output, OutputError, PeerDc, Refusal,
+    Send, View, publish_view, split_peers,
 };
 use verwalter_controllers::cluster::election::ElectionState;
-use verwalter_controllers::machinery::store::Reader;
+use verwalter_controllers::machinery::store::{Field, Reader};
 use verwalter_controllers::state::{Peer, Peers};
 
 use super::coding::Coding;
@@ -107,6 +108,8 @@ pub struct DcNode {
     /// Wakes [`run_exchange`]: the leadership, the members or an exchange changed.
     wake: Notify,
     metrics: DcMetrics,
+    /// The view the schedule controller reruns on: set when what the scheduler sees changed.
+    view: Field<Option<View>>,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +125,9 @@ struct DcState {
     /// Per DC, why the last of this node's exchanges with it failed, and when; gone once one
     /// succeeds (`GET /v1/datacenters` shows them).
     errors: BTreeMap<Dc, (String, Instant)>,
+    /// The scheduler's last output while this node leads (an exchange started after it came
+    /// takes it).
+    output: Option<Output>,
 }
 
 /// What `POST /v1/dc/exchange` answers.
@@ -144,6 +150,7 @@ impl DcNode {
         node: String,
         addr: String,
         registry: &prometheus::Registry,
+        view: Field<Option<View>>,
     ) -> DcNode {
         DcNode {
             own: settings.own.clone(),
@@ -158,6 +165,7 @@ impl DcNode {
             }),
             wake: Notify::new(),
             metrics: DcMetrics::register(registry),
+            view,
         }
     }
 
@@ -190,6 +198,9 @@ impl DcNode {
         if leading == current || self.key.is_none() {
             return;
         }
+        if leading.is_none() {
+            state.output = None;
+        }
         state.generation += 1;
         state.errors.clear();
         self.wake.notify_one();
@@ -206,6 +217,9 @@ impl DcNode {
             };
             let mut exchange = Exchange::new(me, self.config.clone(), now);
             exchange.set_members(state.members.clone());
+            if let Some(output) = state.output.clone() {
+                exchange.set_output(now, output);
+            }
             tracing::info!(datacenter = %self.own, epoch, "Exchanging with other data centers.");
             exchange
         });
@@ -357,6 +371,7 @@ impl DcNode {
         let names: Vec<String> = members.keys().cloned().collect();
         let view = exchange.as_ref().map(|e| e.view(now));
         self.metrics.observe(&names, view.as_ref());
+        publish_view(&self.view, view);
         let Some(exchange) = exchange else {
             links.clear();
             return;
@@ -438,6 +453,26 @@ impl DcNode {
         key.open(&plain, tag, self.max_body)
             .map(Outcome::Reply)
             .map_err(|e| format!("{}: the answer: {e}", send.addr))
+    }
+}
+
+impl DatacentersPort for DcNode {
+    fn view(&self) -> Option<View> {
+        let state = self.state.lock().unwrap();
+        state.exchange.as_ref().map(|e| e.view(Instant::now()))
+    }
+
+    /// Kept for the exchange of this leadership (one that starts later takes it too); what
+    /// changed goes out at once.
+    fn set_output(&self, output: Output) -> Vec<OutputError> {
+        let mut state = self.state.lock().unwrap();
+        let errors = match &mut state.exchange {
+            Some(exchange) => exchange.set_output(Instant::now(), output.clone()),
+            None => Vec::new(),
+        };
+        state.output = Some(output);
+        self.wake.notify_one();
+        errors
     }
 }
 
@@ -578,6 +613,7 @@ mod tests {
             "n1".into(),
             "10.1.0.1:8379".into(),
             &prometheus::Registry::new(),
+            Field::new(None),
         );
         node.follow(Some(1), None, Instant::now());
         let generation = node.state.lock().unwrap().generation;

@@ -1336,6 +1336,7 @@ async fn datacenters_are_what_v1_datacenters_shows() {
         "77985419c732412ea38b94db00000001".into(),
         "10.1.0.1:8379".into(),
         &prometheus::Registry::new(),
+        verwalter_controllers::machinery::store::Field::new(None),
     );
     dc.follow(Some(2), None, tokio::time::Instant::now());
     let summary = json!({"spare": {"web": 12}});

@@ -289,6 +289,7 @@ mod tests {
             runtime: Arc::new(json!({})),
             peers: BTreeMap::new(),
             metrics: json!({}),
+            datacenters: None,
         })
     }
 

@@ -97,6 +97,7 @@ fn input(actions: Actions) -> Arc<SchedulerInput> {
         runtime: Arc::new(json!({})),
         peers: Default::default(),
         metrics: json!({}),
+        datacenters: None,
     })
 }
 

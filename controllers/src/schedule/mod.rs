@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use crate::cluster::datacenters::{self, DatacentersPort, View};
 use crate::machinery::clock::Clock;
 use crate::machinery::driver::{Driver, DriverConfig, Reconciler, Requeue};
 use crate::machinery::ports::{Scheduler, SchedulerError};
@@ -125,6 +126,8 @@ struct LastRun {
     actions: Arc<Actions>,
     parents: Arc<Vec<Schedule>>,
     metrics: Arc<SchedulerMetrics>,
+    /// Replaced only when what the scheduler sees of the other DCs changed.
+    datacenters: Arc<Option<View>>,
     epoch: u64,
     at: Instant,
     /// A failed run is retried even when nothing changed.
@@ -138,6 +141,7 @@ impl LastRun {
             && Arc::ptr_eq(&self.actions, &other.actions)
             && Arc::ptr_eq(&self.parents, &other.parents)
             && self.metrics.same_data(&other.metrics)
+            && Arc::ptr_eq(&self.datacenters, &other.datacenters)
             && self.epoch == other.epoch
     }
 }
@@ -160,6 +164,9 @@ pub struct ScheduleDeps {
     pub identity: Identity,
     /// How often the scheduler runs again on unchanged inputs.
     pub period: Duration,
+    /// This node's exchange with other data centers, when it is in one: `state.datacenters`,
+    /// and where the scheduler's `datacenters` output goes.
+    pub datacenters: Option<Arc<dyn DatacentersPort>>,
 }
 
 pub struct ScheduleController {
@@ -239,6 +246,7 @@ impl ScheduleController {
         .trigger(store.parents.trigger())
         .trigger(store.prefetched.trigger())
         .trigger(store.scheduler_metrics.trigger())
+        .trigger(store.datacenters.trigger())
     }
 
     fn snapshot(&self) -> LastRun {
@@ -248,6 +256,7 @@ impl ScheduleController {
             actions: self.store.actions.peek(),
             parents: self.store.parents.peek(),
             metrics: self.store.scheduler_metrics.peek(),
+            datacenters: self.store.datacenters.peek(),
             epoch: self.store.election.peek().epoch,
             at: Instant::now(),
             ok: false,
@@ -266,7 +275,37 @@ impl ScheduleController {
             runtime: snap.inputs.runtime.clone(),
             peers: snap.peers.peers.clone(),
             metrics: snap.metrics.view(now),
+            datacenters: (self.deps.datacenters.as_ref())
+                .and_then(|port| port.view())
+                .map(|view| serde_json::to_value(view).expect("the view serializes")),
         }
+    }
+
+    /// Hands the `datacenters` key of a run's output to the exchange (nothing when the node is
+    /// in no DC); the entries not used, each named (docs/datacenters.md).
+    fn datacenters_output(&self, data: &crate::schedule::data::ScheduleData) -> Vec<String> {
+        let Some(port) = &self.deps.datacenters else {
+            return Vec::new();
+        };
+        /// The one key read; the rest of the schedule is skipped, not built.
+        #[derive(serde::Deserialize)]
+        struct Top {
+            #[serde(default)]
+            datacenters: serde_json::Value,
+        }
+        let value = match serde_json::from_str::<Top>(data.canonical()) {
+            Ok(top) => top.datacenters,
+            Err(_) => serde_json::Value::Null, // not an object: no `datacenters`
+        };
+        let (output, read) = datacenters::Output::from_value(&value);
+        let refused = port.set_output(output);
+        let errors: Vec<String> = (read.iter().map(ToString::to_string))
+            .chain(refused.iter().map(ToString::to_string))
+            .collect();
+        for error in &errors {
+            tracing::warn!(%error, "An entry of the scheduler's datacenters output is not used.");
+        }
+        errors
     }
 
     async fn pass(&self) -> Result<Requeue, SchedulerError> {
@@ -318,6 +357,7 @@ impl ScheduleController {
             .run(result.as_ref().err().map(|e| e.kind), started.elapsed());
         match result {
             Ok(output) => {
+                let datacenters_errors = self.datacenters_output(&output.data);
                 let made =
                     Schedule::from_data(output.data, input.now, self.deps.identity.id.clone());
                 let real = (made.hash.clone(), made.data.clone());
@@ -369,6 +409,7 @@ impl ScheduleController {
                     failure: None,
                     last_success: Some(input.now),
                     last_success_input: Some(input.clone()),
+                    datacenters_errors,
                 });
                 snap.ok = true;
                 let code_version = snap.inputs.scheduler_hash.clone();
@@ -400,6 +441,7 @@ impl ScheduleController {
             failure: Some(error.kind),
             last_success: previous.last_success,
             last_success_input: previous.last_success_input.clone(),
+            datacenters_errors: previous.datacenters_errors.clone(),
         });
         let code_version = snap.inputs.scheduler_hash.clone();
         *self.last.lock().unwrap() = Some(snap);

@@ -30,6 +30,8 @@ struct Rig {
     reports: Field<crate::state::Reports>,
     /// The parents a cluster leader gathers (read only by a controller `with_prefetch`).
     prefetched: Field<crate::state::Prefetched>,
+    /// What the schedule controller reruns on for the other DCs (the daemon's `DcNode` sets it).
+    datacenters: Field<Option<View>>,
     stop: CancellationToken,
     handle: tokio::task::JoinHandle<()>,
     persist_handle: tokio::task::JoinHandle<()>,
@@ -64,6 +66,18 @@ fn rig_from(
     period: Duration,
     prefetch: bool,
 ) -> Rig {
+    rig_full(stored, leader, saved, period, prefetch, None)
+}
+
+/// [`rig_from`] with this node's exchange with other DCs.
+fn rig_full(
+    stored: Option<Schedule>,
+    leader: bool,
+    saved: Arc<MemoryScheduleStore>,
+    period: Duration,
+    prefetch: bool,
+    port: Option<Arc<dyn DatacentersPort>>,
+) -> Rig {
     let writer = StoreWriter::new(stored);
     let store = writer.store();
     let StoreWriter {
@@ -77,6 +91,7 @@ fn rig_from(
         peers: peers_field,
         reports,
         prefetched,
+        datacenters,
         ..
     } = writer;
     election.set(ElectionState {
@@ -107,6 +122,7 @@ fn rig_from(
                 hostname: "alpha".into(),
             },
             period,
+            datacenters: port,
         },
     );
     let controller = Arc::new(if prefetch {
@@ -141,6 +157,7 @@ fn rig_from(
         peers: peers_field,
         reports,
         prefetched,
+        datacenters,
         stop,
         handle,
         persist_handle,
@@ -677,5 +694,163 @@ async fn a_leader_does_not_schedule_while_its_parents_await_another_leaders_sche
     let parents: Vec<&serde_json::Value> = input.parents.iter().map(|p| &**p).collect();
     assert!(parents.contains(&&**other.data.tree()), "{parents:?}");
     assert!(parents.contains(&&**own.data.tree()), "{parents:?}");
+    rig.stop().await;
+}
+
+/// This node's exchange with other DCs as the schedule controller sees it: a settable view, and
+/// the outputs handed over (each answered with `refuse`).
+#[derive(Default)]
+struct FakeDcs {
+    view: Mutex<Option<View>>,
+    outputs: Mutex<Vec<datacenters::Output>>,
+    refuse: Mutex<Vec<datacenters::OutputError>>,
+}
+
+impl DatacentersPort for FakeDcs {
+    fn view(&self) -> Option<View> {
+        self.view.lock().unwrap().clone()
+    }
+
+    fn set_output(&self, output: datacenters::Output) -> Vec<datacenters::OutputError> {
+        self.outputs.lock().unwrap().push(output);
+        self.refuse.lock().unwrap().clone()
+    }
+}
+
+/// `fra` as a leader in `ams` sees it: link up, with `summary` and `rtt_ms`.
+fn fra(summary: serde_json::Value, rtt_ms: u64) -> View {
+    let dc = datacenters::DcView {
+        leader: Some("bb".repeat(16)),
+        link: datacenters::Link::Up,
+        rtt_ms: Some(rtt_ms),
+        contact_age_ms: Some(100),
+        summary: Some(summary),
+        summary_age_ms: Some(rtt_ms * 10),
+        summary_behind: false,
+        requests: Vec::new(),
+        answers: Vec::new(),
+        lent: Vec::new(),
+        summary_deferred: false,
+        bytes_sent: rtt_ms,
+        bytes_received: rtt_ms,
+    };
+    View {
+        self_dc: "ams".into(),
+        dcs: [("fra".to_string(), dc)].into(),
+    }
+}
+
+/// The exchange's view changes: the port shows it, and the field the controller reruns on is
+/// set when the scheduler would see a difference (as the daemon's `DcNode` does).
+fn show(rig: &Rig, dcs: &FakeDcs, view: View) -> bool {
+    *dcs.view.lock().unwrap() = Some(view.clone());
+    datacenters::publish_view(&rig.datacenters, Some(view))
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_scheduler_sees_the_other_dcs_and_reruns_when_what_it_sees_changes() {
+    let dcs = Arc::new(FakeDcs::default());
+    let period = Duration::from_secs(10);
+    let rig = rig_full(None, true, Arc::default(), period, false, Some(dcs.clone()));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    assert_eq!(rig.scheduler.inputs.lock().unwrap()[0].datacenters, None);
+    assert!(show(&rig, &dcs, fra(json!({"spare": 3}), 40)));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2, "the view came: a rerun");
+    let input = rig.scheduler.inputs.lock().unwrap()[1].clone();
+    let seen = input.datacenters.clone().expect("state.datacenters");
+    assert_eq!(seen["self"], "ams");
+    assert_eq!(seen["dcs"]["fra"]["summary"], json!({"spare": 3}));
+    assert_eq!(seen["dcs"]["fra"]["link"], "up");
+    // Ages, RTTs and byte counts moving on are no reason to run; the period's run sees them.
+    assert!(!show(&rig, &dcs, fra(json!({"spare": 3}), 90)));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    tokio::time::sleep(period).await;
+    assert_eq!(rig.scheduler.runs(), 3);
+    let input = rig.scheduler.inputs.lock().unwrap()[2].clone();
+    assert_eq!(
+        input.datacenters.clone().unwrap()["dcs"]["fra"]["rtt_ms"],
+        90
+    );
+    // A new summary is.
+    assert!(show(&rig, &dcs, fra(json!({"spare": 4}), 90)));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 4);
+    let input = rig.scheduler.inputs.lock().unwrap()[3].clone();
+    assert_eq!(
+        input.datacenters.clone().unwrap()["dcs"]["fra"]["summary"]["spare"],
+        4
+    );
+    rig.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_datacenters_output_goes_to_the_exchange_and_unused_entries_are_named() {
+    let dcs = Arc::new(FakeDcs::default());
+    *dcs.refuse.lock().unwrap() = vec![datacenters::OutputError::UnknownDc {
+        kind: "requests",
+        dc: "lon".into(),
+        index: 0,
+    }];
+    let rig = rig_full(
+        None,
+        true,
+        Arc::default(),
+        Duration::from_secs(10),
+        false,
+        Some(dcs.clone()),
+    );
+    rig.scheduler.results.lock().unwrap().push_back(Ok(json!({
+        "roles": {"web": {}},
+        "datacenters": {
+            "summary": {"spare": {"web": 2}},
+            "requests": {
+                "fra": [{"id": "burst", "data": {"workers": 2}, "lease_ms": 60000}, {"id": "x"}],
+                "lon": [{"id": "y", "data": 1, "lease_ms": 5}],
+            },
+        },
+    })));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 1);
+    let output = dcs.outputs.lock().unwrap()[0].clone();
+    assert_eq!(output.summary, Some(json!({"spare": {"web": 2}})));
+    let ids: Vec<&str> = output.requests["fra"]
+        .iter()
+        .map(|r| r.id.as_str())
+        .collect();
+    assert_eq!(ids, ["burst"], "the entry that reads is used");
+    let status = rig.store.scheduler.peek();
+    assert_eq!(status.error, None, "the run did not fail");
+    assert_eq!(
+        status.datacenters_errors.len(),
+        2,
+        "{:?}",
+        status.datacenters_errors
+    );
+    assert!(
+        status.datacenters_errors[0].starts_with("datacenters.requests.fra[1]: missing field"),
+        "{:?}",
+        status.datacenters_errors
+    );
+    assert_eq!(
+        status.datacenters_errors[1],
+        "datacenters.requests.lon[0]: \"lon\" is not a known data center"
+    );
+    assert!(
+        rig.store.schedule.peek().is_some(),
+        "the schedule is in force"
+    );
+    // A run without the key hands over nothing for the other DCs (withdrawing what was there).
+    *dcs.refuse.lock().unwrap() = Vec::new();
+    rig.inputs.set(inputs(json!({"app": {"v2": {}}})));
+    settle().await;
+    assert_eq!(rig.scheduler.runs(), 2);
+    assert_eq!(
+        dcs.outputs.lock().unwrap()[1],
+        datacenters::Output::default()
+    );
+    assert!(rig.store.scheduler.peek().datacenters_errors.is_empty());
     rig.stop().await;
 }

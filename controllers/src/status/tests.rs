@@ -353,6 +353,30 @@ fn scheduler_runs_count_every_failure_kind() {
 }
 
 #[test]
+fn unused_entries_of_the_datacenters_output_show_while_leading() {
+    let writer = StoreWriter::new(None);
+    writer.election.set(leading(1));
+    writer.scheduler.set(SchedulerStatus {
+        datacenters_errors: vec![
+            "datacenters.requests.lon[0]: \"lon\" is not a known data center".into(),
+            "datacenters.answers.fra[1]: a lease of 0 ms".into(),
+        ],
+        ..Default::default()
+    });
+    let status = status(&writer);
+    assert_eq!(
+        status.errors["scheduler_datacenters"],
+        "datacenters.requests.lon[0]: \"lon\" is not a known data center; \
+         datacenters.answers.fra[1]: a lease of 0 ms"
+    );
+    assert_eq!(status.num_errors, 1);
+    writer.election.set(following(BETA));
+    let status = self::status(&writer);
+    assert!(status.errors.is_empty(), "{:?}", status.errors);
+    assert_eq!(status.num_errors, 0);
+}
+
+#[test]
 fn a_failed_scheduler_run_shows_while_leading_under_its_domain() {
     let writer = StoreWriter::new(None);
     writer.election.set(leading(1));

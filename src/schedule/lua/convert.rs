@@ -356,6 +356,10 @@ unsafe fn push_input(state: *mut ffi::lua_State, input: &SchedulerInput) {
         set(state, c"peers");
         push_json(state, &input.metrics);
         set(state, c"metrics");
+        if let Some(datacenters) = &input.datacenters {
+            push_json(state, datacenters);
+            set(state, c"datacenters");
+        }
     }
 }
 

@@ -43,6 +43,7 @@ fn input() -> SchedulerInput {
         runtime: Arc::new(json!({"app": {"v1": {"n": 2, "gone": null}}})),
         peers: BTreeMap::from([(peer.id.clone(), peer)]),
         metrics: json!({}),
+        datacenters: None,
     }
 }
 

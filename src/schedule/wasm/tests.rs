@@ -61,6 +61,7 @@ fn input_with(peers: usize, roles: usize) -> SchedulerInput {
         runtime: Arc::new(Value::Object(runtime)),
         peers,
         metrics: json!({}),
+        datacenters: None,
     }
 }
 

@@ -347,6 +347,37 @@ impl View {
     }
 }
 
+/// The schedule controller's side of this node's exchange (the daemon's `DcNode`): what the
+/// scheduler sees of the other DCs, and where its `datacenters` output goes.
+pub trait DatacentersPort: std::marker::Send + Sync + 'static {
+    /// `state.datacenters` now; `None` while this node runs no exchange (it does not lead).
+    fn view(&self) -> Option<View>;
+    /// What the scheduler returned for the other DCs; the entries not used, each with its
+    /// error ([`Exchange::set_output`]).
+    fn set_output(&self, output: Output) -> Vec<OutputError>;
+}
+
+/// Whether two snapshots of the view differ for the scheduler (see [`View::same_for_scheduler`]).
+pub fn same_for_scheduler(a: Option<&View>, b: Option<&View>) -> bool {
+    match (a, b) {
+        (Some(a), Some(b)) => a.same_for_scheduler(b),
+        (None, None) => true,
+        _ => false,
+    }
+}
+
+/// Sets `field` (what the schedule controller reruns on) to `view` when it differs for the
+/// scheduler; ages, RTTs and byte counts moving on leave it as it is. Whether it was set.
+pub fn publish_view(
+    field: &crate::machinery::store::Field<Option<View>>,
+    view: Option<View>,
+) -> bool {
+    if same_for_scheduler(field.get().as_ref().as_ref(), view.as_ref()) {
+        return false;
+    }
+    field.set(view)
+}
+
 /// A peer as the split into DCs sees it.
 #[derive(Debug, Clone, Copy)]
 pub struct PeerDc<'a> {

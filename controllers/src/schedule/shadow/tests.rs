@@ -189,6 +189,7 @@ async fn rounds_reach_the_shadows_only_published_and_a_stuck_shadow_holds_back_n
                 hostname: "alpha".into(),
             },
             period,
+            datacenters: None,
         },
     )
     .with_shadows(hook.clone());

@@ -23,6 +23,7 @@ fn input() -> SchedulerInput {
         runtime: Arc::new(json!({})),
         peers: BTreeMap::new(),
         metrics: json!({}),
+        datacenters: None,
     }
 }
 
