@@ -38,6 +38,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::Value;
 
+#[path = "support/report.rs"]
+mod report;
+use report::{ms, report};
+
 /// The daemon the nodes run: this build's, or `VERWALTER_BIN` (another build, to compare).
 fn bin() -> String {
     std::env::var("VERWALTER_BIN").unwrap_or_else(|_| env!("CARGO_BIN_EXE_verwalter").into())
@@ -304,23 +308,6 @@ fn all_logged(
     Some(latest)
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn report(name: &str, mut v: Vec<Duration>) {
-    v.sort();
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    println!(
-        "  {name:<13} p50 {:>8.1} ms   p99 {:>8.1} ms   (min {:.1}, max {:.1}, {} trials)",
-        ms(p(0.5)),
-        ms(p(0.99)),
-        ms(v[0]),
-        ms(v[v.len() - 1]),
-        v.len()
-    );
-}
-
 fn main() {
     let trials = env_or("TRIALS", 20);
     let nodes_n = env_or("NODES", 5);
@@ -497,10 +484,10 @@ fn main() {
         std::thread::sleep(Duration::from_millis(300));
     }
     if !failover.is_empty() {
-        report("failover", failover);
+        report("failover", 13, "trials", failover);
     }
-    report("distribution", distribution);
-    report("propagation", propagation);
+    report("distribution", 13, "trials", distribution);
+    report("propagation", 13, "trials", propagation);
     egress.sort_by(f64::total_cmp);
     println!(
         "  leader egress per change: median {:.2} x the schedule, max {:.2} x",

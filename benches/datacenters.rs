@@ -26,12 +26,15 @@ mod util;
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/dc_proxy.rs"]
 mod dc_proxy;
+#[path = "support/report.rs"]
+mod report;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime};
 
 use dc_proxy::DcProxy;
+use report::{ms, report};
 use util::{Daemon, metric, wait_for};
 
 const DCS: [&str; 3] = ["ams", "fra", "lon"];
@@ -159,23 +162,6 @@ fn start(dir: &Path, one_way: Duration, roles: u64, cap: u64, interval: u64) -> 
     dcs
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
-fn report(name: &str, mut v: Vec<Duration>) {
-    v.sort();
-    let p = |q: f64| v[((v.len() as f64 - 1.0) * q).round() as usize];
-    println!(
-        "  {name:<26} p50 {:>7.1} ms   p99 {:>7.1} ms   (min {:.1}, max {:.1}, {} samples)",
-        ms(p(0.5)),
-        ms(p(0.99)),
-        ms(v[0]),
-        ms(v[v.len() - 1]),
-        v.len()
-    );
-}
-
 /// The first time in `times` at or after `since`.
 fn first_after(times: &[SystemTime], since: SystemTime) -> Option<SystemTime> {
     times.iter().copied().find(|t| *t >= since)
@@ -293,6 +279,8 @@ fn main() {
     );
     report(
         "summary change -> other DC",
+        26,
+        "samples",
         latency(&dcs, trials, roles, &mut next),
     );
     let rtts: Vec<String> = dcs

@@ -98,6 +98,18 @@ pub(crate) struct EtcdTask {
 /// A request to etcd, answered as the machine's input.
 type Ask = std::pin::Pin<Box<dyn Future<Output = Result<Input, etcd_client::Error>> + Send>>;
 
+/// The transaction that deletes `P/leader` if it is still the leadership `leader_rev` created.
+fn resign(prefix: &str, leader_rev: i64) -> Txn {
+    let leader = key(prefix, "leader");
+    Txn::new()
+        .when([Compare::create_revision(
+            leader.clone(),
+            CompareOp::Equal,
+            leader_rev,
+        )])
+        .and_then([TxnOp::delete(leader, None)])
+}
+
 fn key(prefix: &str, name: &str) -> String {
     format!("{prefix}/{name}")
 }
@@ -372,14 +384,7 @@ impl EtcdTask {
             }
             Effect::Resign { leader_rev } => {
                 tokio::spawn(async move {
-                    let leader = key(&prefix, "leader");
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            leader.clone(),
-                            CompareOp::Equal,
-                            leader_rev,
-                        )])
-                        .and_then([TxnOp::delete(leader, None)]);
+                    let txn = resign(&prefix, leader_rev);
                     let _ = tokio::time::timeout(REQUEST_TIMEOUT, client.txn(txn)).await;
                 });
             }
@@ -560,15 +565,7 @@ impl EtcdTask {
         for effect in effects {
             match effect {
                 Effect::Resign { leader_rev } => {
-                    let leader = key(prefix, "leader");
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(
-                            leader.clone(),
-                            CompareOp::Equal,
-                            leader_rev,
-                        )])
-                        .and_then([TxnOp::delete(leader, None)]);
-                    let _ = self.client.txn(txn).await;
+                    let _ = self.client.txn(resign(prefix, leader_rev)).await;
                 }
                 Effect::RevokeLease { lease } => {
                     let _ = self.client.lease_revoke(lease).await;
