@@ -247,11 +247,13 @@ package-deps:
 test-package: package
 	$(MAKE) package-checks
 
-## The package checks on DEB and RPM as they are (LINTIAN_SUPPRESS: tags lintian may not fail on).
+## The package checks on DEB and RPM as they are (LINTIAN_SUPPRESS: tags lintian may not fail on;
+## TEST_FEATURES: the cargo features the test binary was built with, so that it is not built again).
 LINTIAN_SUPPRESS ?=
+TEST_FEATURES ?=
 package-checks:
 	VERWALTER_DEB=$(DEB) VERWALTER_RPM=$(RPM) VERWALTER_LINTIAN_SUPPRESS=$(LINTIAN_SUPPRESS) \
-	    $(CARGO) test --locked --test tests package:: -- --ignored --test-threads=1
+	    $(CARGO) test --locked $(TEST_FEATURES) --test tests package:: -- --ignored --test-threads=1
 
 ## Packages of PKG_BIN, then their checks (the package stage of `make test`).
 check-packages-of:

@@ -150,7 +150,7 @@ echo "==> waiting for the packaging tools"
 join package-tools
 stage package "$MAKE" -s check-packages-of PKG_BIN="$CARGO_TARGET_DIR/debug/verwalter" \
     DEB="$CARGO_TARGET_DIR/pkg/$deb" RPM="$CARGO_TARGET_DIR/pkg/$rpm" PKG_FAST=1 \
-    LINTIAN_SUPPRESS=hardening-no-fortify-functions
+    LINTIAN_SUPPRESS=hardening-no-fortify-functions TEST_FEATURES="${FEATURES[*]}"
 
 echo "==> waiting for the background stages"
 join soak
