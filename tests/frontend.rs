@@ -1501,6 +1501,14 @@ fn the_datacenters_page_shows_each_dc_its_link_and_grants_and_a_link_going_down(
         fra.port
     );
     let ams = dc_daemon(tmp.path(), "ams", &entry, false);
+    // ams's scheduler also asks a DC that is not a member: that entry is named, not used.
+    let main = tmp.path().join("config-ams/scheduler/v1/main.lua");
+    let code = std::fs::read_to_string(&main).unwrap();
+    let asks = "    schedule.datacenters = {requests = {nowhere = {{id = \"x\", data = {}, lease_ms = 60000}}}}\n    return json.encode(schedule)";
+    replace_file(
+        &main,
+        &code.replacen("    return json.encode(schedule)", asks, 1),
+    );
     let fra_addr = format!("127.0.0.1:{}", fra.port);
     // While the link is up, no error with `fra`.
     wait_for(SOON, || {
@@ -1514,6 +1522,11 @@ fn the_datacenters_page_shows_each_dc_its_link_and_grants_and_a_link_going_down(
     browser.goto(&format!("http://127.0.0.1:{}/datacenters", ams.port));
     browser.wait_for_text("#live", "live", SOON);
     browser.wait_for_text("#dc-self", "ams", SOON);
+    browser.wait_for_text(
+        "#dc-scheduler-errors",
+        "datacenters.requests.nowhere[0]: \"nowhere\" is not a known data center",
+        SOON,
+    );
     let (_, fra_row) =
         browser.wait_for_text_read("#dc-table tr[data-dc='fra'] .dc-link", "up", SOON);
     assert!(fra_row.contains("RTT"), "{fra_row}");

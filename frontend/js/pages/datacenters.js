@@ -86,7 +86,11 @@ function view(state, list) {
   const grants = names.flatMap((name) => (list.dcs || {})[name] ? grantRows(name, list.dcs[name]) : []);
   const off = list.exchange !== "on";
   const errors = Object.entries(list.errors || {});
+  // Entries of the scheduler's `datacenters` output that could not be used (the rest was).
+  const unused = s && s.errors ? s.errors.scheduler_datacenters : null;
   return [
+    unused ? h("div", {class: "banner bad", id: "dc-scheduler-errors"},
+      h("strong", {}, "The scheduler's datacenters output, entries not used: "), unused) : null,
     off ? h("div", {class: "banner bad", id: "dc-exchange-off"}, h("strong", {}, "The exchange is " + list.exchange + ": "),
       "this DC's leader does not talk to the other DCs. The election's key signs every exchange: set election.key-file on every node (",
       h("a", {href: DOCS + "#settings"}, "docs/datacenters.md"), ").") : null,
