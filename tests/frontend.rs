@@ -1459,6 +1459,17 @@ fn the_shadow_page_shows_each_shadows_diff_and_history() {
 /// A one-node data center `dc` on a copy of `examples/minimal`, with the other DCs'
 /// `entry_points` (YAML flow map) and short periods; signed with the site's key unless `keyless`.
 fn dc_daemon(dir: &Path, dc: &str, entry_points: &str, keyless: bool) -> Daemon {
+    dc_daemon_with(dir, dc, entry_points, keyless, |_| {})
+}
+
+/// [`dc_daemon`] with `edit` applied to its config dir before it starts.
+fn dc_daemon_with(
+    dir: &Path,
+    dc: &str,
+    entry_points: &str,
+    keyless: bool,
+    edit: impl FnOnce(&Path),
+) -> Daemon {
     let key = if keyless {
         ""
     } else {
@@ -1475,6 +1486,7 @@ fn dc_daemon(dir: &Path, dc: &str, entry_points: &str, keyless: bool) -> Daemon 
     .unwrap();
     let config = dir.join(format!("config-{dc}"));
     copy_tree(&example("minimal"), &config);
+    edit(&config);
     let storage = dir.join(format!("storage-{dc}"));
     Daemon::launch(
         &config,
@@ -1500,15 +1512,17 @@ fn the_datacenters_page_shows_each_dc_its_link_and_grants_and_a_link_going_down(
         "{{fra: [\"127.0.0.1:{}\"], lon: [\"127.0.0.1:9\"]}}",
         fra.port
     );
-    let ams = dc_daemon(tmp.path(), "ams", &entry, false);
     // ams's scheduler also asks a DC that is not a member: that entry is named, not used.
-    let main = tmp.path().join("config-ams/scheduler/v1/main.lua");
-    let code = std::fs::read_to_string(&main).unwrap();
-    let asks = "    schedule.datacenters = {requests = {nowhere = {{id = \"x\", data = {}, lease_ms = 60000}}}}\n    return json.encode(schedule)";
-    replace_file(
-        &main,
-        &code.replacen("    return json.encode(schedule)", asks, 1),
-    );
+    let ams = dc_daemon_with(tmp.path(), "ams", &entry, false, |config| {
+        let main = config.join("scheduler/v1/main.lua");
+        let code = std::fs::read_to_string(&main).unwrap();
+        let asks = "    schedule.datacenters = {requests = {nowhere = {{id = \"x\", data = {}, lease_ms = 60000}}}}\n    return json.encode(schedule)";
+        std::fs::write(
+            &main,
+            code.replacen("    return json.encode(schedule)", asks, 1),
+        )
+        .unwrap();
+    });
     let fra_addr = format!("127.0.0.1:{}", fra.port);
     // While the link is up, no error with `fra`.
     wait_for(SOON, || {

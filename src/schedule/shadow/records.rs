@@ -205,7 +205,9 @@ impl Records {
         }
         let mut runs = self.runs.lock().expect("records lock");
         let kept = runs.entry(run.shadow.clone()).or_default();
-        kept.push_back(Arc::new(run));
+        // In run order: a run finishes after the skips recorded while it ran (later numbers).
+        let at = kept.partition_point(|r| r.run < run.run);
+        kept.insert(at, Arc::new(run));
         while kept.len() > keep {
             kept.pop_front();
         }
@@ -378,6 +380,20 @@ mod tests {
         assert_eq!(*again.get("v2", 4).unwrap(), run("v2", 4));
         assert!(again.get("v2", 1).is_none());
         assert!(again.runs("v9").is_none());
+    }
+
+    #[test]
+    fn a_run_that_ends_after_the_skips_made_while_it_ran_is_kept_in_run_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let records = Records::open(dir.path().join("shadow"));
+        records.add(run("v2", 1), 3);
+        // Run 2 still runs while rounds 3 and 4 are recorded as skipped; then it ends.
+        records.add(run("v2", 3), 3);
+        records.add(run("v2", 4), 3);
+        records.add(run("v2", 2), 3);
+        assert_eq!(records.latest("v2").unwrap().run, 4);
+        let ids: Vec<RunId> = records.runs("v2").unwrap().iter().map(|r| r.run).collect();
+        assert_eq!(ids, vec![4, 3, 2], "the oldest (1) went, newest first");
     }
 
     #[test]
