@@ -269,15 +269,21 @@ fn converged(site: &Site, daemon: &Daemon, data: &Value, version: u64, trial: &s
     );
 }
 
-#[test]
-fn killed_at_random_moments_the_daemon_leaves_whole_files_and_converges_after_restart() {
+/// How many kills a trial makes (`CRASH_TRIALS`, 10), the seed (`CRASH_SEED`, 15, named in the
+/// messages so that a failing run can be repeated) and the random moments' generator.
+fn trials_and_rng() -> (u64, u64, SmallRng) {
     let trials: u64 = std::env::var("CRASH_TRIALS")
         .map(|n| n.parse().expect("CRASH_TRIALS is a number"))
         .unwrap_or(10);
     let seed: u64 = std::env::var("CRASH_SEED")
         .map(|n| n.parse().expect("CRASH_SEED is a number"))
         .unwrap_or(15);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    (trials, seed, SmallRng::seed_from_u64(seed))
+}
+
+#[test]
+fn killed_at_random_moments_the_daemon_leaves_whole_files_and_converges_after_restart() {
+    let (trials, seed, mut rng) = trials_and_rng();
     let site = Site::new();
     let data = site.write_schedule(0);
     let mut daemon = site.start();
@@ -347,13 +353,7 @@ fn taken_hashes(log: &str) -> Vec<String> {
 /// whole JSON, every slot whole or the one being written (the start passes over it).
 #[test]
 fn killed_in_a_stream_of_rounds_the_start_loads_the_newest_schedule_or_the_one_before() {
-    let trials: u64 = std::env::var("CRASH_TRIALS")
-        .map(|n| n.parse().expect("CRASH_TRIALS is a number"))
-        .unwrap_or(10);
-    let seed: u64 = std::env::var("CRASH_SEED")
-        .map(|n| n.parse().expect("CRASH_SEED is a number"))
-        .unwrap_or(15);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    let (trials, seed, mut rng) = trials_and_rng();
     let site = Site::new();
     let mut version = 0;
     let mut data = site.write_schedule(version);

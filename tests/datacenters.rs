@@ -96,13 +96,7 @@ impl Node {
 
     /// The sum of a metric's series whose line starts with `prefix`.
     fn metric_sum(&self, prefix: &str) -> Option<f64> {
-        let (_, body) = http_get_at(&node_ip(self.n), self.port, "/metrics")?;
-        Some(
-            body.lines()
-                .filter(|l| l.starts_with(prefix))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum(),
-        )
+        metric_sum_at(&node_ip(self.n), self.port, prefix)
     }
 
     /// The leader this node is stable with, if any.
@@ -561,13 +555,7 @@ impl SiteNode {
 
     /// The sum of a metric's series whose line starts with `prefix`.
     fn metric_sum(&self, prefix: &str) -> Option<f64> {
-        let (_, body) = http_get_at(&site_ip(self.n), self.port, "/metrics")?;
-        Some(
-            body.lines()
-                .filter(|l| l.starts_with(prefix))
-                .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-                .sum(),
-        )
+        metric_sum_at(&site_ip(self.n), self.port, prefix)
     }
 }
 
@@ -817,4 +805,15 @@ fn make_multi_dc_starts_three_dcs_that_lend() {
     let lent = wait_for(SOON, || schedule(131).filter(|d| d["lent"]["ams"] == 3));
     assert!(lent.is_some(), "{}", logs());
     drop(hold);
+}
+
+/// The sum of the series of the daemon at `host:port` whose `/metrics` line starts with `prefix`.
+fn metric_sum_at(host: &str, port: u16, prefix: &str) -> Option<f64> {
+    let (_, body) = http_get_at(host, port, "/metrics")?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with(prefix))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum(),
+    )
 }
