@@ -30,9 +30,15 @@
 //! VERWALTER_BIN runs another build of the daemon, e.g. an older commit's, to compare);
 //! the issue 15 scale run: `NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`; issue
 //! 32's shared one: `SHAPE=shared NODES=100 SCHEDULE_KB=1024 cargo bench --bench cluster`.
+//!
+//! `BACKEND=etcd` (issue 36) gives the nodes `election.backend: etcd` with a one-member etcd
+//! (Debian's `etcd-server`; `ETCD_BIN` names another binary) on 127.0.2.1:2379, its data beside
+//! the nodes': followers then learn of a schedule from etcd's watch instead of the leader's
+//! pings. The daemon must be built with the `etcd` feature: `cargo build --release --features
+//! etcd`, then `VERWALTER_BIN=target/release/verwalter BACKEND=etcd cargo bench --bench cluster`.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -257,6 +263,62 @@ fn wait_for<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<
     }
 }
 
+/// Where `BACKEND=etcd` runs its etcd (the nodes are on 127.0.0.1-N).
+const ETCD_IP: &str = "127.0.2.1";
+
+/// A one-member etcd for `BACKEND=etcd`, stopped when dropped.
+struct Etcd(Child);
+
+impl Etcd {
+    fn start(root: &Path) -> Etcd {
+        let log = fs::File::create(root.join("etcd.log")).unwrap();
+        let child = Command::new(std::env::var("ETCD_BIN").unwrap_or_else(|_| "etcd".into()))
+            .arg("--name=bench")
+            .arg(format!("--data-dir={}", root.join("etcd").display()))
+            .arg(format!("--listen-client-urls=http://{ETCD_IP}:2379"))
+            .arg(format!("--advertise-client-urls=http://{ETCD_IP}:2379"))
+            .arg(format!("--listen-peer-urls=http://{ETCD_IP}:2380"))
+            .arg(format!(
+                "--initial-advertise-peer-urls=http://{ETCD_IP}:2380"
+            ))
+            .arg(format!("--initial-cluster=bench=http://{ETCD_IP}:2380"))
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("BACKEND=etcd runs `etcd` (Debian's etcd-server, or ETCD_BIN)");
+        wait_for(Duration::from_secs(30), || {
+            std::net::TcpStream::connect((ETCD_IP, 2379)).ok()
+        })
+        .expect("etcd listens within 30 s");
+        Etcd(child)
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The `election` settings: `RELAY_FANOUT`, and `BACKEND=etcd`'s.
+fn election_settings(backend: &str) -> String {
+    let mut election = String::new();
+    if let Ok(fanout) = std::env::var("RELAY_FANOUT") {
+        election.push_str(&format!("  relay-fanout: {fanout}\n"));
+    }
+    if backend == "etcd" {
+        election.push_str(&format!(
+            "  backend: etcd\n  etcd:\n    endpoints: [\"{ETCD_IP}:2379\"]\n    \
+             prefix: /verwalter/bench\n    lease-ttl: 2s\n"
+        ));
+    }
+    match election.is_empty() {
+        true => election,
+        false => format!("election:\n{election}"),
+    }
+}
+
 /// The leader (index) once every live node agrees on it and holds its schedule.
 fn settled(nodes: &[Node]) -> (usize, String) {
     wait_for(Duration::from_secs(120), || {
@@ -317,6 +379,11 @@ fn main() {
         shape == "spread" || shape == "shared",
         "SHAPE is `spread` or `shared`, not {shape:?}"
     );
+    let backend = std::env::var("BACKEND").unwrap_or_else(|_| "builtin".into());
+    assert!(
+        backend == "builtin" || backend == "etcd",
+        "BACKEND is `builtin` or `etcd`, not {backend:?}"
+    );
     // BENCH_DIR=/dev/shm puts the nodes' dirs on tmpfs: 100 nodes on one machine otherwise
     // share one disk, each syncing its copy of every schedule to it (a fleet has a disk per node).
     let base = std::env::var("BENCH_DIR").unwrap_or_else(|_| "target".into());
@@ -332,6 +399,7 @@ fn main() {
     } else {
         Some(tmp)
     };
+    let _etcd = (backend == "etcd").then(|| Etcd::start(&root));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -369,10 +437,7 @@ fn main() {
                 "v = {{v}} from {{leader}}\n",
             )
             .unwrap();
-            let election = match std::env::var("RELAY_FANOUT") {
-                Ok(fanout) => format!("election:\n  relay-fanout: {fanout}\n"),
-                Err(_) => String::new(),
-            };
+            let election = election_settings(&backend);
             fs::write(
                 dir.join("settings.yaml"),
                 format!("peers:\n{peers}{election}"),
@@ -395,7 +460,8 @@ fn main() {
         .get_text("/v1/schedule")
         .map_or(0, |body| body.len());
     println!(
-        "{nodes_n} nodes on 127.0.0.1-{nodes_n}, schedule {:.1} KiB ({shape}), {trials} trials each:",
+        "{nodes_n} nodes on 127.0.0.1-{nodes_n}, schedule {:.1} KiB ({shape}), election \
+         {backend}, {trials} trials each:",
         size as f64 / 1024.0
     );
     let mut egress = Vec::new();

@@ -37,6 +37,18 @@ pub enum RefError {
     Cycle { chain: Vec<String> },
 }
 
+/// Whether the JSON `text` may hold a `$(` in a string: it has `$(`, or a `\u` escape (which
+/// may spell one), found in one pass over bytes that are seldom `$` or `\`.
+pub(crate) fn json_may_hold_refs(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    memchr::memchr2_iter(b'$', b'\\', bytes).any(|at| {
+        matches!(
+            (bytes[at], bytes.get(at + 1)),
+            (b'$', Some(b'(')) | (b'\\', Some(b'u'))
+        )
+    })
+}
+
 /// Whether `value` holds a `$(` anywhere (a cheap check before resolving).
 pub fn has_refs(value: &Value) -> bool {
     match value {

@@ -123,3 +123,25 @@ fn has_refs_finds_nested_references() {
     assert!(has_refs(&json!({"a": [1, {"b": "x$(c)"}]})));
     assert!(!has_refs(&json!({"a": [1, {"b": "x$c"}]})));
 }
+
+#[test]
+fn json_text_that_may_hold_references_is_found_in_one_pass() {
+    for text in [
+        r#"{"a":"$(web.port)"}"#,
+        r#"{"a":"price $5","b":"x$(y)"}"#,
+        r#"{"a":"\u0024(web.port)"}"#,
+        r#"{"a":"\\u"}"#,
+    ] {
+        assert!(json_may_hold_refs(text), "{text}");
+    }
+    for text in [
+        r#"{"a":"$","b":"("}"#,
+        r#"{"a":"\\n\"","b":"$ (x)"}"#,
+        r#"{"a":"ends with $"}"#,
+        r#"{"a":"ends with \\"}"#,
+        "",
+        "$",
+    ] {
+        assert!(!json_may_hold_refs(text), "{text}");
+    }
+}

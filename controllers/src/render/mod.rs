@@ -64,6 +64,26 @@ use crate::state::{
 
 /// Values of a role's own variables kept as text, by key ([`RoleJob::unparsed`]).
 type Unparsed = Vec<(String, TextPart)>;
+/// A variable source whose canonical text is at least this long enters a role's desired hash as
+/// its length and XXH3-128 digest rather than whole: a megabyte of shared variables is hashed in
+/// a twentieth of SHA-1's time on each node, at each change (docs/benchmarks.md, issue 32 §1).
+/// The desired hash only decides whether a role renders again on this node (it is not sent
+/// anywhere); a role whose variables change is one whose text changes, and two texts of a
+/// megabyte with the same 128-bit digest are not met by chance.
+pub(crate) const DIGESTED_MIN: usize = 64 * 1024;
+
+/// Feeds one variable source's canonical `text` into a desired hash: its length, then the text,
+/// or its XXH3-128 digest when it is [`DIGESTED_MIN`] bytes or more (the length decides which,
+/// so the two never read alike).
+fn feed_source(hasher: &mut Sha1, text: &[u8]) {
+    hasher.update((text.len() as u64).to_le_bytes());
+    if text.len() >= DIGESTED_MIN {
+        hasher.update(xxhash_rust::xxh3::xxh3_128(text).to_le_bytes());
+    } else {
+        hasher.update(text);
+    }
+}
+
 /// Length of a deployment id (as in verwalter 0.13).
 pub(crate) const DEPLOYMENT_ID_LEN: usize = 24;
 
@@ -676,8 +696,7 @@ impl RenderController {
                     &bytes
                 }
             };
-            hasher.update((text.len() as u64).to_le_bytes());
-            hasher.update(text);
+            feed_source(&mut hasher, text);
         }
         for text in [role, &self.host] {
             hasher.update((text.len() as u64).to_le_bytes());
@@ -696,7 +715,7 @@ impl RenderController {
         // does (JSON writes `$` and `(` as they are; text with `\u` escapes is walked): a
         // megabyte of shared variables is searched as text rather than walked as a tree.
         let text = schedule.data.canonical();
-        let has_refs = (text.contains("$(") || text.contains("\\u"))
+        let has_refs = refs::json_may_hold_refs(text)
             && sources
                 .iter()
                 .flatten()
@@ -804,8 +823,7 @@ impl RenderController {
         for source in [data.get("vars"), node_vars] {
             bytes.clear();
             vars::write_hashed_source(source.and_then(Value::as_object), &mut bytes);
-            hasher.update((bytes.len() as u64).to_le_bytes());
-            hasher.update(&bytes);
+            feed_source(&mut hasher, &bytes);
         }
         hasher.finalize().into()
     }

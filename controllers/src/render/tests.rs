@@ -1173,7 +1173,7 @@ async fn a_roles_big_own_values_reach_the_applier_as_text_with_the_same_hash() {
     // Kept as text: left out of the variables, handed on beside them; hashed the same.
     let value = with(json!({"services": services, "v": 1, "w": 3}), json!({}));
     let (job, hash) = web_job(vouched(&value)).await;
-    let (tree_job, tree_hash) = web_job(schedule_of(&value)).await;
+    let (tree_job, tree_hash) = web_job(read_back(&value)).await;
     assert_eq!(hash, tree_hash);
     assert!(!job.vars.contains_key("services"));
     assert_eq!((&job.vars["v"], &job.vars["w"]), (&json!(2), &json!(3)));
@@ -1198,7 +1198,7 @@ async fn a_roles_big_own_values_reach_the_applier_as_text_with_the_same_hash() {
         with(json!({"services": services, "timestamp": "t"}), json!({})),
     ] {
         let (job, hash) = web_job(vouched(&value)).await;
-        let (tree_job, tree_hash) = web_job(schedule_of(&value)).await;
+        let (tree_job, tree_hash) = web_job(read_back(&value)).await;
         assert_eq!(hash, tree_hash, "{}", value["nodes"]);
         let kept_as_text = job.unparsed.iter().map(|(k, p)| (k.clone(), p.parse()));
         let mut whole = job.vars.as_ref().clone();
@@ -1208,6 +1208,62 @@ async fn a_roles_big_own_values_reach_the_applier_as_text_with_the_same_hash() {
             but_the_pass(tree_job.vars.as_ref().clone())
         );
     }
+}
+
+/// Sources of [`DIGESTED_MIN`] bytes or more enter the desired hash as their digest: the same
+/// hash whether the role's text was received or written from the tree, and another one for any
+/// change deep inside, in the role's own variables or in the shared `vars`.
+#[tokio::test]
+async fn big_sources_are_hashed_by_their_digest_and_every_change_in_them_counts() {
+    let services = |changed: usize| -> Value {
+        (0..3000)
+            .map(|i| {
+                let image = format!("registry.example.com/img-{i}:{}", u8::from(i == changed));
+                (format!("s{i:04}"), json!({"image": image, "n": i}))
+            })
+            .collect::<serde_json::Map<String, Value>>()
+            .into()
+    };
+    let size = serde_json::to_vec(&services(0)).unwrap().len();
+    assert!(size > DIGESTED_MIN, "{size}");
+    let role_big = |changed| {
+        json!({"vars": {"template": "app/v1"}, "roles": {"web": {"services": services(changed)}},
+               "nodes": {HOST: {"roles": {"web": {}}}}})
+    };
+    let shared_big = |changed| {
+        json!({"vars": {"template": "app/v1", "services": services(changed)},
+               "nodes": {HOST: {"roles": {"web": {}}}}})
+    };
+    let mut hashes = BTreeMap::new();
+    for (shape, schedule) in [
+        ("role", &role_big as &dyn Fn(usize) -> Value),
+        ("shared", &shared_big),
+    ] {
+        for changed in [5000, 0, 2999] {
+            let value = schedule(changed);
+            let (_, hash) = web_job(vouched(&value)).await;
+            let (_, tree_hash) = web_job(read_back(&value)).await;
+            let (_, own_hash) = web_job(schedule_of(&value)).await;
+            assert_eq!(hash, tree_hash, "{shape}, {changed}");
+            assert_eq!(hash, own_hash, "{shape}, {changed}");
+            assert!(
+                hashes.insert(hash, (shape, changed)).is_none(),
+                "{shape}, {changed}"
+            );
+        }
+    }
+    assert_eq!(hashes.len(), 6);
+}
+
+/// `value` as a node reads it from the disk (data it did not write: its view projected from
+/// the tree, nothing kept as text).
+fn read_back(value: &Value) -> Option<Schedule> {
+    let text = String::from_utf8(crate::schedule::hash::canonical_json(value)).unwrap();
+    let hash = crate::schedule::hash::hash_canonical(text.as_bytes());
+    Some(Schedule {
+        data: ScheduleData::from_text(&text, &hash).unwrap(),
+        ..schedule_of(value).unwrap()
+    })
 }
 
 fn schedule_of(value: &Value) -> Option<Schedule> {

@@ -57,6 +57,9 @@ struct Inner {
     /// The values left null in `skeleton`: by role, each key with where its text is in `text`
     /// and its tape (written by the arrival check's pass).
     unparsed: BTreeMap<String, Vec<Unparsed>>,
+    /// The text is this node's canonical writing (the scheduler's output), so a node view is cut
+    /// from it as from vouched-for text ([`ScheduleData::node_view_data`]).
+    written_here: bool,
 }
 
 /// A value of a role's own variables at least this long (its canonical text) is left out of a
@@ -150,7 +153,16 @@ impl ScheduleData {
             roles: BTreeMap::new(),
             skeleton: None,
             unparsed: BTreeMap::new(),
+            written_here: false,
         }))
+    }
+
+    /// Marks data just made from text this version wrote canonically.
+    fn written_here(mut self) -> Self {
+        Arc::get_mut(&mut self.0)
+            .expect("marked when made, before it is shared")
+            .written_here = true;
+        self
     }
 
     /// The tree the render controller reads a role's sources from: [`ScheduleData::tree`],
@@ -205,13 +217,13 @@ impl ScheduleData {
                 .is_ok_and(|tree| canonical_json(&tree) == text.as_bytes()),
             "not canonical JSON: {text:.200}"
         );
-        ScheduleData::with(text, OnceLock::new(), None)
+        ScheduleData::with(text, OnceLock::new(), None).written_here()
     }
 
     /// Like [`ScheduleData::from_value`], sharing a tree the caller holds.
     pub(crate) fn from_tree(tree: Arc<Value>) -> ScheduleData {
         let text = String::from_utf8(canonical_json(&tree)).expect("serde_json writes UTF-8");
-        ScheduleData::with(text, OnceLock::from(tree), None)
+        ScheduleData::with(text, OnceLock::from(tree), None).written_here()
     }
 
     /// Data received as JSON text `raw` with the hash `claimed` for it (read from the storage
@@ -355,9 +367,17 @@ impl ScheduleData {
 
     /// [`ScheduleData::node_view`] as data of its own: the one cut when the text was received,
     /// shared, when it was cut for `host` (no copy of the tree, no second canonical writing).
+    ///
+    /// Data this node wrote (the leader's own schedule) has its view cut from the text as a
+    /// follower cuts one it takes ([`ScheduleData::received_vouched`]): neither the whole tree
+    /// parsed nor the view written again, and a role's big own values kept as text. The leader
+    /// renders its roles while its followers take the schedule, on the same cores in a test
+    /// fleet, so this is CPU off every follower's path there (issue 32 §1).
     pub(crate) fn node_view_data(&self, host: &str) -> ScheduleData {
         match &self.0.view {
             Some((cut_for, view)) if cut_for == host => view.clone(),
+            _ if self.0.written_here => view_data(self.canonical(), host, true)
+                .unwrap_or_else(|| ScheduleData::from_value(self.node_view(host))),
             _ => ScheduleData::from_value(self.node_view(host)),
         }
     }
@@ -580,8 +600,7 @@ fn roles_skeleton(
     let may_leave = |key: &str, at: &std::ops::Range<usize>| {
         at.len() >= UNPARSED_MIN
             && !crate::render::vars::KEPT_PARSED.contains(&key)
-            && !data[at.clone()].contains("$(")
-            && !data[at.clone()].contains("\\u")
+            && !crate::refs::json_may_hold_refs(&data[at.clone()])
     };
     let mut roles = Map::new();
     for ((name, at), entries) in cut.roles.iter().zip(&cut.role_entries) {

@@ -655,3 +655,60 @@ fn dropped_text_buffers_are_kept_for_the_next_texts_the_biggest_two() {
     assert_eq!(take_spare(&mut spare, 150).map(|b| b.capacity()), Some(200));
     assert!(take_spare(&mut spare, 1).is_none());
 }
+
+/// The leader's own schedule (data this node wrote) gives its node view as a follower's vouched
+/// view does: cut from the text without parsing the whole, roles' texts noted, big values kept
+/// as text; data read from elsewhere is projected from its tree as before.
+#[test]
+fn data_written_here_has_its_view_cut_from_the_text() {
+    let services: Value = (0..800)
+        .map(|i| (format!("s{i:03}"), json!({"image": format!("i:{i}")})))
+        .collect::<Map<String, Value>>()
+        .into();
+    let mut values = samples();
+    values.push(
+        json!({"vars": {"template": "t/v1"}, "roles": {"web": {"services": services}},
+                       "nodes": {"alpha": {"roles": {"web": {}}}, "beta": {"x": 1}}}),
+    );
+    for value in values {
+        let text = String::from_utf8(canonical_json(&value)).unwrap();
+        let vouched = ScheduleData::received_vouched(text.clone(), 0..text.len(), "alpha");
+        for data in [
+            ScheduleData::from_canonical(text.clone()),
+            ScheduleData::from_value(value.clone()),
+        ] {
+            let view = data.node_view_data("alpha");
+            assert_eq!(**view.tree(), data.node_view("alpha"), "{value}");
+            assert_eq!(view.canonical().as_bytes(), canonical_json(view.tree()));
+            let Ok(vouched) = &vouched else {
+                continue; // Not an object at the top: projected.
+            };
+            let vouched = vouched.node_view_data("alpha");
+            assert_eq!(view.role_text("web"), vouched.role_text("web"), "{value}");
+            let keys = |d: &ScheduleData| -> Vec<String> {
+                d.unparsed("web").into_iter().map(|(k, _)| k).collect()
+            };
+            assert_eq!(keys(&view), keys(&vouched), "{value}");
+        }
+        let canonical = ScheduleData::from_canonical(text.clone());
+        let _ = canonical.node_view_data("alpha");
+        assert!(!canonical.is_parsed(), "{value}: the whole is not parsed");
+    }
+    let big = values_with_big_role();
+    let data = ScheduleData::from_canonical(String::from_utf8(canonical_json(&big)).unwrap());
+    let view = data.node_view_data("alpha");
+    assert_eq!(view.unparsed("web").len(), 1);
+    // Read from the disk (or a peer that formats otherwise): projected from the tree.
+    let read = ScheduleData::from_text(data.canonical(), &data.hash()).unwrap();
+    let view = read.node_view_data("alpha");
+    assert!(view.unparsed("web").is_empty() && view.role_text("web").is_none());
+    assert_eq!(**view.tree(), read.node_view("alpha"));
+}
+
+fn values_with_big_role() -> Value {
+    let services: Value = (0..800)
+        .map(|i| (format!("s{i:03}"), json!({"image": format!("i:{i}")})))
+        .collect::<Map<String, Value>>()
+        .into();
+    json!({"roles": {"web": {"services": services}}, "nodes": {"alpha": {"roles": {"web": {}}}}})
+}
