@@ -196,6 +196,7 @@ impl EtcdTask {
             node: io.node.clone(),
             ttl_ms: settings.lease_ttl.as_millis() as Millis,
             margin_ms: settings.fence_margin.map(|m| m.as_millis() as Millis),
+            builtin_timeout_ms: None,
         };
         let (machine, first) = Machine::new(config, 0);
         let (answers, rx) = mpsc::unbounded_channel();
@@ -426,6 +427,12 @@ impl EtcdTask {
                     .with_label_values(&[ignored_label(reason)])
                     .inc();
             }
+            Effect::Deferring { node, epoch } => {
+                tracing::info!(leader = %node, epoch, "A built-in election leader is heard; deferring to it.");
+            }
+            Effect::DeferralEnded { node } => {
+                tracing::info!(leader = %node, "The built-in election leader is no longer heard; electing on etcd.");
+            }
             Effect::WatchRestarted { compacted } => {
                 let reason = if compacted { "compacted" } else { "error" };
                 self.metrics
@@ -593,6 +600,7 @@ fn step_down_label(reason: StepDown) -> &'static str {
         StepDown::PublishRefused => "publish_refused",
         StepDown::KeyLost => "key_lost",
         StepDown::Shutdown => "shutdown",
+        StepDown::Deferred => "deferred",
     }
 }
 
