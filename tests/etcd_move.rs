@@ -1,5 +1,5 @@
 //! A cluster moving between the built-in election and etcd by a rolling restart (docs/etcd.md,
-//! "Moving between backends", issue 36): three nodes on 127.0.0.1–3 with the cantal test double
+//! "Moving between backends", issue 36): five nodes on 127.0.0.1–5 with the cantal test double
 //! and a shared election key, a real 3-member etcd on 127.0.0.141–143. Each node is restarted
 //! (SIGTERM, then started again on the same config dir, storage dir and port) with the other
 //! backend, one at a time. At every look, at most one node says it leads and every node that
@@ -20,7 +20,9 @@ use crate::util::*;
 /// Generous bound for elections and fetches on a loaded CI machine.
 const SOON: Duration = Duration::from_secs(30);
 const PREFIX: &str = "/verwalter/move";
-const N: usize = 3;
+const N: usize = 5;
+/// Votes a built-in leader needs (and keeps needing) among the `N` nodes.
+const MAJORITY: usize = N / 2 + 1;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Backend {
@@ -64,7 +66,7 @@ impl Drop for Site {
 }
 
 impl Site {
-    /// etcd, the cantal double and three nodes on the built-in election.
+    /// etcd, the cantal double and the nodes on the built-in election.
     fn start(test: &str, etcd_base: u8) -> Option<Site> {
         let (etcd_bin, etcdctl) = tools(test)?;
         // etcd syncs every write: on tmpfs when there is one (as tests/etcd.rs does).
@@ -285,62 +287,79 @@ impl Site {
     }
 }
 
-/// The built-in election to etcd: while the built-in side keeps its majority, its leader leads
-/// the moved node too; then etcd elects; the last built-in node follows the etcd leader once it
-/// has moved. Returns the etcd leader.
+/// The built-in election to etcd, the built-in leader's followers first: while the built-in
+/// side keeps its majority, its leader leads the moved nodes too (they defer to it, campaign
+/// nowhere, send nothing and take its new schedule); once the majority has moved, its leader
+/// steps down and etcd elects one of the moved nodes, whose schedule they all hold, while the
+/// built-in nodes left keep theirs; the built-in leader, moved last, follows the etcd leader.
+/// Returns the etcd leader.
 fn builtin_to_etcd(site: &mut Site) -> usize {
     let (l, _) = site.wait("a built-in leader with its schedule everywhere", |s| {
         s.converged_now()
     });
     site.scheduled = true;
-    let followers: Vec<usize> = (0..N).filter(|i| *i != l).collect();
-    let (f1, f2) = (followers[0], followers[1]);
-
-    // One node on etcd: it defers to the built-in leader (which a majority still elects),
-    // campaigns nowhere, and follows that leader's schedule, a new one included.
-    site.restart(f1, Backend::Etcd);
-    site.wait("the moved node defers to the built-in leader", |s| {
-        (s.defers_to(f1)? == id(l)).then_some(())
-    });
-    site.new_version("v3");
-    let new = site.wait(
-        "the built-in leader's new schedule on the moved node",
-        |s| {
-            let theirs = s.schedule(l)?;
-            let web = s.json(l, "/v1/schedule")?["data"]["roles"]["web"].to_string();
-            (web.contains("v3") && s.schedule(f1)? == theirs && s.is_leader(l)).then_some(theirs)
-        },
-    );
-    assert_eq!(new.1, id(l));
-    assert!(site.metric(f1, "verwalter_etcd_deferrals_total", "") >= 1.0);
-    assert_eq!(site.etcd_leader_key(), None, "nobody leads on etcd");
-    assert!(!site.is_leader(f1));
-    // Listen-only: the etcd node heard the pings and sent nothing.
-    assert!(
-        site.metric(
-            f1,
-            "verwalter_election_messages_received_total",
-            "type=\"ping\""
-        ) >= 1.0
-    );
-    assert_eq!(
-        site.metric(f1, "verwalter_election_messages_sent_total", ""),
-        0.0
-    );
-
-    // The second: the built-in leader has no majority left and steps down; etcd elects one of
-    // the moved nodes, whose schedule both hold. The built-in node keeps its last schedule.
-    site.restart(f2, Backend::Etcd);
-    let e = site.wait("an etcd leader among the moved nodes", |s| {
-        let e = [f1, f2].into_iter().find(|i| s.is_leader(*i))?;
-        let (hash, origin) = s.schedule(e)?;
-        let other = if e == f1 { f2 } else { f1 };
-        (origin == id(e) && s.schedule(other)?.0 == hash && !s.is_leader(l)).then_some(e)
-    });
-    assert_eq!(site.etcd_leader_key().unwrap()["node"], id(e).as_str());
-
-    // The last: it follows the etcd leader (the same one, unless a pause of the test machine
-    // cost it its lease).
+    let mut moved: Vec<usize> = Vec::new();
+    for f in (0..N).filter(|i| *i != l) {
+        site.restart(f, Backend::Etcd);
+        moved.push(f);
+        if N - moved.len() >= MAJORITY {
+            site.wait("the moved nodes defer to the built-in leader", |s| {
+                let theirs = s.schedule(l)?;
+                let follow = moved.iter().all(|m| {
+                    s.defers_to(*m).as_ref() == Some(&id(l))
+                        && s.schedule(*m).as_ref() == Some(&theirs)
+                });
+                (follow && s.is_leader(l)).then_some(())
+            });
+            if moved.len() == 1 {
+                site.new_version("v3");
+                let new = site.wait(
+                    "the built-in leader's new schedule on the moved node",
+                    |s| {
+                        let theirs = s.schedule(l)?;
+                        let web = s.json(l, "/v1/schedule")?["data"]["roles"]["web"].to_string();
+                        (web.contains("v3") && s.schedule(f)? == theirs).then_some(theirs)
+                    },
+                );
+                assert_eq!(new.1, id(l));
+            }
+            assert!(site.metric(f, "verwalter_etcd_deferrals_total", "") >= 1.0);
+            assert_eq!(site.etcd_leader_key(), None, "nobody leads on etcd");
+            assert!(moved.iter().all(|m| !site.is_leader(*m)));
+            // Listen-only: the etcd node heard the pings and sent nothing.
+            assert!(
+                site.metric(
+                    f,
+                    "verwalter_election_messages_received_total",
+                    "type=\"ping\""
+                ) >= 1.0
+            );
+            assert_eq!(
+                site.metric(f, "verwalter_election_messages_sent_total", ""),
+                0.0
+            );
+        } else {
+            let e = site.wait(
+                "an etcd leader among the moved nodes, followed by them",
+                |s| {
+                    let [e] = moved
+                        .iter()
+                        .copied()
+                        .filter(|m| s.is_leader(*m))
+                        .collect::<Vec<_>>()[..]
+                    else {
+                        return None;
+                    };
+                    let (hash, origin) = s.schedule(e)?;
+                    let all = moved
+                        .iter()
+                        .all(|m| s.schedule(*m).is_some_and(|h| h.0 == hash));
+                    (origin == id(e) && all && !s.is_leader(l)).then_some(e)
+                },
+            );
+            assert_eq!(site.etcd_leader_key().unwrap()["node"], id(e).as_str());
+        }
+    }
     site.restart(l, Backend::Etcd);
     let (leader, _) = site.wait("one etcd leader, its schedule everywhere", |s| {
         s.converged_now()
@@ -389,50 +408,56 @@ fn an_untagged_ping_is_dropped(site: &Site, e: usize) {
     );
 }
 
-/// etcd back to the built-in election: the first restarted node is a leaderless minority (its
-/// pre-votes heard by the etcd leader, which leads on); with the second the built-in side
-/// elects, the etcd leader hears its leader and resigns, and follows it. Returns the built-in
-/// leader.
+/// etcd back to the built-in election, the etcd leader last: while the nodes moved are a
+/// minority, their elections fail (their pre-votes heard by the etcd leader, which leads on);
+/// once they are a majority they elect, the etcd leader hears their leader, steps down,
+/// resigns and follows it with the other nodes on etcd. Returns the built-in leader.
 fn etcd_to_builtin(site: &mut Site, e: usize) -> usize {
-    let others: Vec<usize> = (0..N).filter(|i| *i != e).collect();
-    let (g1, g2) = (others[0], others[1]);
     let deferrals = site.metric(e, "verwalter_etcd_deferrals_total", "");
     let step_downs =
         |s: &Site| s.metric(e, "verwalter_etcd_step_downs_total", "reason=\"deferred\"");
     let stepped = step_downs(site);
-    site.restart(g1, Backend::Builtin);
-    site.wait("the built-in node's elections fail", |s| {
-        let started = s.metric(g1, "verwalter_elections_started_total", "");
-        let heard = s.metric(
-            e,
-            "verwalter_election_messages_received_total",
-            "type=\"pre_vote\"",
+    let mut moved: Vec<usize> = Vec::new();
+    for g in (0..N).filter(|i| *i != e) {
+        site.restart(g, Backend::Builtin);
+        moved.push(g);
+        if moved.len() < MAJORITY {
+            site.wait("the built-in node's elections fail", |s| {
+                let started = s.metric(g, "verwalter_elections_started_total", "");
+                let heard = s.metric(
+                    e,
+                    "verwalter_election_messages_received_total",
+                    "type=\"pre_vote\"",
+                );
+                (started >= 2.0 && heard >= 1.0).then_some(())
+            });
+            assert!(site.is_leader(e), "{}", site.logs());
+            assert!(moved.iter().all(|m| !site.is_leader(*m)));
+            assert_eq!(
+                site.metric(e, "verwalter_etcd_deferrals_total", ""),
+                deferrals
+            );
+            continue;
+        }
+        let b = site.wait("a built-in leader followed by the nodes on etcd", |s| {
+            let b = moved.iter().copied().find(|m| s.is_leader(*m))?;
+            let (hash, origin) = s.schedule(b)?;
+            let on_etcd = (0..N).filter(|i| !moved.contains(i));
+            let follow = on_etcd.into_iter().all(|i| {
+                s.defers_to(i).as_ref() == Some(&id(b))
+                    && s.schedule(i).is_some_and(|h| h.0 == hash)
+            });
+            (origin == id(b) && follow && !s.is_leader(e)).then_some(b)
+        });
+        assert_eq!(step_downs(site), stepped + 1.0, "{}", site.logs());
+        assert_eq!(site.etcd_leader_key(), None, "the etcd leader resigned");
+        let election = site.json(e, "/v1/election").unwrap();
+        assert_eq!(election["leader"], id(b).as_str(), "{election}");
+        assert!(
+            election["etcd"]["deferring"]["since"].as_u64().is_some(),
+            "{election}"
         );
-        (started >= 2.0 && heard >= 1.0).then_some(())
-    });
-    assert!(site.is_leader(e), "{}", site.logs());
-    assert!(!site.is_leader(g1));
-    assert_eq!(
-        site.metric(e, "verwalter_etcd_deferrals_total", ""),
-        deferrals
-    );
-
-    site.restart(g2, Backend::Builtin);
-    let b = site.wait("a built-in leader followed by the etcd node", |s| {
-        let b = [g1, g2].into_iter().find(|i| s.is_leader(*i))?;
-        let (hash, origin) = s.schedule(b)?;
-        let follows = s.defers_to(e)? == id(b) && s.schedule(e)?.0 == hash;
-        (origin == id(b) && follows && !s.is_leader(e)).then_some(b)
-    });
-    assert_eq!(step_downs(site), stepped + 1.0, "{}", site.logs());
-    assert_eq!(site.etcd_leader_key(), None, "the etcd leader resigned");
-    let election = site.json(e, "/v1/election").unwrap();
-    assert_eq!(election["leader"], id(b).as_str(), "{election}");
-    assert!(
-        election["etcd"]["deferring"]["since"].as_u64().is_some(),
-        "{election}"
-    );
-
+    }
     site.restart(e, Backend::Builtin);
     let (leader, _) = site.wait("one built-in leader, its schedule everywhere", |s| {
         s.converged_now()

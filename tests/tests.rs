@@ -64,7 +64,7 @@
 //!   (wrong lease) ignored by the followers, a leader stopped with SIGTERM resigning and revoking
 //!   its lease; the ignored `bench_failover` (etcd with a 2 s lease,
 //!   the built-in election and `etcdctl lock --ttl 2`: docs/benchmarks.md).
-//! - `etcd_move` (with the `etcd` feature): three nodes moved from the built-in election to a real
+//! - `etcd_move` (with the `etcd` feature): five nodes moved from the built-in election to a real
 //!   etcd (on 127.0.0.141–143) and back by rolling restarts (docs/etcd.md, "Moving between
 //!   backends"): at every look at most one leader and a schedule on every node; a moved node
 //!   deferring to the built-in leader while a majority elects it and following its new schedule,
