@@ -642,7 +642,16 @@ impl Wiring<'_> {
         shared: &Shared,
         settings: &crate::config::EtcdSettings,
     ) -> Result<(), StartError> {
-        use crate::cluster::etcd::{EtcdTask, EtcdWiring};
+        use crate::cluster::etcd::{BuiltinEars, EtcdTask, EtcdWiring};
+        // The built-in election's port too, listened on only (docs/etcd.md, "Moving between
+        // backends").
+        let addr = &bound.addr;
+        let udp = UdpSocket::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind {
+                addr: format!("udp {addr}"),
+                source,
+            })?;
         self.spawn_peers(bound.port, fields.peers, shared);
         let wiring = EtcdWiring {
             store: self.store.clone(),
@@ -653,6 +662,11 @@ impl Wiring<'_> {
             view: shared.backend_view.clone(),
             node: self.config.machine_id.clone(),
             addr: bound.addr.clone(),
+            builtin: BuiltinEars {
+                socket: udp,
+                key: self.config.election_key.clone(),
+                timeout: self.config.timings.message_timeout_min,
+            },
         };
         let (task, answers) = EtcdTask::start(settings.clone(), wiring)
             .await

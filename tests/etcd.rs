@@ -23,7 +23,7 @@ const TTL: Duration = Duration::from_secs(2);
 const PREFIX: &str = "/verwalter/test";
 
 /// `etcd` and `etcdctl`, or `None` (after saying so) when missing outside CI.
-fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
+pub(crate) fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
     let find = |name: &str| {
         std::env::var_os("PATH").and_then(|paths| {
             std::env::split_paths(&paths)
@@ -47,9 +47,9 @@ fn tools(test: &str) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// A 3-member etcd on `127.0.0.<base+i>` (client port 2379, peer port 2380 on each address).
-struct Etcd {
+pub(crate) struct Etcd {
     members: Vec<Option<Child>>,
-    ips: Vec<String>,
+    pub(crate) ips: Vec<String>,
     etcdctl: PathBuf,
     dir: PathBuf,
 }
@@ -64,7 +64,7 @@ impl Drop for Etcd {
 }
 
 impl Etcd {
-    fn start(etcd: &Path, etcdctl: PathBuf, dir: &Path, base: u8) -> Etcd {
+    pub(crate) fn start(etcd: &Path, etcdctl: PathBuf, dir: &Path, base: u8) -> Etcd {
         let ips: Vec<String> = (0..3).map(|i| format!("127.0.0.{}", base + i)).collect();
         let cluster: Vec<String> = ips
             .iter()
@@ -108,7 +108,7 @@ impl Etcd {
         etcd
     }
 
-    fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         (0..3)
             .map(|i| {
                 let log = std::fs::read_to_string(self.dir.join(format!("etcd{i}.log")));
@@ -123,7 +123,7 @@ impl Etcd {
     }
 
     /// `etcdctl` on the live members; its output when it succeeded.
-    fn ctl(&self, args: &[&str]) -> Option<String> {
+    pub(crate) fn ctl(&self, args: &[&str]) -> Option<String> {
         let endpoints: Vec<String> = self
             .ips
             .iter()
@@ -145,7 +145,7 @@ impl Etcd {
 
     /// `key` as etcd holds it now (or at `rev`): its JSON answer's first kv, with the value
     /// decoded.
-    fn get(&self, key: &str, rev: Option<i64>) -> Option<(Value, Value)> {
+    pub(crate) fn get(&self, key: &str, rev: Option<i64>) -> Option<(Value, Value)> {
         let rev = rev.map(|r| format!("--rev={r}"));
         let mut args = vec!["get", key, "-w", "json"];
         args.extend(rev.as_deref());
@@ -227,7 +227,7 @@ impl EtcdNode {
     }
 }
 
-fn id(i: usize) -> String {
+pub(crate) fn id(i: usize) -> String {
     format!("77985419c732412ea38b94db{:08}", i + 1)
 }
 

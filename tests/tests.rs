@@ -64,6 +64,13 @@
 //!   (wrong lease) ignored by the followers, a leader stopped with SIGTERM resigning and revoking
 //!   its lease; the ignored `bench_failover` (etcd with a 2 s lease,
 //!   the built-in election and `etcdctl lock --ttl 2`: docs/benchmarks.md).
+//! - `etcd_move` (with the `etcd` feature): five nodes moved from the built-in election to a real
+//!   etcd (on 127.0.0.141–143) and back by rolling restarts (docs/etcd.md, "Moving between
+//!   backends"): at every look at most one leader and a schedule on every node; a moved node
+//!   deferring to the built-in leader while a majority elects it and following its new schedule,
+//!   etcd electing once the majority moved; an untagged ping dropped by the etcd leader (the
+//!   election key); the etcd leader resigning at the built-in leader's ping and following it;
+//!   a node back on etcd refusing the stale `P/schedule` and following the built-in leader.
 //! - `extender`: `verwalter extender` with recorded kube-scheduler requests
 //!   (`fixtures/extender/`): replies byte-checked, the in-band `Error` and `/readyz` 503 (with
 //!   the file's problem) until a snapshot file is good, reloads and a bad file keeping the last good, namespaces, `/metrics`, `/status`, start
@@ -219,6 +226,8 @@ mod datacenters;
 mod dc_proxy;
 #[cfg(feature = "etcd")]
 mod etcd;
+#[cfg(feature = "etcd")]
+mod etcd_move;
 mod extender;
 mod frontend;
 mod fuzz;

@@ -5,7 +5,9 @@
 //! times they were sent, and puts the outcome where the built-in election's goes: the store's
 //! election state (the leader runs the scheduler; its fence deadline ends that) and, for a
 //! published schedule the machine accepts, the leader's report, from which the fetcher takes
-//! it as it does today.
+//! it as it does today. It also listens on the built-in election's UDP port, without ever
+//! sending: a built-in leader's ping takes precedence while a cluster moves between the
+//! backends (docs/etcd.md, "Moving between backends").
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,10 +17,14 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, EventType, KeyValue, PutOptions, TlsOptions, Txn,
     TxnOp, TxnOpResponse, WatchOptions,
 };
+use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use verwalter_controllers::cluster::election::transport;
+use verwalter_controllers::cluster::election::wire::{AuthKey, Kind, Packet, WireError};
 use verwalter_controllers::cluster::election::{self, ElectionState};
+use verwalter_controllers::cluster::etcd::builtin;
 use verwalter_controllers::cluster::etcd::wire::{LeaderValue, ScheduleValue};
 use verwalter_controllers::cluster::etcd::{
     Change, Config as MachineConfig, Effect, Input, LeaderKey, Machine, Made, Millis, Refused,
@@ -47,6 +53,28 @@ pub(crate) struct EtcdView {
     pub(crate) endpoints: Vec<String>,
     /// The last publish this node made.
     pub(crate) published: Option<Publish>,
+    /// The built-in election leader this node defers to, while one is heard.
+    pub(crate) deferring: Option<Deferring>,
+}
+
+/// A built-in leader deferred to: its node and epoch, and since when (wall ms).
+#[derive(Debug, Clone, serde::Serialize)]
+pub(crate) struct Deferring {
+    pub(crate) node: String,
+    pub(crate) epoch: u64,
+    pub(crate) since: u64,
+}
+
+/// The built-in election's port, listened on without ever sending (docs/etcd.md, "Moving
+/// between backends"): packets are decoded with the cluster's key and admitted from listed
+/// peers at their addresses exactly as the built-in election does, and a leader's ping goes
+/// to the machine.
+pub(crate) struct BuiltinEars {
+    pub(crate) socket: UdpSocket,
+    /// `election.key-file`: only tagged packets are taken.
+    pub(crate) key: Option<AuthKey>,
+    /// `leader-timeout-min-ms`: a built-in leader heard within it takes precedence.
+    pub(crate) timeout: Duration,
 }
 
 /// A schedule this node published, under which leadership revision.
@@ -67,6 +95,7 @@ pub(crate) struct EtcdWiring {
     /// This node's id and the address of its HTTP API (the value of `P/leader`).
     pub(crate) node: String,
     pub(crate) addr: String,
+    pub(crate) builtin: BuiltinEars,
 }
 
 /// The task: one machine, one client.
@@ -196,6 +225,7 @@ impl EtcdTask {
             node: io.node.clone(),
             ttl_ms: settings.lease_ttl.as_millis() as Millis,
             margin_ms: settings.fence_margin.map(|m| m.as_millis() as Millis),
+            builtin_timeout_ms: Some(io.builtin.timeout.as_millis() as Millis),
         };
         let (machine, first) = Machine::new(config, 0);
         let (answers, rx) = mpsc::unbounded_channel();
@@ -234,6 +264,7 @@ impl EtcdTask {
         let mut schedule = self.io.store.schedule.clone();
         self.schedule_made(&schedule.get());
         self.publish_state();
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
             let wake = self.machine.next_wakeup();
             let at = self.start + Duration::from_millis(wake.min(self.now() + 60_000));
@@ -253,6 +284,12 @@ impl EtcdTask {
                     let held = schedule.get();
                     self.schedule_made(&held);
                 }
+                got = self.io.builtin.socket.recv_from(&mut buf) => {
+                    match got {
+                        Ok((n, from)) => self.builtin_packet(&buf[..n], from),
+                        Err(e) => tracing::debug!(error = %e, "UDP receive failed."),
+                    }
+                }
                 _ = tokio::time::sleep_until(at) => self.handle(Input::Tick),
             }
             self.publish_state();
@@ -261,6 +298,41 @@ impl EtcdTask {
         let last = self.machine.shutdown(now);
         self.publish_state();
         let _ = tokio::time::timeout(Duration::from_secs(1), self.finish(last)).await;
+    }
+
+    /// A packet on the built-in election's port: decoded, admitted and counted as the built-in
+    /// election does; a leader's ping goes to the machine. Nothing is ever answered.
+    fn builtin_packet(&mut self, bytes: &[u8], from: std::net::SocketAddr) {
+        let metrics = &self.io.metrics;
+        let packet = match Packet::decode_with(bytes, self.io.builtin.key.as_ref()) {
+            Ok(p) => p,
+            Err(e) => {
+                let reason = match e {
+                    WireError::BadTag => "bad_auth",
+                    _ => "decode",
+                };
+                metrics.message_dropped(reason);
+                tracing::debug!(%from, error = %e, "Dropped a bad election packet.");
+                return;
+            }
+        };
+        let peers = self.io.store.peers.peek();
+        if let Err(dropped) = transport::admit(&self.io.node, &packet, from, &peers) {
+            if let Some(label) = dropped.label() {
+                metrics.message_dropped(label);
+            }
+            tracing::debug!(%from, id = %packet.from, ?dropped, "Dropped an election packet.");
+            return;
+        }
+        metrics.message_received(match packet.kind {
+            Kind::Ping => "ping",
+            Kind::Pong { .. } => "pong",
+            Kind::Vote { .. } => "vote",
+            Kind::PreVote { .. } => "pre_vote",
+        });
+        if let Some(input) = builtin::heard(&packet) {
+            self.handle(input);
+        }
     }
 
     fn handle(&mut self, input: Input) {
@@ -291,12 +363,19 @@ impl EtcdTask {
         let now = self.now();
         let acting = self.machine.acting_leader(now);
         let known = self.machine.leader().cloned();
-        let leader = match (&acting, &known) {
-            (Some(_), _) => Some(self.io.node.clone()),
-            (None, Some(k)) if k.node != self.io.node => Some(k.node.clone()),
+        let wall = self.io.clock.now_ms();
+        let deferring = self.machine.deferring(now).map(|d| Deferring {
+            node: d.node.clone(),
+            epoch: d.epoch,
+            since: wall.saturating_sub(now.saturating_sub(d.since)),
+        });
+        // A built-in leader heard takes precedence: it is the leader this node follows.
+        let leader = match (&acting, &deferring, &known) {
+            (Some(_), _, _) => Some(self.io.node.clone()),
+            (None, Some(d), _) => Some(d.node.clone()),
+            (None, None, Some(k)) if k.node != self.io.node => Some(k.node.clone()),
             _ => None,
         };
-        let wall = self.io.clock.now_ms();
         if self.stable_since.as_ref().is_none_or(|(l, _)| *l != leader) {
             self.stable_since = Some((leader.clone(), wall));
         }
@@ -305,7 +384,10 @@ impl EtcdTask {
             is_leader: acting.is_some(),
             is_stable: leader.is_some(),
             leader: leader.clone(),
-            epoch: known.as_ref().map_or(0, |k| k.create_rev.max(0) as u64),
+            epoch: match (&acting, &deferring) {
+                (None, Some(d)) => d.epoch,
+                _ => known.as_ref().map_or(0, |k| k.create_rev.max(0) as u64),
+            },
             deadline: wall + wake.saturating_sub(now),
             last_stable_timestamp: leader
                 .as_ref()
@@ -323,6 +405,7 @@ impl EtcdTask {
             prefix: self.settings.prefix.clone(),
             endpoints: self.settings.endpoints.clone(),
             published: self.published.clone(),
+            deferring,
         };
         *self.io.view.lock().unwrap() = serde_json::to_value(view).ok();
     }
@@ -399,11 +482,21 @@ impl EtcdTask {
                     .inc();
             }
             Effect::Fetch { hash, origin, from } => {
-                tracing::info!(%hash, %origin, leader = %from, "The leader published a schedule on etcd.");
-                let epoch = self
-                    .machine
-                    .leader()
-                    .map_or(0, |k| k.create_rev.max(0) as u64);
+                let builtin = self.machine.deferring(self.now()).is_some();
+                let what = if builtin {
+                    "The built-in election leader announced a schedule."
+                } else {
+                    "The leader published a schedule on etcd."
+                };
+                tracing::info!(%hash, %origin, leader = %from, "{what}");
+                let now = self.now();
+                let epoch = match self.machine.deferring(now) {
+                    Some(d) if d.node == from => d.epoch,
+                    _ => self
+                        .machine
+                        .leader()
+                        .map_or(0, |k| k.create_rev.max(0) as u64),
+                };
                 self.io.reports.update(|all| {
                     all.insert(
                         from,
@@ -425,6 +518,13 @@ impl EtcdTask {
                     .ignored
                     .with_label_values(&[ignored_label(reason)])
                     .inc();
+            }
+            Effect::Deferring { node, epoch } => {
+                tracing::info!(leader = %node, epoch, "A built-in election leader is heard; deferring to it.");
+                self.metrics.deferrals.inc();
+            }
+            Effect::DeferralEnded { node } => {
+                tracing::info!(leader = %node, "The built-in election leader is no longer heard; electing on etcd.");
             }
             Effect::WatchRestarted { compacted } => {
                 let reason = if compacted { "compacted" } else { "error" };
@@ -593,6 +693,7 @@ fn step_down_label(reason: StepDown) -> &'static str {
         StepDown::PublishRefused => "publish_refused",
         StepDown::KeyLost => "key_lost",
         StepDown::Shutdown => "shutdown",
+        StepDown::Deferred => "deferred",
     }
 }
 
@@ -750,6 +851,7 @@ pub(crate) struct EtcdMetrics {
     watch_restarts: prometheus::IntCounterVec,
     ignored: prometheus::IntCounterVec,
     step_downs: prometheus::IntCounterVec,
+    deferrals: prometheus::IntCounter,
 }
 
 impl EtcdMetrics {
@@ -789,6 +891,10 @@ impl EtcdMetrics {
                 "verwalter_etcd_step_downs_total",
                 "Times this node stopped leading on etcd, by reason.",
                 &["reason"],
+            ),
+            deferrals: f.counter(
+                "verwalter_etcd_deferrals_total",
+                "Times this node began to defer to a built-in election leader it heard.",
             ),
         }
     }

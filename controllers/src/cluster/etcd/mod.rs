@@ -13,6 +13,7 @@
 //!
 //! Times are milliseconds of a monotonic clock the adapter gives with every call.
 
+pub mod builtin;
 #[cfg(test)]
 mod model;
 #[cfg(test)]
@@ -36,6 +37,11 @@ pub struct Config {
     pub ttl_ms: Millis,
     /// Taken off the TTL for the fence deadline; `None`: a fifth of the TTL, at least 100 ms.
     pub margin_ms: Option<Millis>,
+    /// The built-in election's leader timeout (`leader-timeout-min-ms`) when this node listens
+    /// for its leaders' pings (docs/etcd.md, "Moving between backends"): a built-in leader
+    /// heard within it takes precedence, and a node does not campaign before it has listened
+    /// this long. `None`: it does not listen.
+    pub builtin_timeout_ms: Option<Millis>,
 }
 
 impl Config {
@@ -139,6 +145,13 @@ pub enum Input {
     Connected,
     /// The local scheduler made a schedule.
     ScheduleMade(Made),
+    /// A built-in election leader's ping (see [`builtin::heard`]): its node, epoch and the
+    /// schedule it made (hash, origin), if any.
+    BuiltinPing {
+        from: String,
+        epoch: u64,
+        schedule: Option<(String, String)>,
+    },
 }
 
 /// Why a leader stopped.
@@ -153,6 +166,8 @@ pub enum StepDown {
     /// `P/leader` is seen deleted or held by another.
     KeyLost,
     Shutdown,
+    /// A built-in election leader is heard: it takes precedence.
+    Deferred,
 }
 
 /// Why a `P/schedule` value was not taken.
@@ -221,6 +236,27 @@ pub enum Effect {
     WatchRestarted {
         compacted: bool,
     },
+    /// From now on this node defers to the built-in leader `node` (logged and counted).
+    Deferring {
+        node: String,
+        epoch: u64,
+    },
+    /// The built-in leader `node` was not heard for the leader timeout: etcd elects again.
+    DeferralEnded {
+        node: String,
+    },
+}
+
+/// The built-in election leader a node defers to (docs/etcd.md, "Moving between backends").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferral {
+    pub node: String,
+    /// Its epoch, as its last ping said.
+    pub epoch: u64,
+    /// When this node began to defer to it.
+    pub since: Millis,
+    /// Its last ping.
+    pub last: Millis,
 }
 
 /// The lease this node holds.
@@ -284,6 +320,10 @@ pub struct Machine {
     /// The hash of the last schedule this node was told to fetch.
     fetched: Option<String>,
     counts: Counts,
+    /// The built-in leader this node defers to (until `last` + the built-in leader timeout).
+    deferral: Option<Deferral>,
+    /// No campaign before this: a node listens for a built-in leader first.
+    listen_until: Millis,
 }
 
 /// What the machine counted since it started (for the status view and metrics).
@@ -292,6 +332,8 @@ pub struct Counts {
     pub watch_restarts: u64,
     pub ignored: u64,
     pub step_downs: u64,
+    /// Times this node began to defer to a built-in leader.
+    pub deferrals: u64,
 }
 
 /// The backend's part of `/v1/status` and `/v1/election` (under `etcd`, by the daemon's adapter).
@@ -314,6 +356,7 @@ pub struct View {
 impl Machine {
     /// A machine that starts at `now`; its first effects: grant a lease, read both keys.
     pub fn new(config: Config, now: Millis) -> (Machine, Vec<Effect>) {
+        let listen_until = now + config.builtin_timeout_ms.unwrap_or(0);
         let mut machine = Machine {
             config,
             now,
@@ -334,6 +377,8 @@ impl Machine {
             publish_due: false,
             fetched: None,
             counts: Counts::default(),
+            deferral: None,
+            listen_until,
         };
         let mut out = Vec::new();
         machine.drive(now, &mut out);
@@ -369,7 +414,27 @@ impl Machine {
             .filter(|r| !r.pending && r.not_before > self.now)
             .map(|r| r.not_before);
         let lease = self.lease.iter().flat_map(|l| [l.fence, l.next_keep_alive]);
-        retry.chain(lease).min().unwrap_or(Millis::MAX)
+        let listening = [self.listen_until]
+            .into_iter()
+            .chain(self.deferral_end())
+            .filter(|at| *at > self.now);
+        retry
+            .chain(lease)
+            .chain(listening)
+            .min()
+            .unwrap_or(Millis::MAX)
+    }
+
+    /// The built-in leader this node defers to at `now`, if any.
+    pub fn deferring(&self, now: Millis) -> Option<&Deferral> {
+        let end = self.deferral_end()?;
+        self.deferral.as_ref().filter(|_| now < end)
+    }
+
+    /// When the deferral ends unless another ping comes.
+    fn deferral_end(&self) -> Option<Millis> {
+        let timeout = self.config.builtin_timeout_ms?;
+        self.deferral.as_ref().map(|d| d.last + timeout)
     }
 
     fn retry_ms(&self) -> Millis {
@@ -381,6 +446,7 @@ impl Machine {
         let mut out = Vec::new();
         self.now = now;
         self.fence_check(now, &mut out);
+        self.deferral_check(now, &mut out);
         match input {
             Input::Tick => {}
             Input::LeaseGranted {
@@ -421,6 +487,11 @@ impl Machine {
                 self.made = Some(made);
                 self.publish_due = true;
             }
+            Input::BuiltinPing {
+                from,
+                epoch,
+                schedule,
+            } => self.builtin_ping(now, from, epoch, schedule, &mut out),
         }
         self.fence_check(now, &mut out);
         self.drive(now, &mut out);
@@ -434,6 +505,7 @@ impl Machine {
                 Effect::WatchRestarted { .. } => self.counts.watch_restarts += 1,
                 Effect::Ignored { .. } => self.counts.ignored += 1,
                 Effect::SteppedDown { .. } => self.counts.step_downs += 1,
+                Effect::Deferring { .. } => self.counts.deferrals += 1,
                 _ => {}
             }
         }
@@ -482,6 +554,69 @@ impl Machine {
         self.step_down(StepDown::Fence, out);
         self.lease = None;
         out.push(Effect::RevokeLease { lease: id });
+    }
+
+    /// A built-in leader not heard for its leader timeout no longer takes precedence: both
+    /// keys are read again (the schedule on etcd is followed, or a node campaigns).
+    fn deferral_check(&mut self, now: Millis, out: &mut Vec<Effect>) {
+        let Some(end) = self.deferral_end() else {
+            return;
+        };
+        if now < end {
+            return;
+        }
+        if let Some(gone) = self.deferral.take() {
+            out.push(Effect::DeferralEnded { node: gone.node });
+        }
+        self.synced = false;
+        self.fetched = None;
+    }
+
+    /// A built-in leader's ping: that leader takes precedence (docs/etcd.md, "Moving between
+    /// backends"). A leader here steps down and resigns at once; the ping's schedule is
+    /// followed. Another built-in leader replaces the one followed only with a newer epoch
+    /// (the older one's pings stop when it learns of it).
+    fn builtin_ping(
+        &mut self,
+        now: Millis,
+        from: String,
+        epoch: u64,
+        schedule: Option<(String, String)>,
+        out: &mut Vec<Effect>,
+    ) {
+        if self.config.builtin_timeout_ms.is_none() {
+            return;
+        }
+        match self.deferral.as_mut() {
+            Some(d) if d.node == from && epoch >= d.epoch => {
+                d.last = now;
+                d.epoch = epoch;
+            }
+            Some(d) if epoch <= d.epoch => return,
+            _ => {
+                self.deferral = Some(Deferral {
+                    node: from.clone(),
+                    epoch,
+                    since: now,
+                    last: now,
+                });
+                self.fetched = None;
+                out.push(Effect::Deferring {
+                    node: from.clone(),
+                    epoch,
+                });
+            }
+        }
+        if let Some(rev) = self.leading {
+            self.step_down(StepDown::Deferred, out);
+            out.push(Effect::Resign { leader_rev: rev });
+        }
+        if let Some((hash, origin)) = schedule.filter(|(_, origin)| *origin == from)
+            && self.fetched.as_deref() != Some(hash.as_str())
+        {
+            self.fetched = Some(hash.clone());
+            out.push(Effect::Fetch { hash, origin, from });
+        }
     }
 
     fn step_down(&mut self, reason: StepDown, out: &mut Vec<Effect>) {
@@ -549,6 +684,13 @@ impl Machine {
         let mine = self.lease.as_ref().map(|l| l.id);
         match (&key, self.leading) {
             (Some(k), Some(rev)) if k.create_rev == rev && Some(k.lease) == mine => {}
+            // This node's key while a built-in leader takes precedence (a campaign answered
+            // after a ping, or a resign that did not land): given back, not led from.
+            (Some(k), None) if Some(k.lease) == mine && self.deferral.is_some() => {
+                out.push(Effect::Resign {
+                    leader_rev: k.create_rev,
+                });
+            }
             (Some(k), None) if Some(k.lease) == mine => {
                 self.leading = Some(k.create_rev);
                 self.publish_due = self.made.is_some();
@@ -669,6 +811,10 @@ impl Machine {
             out.push(Effect::Ignored { reason });
             return;
         }
+        if self.deferral.is_some() {
+            // The built-in leader's schedule is followed meanwhile.
+            return;
+        }
         let leader = self
             .leader
             .as_ref()
@@ -711,6 +857,9 @@ impl Machine {
 
     fn drive_campaign(&mut self, now: Millis, out: &mut Vec<Effect>) {
         let Some(lease) = &self.lease else { return };
+        if now < self.listen_until || self.deferral.is_some() {
+            return;
+        }
         if self.synced && self.leader.is_none() && self.campaign.ready(now) {
             self.campaign.pending = true;
             out.push(Effect::Campaign { lease: lease.id });

@@ -10,6 +10,10 @@ use rand::{Rng, SeedableRng};
 use super::model::{Etcd, MIN_TTL_MS};
 use super::*;
 
+/// The rule of a cluster moving between the backends, on this file's harness.
+#[path = "move_tests.rs"]
+mod move_tests;
+
 const TTL: Millis = 2000;
 
 fn config(node: &str) -> Config {
@@ -17,6 +21,7 @@ fn config(node: &str) -> Config {
         node: node.into(),
         ttl_ms: TTL,
         margin_ms: None,
+        builtin_timeout_ms: None,
     }
 }
 
@@ -1026,7 +1031,7 @@ fn the_view_shows_the_leader_the_time_left_and_the_counts() {
         serde_json::json!({
             "backend": "etcd", "leading": false, "leader": "a", "leader_rev": rev,
             "lease": nodes[1].m.lease(), "lease_left_ms": null, "connected": true,
-            "watch_restarts": 0, "ignored": 0, "step_downs": 0
+            "watch_restarts": 0, "ignored": 0, "step_downs": 0, "deferrals": 0
         })
     );
     // A forged value and a broken watch are counted.
