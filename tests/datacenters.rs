@@ -303,7 +303,14 @@ fn the_exchange_route_takes_only_signed_envelopes_of_member_dcs() {
         (reply.dc.as_str(), reply.node.as_str()),
         ("ams", MACHINE_ID)
     );
-    // The same again is a replay.
+    // The same again is a replay: from the newest sender, so answered (a call that a newer
+    // envelope of its sender overtook is answered), but nothing in it taken.
+    let (code, _, text) = post_exchange(port, &body, Some(&tag));
+    assert_eq!(code, 200, "{text}");
+    // From an older leadership of that DC: stale.
+    let mut old = envelope("fra", 60);
+    old.epoch = 0;
+    let (body, tag) = key.seal(&old, 4096).unwrap();
     let (code, _, text) = post_exchange(port, &body, Some(&tag));
     assert_eq!(code, 409, "{text}");
     assert!(text.contains("\"stale\":true"), "{text}");

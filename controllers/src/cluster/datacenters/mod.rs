@@ -812,13 +812,30 @@ impl Exchange {
     }
 
     /// An envelope another DC's leader sent: taken, and this DC's envelope is the reply.
+    ///
+    /// An envelope of that DC's newest sender that a newer one of the same sender overtook is
+    /// answered without being taken: the two leaders' exchanges cross (this node's reply to
+    /// the sender's own call, or the sender's later call, arrived first), so nothing in it is
+    /// news, and refusing the call would show the link failing for a call that only came late.
     pub fn receive(&mut self, now: Instant, envelope: Envelope) -> Result<Envelope, Refusal> {
-        self.check(&envelope)?;
         let dc = envelope.dc.clone();
-        self.take(now, envelope);
+        match self.check(&envelope) {
+            Ok(()) => self.take(now, envelope),
+            Err(Refusal::Stale { .. }) if self.overtaken(&envelope) => {}
+            Err(refusal) => return Err(refusal),
+        }
         let (reply, size) = self.envelope(&dc, now);
         self.count_sent(&dc, &reply, size, now);
         Ok(reply)
+    }
+
+    /// Whether `envelope` comes from its DC's newest sender at that sender's epoch (then
+    /// [`Exchange::check`] refuses it only for its `seq`, which a newer envelope passed).
+    fn overtaken(&self, envelope: &Envelope) -> bool {
+        self.remotes
+            .get(&envelope.dc)
+            .and_then(|remote| remote.sender.as_ref())
+            .is_some_and(|(epoch, node, _)| *epoch == envelope.epoch && *node == envelope.node)
     }
 
     /// Whether an envelope may be taken: this version, another DC of the mesh, not older than
