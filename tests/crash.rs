@@ -360,6 +360,9 @@ fn killed_in_a_stream_of_rounds_the_start_loads_the_newest_schedule_or_the_one_b
     let mut daemon = site.start();
     converged(&site, &daemon, &data, version, "first start");
     let (mut newest, mut before, mut torn_slots) = (0, 0, 0);
+    // The schedule the running daemon loaded at its start: the one before the first it takes
+    // (a start whose first round makes the schedule it loaded logs no new one).
+    let mut loaded_at_start: Option<String> = None;
     for trial in 1..=trials {
         let trial = format!("seed {seed}, stream trial {trial}");
         let rounds = rng.random_range(1..=4);
@@ -403,8 +406,13 @@ fn killed_in_a_stream_of_rounds_the_start_loads_the_newest_schedule_or_the_one_b
         let [loaded] = loaded.as_slice() else {
             panic!("{trial}: no schedule loaded\n{logs}");
         };
-        let last = &taken[taken.len() - 1];
-        let previous = &taken[taken.len() - 2];
+        let last = taken.last().expect("taken since the start");
+        let previous = match taken.len() {
+            1 => loaded_at_start
+                .as_ref()
+                .expect("a restarted daemon loaded a schedule"),
+            n => &taken[n - 2],
+        };
         if loaded == last {
             newest += 1;
         } else {
@@ -414,6 +422,7 @@ fn killed_in_a_stream_of_rounds_the_start_loads_the_newest_schedule_or_the_one_b
             );
             before += 1;
         }
+        loaded_at_start = Some(loaded.clone());
         // Then the stream goes on from the latest version, and schedule.json keeps up.
         let served = daemon.wait_json(SOON, "/v1/schedule", &format!("{trial}: latest"), |s| {
             s["data"] == data
