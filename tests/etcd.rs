@@ -592,6 +592,110 @@ fn a_schedule_key_written_by_a_non_leader_is_ignored() {
     let _ = &site.tmp;
 }
 
+/// A schedule small enough goes inline in `P/schedule` (docs/etcd.md, "Keys"): every follower
+/// takes it from etcd (its log says `from=etcd`, `verwalter_etcd_inline_schedules_total`) and
+/// fetches nothing over HTTP. A value under the leadership's revision and lease whose inline
+/// data does not hash to the schedule it names (etcdctl) is refused and counted, the follower
+/// asks the leader instead, and keeps the leader's schedule.
+#[test]
+fn followers_take_a_small_schedule_inline_and_refuse_bad_inline_data() {
+    let Some(site) = Site::start(
+        "followers_take_a_small_schedule_inline_and_refuse_bad_inline_data",
+        151,
+    ) else {
+        return;
+    };
+    let (leader, hash) = site.converged();
+    let status = site.nodes[leader].json("/v1/status").unwrap();
+    assert_eq!(status["etcd"]["published"]["inline"], true, "{status}");
+    let key = format!("{PREFIX}/schedule");
+    let (_, value) = site.etcd.get(&key, None).unwrap();
+    assert_eq!(value["hash"], hash.as_str(), "{value}");
+    assert!(value["data"].is_string(), "{value}");
+    let taken = |n: &EtcdNode| n.metric("verwalter_etcd_inline_schedules_total{result=\"taken\"}");
+    let refused =
+        |n: &EtcdNode| n.metric("verwalter_etcd_inline_schedules_total{result=\"refused\"}");
+    let fetches = |n: &EtcdNode| n.metric("verwalter_schedule_fetches_total{result=\"error\"}");
+    let followers: Vec<&EtcdNode> = site
+        .live()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, n)| n)
+        .collect();
+    for node in &followers {
+        let logs = node.logs();
+        let took = logs
+            .lines()
+            .find(|l| l.contains("Took the leader's schedule.") && l.contains(&hash));
+        assert!(
+            took.is_some_and(|l| l.contains("from=etcd")),
+            "{}:\n{logs}",
+            node.host
+        );
+        assert!(taken(node) >= 1.0, "{}:\n{logs}", node.host);
+        assert_eq!(
+            node.metric("verwalter_schedule_fetches_total{result=\"ok\"}"),
+            0.0,
+            "{}: fetched over HTTP:\n{logs}",
+            node.host
+        );
+    }
+
+    // The leader's schedule under another hash: its data does not hash to it.
+    let (leader_kv, _) = site.etcd.get(&format!("{PREFIX}/leader"), None).unwrap();
+    let (_, body) = http_get_at(
+        &site.nodes[leader].host,
+        site.nodes[leader].port,
+        "/v1/schedule",
+    )
+    .unwrap();
+    let bogus = "0123456789abcdef0123456789abcdef01234567";
+    let forged = body.replace(hash.as_str(), bogus);
+    assert_ne!(forged, body);
+    let data = {
+        use base64::Engine;
+        let lz4 = lz4_flex::compress_prepend_size(forged.as_bytes());
+        base64::engine::general_purpose::STANDARD.encode(lz4)
+    };
+    let before: Vec<(f64, f64)> = followers.iter().map(|n| (refused(n), fetches(n))).collect();
+    let value = serde_json::json!({
+        "v": 1,
+        "hash": bogus,
+        "origin": id(leader),
+        "size": forged.len(),
+        "leader_rev": leader_kv["create_revision"],
+        "lease": leader_kv["lease"],
+        "data": data,
+    });
+    site.etcd
+        .ctl(&["put", &key, &value.to_string()])
+        .expect("etcdctl put");
+    // Refused, then asked of the leader, which has no such schedule: a failed fetch.
+    wait_for(SOON, || {
+        followers
+            .iter()
+            .zip(&before)
+            .all(|(n, (r, f))| refused(n) > *r && fetches(n) > *f)
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the followers did not refuse the bad data:\n{}",
+            site.logs()
+        )
+    });
+    for node in &followers {
+        let logs = node.logs();
+        assert!(
+            logs.contains("Refused the schedule inline on etcd"),
+            "{}:\n{logs}",
+            node.host
+        );
+        let held = node.json("/v1/schedule").unwrap();
+        assert_eq!(held["hash"], hash.as_str(), "{}", node.host);
+    }
+    let _ = &site.tmp;
+}
+
 /// A leader stopped with SIGTERM resigns and revokes its lease on the way out: right after it
 /// exits, neither its lease nor `P/leader` is left in etcd for the others to wait out.
 #[test]
