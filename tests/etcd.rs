@@ -696,6 +696,68 @@ fn followers_take_a_small_schedule_inline_and_refuse_bad_inline_data() {
     let _ = &site.tmp;
 }
 
+/// A schedule over the inline cap (a role with 1200 versions named by random letters: LZ4
+/// cannot shrink them, about 250 KiB, more than 256 KiB in base64) is published without `data`,
+/// and every follower fetches it over HTTP as before.
+#[test]
+fn a_schedule_over_the_inline_cap_is_fetched_from_the_leader() {
+    let Some(site) = Site::start(
+        "a_schedule_over_the_inline_cap_is_fetched_from_the_leader",
+        161,
+    ) else {
+        return;
+    };
+    let (leader, first) = site.converged();
+    // Made beside the config dir and moved in at once, so that one schedule has them all.
+    let staged = site.tmp.path().join("big");
+    std::fs::create_dir(&staged).unwrap();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..1200 {
+        let name: String = (0..200)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from(b'a' + (seed % 26) as u8)
+            })
+            .collect();
+        std::fs::write(
+            staged.join(format!("v1-{name}.yaml")),
+            "image: big\ninstances: 0\n",
+        )
+        .unwrap();
+    }
+    let config = site.tmp.path().join(format!("config{}", leader + 1));
+    std::fs::rename(&staged, config.join("runtime/big")).unwrap();
+    let second = wait_for(SOON, || {
+        let (next, hash) = site.converged_now()?;
+        let held = site.nodes[next].json("/v1/schedule")?;
+        let versions = held["data"]["roles"]["big"]["versions"].as_array()?.len();
+        (next == leader && hash != first && versions == 1200).then_some(hash)
+    })
+    .unwrap_or_else(|| panic!("the big schedule did not spread:\n{}", site.logs()));
+    let status = site.nodes[leader].json("/v1/status").unwrap();
+    let published = &status["etcd"]["published"];
+    assert_eq!(published["hash"], second.as_str(), "{status}");
+    assert_eq!(published["inline"], false, "{status}");
+    let (kv, value) = site.etcd.get(&format!("{PREFIX}/schedule"), None).unwrap();
+    assert_eq!(value["hash"], second.as_str(), "{value}");
+    assert!(value.get("data").is_none(), "{kv}");
+    for (_, node) in site.live().filter(|(i, _)| *i != leader) {
+        let logs = node.logs();
+        let took = logs
+            .lines()
+            .find(|l| l.contains("Took the leader's schedule.") && l.contains(&second))
+            .unwrap_or_else(|| panic!("{}:\n{logs}", node.host));
+        assert!(!took.contains("from=etcd"), "{took}");
+        assert!(
+            node.metric("verwalter_schedule_fetches_total{result=\"ok\"}") >= 1.0,
+            "{}:\n{logs}",
+            node.host
+        );
+    }
+}
+
 /// A leader stopped with SIGTERM resigns and revokes its lease on the way out: right after it
 /// exits, neither its lease nor `P/leader` is left in etcd for the others to wait out.
 #[test]
