@@ -589,6 +589,7 @@ impl Wiring<'_> {
             shared,
             sightings,
             announced,
+            None,
         );
         Ok(())
     }
@@ -601,6 +602,7 @@ impl Wiring<'_> {
         shared: &Shared,
         sightings: crate::cluster::replication::SharedSightings,
         announced: Arc<crate::cluster::vouch::Announced>,
+        inline: Option<Arc<crate::cluster::replication::InlineBodies>>,
     ) {
         let config = self.config;
         let fetcher = Fetcher::new(
@@ -624,6 +626,7 @@ impl Wiring<'_> {
                 sightings,
                 relay: shared.relay.clone(),
                 announced,
+                inline,
             },
         )
         .with_token(config.http.token_for_peers())
@@ -653,6 +656,9 @@ impl Wiring<'_> {
                 source,
             })?;
         self.spawn_peers(bound.port, fields.peers, shared);
+        let inline = Arc::new(crate::cluster::replication::InlineBodies::register(
+            self.metrics.registry(),
+        ));
         let wiring = EtcdWiring {
             store: self.store.clone(),
             out: fields.election,
@@ -667,6 +673,8 @@ impl Wiring<'_> {
                 key: self.config.election_key.clone(),
                 timeout: self.config.timings.message_timeout_min,
             },
+            schedule_json: shared.schedule_json.clone(),
+            inline: inline.clone(),
         };
         let (task, answers) = EtcdTask::start(settings.clone(), wiring)
             .await
@@ -679,6 +687,7 @@ impl Wiring<'_> {
             shared,
             Default::default(),
             Default::default(),
+            Some(inline),
         );
         Ok(())
     }

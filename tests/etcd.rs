@@ -592,6 +592,172 @@ fn a_schedule_key_written_by_a_non_leader_is_ignored() {
     let _ = &site.tmp;
 }
 
+/// A schedule small enough goes inline in `P/schedule` (docs/etcd.md, "Keys"): every follower
+/// takes it from etcd (its log says `from=etcd`, `verwalter_etcd_inline_schedules_total`) and
+/// fetches nothing over HTTP. A value under the leadership's revision and lease whose inline
+/// data does not hash to the schedule it names (etcdctl) is refused and counted, the follower
+/// asks the leader instead, and keeps the leader's schedule.
+#[test]
+fn followers_take_a_small_schedule_inline_and_refuse_bad_inline_data() {
+    let Some(site) = Site::start(
+        "followers_take_a_small_schedule_inline_and_refuse_bad_inline_data",
+        151,
+    ) else {
+        return;
+    };
+    let (leader, hash) = site.converged();
+    let status = site.nodes[leader].json("/v1/status").unwrap();
+    assert_eq!(status["etcd"]["published"]["inline"], true, "{status}");
+    let key = format!("{PREFIX}/schedule");
+    let (_, value) = site.etcd.get(&key, None).unwrap();
+    assert_eq!(value["hash"], hash.as_str(), "{value}");
+    assert!(value["data"].is_string(), "{value}");
+    let taken = |n: &EtcdNode| n.metric("verwalter_etcd_inline_schedules_total{result=\"taken\"}");
+    let refused =
+        |n: &EtcdNode| n.metric("verwalter_etcd_inline_schedules_total{result=\"refused\"}");
+    let fetches = |n: &EtcdNode| n.metric("verwalter_schedule_fetches_total{result=\"error\"}");
+    let followers: Vec<&EtcdNode> = site
+        .live()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, n)| n)
+        .collect();
+    for node in &followers {
+        let logs = node.logs();
+        let took = logs
+            .lines()
+            .find(|l| l.contains("Took the leader's schedule.") && l.contains(&hash));
+        assert!(
+            took.is_some_and(|l| l.contains("from=etcd")),
+            "{}:\n{logs}",
+            node.host
+        );
+        assert!(taken(node) >= 1.0, "{}:\n{logs}", node.host);
+        assert_eq!(
+            node.metric("verwalter_schedule_fetches_total{result=\"ok\"}"),
+            0.0,
+            "{}: fetched over HTTP:\n{logs}",
+            node.host
+        );
+    }
+
+    // The leader's schedule under another hash: its data does not hash to it.
+    let (leader_kv, _) = site.etcd.get(&format!("{PREFIX}/leader"), None).unwrap();
+    let (_, body) = http_get_at(
+        &site.nodes[leader].host,
+        site.nodes[leader].port,
+        "/v1/schedule",
+    )
+    .unwrap();
+    let bogus = "0123456789abcdef0123456789abcdef01234567";
+    let forged = body.replace(hash.as_str(), bogus);
+    assert_ne!(forged, body);
+    let data = {
+        use base64::Engine;
+        let lz4 = lz4_flex::compress_prepend_size(forged.as_bytes());
+        base64::engine::general_purpose::STANDARD.encode(lz4)
+    };
+    let before: Vec<(f64, f64)> = followers.iter().map(|n| (refused(n), fetches(n))).collect();
+    let value = serde_json::json!({
+        "v": 1,
+        "hash": bogus,
+        "origin": id(leader),
+        "size": forged.len(),
+        "leader_rev": leader_kv["create_revision"],
+        "lease": leader_kv["lease"],
+        "data": data,
+    });
+    site.etcd
+        .ctl(&["put", &key, &value.to_string()])
+        .expect("etcdctl put");
+    // Refused, then asked of the leader, which has no such schedule: a failed fetch.
+    wait_for(SOON, || {
+        followers
+            .iter()
+            .zip(&before)
+            .all(|(n, (r, f))| refused(n) > *r && fetches(n) > *f)
+            .then_some(())
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "the followers did not refuse the bad data:\n{}",
+            site.logs()
+        )
+    });
+    for node in &followers {
+        let logs = node.logs();
+        assert!(
+            logs.contains("Refused the schedule inline on etcd"),
+            "{}:\n{logs}",
+            node.host
+        );
+        let held = node.json("/v1/schedule").unwrap();
+        assert_eq!(held["hash"], hash.as_str(), "{}", node.host);
+    }
+    let _ = &site.tmp;
+}
+
+/// A schedule over the inline cap (a role with 1200 versions named by random letters: LZ4
+/// cannot shrink them, about 250 KiB, more than 256 KiB in base64) is published without `data`,
+/// and every follower fetches it over HTTP as before.
+#[test]
+fn a_schedule_over_the_inline_cap_is_fetched_from_the_leader() {
+    let Some(site) = Site::start(
+        "a_schedule_over_the_inline_cap_is_fetched_from_the_leader",
+        161,
+    ) else {
+        return;
+    };
+    let (leader, first) = site.converged();
+    // Made beside the config dir and moved in at once, so that one schedule has them all.
+    let staged = site.tmp.path().join("big");
+    std::fs::create_dir(&staged).unwrap();
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    for _ in 0..1200 {
+        let name: String = (0..200)
+            .map(|_| {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                char::from(b'a' + (seed % 26) as u8)
+            })
+            .collect();
+        std::fs::write(
+            staged.join(format!("v1-{name}.yaml")),
+            "image: big\ninstances: 0\n",
+        )
+        .unwrap();
+    }
+    let config = site.tmp.path().join(format!("config{}", leader + 1));
+    std::fs::rename(&staged, config.join("runtime/big")).unwrap();
+    let second = wait_for(SOON, || {
+        let (next, hash) = site.converged_now()?;
+        let held = site.nodes[next].json("/v1/schedule")?;
+        let versions = held["data"]["roles"]["big"]["versions"].as_array()?.len();
+        (next == leader && hash != first && versions == 1200).then_some(hash)
+    })
+    .unwrap_or_else(|| panic!("the big schedule did not spread:\n{}", site.logs()));
+    let status = site.nodes[leader].json("/v1/status").unwrap();
+    let published = &status["etcd"]["published"];
+    assert_eq!(published["hash"], second.as_str(), "{status}");
+    assert_eq!(published["inline"], false, "{status}");
+    let (kv, value) = site.etcd.get(&format!("{PREFIX}/schedule"), None).unwrap();
+    assert_eq!(value["hash"], second.as_str(), "{value}");
+    assert!(value.get("data").is_none(), "{kv}");
+    for (_, node) in site.live().filter(|(i, _)| *i != leader) {
+        let logs = node.logs();
+        let took = logs
+            .lines()
+            .find(|l| l.contains("Took the leader's schedule.") && l.contains(&second))
+            .unwrap_or_else(|| panic!("{}:\n{logs}", node.host));
+        assert!(!took.contains("from=etcd"), "{took}");
+        assert!(
+            node.metric("verwalter_schedule_fetches_total{result=\"ok\"}") >= 1.0,
+            "{}:\n{logs}",
+            node.host
+        );
+    }
+}
+
 /// A leader stopped with SIGTERM resigns and revokes its lease on the way out: right after it
 /// exits, neither its lease nor `P/leader` is left in etcd for the others to wait out.
 #[test]

@@ -25,16 +25,18 @@ use verwalter_controllers::cluster::election::transport;
 use verwalter_controllers::cluster::election::wire::{AuthKey, Kind, Packet, WireError};
 use verwalter_controllers::cluster::election::{self, ElectionState};
 use verwalter_controllers::cluster::etcd::builtin;
-use verwalter_controllers::cluster::etcd::wire::{LeaderValue, ScheduleValue};
+use verwalter_controllers::cluster::etcd::wire::{LeaderValue, MAX_INLINE_BYTES, ScheduleValue};
 use verwalter_controllers::cluster::etcd::{
-    Change, Config as MachineConfig, Effect, Input, LeaderKey, Machine, Made, Millis, Refused,
-    ScheduleKey, StepDown, View,
+    Change, Config as MachineConfig, Effect, Input, LeaderKey, Machine, Made, Millis, Published,
+    Refused, ScheduleKey, StepDown, View,
 };
 use verwalter_controllers::machinery::clock::Clock;
 use verwalter_controllers::machinery::store::Field;
 use verwalter_controllers::node::Store;
 use verwalter_controllers::state::{Report, Reports, Schedule, ScheduleStamp};
 
+use crate::cluster::coding::Coding;
+use crate::cluster::replication::InlineBodies;
 use crate::config::EtcdSettings;
 use crate::metrics::Metrics;
 
@@ -82,6 +84,8 @@ pub(crate) struct BuiltinEars {
 pub(crate) struct Publish {
     pub(crate) leader_rev: i64,
     pub(crate) hash: String,
+    /// Whether the schedule went inline in the value (`data`).
+    pub(crate) inline: bool,
 }
 
 /// What the task reads, writes and talks through.
@@ -96,6 +100,10 @@ pub(crate) struct EtcdWiring {
     pub(crate) node: String,
     pub(crate) addr: String,
     pub(crate) builtin: BuiltinEars,
+    /// `/v1/schedule`'s bodies: the leader puts the LZ4 one inline when it is small enough.
+    pub(crate) schedule_json: Arc<crate::http::SharedJson<Option<Schedule>>>,
+    /// Where a follower puts a schedule that came inline, for the fetcher.
+    pub(crate) inline: Arc<InlineBodies>,
 }
 
 /// The task: one machine, one client.
@@ -114,8 +122,9 @@ pub(crate) struct EtcdTask {
     acting: Option<i64>,
     /// When the known leader last changed (wall ms), for `last_stable_timestamp`.
     stable_since: Option<(Option<String>, u64)>,
-    /// The schedule last handed to the machine.
-    made: Option<String>,
+    /// The schedule last handed to the machine, and its LZ4 body in base64 when that may fit
+    /// in `P/schedule` (docs/etcd.md, "Keys").
+    made: Option<(String, Option<String>)>,
     published: Option<Publish>,
     /// Whether the last request reached etcd.
     reachable: bool,
@@ -203,7 +212,7 @@ fn leader_of(kv: &KeyValue, prefix: &str) -> Option<LeaderKey> {
 
 fn schedule_of(kv: &KeyValue, prefix: &str) -> Option<ScheduleKey> {
     match ScheduleValue::decode(&key(prefix, "schedule"), kv.value(), kv.mod_revision()) {
-        Ok((schedule, _data)) => Some(schedule),
+        Ok(schedule) => Some(schedule),
         Err(e) => {
             tracing::warn!(error = %e, "Ignored a value of the schedule key.");
             None
@@ -342,14 +351,21 @@ impl EtcdTask {
     }
 
     /// A schedule this node made is handed to the machine, which publishes it while leading.
-    fn schedule_made(&mut self, held: &Option<Schedule>) {
-        let Some(s) = held.as_ref().filter(|s| s.origin == self.io.node) else {
+    fn schedule_made(&mut self, held: &Arc<Option<Schedule>>) {
+        let Some(s) = held.as_ref().as_ref().filter(|s| s.origin == self.io.node) else {
             return;
         };
-        if self.made.as_deref() == Some(s.hash.as_str()) {
+        if self.made.as_ref().is_some_and(|(made, _)| *made == s.hash) {
             return;
         }
-        self.made = Some(s.hash.clone());
+        // The body `/v1/schedule` serves (made once per schedule, shared with the HTTP API);
+        // base64 makes four bytes of three: a body past the cap that way cannot fit.
+        let body = self.io.schedule_json.encoded(held, Coding::Lz4);
+        let data = (body.len().div_ceil(3) * 4 <= MAX_INLINE_BYTES).then(|| {
+            use base64::Engine;
+            base64::engine::general_purpose::STANDARD.encode(&body)
+        });
+        self.made = Some((s.hash.clone(), data));
         let size = serde_json::to_vec(&s.data).map_or(0, |b| b.len() as u64);
         self.handle(Input::ScheduleMade(Made {
             hash: s.hash.clone(),
@@ -446,25 +462,7 @@ impl EtcdTask {
             Effect::Campaign { lease } => self.campaign(lease),
             Effect::Read => self.read(),
             Effect::Watch { from_rev } => self.watch(from_rev),
-            Effect::Publish { value } => {
-                let rev = value.leader_rev;
-                self.published = Some(Publish {
-                    leader_rev: rev,
-                    hash: value.hash.clone(),
-                });
-                let ask = async move {
-                    let bytes = ScheduleValue::encode(&value, None);
-                    let leader = key(&prefix, "leader");
-                    let txn = Txn::new()
-                        .when([Compare::create_revision(leader, CompareOp::Equal, rev)])
-                        .and_then([TxnOp::put(key(&prefix, "schedule"), bytes, None)]);
-                    let answer = client.txn(txn).await?;
-                    Ok(Input::PublishAnswered {
-                        ok: answer.succeeded(),
-                    })
-                };
-                self.send(Box::pin(ask), Input::PublishFailed);
-            }
+            Effect::Publish { value } => self.publish(value),
             Effect::Resign { leader_rev } => {
                 tokio::spawn(async move {
                     let txn = resign(&prefix, leader_rev);
@@ -481,37 +479,12 @@ impl EtcdTask {
                     .with_label_values(&[step_down_label(reason)])
                     .inc();
             }
-            Effect::Fetch { hash, origin, from } => {
-                let builtin = self.machine.deferring(self.now()).is_some();
-                let what = if builtin {
-                    "The built-in election leader announced a schedule."
-                } else {
-                    "The leader published a schedule on etcd."
-                };
-                tracing::info!(%hash, %origin, leader = %from, "{what}");
-                let now = self.now();
-                let epoch = match self.machine.deferring(now) {
-                    Some(d) if d.node == from => d.epoch,
-                    _ => self
-                        .machine
-                        .leader()
-                        .map_or(0, |k| k.create_rev.max(0) as u64),
-                };
-                self.io.reports.update(|all| {
-                    all.insert(
-                        from,
-                        Report {
-                            schedule: Some(ScheduleStamp {
-                                timestamp: 0,
-                                hash,
-                                origin,
-                            }),
-                            errors: 0,
-                            epoch,
-                        },
-                    );
-                });
-            }
+            Effect::Fetch {
+                hash,
+                origin,
+                from,
+                inline,
+            } => self.fetch(hash, origin, from, inline),
             Effect::Ignored { reason } => {
                 tracing::warn!(?reason, key = %key(&prefix, "schedule"), "Ignored a value on etcd.");
                 self.metrics
@@ -532,6 +505,85 @@ impl EtcdTask {
                     .watch_restarts
                     .with_label_values(&[reason])
                     .inc();
+            }
+        }
+    }
+
+    /// Publishes `value` in a transaction guarded by this node's leadership, with the schedule
+    /// inline when it fits.
+    fn publish(&mut self, value: Published) {
+        let prefix = self.settings.prefix.clone();
+        let mut client = self.client.clone();
+        let rev = value.leader_rev;
+        let data = match &self.made {
+            Some((hash, data)) if *hash == value.hash => data.clone(),
+            _ => None,
+        };
+        let (bytes, inline) = ScheduleValue::encode(&value, data);
+        self.published = Some(Publish {
+            leader_rev: rev,
+            hash: value.hash.clone(),
+            inline,
+        });
+        let ask = async move {
+            let leader = key(&prefix, "leader");
+            let txn = Txn::new()
+                .when([Compare::create_revision(leader, CompareOp::Equal, rev)])
+                .and_then([TxnOp::put(key(&prefix, "schedule"), bytes, None)]);
+            let answer = client.txn(txn).await?;
+            Ok(Input::PublishAnswered {
+                ok: answer.succeeded(),
+            })
+        };
+        self.send(Box::pin(ask), Input::PublishFailed);
+    }
+
+    /// A schedule the machine took: inline, offered to the fetcher; the leader's report, from
+    /// which the fetcher takes it (or fetches it).
+    fn fetch(&mut self, hash: String, origin: String, from: String, inline: Option<String>) {
+        if let Some(text) = inline {
+            self.offer_inline(&hash, &text);
+        }
+        let builtin = self.machine.deferring(self.now()).is_some();
+        let what = if builtin {
+            "The built-in election leader announced a schedule."
+        } else {
+            "The leader published a schedule on etcd."
+        };
+        tracing::info!(%hash, %origin, leader = %from, "{what}");
+        let now = self.now();
+        let epoch = match self.machine.deferring(now) {
+            Some(d) if d.node == from => d.epoch,
+            _ => self
+                .machine
+                .leader()
+                .map_or(0, |k| k.create_rev.max(0) as u64),
+        };
+        self.io.reports.update(|all| {
+            all.insert(
+                from,
+                Report {
+                    schedule: Some(ScheduleStamp {
+                        timestamp: 0,
+                        hash,
+                        origin,
+                    }),
+                    errors: 0,
+                    epoch,
+                },
+            );
+        });
+    }
+
+    /// The schedule `hash` inline in an accepted `P/schedule` (base64 of its LZ4 body), for the
+    /// fetcher to take before it asks the leader; text that is not base64 is refused here.
+    fn offer_inline(&self, hash: &str, text: &str) {
+        use base64::Engine;
+        match base64::engine::general_purpose::STANDARD.decode(text) {
+            Ok(body) => self.io.inline.offer(hash, body.into()),
+            Err(e) => {
+                self.io.inline.refused();
+                tracing::warn!(%hash, error = %e, "Refused the schedule inline on etcd (not base64); fetching it from the leader.");
             }
         }
     }

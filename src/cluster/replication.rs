@@ -60,6 +60,8 @@ pub(crate) struct FetcherParts {
     pub(crate) relay: Arc<crate::http::RelayBody>,
     /// Body hashes leaders announced (noted by the election transport).
     pub(crate) announced: Arc<Announced>,
+    /// Schedules inline on etcd (offered by the etcd task; `None` with the built-in election).
+    pub(crate) inline: Option<Arc<InlineBodies>>,
 }
 
 /// How a fetched schedule is read: for node `host`, taking a body `announced` vouches for
@@ -94,8 +96,82 @@ pub(crate) struct Fetcher {
     host: Arc<str>,
 }
 
-/// A fetch running, with the fetch it answers.
-type Running = BoxFuture<'static, (Fetch, Result<Schedule, String>)>;
+/// A fetch running, with the fetch it answers and whether the schedule came inline from etcd.
+type Running = BoxFuture<'static, (Fetch, Result<Schedule, String>, bool)>;
+
+/// Where an inline body's errors say it came from.
+const INLINE_URL: &str = "etcd P/schedule";
+
+/// A schedule body that came inline in etcd's `P/schedule` (docs/etcd.md, "Keys"), LZ4 as the
+/// leader serves it: the etcd task offers it under the hash the value names, and the fetcher,
+/// when it follows that hash, takes it instead of asking the leader, inflated and checked as a
+/// fetched body is. A body that fails is counted and logged, and the leader is asked as without
+/// it.
+pub(crate) struct InlineBodies {
+    held: Mutex<Option<(String, hyper::body::Bytes)>>,
+    /// `verwalter_etcd_inline_schedules_total` by result (`taken`, `refused`).
+    results: prometheus::IntCounterVec,
+}
+
+// Offered only by the etcd task (the `etcd` feature).
+#[cfg_attr(not(feature = "etcd"), allow(dead_code))]
+impl InlineBodies {
+    pub(crate) fn register(registry: &prometheus::Registry) -> InlineBodies {
+        InlineBodies {
+            held: Mutex::default(),
+            results: crate::metrics::Families(registry).counter_vec(
+                "verwalter_etcd_inline_schedules_total",
+                "Schedules that came inline in etcd's P/schedule, by result (taken, refused).",
+                &["result"],
+            ),
+        }
+    }
+
+    /// Holds `body` as schedule `hash` (replacing the one held).
+    pub(crate) fn offer(&self, hash: &str, body: hyper::body::Bytes) {
+        *self.held.lock().unwrap() = Some((hash.to_string(), body));
+    }
+
+    /// The body held for `hash`, taken out.
+    fn take(&self, hash: &str) -> Option<hyper::body::Bytes> {
+        let mut held = self.held.lock().unwrap();
+        if held.as_ref().is_some_and(|(h, _)| h == hash) {
+            return held.take().map(|(_, body)| body);
+        }
+        None
+    }
+
+    /// An inline body that could not be taken (counted; the caller logs why).
+    pub(crate) fn refused(&self) {
+        self.results.with_label_values(&["refused"]).inc();
+    }
+
+    /// Schedule `hash` from `body`, checked as a fetched body is; `None` (counted, logged)
+    /// when it does not check out as that schedule.
+    async fn read(
+        &self,
+        hash: &str,
+        body: hyper::body::Bytes,
+        relay: Option<&crate::http::RelayBody>,
+        reading: &Reading,
+    ) -> Option<Schedule> {
+        let fetched = Fetched {
+            body,
+            coding: Coding::Lz4,
+        };
+        let error = match pass_on(INLINE_URL, hash, fetched, relay, reading).await {
+            Ok(schedule) if schedule.hash == hash => {
+                self.results.with_label_values(&["taken"]).inc();
+                return Some(schedule);
+            }
+            Ok(schedule) => format!("{INLINE_URL}: holds schedule {}", schedule.hash),
+            Err(e) => e,
+        };
+        self.refused();
+        tracing::warn!(%hash, %error, "Refused the schedule inline on etcd; fetching it from the leader.");
+        None
+    }
+}
 
 impl Fetcher {
     pub(crate) fn new(config: ReplicationConfig, parts: FetcherParts) -> Fetcher {
@@ -150,16 +226,19 @@ impl Fetcher {
                 _ = election.changed() => {}
                 _ = reports.changed() => {}
                 _ = peers.changed() => {}
-                Some((fetch, result)) = running.next(), if !running.is_empty() => {
+                Some((fetch, result, inline)) = running.next(), if !running.is_empty() => {
                     let ok = result.as_ref().is_ok_and(|s| {
                         verwalter_controllers::cluster::replication::refusal(&fetch, s).is_none()
                     });
-                    self.io.metrics.schedule_fetch(ok);
+                    if !inline {
+                        self.io.metrics.schedule_fetch(ok);
+                    }
                     let now = Instant::now();
                     let actions = self
                         .io
                         .with_world(|world| self.machine.fetched(now, world, fetch.clone(), result));
-                    self.act(actions, &mut running, Some(&fetch.peer));
+                    let from = if inline { "etcd" } else { fetch.peer.as_str() };
+                    self.act(actions, &mut running, Some(from));
                 }
                 _ = sleep => {}
             }
@@ -192,9 +271,18 @@ impl Fetcher {
                         metrics: self.io.metrics.clone(),
                     };
                     // What a follower takes from its leader, it passes on to its children.
-                    let relay = matches!(fetch.purpose, Purpose::Follow { .. })
-                        .then(|| self.io.relay.clone());
+                    let follow = matches!(fetch.purpose, Purpose::Follow { .. });
+                    let relay = follow.then(|| self.io.relay.clone());
+                    let inline = self.io.inline.clone().filter(|_| follow);
                     running.push(Box::pin(async move {
+                        let hash = &fetch.stamp.hash;
+                        if let Some(bodies) = inline
+                            && let Some(body) = bodies.take(hash)
+                            && let Some(schedule) =
+                                bodies.read(hash, body, relay.as_deref(), &reading).await
+                        {
+                            return (fetch, Ok(schedule), true);
+                        }
                         let result = match addr {
                             Some(addr) => {
                                 let hash = &fetch.stamp.hash;
@@ -205,7 +293,7 @@ impl Fetcher {
                             }
                             None => Err(format!("no address known for {}", fetch.peer)),
                         };
-                        (fetch, result)
+                        (fetch, result, false)
                     }));
                 }
                 Effect::Replaced(list) => {
@@ -649,6 +737,7 @@ mod tests {
                 sightings,
                 relay: Default::default(),
                 announced: Default::default(),
+                inline: None,
             },
         );
         let stop = stop.clone();
@@ -1049,5 +1138,47 @@ mod tests {
         let err = fetch(&forged_lz4, Coding::Lz4).await.unwrap_err();
         assert!(err.contains("hash mismatch"), "{err}");
         assert_eq!((checked(true), checked(false)), (1, 1));
+    }
+}
+
+#[cfg(test)]
+mod inline_tests {
+    use verwalter_controllers::state::Schedule;
+
+    use super::{Coding, InlineBodies, Reading};
+
+    /// A schedule inline on etcd is taken once, for its own hash only, checked as a fetched
+    /// body: data that does not hash to the schedule's hash, a body that does not inflate, or
+    /// another schedule than the value names is refused and counted.
+    #[tokio::test]
+    async fn an_inline_body_is_taken_only_when_it_checks_out_as_its_schedule() {
+        let schedule = Schedule::test().with_role("web", "v1").build();
+        let json = serde_json::to_vec(&schedule).unwrap();
+        let forged = String::from_utf8(json.clone()).unwrap();
+        let forged = forged.replace("\"v1\"", "\"v666\"").into_bytes();
+        let other = Schedule::test().with_role("web", "v2").build();
+        let other_json = serde_json::to_vec(&other).unwrap();
+        let registry = prometheus::Registry::new();
+        let bodies = InlineBodies::register(&registry);
+        let reading = Reading::plain("");
+        let count = |result: &str| bodies.results.with_label_values(&[result]).get();
+        let hash = schedule.hash.as_str();
+
+        bodies.offer(hash, Coding::Lz4.encode(&json).into());
+        assert_eq!(bodies.take("another"), None, "held for its own hash only");
+        let body = bodies.take(hash).unwrap();
+        assert_eq!(bodies.take(hash), None, "taken once");
+        let got = bodies.read(hash, body, None, &reading).await;
+        assert_eq!(got, Some(schedule.clone()));
+        assert_eq!((count("taken"), count("refused")), (1, 0));
+
+        for bad in [
+            Coding::Lz4.encode(&forged),
+            json.clone(),
+            Coding::Lz4.encode(&other_json),
+        ] {
+            assert_eq!(bodies.read(hash, bad.into(), None, &reading).await, None);
+        }
+        assert_eq!((count("taken"), count("refused")), (1, 3));
     }
 }

@@ -76,6 +76,9 @@ pub struct Published {
 pub struct ScheduleKey {
     pub value: Published,
     pub mod_rev: i64,
+    /// The schedule inline (`data`, as the value carries it: LZ4, base64), passed on untouched
+    /// with the fetch of a value that is taken (docs/etcd.md, "Keys").
+    pub data: Option<String>,
 }
 
 /// A schedule the leader made (or holds when it takes office), to publish.
@@ -222,11 +225,13 @@ pub enum Effect {
         leader_rev: i64,
         reason: StepDown,
     },
-    /// Fetch this schedule (as replication does today) from the leader `from`.
+    /// Fetch this schedule (as replication does today) from the leader `from`, or take it from
+    /// `inline` (the accepted value's `data`) when that checks out.
     Fetch {
         hash: String,
         origin: String,
         from: String,
+        inline: Option<String>,
     },
     /// A value or answer not taken (logged and counted).
     Ignored {
@@ -615,7 +620,12 @@ impl Machine {
             && self.fetched.as_deref() != Some(hash.as_str())
         {
             self.fetched = Some(hash.clone());
-            out.push(Effect::Fetch { hash, origin, from });
+            out.push(Effect::Fetch {
+                hash,
+                origin,
+                from,
+                inline: None,
+            });
         }
     }
 
@@ -828,6 +838,7 @@ impl Machine {
             hash: value.hash.clone(),
             origin: value.origin.clone(),
             from: leader,
+            inline: key.data.clone(),
         });
     }
 

@@ -141,9 +141,15 @@ impl Etcd {
 
     /// A plain put of `P/schedule`, guarded by nothing (what a non-leader could do).
     pub(super) fn put_schedule(&mut self, value: Published) {
+        self.put_schedule_inline(value, None);
+    }
+
+    /// The same with the schedule inline (`data`).
+    pub(super) fn put_schedule_inline(&mut self, value: Published, data: Option<String>) {
         let key = ScheduleKey {
             value,
             mod_rev: self.rev + 1,
+            data,
         };
         self.schedule = Some(key.clone());
         self.change(Change::SchedulePut(key));

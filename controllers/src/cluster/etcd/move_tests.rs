@@ -97,7 +97,8 @@ fn a_builtin_leaders_pings_defer_the_campaign_until_a_leader_timeout_after_the_l
         assert!(node.has(&Effect::Fetch {
             hash: "hb".into(),
             origin: "b".into(),
-            from: "b".into()
+            from: "b".into(),
+            inline: None
         }));
         assert_eq!(
             node.log

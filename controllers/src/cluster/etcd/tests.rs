@@ -261,7 +261,8 @@ fn a_second_node_follows_and_fetches_what_the_leader_publishes_once() {
     assert!(nodes[1].log.contains(&Effect::Fetch {
         hash: "h1".into(),
         origin: "a".into(),
-        from: "a".into()
+        from: "a".into(),
+        inline: None
     }));
     assert!(nodes[0].fetched().is_empty(), "the leader fetches nothing");
     // The published value carries the leadership that wrote it.
@@ -484,6 +485,44 @@ fn a_read_answered_at_a_revision_below_one_seen_is_dropped_and_read_again() {
         from_rev: etcd.rev + 1
     }));
     assert_eq!(nodes[1].m.leader().cloned(), leader);
+}
+
+/// The inline `data` of a value that is taken goes with its fetch; a refused value's never.
+#[test]
+fn the_inline_data_of_a_taken_value_goes_with_its_fetch() {
+    let mut etcd = Etcd::new();
+    let mut nodes = [
+        Node::start("a", &mut etcd, 0),
+        Node::start("b", &mut etcd, 0),
+    ];
+    let holder = etcd.holder().cloned().unwrap();
+    let value = |hash: &str, lease: i64| Published {
+        hash: hash.into(),
+        origin: "a".into(),
+        size: 1,
+        leader_rev: holder.create_rev,
+        lease,
+    };
+    let inline = |data: &str| Some(data.to_string());
+    etcd.put_schedule_inline(value("x1", holder.lease + 1), inline("FORGED"));
+    etcd.put_schedule_inline(value("h1", holder.lease), inline("DATA1"));
+    etcd.put_schedule_inline(value("h2", holder.lease), None);
+    nodes[1].pump(&mut etcd, 10);
+    let fetches: Vec<(String, Option<String>)> = nodes[1]
+        .log
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Fetch { hash, inline, .. } => Some((hash.clone(), inline.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        fetches,
+        [("h1".into(), inline("DATA1")), ("h2".into(), None)]
+    );
+    assert!(nodes[1].has(&Effect::Ignored {
+        reason: Refused::WrongLease
+    }));
 }
 
 #[test]

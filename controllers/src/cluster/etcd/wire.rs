@@ -99,9 +99,9 @@ impl LeaderValue {
 }
 
 impl ScheduleValue {
-    /// The value to publish; `data` (already compressed and encoded) is left out when the
-    /// whole value would pass [`MAX_INLINE_BYTES`].
-    pub fn encode(published: &Published, data: Option<String>) -> Vec<u8> {
+    /// The value to publish, and whether `data` (already compressed and encoded) is in it: it
+    /// is left out when the whole value would pass [`MAX_INLINE_BYTES`].
+    pub fn encode(published: &Published, data: Option<String>) -> (Vec<u8>, bool) {
         let mut value = ScheduleValue {
             v: VERSION,
             hash: published.hash.clone(),
@@ -113,18 +113,15 @@ impl ScheduleValue {
         };
         let bytes = serde_json::to_vec(&value).expect("a schedule value serializes");
         if bytes.len() <= MAX_INLINE_BYTES {
-            return bytes;
+            return (bytes, value.data.is_some());
         }
         value.data = None;
-        serde_json::to_vec(&value).expect("a schedule value serializes")
+        let bytes = serde_json::to_vec(&value).expect("a schedule value serializes");
+        (bytes, false)
     }
 
-    /// Reads `key`'s value written at `mod_rev`: the machine's view, and the inline data.
-    pub fn decode(
-        key: &str,
-        bytes: &[u8],
-        mod_rev: i64,
-    ) -> Result<(ScheduleKey, Option<String>), WireError> {
+    /// Reads `key`'s value written at `mod_rev`: the machine's view, with the inline data.
+    pub fn decode(key: &str, bytes: &[u8], mod_rev: i64) -> Result<ScheduleKey, WireError> {
         let value: ScheduleValue = decode(key, bytes)?;
         let published = Published {
             hash: value.hash,
@@ -133,11 +130,11 @@ impl ScheduleValue {
             leader_rev: value.leader_rev,
             lease: value.lease,
         };
-        let key = ScheduleKey {
+        Ok(ScheduleKey {
             value: published,
             mod_rev,
-        };
-        Ok((key, value.data))
+            data: value.data,
+        })
     }
 }
 
@@ -157,11 +154,12 @@ mod tests {
 
     #[test]
     fn a_schedule_value_round_trips_with_its_inline_data() {
-        let bytes = ScheduleValue::encode(&published(), Some("BASE64".into()));
-        let (key, data) = ScheduleValue::decode("/v/c/schedule", &bytes, 20).unwrap();
+        let (bytes, inline) = ScheduleValue::encode(&published(), Some("BASE64".into()));
+        assert!(inline);
+        let key = ScheduleValue::decode("/v/c/schedule", &bytes, 20).unwrap();
         assert_eq!(key.value, published());
         assert_eq!(key.mod_rev, 20);
-        assert_eq!(data.as_deref(), Some("BASE64"));
+        assert_eq!(key.data.as_deref(), Some("BASE64"));
         let text = String::from_utf8(bytes).unwrap();
         assert!(text.starts_with(r#"{"v":1,"hash":"abc""#), "{text}");
     }
@@ -169,14 +167,15 @@ mod tests {
     #[test]
     fn inline_data_is_left_out_when_the_value_would_pass_the_cap() {
         let fits = "x".repeat(MAX_INLINE_BYTES - 200);
-        let bytes = ScheduleValue::encode(&published(), Some(fits.clone()));
-        assert!(bytes.len() <= MAX_INLINE_BYTES);
-        let (_, data) = ScheduleValue::decode("k", &bytes, 20).unwrap();
-        assert_eq!(data, Some(fits));
+        let (bytes, inline) = ScheduleValue::encode(&published(), Some(fits.clone()));
+        assert!(inline && bytes.len() <= MAX_INLINE_BYTES);
+        let key = ScheduleValue::decode("k", &bytes, 20).unwrap();
+        assert_eq!(key.data, Some(fits));
         let big = "x".repeat(MAX_INLINE_BYTES);
-        let bytes = ScheduleValue::encode(&published(), Some(big));
-        let (key, data) = ScheduleValue::decode("k", &bytes, 20).unwrap();
-        assert_eq!((key.value, data), (published(), None));
+        let (bytes, inline) = ScheduleValue::encode(&published(), Some(big));
+        assert!(!inline && bytes.len() < 1024);
+        let key = ScheduleValue::decode("k", &bytes, 20).unwrap();
+        assert_eq!((key.value, key.data), (published(), None));
     }
 
     #[test]
