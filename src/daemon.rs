@@ -543,14 +543,8 @@ impl Wiring<'_> {
                 .spawn_etcd_cluster(bound, fields, shared, settings)
                 .await;
         }
-        let addr = &bound.addr;
         // The election shares the HTTP port, on UDP, as in verwalter 0.13.
-        let udp = UdpSocket::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: format!("udp {addr}"),
-                source,
-            })?;
+        let udp = bind_udp(&bound.addr).await?;
         self.spawn_peers(bound.port, fields.peers, shared);
         let machine = Machine::new(
             config.machine_id.clone(),
@@ -648,13 +642,7 @@ impl Wiring<'_> {
         use crate::cluster::etcd::{BuiltinEars, EtcdTask, EtcdWiring};
         // The built-in election's port too, listened on only (docs/etcd.md, "Moving between
         // backends").
-        let addr = &bound.addr;
-        let udp = UdpSocket::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind {
-                addr: format!("udp {addr}"),
-                source,
-            })?;
+        let udp = bind_udp(&bound.addr).await?;
         self.spawn_peers(bound.port, fields.peers, shared);
         let inline = Arc::new(crate::cluster::replication::InlineBodies::register(
             self.metrics.registry(),
@@ -1142,6 +1130,16 @@ impl Sweeper for Sweep {
             .map_err(|e| SweepError::Interrupted(e.to_string()))?
         })
     }
+}
+
+/// The built-in election's UDP socket, on the HTTP port's address.
+async fn bind_udp(addr: &str) -> Result<UdpSocket, StartError> {
+    UdpSocket::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: format!("udp {addr}"),
+            source,
+        })
 }
 
 #[cfg(test)]

@@ -13,17 +13,7 @@ fn listening(name: &str, etcd: &mut Etcd, now: Millis) -> Node {
         builtin_timeout_ms: Some(TIMEOUT),
         ..config(name)
     };
-    let (m, out) = Machine::new(config, now);
-    let mut node = Node {
-        name: name.into(),
-        m,
-        log: Vec::new(),
-        watch: None,
-        cut: false,
-    };
-    node.run(etcd, now, out);
-    node.pump(etcd, now);
-    node
+    Node::start_with(config, etcd, now)
 }
 
 fn ping(from: &str, epoch: u64, hash: Option<&str>) -> Input {

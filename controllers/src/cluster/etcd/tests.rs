@@ -37,9 +37,15 @@ struct Node {
 
 impl Node {
     fn start(name: &str, etcd: &mut Etcd, now: Millis) -> Node {
-        let (m, out) = Machine::new(config(name), now);
+        Node::start_with(config(name), etcd, now)
+    }
+
+    /// [`Node::start`] with a config of its own (named by `config.node`).
+    pub(super) fn start_with(config: Config, etcd: &mut Etcd, now: Millis) -> Node {
+        let name = config.node.clone();
+        let (m, out) = Machine::new(config, now);
         let mut node = Node {
-            name: name.into(),
+            name,
             m,
             log: Vec::new(),
             watch: None,
