@@ -274,10 +274,13 @@ impl Site {
                 .collect();
             let endpoints: Vec<String> = proxies.iter().map(|p| p.addr.to_string()).collect();
             let settings = tmp.path().join(format!("settings{n}.yaml"));
+            // A scheduler budget well over the default 2 s: the inline-cap test's 1,200
+            // versions take the example scheduler's sort seconds in a debug build on a loaded
+            // CI machine (it went over 2 s there), and a budget is not what these tests test.
             std::fs::write(
                 &settings,
                 format!(
-                    "election:\n  backend: etcd\n  etcd:\n    endpoints: [{}]\n    prefix: {PREFIX}\n    lease-ttl: {}s\n",
+                    "election:\n  backend: etcd\n  etcd:\n    endpoints: [{}]\n    prefix: {PREFIX}\n    lease-ttl: {}s\nscheduler:\n  time-limit-ms: 30000\n",
                     endpoints.join(", "),
                     TTL.as_secs()
                 ),
