@@ -187,6 +187,8 @@ pub struct FakeApplier {
     pub(crate) jobs: Mutex<Vec<RoleJob>>,
     /// Role -> error message for its next attempts.
     pub(crate) failing: Mutex<std::collections::HashMap<String, String>>,
+    /// Role -> a gate its next attempts wait at ([`FakeApplier::gate`]).
+    pub(crate) gates: Mutex<std::collections::HashMap<String, Arc<tokio::sync::Notify>>>,
 }
 
 impl FakeApplier {
@@ -208,13 +210,29 @@ impl FakeApplier {
     pub fn heal(&self, role: &str) {
         self.failing.lock().unwrap().remove(role);
     }
+    /// Makes `role`'s attempts wait (recorded, not finished) until the gate returned is
+    /// notified, once per attempt.
+    pub fn gate(&self, role: &str) -> Arc<tokio::sync::Notify> {
+        self.gates
+            .lock()
+            .unwrap()
+            .entry(role.into())
+            .or_default()
+            .clone()
+    }
 }
 
 impl RoleApplier for FakeApplier {
     fn apply(&self, job: RoleJob) -> BoxFuture<'static, Result<(), ApplyError>> {
         let failure = self.failing.lock().unwrap().get(&job.role).cloned();
+        let gate = self.gates.lock().unwrap().get(&job.role).cloned();
         self.jobs.lock().unwrap().push(job);
-        Box::pin(async move { failure.map_or(Ok(()), |m| Err(ApplyError::Command(m))) })
+        Box::pin(async move {
+            if let Some(gate) = gate {
+                gate.notified().await;
+            }
+            failure.map_or(Ok(()), |m| Err(ApplyError::Command(m)))
+        })
     }
 }
 

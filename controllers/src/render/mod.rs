@@ -1365,6 +1365,18 @@ impl RenderController {
             return Err(Err(e));
         }
         if !Self::needs_work(&st, role, &desired, force) {
+            // Still pending in a pass that already has what it wants of the role: a newer pass
+            // took the role over from the one its attempt ran in, and that attempt applied it.
+            // It leaves that pass applied, or the pass would never end.
+            let holding: Vec<String> = st
+                .passes
+                .iter()
+                .filter(|p| p.pending.contains(role))
+                .map(|p| p.id.clone())
+                .collect();
+            for id in holding {
+                self.leave_pass(&mut st, &id, role, RoleOutcome::Applied);
+            }
             drop(st);
             if self.clear_failure(role) {
                 self.wake_after(role, &deps);
@@ -1426,10 +1438,13 @@ impl RenderController {
                         forced: force,
                     },
                 );
+                // A pass that took the role over while this attempt ran still waits for it:
+                // once more at once, which either leaves it (nothing more to do) or tries again.
+                let again = st.passes.iter().any(|p| p.pending.contains(role));
                 drop(st);
                 self.clear_failure(role);
                 self.wake_after(role, deps);
-                Ok(Requeue::None)
+                Ok(again.then_some(std::time::Duration::ZERO))
             }
             Err(e) => {
                 drop(st);

@@ -1279,3 +1279,49 @@ fn but_the_pass(mut vars: serde_json::Map<String, Value>) -> serde_json::Map<Str
     vars.remove("deployment_id");
     vars
 }
+
+/// Another role's retry starts a pass that takes over a role whose attempt is still running in
+/// the older pass; that attempt applies it. The newer pass then ends as well, and the status's
+/// last deployment is finished, rather than waiting for an attempt with nothing left to do
+/// (seen once in a process test under load: `last_deployment.finished` stayed null).
+#[tokio::test]
+async fn a_pass_that_took_over_a_running_role_ends_when_that_attempt_applies_it() {
+    let rig = rig();
+    rig.schedule.set(schedule(json!({"db": {}, "web": {}})));
+    rig.applier.fail("web", "boom");
+    let gate = rig.applier.gate("db");
+    // db's attempt starts the first pass and waits at the gate.
+    let db = tokio::spawn(rig.controller.clone().reconcile("db".into()));
+    while !rig.applier.roles().contains(&"db".to_string()) {
+        tokio::task::yield_now().await;
+    }
+    // web fails in that pass; healed, its retry starts a second pass, which takes db over.
+    assert!(
+        rig.controller
+            .clone()
+            .reconcile("web".into())
+            .await
+            .is_err()
+    );
+    rig.applier.heal("web");
+    assert!(rig.controller.clone().reconcile("web".into()).await.is_ok());
+    let open = |rig: &Rig| rig.controller.state.lock().unwrap().passes.len();
+    assert_eq!(open(&rig), 1, "the second pass waits for db");
+    gate.notify_one();
+    assert_eq!(
+        db.await.unwrap().unwrap(),
+        Some(Duration::ZERO),
+        "db is asked again at once"
+    );
+    assert_eq!(
+        rig.controller.clone().reconcile("db".into()).await.unwrap(),
+        None
+    );
+    assert_eq!(open(&rig), 0, "every pass ended");
+    let last = rig.store.roles.peek().last_deployment.clone().unwrap();
+    assert!(last.finished.is_some(), "{last:?}");
+    assert_eq!(last.roles, ["db", "web"]);
+    assert!(last.failed.is_empty(), "{last:?}");
+    let db_runs = rig.applier.roles().iter().filter(|r| *r == "db").count();
+    assert_eq!(db_runs, 1, "applied once, not again for the second pass");
+}
