@@ -246,17 +246,21 @@ impl Drop for Site {
     }
 }
 
+/// A temp dir for a test site with etcd: etcd syncs its log to disk on every write, so on tmpfs
+/// when there is one, so that a loaded CI disk does not delay its answers past the lease's fence.
+pub(crate) fn etcd_tmp() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    }
+}
+
 impl Site {
     fn start(test: &str, etcd_base: u8) -> Option<Site> {
         let (etcd_bin, etcdctl) = tools(test)?;
-        // etcd syncs its log to disk on every write: on tmpfs when there is one, so that a
-        // loaded CI disk does not delay its answers past the lease's fence.
-        let shm = Path::new("/dev/shm");
-        let tmp = if shm.is_dir() {
-            tempfile::tempdir_in(shm).unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
+        let tmp = etcd_tmp();
         let etcd = Etcd::start(&etcd_bin, etcdctl, tmp.path(), etcd_base);
         let names = &MORE_NAMES[..5];
         let (cantal, url) = start_cantal(tmp.path(), names);

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::cluster::{MORE_NAMES, start_cantal};
-use crate::etcd::{Etcd, id, tools};
+use crate::etcd::{Etcd, etcd_tmp, id, tools};
 use crate::util::*;
 
 /// Generous bound for elections and fetches on a loaded CI machine.
@@ -69,13 +69,7 @@ impl Site {
     /// etcd, the cantal double and the nodes on the built-in election.
     fn start(test: &str, etcd_base: u8) -> Option<Site> {
         let (etcd_bin, etcdctl) = tools(test)?;
-        // etcd syncs every write: on tmpfs when there is one (as tests/etcd.rs does).
-        let shm = std::path::Path::new("/dev/shm");
-        let tmp = if shm.is_dir() {
-            tempfile::tempdir_in(shm).unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
+        let tmp = etcd_tmp();
         let etcd = Etcd::start(&etcd_bin, etcdctl, tmp.path(), etcd_base);
         let (cantal, url) = start_cantal(tmp.path(), &MORE_NAMES[..N]);
         std::fs::write(
