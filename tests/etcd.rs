@@ -783,12 +783,7 @@ fn a_stopping_leader_resigns_and_revokes_its_lease() {
         leases(&site.etcd)
     );
     let mut child = site.nodes[leader].child.take().unwrap();
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    child.wait().unwrap();
+    crate::util::terminate_child(&mut child);
     // Well within the 2 s TTL of its last keep-alive: gone only because it was revoked.
     let list = leases(&site.etcd);
     assert!(

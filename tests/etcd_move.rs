@@ -160,12 +160,7 @@ impl Site {
     /// answers.
     fn restart(&mut self, i: usize, backend: Backend) {
         let mut child = self.nodes[i].child.take().unwrap();
-        let status = Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        child.wait().unwrap();
+        crate::util::terminate_child(&mut child);
         self.launch(i, backend);
         self.wait(&format!("node {} answers", i + 1), |s| {
             s.json(i, "/v1/status").map(drop)

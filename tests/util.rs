@@ -238,13 +238,17 @@ impl Daemon {
 
     /// Sends SIGTERM and waits for the exit status.
     pub fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
-        let status = wait_for(Duration::from_secs(10), || self.child.try_wait().unwrap())
-            .expect("daemon exits on SIGTERM");
+        let status = terminate_child(&mut self.child);
         std::mem::forget(self);
         status
     }
+}
+
+/// Sends `child` SIGTERM (as an operator stops the daemon) and waits for its exit status.
+pub fn terminate_child(child: &mut std::process::Child) -> std::process::ExitStatus {
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM).unwrap();
+    wait_for(Duration::from_secs(10), || child.try_wait().unwrap()).expect("exits on SIGTERM")
 }
 
 impl Drop for Daemon {
